@@ -1,0 +1,168 @@
+"""Paillier encryption over integers we encode ourselves (spec primitives.md §0, decision 5).
+
+Hazmat. Keys come from ``phe`` (prime generation from the OS CSPRNG) and decryption uses
+phe's CRT path over gmpy2; encryption, re-randomisation and homomorphic operations work
+on raw integers here, so no float encoding (which leaks exponents) is ever used. Misuse
+that breaks privacy: sending a ciphertext whose randomness the receiver knows without
+re-randomising it (decision 6), or decrypting a plaintext that wrapped mod N.
+
+g = N + 1, so E(m; r) = (1 + m·N)·r^N mod N². The expensive factor r^N can be drawn in
+advance (:class:`RandomnessPool`), off the critical path.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+
+import gmpy2
+from phe import paillier as phe_paillier
+
+from mpdp.math.drbg import Drbg
+from mpdp.math.opcount import OpCounter
+
+MIN_PRODUCTION_BITS = 2048
+
+
+class CiphertextError(ValueError):
+    """A ciphertext is outside [1, N²) or not a unit; raised for peer-supplied input."""
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    n: int
+
+    @property
+    def nsquare(self) -> int:
+        return self.n * self.n
+
+    @property
+    def bits(self) -> int:
+        return self.n.bit_length()
+
+    @property
+    def ciphertext_bytes(self) -> int:
+        return (self.nsquare.bit_length() + 7) // 8
+
+    def random_factor(self, rng: Drbg) -> int:
+        """r^N mod N² for a fresh uniform unit r."""
+        while True:
+            r = rng.randbelow(self.n)
+            if r > 0 and gmpy2.gcd(r, self.n) == 1:
+                return int(gmpy2.powmod(r, self.n, self.nsquare))
+
+    def encrypt(self, m: int, rng: Drbg | None = None, *, factor: int | None = None, ops: OpCounter | None = None) -> int:
+        """E(m mod N) with fresh randomness (or a precomputed r^N ``factor``)."""
+        if factor is None:
+            if rng is None:
+                raise ValueError("encrypt needs an rng or a precomputed factor")
+            factor = self.random_factor(rng)
+        if ops is not None:
+            ops.tick("paillier_encrypt")
+        return int((1 + (m % self.n) * self.n) * factor % self.nsquare)
+
+    def add(self, c1: int, c2: int) -> int:
+        """E(a)·E(b) = E(a + b)."""
+        return int(gmpy2.mul(c1, c2) % self.nsquare)
+
+    def add_plain(self, c: int, m: int) -> int:
+        """E(a)·(1 + m·N) = E(a + m) (deterministic: re-randomise before sending)."""
+        return int(gmpy2.mul(c, 1 + (m % self.n) * self.n) % self.nsquare)
+
+    def mul_plain(self, c: int, k: int, ops: OpCounter | None = None) -> int:
+        """E(a)^k = E(k·a); negative k uses the inverse, so the exponent stays short."""
+        if ops is not None:
+            ops.tick("paillier_scalar_mul")
+        if k < 0:
+            return int(gmpy2.powmod(gmpy2.invert(c, self.nsquare), -k, self.nsquare))
+        return int(gmpy2.powmod(c, k, self.nsquare))
+
+    def rerandomize(self, c: int, factor: int, ops: OpCounter | None = None) -> int:
+        """c·r^N: same plaintext, fresh randomness."""
+        if ops is not None:
+            ops.tick("paillier_rerandomize")
+        return int(gmpy2.mul(c, factor) % self.nsquare)
+
+    def check(self, c: int) -> int:
+        """Validate a peer-supplied ciphertext: 0 < c < N² and gcd(c, N) = 1."""
+        if not 0 < c < self.nsquare or gmpy2.gcd(c, self.n) != 1:
+            raise CiphertextError("ciphertext out of range for this Paillier key")
+        return c
+
+    def to_bytes(self, c: int) -> bytes:
+        return int(c).to_bytes(self.ciphertext_bytes, "big")
+
+    def from_bytes(self, b: bytes) -> int:
+        if len(b) != self.ciphertext_bytes:
+            raise CiphertextError(f"ciphertext must be {self.ciphertext_bytes} bytes, got {len(b)}")
+        return self.check(int.from_bytes(b, "big"))
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    public: PublicKey
+    p: int
+    q: int
+    _phe: phe_paillier.PaillierPrivateKey = field(repr=False, compare=False)
+
+    @classmethod
+    def generate(cls, bits: int = MIN_PRODUCTION_BITS) -> "KeyPair":
+        pub, priv = phe_paillier.generate_paillier_keypair(n_length=bits)
+        return cls(PublicKey(pub.n), priv.p, priv.q, priv)
+
+    @classmethod
+    def from_factors(cls, p: int, q: int) -> "KeyPair":
+        if p == q or p < 3 or q < 3 or not gmpy2.is_prime(p) or not gmpy2.is_prime(q):
+            raise ValueError("Paillier factors must be distinct primes")
+        pub = phe_paillier.PaillierPublicKey(p * q)
+        return cls(PublicKey(p * q), p, q, phe_paillier.PaillierPrivateKey(pub, p, q))
+
+    def decrypt(self, c: int, ops: OpCounter | None = None) -> int:
+        """Plaintext in [0, N) (CRT decryption)."""
+        if ops is not None:
+            ops.tick("paillier_decrypt")
+        return int(self._phe.raw_decrypt(int(c)))
+
+    def decrypt_signed(self, c: int, ops: OpCounter | None = None) -> int:
+        """Plaintext in (−N/2, N/2]."""
+        m = self.decrypt(c, ops)
+        return m - self.public.n if m > self.public.n // 2 else m
+
+
+def check_key_bits(bits: int, *, test_mode: bool) -> None:
+    """Refuse keys under 2048 bits unless a test mode was explicitly enabled (decision 5)."""
+    if bits < MIN_PRODUCTION_BITS and not test_mode:
+        raise ValueError(f"Paillier keys must be at least {MIN_PRODUCTION_BITS} bits (got {bits}); small keys need test mode")
+
+
+class RandomnessPool:
+    """Precomputed r^N mod N² factors for one public key, filled off the critical path.
+
+    ``take`` is thread-safe (a deque) and computes a factor on demand when the pool is
+    empty, so correctness never depends on the pool being warm.
+    """
+
+    def __init__(self, key: PublicKey, rng: Drbg) -> None:
+        self.key = key
+        self._rng = rng
+        self._lock = threading.Lock()
+        self._items: collections.deque[int] = collections.deque()
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def fill(self, count: int) -> None:
+        for _ in range(count):
+            with self._lock:
+                f = self.key.random_factor(self._rng)
+            self._items.append(f)
+
+    def take(self) -> int:
+        try:
+            return self._items.popleft()
+        except IndexError:
+            self.misses += 1
+            with self._lock:
+                return self.key.random_factor(self._rng)

@@ -1,0 +1,258 @@
+"""Charlie, the untrusted curator of the Pathak–Rane–Raj protocol (spec pathak2010.md §1.4).
+
+Charlie holds ζ = (pk′, sk′) and the DGK key of §1.5, never sk of ξ. He sees π1(b) only
+through the shuffler, ã never, and of the comparisons only orderings of π2∘π1-permuted
+positions. States are named for what he awaits next; the table is
+:data:`mpdp.pathak2010.states.CURATOR_TABLE`.
+"""
+
+from __future__ import annotations
+
+from mpdp.math import comparison, sharing
+from mpdp.math.opcount import OpCounter
+from mpdp.math.paillier import CiphertextError, PublicKey, check_key_bits
+from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+from mpdp.math.drbg import Drbg
+from mpdp.pathak2010 import states
+from mpdp.pathak2010.params import PathakParams
+from mpdp.pathak2010.resources import CuratorResources
+from mpdp.protocol import CURATOR, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, StageClock, require
+
+TRUST_MODEL = (
+    "honest-but-curious parties and curator; the curator colludes with no party; "
+    "known residual leak: the smallest party knows the noise it contributed (pathak2010.md §1.10g)"
+)
+
+
+class CuratorMachine(Machine):
+    STATES = states.CURATOR_STATES
+    TERMINAL = ("PUBLISHED",)
+    TABLE = states.CURATOR_TABLE
+
+    def __init__(self, params: PathakParams, spec: pb.PathakJobSpec, party_addresses: dict[str, str], resources: CuratorResources) -> None:
+        super().__init__(params.job_id, CURATOR, resources.clock)
+        self.params = params
+        self.spec = spec
+        self.addresses = dict(party_addresses)
+        self.res = resources
+        self.ops = OpCounter()
+        self.rng: Drbg = (
+            Drbg.from_seed(spec.simulation_seed).child("curator") if params.seeded else resources.rng.child(f"job/{params.job_id}")
+        )
+        self.stages = StageClock(resources.clock)
+        self.d = 0
+        self.party_ops: OpCounter = OpCounter()
+        self._b_tilde: list[int] = []
+        self._own_piece: list[int] | None = None
+        self.smallest_position: int | None = None  # j̃, in π2-positions (Charlie's view only)
+
+    @property
+    def stage(self) -> str:
+        return states.CURATOR_STAGE[self.state]
+
+    def start(self) -> list[Output]:
+        """S0: announce the job to every party with Charlie's public keys."""
+        self.stages.enter("setup")
+        keys = self.res.secrets.public
+        ck = pb.CuratorKeys(
+            paillier_n=_b(keys.paillier.n),
+            dgk_n=_b(keys.dgk.n),
+            dgk_g=_b(keys.dgk.g),
+            dgk_h=_b(keys.dgk.h),
+            dgk_u=keys.dgk.u,
+            dgk_r_bits=keys.dgk.r_bits,
+        )
+        ann = pb.JobAnnouncement(job_id=self.job_id, spec=self.spec, party_addresses=self.addresses, curator_keys=ck)
+        return [Send(Peer("party", p), ann) for p in self.params.parties]
+
+    # -- engine hooks ------------------------------------------------------------------
+    def _sender_ok(self, kind: str, sender: Peer) -> bool:
+        if sender.role != "party" or sender.name not in self.params.parties:
+            return False
+        return kind != "leader" or sender.name == self.params.parties[0]
+
+    def _required(self, state: str) -> list[tuple[type, str]]:
+        p = self.params.parties
+        if state == "AWAIT_ACCEPTANCES":
+            return [(pb.JobAcceptance, n) for n in p]
+        if state == "AWAIT_SIZE_SHARES":
+            return [(pb.PartyPublicKey, p[0]), (pb.SizeRemainders, p[0])] + [(pb.EncryptedSizeShare, n) for n in p]
+        if state == "AWAIT_BLINDED_COMPARISONS":
+            return [(pb.BlindedComparisons, p[0])]
+        if state == "AWAIT_MASKED_NOISE":
+            return [(pb.MaskedNoise, p[0])]
+        if state == "AWAIT_PUBLISHED_SHARES":
+            return [(pb.ResharePiece, n) for n in p] + [(pb.PublishedShare, n) for n in p]
+        raise AssertionError(state)
+
+    def _abort_notices(self, e) -> list[Output]:
+        msg = common_pb2.JobAbort(job_id=self.job_id, problem=e.problem, detail=e.detail, reported_by=CURATOR.name)
+        return [Send(Peer("party", p), msg) for p in self.params.parties]
+
+    def _on_abort(self, sender: Peer, abort: common_pb2.JobAbort) -> list[Output]:
+        if self.terminal:
+            return []
+        e = RemoteProtocolError(abort.problem or Problem.JOB_FAILED, f"{sender.name}: {abort.detail}")
+        self._fail(e)
+        # tell everyone but the reporter
+        return [n for n in e.notices if not (isinstance(n, Send) and n.to == sender)]
+
+    # -- S0 ------------------------------------------------------------------------------
+    def _on_await_acceptances(self) -> list[Output]:
+        dims = {n: self._take(pb.JobAcceptance, n).dimension for n in self.params.parties}
+        if len(set(dims.values())) != 1 or 0 in dims.values():
+            raise RemoteProtocolError(Problem.INVALID_JOB, f"parties disagree on the dimension d of dataset {self.params.dataset!r}: {dims}")
+        self.d = next(iter(dims.values()))
+        self.stages.enter("stage1")
+        self.state = "AWAIT_SIZE_SHARES"
+        start = pb.ProtocolStart(job_id=self.job_id, dimension=self.d)
+        return [Send(Peer("party", p), start) for p in self.params.parties]
+
+    # -- Stage 1 -------------------------------------------------------------------------
+    def _on_await_size_shares(self) -> list[Output]:
+        """S1.4: ξ(π2(π1(a) + r)) to the parties, b̃ = π2(π1(b) − r) kept; comparison bits to the leader."""
+        prm, p = self.params, self.params.parties
+        K = prm.K
+        key_msg = self._take(pb.PartyPublicKey, p[0])
+        xi = PublicKey(int.from_bytes(key_msg.paillier_n, "big"))
+        try:
+            check_key_bits(xi.bits, test_mode=self.res.test_mode)
+        except ValueError as e:
+            raise RemoteProtocolError(Problem.MALFORMED, str(e)) from e
+        require(xi.bits >= prm.min_paillier_bits() and xi.n % 2 == 1, Problem.MALFORMED, f"ξ modulus of {xi.bits} bits is too small for this job")
+        zeta = self.res.secrets.paillier
+        rem = self._take(pb.SizeRemainders, p[0])
+        require(len(rem.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(rem.ciphertexts)}")
+        b = [zeta.decrypt_signed(_parse(zeta.public, c), self.ops) for c in rem.ciphertexts]  # π1(b)
+        require(all(abs(x) < 1 << (prm.L + 1) for x in b), Problem.MALFORMED, "a size remainder b is out of range")
+        enc_a = [_parse(xi, self._take(pb.EncryptedSizeShare, n).ciphertext) for n in p]  # ξ(π1(a)_k), k = party index
+        r = [self.rng.randbits(prm.mask_bits) for _ in range(K)]
+        masked = [xi.add(enc_a[k], xi.encrypt(r[k], self.rng, ops=self.ops)) for k in range(K)]
+        pi2 = self.rng.child("pi2").permutation(K)
+        a_tilde_ct = sharing.apply_permutation(pi2, masked)
+        self._b_tilde = sharing.apply_permutation(pi2, [b[k] - r[k] for k in range(K)])
+        self._pi2 = pi2
+        out: list[Output] = [
+            Send(Peer("party", p[k]), pb.MaskedSizeShare(job_id=self.job_id, ciphertext=xi.to_bytes(a_tilde_ct[k]))) for k in range(K)
+        ]
+        # §1.5 step 2 for each pair (i < j): y = b̃_j − b̃_i + 1 + 2^(ℓ−1), so [x < y] = [n_i ≤ n_j].
+        ell = prm.compare_bits
+        offset = 1 << (ell - 1)
+        dgk = self.res.secrets.dgk
+        brng = self.rng.child("comparison")
+        cts: list[bytes] = []
+        for i, j in prm.pairs:
+            y = self._b_tilde[j] - self._b_tilde[i] + 1 + offset
+            cts += [dgk.public.to_bytes(c) for c in comparison.b_encrypt_bits(dgk, y, ell, brng, self.ops)]
+        out.append(Send(Peer("party", p[0]), pb.ComparisonBits(job_id=self.job_id, bit_length=ell, ciphertexts=cts)))
+        self.state = "AWAIT_BLINDED_COMPARISONS"
+        return out
+
+    def _on_await_blinded_comparisons(self) -> list[Output]:
+        """S1.6 → S2.1: find j̃ = argmin of the permuted sizes, send ζ(π2⁻¹(e_j̃)) to every party."""
+        prm = self.params
+        K, ell = prm.K, prm.compare_bits
+        msg = self._take(pb.BlindedComparisons, prm.parties[0])
+        require(len(msg.ciphertexts) == len(prm.pairs) * ell, Problem.MALFORMED, f"BlindedComparisons must carry {len(prm.pairs) * ell} ciphertexts, got {len(msg.ciphertexts)}")
+        dgk = self.res.secrets.dgk
+        le: dict[tuple[int, int], int] = {}
+        for n, pair in enumerate(prm.pairs):
+            terms = [_parse_dgk(dgk.public, c) for c in msg.ciphertexts[n * ell : (n + 1) * ell]]
+            le[pair] = comparison.b_result(dgk, terms, self.ops)  # [n_i ≤ n_j]
+        # Total order: i before j ⇔ n_i < n_j or (n_i = n_j and i < j). The minimum precedes all.
+        def before(i: int, j: int) -> bool:
+            return bool(le[(i, j)]) if i < j else not le[(j, i)]
+
+        m = next(i for i in range(K) if all(before(i, j) for j in range(K) if j != i))
+        self.smallest_position = m
+        u = [1 if k == m else 0 for k in range(K)]
+        w = [u[self._pi2[k]] for k in range(K)]  # π2⁻¹(u): entry at π1-position k
+        zeta = self.res.secrets.paillier.public
+        srng = self.rng.child("selection")
+        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, srng, ops=self.ops)) for x in w])
+        self.stages.enter("stage2")
+        self.state = "AWAIT_MASKED_NOISE"
+        return [Send(Peer("party", p), sel) for p in prm.parties]
+
+    # -- Stage 3 -------------------------------------------------------------------------
+    def _on_await_masked_noise(self) -> list[Output]:
+        """S3.2: decrypt η̄ + s, set c_0 = K·(η̄ + s) and re-share it (§1.7)."""
+        prm = self.params
+        msg = self._take(pb.MaskedNoise, prm.parties[0])
+        require(len(msg.ciphertexts) == self.d, Problem.MALFORMED, f"MaskedNoise must have d={self.d} ciphertexts, got {len(msg.ciphertexts)}")
+        zeta = self.res.secrets.paillier
+        self.stages.enter("stage3")
+        plain = [zeta.decrypt(_parse(zeta.public, c), self.ops) for c in msg.ciphertexts]
+        require(all(0 < v < 1 << (prm.eta_bits + prm.kappa + 2) for v in plain), Problem.MALFORMED, "masked noise is out of range")
+        q = prm.ring_modulus
+        c0 = [prm.K * v % q for v in plain]
+        pieces = sharing.split(c0, prm.K + 1, q, self.rng.child("reshare"), keep=0)
+        self._own_piece = pieces[0]
+        self.state = "AWAIT_PUBLISHED_SHARES"
+        return [
+            Send(Peer("party", name), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(pieces[t + 1], 128)))
+            for t, name in enumerate(prm.parties)
+        ]
+
+    def _on_await_published_shares(self) -> list[Output]:
+        """§1.7 step 3 and publication: the K+1 shares z_0..z_K go to the model registry."""
+        prm = self.params
+        assert self._own_piece is not None
+        vecs = [self._own_piece] + [_ring(self._take(pb.ResharePiece, n).piece, self.d, n) for n in prm.parties]
+        z0 = sharing.combine(vecs, prm.ring_modulus)
+        shares = [sharing.pack_ring(z0, 128)]
+        stage_seconds: dict[str, float] = {}
+        for n in prm.parties:
+            ps = self._take(pb.PublishedShare, n)
+            _ring(ps.share, self.d, n)
+            shares.append(ps.share)
+            self.party_ops.update(dict(ps.paillier_ops))
+        self.stages.stop()
+        stage_seconds.update(self.stages.seconds)
+        ops = OpCounter(self.ops)
+        ops.update(self.party_ops)
+        g = prm.calibration.guarantee(self.d)
+        model = pb.PublishedModel(
+            job_id=self.job_id,
+            shares=shares,
+            ring_bits=128,
+            fractional_bits=prm.frac_bits,
+            parties=prm.K,
+            dimension=self.d,
+            mode=self.spec.mode,
+            epsilon=prm.calibration.epsilon,
+            guarantee=common_pb2.Guarantee(**g.as_dict()),
+            stage_seconds=stage_seconds,
+            paillier_ops=dict(ops),
+            seeded=prm.seeded,
+            dataset=prm.dataset,
+            trust_model=TRUST_MODEL,
+        )
+        setattr(model, "lambda", prm.calibration.lam)
+        self.state = "PUBLISHED"
+        return [Publish(model)]
+
+
+def _parse(key: PublicKey, data: bytes) -> int:
+    try:
+        return key.from_bytes(data)
+    except CiphertextError as e:
+        raise RemoteProtocolError(Problem.MALFORMED, str(e)) from e
+
+
+def _parse_dgk(key, data: bytes) -> int:
+    try:
+        return key.from_bytes(data)
+    except ValueError as e:
+        raise RemoteProtocolError(Problem.MALFORMED, str(e)) from e
+
+
+def _ring(data: bytes, d: int, sender: str) -> list[int]:
+    try:
+        return sharing.unpack_ring(data, 128, d)
+    except ValueError as e:
+        raise RemoteProtocolError(Problem.MALFORMED, f"vector from {sender}: {e}") from e
+
+
+def _b(v: int) -> bytes:
+    return int(v).to_bytes(max(1, (int(v).bit_length() + 7) // 8), "big")

@@ -1,0 +1,47 @@
+"""The aggregate classifier's output distribution drawn directly, in plaintext (PRR10 §1.3).
+
+ŵ_s = (1/K)·Σ_j ŵ_j + η_{j*}, j* = argmin_j n_j. This is what the three-stage protocol
+computes; tests/core/test_pathak_equivalence.py proves that the cryptographic protocol
+returns exactly this value (up to fixed-point rounding) for the same per-party generators,
+after which experiments may use this fast path. The party generator convention is
+:func:`party_rng`: the protocol's party machines draw their noise from the same streams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpdp.dp.pathak_noise import PathakCalibration
+from mpdp.learn import logreg
+from mpdp.math.drbg import Drbg
+
+
+def party_rng(root: Drbg, party: str) -> Drbg:
+    """The generator of party ``party`` derived from a job's root generator."""
+    return root.child(f"party/{party}")
+
+
+@dataclass(frozen=True)
+class AggregateDraw:
+    weights: np.ndarray  # ŵ_s
+    average: np.ndarray  # (1/K)Σŵ_j, non-private
+    smallest: int  # j* (index into the parties list)
+    noise: np.ndarray  # η_{j*}
+
+
+def local_model(X: np.ndarray, y: np.ndarray, calibration: PathakCalibration) -> np.ndarray:
+    """ŵ_j: exact minimiser of the party's objective in the mode's convention (rows must be clipped)."""
+    return logreg.fit(X, y, calibration.lam, calibration.convention)
+
+
+def draw_aggregate(models: list[np.ndarray], sizes: list[int], calibration: PathakCalibration, rngs: list[Drbg]) -> AggregateDraw:
+    """One draw of ŵ_s from local models, sizes and each party's generator."""
+    if not (len(models) == len(sizes) == len(rngs) == calibration.parties):
+        raise ValueError(f"need K={calibration.parties} models, sizes and generators, got {len(models)}, {len(sizes)}, {len(rngs)}")
+    d = len(models[0])
+    j_star = int(np.argmin(sizes))
+    noise = calibration.draw(rngs[j_star], sizes[j_star], d)
+    average = np.mean(np.stack(models), axis=0)
+    return AggregateDraw(weights=average + noise, average=average, smallest=j_star, noise=noise)

@@ -1,0 +1,118 @@
+"""A Pathak job's public parameters, derived and validated once (spec pathak2010.md §1.4, decision 5).
+
+Bit lengths (ours): n_j < 2^size_bits; a_j ∈ [0, 2^L) with L = size_bits + κ; Charlie's masks
+r_k ∈ [0, 2^(L+κ)); comparisons run on ℓ = L + κ + 3 bits after the offset 2^(ℓ−1) (§1.6).
+Noise and models use one fixed-point scale 2^f; |η_i| < 2^(eta_bits − f) is required of every
+party's noise, P1's mask s is uniform in [2^eta_bits, 2^eta_bits + 2^(eta_bits+κ)) so η̄ + s never
+wraps mod N′ and hides η̄ statistically (distance ≤ 2^(1−κ)). Final shares live in Z_(2^128).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mpdp.dp.pathak_noise import PathakCalibration
+from mpdp.math.fixedpoint import FixedPoint, check_sum_headroom
+from mpdp.messages import common_pb2, pathak2010_pb2
+
+MIN_KAPPA = 40
+RING_BITS = 128
+MODEL_BOUND = float(2**40)  # |ŵ_j,i| must stay below this to be encoded
+NOISE_INT_BITS = 32  # |η_i| < 2^32
+
+
+class InvalidJob(ValueError):
+    """A job specification that can never run; the message says which field and why."""
+
+
+MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
+
+
+@dataclass(frozen=True)
+class PathakParams:
+    job_id: str
+    dataset: str
+    parties: tuple[str, ...]
+    calibration: PathakCalibration
+    frac_bits: int = 32
+    kappa: int = 40
+    size_bits: int = 32
+    seeded: bool = False
+    deadline_seconds: float = 600.0
+
+    @classmethod
+    def from_spec(cls, job_id: str, spec: pathak2010_pb2.PathakJobSpec) -> "PathakParams":
+        parties = tuple(spec.parties)
+        if not parties:
+            raise InvalidJob("a job needs at least one party")
+        if len(set(parties)) != len(parties):
+            raise InvalidJob(f"party names repeat: {list(parties)}")
+        if spec.mode not in MODE_NAMES:
+            raise InvalidJob("mode must be CORRECTED or PAPER")
+        if not spec.dataset:
+            raise InvalidJob("dataset must name a dataset in every party's config")
+        if not (math.isfinite(spec.epsilon) and spec.epsilon > 0):
+            raise InvalidJob(f"epsilon must be positive, got {spec.epsilon}")
+        if not (math.isfinite(getattr(spec, "lambda")) and getattr(spec, "lambda") > 0):
+            raise InvalidJob(f"lambda must be positive, got {getattr(spec, 'lambda')}")
+        kappa = spec.kappa or 40
+        if kappa < MIN_KAPPA:
+            raise InvalidJob(f"kappa must be at least {MIN_KAPPA} bits, got {kappa}")
+        frac = spec.fractional_bits or 32
+        if not 8 <= frac <= 48:
+            raise InvalidJob(f"fractional_bits must be in [8, 48], got {frac}")
+        size_bits = spec.size_bits or 32
+        if not 1 <= size_bits <= 48:
+            raise InvalidJob(f"size_bits must be in [1, 48], got {size_bits}")
+        deadline = spec.deadline_seconds or 600.0
+        if not (math.isfinite(deadline) and deadline > 0):
+            raise InvalidJob(f"deadline_seconds must be positive, got {deadline}")
+        cal = PathakCalibration(MODE_NAMES[spec.mode], spec.epsilon, getattr(spec, "lambda"), len(parties))  # type: ignore[arg-type]
+        p = cls(job_id, spec.dataset, parties, cal, frac, kappa, size_bits, bool(spec.simulation_seed), deadline)
+        check_sum_headroom(2 * len(parties), MODEL_BOUND, frac, 1 << RING_BITS)
+        return p
+
+    # -- derived sizes ------------------------------------------------------------
+    @property
+    def K(self) -> int:
+        return len(self.parties)
+
+    @property
+    def L(self) -> int:
+        """Bits of a_j (§1.4 S1.1: L = ℓ_n + κ)."""
+        return self.size_bits + self.kappa
+
+    @property
+    def mask_bits(self) -> int:
+        """Charlie's r_k ∈ [0, 2^(L+κ))."""
+        return self.L + self.kappa
+
+    @property
+    def compare_bits(self) -> int:
+        """ℓ = L + κ + 3 (§1.6)."""
+        return self.L + self.kappa + 3
+
+    @property
+    def eta_bits(self) -> int:
+        return NOISE_INT_BITS + self.frac_bits
+
+    @property
+    def ring_modulus(self) -> int:
+        return 1 << RING_BITS
+
+    @property
+    def ring(self) -> FixedPoint:
+        return FixedPoint(self.frac_bits, self.ring_modulus)
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        """Position pairs (i < j) compared in Stage 1 step 6, in a fixed order."""
+        return [(i, j) for i in range(self.K) for j in range(i + 1, self.K)]
+
+    def index(self, party: str) -> int:
+        return self.parties.index(party)
+
+    def min_paillier_bits(self) -> int:
+        """Plaintexts must never wrap: ã < 2^(L+κ+1), η̄ + s < 2^(eta_bits+κ+2), K·ŵ scaled below 2^128."""
+        return max(self.L + self.kappa + 2, self.eta_bits + self.kappa + 3) + 2

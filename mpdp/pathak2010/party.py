@@ -1,0 +1,324 @@
+"""P_j, a data holder in the Pathak–Rane–Raj protocol (spec pathak2010.md §1.4).
+
+P1 (parties[0]) has extra duties: it generates ξ and π1 (S0), shuffles the sealed b_j
+(S1.2), leads the comparisons (S1.6) and masks the noise (S3.1). States are named for
+what the party awaits next; the transition table is :data:`mpdp.pathak2010.states.PARTY_TABLE`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mpdp.learn import logreg
+from mpdp.math import comparison, sharing
+from mpdp.math.fixedpoint import EncodingOverflow
+from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
+from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+from mpdp.pathak2010 import states
+from mpdp.pathak2010.mechanism import party_rng
+from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
+from mpdp.pathak2010.resources import PartyResources
+from mpdp.math.drbg import Drbg
+from mpdp.math.opcount import OpCounter
+from mpdp.protocol import CURATOR, LocalProtocolError, Machine, Output, Peer, Problem, Record, Send, StageClock, require
+
+
+class PartyMachine(Machine):
+    STATES = states.PARTY_STATES
+    TERMINAL = ("DONE",)
+    TABLE = states.PARTY_TABLE
+
+    def __init__(self, name: str, announcement: pb.JobAnnouncement, X: np.ndarray, y: np.ndarray, resources: PartyResources) -> None:
+        super().__init__(announcement.job_id, Peer("party", name), resources.clock)
+        self.params = PathakParams.from_spec(announcement.job_id, announcement.spec)
+        if name not in self.params.parties:
+            raise LocalProtocolError(Problem.WRONG_ROLE, f"party {name} is not a participant of job {self.job_id}")
+        if self.params.seeded and not resources.test_mode:
+            raise LocalProtocolError(Problem.INVALID_JOB, "a simulation seed makes a release non-private; this party is not in test mode")
+        self.res = resources
+        self.ops = OpCounter()
+        self.j = self.params.index(name)
+        self.K = self.params.K
+        self.rng: Drbg = (
+            party_rng(Drbg.from_seed(announcement.spec.simulation_seed), name)
+            if self.params.seeded
+            else resources.rng.child(f"job/{self.job_id}")
+        )
+        self.stages = StageClock(resources.clock)
+        self.stages.enter("local_training")
+        # Local training in-process (§1.2): rows clipped to the unit ball, labels ±1.
+        Xc = logreg.clip_rows(np.asarray(X, dtype=np.float64))
+        labels = np.asarray(y, dtype=np.float64)
+        self.n = int(Xc.shape[0])
+        self.d = int(Xc.shape[1])
+        if self.n >= 1 << self.params.size_bits:
+            raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {self.n} rows, above the job's public bound 2^{self.params.size_bits}")
+        self.w = logreg.fit(Xc, labels, self.params.calibration.lam, self.params.calibration.convention)
+        self.stages.enter("setup")
+        self.party_key: KeyPair | None = None
+        self.pi1: list[int] | None = None
+        self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s
+        self.own_piece: list[int] | None = None
+        self.noise: np.ndarray | None = None  # η_j, kept for tests (sentinel and equivalence checks)
+
+    # -- engine hooks ------------------------------------------------------------------
+    def start(self) -> list[Output]:
+        """S0: accept the job (the service has checked the ledger before building the machine)."""
+        return [Send(CURATOR, pb.JobAcceptance(job_id=self.job_id, dimension=self.d))]
+
+    def _sender_ok(self, kind: str, sender: Peer) -> bool:
+        if kind == "curator":
+            return sender.role == "curator"
+        if kind == "participant":
+            return sender.role == "curator" or (sender.role == "party" and sender.name in self.params.parties)
+        return sender.role == "party" and sender.name in self.params.parties
+
+    def _required(self, state: str) -> list[tuple[type, str]]:
+        p = self.params.parties
+        if state == "AWAIT_START":
+            return [(pb.ProtocolStart, CURATOR.name)]
+        if state == "AWAIT_PARTY_SECRETS":
+            return [(pb.PartySecrets, p[0])]
+        if state == "AWAIT_SIZE_SHARE":
+            assert self.pi1 is not None
+            src = p[self.pi1.index(self.j)]
+            need = [(pb.SizeShare, src)]
+            if self.j == 0:
+                need += [(pb.SealedSizeRemainder, name) for name in p]
+            return need
+        if state == "AWAIT_MASKED_SIZE_SHARE":
+            return [(pb.MaskedSizeShare, CURATOR.name)]
+        if state == "AWAIT_COMPARISON":
+            return [(pb.ComparisonBits, CURATOR.name)] + [(pb.MaskedSize, name) for name in p]
+        if state == "AWAIT_SELECTION":
+            need = [(pb.SelectionVector, CURATOR.name)]
+            if self.j < self.K - 1:
+                need.append((pb.NoiseChain, p[self.j + 1]))
+            return need
+        if state == "AWAIT_RESHARE_PIECES":
+            return [(pb.ResharePiece, CURATOR.name)] + [(pb.ResharePiece, n) for n in p if n != self.me.name]
+        raise AssertionError(state)
+
+    def _abort_notices(self, e) -> list[Output]:
+        return [Send(CURATOR, common_pb2.JobAbort(job_id=self.job_id, problem=e.problem, detail=e.detail, reported_by=self.me.name))]
+
+    def _to_party(self, index: int, message: Any) -> list[Output]:
+        name = self.params.parties[index]
+        if name == self.me.name:
+            self._deliver_self(message)
+            return []
+        return [Send(Peer("party", name), message)]
+
+    # -- S0 ------------------------------------------------------------------------------
+    def _on_await_start(self) -> list[Output]:
+        start = self._take(pb.ProtocolStart, CURATOR.name)
+        require(start.dimension == self.d, Problem.MALFORMED, f"ProtocolStart says d={start.dimension}, this party has d={self.d}")
+        self.stages.enter("stage1")
+        if self.j != 0:
+            self.state = "AWAIT_PARTY_SECRETS"
+            return []
+        # P1: generate ξ and π1, hand sk and π1 to the other parties, pk to Charlie.
+        key = self.res.party_key_source()
+        check_key_bits(key.public.bits, test_mode=self.res.test_mode)
+        self.party_key = key
+        self.pi1 = self.rng.child("pi1").permutation(self.K)
+        out: list[Output] = [Send(CURATOR, pb.PartyPublicKey(job_id=self.job_id, paillier_n=_b(key.public.n)))]
+        secrets_msg = pb.PartySecrets(job_id=self.job_id, paillier_p=_b(key.p), paillier_q=_b(key.q), pi1=self.pi1)
+        for i in range(1, self.K):
+            out += self._to_party(i, secrets_msg)
+        return out + self._split_size()
+
+    def _on_await_party_secrets(self) -> list[Output]:
+        s = self._take(pb.PartySecrets, self.params.parties[0])
+        require(sharing.is_permutation(list(s.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
+        try:
+            key = KeyPair.from_factors(int.from_bytes(s.paillier_p, "big"), int.from_bytes(s.paillier_q, "big"))
+        except ValueError as e:
+            raise_remote(Problem.MALFORMED, f"PartySecrets carries an invalid key: {e}")
+        try:
+            check_key_bits(key.public.bits, test_mode=self.res.test_mode)
+        except ValueError as e:
+            raise_remote(Problem.MALFORMED, str(e))
+        self.party_key, self.pi1 = key, list(s.pi1)
+        return self._split_size()
+
+    # -- Stage 1 -------------------------------------------------------------------------
+    def _split_size(self) -> list[Output]:
+        """S1.2: n_j = a_j + b_j; a_j to P_{π1(j)}, ζ(b_j) to the shuffler tagged with π1(j)."""
+        assert self.pi1 is not None
+        a = self.rng.randbits(self.params.L)
+        b = self.n - a
+        zeta = self.res.curator_keys.paillier
+        sealed = pb.SealedSizeRemainder(
+            job_id=self.job_id,
+            position=self.pi1[self.j],
+            ciphertext=zeta.to_bytes(zeta.encrypt(b, factor=self.res.zeta_pool.take(), ops=self.ops)),
+        )
+        self.state = "AWAIT_SIZE_SHARE"
+        return self._to_party(self.pi1[self.j], pb.SizeShare(job_id=self.job_id, a=_b(a))) + self._to_party(0, sealed)
+
+    def _on_await_size_share(self) -> list[Output]:
+        """S1.3: ξ(π1(a)_k) to Charlie; the shuffler also forwards ζ(π1(b)) in position order."""
+        assert self.pi1 is not None and self.party_key is not None
+        p = self.params.parties
+        share = self._take(pb.SizeShare, p[self.pi1.index(self.j)])
+        a = int.from_bytes(share.a, "big")
+        require(a < 1 << self.params.L, Problem.MALFORMED, f"size share exceeds 2^{self.params.L}")
+        xi = self.party_key.public
+        out: list[Output] = [Send(CURATOR, pb.EncryptedSizeShare(job_id=self.job_id, ciphertext=xi.to_bytes(xi.encrypt(a, self.rng, ops=self.ops))))]
+        if self.j == 0:
+            ordered: list[bytes] = [b""] * self.K
+            zeta = self.res.curator_keys.paillier
+            for i, name in enumerate(p):
+                sealed = self._take(pb.SealedSizeRemainder, name)
+                require(sealed.position == self.pi1[i], Problem.MALFORMED, f"{name} tagged its remainder with position {sealed.position}, expected π1 position")
+                _checked(zeta.from_bytes, sealed.ciphertext)
+                ordered[sealed.position] = sealed.ciphertext
+            out.append(Send(CURATOR, pb.SizeRemainders(job_id=self.job_id, ciphertexts=ordered)))
+        self.state = "AWAIT_MASKED_SIZE_SHARE"
+        return out
+
+    def _on_await_masked_size_share(self) -> list[Output]:
+        """S1.5: decrypt ã_k and hand it to the leader (P1)."""
+        assert self.party_key is not None
+        m = self._take(pb.MaskedSizeShare, CURATOR.name)
+        c = _checked(self.party_key.public.from_bytes, m.ciphertext)
+        a_tilde = self.party_key.decrypt(c, self.ops)
+        require(a_tilde < 1 << (self.params.mask_bits + 1), Problem.MALFORMED, "masked size ã is out of range")
+        self.state = "AWAIT_COMPARISON" if self.j == 0 else "AWAIT_SELECTION"
+        return self._to_party(0, pb.MaskedSize(job_id=self.job_id, value=_b(a_tilde)))
+
+    def _on_await_comparison(self) -> list[Output]:
+        """S1.6 (leader, §1.5 steps 3–5): blinded comparison terms for every pair (i < j)."""
+        prm = self.params
+        bits = self._take(pb.ComparisonBits, CURATOR.name)
+        ell = prm.compare_bits
+        require(bits.bit_length == ell, Problem.MALFORMED, f"ComparisonBits uses ℓ={bits.bit_length}, expected {ell}")
+        require(len(bits.ciphertexts) == len(prm.pairs) * ell, Problem.MALFORMED, f"ComparisonBits must carry {len(prm.pairs) * ell} ciphertexts, got {len(bits.ciphertexts)}")
+        a_tilde = []
+        for name in prm.parties:
+            v = int.from_bytes(self._take(pb.MaskedSize, name).value, "big")
+            require(v < 1 << (prm.mask_bits + 1), Problem.MALFORMED, f"masked size from {name} is out of range")
+            a_tilde.append(v)
+        dgk = self.res.curator_keys.dgk
+        cts = [_checked(dgk.from_bytes, c) for c in bits.ciphertexts]
+        out_terms: list[bytes] = []
+        offset = 1 << (ell - 1)
+        crng = self.rng.child("comparison")
+        for n, (i, j) in enumerate(prm.pairs):
+            x = a_tilde[i] - a_tilde[j] + offset  # x = ã_i − ã_j (§1.6), made non-negative
+            terms = comparison.a_blinded_terms(dgk, x, cts[n * ell : (n + 1) * ell], crng, self.res.dgk_pool, ops=self.ops)
+            out_terms += [dgk.to_bytes(t) for t in terms]
+        self.state = "AWAIT_SELECTION"
+        return [Send(CURATOR, pb.BlindedComparisons(job_id=self.job_id, ciphertexts=out_terms))]
+
+    # -- Stage 2 -------------------------------------------------------------------------
+    def _on_await_selection(self) -> list[Output]:
+        """S2.2–S2.4: ψ_j = ζ(v_j)^{η̄_j}·ζ(0), multiplied into the chain P_K → … → P_1."""
+        assert self.pi1 is not None
+        prm = self.params
+        sel = self._take(pb.SelectionVector, CURATOR.name)
+        zeta = self.res.curator_keys.paillier
+        require(len(sel.ciphertexts) == self.K, Problem.MALFORMED, f"SelectionVector must have {self.K} ciphertexts, got {len(sel.ciphertexts)}")
+        v_j = _checked(zeta.from_bytes, sel.ciphertexts[self.pi1[self.j]])
+        self.stages.enter("stage2")
+        eta = prm.calibration.draw(self.rng, self.n, self.d)
+        if not np.all(np.abs(eta) < 2.0**NOISE_INT_BITS):
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, f"noise magnitude {np.max(np.abs(eta)):.3g} does not fit the encoding; the job cannot release")
+        self.noise = eta
+        eta_bar = prm.ring.to_int(eta, float(2**NOISE_INT_BITS))
+        psi = [zeta.rerandomize(zeta.mul_plain(v_j, e, self.ops), self.res.zeta_pool.take(), self.ops) for e in eta_bar]
+        if self.j < self.K - 1:
+            chain = self._take(pb.NoiseChain, prm.parties[self.j + 1])
+            require(len(chain.ciphertexts) == self.d, Problem.MALFORMED, f"NoiseChain must have d={self.d} ciphertexts, got {len(chain.ciphertexts)}")
+            psi = [zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)]
+        try:
+            w_enc = prm.ring.to_int(self.w, MODEL_BOUND)
+        except EncodingOverflow as e:
+            raise LocalProtocolError(Problem.INVALID_JOB, f"local model does not fit the encoding: {e}") from e
+        q = prm.ring_modulus
+        if self.j > 0:
+            out = self._to_party(self.j - 1, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))
+            self.c = [x % q for x in w_enc]
+        else:
+            # S3.1: P1 masks ψ with s and keeps c_1 = ŵ_1 − K·s.
+            self.stages.enter("stage3")
+            srng = self.rng.child("mask")
+            s = [(1 << prm.eta_bits) + srng.randbits(prm.eta_bits + prm.kappa) for _ in range(self.d)]
+            masked = [zeta.add(p, zeta.encrypt(si, factor=self.res.zeta_pool.take(), ops=self.ops)) for p, si in zip(psi, s)]
+            out = [Send(CURATOR, pb.MaskedNoise(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in masked]))]
+            self.c = [(w - self.K * si) % q for w, si in zip(w_enc, s)]
+        return out + self._reshare()
+
+    # -- Stage 3 -------------------------------------------------------------------------
+    def _reshare(self) -> list[Output]:
+        """S3.3 (§1.7 steps 1–2): split c_j into K+1 pieces; participant t gets t_{j,t}."""
+        assert self.c is not None
+        q = self.params.ring_modulus
+        me = self.j + 1  # participant index: 0 is Charlie
+        pieces = sharing.split(self.c, self.K + 1, q, self.rng.child("reshare"), keep=me)
+        self.own_piece = pieces[me]
+        self.stages.enter("stage3")
+        out: list[Output] = [Send(CURATOR, pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(pieces[0], 128)))]
+        for t in range(1, self.K + 1):
+            if t != me:
+                out += self._to_party(t - 1, pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(pieces[t], 128)))
+        self.state = "AWAIT_RESHARE_PIECES"
+        return out
+
+    def _on_await_reshare_pieces(self) -> list[Output]:
+        """§1.7 step 3: z_t = Σ_p t_{p,t}; publish z_t at Charlie and record the release."""
+        assert self.own_piece is not None
+        q = self.params.ring_modulus
+        senders = [CURATOR.name] + [n for n in self.params.parties if n != self.me.name]
+        vecs = [self.own_piece]
+        for s in senders:
+            piece = self._take(pb.ResharePiece, s)
+            vecs.append(_ring(piece.piece, self.d, s))
+        z = sharing.combine(vecs, q)
+        self.stages.stop()
+        self.state = "DONE"
+        cal = self.params.calibration
+        g = cal.guarantee(self.d)
+        entry = {
+            "job_id": self.job_id,
+            "protocol": "pathak2010",
+            "mechanism": g.mechanism,
+            "epsilon": g.epsilon,
+            "nominal_epsilon": cal.epsilon,
+            "delta": 0.0,
+            "mode": cal.mode,
+            "dataset": self.params.dataset,
+        }
+        return [
+            Send(CURATOR, pb.PublishedShare(job_id=self.job_id, share=sharing.pack_ring(z, 128), paillier_ops=dict(self.ops), stage_seconds=self.stages.seconds)),
+            Record(entry),
+        ]
+
+
+def raise_remote(problem: int, detail: str) -> None:
+    from mpdp.protocol import RemoteProtocolError
+
+    raise RemoteProtocolError(problem, detail)
+
+
+def _checked(parse, data: bytes) -> int:
+    try:
+        return parse(data)
+    except (CiphertextError, ValueError) as e:
+        raise_remote(Problem.MALFORMED, f"bad ciphertext: {e}")
+        raise  # unreachable
+
+
+def _ring(data: bytes, d: int, sender: str) -> list[int]:
+    try:
+        return sharing.unpack_ring(data, 128, d)
+    except ValueError as e:
+        raise_remote(Problem.MALFORMED, f"re-sharing piece from {sender}: {e}")
+        raise
+
+
+def _b(v: int) -> bytes:
+    return int(v).to_bytes(max(1, (int(v).bit_length() + 7) // 8), "big")

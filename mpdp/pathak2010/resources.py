@@ -1,0 +1,67 @@
+"""What a role machine is given besides messages: generators, key sources, pools, counters, clock.
+
+Injected like Fernet's "at time" entry points, so tests can fix randomness and time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from mpdp.math.dgk import DgkBlindingPool, DgkKeyPair, DgkPublicKey
+from mpdp.math.drbg import Drbg
+from mpdp.math.opcount import OpCounter
+from mpdp.math.paillier import KeyPair, PublicKey, RandomnessPool
+
+
+@dataclass
+class CuratorPublicKeys:
+    """pk′ (Paillier ζ) and Charlie's DGK public key, as parties know them."""
+
+    paillier: PublicKey
+    dgk: DgkPublicKey
+
+
+@dataclass
+class CuratorSecrets:
+    """Charlie's long-lived key pairs: ζ and the DGK comparison key. Never leaves Charlie."""
+
+    paillier: KeyPair
+    dgk: DgkKeyPair
+
+    @property
+    def public(self) -> CuratorPublicKeys:
+        return CuratorPublicKeys(self.paillier.public, self.dgk.public)
+
+
+@dataclass
+class PartyResources:
+    rng: Drbg
+    curator_keys: CuratorPublicKeys
+    zeta_pool: RandomnessPool  # r^N′ factors for pk′
+    dgk_pool: DgkBlindingPool  # h^r factors for Charlie's DGK key (leader)
+    party_key_source: Callable[[], KeyPair]  # ξ for a job when this party is P1
+    test_mode: bool = False
+    ops: OpCounter = field(default_factory=OpCounter)
+    clock: Callable[[], float] = time.perf_counter
+
+    @classmethod
+    def create(cls, rng: Drbg, curator_keys: CuratorPublicKeys, party_key_bits: int, *, test_mode: bool = False) -> "PartyResources":
+        return cls(
+            rng=rng,
+            curator_keys=curator_keys,
+            zeta_pool=RandomnessPool(curator_keys.paillier, rng.child("pool/zeta")),
+            dgk_pool=DgkBlindingPool(curator_keys.dgk, rng.child("pool/dgk")),
+            party_key_source=lambda: KeyPair.generate(party_key_bits),
+            test_mode=test_mode,
+        )
+
+
+@dataclass
+class CuratorResources:
+    rng: Drbg
+    secrets: CuratorSecrets
+    test_mode: bool = False
+    ops: OpCounter = field(default_factory=OpCounter)
+    clock: Callable[[], float] = time.perf_counter

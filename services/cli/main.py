@@ -1,0 +1,31 @@
+"""The `mpdp` command. Each subcommand lives in its own module and is registered here."""
+
+from __future__ import annotations
+
+import click
+
+from mpdp import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mpdp")
+def cli() -> None:
+    """mpdp: multiparty differentially private learning over mutually authenticated gRPC."""
+
+
+@cli.group()
+def experiment() -> None:
+    """Reproduce the papers' experiments (fast mechanism path, optional real-protocol spot checks)."""
+
+
+def _register() -> None:
+    # Subcommand modules; each exposes `command` (a click.Command).
+    from services.cli import experiment_commands
+
+    for cmd in experiment_commands.COMMANDS:
+        experiment.add_command(cmd)
+
+
+def main() -> None:
+    _register()
+    cli()
