@@ -158,6 +158,7 @@ class Machine:
             raise RemoteProtocolError(Problem.WRONG_ROLE, f"{name} must come from {row.sender}, not {sender}")
         if getattr(message, "job_id", self.job_id) != self.job_id:
             raise RemoteProtocolError(Problem.UNKNOWN_JOB, f"{name} names job {message.job_id!r}, expected {self.job_id!r}")
+        self._check_shape(message)
         key = (type(message), sender.name)
         if key in self._seen:
             raise RemoteProtocolError(Problem.REPLAY, f"{name} from {sender} was already received")
@@ -170,6 +171,9 @@ class Machine:
 
     def _sender_ok(self, kind: str, sender: Peer) -> bool:
         raise NotImplementedError
+
+    def _check_shape(self, message: Any) -> None:
+        """Shape checks that need no state (list lengths fixed by the job); raise MALFORMED."""
 
     def _deliver_self(self, message: Any) -> None:
         """A message a role sends to itself (e.g. π1(j) = j) goes straight to its inbox."""

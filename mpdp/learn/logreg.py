@@ -74,7 +74,8 @@ def fit(X: np.ndarray, y: np.ndarray, lam: float, convention: Convention = "half
         while True:  # Armijo backtracking keeps Newton globally convergent
             w_new = w - t * step
             f_new = objective(w_new, X, y, c)
-            if f_new <= f - 1e-4 * t * (g @ step) or t < 1e-10:
+            # near the optimum f stops resolving in floating point; a smaller gradient is then progress
+            if f_new <= f - 1e-4 * t * (g @ step) or t < 1e-10 or np.linalg.norm(gradient(w_new, X, y, c)) < 0.5 * np.linalg.norm(g):
                 break
             t *= 0.5
         w, f = w_new, f_new

@@ -63,6 +63,11 @@ class CuratorStub:
                 request_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
                 response_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.CuratorKeys.FromString,
                 _registered_method=True)
+        self.RegisterParty = channel.unary_unary(
+                '/mpdp.messages.Curator/RegisterParty',
+                request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.PartyRegistration.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.CuratorKeys.FromString,
+                _registered_method=True)
         self.AcceptJob = channel.unary_unary(
                 '/mpdp.messages.Curator/AcceptJob',
                 request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.JobAcceptance.SerializeToString,
@@ -148,6 +153,12 @@ class CuratorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterParty(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AcceptJob(self, request, context):
         """party → Charlie protocol steps
         """
@@ -229,6 +240,11 @@ def add_CuratorServicer_to_server(servicer, server):
             'GetCuratorKeys': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCuratorKeys,
                     request_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+                    response_serializer=mpdp_dot_messages_dot_pathak2010__pb2.CuratorKeys.SerializeToString,
+            ),
+            'RegisterParty': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterParty,
+                    request_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.PartyRegistration.FromString,
                     response_serializer=mpdp_dot_messages_dot_pathak2010__pb2.CuratorKeys.SerializeToString,
             ),
             'AcceptJob': grpc.unary_unary_rpc_method_handler(
@@ -414,6 +430,33 @@ class Curator:
             target,
             '/mpdp.messages.Curator/GetCuratorKeys',
             mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
+            mpdp_dot_messages_dot_pathak2010__pb2.CuratorKeys.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterParty(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.Curator/RegisterParty',
+            mpdp_dot_messages_dot_pathak2010__pb2.PartyRegistration.SerializeToString,
             mpdp_dot_messages_dot_pathak2010__pb2.CuratorKeys.FromString,
             options,
             channel_credentials,

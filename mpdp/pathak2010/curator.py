@@ -85,6 +85,19 @@ class CuratorMachine(Machine):
             return [(pb.ResharePiece, n) for n in p] + [(pb.PublishedShare, n) for n in p]
         raise AssertionError(state)
 
+    def _check_shape(self, message) -> None:
+        K = self.params.K
+        if isinstance(message, pb.SizeRemainders):
+            require(len(message.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(message.ciphertexts)}")
+        elif isinstance(message, pb.BlindedComparisons):
+            n = len(self.params.pairs) * self.params.compare_bits
+            require(len(message.ciphertexts) == n, Problem.MALFORMED, f"BlindedComparisons must carry {n} ciphertexts, got {len(message.ciphertexts)}")
+        elif self.d and isinstance(message, pb.MaskedNoise):
+            require(len(message.ciphertexts) == self.d, Problem.MALFORMED, f"MaskedNoise must have d={self.d} ciphertexts, got {len(message.ciphertexts)}")
+        elif self.d and isinstance(message, (pb.ResharePiece, pb.PublishedShare)):
+            data = message.piece if isinstance(message, pb.ResharePiece) else message.share
+            require(len(data) == 16 * self.d, Problem.MALFORMED, f"{type(message).__name__} must be {16 * self.d} bytes (d={self.d} × 16), got {len(data)}")
+
     def _abort_notices(self, e) -> list[Output]:
         msg = common_pb2.JobAbort(job_id=self.job_id, problem=e.problem, detail=e.detail, reported_by=CURATOR.name)
         return [Send(Peer("party", p), msg) for p in self.params.parties]

@@ -101,6 +101,16 @@ class PartyMachine(Machine):
             return [(pb.ResharePiece, CURATOR.name)] + [(pb.ResharePiece, n) for n in p if n != self.me.name]
         raise AssertionError(state)
 
+    def _check_shape(self, message: Any) -> None:
+        if isinstance(message, pb.SelectionVector):
+            require(len(message.ciphertexts) == self.K, Problem.MALFORMED, f"SelectionVector must have K={self.K} ciphertexts, got {len(message.ciphertexts)}")
+        elif isinstance(message, pb.NoiseChain):
+            require(len(message.ciphertexts) == self.d, Problem.MALFORMED, f"NoiseChain must have d={self.d} ciphertexts, got {len(message.ciphertexts)}")
+        elif isinstance(message, pb.ResharePiece):
+            require(len(message.piece) == 16 * self.d, Problem.MALFORMED, f"ResharePiece must be {16 * self.d} bytes (d={self.d} × 16), got {len(message.piece)}")
+        elif isinstance(message, pb.PartySecrets):
+            require(sharing.is_permutation(list(message.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
+
     def _abort_notices(self, e) -> list[Output]:
         return [Send(CURATOR, common_pb2.JobAbort(job_id=self.job_id, problem=e.problem, detail=e.detail, reported_by=self.me.name))]
 

@@ -20,7 +20,13 @@ def experiment() -> None:
 
 def _register() -> None:
     # Subcommand modules; each exposes `command` (a click.Command).
-    from services.cli import experiment_commands
+    from services.cli import experiment_commands, jobs, serve
+
+    cli.add_command(serve.serve)
+    cli.add_command(jobs.federation)
+    cli.add_command(jobs.train)
+    cli.add_command(jobs.predict)
+    cli.add_command(jobs.demo)
 
     for cmd in experiment_commands.COMMANDS:
         experiment.add_command(cmd)
@@ -29,3 +35,7 @@ def _register() -> None:
 def main() -> None:
     _register()
     cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""`mpdp federation up`, `mpdp train`, `mpdp predict`, `mpdp demo`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mpdp.data.loaders import DatasetError, load, to_pm1
+from mpdp.learn import logreg
+from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+from mpdp.pathak2010 import tester
+
+err = Console(stderr=True)
+STAGES = ["setup", "stage1", "stage2", "stage3"]
+
+
+def make_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, deadline: float = 0.0) -> pb.PathakJobSpec:
+    spec = pb.PathakJobSpec(
+        dataset=dataset, epsilon=epsilon, parties=parties, mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, deadline_seconds=deadline
+    )
+    setattr(spec, "lambda", lam)
+    return spec
+
+
+def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool) -> tuple[str, pb.JobStatus]:
+    """Submit, show live progress per stage (stderr), return the final status."""
+    import grpc
+
+    try:
+        job_id = client.submit(spec)
+    except grpc.RpcError as e:
+        raise click.ClickException(f"the curator refused the job: {e.details()}")
+    if quiet:
+        return job_id, client.wait(job_id)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"), TimeElapsedColumn(), console=err) as prog:
+        task = prog.add_task(f"job {job_id}", total=len(STAGES), state="submitted")
+        final = None
+        for st in client.watch(job_id):
+            done = STAGES.index(st.stage) if st.stage in STAGES else len(STAGES)
+            prog.update(task, completed=done, state=st.state)
+            final = st
+            if st.terminal:
+                break
+    assert final is not None
+    return job_id, final
+
+
+def _fail_if_failed(status: pb.JobStatus) -> None:
+    if status.state == "FAILED":
+        raise click.ClickException(f"job {status.job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was published.")
+
+
+def model_summary(model: pb.PublishedModel) -> dict:
+    return {
+        "job_id": model.job_id,
+        "mode": "corrected" if model.mode == common_pb2.CORRECTED else "paper",
+        "epsilon": model.epsilon,
+        "lambda": getattr(model, "lambda"),
+        "parties": model.parties,
+        "dimension": model.dimension,
+        "stage_seconds": dict(model.stage_seconds),
+        "paillier_ops": dict(model.paillier_ops),
+        "guarantee": {"epsilon": model.guarantee.epsilon, "delta": model.guarantee.delta, "mechanism": model.guarantee.mechanism, "statement": model.guarantee.statement},
+        "trust_model": model.trust_model,
+        "seeded": model.seeded,
+    }
+
+
+@click.group()
+def federation() -> None:
+    """Start a local federation (curator + parties as separate processes, throwaway CA, mutual TLS)."""
+
+
+@federation.command("up")
+@click.option("--workdir", type=click.Path(file_okay=False), default="runs/federation", show_default=True, help="folder for certificates, configs, logs and endpoints.json")
+@click.option("--parties", "n_parties", type=int, default=3, show_default=True, help="number of parties")
+@click.option("--dataset", "datasets", multiple=True, metavar="NAME=PARTY:PATH", help="give PARTY a dataset file (repeatable), e.g. adult=party-1:/data/a.libsvm")
+@click.option("--test-mode", is_flag=True, help="allow small keys and simulation seeds (never for real data)")
+@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier and DGK modulus size")
+def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int) -> None:
+    """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
+    from services.federation import LocalFederation
+
+    names = [f"party-{i + 1}" for i in range(n_parties)]
+    ds: dict[str, dict[str, dict]] = {}
+    for item in datasets:
+        try:
+            name, rest = item.split("=", 1)
+            party, path = rest.split(":", 1)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: use NAME=PARTY:PATH")
+        ds.setdefault(party, {})[name] = {"path": str(Path(path).resolve())}
+    fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits)
+    with err.status("starting curator and parties"):
+        fed.start()
+    err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
+    err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C stops everything)")
+    try:
+        while all(p.popen.poll() is None for p in fed.procs.values()):
+            time.sleep(1.0)
+        dead = [n for n, p in fed.procs.items() if p.popen.poll() is not None]
+        err.print(f"[red]process exited: {dead}; stopping the federation")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fed.stop()
+
+
+@click.command()
+@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@click.option("--dataset", required=True, help="dataset name every party maps to its own file")
+@click.option("--parties", required=True, help="comma-separated party names; the first is P1")
+@click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
+@click.option("--lambda", "lam", type=float, required=True, help="regularisation λ")
+@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="noise calibration")
+@click.option("--model", type=click.Choice(["logreg"]), default="logreg", show_default=True, help="local model")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, model: str, as_json: bool) -> None:
+    """Submit a Pathak 2010 job and follow it stage by stage until the model is published."""
+    from services.client import Endpoints, OperatorClient
+
+    with OperatorClient(Endpoints.load(endpoints)) as client:
+        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode), as_json)
+        _fail_if_failed(status)
+        summary = model_summary(client.model(job_id))
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary)
+
+
+@click.command()
+@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@click.option("--job", "job_id", required=True, help="job id of a published model")
+@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), help="records to classify (CSV or LIBSVM)")
+@click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm"]), default="auto", show_default=True, help="file format")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def predict(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
+    """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."""
+    import grpc
+
+    from services.client import Endpoints, OperatorClient
+
+    with OperatorClient(Endpoints.load(endpoints)) as client:
+        try:
+            m = client.model(job_id)
+        except grpc.RpcError as e:
+            raise click.ClickException(e.details())
+    w = tester.rebuild(m)
+    try:
+        X, y = load(data_path, fmt, n_features=m.dimension)
+    except DatasetError as e:
+        raise click.ClickException(str(e))
+    if X.shape[1] != m.dimension:
+        raise click.ClickException(f"{data_path} has {X.shape[1]} features, the model has {m.dimension}")
+    pred = tester.classify(w, X)
+    out = {"job_id": job_id, "rows": int(len(pred)), "positive": int(np.sum(pred > 0)), "guarantee": m.guarantee.statement}
+    if len(np.unique(y)) == 2:
+        out["accuracy"] = float(np.mean(pred == to_pm1(y)))
+    if as_json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k}: {v}")
+
+
+@click.command()
+@click.option("--parties", "n_parties", type=int, default=3, show_default=True, help="number of parties (≥ 3)")
+@click.option("--epsilon", type=float, default=2.0, show_default=True, help="privacy parameter ε")
+@click.option("--lambda", "lam", type=float, default=0.1, show_default=True, help="regularisation λ")
+@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="noise calibration")
+@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier/DGK modulus size")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None, help="keep the federation's files here (default: a temporary folder)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, workdir: str | None, as_json: bool) -> None:
+    """Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."""
+    from sklearn.datasets import load_breast_cancer
+
+    from services.client import Endpoints, OperatorClient
+    from services.federation import LocalFederation
+
+    if n_parties < 3:
+        raise click.BadParameter("the demo needs at least 3 parties", param_hint="--parties")
+    X, y = load_breast_cancer(return_X_y=True)
+    y = np.where(y == 1, 1.0, -1.0)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)  # demo-only public scaling; parties clip rows to ‖x‖ ≤ 1
+    split = np.random.default_rng(7)  # public simulation choice (which rows go where), not a secret
+    order = split.permutation(len(y))
+    n_test = len(y) // 4
+    test, train_idx = order[:n_test], order[n_test:]
+    shares = np.array([0.4] + [0.6 / (n_parties - 1)] * (n_parties - 1))
+    cuts = np.cumsum((shares * len(train_idx)).astype(int))[:-1]
+    parts = np.split(train_idx, cuts)
+    tmp = tempfile.TemporaryDirectory(prefix="mpdp-demo-") if workdir is None else None
+    root = Path(workdir or tmp.name).resolve()  # type: ignore[union-attr]
+    names = [f"party-{i + 1}" for i in range(n_parties)]
+    datasets = {}
+    for name, idx in zip(names, parts):
+        path = root / name / "data" / "breast_cancer.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savetxt(path, np.column_stack([X[idx], y[idx]]), delimiter=",", fmt="%.10g")
+        datasets[name] = {"breast_cancer": {"path": str(path), "format": "csv"}}
+    fed = LocalFederation(root, names, datasets, paillier_bits=key_bits, dgk_bits=key_bits, test_mode=key_bits < 2048)
+    t0 = time.perf_counter()
+    try:
+        with err.status(f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)", spinner="dots") if not as_json else _null():
+            fed.start()
+        with OperatorClient(Endpoints.load(root)) as client:
+            job_id, status = run_and_watch(client, make_spec("breast_cancer", names, epsilon, lam, mode), as_json)
+            _fail_if_failed(status)
+            model = client.model(job_id)
+    finally:
+        fed.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    w_dp = tester.rebuild(model)
+    Xtr = logreg.clip_rows(X[train_idx])
+    conv = "half" if mode == "corrected" else "full"
+    w_np = logreg.fit(Xtr, y[train_idx], lam, conv)
+    Xte = logreg.clip_rows(X[test])
+    summary = model_summary(model)
+    summary.update(
+        dataset="scikit-learn breast_cancer (569 rows, d=30)",
+        party_sizes={n: int(len(p)) for n, p in zip(names, parts)},
+        test_rows=int(n_test),
+        dp_accuracy=float(np.mean(logreg.predict(w_dp, Xte) == y[test])),
+        nonprivate_accuracy=float(np.mean(logreg.predict(w_np, Xte) == y[test])),
+        wall_seconds=time.perf_counter() - t0,
+    )
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary)
+
+
+def _print_summary(s: dict) -> None:
+    out = Console()
+    t = Table(title=f"job {s['job_id']}", show_header=False)
+    for k in ("mode", "epsilon", "lambda", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
+        if k in s:
+            v = s[k]
+            t.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+    for k, v in s["stage_seconds"].items():
+        t.add_row(f"time {k}", f"{v:.3f} s")
+    t.add_row("paillier/dgk ops", ", ".join(f"{k}={v}" for k, v in sorted(s["paillier_ops"].items())))
+    t.add_row("guarantee", s["guarantee"]["statement"])
+    t.add_row("trust model", s["trust_model"])
+    out.print(t)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,56 @@
+"""`mpdp serve curator|party|compute-node --config FILE`: run one role as a long-lived process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+
+from services.common import config as cfgmod
+
+
+@click.group()
+def serve() -> None:
+    """Run one role of the federation as a service (one OS process per role)."""
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+@serve.command("curator")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help="curator YAML config (env MPDP_* overrides fields)")
+@click.option("--quiet", is_flag=True, help="log warnings only")
+def serve_curator(config_path: str, quiet: bool) -> None:
+    """Run Charlie, the curator: job submission, protocol steps, model registry."""
+    from services.curator.server import serve as run
+
+    _logging(not quiet)
+    try:
+        cfg = cfgmod.load(cfgmod.CuratorConfig, config_path)
+    except cfgmod.ConfigError as e:
+        raise click.ClickException(str(e))
+    try:
+        asyncio.run(run(cfg))
+    except (ValueError, OSError) as e:
+        raise click.ClickException(f"{cfg.name}: {e}")
+
+
+@serve.command("party")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help="party YAML config (env MPDP_* overrides fields)")
+@click.option("--quiet", is_flag=True, help="log warnings only")
+def serve_party(config_path: str, quiet: bool) -> None:
+    """Run a party P_j: trains locally on its own data and takes part in jobs."""
+    from services.party.server import serve as run
+
+    _logging(not quiet)
+    try:
+        cfg = cfgmod.load(cfgmod.PartyConfig, config_path)
+    except cfgmod.ConfigError as e:
+        raise click.ClickException(str(e))
+    try:
+        asyncio.run(run(cfg))
+    except (ValueError, OSError) as e:
+        raise click.ClickException(f"{cfg.name}: {e}")

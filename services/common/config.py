@@ -1,0 +1,120 @@
+"""Site configuration: a YAML file, overridable by environment variables (MPDP_<FIELD>, nested with __).
+
+Example party config::
+
+    name: hospital-a
+    listen: 0.0.0.0:7101
+    advertise: hospital-a.example.org:7101
+    tls: {cert: site.crt, key: site.key, ca: ca.crt}
+    curator: {address: curator.example.org:7000, name: curator}
+    datasets:
+      adult: {path: /data/adult.libsvm, format: libsvm, n_features: 123}
+    ledger: state/ledger.json
+    budget_epsilon: 10.0
+
+Relative paths are resolved against the config file's folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from services.common.rpc import TlsFiles
+
+
+class ConfigError(ValueError):
+    """The config file is missing or wrong; the message names the file and the field."""
+
+
+class TlsConfig(BaseModel):
+    cert: Path
+    key: Path
+    ca: Path
+
+    def files(self) -> TlsFiles:
+        return TlsFiles(self.cert, self.key, self.ca)
+
+
+class Endpoint(BaseModel):
+    address: str
+    name: str = Field(description="site name in the peer's certificate (TLS server name)")
+
+
+class DatasetConfig(BaseModel):
+    path: Path
+    format: Literal["libsvm", "csv", "auto"] = "auto"
+    n_features: int | None = None
+    label_column: str | int = -1
+
+
+class _Base(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MPDP_", env_nested_delimiter="__", extra="forbid")
+
+    name: str
+    federation: str = ""
+    listen: str = "127.0.0.1:0"
+    advertise: str | None = None
+    tls: TlsConfig
+    test_mode: bool = Field(False, description="allow small keys and simulation seeds: never in production")
+    paillier_bits: int = 2048
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (env_settings, init_settings)
+
+    @field_validator("paillier_bits")
+    @classmethod
+    def _bits(cls, v: int) -> int:
+        if v < 256:
+            raise ValueError("paillier_bits must be at least 256")
+        return v
+
+
+class PartyConfig(_Base):
+    curator: Endpoint
+    datasets: dict[str, DatasetConfig] = {}
+    ledger: Path = Path("ledger.json")
+    budget_epsilon: float = 10.0
+    pool_target: int = Field(600, description="Paillier randomness factors kept precomputed for Charlie's key")
+
+
+class CuratorConfig(_Base):
+    parties: dict[str, str] = Field({}, description="site name → address; parties may also register at start-up")
+    state_dir: Path = Path("curator-state")
+    dgk_bits: int = 2048
+    compute_nodes: dict[str, str] = {}
+
+
+def load(cls: type[_Base], path: str | Path, **overrides: Any) -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {p} not found")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p} is not valid YAML: {e}") from e
+    raw.update(overrides)
+    try:
+        cfg = cls(**raw)
+    except ValidationError as e:
+        raise ConfigError(f"{p}: {e}") from e
+    base = p.parent.resolve()
+    _resolve_paths(cfg, base)
+    return cfg
+
+
+def _resolve_paths(model: BaseModel, base: Path) -> None:
+    for name, value in model:
+        if isinstance(value, Path) and not value.is_absolute():
+            setattr(model, name, base / value)
+        elif isinstance(value, BaseModel):
+            _resolve_paths(value, base)
+        elif isinstance(value, dict):
+            for v in value.values():
+                if isinstance(v, BaseModel):
+                    _resolve_paths(v, base)

@@ -1,0 +1,153 @@
+"""Certificates for a federation: a CA, and leaf certificates that carry the role and site name.
+
+Subject CN = site name, OU = role ("party", "curator", "compute_node", "operator"); SAN lists the
+site name (used as the TLS server name), "localhost", and any host names or IPs the site is
+reached at. Keys are ECDSA P-256 from the OS CSPRNG (via ``cryptography``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+ROLES = ("party", "curator", "compute_node", "operator")
+DEFAULT_DAYS = 365
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is at the other end of a TLS connection, from its certificate."""
+
+    role: str
+    name: str
+    federation: str = ""
+
+
+def _name(common: str, role: str | None, federation: str) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, federation or "mpdp"), x509.NameAttribute(NameOID.COMMON_NAME, common)]
+    if role:
+        attrs.insert(1, x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role))
+    return x509.Name(attrs)
+
+
+def new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def make_ca(federation: str, days: int = 3650) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = new_key()
+    now = dt.datetime.now(dt.timezone.utc)
+    name = _name(f"{federation} CA", None, federation)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def make_csr(key: ec.EllipticCurvePrivateKey, role: str, site: str, federation: str = "") -> x509.CertificateSigningRequest:
+    """A CSR an institution creates at home; its private key never leaves it."""
+    _check_role(role)
+    return x509.CertificateSigningRequestBuilder().subject_name(_name(site, role, federation)).sign(key, hashes.SHA256())
+
+
+def sign_csr(
+    csr: x509.CertificateSigningRequest,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    hosts: list[str] | tuple[str, ...] = (),
+    days: int = DEFAULT_DAYS,
+) -> x509.Certificate:
+    """Sign a leaf certificate for a CSR; the role and site come from the CSR's subject."""
+    if not csr.is_signature_valid:
+        raise ValueError("CSR signature is invalid")
+    role = _attr(csr.subject, NameOID.ORGANIZATIONAL_UNIT_NAME)
+    site = _attr(csr.subject, NameOID.COMMON_NAME)
+    _check_role(role)
+    sans: list[x509.GeneralName] = [x509.DNSName(site), x509.DNSName("localhost")]
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            if h not in (site, "localhost"):
+                sans.append(x509.DNSName(h))
+    sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    now = dt.datetime.now(dt.timezone.utc)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(_name(site, role, _attr(ca_cert.subject, NameOID.ORGANIZATION_NAME)))
+        .issuer_name(ca_cert.subject)
+        .public_key(csr.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+
+def issue(ca_key, ca_cert, role: str, site: str, hosts: list[str] | tuple[str, ...] = (), days: int = DEFAULT_DAYS):
+    """Key and certificate in one step (the provisioning host makes both)."""
+    key = new_key()
+    return key, sign_csr(make_csr(key, role, site), ca_key, ca_cert, hosts, days)
+
+
+def pem_key(key) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def pem_cert(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def write_site(folder: Path, key, cert: x509.Certificate, ca_cert: x509.Certificate) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "site.key").write_bytes(pem_key(key))
+    (folder / "site.key").chmod(0o600)
+    (folder / "site.crt").write_bytes(pem_cert(cert))
+    (folder / "ca.crt").write_bytes(pem_cert(ca_cert))
+
+
+_identity_cache: dict[bytes, Identity] = {}
+
+
+def identity_from_pem(pem: bytes) -> Identity:
+    """Role, site and federation named by a peer certificate (cached: called on every RPC)."""
+    ident = _identity_cache.get(pem)
+    if ident is None:
+        cert = x509.load_pem_x509_certificate(pem)
+        ident = Identity(
+            role=_attr(cert.subject, NameOID.ORGANIZATIONAL_UNIT_NAME),
+            name=_attr(cert.subject, NameOID.COMMON_NAME),
+            federation=_attr(cert.subject, NameOID.ORGANIZATION_NAME),
+        )
+        if len(_identity_cache) < 4096:
+            _identity_cache[pem] = ident
+    return ident
+
+
+def _attr(name: x509.Name, oid) -> str:
+    vals = name.get_attributes_for_oid(oid)
+    return str(vals[0].value) if vals else ""
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; use one of {ROLES}")

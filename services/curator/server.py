@@ -1,0 +1,220 @@
+"""Charlie as a gRPC service: job submission, the protocol steps parties send him, the model registry.
+
+Servicer methods only look up the job, feed its machine and forward what comes out
+(style.md §5); the protocol lives in :mod:`mpdp.pathak2010.curator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets as pysecrets
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+
+from mpdp.math.dgk import DgkKeyPair
+from mpdp.math.drbg import Drbg
+from mpdp.math.paillier import KeyPair, check_key_bits
+from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
+from mpdp.pathak2010.curator import CuratorMachine
+from mpdp.pathak2010.params import InvalidJob, PathakParams
+from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
+from mpdp.protocol import Peer, ProtocolError, Publish, Send
+from services.common import config as cfgmod
+from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
+from services.common.runtime import Hosted
+
+log = logging.getLogger("mpdp.curator")
+
+SERVICE = "mpdp.messages.Curator"
+PARTY_SERVICE = "mpdp.messages.Party"
+OPERATOR, PARTY = ("operator",), ("party",)
+ROLES = roles_by_method(
+    SERVICE,
+    {
+        "SubmitJob": OPERATOR,
+        "WatchJob": OPERATOR,
+        "GetModel": OPERATOR + PARTY,
+        "ListModels": OPERATOR + PARTY,
+        "GetCuratorKeys": OPERATOR + PARTY,
+        "RegisterParty": PARTY,
+        "AcceptJob": PARTY,
+        "SendPartyPublicKey": PARTY,
+        "ForwardSizeRemainders": PARTY,
+        "SendEncryptedSizeShare": PARTY,
+        "SendBlindedComparisons": PARTY,
+        "SendMaskedNoise": PARTY,
+        "SendResharePiece": PARTY,
+        "PublishShare": PARTY,
+        "AbortJob": PARTY,
+    },
+)
+PARTY_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Party"])
+
+
+class ModelRegistry:
+    """Published models on disk (one file per job), so a restart keeps them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def put(self, model: pb.PublishedModel) -> None:
+        tmp = self.folder / f".{model.job_id}.tmp"
+        tmp.write_bytes(model.SerializeToString())
+        os.replace(tmp, self.folder / f"{model.job_id}.binpb")
+
+    def get(self, job_id: str) -> pb.PublishedModel | None:
+        if not job_id or "/" in job_id or job_id.startswith("."):
+            return None
+        p = self.folder / f"{job_id}.binpb"
+        return pb.PublishedModel.FromString(p.read_bytes()) if p.exists() else None
+
+    def list(self) -> list[str]:
+        return sorted(p.stem for p in self.folder.glob("*.binpb"))
+
+
+class Curator(pb_grpc.CuratorServicer):
+    def __init__(self, cfg: cfgmod.CuratorConfig, secrets: CuratorSecrets) -> None:
+        self.cfg = cfg
+        self.secrets = secrets
+        self.rng = Drbg.from_os()
+        self.registry = ModelRegistry(Path(cfg.state_dir) / "models")
+        self.addresses: dict[str, str] = dict(cfg.parties)
+        self.jobs: dict[str, Hosted] = {}
+        self.channels = PeerChannels(cfg.tls.files())
+        pub = secrets.public
+        self.keys_msg = pb.CuratorKeys(
+            paillier_n=_b(pub.paillier.n), dgk_n=_b(pub.dgk.n), dgk_g=_b(pub.dgk.g), dgk_h=_b(pub.dgk.h), dgk_u=pub.dgk.u, dgk_r_bits=pub.dgk.r_bits
+        )
+
+    # -- operator ------------------------------------------------------------------------
+    async def SubmitJob(self, request: pb.PathakJobSpec, context) -> pb.JobTicket:
+        job_id = "pk-" + pysecrets.token_hex(6)
+        try:
+            params = PathakParams.from_spec(job_id, request)
+        except (InvalidJob, ValueError) as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+        if params.seeded and not self.cfg.test_mode:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed makes a release non-private; the curator is not in test mode")
+        unknown = [p for p in params.parties if p not in self.addresses]
+        if unknown:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: parties {unknown} are not registered with the curator; start them or fix their names (known: {sorted(self.addresses)})")
+        machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode))
+        hosted = Hosted(machine, self._route)
+        self.jobs[job_id] = hosted
+        hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
+        log.info("job %s submitted: %d parties, dataset %s, ε=%g, mode %s", job_id, params.K, params.dataset, params.calibration.epsilon, params.calibration.mode)
+        await hosted.start(machine.start())
+        return pb.JobTicket(job_id=job_id)
+
+    async def WatchJob(self, request: common_pb2.JobRef, context):
+        hosted = self.jobs.get(request.job_id)
+        if hosted is None:
+            if self.registry.get(request.job_id) is not None:
+                yield pb.JobStatus(job_id=request.job_id, state="PUBLISHED", stage="published", terminal=True)
+                return
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no job {request.job_id!r} at this curator")
+        while True:
+            async with hosted.changed:
+                yield self._status(hosted)
+                if hosted.machine.terminal:
+                    return
+                await hosted.changed.wait()
+
+    async def GetModel(self, request: common_pb2.JobRef, context) -> pb.PublishedModel:
+        model = self.registry.get(request.job_id)
+        if model is not None:
+            return model
+        hosted = self.jobs.get(request.job_id)
+        if hosted is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no model or job {request.job_id!r} at this curator")
+        m = hosted.machine
+        if m.error is not None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"JOB_FAILED: job {request.job_id} failed and published nothing: {m.error.detail}")
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"STEP_OUT_OF_ORDER: job {request.job_id} is still running ({m.state})")
+
+    async def ListModels(self, request, context) -> pb.ModelList:
+        return pb.ModelList(job_ids=self.registry.list())
+
+    async def GetCuratorKeys(self, request, context) -> pb.CuratorKeys:
+        return self.keys_msg
+
+    async def RegisterParty(self, request: pb.PartyRegistration, context) -> pb.CuratorKeys:
+        ident = caller(context)
+        if not request.address or ":" not in request.address:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED: address must be host:port")
+        self.addresses[ident.name] = request.address
+        log.info("party %s registered at %s", ident.name, request.address)
+        return self.keys_msg
+
+    # -- party → Charlie protocol steps (all the same: feed the job's machine) -----------------
+    async def _deliver(self, request, context) -> common_pb2.Ack:
+        hosted = self.jobs.get(request.job_id)
+        if hosted is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no job {request.job_id!r} at this curator")
+        try:
+            await hosted.deliver(Peer("party", caller(context).name), request, context)
+        except ProtocolError:
+            pass  # the status was already set by abort
+        return common_pb2.Ack()
+
+    AcceptJob = SendPartyPublicKey = ForwardSizeRemainders = SendEncryptedSizeShare = _deliver
+    SendBlindedComparisons = SendMaskedNoise = SendResharePiece = PublishShare = AbortJob = _deliver
+
+    # -- outputs ------------------------------------------------------------------------------
+    async def _route(self, hosted: Hosted, outputs) -> None:
+        for o in outputs:
+            if isinstance(o, Send):
+                hosted.spawn(self._send(hosted, o.to, o.message))
+            elif isinstance(o, Publish):
+                self.registry.put(o.release)
+                log.info("job %s published (%d shares)", o.release.job_id, len(o.release.shares))
+
+    async def _send(self, hosted: Hosted, to: Peer, message) -> None:
+        address = hosted.machine.addresses.get(to.name) or self.addresses.get(to.name)
+        method = PARTY_METHODS[message.DESCRIPTOR.full_name]
+        await hosted.send(to, message, lambda: self.channels.call(address, to.name, PARTY_SERVICE, method, message, common_pb2.Ack))
+
+    async def _deadline(self, hosted: Hosted, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        if not hosted.machine.terminal:
+            await hosted.fail(common_pb2.JOB_FAILED, f"deadline of {seconds:g} s passed in state {hosted.machine.state}")
+
+    def _status(self, hosted: Hosted) -> pb.JobStatus:
+        m = hosted.machine
+        st = pb.JobStatus(job_id=m.job_id, state=m.state, stage=m.stage, stage_seconds=m.stages.seconds, terminal=m.terminal)
+        if m.error is not None:
+            st.problem, st.detail = m.error.problem, m.error.detail
+        return st
+
+
+def load_secrets(cfg: cfgmod.CuratorConfig) -> CuratorSecrets:
+    check_key_bits(cfg.paillier_bits, test_mode=cfg.test_mode)
+    check_key_bits(cfg.dgk_bits, test_mode=cfg.test_mode)
+    return CuratorSecrets(KeyPair.generate(cfg.paillier_bits), DgkKeyPair.generate(cfg.dgk_bits))
+
+
+async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
+    secrets = await asyncio.to_thread(load_secrets, cfg)
+    curator = Curator(cfg, secrets)
+    server, port, health = await start_server(
+        cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None), lambda s: pb_grpc.add_CuratorServicer_to_server(curator, s), [SERVICE]
+    )
+    log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
+    print(f"MPDP-READY {port}", file=ready_fd, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await stop_server(server, health)
+    await curator.channels.close()
+
+
+def _b(v: int) -> bytes:
+    return int(v).to_bytes(max(1, (int(v).bit_length() + 7) // 8), "big")

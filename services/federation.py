@@ -1,0 +1,168 @@
+"""A local federation: curator and K parties as separate OS processes on loopback, with a throwaway CA.
+
+Used by `mpdp federation up`, `mpdp demo`, the integration tests and the benchmarks. Every
+process binds port 0 and prints ``MPDP-READY <port>`` once it serves, so starting never
+relies on sleeps. ``endpoints.json`` in the work folder tells clients where everything is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from services.common import pki
+
+
+@dataclass
+class Proc:
+    name: str
+    role: str
+    popen: subprocess.Popen
+    port: int
+    log: Path
+
+
+@dataclass
+class LocalFederation:
+    workdir: Path
+    parties: list[str]
+    datasets: dict[str, dict[str, dict]] = field(default_factory=dict)  # party → dataset name → DatasetConfig dict
+    test_mode: bool = False
+    paillier_bits: int = 2048
+    dgk_bits: int = 2048
+    budget_epsilon: float = 100.0
+    federation: str = "local"
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    # -- PKI and configs ----------------------------------------------------------------------
+    def provision(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ca_key, ca_cert = pki.make_ca(self.federation)
+        (self.workdir / "ca").mkdir(exist_ok=True)
+        (self.workdir / "ca" / "ca.key").write_bytes(pki.pem_key(ca_key))
+        (self.workdir / "ca" / "ca.crt").write_bytes(pki.pem_cert(ca_cert))
+        sites = [("curator", "curator")] + [(p, "party") for p in self.parties] + [("operator", "operator")]
+        for site, role in sites:
+            key, cert = pki.issue(ca_key, ca_cert, role, site, ["127.0.0.1", "localhost"])
+            pki.write_site(self.workdir / site, key, cert, ca_cert)
+        tls = {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}
+        common = {"federation": self.federation, "test_mode": self.test_mode, "paillier_bits": self.paillier_bits, "listen": "127.0.0.1:0"}
+        _write_yaml(self.workdir / "curator" / "curator.yaml", {**common, "name": "curator", "tls": tls, "state_dir": "state", "dgk_bits": self.dgk_bits})
+        for p in self.parties:
+            _write_yaml(
+                self.workdir / p / "party.yaml",
+                {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}), "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon},
+            )
+
+    # -- processes --------------------------------------------------------------------------------
+    def start(self, timeout: float = 180.0) -> None:
+        if not (self.workdir / "ca" / "ca.crt").exists():
+            self.provision()
+        cur = self._spawn("curator", "curator", self.workdir / "curator" / "curator.yaml", [])
+        self.procs["curator"] = cur
+        self._wait_ready([cur], timeout)
+        for p in self.parties:
+            cfgp = self.workdir / p / "party.yaml"
+            cfg = yaml.safe_load(cfgp.read_text())
+            cfg["curator"]["address"] = f"127.0.0.1:{cur.port}"
+            _write_yaml(cfgp, cfg)
+            self.procs[p] = self._spawn(p, "party", cfgp, [])
+        self._wait_ready([self.procs[p] for p in self.parties], timeout)
+        self.write_endpoints()
+
+    def restart(self, name: str, timeout: float = 120.0) -> None:
+        """Start a stopped process again with the same config (e.g. after a crash test)."""
+        old = self.procs[name]
+        cfg = self.workdir / name / ("curator.yaml" if old.role == "curator" else "party.yaml")
+        proc = self._spawn(name, old.role, cfg, [])
+        self.procs[name] = proc
+        self._wait_ready([proc], timeout)
+        self.write_endpoints()
+
+    def _spawn(self, name: str, role: str, config: Path, extra: list[str]) -> Proc:
+        log = self.workdir / name / "service.log"
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "serve", role, "--config", str(config), *extra],
+            stdout=subprocess.PIPE,
+            stderr=open(log, "ab"),
+            env=env,
+            cwd=str(self.workdir / name),
+            start_new_session=True,
+        )
+        return Proc(name, role, popen, 0, log)
+
+    def _wait_ready(self, procs: list[Proc], timeout: float) -> None:
+        sel = selectors.DefaultSelector()
+        pending = {p.popen.stdout.fileno(): p for p in procs}  # type: ignore[union-attr]
+        for p in procs:
+            sel.register(p.popen.stdout, selectors.EVENT_READ, p)  # type: ignore[arg-type]
+        deadline = time.monotonic() + timeout
+        try:
+            while pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{', '.join(p.name for p in pending.values())} did not become ready in {timeout:g} s; see their service.log")
+                for key, _ in sel.select(left):
+                    p: Proc = key.data
+                    line = p.popen.stdout.readline().decode()  # type: ignore[union-attr]
+                    if not line:
+                        raise RuntimeError(f"{p.name} exited during start-up (code {p.popen.wait()}); log:\n{p.log.read_text()[-3000:]}")
+                    if line.startswith("MPDP-READY "):
+                        p.port = int(line.split()[1])
+                        sel.unregister(p.popen.stdout)  # type: ignore[arg-type]
+                        pending.pop(p.popen.stdout.fileno())  # type: ignore[union-attr]
+        finally:
+            sel.close()
+
+    def write_endpoints(self) -> Path:
+        data = {
+            "federation": self.federation,
+            "curator": {"address": f"127.0.0.1:{self.procs['curator'].port}", "name": "curator"},
+            "parties": {p: f"127.0.0.1:{self.procs[p].port}" for p in self.parties if p in self.procs},
+            "operator_tls": {k: str(self.workdir / "operator" / v) for k, v in {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}.items()},
+            "pids": {n: pr.popen.pid for n, pr in self.procs.items()},
+        }
+        path = self.workdir / "endpoints.json"
+        path.write_text(json.dumps(data, indent=2))
+        return path
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        p = self.procs[name]
+        if p.popen.poll() is None:
+            p.popen.send_signal(sig)
+            p.popen.wait(30)
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.popen.poll() is None:
+                p.popen.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.popen.wait(20)
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()
+            if p.popen.stdout:
+                p.popen.stdout.close()
+
+    def __enter__(self) -> "LocalFederation":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _write_yaml(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))

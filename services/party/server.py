@@ -1,0 +1,275 @@
+"""P_j as a gRPC service: receives Charlie's and other parties' steps, keeps its ledger.
+
+Data never travels: the party loads its own records from the paths in its config when a job
+names a dataset. Servicer methods only look up the job, feed its machine and forward what
+comes out; the protocol lives in :mod:`mpdp.pathak2010.party`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from mpdp.data.loaders import DatasetError, load, to_pm1
+from mpdp.ledger import BudgetExceeded, PrivacyLedger
+from mpdp.math.dgk import DgkPublicKey
+from mpdp.math.drbg import Drbg
+from mpdp.math.paillier import KeyPair, PublicKey
+from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
+from mpdp.pathak2010.params import InvalidJob
+from mpdp.pathak2010.party import PartyMachine
+from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
+from mpdp.protocol import CURATOR, Peer, ProtocolError, Record, Send
+from services.common import config as cfgmod
+from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
+from services.common.runtime import Hosted
+
+log = logging.getLogger("mpdp.party")
+
+SERVICE = "mpdp.messages.Party"
+CURATOR_SERVICE = "mpdp.messages.Curator"
+C, P = ("curator",), ("party",)
+ROLES = roles_by_method(
+    SERVICE,
+    {
+        "AnnounceJob": C,
+        "StartProtocol": C,
+        "SendMaskedSizeShare": C,
+        "SendComparisonBits": C,
+        "SendSelectionVector": C,
+        "SendPartySecrets": P,
+        "SendSizeShare": P,
+        "SendSealedSizeRemainder": P,
+        "SendMaskedSize": P,
+        "SendNoiseChain": P,
+        "SendResharePiece": C + P,
+        "AbortJob": C + P,
+    },
+)
+CURATOR_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Curator"])
+DGK_POOL_TARGET = 1200
+
+
+def curator_keys_from(msg: pb.CuratorKeys) -> CuratorPublicKeys:
+    n = lambda b: int.from_bytes(b, "big")  # noqa: E731
+    return CuratorPublicKeys(PublicKey(n(msg.paillier_n)), DgkPublicKey(n(msg.dgk_n), n(msg.dgk_g), n(msg.dgk_h), msg.dgk_u, msg.dgk_r_bits))
+
+
+class Precompute:
+    """Background thread that keeps randomness pools and one spare party key ξ ready (off the critical path)."""
+
+    def __init__(self, resources: PartyResources, paillier_bits: int, zeta_target: int) -> None:
+        self.res = resources
+        self.bits = paillier_bits
+        self.zeta_target = zeta_target
+        self._spare: list[KeyPair] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self.ready = threading.Event()
+        resources.party_key_source = self.take_key
+        self._thread = threading.Thread(target=self._run, name="mpdp-precompute", daemon=True)
+        self._thread.start()
+
+    def take_key(self) -> KeyPair:
+        with self._lock:
+            key = self._spare.pop() if self._spare else None
+        self._wake.set()
+        return key or KeyPair.generate(self.bits)
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop:
+            with self._lock:
+                need_key = not self._spare
+            if need_key:
+                k = KeyPair.generate(self.bits)
+                with self._lock:
+                    self._spare.append(k)
+            while len(self.res.zeta_pool) < self.zeta_target and not self._stop:
+                self.res.zeta_pool.fill(8)
+            while len(self.res.dgk_pool) < DGK_POOL_TARGET and not self._stop:
+                self.res.dgk_pool.fill(32)
+            self.ready.set()
+            self._wake.wait()
+            self._wake.clear()
+
+
+class Party(pb_grpc.PartyServicer):
+    def __init__(self, cfg: cfgmod.PartyConfig, keys: CuratorPublicKeys) -> None:
+        self.cfg = cfg
+        self.rng = Drbg.from_os()
+        self.jobs: dict[str, Hosted] = {}
+        self.channels = PeerChannels(cfg.tls.files())
+        self.ledger_path = Path(cfg.ledger)
+        self.ledger = (
+            PrivacyLedger.from_json(self.ledger_path.read_text(), cfg.budget_epsilon) if self.ledger_path.exists() else PrivacyLedger(cfg.budget_epsilon)
+        )
+        self._set_keys(keys)
+
+    def _set_keys(self, keys: CuratorPublicKeys) -> None:
+        self.keys = keys
+        self.resources = PartyResources.create(self.rng.child("resources"), keys, self.cfg.paillier_bits, test_mode=self.cfg.test_mode)
+        old = getattr(self, "precompute", None)
+        if old is not None:
+            old.stop()
+        self.precompute = Precompute(self.resources, self.cfg.paillier_bits, self.cfg.pool_target)
+
+    # -- Charlie → party: a new job ----------------------------------------------------------
+    async def AnnounceJob(self, request: pb.JobAnnouncement, context) -> common_pb2.Ack:
+        ident = caller(context)
+        if ident.name != self.cfg.curator.name:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {ident.name} is not this party's curator {self.cfg.curator.name}")
+        if request.job_id in self.jobs:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"REPLAY: job {request.job_id} was already announced")
+        ds = self.cfg.datasets.get(request.spec.dataset)
+        if ds is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: party {self.cfg.name} has no dataset {request.spec.dataset!r} (configured: {sorted(self.cfg.datasets)})")
+        try:
+            self.ledger.check(request.spec.epsilon)
+        except BudgetExceeded as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"BUDGET_EXCEEDED: party {self.cfg.name}: {e}")
+        announced = curator_keys_from(request.curator_keys)
+        if announced.paillier.n != self.keys.paillier.n or announced.dgk.n != self.keys.dgk.n:
+            self._set_keys(announced)  # the curator restarted with new keys
+        try:
+            machine = await asyncio.to_thread(self._build, request, ds)
+        except (DatasetError, InvalidJob, ValueError) as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: party {self.cfg.name}: {e}")
+        except ProtocolError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{e.problem_name}: party {self.cfg.name}: {e.detail}")
+        hosted = Hosted(machine, self._route)
+        hosted.addresses = dict(request.party_addresses)  # type: ignore[attr-defined]
+        self.jobs[request.job_id] = hosted
+        log.info("job %s announced: dataset %s, %d rows, d=%d", request.job_id, request.spec.dataset, machine.n, machine.d)
+        await hosted.start(machine.start())
+        return common_pb2.Ack()
+
+    def _build(self, request: pb.JobAnnouncement, ds: cfgmod.DatasetConfig) -> PartyMachine:
+        X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
+        return PartyMachine(self.cfg.name, request, X, to_pm1(y), self.resources)
+
+    # -- every other step ------------------------------------------------------------------------
+    async def _deliver(self, request, context) -> common_pb2.Ack:
+        hosted = self.jobs.get(request.job_id)
+        if hosted is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: party {self.cfg.name} has no job {request.job_id!r}")
+        ident = caller(context)
+        if ident.role == "curator":
+            if ident.name != self.cfg.curator.name:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {ident.name} is not this party's curator")
+            sender = CURATOR
+        else:
+            sender = Peer("party", ident.name)
+        try:
+            await hosted.deliver(sender, request, context)
+        except ProtocolError:
+            pass
+        return common_pb2.Ack()
+
+    StartProtocol = SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
+    SendPartySecrets = SendSizeShare = SendSealedSizeRemainder = SendMaskedSize = SendNoiseChain = _deliver
+    SendResharePiece = AbortJob = _deliver
+
+    # -- outputs ----------------------------------------------------------------------------------
+    async def _route(self, hosted: Hosted, outputs) -> None:
+        for o in outputs:
+            if isinstance(o, Send):
+                hosted.spawn(self._send(hosted, o.to, o.message))
+            elif isinstance(o, Record):
+                self.ledger.record(o.entry)
+                tmp = self.ledger_path.with_suffix(".tmp")
+                self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
+                tmp.write_text(self.ledger.to_json())
+                os.replace(tmp, self.ledger_path)
+        self.precompute.kick()
+
+    async def _send(self, hosted: Hosted, to: Peer, message) -> None:
+        if to == CURATOR:
+            address, site = self.cfg.curator.address, self.cfg.curator.name
+            call = lambda: self.channels.call(address, site, CURATOR_SERVICE, CURATOR_METHODS[message.DESCRIPTOR.full_name], message, common_pb2.Ack)  # noqa: E731
+        else:
+            address = hosted.addresses.get(to.name)  # type: ignore[attr-defined]
+            if not address:
+                await hosted.fail(common_pb2.PEER_UNREACHABLE, f"no address for party {to.name}")
+                return
+            method = PARTY_SELF_METHODS[message.DESCRIPTOR.full_name]
+            call = lambda: self.channels.call(address, to.name, SERVICE, method, message, common_pb2.Ack)  # noqa: E731
+        await hosted.send(to, message, call)
+
+
+PARTY_SELF_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Party"])
+
+
+async def register(cfg: cfgmod.PartyConfig, port: int) -> CuratorPublicKeys:
+    """Tell Charlie where this party listens; returns his public keys. Waits for the curator to come up."""
+    channels = PeerChannels(cfg.tls.files())
+    host = cfg.listen.rsplit(":", 1)[0]
+    address = cfg.advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
+    try:
+        ch = channels.channel(cfg.curator.address, cfg.curator.name)
+        rpc = ch.unary_unary(f"/{CURATOR_SERVICE}/RegisterParty", request_serializer=lambda m: m.SerializeToString(), response_deserializer=pb.CuratorKeys.FromString)
+        keys = await rpc(pb.PartyRegistration(address=address), timeout=120, wait_for_ready=True)
+    finally:
+        await channels.close()
+    return curator_keys_from(keys)
+
+
+async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
+    holder: dict[str, Party] = {}
+
+    def add(server):
+        pb_grpc.add_PartyServicer_to_server(_Lazy(holder), server)
+
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None), add, [SERVICE])
+    try:
+        keys = await register(cfg, port)
+    except grpc.aio.AioRpcError as e:
+        print(f"mpdp party {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}", file=sys.stderr)
+        await server.stop(0)
+        raise SystemExit(2)
+    holder["party"] = Party(cfg, keys)
+    log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
+    print(f"MPDP-READY {port}", file=ready_fd, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await stop_server(server, health)
+    holder["party"].precompute.stop()
+    await holder["party"].channels.close()
+
+
+class _Lazy(pb_grpc.PartyServicer):
+    """Forwards to the Party once registration has given it Charlie's keys (UNAVAILABLE before)."""
+
+    def __init__(self, holder: dict[str, Party]) -> None:
+        self._holder = holder
+
+    def __getattribute__(self, name: str):
+        if name[:1].isupper():
+            holder = object.__getattribute__(self, "_holder")
+
+            async def call(request, context):
+                party = holder.get("party")
+                if party is None:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "party is starting up")
+                return await getattr(party, name)(request, context)
+
+            return call
+        return object.__getattribute__(self, name)

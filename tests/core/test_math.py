@@ -1,0 +1,136 @@
+"""Math modules: DRBG, fixed point, sharing, Paillier, DGK and the §1.5 comparison."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from mpdp.math import comparison, sharing
+from mpdp.math.dgk import DgkBlindingPool, DgkKeyPair
+from mpdp.math.drbg import Drbg
+from mpdp.math.fixedpoint import EncodingOverflow, FixedPoint, check_sum_headroom, decode_u64, encode_u64
+from mpdp.math.paillier import KeyPair, RandomnessPool, check_key_bits
+
+
+def test_drbg_streams_are_reproducible_and_separated():
+    a, b = Drbg.from_seed(1), Drbg.from_seed(1)
+    assert a.random_bytes(40) == b.random_bytes(40)
+    assert a.child("x").randbits(128) == Drbg.from_seed(1).child("x").randbits(128)
+    assert a.child("x").randbits(128) != a.child("y").randbits(128)
+    assert not Drbg.from_os().seeded and a.seeded
+
+
+def test_drbg_randbelow_uniform():
+    r = Drbg.from_seed(2)
+    counts = np.bincount([r.randbelow(7) for _ in range(14000)], minlength=7)
+    assert stats.chisquare(counts).pvalue > 1e-3
+
+
+def test_drbg_permutation_uniform():
+    r = Drbg.from_seed(3)
+    seen: dict[tuple, int] = {}
+    for _ in range(6000):
+        p = tuple(r.permutation(3))
+        seen[p] = seen.get(p, 0) + 1
+    assert len(seen) == 6 and stats.chisquare(list(seen.values())).pvalue > 1e-3
+
+
+def test_fixed_point_round_trip_negative_and_overflow():
+    fp = FixedPoint(32, 1 << 128)
+    v = np.array([-3.25, 0.0, 1e-9, 123456.789, -2.0**39])
+    assert np.allclose(fp.decode(fp.encode(v, 2.0**40)), v, atol=2**-32)
+    with pytest.raises(EncodingOverflow):
+        fp.encode([2.0**41], 2.0**40)
+    with pytest.raises(EncodingOverflow):
+        fp.encode([1.0], 2.0**100)  # the bound itself cannot fit
+    with pytest.raises(EncodingOverflow):
+        fp.encode([float("nan")], 1.0)
+    with pytest.raises(EncodingOverflow):
+        check_sum_headroom(10**6, 2.0**80, 32, 1 << 128)
+    u = encode_u64(np.array([-1.5, 2.25]), 24, 10.0)
+    assert np.allclose(decode_u64(u, 24), [-1.5, 2.25])
+
+
+def test_sharing_sums_and_single_shares_uniform():
+    q = 1 << 8
+    r = Drbg.from_seed(4)
+    secret = [5, 200, 0]
+    sh = sharing.split(secret, 4, q, r)
+    assert sharing.combine(sh, q) == secret
+    # any m−1 shares are uniform: a fixed secret's first share over many splits is uniform on Z_q
+    firsts = [sharing.split([7], 3, q, r)[0][0] for _ in range(8000)]
+    assert stats.chisquare(np.bincount(firsts, minlength=q)).pvalue > 1e-3
+    pi = [2, 0, 1]
+    assert sharing.apply_permutation(sharing.invert_permutation(pi), sharing.apply_permutation(pi, ["a", "b", "c"])) == ["a", "b", "c"]
+    with pytest.raises(ValueError):
+        sharing.unpack_ring(b"\x00" * 15, 128, 1)
+
+
+def test_paillier_homomorphism_and_pool():
+    kp = KeyPair.generate(512)
+    pk, r = kp.public, Drbg.from_seed(5)
+    c1, c2 = pk.encrypt(17, r), pk.encrypt(-5, r)
+    assert kp.decrypt_signed(pk.add(c1, c2)) == 12
+    assert kp.decrypt_signed(pk.mul_plain(c1, -3)) == -51
+    pool = RandomnessPool(pk, r.child("pool"))
+    pool.fill(2)
+    c3 = pk.rerandomize(c1, pool.take())
+    assert c3 != c1 and kp.decrypt(c3) == 17
+    with pytest.raises(ValueError):
+        pk.from_bytes(b"\x00" * pk.ciphertext_bytes)
+    with pytest.raises(ValueError):
+        check_key_bits(1024, test_mode=False)
+    check_key_bits(1024, test_mode=True)
+
+
+@pytest.fixture(scope="module")
+def dgk():
+    return DgkKeyPair.generate(512, t=40, u_bits=12, rng=Drbg.from_seed(6))
+
+
+def test_dgk_zero_test_and_homomorphism(dgk):
+    r = Drbg.from_seed(7)
+    pk = dgk.public
+    for m in (0, 1, 2, pk.u - 1):
+        assert dgk.is_zero(pk.encrypt(m, r)) == (m == 0)
+        assert dgk.decrypt(dgk.encrypt_fast(m, r)) == m
+    assert dgk.decrypt(pk.mul(pk.encrypt(3, r), pk.encrypt(4, r))) == 7
+
+
+def _compare(dgk, x, y, ell, r, pool):
+    bits = comparison.b_encrypt_bits(dgk, y, ell, r)
+    terms = comparison.a_blinded_terms(dgk.public, x, bits, r, pool)
+    zeros = sum(dgk.is_zero(t) for t in terms)
+    assert zeros <= 1  # B's list has at most one zero, all else non-zero
+    return comparison.b_result(dgk, terms)
+
+
+def test_comparison_random_equal_extreme_and_signed(dgk):
+    r = Drbg.from_seed(8)
+    pool = DgkBlindingPool(dgk.public, r.child("pool"))
+    ell = 10
+    top = (1 << ell) - 1
+    cases = [(0, 0), (top, top), (0, top), (top, 0), (5, 5), (511, 512), (512, 511)]
+    cases += [(r.randbelow(1 << ell), r.randbelow(1 << ell)) for _ in range(40)]
+    for x, y in cases:
+        assert _compare(dgk, x, y, ell, r, pool) == int(x < y), (x, y)
+    off = 1 << (ell - 1)
+    for xs, ys in [(-300, 200), (200, -300), (-7, -7), (-511, 511)]:
+        assert _compare(dgk, xs + off, ys + off, ell, r, pool) == int(xs < ys)
+
+
+def test_comparison_output_to_a(dgk):
+    r = Drbg.from_seed(9)
+    pool = DgkBlindingPool(dgk.public, r.child("pool"))
+    ell = 8
+    for x, y in [(3, 9), (9, 3), (4, 4), (0, 255), (255, 0)] + [(r.randbelow(256), r.randbelow(256)) for _ in range(20)]:
+        bits = comparison.b_encrypt_bits(dgk, y, ell, r)
+        da = r.randbelow(2)
+        terms = comparison.a_blinded_terms(dgk.public, x, bits, r, pool, sigma=1 - 2 * da, equality_term=da)
+        assert comparison.a_result(da, comparison.b_result(dgk, terms)) == int(y < x)
+
+
+def test_comparison_rejects_out_of_range_inputs(dgk):
+    with pytest.raises(ValueError):
+        comparison.bits_of(1 << 8, 8)
