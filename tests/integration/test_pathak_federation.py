@@ -1,0 +1,161 @@
+"""A Pathak job across real processes (curator + 3 parties) with mutual TLS on loopback.
+
+Invariants: the socket path returns exactly what the in-memory driver returns for the same seeds;
+unauthenticated, foreign-CA and wrong-role callers are refused with the right status; bad input fails
+the job with a precise status and nothing is published; the services keep serving afterwards.
+"""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from mpdp.math.drbg import Drbg
+from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
+from mpdp.pathak2010 import driver, tester
+from services.cli.jobs import make_spec
+from services.client import Endpoints, OperatorClient
+from services.common import pki
+
+from .conftest import PARTIES, curator_channel, site_tls
+
+pytestmark = pytest.mark.integration
+
+
+def _seeded_spec(parties, seed: bytes, deadline: float = 120.0) -> pb.PathakJobSpec:
+    spec = make_spec("synthetic", parties, 0.9, 0.05, "corrected", deadline)
+    spec.simulation_seed = seed
+    return spec
+
+
+def test_full_job_matches_in_memory_driver(federation):
+    with OperatorClient(Endpoints.load(federation.workdir)) as client:
+        job = client.submit(_seeded_spec(PARTIES, b"socket-vs-memory"))
+        status = client.wait(job, timeout=120)
+        assert status.state == "PUBLISHED", status.detail
+        model = client.model(job)
+        assert job in client.models()
+    w_socket = tester.rebuild(model)
+    mem = driver.run_job(federation.parts, _seeded_spec(PARTIES, b"socket-vs-memory"), driver.test_curator_secrets(768, 768), party_key_bits=768)
+    w_mem = tester.rebuild(mem.model)
+    assert np.max(np.abs(w_socket - w_mem)) < 1e-12
+    X = np.random.default_rng(5).normal(size=(200, 4))
+    assert np.array_equal(tester.classify(w_socket, X), tester.classify(w_mem, X))  # Dave's predictions agree
+    assert set(model.stage_seconds) >= {"setup", "stage1", "stage2", "stage3"}
+    assert model.paillier_ops["paillier_encrypt"] > 0 and model.paillier_ops["dgk_zero_test"] > 0
+    # each party's ledger recorded the release
+    import json
+
+    for p in PARTIES:
+        entries = json.loads((federation.workdir / p / "state" / "ledger.json").read_text())["entries"]
+        assert any(e["job_id"] == job for e in entries)
+
+
+def test_refused_without_client_certificate_or_with_foreign_ca(federation, tmp_path):
+    ch = curator_channel(federation, None)  # server-verified TLS, no client certificate
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.CuratorStub(ch).ListModels(common_pb2.Ack(), timeout=10)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    ch.close()
+    other_key, other_ca = pki.make_ca("other-federation")
+    key, cert = pki.issue(other_key, other_ca, "operator", "intruder", ["127.0.0.1"])
+    pki.write_site(tmp_path / "intruder", key, cert, other_ca)
+    from services.common.rpc import TlsFiles
+
+    tls = TlsFiles(tmp_path / "intruder" / "site.crt", tmp_path / "intruder" / "site.key", federation.workdir / "ca" / "ca.crt")
+    ch = curator_channel(federation, tls)
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.CuratorStub(ch).ListModels(common_pb2.Ack(), timeout=10)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    ch.close()
+
+
+def test_wrong_role_is_permission_denied(federation):
+    ch = curator_channel(federation, site_tls(federation, "party-1"))
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.CuratorStub(ch).SubmitJob(_seeded_spec(PARTIES, b"x"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    ch.close()
+    ch = curator_channel(federation, site_tls(federation, "operator"))
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.CuratorStub(ch).AcceptJob(pb.JobAcceptance(job_id="x", dimension=4), timeout=10)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    ch.close()
+    # a party may not play Charlie towards another party
+    addr = f"127.0.0.1:{federation.procs['party-2'].port}"
+    ch = grpc.secure_channel(addr, site_tls(federation, "party-1").channel_credentials(), options=[("grpc.ssl_target_name_override", "party-2")])
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.PartyStub(ch).StartProtocol(pb.ProtocolStart(job_id="x", dimension=4), timeout=10)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    ch.close()
+
+
+def _job_with_mock(client, parties=("party-mock", "party-1", "party-2")) -> str:
+    return client.submit(_seeded_spec(list(parties), b"mock", deadline=60))
+
+
+def _assert_failed_unpublished(client, job: str, fragment: str) -> pb.JobStatus:
+    status = client.wait(job, timeout=90)
+    assert status.state == "FAILED" and fragment in status.detail, status
+    with pytest.raises(grpc.RpcError) as e:
+        client.model(job)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert job not in client.models()
+    return status
+
+
+def test_bad_input_over_the_wire_fails_the_job_cleanly(federation, mock_party):
+    stub, servicer = mock_party
+    with OperatorClient(Endpoints.load(federation.workdir)) as client:
+        # unknown job id
+        with pytest.raises(grpc.RpcError) as e:
+            stub.AcceptJob(pb.JobAcceptance(job_id="pk-nope", dimension=4), timeout=10)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        # out-of-order: Stage 3 message while Charlie awaits acceptances
+        job = _job_with_mock(client)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.SendMaskedNoise(pb.MaskedNoise(job_id=job), timeout=10)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "MaskedNoise" in e.value.details()
+        _assert_failed_unpublished(client, job, "MaskedNoise")
+        # replayed message
+        job = _job_with_mock(client)
+        stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4), timeout=10)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4), timeout=10)
+        assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        _assert_failed_unpublished(client, job, "already received")
+        # malformed (wrong-length) vector from the leader
+        job = _job_with_mock(client)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ForwardSizeRemainders(pb.SizeRemainders(job_id=job, ciphertexts=[b"\x01"] * 2), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        _assert_failed_unpublished(client, job, "K=3")
+        # the services keep serving: a normal job still publishes
+        job = client.submit(_seeded_spec(PARTIES, b"after-bad-input"))
+        assert client.wait(job, timeout=120).state == "PUBLISHED"
+
+
+def test_party_disconnecting_mid_protocol_fails_job_naming_it(federation, mock_party):
+    stub, servicer = mock_party
+    with OperatorClient(Endpoints.load(federation.workdir)) as client:
+        job = _job_with_mock(client, ("party-mock", "party-1", "party-3"))
+        ann = servicer.inbox.get(timeout=60)
+        while not (isinstance(ann, pb.JobAnnouncement) and ann.job_id == job):
+            ann = servicer.inbox.get(timeout=60)
+        federation.kill("party-3")
+        stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4), timeout=10)
+        status = _assert_failed_unpublished(client, job, "party-3")
+        assert status.problem in (common_pb2.PEER_UNREACHABLE, common_pb2.JOB_FAILED)
+        federation.restart("party-3")
+        job = client.submit(_seeded_spec(PARTIES, b"after-restart"))
+        assert client.wait(job, timeout=120).state == "PUBLISHED"
+
+
+def test_production_curator_refuses_seeded_jobs_and_small_keys(tmp_path):
+    from services.common import config as cfgmod
+    from services.curator.server import load_secrets
+
+    cfg = cfgmod.CuratorConfig(name="c", tls={"cert": "a", "key": "b", "ca": "c"}, paillier_bits=1024)
+    with pytest.raises(ValueError, match="2048"):
+        load_secrets(cfg)
