@@ -136,6 +136,22 @@ class LocalFederation:
         path.write_text(json.dumps(data, indent=2))
         return path
 
+    def wait_precomputed(self, timeout: float = 300.0) -> None:
+        """Block until every party reports its randomness pools full (health service ``mpdp.precompute``)."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        from services.common.rpc import TlsFiles
+
+        tls = TlsFiles(self.workdir / "operator" / "site.crt", self.workdir / "operator" / "site.key", self.workdir / "operator" / "ca.crt")
+        creds = tls.channel_credentials()
+        for p in self.parties:
+            with grpc.secure_channel(f"127.0.0.1:{self.procs[p].port}", creds, options=[("grpc.ssl_target_name_override", p)]) as ch:
+                stub = health_pb2_grpc.HealthStub(ch)
+                for resp in stub.Watch(health_pb2.HealthCheckRequest(service="mpdp.precompute"), timeout=timeout):
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         p = self.procs[name]
         if p.popen.poll() is None:

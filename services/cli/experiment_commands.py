@@ -4,4 +4,8 @@ from __future__ import annotations
 
 import click
 
-COMMANDS: list[click.Command] = []
+from services.cli import experiment_pathak
+
+COMMANDS: list[click.Command] = [
+    experiment_pathak.command,
+]

@@ -80,7 +80,7 @@ class PartyConfig(_Base):
     datasets: dict[str, DatasetConfig] = {}
     ledger: Path = Path("ledger.json")
     budget_epsilon: float = 10.0
-    pool_target: int = Field(600, description="Paillier randomness factors kept precomputed for Charlie's key")
+    pool_target: int = Field(256, description="Paillier randomness factors kept precomputed for Charlie's key")
 
 
 class CuratorConfig(_Base):

@@ -31,6 +31,9 @@ from mpdp.protocol import CURATOR, Peer, ProtocolError, Record, Send
 from services.common import config as cfgmod
 from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
 from services.common.runtime import Hosted
+from grpc_health.v1 import health_pb2
+
+PRECOMPUTE_HEALTH = "mpdp.precompute"  # health service name: SERVING once pools and a spare key are ready
 
 log = logging.getLogger("mpdp.party")
 
@@ -55,7 +58,7 @@ ROLES = roles_by_method(
     },
 )
 CURATOR_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Curator"])
-DGK_POOL_TARGET = 1200
+DGK_POOL_TARGET = 1200  # ≥ the leader's blinding factors for K = 5 (10 pairs × ℓ = 115)
 
 
 def curator_keys_from(msg: pb.CuratorKeys) -> CuratorPublicKeys:
@@ -64,17 +67,25 @@ def curator_keys_from(msg: pb.CuratorKeys) -> CuratorPublicKeys:
 
 
 class Precompute:
-    """Background thread that keeps randomness pools and one spare party key ξ ready (off the critical path)."""
+    """Background thread that keeps randomness pools and one spare party key ξ ready (off the critical path).
 
-    def __init__(self, resources: PartyResources, paillier_bits: int, zeta_target: int) -> None:
+    It works only while no job is running in this party (``pause``/``resume``): gmpy2 holds the GIL, so
+    filling pools during a job would slow the job down. ``on_state(ready: bool)`` reports when the pools
+    are full (the party publishes it as the health status of ``mpdp.precompute``).
+    """
+
+    def __init__(self, resources: PartyResources, paillier_bits: int, zeta_target: int, on_state=lambda ready: None) -> None:
         self.res = resources
         self.bits = paillier_bits
         self.zeta_target = zeta_target
+        self.dgk_target = DGK_POOL_TARGET
         self._spare: list[KeyPair] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
         self._stop = False
-        self.ready = threading.Event()
+        self._on_state = on_state
         resources.party_key_source = self.take_key
         self._thread = threading.Thread(target=self._run, name="mpdp-precompute", daemon=True)
         self._thread.start()
@@ -82,36 +93,54 @@ class Precompute:
     def take_key(self) -> KeyPair:
         with self._lock:
             key = self._spare.pop() if self._spare else None
-        self._wake.set()
         return key or KeyPair.generate(self.bits)
 
-    def kick(self) -> None:
+    def pause(self) -> None:
+        self._idle.clear()
+
+    def resume(self, dimension: int | None = None, comparisons: int | None = None) -> None:
+        if dimension:
+            self.zeta_target = max(self.zeta_target, 2 * dimension + 8)
+        if comparisons:
+            self.dgk_target = max(self.dgk_target, comparisons)
+        self._idle.set()
         self._wake.set()
 
     def stop(self) -> None:
         self._stop = True
+        self._idle.set()
         self._wake.set()
+
+    def _full(self) -> bool:
+        return bool(self._spare) and len(self.res.zeta_pool) >= self.zeta_target and len(self.res.dgk_pool) >= self.dgk_target
 
     def _run(self) -> None:
         while not self._stop:
+            self._idle.wait()
+            if self._stop:
+                return
+            if self._full():
+                self._on_state(True)
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            self._on_state(False)
             with self._lock:
                 need_key = not self._spare
             if need_key:
                 k = KeyPair.generate(self.bits)
                 with self._lock:
                     self._spare.append(k)
-            while len(self.res.zeta_pool) < self.zeta_target and not self._stop:
-                self.res.zeta_pool.fill(8)
-            while len(self.res.dgk_pool) < DGK_POOL_TARGET and not self._stop:
+            elif len(self.res.zeta_pool) < self.zeta_target:
+                self.res.zeta_pool.fill(4)
+            else:
                 self.res.dgk_pool.fill(32)
-            self.ready.set()
-            self._wake.wait()
-            self._wake.clear()
 
 
 class Party(pb_grpc.PartyServicer):
-    def __init__(self, cfg: cfgmod.PartyConfig, keys: CuratorPublicKeys) -> None:
+    def __init__(self, cfg: cfgmod.PartyConfig, keys: CuratorPublicKeys, on_precompute=lambda ready: None) -> None:
         self.cfg = cfg
+        self._on_precompute = on_precompute
         self.rng = Drbg.from_os()
         self.jobs: dict[str, Hosted] = {}
         self.channels = PeerChannels(cfg.tls.files())
@@ -127,7 +156,7 @@ class Party(pb_grpc.PartyServicer):
         old = getattr(self, "precompute", None)
         if old is not None:
             old.stop()
-        self.precompute = Precompute(self.resources, self.cfg.paillier_bits, self.cfg.pool_target)
+        self.precompute = Precompute(self.resources, self.cfg.paillier_bits, self.cfg.pool_target, self._on_precompute)
 
     # -- Charlie → party: a new job ----------------------------------------------------------
     async def AnnounceJob(self, request: pb.JobAnnouncement, context) -> common_pb2.Ack:
@@ -154,6 +183,7 @@ class Party(pb_grpc.PartyServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{e.problem_name}: party {self.cfg.name}: {e.detail}")
         hosted = Hosted(machine, self._route)
         hosted.addresses = dict(request.party_addresses)  # type: ignore[attr-defined]
+        self.precompute.pause()
         self.jobs[request.job_id] = hosted
         log.info("job %s announced: dataset %s, %d rows, d=%d", request.job_id, request.spec.dataset, machine.n, machine.d)
         await hosted.start(machine.start())
@@ -196,7 +226,9 @@ class Party(pb_grpc.PartyServicer):
                 self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp.write_text(self.ledger.to_json())
                 os.replace(tmp, self.ledger_path)
-        self.precompute.kick()
+        if all(h.machine.terminal for h in self.jobs.values()):
+            m = hosted.machine
+            self.precompute.resume(getattr(m, "d", None), len(m.params.pairs) * m.params.compare_bits)
 
     async def _send(self, hosted: Hosted, to: Peer, message) -> None:
         if to == CURATOR:
@@ -242,7 +274,13 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         print(f"mpdp party {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}", file=sys.stderr)
         await server.stop(0)
         raise SystemExit(2)
-    holder["party"] = Party(cfg, keys)
+    loop = asyncio.get_running_loop()
+
+    def on_precompute(ready: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        loop.call_soon_threadsafe(lambda: asyncio.ensure_future(health.set(PRECOMPUTE_HEALTH, status)))
+
+    holder["party"] = Party(cfg, keys, on_precompute)
     log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
     print(f"MPDP-READY {port}", file=ready_fd, flush=True)
     stop = asyncio.Event()

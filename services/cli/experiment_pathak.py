@@ -1,0 +1,115 @@
+"""`mpdp experiment pathak2010`: reproduce PRR10 Figure 2 (a9a, K = 5) on the mechanism path."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from mpdp.data.loaders import DatasetError
+from mpdp.experiments import pathak2010 as exp
+from mpdp.experiments.common import parse_float_list, rich_progress, to_json
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "a9a"
+DEFAULT_EPSILONS = ",".join(f"{e:g}" for e in exp.PAPER_EPSILONS)
+
+
+def _names(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = [s for s in names if s not in allowed]
+    if bad or not names:
+        raise click.BadParameter(f"unknown {what} {bad}; choose from {','.join(allowed)}")
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"duplicate {what} in {text!r}")
+    return names
+
+
+def _table(result: exp.Pathak2010Result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = result.config
+    s = result.summary()
+    table = Table(title=f"PRR10 Fig. 2, a9a, λ={c.lam:g}: mean test error ± s.e. over {c.runs} runs (path: {exp.PATH})")
+    table.add_column("method")
+    table.add_column("mode")
+    for lab in c.labels:
+        table.add_column(f"ε={lab}", justify="right")
+    table.add_column("ε=∞", justify="right")
+
+    def cells(block: dict) -> list[str]:
+        return [f"{block['mean'][lab]:.4f}±{block['sem'][lab]:.4f}" for lab in c.labels]
+
+    for mode in c.modes:
+        table.add_row("non-private all data", mode, *([""] * len(c.labels)), f"{s['nonprivate_all'][mode]['mean']:.4f}")
+        table.add_row("DP all data", mode, *cells(s["dp_all"][mode]), "")
+        for split in c.splits:
+            npa = s["nonprivate_aggregate"][split][mode]
+            table.add_row(f"DP aggregate {split} (n₍₁₎={exp.smallest(split)})", mode, *cells(s[split][mode]),
+                          f"{npa['mean']:.4f}±{npa['sem']:.4f}")
+    console = Console()
+    console.print(table)
+    for mode in c.modes:
+        g = s["settings"]["guarantee"][mode]["aggregate"]
+        console.print(f"[bold]{mode}[/bold]: {g['statement']}")
+    console.print(f"majority rate (test): {s['majority_rate_test']:.4f}; wall time {result.wall_seconds:.1f} s")
+
+
+@click.command("pathak2010")
+@click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DATA, show_default=True,
+              help="Folder holding a9a.gz and a9a.t.gz (LIBSVM a9a; loaded with n_features=123).")
+@click.option("--lambda", "lam", type=click.FloatRange(min=0, min_open=True), default=exp.PAPER_LAMBDA, show_default=True,
+              help="Regularisation λ. corrected mode trains with (λ/2)‖w‖², paper mode with λ‖w‖² (the paper ran λ=1).")
+@click.option("--epsilons", default=DEFAULT_EPSILONS, show_default=True,
+              help="Comma-separated ε grid; results are keyed by ε exactly as written here.")
+@click.option("--runs", type=click.IntRange(min=1), default=exp.PAPER_RUNS, show_default=True,
+              help="Runs per point (fresh random split and fresh noise each run).")
+@click.option("--splits", default=",".join(exp.SPLIT_NAMES), show_default=True,
+              help="Comma-separated subset of even (n₍₁₎=6512), 15pct (4884), 10pct (3256).")
+@click.option("--modes", default="corrected,paper", show_default=True,
+              help="Noise modes: corrected (spherical, provable ε-DP) and/or paper (as published).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed for the splits and the seeded noise generators (simulation: reproducible, not private).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes (runs are distributed; each worker uses one BLAS thread).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/pathak2010"), show_default=True,
+              help="Output folder for the CSV, JSON and PNG (file names carry λ).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (errors, std errors, settings) to stdout instead of a table.")
+def pathak2010(data_dir: Path, lam: float, epsilons: str, runs: int, splits: str, modes: str, seed: int, workers: int,
+               out_dir: Path, as_json: bool) -> None:
+    """PRR10 Figure 2: test error of the DP aggregate classifier on a9a vs ε (K=5, three splits, both modes)."""
+    try:
+        grid = parse_float_list(epsilons)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--epsilons") from e
+    if any(v <= 0 for _, v in grid):
+        raise click.BadParameter("every ε must be positive", param_hint="--epsilons")
+    config = exp.Pathak2010Config(
+        lam=lam,
+        epsilons=tuple(v for _, v in grid),
+        epsilon_labels=tuple(lab for lab, _ in grid),
+        runs=runs,
+        splits=_names(splits, exp.SPLIT_NAMES, "splits"),
+        modes=_names(modes, ("corrected", "paper"), "modes"),  # type: ignore[arg-type]
+        seed=seed,
+        workers=workers,
+    )
+    try:
+        data = exp.load_a9a(data_dir)
+    except DatasetError as e:
+        raise click.ClickException(str(e)) from e
+    with rich_progress(f"pathak2010 λ={lam:g}", enabled=not as_json) as progress:
+        result = exp.run_pathak2010(data, config, progress)
+    files = result.write(out_dir)
+    if as_json:
+        summary = result.summary()
+        summary["files"] = {k: str(v) for k, v in files.items()}
+        sys.stdout.write(to_json(summary) + "\n")
+        return
+    _table(result)
+    click.echo("wrote " + ", ".join(str(p) for p in files.values()))
+
+
+command = pathak2010
