@@ -80,9 +80,12 @@ class LocalFederation:
         self.write_endpoints()
 
     def restart(self, name: str, timeout: float = 120.0) -> None:
-        """Start a stopped process again with the same config (e.g. after a crash test)."""
+        """Start a stopped process again with the same config on the same port (e.g. after a crash test)."""
         old = self.procs[name]
         cfg = self.workdir / name / ("curator.yaml" if old.role == "curator" else "party.yaml")
+        data = yaml.safe_load(cfg.read_text())
+        data["listen"] = f"127.0.0.1:{old.port}"
+        _write_yaml(cfg, data)
         proc = self._spawn(name, old.role, cfg, [])
         self.procs[name] = proc
         self._wait_ready([proc], timeout)

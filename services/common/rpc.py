@@ -182,7 +182,14 @@ class PeerChannels:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=response_type.FromString,
         )
-        return await rpc(request, timeout=timeout)
+        try:
+            return await rpc(request, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
+                # drop the channel: a new one reconnects at once instead of waiting out gRPC's backoff
+                self._channels.pop((address, site), None)
+                await ch.close()
+            raise
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._channels.values()), return_exceptions=True)

@@ -7,6 +7,7 @@ Servicer methods only look up the job, feed its machine and forward what comes o
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets as pysecrets
@@ -84,7 +85,10 @@ class Curator(pb_grpc.CuratorServicer):
         self.secrets = secrets
         self.rng = Drbg.from_os()
         self.registry = ModelRegistry(Path(cfg.state_dir) / "models")
+        self._parties_file = Path(cfg.state_dir) / "parties.json"
         self.addresses: dict[str, str] = dict(cfg.parties)
+        if self._parties_file.exists():  # registrations survive a restart
+            self.addresses.update(json.loads(self._parties_file.read_text()))
         self.jobs: dict[str, Hosted] = {}
         self.channels = PeerChannels(cfg.tls.files())
         pub = secrets.public
@@ -149,6 +153,9 @@ class Curator(pb_grpc.CuratorServicer):
         if not request.address or ":" not in request.address:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED: address must be host:port")
         self.addresses[ident.name] = request.address
+        tmp = self._parties_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.addresses, indent=2))
+        os.replace(tmp, self._parties_file)
         log.info("party %s registered at %s", ident.name, request.address)
         return self.keys_msg
 

@@ -159,3 +159,17 @@ def test_production_curator_refuses_seeded_jobs_and_small_keys(tmp_path):
     cfg = cfgmod.CuratorConfig(name="c", tls={"cert": "a", "key": "b", "ca": "c"}, paillier_bits=1024)
     with pytest.raises(ValueError, match="2048"):
         load_secrets(cfg)
+
+
+def test_curator_restart_keeps_published_models_and_serves_new_jobs(federation):
+    with OperatorClient(Endpoints.load(federation.workdir)) as client:
+        job = client.submit(_seeded_spec(PARTIES, b"before-restart"))
+        assert client.wait(job, timeout=120).state == "PUBLISHED"
+        before = client.model(job)
+    federation.kill("curator")
+    federation.restart("curator")
+    with OperatorClient(Endpoints.load(federation.workdir)) as client:
+        assert client.model(job) == before
+        assert job in client.models()
+        job2 = client.submit(_seeded_spec(PARTIES, b"after-curator-restart"))  # new keys reach the parties in the announcement
+        assert client.wait(job2, timeout=120).state == "PUBLISHED"
