@@ -1,0 +1,153 @@
+"""The aggregator of DCA — Charlie, the curator that owns the job (spec dca.md §4.3 step 4).
+
+Charlie announces the job to the M compute nodes, tells them when the deadline has passed, takes the M
+partial sums q_k, checks that every node summed the same agreed set A (same |A|, same digest) and that
+|A| ≥ N − T, adds the q_k mod 2^64 and decodes Σ_{i∈A} (z_i + η_i). He sees nothing else: no client's
+message and no node's per-client data (the transcript test in tests/dca checks it). When the check fails
+nothing is released; :meth:`AggregatorMachine.dp_sum` raises the named error
+(:class:`~mpdp.dca.errors.InsufficientNoise` when too few clients made it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mpdp.dca import mechanism, sharing, states
+from mpdp.dca.engine import DcaMachine
+from mpdp.dca.params import MODE_ENUM, TRUST_MODEL, DcaParams
+from mpdp.math.fixedpoint import decode_u64
+from mpdp.messages import common_pb2, dca_pb2 as pb
+from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, Publish, RemoteProtocolError, Send, require
+
+
+class AggregatorMachine(DcaMachine):
+    """Charlie for one job. States: MUST_ANNOUNCE → AWAIT_PARTIAL_SUMS → RELEASED (or FAILED)."""
+
+    ROLE = states.AGGREGATOR
+
+    def __init__(
+        self,
+        params: DcaParams,
+        *,
+        node_addresses: dict[str, str] | None = None,
+        record: bool = True,
+    ) -> None:
+        super().__init__(params.job_id, CURATOR, record=record)
+        self.params = params
+        self.spec = params.to_spec()
+        self.node_addresses = dict(node_addresses or {n: "" for n in params.nodes})
+        self._sums: dict[int, pb.PartialSum] = {}
+        self._closed = False
+        self._release: pb.DpSum | None = None
+
+    # -- public ----------------------------------------------------------------------------------------
+    def announcement(self) -> pb.DcaJobAnnouncement:
+        """What nodes get at start and clients fetch with GetJob."""
+        return pb.DcaJobAnnouncement(job_id=self.job_id, spec=self.spec, node_addresses=self.node_addresses)
+
+    def announce(self) -> list[Output]:
+        """Setup: send the job to every compute node."""
+        return self._local("announce")
+
+    def close_submissions(self) -> list[Output]:
+        """The deadline passed: tell every node to close its received set (idempotent)."""
+        return self._local("close")
+
+    def dp_sum(self) -> pb.DpSum:
+        """The release (GetRelease); raises the job's error (e.g. InsufficientNoise) if it failed."""
+        if self._release is not None:
+            return self._release
+        if self.error is not None:
+            raise self.error
+        raise RemoteProtocolError(Problem.STEP_OUT_OF_ORDER, f"job {self.job_id} is not released yet (state {self.state})")
+
+    def status(self) -> pb.DcaJobStatus:
+        st = pb.DcaJobStatus(job_id=self.job_id, state=self.state, nodes_reported=len(self._sums), terminal=self.terminal)
+        if self._release is not None:
+            st.clients_included = self._release.clients_included
+        if self.error is not None:
+            st.problem, st.detail = self.error.problem, self.error.detail
+        return st
+
+    # -- engine hooks ------------------------------------------------------------------------------------
+    def _sender_kind(self, sender: Peer, message: Any) -> str | None:
+        return "node" if sender.role == "compute_node" and sender.name in self.params.nodes else None
+
+    def _abort_notices(self, e: ProtocolError) -> list[Output]:
+        return self._abort(e, [Peer("compute_node", n) for n in self.params.nodes])
+
+    def _joint_event(self) -> str | None:
+        if self.state == "AWAIT_PARTIAL_SUMS" and len(self._sums) == self.params.M:
+            return "release"
+        return None
+
+    def _release_memory(self) -> None:
+        self._sums.clear()
+
+    # -- handlers ------------------------------------------------------------------------------------------
+    def _on_announce(self) -> list[Output]:
+        ann = self.announcement()
+        return [Send(Peer("compute_node", n), ann) for n in self.params.nodes]
+
+    def _on_close(self) -> list[Output]:
+        if self._closed:
+            return []
+        self._closed = True
+        msg = pb.SubmissionsClose(job_id=self.job_id)
+        return [Send(Peer("compute_node", n), msg) for n in self.params.nodes if self.params.nodes.index(n) not in self._sums]
+
+    def _on_PartialSum(self, sender: Peer, msg: pb.PartialSum) -> list[Output]:
+        k = self.params.nodes.index(sender.name)
+        if k in self._sums:
+            raise RemoteProtocolError(Problem.REPLAY, f"{sender} already sent its partial sum")
+        d = self.params.dimension
+        require(len(msg.partial_sum) == 8 * d, Problem.MALFORMED, f"q_k must be 8·d = {8 * d} bytes, got {len(msg.partial_sum)}")
+        require(len(msg.agreed_set_digest) == 32, Problem.MALFORMED, "the agreed-set digest must be 32 bytes")
+        require(msg.clients_included <= self.params.clients, Problem.MALFORMED, f"{sender} claims {msg.clients_included} > N = {self.params.clients} clients")
+        self._sums[k] = msg
+        return []
+
+    def _on_release(self) -> list[Output]:
+        """Step 4: check agreement and noise, Σ_k q_k mod 2^64, decode."""
+        prm = self.params
+        first = self._sums[0]
+        for k, s in self._sums.items():
+            if s.clients_included != first.clients_included or s.agreed_set_digest != first.agreed_set_digest:
+                raise RemoteProtocolError(
+                    Problem.JOB_FAILED,
+                    f"compute nodes disagree on the agreed set: {prm.nodes[0]} has {first.clients_included} clients, "
+                    f"{prm.nodes[k]} has {s.clients_included} (or a different digest); nothing is released",
+                )
+        included = first.clients_included
+        mechanism.require_enough_clients(included, prm.clients, prm.max_missing)
+        total = sharing.ring_sum(np.stack([sharing.unpack_u64(self._sums[k].partial_sum, prm.dimension) for k in range(prm.M)]))
+        g = prm.guarantee
+        release = pb.DpSum(
+            job_id=self.job_id,
+            values=decode_u64(total, prm.frac_bits).tolist(),
+            encoded_sum=sharing.pack_u64(total),
+            dimension=prm.dimension,
+            clients_expected=prm.clients,
+            clients_included=included,
+            max_missing=prm.max_missing,
+            compute_nodes=prm.M,
+            mode=MODE_ENUM[prm.mode],
+            epsilon=prm.epsilon,
+            delta=prm.delta,
+            sensitivity=prm.sensitivity,
+            sigma_std=prm.sigma_std,
+            sigma_client=prm.sigma_client,
+            noise_variance=included * prm.sigma_client**2,
+            guarantee=common_pb2.Guarantee(**g.as_dict()),
+            fractional_bits=prm.frac_bits,
+            seeded=prm.seeded,
+            trust_model=TRUST_MODEL,
+            agreed_set_digest=first.agreed_set_digest,
+            seed_compressed=prm.seed_compressed,
+            purpose=prm.purpose,
+        )
+        self._release = release
+        self._sums.clear()
+        return [Publish(release)]

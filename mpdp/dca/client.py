@@ -1,0 +1,168 @@
+"""Client i of DCA (spec dca.md §4.3 steps 1–2): clip, add noise, encode, share, send.
+
+:class:`ClientMachine` is one client on one device: it holds z_i and its own Drbg, and ``submit()``
+returns the M messages m_{i,k} (one :class:`~mpdp.messages.dca_pb2.ClientShare` per node) plus the
+ledger record. :class:`ClientCohort` simulates many clients in one process for the in-memory driver
+and benchmarks: the same clipping, noise, encoding and sharing, vectorised over clients, drawn from
+one Drbg and emitted as per-node :class:`~mpdp.messages.dca_pb2.ShareBatch` messages.
+
+What the client guarantees by itself: |z_ij| ≤ c_j (it clips — clipping is the guarantee, decision 2),
+its noise is N(0, σ_client²) from a CSPRNG, and any M − 1 of its messages are uniform (§4.3 step 2).
+What it cannot check: the declared Δ₂ (the job's claim about its statistics, e.g. §4.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from mpdp.dca import mechanism, sharing, states
+from mpdp.dca.engine import DcaMachine
+from mpdp.dca.errors import InvalidJob
+from mpdp.dca.params import DcaParams, valid_client_id
+from mpdp.math.drbg import Drbg
+from mpdp.math.fixedpoint import EncodingOverflow, encode_u64
+from mpdp.messages import dca_pb2 as pb
+from mpdp.protocol import LocalProtocolError, Output, Peer, Problem, Record, Send
+
+
+def node_peer(name: str) -> Peer:
+    return Peer("compute_node", name)
+
+
+def check_seeding(params: DcaParams, rng: Drbg) -> None:
+    """A seeded (non-secret) generator may only serve a job marked as a simulation (decision 4)."""
+    if rng.seeded and not params.seeded:
+        raise InvalidJob("a seeded Drbg makes the release non-private, but the job carries no simulation seed")
+
+
+def contributions(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 1 for one client (z of shape (d,)) or many ((n, d)): returns (clipped z, η, u = enc(z + η)).
+
+    η ~ N(0, σ_client²) per coordinate (:func:`mpdp.dca.mechanism.client_noise`); enc has f fractional bits
+    into Z_2^64 and refuses values beyond :attr:`DcaParams.encode_bound`.
+    """
+    z = np.asarray(z, dtype=np.float64)
+    if z.shape[-1:] != (params.dimension,) or z.ndim not in (1, 2):
+        raise InvalidJob(f"z must have shape (d,) or (n, d) with d = {params.dimension}, got {z.shape}")
+    if not np.all(np.isfinite(z)):
+        raise InvalidJob("z holds NaN or infinite values")
+    c = params.clip_vector()
+    clipped = np.clip(z, -c, c)
+    eta = mechanism.client_noise(rng, clipped.shape, params.sigma_client)
+    try:
+        u = encode_u64(clipped + eta, params.frac_bits, params.encode_bound)
+    except EncodingOverflow as e:  # only a ~2^50-sigma noise draw gets here; data-independent
+        raise LocalProtocolError(Problem.INTERNAL, f"encoding overflow: {e}") from None
+    return clipped, eta, u
+
+
+class ClientMachine(DcaMachine):
+    """Client i for one job. States: MUST_SEND_SHARES → DONE (table :data:`mpdp.dca.states.TABLE`)."""
+
+    ROLE = states.CLIENT
+
+    def __init__(self, params: DcaParams, client_id: str, z: np.ndarray, rng: Drbg, *, keep_noise: bool = False, record: bool = True) -> None:
+        super().__init__(params.job_id, Peer("party", client_id), record=record)
+        if not valid_client_id(client_id):
+            raise InvalidJob(f"client id must be 1..256 UTF-8 bytes, got {client_id!r}")
+        if params.roster and client_id not in set(params.roster):
+            raise InvalidJob(f"client {client_id!r} is not on the roster of job {params.job_id}")
+        check_seeding(params, rng)
+        self.params = params
+        self.client_id = client_id
+        self._z = np.array(z, dtype=np.float64)
+        if self._z.shape != (params.dimension,):
+            raise InvalidJob(f"z must have shape ({params.dimension},), got {self._z.shape}")
+        self._rng = rng.child(f"dca/{params.job_id}")
+        self.keep_noise = keep_noise
+        self.noise: np.ndarray | None = None  # η_i, kept only with keep_noise (tests)
+        self.encoded: np.ndarray | None = None  # u_i, kept only with keep_noise (tests)
+
+    def _sender_kind(self, sender: Peer, message: object) -> str | None:
+        return None  # a client takes no messages
+
+    def submit(self) -> list[Output]:
+        """Steps 1–2: the M messages m_{i,k} (Send to node k) and the ledger record."""
+        return self._local("submit")
+
+    def _on_submit(self) -> list[Output]:
+        prm = self.params
+        _, eta, u = contributions(prm, self._z, self._rng.child("noise"))
+        masks_rng = self._rng.child("masks")
+        out: list[Output] = []
+        if prm.seed_compressed:
+            m0, seeds = sharing.share_u64_seeded(u, prm.M, masks_rng)
+            out.append(Send(node_peer(prm.nodes[0]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(m0))))
+            for k in range(1, prm.M):
+                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, mask_seed=seeds[k - 1][0])))
+        else:
+            shares = sharing.share_u64(u, prm.M, masks_rng)
+            for k in range(prm.M):
+                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(shares[k]))))
+        if self.keep_noise:
+            self.noise, self.encoded = eta, u
+        self._z[:] = 0.0  # the client's data is not needed any more
+        out.append(Record(prm.ledger_entry()))
+        return out
+
+
+@dataclass
+class CohortBatch:
+    """One batch of simulated clients: per-node ShareBatch messages and, with keep_noise, their contributions."""
+
+    client_ids: list[str]
+    batches: list[pb.ShareBatch]  # batches[k] goes to node k
+    clipped: np.ndarray | None
+    noise: np.ndarray | None
+    encoded: np.ndarray | None
+
+
+class ClientCohort:
+    """Many simulated clients in one process (driver, benchmarks). Not a deployment role: one Drbg feeds all
+    of them, so it is only as private as that generator; ``lost`` drops chosen (client, node) messages."""
+
+    def __init__(self, params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, *, keep_noise: bool = False) -> None:
+        check_seeding(params, rng)
+        Z = np.asarray(Z, dtype=np.float64)
+        if Z.shape != (len(client_ids), params.dimension):
+            raise InvalidJob(f"Z must have shape ({len(client_ids)}, {params.dimension}), got {Z.shape}")
+        if len(set(client_ids)) != len(client_ids):
+            raise InvalidJob("client ids must be distinct")
+        self.params = params
+        self.client_ids = list(client_ids)
+        self.Z = Z
+        self.rng = rng.child(f"dca/{params.job_id}/cohort")
+        self.keep_noise = keep_noise
+
+    def batches(self, batch_size: int, lost: set[tuple[int, int]] | None = None) -> Iterator[CohortBatch]:
+        """Yield the cohort in batches of ``batch_size`` clients (indices into client_ids, in order)."""
+        prm = self.params
+        lost = lost or set()
+        for start in range(0, len(self.client_ids), batch_size):
+            stop = min(start + batch_size, len(self.client_ids))
+            ids = self.client_ids[start:stop]
+            clipped, eta, u = contributions(prm, self.Z[start:stop], self.rng.child(f"noise/{start}"))
+            masks_rng = self.rng.child(f"masks/{start}")
+            msgs: list[pb.ShareBatch] = []
+            if prm.seed_compressed:
+                m0, seeds = sharing.share_u64_seeded(u, prm.M, masks_rng)
+                keep = _kept(start, stop, 0, lost)
+                msgs.append(pb.ShareBatch(job_id=prm.job_id, client_ids=[ids[j] for j in keep], masked_vectors=sharing.pack_u64(m0[keep])))
+                for k in range(1, prm.M):
+                    keep = _kept(start, stop, k, lost)
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, client_ids=[ids[j] for j in keep], mask_seeds=b"".join(seeds[k - 1][j] for j in keep)))
+            else:
+                shares = sharing.share_u64(u, prm.M, masks_rng)
+                for k in range(prm.M):
+                    keep = _kept(start, stop, k, lost)
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, client_ids=[ids[j] for j in keep], masked_vectors=sharing.pack_u64(shares[k][keep])))
+            yield CohortBatch(ids, msgs, clipped if self.keep_noise else None, eta if self.keep_noise else None, u if self.keep_noise else None)
+
+
+def _kept(start: int, stop: int, k: int, lost: set[tuple[int, int]]) -> list[int]:
+    if not lost:
+        return list(range(stop - start))
+    return [j for j in range(stop - start) if (start + j, k) not in lost]

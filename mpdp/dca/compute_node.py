@@ -1,0 +1,327 @@
+"""Compute node k of DCA (spec dca.md §4.3 step 3 and "fault tolerance"; decision 8).
+
+Node k takes clients' messages m_{i,k}, agrees with the other nodes on A = ∩_l R_l (R_l: the clients
+whose message reached node l) and sends the aggregator q_k = Σ_{i∈A} m_{i,k} mod 2^64 — never a sum that
+includes a client missing at another node, and nothing at all when |A| < N − T (Thm 1: the noise would
+fall short; :class:`~mpdp.dca.errors.InsufficientNoise`).
+
+Agreement (ours). Each node reports R_k to every other node as disjoint deltas
+(:class:`~mpdp.messages.dca_pb2.ReceivedClients`, numbered), after every ShareBatch and every
+``report_every`` single shares, and a final report when it closes (deadline, the curator's
+SubmissionsClose, or N clients received). A node tracks, per client id, the bitmask of nodes known to hold
+that client's message. A client whose bitmask is full is in A for good (sets only grow, and a node's final
+set contains all it reported), so its share is folded into the O(d) running sum at once. Shares of clients
+not yet confirmed wait in a pending buffer; at agreement the buffer holds exactly R_k \\ A, which is
+discarded. The final report carries |R_k| and a digest of R_k; the receiver checks both, and the partial
+sum carries a digest of A, which the aggregator compares across nodes.
+
+Memory per job (the trade-off, stated): O(d) for the running sum; O(N) client ids with their bitmasks
+(needed for replay detection and for A); plus the pending buffer — 8·d bytes per unconfirmed client
+holding a full vector, 32 bytes per unconfirmed client holding a seed (seed-compressed jobs, nodes k ≥ 1).
+Unconfirmed = received here, not yet reported by every other node, so with timely reports the buffer holds
+about one reporting window of clients, not N; ``peak_pending`` records its high-water mark. If peers never
+report before closing, the buffer degrades to O(N·d) (or O(32·N) on seed nodes). Alternatives rejected:
+keeping every share until the end (always O(N·d)); folding at once and subtracting excluded clients later
+(impossible on the full-vector node: it cannot re-derive u_i + r_{i,0}).
+
+Submissions from clients and routers are validated per client: a bad one is rejected (REPLAY, MALFORMED
+for a wrong length — i.e. wrong dimension — or the wrong share kind, WRONG_ROLE for a client not on the
+roster or submitting for another client, STEP_OUT_OF_ORDER once submissions are closed or N clients are in)
+and leaves the machine unchanged. A bad message from another node fails the job (see :mod:`mpdp.dca.engine`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mpdp.dca import mechanism, sharing, states
+from mpdp.dca.agreement import ClientBook
+from mpdp.dca.engine import DcaMachine, Reply
+from mpdp.dca.params import DcaParams, valid_client_id
+from mpdp.messages import dca_pb2 as pb
+from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Send, require
+
+DEFAULT_REPORT_EVERY = 256
+MALFORMED, REPLAY, WRONG_ROLE, STEP_OUT_OF_ORDER = Problem.MALFORMED, Problem.REPLAY, Problem.WRONG_ROLE, Problem.STEP_OUT_OF_ORDER
+
+
+class ComputeNodeMachine(DcaMachine):
+    """Node k for one job. States: AWAIT_SHARES → AWAIT_RECEIVED_SETS → RELEASED (or FAILED)."""
+
+    ROLE = states.COMPUTE_NODE
+
+    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True) -> None:
+        super().__init__(params.job_id, Peer("compute_node", name), record=record)
+        self.params = params
+        self.k = params.node_index(name)
+        self.d = params.dimension
+        self.report_every = max(1, report_every)
+        self.takes_seeds = params.node_gets_seed(self.k)
+        self._bit = 1 << self.k
+        self._peers = [p for p in range(params.M) if p != self.k]
+        self._book = ClientBook(params.M, self.k, self.d, params.roster)
+        self.received = 0  # |R_k|
+        self.confirmed = 0  # clients folded into the running sum (every node holds them)
+        self._running = np.zeros(self.d, dtype=np.uint64)
+        self._unreported: list[str] = []
+        self._sent_seq = 0
+        # peers' reports of their received sets
+        self._peer_seqs: dict[int, set[int]] = {p: set() for p in self._peers}
+        self._peer_count: dict[int, int] = {p: 0 for p in self._peers}
+        self._peer_final: dict[int, pb.ReceivedClients] = {}
+        self._peer_done: set[int] = set()
+        self.agreed_ids: tuple[str, ...] | None = None
+        self._partial: pb.PartialSum | None = None
+
+    @classmethod
+    def from_announcement(cls, name: str, announcement: pb.DcaJobAnnouncement, **kw: Any) -> "ComputeNodeMachine":
+        return cls(DcaParams.from_spec(announcement.job_id, announcement.spec), name, **kw)
+
+    # -- public ------------------------------------------------------------------------------------
+    def close(self) -> list[Output]:
+        """Stop taking shares (the node's own deadline) and send the final R_k to every other node."""
+        return self._local("close")
+
+    def flush_reports(self) -> list[Output]:
+        """Report the clients received since the last report now (e.g. on a timer, to bound pending memory)."""
+        if self.state != "AWAIT_SHARES":
+            return []
+        return self._report(final=False)
+
+    def partial_sum(self) -> pb.PartialSum:
+        """q_k once released (GetPartialSum); raises the job's error if it failed, STEP_OUT_OF_ORDER before."""
+        if self._partial is not None:
+            return self._partial
+        if self.error is not None:
+            raise self.error
+        raise RemoteProtocolError(STEP_OUT_OF_ORDER, f"node {self.me.name} has not released q_k yet (state {self.state})")
+
+    @property
+    def pending(self) -> int:
+        """Shares held back: received here, not yet known to be held by every node."""
+        return self._book.pending
+
+    @property
+    def peak_pending(self) -> int:
+        return self._book.peak_pending
+
+    # -- engine hooks ---------------------------------------------------------------------------------
+    def _sender_kind(self, sender: Peer, message: Any) -> str | None:
+        if sender.role == "compute_node":
+            return "node" if sender.name in self.params.nodes and sender.name != self.me.name else None
+        return {"curator": "curator", "operator": "router", "party": "client"}.get(sender.role)
+
+    def _abort_notices(self, e: ProtocolError) -> list[Output]:
+        return self._abort(e, [CURATOR] + [Peer("compute_node", self.params.nodes[p]) for p in self._peers])
+
+    def _joint_event(self) -> str | None:
+        if self.state == "AWAIT_SHARES" and self.received >= self.params.clients:
+            return "close"
+        if self.state == "AWAIT_RECEIVED_SETS" and len(self._peer_done) == len(self._peers):
+            return "agreement"
+        return None
+
+    def _release_memory(self) -> None:
+        self._book.drop_pending()
+        self._running = np.zeros(self.d, dtype=np.uint64)
+
+    # -- step 2: shares ----------------------------------------------------------------------------------
+    def _on_ClientShare(self, sender: Peer, msg: pb.ClientShare) -> list[Output]:
+        cid = msg.client_id
+        if sender.role == "party" and sender.name != cid:
+            raise RemoteProtocolError(WRONG_ROLE, f"{sender} cannot submit for client {cid!r}")
+        look = self._book.lookup([cid])
+        problem = self._client_problem(cid, int(look[0]))
+        if problem:
+            raise RemoteProtocolError(*problem)
+        kind = msg.WhichOneof("share")
+        if self.takes_seeds:
+            require(kind == "mask_seed", MALFORMED, f"node {self.me.name} takes 32-byte mask seeds in this job, got {kind}")
+            require(len(msg.mask_seed) == sharing.SEED_BYTES, MALFORMED, f"a mask seed must be {sharing.SEED_BYTES} bytes, got {len(msg.mask_seed)}")
+            self._accept([cid], look, None, [msg.mask_seed])
+        else:
+            require(kind == "masked_vector", MALFORMED, f"node {self.me.name} takes masked vectors in this job, got {kind}")
+            require(
+                len(msg.masked_vector) == 8 * self.d,
+                MALFORMED,
+                f"wrong dimension: m_(i,k) must be 8·d = {8 * self.d} bytes (d = {self.d}), got {len(msg.masked_vector)}",
+            )
+            self._accept([cid], look, sharing.unpack_u64(msg.masked_vector, self.d)[None, :], None)
+        out: list[Output] = [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=1))]
+        if len(self._unreported) >= self.report_every:
+            out += self._report(final=False)
+        return out
+
+    def _client_problem(self, cid: str, index: int) -> tuple[int, str] | None:
+        if not valid_client_id(cid):
+            return MALFORMED, "client id must be 1..256 UTF-8 bytes"
+        if index < 0 and self._book.closed_roster:
+            return WRONG_ROLE, f"client {cid!r} is not on the roster of job {self.job_id}"
+        if index >= 0 and self._book.bits(np.array([index]))[0] & self._bit:
+            return REPLAY, f"client {cid!r} already submitted to node {self.me.name}"
+        return None
+
+    def _on_ShareBatch(self, sender: Peer, msg: pb.ShareBatch) -> list[Output]:
+        ids = list(msg.client_ids)
+        n = len(ids)
+        kind = msg.WhichOneof("shares")
+        rows: np.ndarray | None = None
+        seeds: list[bytes] | None = None
+        if n and self.takes_seeds:
+            require(kind == "mask_seeds", MALFORMED, f"node {self.me.name} takes mask seeds in this job, got {kind}")
+            require(len(msg.mask_seeds) == sharing.SEED_BYTES * n, MALFORMED, f"{n} mask seeds must be {sharing.SEED_BYTES * n} bytes, got {len(msg.mask_seeds)}")
+            seeds = sharing.split_seeds(msg.mask_seeds, n)
+        elif n:
+            require(kind == "masked_vectors", MALFORMED, f"node {self.me.name} takes masked vectors in this job, got {kind}")
+            require(
+                len(msg.masked_vectors) == 8 * self.d * n,
+                MALFORMED,
+                f"wrong dimension: {n} vectors of d = {self.d} must be {8 * self.d * n} bytes, got {len(msg.masked_vectors)}",
+            )
+            rows = sharing.unpack_u64(msg.masked_vectors, self.d, n)
+        elif msg.masked_vectors or msg.mask_seeds:
+            raise RemoteProtocolError(MALFORMED, "a batch without client ids must carry no shares")
+        room = self.params.clients - self.received
+        look = self._book.lookup(ids)
+        receipt = pb.ShareReceipt(job_id=self.job_id)
+        clean = (
+            n <= room
+            and len(set(ids)) == n
+            and all(0 < len(c) <= 64 for c in ids)
+            and not (self._book.closed_roster and bool((look < 0).any()))
+            and not bool((self._book.bits(look) & self._bit).any())
+        )
+        if clean:
+            keep = list(range(n))
+        else:  # per-client accounting
+            keep = []
+            in_batch: set[str] = set()
+            for j, cid in enumerate(ids):
+                problem = self._client_problem(cid, int(look[j]))
+                if problem is None and cid in in_batch:
+                    problem = (REPLAY, f"client {cid!r} appears twice in one batch")
+                if problem is None and len(keep) >= room:
+                    problem = (STEP_OUT_OF_ORDER, f"node {self.me.name} already holds N = {self.params.clients} clients' shares")
+                if problem is not None:
+                    receipt.rejected.add(client_id=cid, problem=problem[0], detail=problem[1])
+                    continue
+                in_batch.add(cid)
+                keep.append(j)
+        if keep:
+            whole = len(keep) == n
+            self._accept(
+                ids if whole else [ids[j] for j in keep],
+                look if whole else look[keep],
+                None if rows is None else (rows if whole else rows[keep]),
+                None if seeds is None else (seeds if whole else [seeds[j] for j in keep]),
+            )
+        receipt.accepted = len(keep)
+        return [Reply(receipt)] + self._report(final=False)
+
+    def _accept(self, cids: list[str], look: np.ndarray, rows: np.ndarray | None, seeds: list[bytes] | None) -> None:
+        """Commit accepted shares: fold those every node already holds, hold back the rest."""
+        idx = self._book.admit(cids, look)
+        full_now = self._book.mark(idx, self._bit)
+        now = np.flatnonzero(full_now)
+        later = np.flatnonzero(~full_now)
+        self.received += len(cids)
+        self._unreported.extend(cids)
+        if now.size:
+            self.confirmed += now.size
+            if rows is not None:
+                self._running += sharing.ring_sum(rows if now.size == len(cids) else rows[now])
+            else:
+                assert seeds is not None
+                self._running += sharing.ring_sum(sharing.expand_seeds([seeds[j] for j in now.tolist()], self.d))
+        if later.size:
+            if rows is not None:
+                self._book.hold_rows(idx[later], rows[later])
+            else:
+                assert seeds is not None
+                self._book.hold_seeds(idx[later], [seeds[j] for j in later.tolist()])
+
+    # -- fault tolerance: received sets -------------------------------------------------------------
+    def _report(self, *, final: bool) -> list[Output]:
+        if not final and not self._unreported:
+            return []
+        msg = pb.ReceivedClients(job_id=self.job_id, sequence=self._sent_seq, client_ids=self._unreported, final=final)
+        if final:
+            msg.total = self.received
+            msg.digest = sharing.set_digest(self._book.holders(self._bit))
+        self._sent_seq += 1
+        self._unreported = []
+        return [Send(Peer("compute_node", self.params.nodes[p]), msg) for p in self._peers]
+
+    def _on_ReceivedClients(self, sender: Peer, msg: pb.ReceivedClients) -> list[Output]:
+        p = self.params.nodes.index(sender.name)
+        seqs = self._peer_seqs[p]
+        if msg.sequence in seqs:
+            raise RemoteProtocolError(REPLAY, f"received-set report {msg.sequence} from {sender} was already taken")
+        final = self._peer_final.get(p)
+        require(final is None or msg.sequence < final.sequence, MALFORMED, f"{sender} reported after its final set")
+        if msg.final:
+            require(final is None, MALFORMED, f"{sender} sent two final sets")
+            require(not seqs or max(seqs) < msg.sequence, MALFORMED, f"{sender}'s final set must carry the last sequence number")
+            require(len(msg.digest) == 32, MALFORMED, "a final received set needs a 32-byte digest")
+        ids = list(msg.client_ids)
+        bit = 1 << p
+        # validate everything before committing anything
+        if len(set(ids)) != len(ids):
+            raise RemoteProtocolError(MALFORMED, f"{sender} repeated a client id in one report")
+        if not all(0 < len(c) <= 64 for c in ids):
+            bad = [cid for cid in ids if not valid_client_id(cid)]
+            if bad:
+                raise RemoteProtocolError(MALFORMED, f"{sender} reported an invalid client id {bad[0]!r}")
+        look = self._book.lookup(ids)
+        if self._book.closed_roster and bool((look < 0).any()):
+            raise RemoteProtocolError(MALFORMED, f"{sender} reported a client who is not on the roster")
+        if bool((self._book.bits(look) & bit).any()):
+            raise RemoteProtocolError(MALFORMED, f"{sender} reported a client twice")
+        # commit
+        seqs.add(msg.sequence)
+        self._peer_count[p] += len(ids)
+        if ids:
+            idx = self._book.admit(ids, look)
+            confirmed = idx[self._book.mark(idx, bit)]
+            if confirmed.size:
+                self._running += self._book.take(confirmed)
+                self.confirmed += confirmed.size
+        if msg.final:
+            self._peer_final[p] = msg
+        self._check_complete(p, sender)
+        return []
+
+    def _check_complete(self, p: int, sender: Peer) -> None:
+        final = self._peer_final.get(p)
+        if final is None or len(self._peer_seqs[p]) != final.sequence + 1:
+            return
+        require(self._peer_count[p] == final.total, MALFORMED, f"{sender} said |R| = {final.total} but reported {self._peer_count[p]} clients")
+        digest = sharing.set_digest(self._book.holders(1 << p))
+        require(digest == final.digest, MALFORMED, f"the digest of {sender}'s received set does not match its reports")
+        self._peer_done.add(p)
+
+    # -- closing and step 3 ---------------------------------------------------------------------------
+    def _on_close(self) -> list[Output]:
+        if self.state != "AWAIT_SHARES":
+            return []  # already closed (e.g. N clients in, or the curator's close came first)
+        return self._report(final=True)
+
+    def _on_SubmissionsClose(self, sender: Peer, msg: pb.SubmissionsClose) -> list[Output]:
+        return self._on_close()
+
+    def _on_agreement(self) -> list[Output]:
+        """A = {i : every node holds m_{i,·}}; q_k = Σ_{i∈A} m_{i,k}; refuse when |A| < N − T."""
+        agreed = sorted(self._book.holders(self._book.full))
+        assert len(agreed) == self.confirmed, (len(agreed), self.confirmed)
+        mechanism.require_enough_clients(len(agreed), self.params.clients, self.params.max_missing)
+        self.agreed_ids = tuple(agreed)
+        self._partial = pb.PartialSum(
+            job_id=self.job_id,
+            partial_sum=sharing.pack_u64(self._running),
+            clients_included=len(agreed),
+            agreed_set_digest=sharing.set_digest(agreed),
+        )
+        self._book.drop_pending()  # R_k \ A: never summed
+        return [Send(CURATOR, self._partial)]

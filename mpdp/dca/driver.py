@@ -1,0 +1,196 @@
+"""In-memory driver: a whole DCA job (N clients, M compute nodes, the aggregator) in one process
+(spec dca.md §4.3; style.md §5 "core tests use an in-memory driver").
+
+It plays the network: builds the machines, routes every :class:`~mpdp.protocol.Send` to its recipient,
+optionally in a random order, drops what the test says is lost, and keeps each role's transcript (each
+machine's ``transcript``; routers' in :attr:`DcaRun.router_transcripts`). The same machines run over
+gRPC in ``services/``.
+
+Two client modes:
+
+* ``"machines"`` — one :class:`~mpdp.dca.client.ClientMachine` per client with its own Drbg, sending
+  single ClientShare messages straight to the nodes (faithful, for small N);
+* ``"cohort"`` — a vectorised :class:`~mpdp.dca.client.ClientCohort` whose ShareBatch messages reach node k
+  through its own router ``operator:router-k`` (one router per node, so no router sees two messages of a
+  client), for N up to 10^5 and more.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from mpdp.dca.aggregator import AggregatorMachine
+from mpdp.dca.client import ClientCohort, ClientMachine, node_peer
+from mpdp.dca.compute_node import DEFAULT_REPORT_EVERY, ComputeNodeMachine
+from mpdp.dca.engine import Reply
+from mpdp.dca.params import DcaParams
+from mpdp.math.drbg import Drbg
+from mpdp.messages import dca_pb2 as pb
+from mpdp.protocol import CURATOR, Output, Peer, ProtocolError, Publish, Record, Send
+
+
+@dataclass
+class DcaRun:
+    params: DcaParams
+    aggregator: AggregatorMachine
+    nodes: dict[str, ComputeNodeMachine]
+    clients: dict[str, ClientMachine]
+    client_ids: list[str]
+    release: pb.DpSum | None = None
+    error: ProtocolError | None = None
+    rejections: list[tuple[Peer, Peer, ProtocolError]] = field(default_factory=list)  # (sender, recipient, error)
+    receipts: list[pb.ShareReceipt] = field(default_factory=list)
+    ledger: dict[str, list[dict]] = field(default_factory=dict)
+    router_transcripts: dict[str, list[tuple[Peer, Any]]] = field(default_factory=dict)
+    clipped: np.ndarray | None = None  # (N, d) clipped z, with keep_noise
+    noise: np.ndarray | None = None  # (N, d) η, with keep_noise (rows of clients that never ran are NaN)
+    encoded: np.ndarray | None = None  # (N, d) u, with keep_noise
+    messages: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def included(self) -> list[int]:
+        """Indices of the clients in the agreed set A (from node 0's view)."""
+        agreed = next(iter(self.nodes.values())).agreed_ids or ()
+        pos = {c: i for i, c in enumerate(self.client_ids)}
+        return sorted(pos[c] for c in agreed)
+
+
+def run_job(
+    params: DcaParams,
+    Z: np.ndarray,
+    rng: Drbg,
+    *,
+    client_ids: list[str] | None = None,
+    client_mode: str = "cohort",
+    batch_size: int = 1024,
+    drop: Iterable[int] = (),
+    lost: Iterable[tuple[int, int]] = (),
+    order: Drbg | None = None,
+    tamper: Callable[[Peer, Peer, Any], Any | None] | None = None,
+    record: bool = True,
+    keep_noise: bool = False,
+    report_every: int = DEFAULT_REPORT_EVERY,
+    close: bool = True,
+) -> DcaRun:
+    """Run one job to release or refusal.
+
+    ``drop``: client indices that never submit. ``lost``: (client index, node index) messages lost in
+    transit. ``order``: shuffle the delivery queue. ``tamper(sender, recipient, msg)`` may replace a message
+    or drop it (None). ``close``: the aggregator closes submissions once every client has sent (the deadline).
+    """
+    t0 = time.perf_counter()
+    Z = np.asarray(Z, dtype=np.float64)
+    n = Z.shape[0]
+    ids = client_ids or [f"client-{i:06d}" for i in range(n)]
+    drop_set, lost_set = set(drop), set(lost)
+    agg = AggregatorMachine(params, record=record)
+    run = DcaRun(params, agg, {}, {}, ids)
+    queue: collections.deque[tuple[Peer, Peer, Any]] = collections.deque()
+
+    def route(sender: Peer, outputs: list[Output]) -> None:
+        for o in outputs:
+            if isinstance(o, Send):
+                queue.append((sender, o.to, o.message))
+            elif isinstance(o, Publish):
+                run.release = o.release
+            elif isinstance(o, Record):
+                run.ledger.setdefault(sender.name, []).append(o.entry)
+            elif isinstance(o, Reply):
+                if isinstance(o.message, pb.ShareReceipt):
+                    run.receipts.append(o.message)
+
+    def deliver(sender: Peer, to: Peer, msg: Any) -> None:
+        if tamper is not None:
+            msg = tamper(sender, to, msg)
+            if msg is None:
+                return
+        run.messages += 1
+        if to.role == "compute_node" and isinstance(msg, pb.DcaJobAnnouncement):
+            run.nodes[to.name] = ComputeNodeMachine.from_announcement(to.name, msg, report_every=report_every, record=record)
+            return
+        machine = agg if to == CURATOR else run.nodes[to.name]
+        try:
+            route(to, machine.receive(sender, msg))
+        except ProtocolError as e:
+            if machine.failed:
+                run.error = run.error or machine.error
+                route(to, e.notices)
+            else:
+                run.rejections.append((sender, to, e))
+
+    def pump() -> None:
+        while queue:
+            if order is not None and len(queue) > 1:
+                queue.rotate(-order.randbelow(len(queue)))
+            deliver(*queue.popleft())
+
+    route(CURATOR, agg.announce())
+    pump()
+    t_setup = time.perf_counter()
+    seconds = collections.Counter()
+
+    if keep_noise:
+        run.clipped = np.full(Z.shape, np.nan)
+        run.noise = np.full(Z.shape, np.nan)
+        run.encoded = np.zeros(Z.shape, dtype=np.uint64)
+    if client_mode == "machines":
+        for i, cid in enumerate(ids):
+            if i in drop_set:
+                continue
+            t = time.perf_counter()
+            c = ClientMachine(params, cid, Z[i], rng.child(f"client/{cid}"), keep_noise=keep_noise, record=record)
+            run.clients[cid] = c
+            outs = c.submit()
+            seconds["clients"] += time.perf_counter() - t
+            if keep_noise:
+                run.noise[i], run.encoded[i] = c.noise, c.encoded
+                run.clipped[i] = np.clip(Z[i], -params.clip_vector(), params.clip_vector())
+            kept = [o for o in outs if not (isinstance(o, Send) and (i, params.node_index(o.to.name)) in lost_set)]
+            route(c.me, kept)
+            t = time.perf_counter()
+            pump()
+            seconds["network+nodes"] += time.perf_counter() - t
+    elif client_mode == "cohort":
+        alive = [i for i in range(n) if i not in drop_set]
+        cohort = ClientCohort(params, [ids[i] for i in alive], Z[alive], rng.child("cohort"), keep_noise=keep_noise)
+        pos = {i: j for j, i in enumerate(alive)}
+        lost_alive = {(pos[i], k) for i, k in lost_set if i in pos}
+        routers = [Peer("operator", f"router-{k}") for k in range(params.M)]
+        gen = cohort.batches(batch_size, lost_alive)
+        start = 0
+        while True:
+            t = time.perf_counter()
+            b = next(gen, None)
+            seconds["clients"] += time.perf_counter() - t
+            if b is None:
+                break
+            if keep_noise:
+                rows = alive[start : start + len(b.client_ids)]
+                run.clipped[rows], run.noise[rows], run.encoded[rows] = b.clipped, b.noise, b.encoded
+            start += len(b.client_ids)
+            t = time.perf_counter()
+            for k, msg in enumerate(b.batches):
+                if record:
+                    run.router_transcripts.setdefault(routers[k].name, []).append((Peer("party", "cohort"), msg))
+                queue.append((routers[k], node_peer(params.nodes[k]), msg))
+            pump()
+            seconds["network+nodes"] += time.perf_counter() - t
+        for cid in cohort.client_ids:
+            run.ledger.setdefault(cid, []).append(params.ledger_entry())
+    else:
+        raise ValueError(f"client_mode must be 'machines' or 'cohort', got {client_mode!r}")
+
+    t = time.perf_counter()
+    if close and agg.state == "AWAIT_PARTIAL_SUMS":
+        route(CURATOR, agg.close_submissions())
+    pump()
+    seconds["agreement+release"] += time.perf_counter() - t
+    if run.error is None:
+        run.error = agg.error or next((m.error for m in run.nodes.values() if m.error is not None), None)
+    run.seconds = {"setup": t_setup - t0, **seconds, "total": time.perf_counter() - t0}
+    return run

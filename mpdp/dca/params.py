@@ -1,0 +1,214 @@
+"""A DCA job's public parameters, validated once, with the per-client σ and the guarantee they yield
+(spec dca.md §4.1–4.3, decisions 5 and 8).
+
+Every role builds its machine from the same :class:`DcaParams` (its view adds only its own name).
+Validation names the field and the bound; a job that can never run raises :class:`InvalidJob`
+(Problem INVALID_JOB), including a job whose sum could wrap: the headroom check
+N·(max_j c_j + 8σ_client)·2^f < q/2 with q = 2^64 runs here, before any share exists (§4.3, ours).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mpdp.dca import mechanism
+from mpdp.dca.errors import InvalidJob
+from mpdp.dp.mechanisms import Guarantee
+from mpdp.math.fixedpoint import U64_MODULUS, EncodingOverflow, check_sum_headroom
+from mpdp.messages import common_pb2, dca_pb2
+
+MAX_DIMENSION = 1 << 20  # 8 MiB per packed vector; gRPC's default message limit is 4 MiB (raise it for d > 2^19)
+MAX_CLIENTS = (1 << 32) - 1
+MAX_NODES = 63  # per-client node bitmasks are int64 (mpdp.dca.agreement)
+MIN_FRAC_BITS, MAX_FRAC_BITS = 8, 48
+NOISE_TAIL = 8.0  # headroom allows |η_ij| up to 8σ_client per client (§4.3)
+MAX_CLIENT_ID = 256  # bytes of UTF-8
+
+MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
+MODE_ENUM = {v: k for k, v in MODE_NAMES.items()}
+
+TRUST_MODEL = (
+    "honest-but-curious clients, compute nodes and curator; at most T clients collude or drop out; "
+    "at least one compute node is honest (does not collude); channels are encrypted (TLS)"
+)
+
+
+@dataclass(frozen=True)
+class DcaParams:
+    """One DCA job: d, N, T, (ε, δ), Δ₂, mode, f, clip bounds, the M compute nodes, and what follows from them."""
+
+    job_id: str
+    dimension: int
+    clients: int
+    max_missing: int
+    epsilon: float
+    delta: float
+    sensitivity: float
+    nodes: tuple[str, ...]
+    mode: str = "corrected"
+    frac_bits: int = 32
+    clip_bounds: tuple[float, ...] = (1.0,)
+    seed_compressed: bool = False
+    deadline_seconds: float = 600.0
+    simulation_seed: bytes = b""  # test mode only: non-empty marks the job (and its release) as seeded, non-private
+    roster: tuple[str, ...] = ()
+    purpose: str = ""
+    sigma_std: float = field(init=False)
+    sigma_client: float = field(init=False)
+    guarantee: Guarantee = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name, conv in (("nodes", str), ("roster", str), ("clip_bounds", float)):
+            object.__setattr__(self, name, tuple(conv(x) for x in getattr(self, name)))
+        if not self.job_id:
+            raise InvalidJob("job_id must be non-empty")
+        if not 1 <= self.dimension <= MAX_DIMENSION:
+            raise InvalidJob(f"dimension must be in [1, {MAX_DIMENSION}], got {self.dimension}")
+        if not 0 <= self.max_missing <= MAX_CLIENTS:
+            raise InvalidJob(f"max_missing T must be ≥ 0, got {self.max_missing}")
+        if not self.max_missing + 2 <= self.clients <= MAX_CLIENTS:
+            raise InvalidJob(f"clients N must satisfy N − T − 1 ≥ 1 (Thm 1), got N={self.clients}, T={self.max_missing}")
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise InvalidJob(f"epsilon must be finite and positive, got {self.epsilon}")
+        if not 0 < self.delta < 1:
+            raise InvalidJob(f"delta must be in (0, 1), got {self.delta}")
+        if not (math.isfinite(self.sensitivity) and self.sensitivity > 0):
+            raise InvalidJob(f"sensitivity Δ₂ must be finite and positive, got {self.sensitivity}")
+        if self.mode not in mechanism.MODES:
+            raise InvalidJob(f"mode must be one of {mechanism.MODES}, got {self.mode!r}")
+        if not MIN_FRAC_BITS <= self.frac_bits <= MAX_FRAC_BITS:
+            raise InvalidJob(f"frac_bits must be in [{MIN_FRAC_BITS}, {MAX_FRAC_BITS}], got {self.frac_bits}")
+        if len(self.clip_bounds) not in (1, self.dimension):
+            raise InvalidJob(f"clip_bounds must hold 1 or d = {self.dimension} values, got {len(self.clip_bounds)}")
+        if not all(math.isfinite(c) and c > 0 for c in self.clip_bounds):
+            raise InvalidJob(f"clip_bounds must be finite and positive, got {list(self.clip_bounds)[:8]}")
+        if not 2 <= len(self.nodes) <= MAX_NODES:
+            raise InvalidJob(f"DCA needs 2 ≤ M ≤ {MAX_NODES} compute nodes (one node would see u_i), got {len(self.nodes)}")
+        if len(set(self.nodes)) != len(self.nodes) or not all(self.nodes):
+            raise InvalidJob(f"compute node names must be distinct and non-empty: {list(self.nodes)}")
+        if self.roster:
+            if len(self.roster) != self.clients or len(set(self.roster)) != len(self.roster):
+                raise InvalidJob(f"a roster must list exactly N = {self.clients} distinct client ids, got {len(self.roster)} ({len(set(self.roster))} distinct)")
+            bad = [c for c in self.roster if not valid_client_id(c)]
+            if bad:
+                raise InvalidJob(f"roster holds invalid client ids, e.g. {bad[0]!r} (1..{MAX_CLIENT_ID} UTF-8 bytes)")
+        if not (math.isfinite(self.deadline_seconds) and self.deadline_seconds > 0):
+            raise InvalidJob(f"deadline_seconds must be positive, got {self.deadline_seconds}")
+        try:
+            s_std = mechanism.sigma_std(self.mode, self.sensitivity, self.epsilon, self.delta)
+        except ValueError as e:
+            raise InvalidJob(str(e)) from None
+        s_client = mechanism.client_sigma(s_std, self.clients, self.max_missing)
+        object.__setattr__(self, "sigma_std", s_std)
+        object.__setattr__(self, "sigma_client", s_client)
+        object.__setattr__(
+            self,
+            "guarantee",
+            mechanism.dca_guarantee(self.mode, self.sensitivity, self.epsilon, self.delta, s_std, self.clients, self.max_missing),
+        )
+        try:
+            check_sum_headroom(self.clients, self.value_bound, self.frac_bits, U64_MODULUS)
+        except EncodingOverflow as e:
+            raise InvalidJob(f"headroom: N·(max c + 8σ_client)·2^f must stay below 2^63: {e}") from None
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def seeded(self) -> bool:
+        return bool(self.simulation_seed)
+
+    @property
+    def M(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def value_bound(self) -> float:
+        """max_j c_j + 8σ_client: the per-client magnitude the headroom check allows for."""
+        return max(self.clip_bounds) + NOISE_TAIL * self.sigma_client
+
+    @property
+    def encode_bound(self) -> float:
+        """The largest |z_ij + η_ij| a client encodes: anything that fits one int64 after scaling.
+
+        A single large noise draw may exceed :attr:`value_bound`; what must not wrap is the sum, whose
+        noise is N(0, N·σ_client²) — far inside N·value_bound (a 8·sqrt(N)-sigma event)."""
+        return math.ldexp(1.0, 62 - self.frac_bits)
+
+    def clip_vector(self) -> np.ndarray:
+        """c_j for every coordinate, shape (d,)."""
+        return np.broadcast_to(np.asarray(self.clip_bounds, dtype=np.float64), (self.dimension,))
+
+    def node_index(self, name: str) -> int:
+        try:
+            return self.nodes.index(name)
+        except ValueError:
+            raise InvalidJob(f"{name!r} is not a compute node of job {self.job_id}") from None
+
+    def node_gets_seed(self, k: int) -> bool:
+        """With seed compression, nodes k ≥ 1 receive 32-byte seeds; node 0 the full masked vector."""
+        return self.seed_compressed and k >= 1
+
+    def ledger_entry(self) -> dict:
+        """What a client records in its privacy ledger for this job (decision 9)."""
+        g = self.guarantee
+        return {
+            "protocol": "dca",
+            "job": self.job_id,
+            "mechanism": g.mechanism,
+            "epsilon": g.epsilon,
+            "delta": g.delta,
+            "mode": self.mode,
+            "purpose": self.purpose,
+            "seeded": self.seeded,
+        }
+
+    # -- wire ------------------------------------------------------------------------------
+    @classmethod
+    def from_spec(cls, job_id: str, spec: dca_pb2.DcaJobSpec) -> "DcaParams":
+        if spec.mode not in MODE_NAMES:
+            raise InvalidJob("mode must be CORRECTED or PAPER")
+        return cls(
+            job_id=job_id,
+            dimension=spec.dimension,
+            clients=spec.clients,
+            max_missing=spec.max_missing,
+            epsilon=spec.epsilon,
+            delta=spec.delta,
+            sensitivity=spec.sensitivity,
+            nodes=tuple(spec.compute_nodes),
+            mode=MODE_NAMES[spec.mode],
+            frac_bits=spec.fractional_bits or 32,
+            clip_bounds=tuple(spec.clip_bounds) or (1.0,),
+            seed_compressed=spec.seed_compressed,
+            deadline_seconds=spec.deadline_seconds or 600.0,
+            simulation_seed=spec.simulation_seed,
+            roster=tuple(spec.roster),
+            purpose=spec.purpose,
+        )
+
+    def to_spec(self) -> dca_pb2.DcaJobSpec:
+        return dca_pb2.DcaJobSpec(
+            dimension=self.dimension,
+            clients=self.clients,
+            max_missing=self.max_missing,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            sensitivity=self.sensitivity,
+            mode=MODE_ENUM[self.mode],
+            fractional_bits=self.frac_bits,
+            clip_bounds=list(self.clip_bounds),
+            compute_nodes=list(self.nodes),
+            seed_compressed=self.seed_compressed,
+            deadline_seconds=self.deadline_seconds,
+            simulation_seed=self.simulation_seed,
+            roster=list(self.roster),
+            purpose=self.purpose,
+        )
+
+
+def valid_client_id(cid: str) -> bool:
+    """1..256 UTF-8 bytes (at most 4 bytes a character, so up to 64 characters needs no encoding)."""
+    n = len(cid)
+    return 0 < n <= MAX_CLIENT_ID // 4 or (0 < n and len(cid.encode()) <= MAX_CLIENT_ID)

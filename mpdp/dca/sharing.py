@@ -1,0 +1,133 @@
+"""M-way additive sharing in Z_2^64, vectorised over clients (spec dca.md §4.3 steps 1–2, primitives.md §0).
+
+Hazmat. What misuse breaks: drawing masks anywhere but a CSPRNG :class:`~mpdp.math.drbg.Drbg`
+(bounded or numpy masks leak, dca.md §4.7 d); reusing a mask seed for two vectors (the PRG
+keystream repeats and their difference leaks); summing before the headroom check of
+:mod:`mpdp.dca.params` (the sum wraps silently).
+
+Ring: q = 2^64 as numpy uint64, whose + and − wrap mod 2^64 (decision 8). For client i with
+u_i = enc(z_i + η_i):
+
+* full sharing (Algorithm 1 as printed): r_{i,1..M−1} uniform, r_{i,0} = −Σ_{k≥1} r_{i,k};
+  m_{i,0} = u_i + r_{i,0} and m_{i,k} = r_{i,k} for k ≥ 1. Node k = 0 plays the paper's "Compute 1".
+* seed-compressed sharing (decision 8): the same sharing, but r_{i,k} = expand(s_{i,k}) for a fresh
+  32-byte seed s_{i,k} per node k ≥ 1, so node k receives 32 bytes instead of 8·d. AES-256-CTR keyed
+  with the seed (zero IV, one keystream per key) is the PRG; any M−1 messages stay computationally
+  uniform. Σ_k m_{i,k} = u_i in both cases.
+
+Packing on the wire: little-endian uint64, exactly 8·d bytes per vector (:func:`unpack_u64` checks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from mpdp.math.drbg import Drbg
+
+SEED_BYTES = 32
+_ZERO_IV = b"\x00" * 16
+U64 = np.dtype("<u8")
+
+
+class MalformedVector(ValueError):
+    """A packed vector or seed has the wrong length."""
+
+
+# -- masks and shares ---------------------------------------------------------------------
+def share_u64(u: np.ndarray, parts: int, rng: Drbg) -> np.ndarray:
+    """Full M-way sharing of ``u`` (shape (..., d), uint64): returns shares of shape (parts, ..., d).
+
+    Share 0 is u + r_0 with r_0 = −Σ_{k≥1} r_k; shares 1..parts−1 are the uniform masks r_k.
+    """
+    u = np.asarray(u, dtype=np.uint64)
+    if parts < 2:
+        raise ValueError(f"additive sharing needs at least 2 parts (M ≥ 2), got {parts}")
+    masks = rng.uint64((parts - 1,) + u.shape)
+    out = np.empty((parts,) + u.shape, dtype=np.uint64)
+    out[1:] = masks
+    out[0] = u - np.add.reduce(masks, axis=0, dtype=np.uint64)
+    return out
+
+
+def expand_seed(seed: bytes, d: int) -> np.ndarray:
+    """r = AES-256-CTR_seed(0^{8d}) read as d little-endian uint64 (the PRG of seed-compressed sharing)."""
+    if len(seed) != SEED_BYTES:
+        raise MalformedVector(f"a mask seed must be {SEED_BYTES} bytes, got {len(seed)}")
+    enc = Cipher(algorithms.AES(bytes(seed)), modes.CTR(_ZERO_IV)).encryptor()
+    return np.frombuffer(enc.update(bytes(8 * d)), dtype=U64).copy()
+
+
+def expand_seeds(seeds: list[bytes], d: int) -> np.ndarray:
+    """Rows expand_seed(s, d) for every seed, shape (len(seeds), d)."""
+    out = np.empty((len(seeds), d), dtype=np.uint64)
+    zeros = bytes(8 * d)
+    for j, seed in enumerate(seeds):
+        if len(seed) != SEED_BYTES:
+            raise MalformedVector(f"a mask seed must be {SEED_BYTES} bytes, got {len(seed)}")
+        enc = Cipher(algorithms.AES(bytes(seed)), modes.CTR(_ZERO_IV)).encryptor()
+        out[j] = np.frombuffer(enc.update(zeros), dtype=U64)
+    return out
+
+
+def share_u64_seeded(u: np.ndarray, parts: int, rng: Drbg) -> tuple[np.ndarray, list[list[bytes]]]:
+    """Seed-compressed sharing of ``u`` (shape (n, d) or (d,)).
+
+    Returns (m0, seeds): m0 = u − Σ_{k≥1} expand(seeds[k−1][j]) for row j, and seeds[k−1] the list of
+    fresh 32-byte seeds for node k (one per row). Σ over nodes of the expanded messages equals u.
+    """
+    u = np.asarray(u, dtype=np.uint64)
+    if parts < 2:
+        raise ValueError(f"additive sharing needs at least 2 parts (M ≥ 2), got {parts}")
+    rows = u.reshape(-1, u.shape[-1]) if u.ndim else u.reshape(1, 1)
+    n, d = rows.shape
+    raw = rng.random_bytes(SEED_BYTES * n * (parts - 1))
+    seeds: list[list[bytes]] = []
+    m0 = rows.copy()
+    for k in range(parts - 1):
+        base = k * n * SEED_BYTES
+        node_seeds = [raw[base + j * SEED_BYTES : base + (j + 1) * SEED_BYTES] for j in range(n)]
+        seeds.append(node_seeds)
+        m0 -= expand_seeds(node_seeds, d)
+    return m0.reshape(u.shape), seeds
+
+
+def ring_sum(vectors: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Σ mod 2^64 along ``axis`` (uint64 accumulator: numpy wraps, never promotes)."""
+    return np.add.reduce(np.asarray(vectors, dtype=np.uint64), axis=axis, dtype=np.uint64)
+
+
+# -- packing ---------------------------------------------------------------------------------
+def pack_u64(vectors: np.ndarray) -> bytes:
+    """Row-major little-endian uint64 bytes."""
+    return np.ascontiguousarray(vectors, dtype=U64).tobytes()
+
+
+def unpack_u64(data: bytes, d: int, rows: int | None = None) -> np.ndarray:
+    """Inverse of :func:`pack_u64`: shape (d,) when ``rows`` is None, else (rows, d). Length is checked."""
+    want = 8 * d * (1 if rows is None else rows)
+    if len(data) != want:
+        what = f"{d} coordinates" if rows is None else f"{rows} × {d} coordinates"
+        raise MalformedVector(f"a packed vector of {what} must be {want} bytes, got {len(data)}")
+    arr = np.frombuffer(data, dtype=U64)
+    return arr.copy() if rows is None else arr.reshape(rows, d).copy()
+
+
+def split_seeds(data: bytes, count: int) -> list[bytes]:
+    """Cut ``count`` concatenated 32-byte seeds apart. Length is checked."""
+    if len(data) != SEED_BYTES * count:
+        raise MalformedVector(f"{count} mask seeds must be {SEED_BYTES * count} bytes, got {len(data)}")
+    return [data[j * SEED_BYTES : (j + 1) * SEED_BYTES] for j in range(count)]
+
+
+# -- client sets -------------------------------------------------------------------------------
+def set_digest(client_ids) -> bytes:
+    """SHA-256 of (tag, the 4-byte big-endian lengths of the sorted UTF-8 ids, then the ids): names a client set."""
+    ordered = sorted(client_ids)
+    raws = [c.encode() for c in ordered]
+    h = hashlib.sha256(b"mpdp-dca-client-set\x00")
+    h.update(b"".join(len(r).to_bytes(4, "big") for r in raws))
+    h.update(b"".join(raws))
+    return h.digest()

@@ -1,0 +1,65 @@
+"""DcaParams: validation names the field and the bound; spec round trip (spec dca.md §4.1–4.3)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mpdp.dca.errors import InvalidJob
+from mpdp.dca.params import DcaParams
+from mpdp.messages import common_pb2, dca_pb2
+from mpdp.protocol import LocalProtocolError, Problem
+
+from tests.dca.helpers import NODES, make_params
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"dimension": 0}, "dimension"),
+        ({"clients": 4, "max_missing": 3}, "N − T − 1"),
+        ({"max_missing": -1}, "max_missing"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": math.inf}, "epsilon"),
+        ({"delta": 1.0}, "delta"),
+        ({"sensitivity": -1.0}, "sensitivity"),
+        ({"mode": "fast"}, "mode"),
+        ({"frac_bits": 4}, "frac_bits"),
+        ({"clip_bounds": (1.0, 2.0)}, "clip_bounds"),
+        ({"clip_bounds": (0.0,)}, "clip_bounds"),
+        ({"nodes": ("solo",)}, "compute nodes"),
+        ({"nodes": ("a", "a")}, "distinct"),
+        ({"roster": ("x",) * 20}, "roster"),
+        ({"roster": tuple(f"c{i}" for i in range(19))}, "roster"),
+        ({"deadline_seconds": 0.0}, "deadline"),
+        ({"job_id": ""}, "job_id"),
+    ],
+)
+def test_validation_names_the_field(overrides, field):
+    with pytest.raises(InvalidJob, match=field) as e:
+        make_params(**overrides)
+    assert isinstance(e.value, LocalProtocolError) and e.value.problem == Problem.INVALID_JOB
+
+
+def test_spec_round_trip():
+    p = make_params(dimension=3, clip_bounds=(1.0, 2.0, 0.5), roster=tuple(f"c{i}" for i in range(20)), seed_compressed=True, purpose="std-round")
+    spec = p.to_spec()
+    assert spec.mode == common_pb2.CORRECTED and list(spec.compute_nodes) == list(NODES)
+    back = DcaParams.from_spec("job-1", dca_pb2.DcaJobSpec.FromString(spec.SerializeToString()))
+    assert back == p
+    assert back.sigma_client == p.sigma_client and back.seeded
+
+
+def test_spec_defaults():
+    spec = dca_pb2.DcaJobSpec(dimension=2, clients=10, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=1.0, mode=common_pb2.PAPER, compute_nodes=["a", "b"])
+    p = DcaParams.from_spec("j", spec)
+    assert (p.frac_bits, p.clip_bounds, p.deadline_seconds, p.mode, p.seeded) == (32, (1.0,), 600.0, "paper", False)
+    with pytest.raises(InvalidJob, match="mode"):
+        DcaParams.from_spec("j", dca_pb2.DcaJobSpec(dimension=2, clients=10, epsilon=1.0, delta=1e-5, sensitivity=1.0, compute_nodes=["a", "b"]))
+
+
+def test_ledger_entry_states_the_guarantee():
+    p = make_params(purpose="x")
+    e = p.ledger_entry()
+    assert e["epsilon"] == p.guarantee.epsilon and e["delta"] == p.guarantee.delta and e["mode"] == "corrected" and e["seeded"]

@@ -1,0 +1,83 @@
+"""Wire types of proto/mpdp/messages/dca.proto: one round trip per message, services complete (style.md §5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpdp.dca import sharing
+from mpdp.messages import common_pb2, dca_pb2 as pb
+
+from tests.dca.helpers import make_params
+
+VEC = sharing.pack_u64(np.array([1, 2**63, 2**64 - 1], dtype=np.uint64))
+
+
+def spec() -> pb.DcaJobSpec:
+    return make_params(dimension=3, clip_bounds=(1.0, 2.0, 3.0), roster=tuple(f"c{i}" for i in range(20)), seed_compressed=True, purpose="p").to_spec()
+
+
+MESSAGES = {
+    "DcaJobSpec": spec,
+    "DcaJobTicket": lambda: pb.DcaJobTicket(job_id="job-1"),
+    "DcaJobStatus": lambda: pb.DcaJobStatus(job_id="j", state="FAILED", nodes_reported=2, clients_included=17, problem=common_pb2.INSUFFICIENT_NOISE, detail="d", terminal=True),
+    "DpSum": lambda: pb.DpSum(
+        job_id="j", values=[1.5, -2.25, 0.0], encoded_sum=VEC, dimension=3, clients_expected=20, clients_included=18, max_missing=3,
+        compute_nodes=3, mode=common_pb2.PAPER, epsilon=1.0, delta=1e-5, sensitivity=2.0, sigma_std=9.7, sigma_client=2.5,
+        noise_variance=112.5, guarantee=common_pb2.Guarantee(mechanism="m", epsilon=1.0, delta=1e-5, sensitivity=2.0, norm="l2", statement="s"),
+        fractional_bits=32, seeded=True, trust_model="t", agreed_set_digest=b"\x07" * 32, seed_compressed=True, purpose="p",
+    ),
+    "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"}),
+    "SubmissionsClose": lambda: pb.SubmissionsClose(job_id="j"),
+    "ClientShare": lambda: pb.ClientShare(job_id="j", client_id="c1", masked_vector=VEC),
+    "ShareBatch": lambda: pb.ShareBatch(job_id="j", client_ids=["c1", "c2"], mask_seeds=b"\x01" * 64),
+    "ShareReceipt": lambda: pb.ShareReceipt(job_id="j", accepted=3, rejected=[pb.ShareRejection(client_id="c9", problem=common_pb2.REPLAY, detail="again")]),
+    "ShareRejection": lambda: pb.ShareRejection(client_id="c9", problem=common_pb2.MALFORMED, detail="short"),
+    "ReceivedClients": lambda: pb.ReceivedClients(job_id="j", sequence=4, client_ids=["a", "b"], final=True, total=9, digest=b"\x02" * 32),
+    "PartialSum": lambda: pb.PartialSum(job_id="j", partial_sum=VEC, clients_included=17, agreed_set_digest=b"\x03" * 32),
+}
+
+
+def test_every_message_has_a_round_trip_case():
+    assert set(MESSAGES) == set(pb.DESCRIPTOR.message_types_by_name)
+
+
+@pytest.mark.parametrize("name", sorted(MESSAGES))
+def test_round_trip(name):
+    msg = MESSAGES[name]()
+    fields = {f.name for f in msg.DESCRIPTOR.fields}
+    set_fields = {f.name for f, _ in msg.ListFields()}
+    oneofs = {f.name for o in msg.DESCRIPTOR.oneofs for f in o.fields}
+    assert fields - oneofs <= set_fields, f"{name}: fill every field in the case ({fields - oneofs - set_fields} unset)"
+    wire = msg.SerializeToString()
+    back = type(msg).FromString(wire)
+    assert back == msg and back.SerializeToString() == wire
+
+
+def test_oneof_share_kinds():
+    a = pb.ClientShare(job_id="j", client_id="c", masked_vector=VEC)
+    a.mask_seed = b"\x00" * 32
+    assert a.WhichOneof("share") == "mask_seed" and a.masked_vector == b""
+    b = pb.ShareBatch.FromString(pb.ShareBatch(job_id="j", client_ids=["x"], masked_vectors=VEC[:8]).SerializeToString())
+    assert b.WhichOneof("shares") == "masked_vectors"
+
+
+def test_packed_vectors_are_little_endian_and_checked():
+    assert VEC[:8] == (1).to_bytes(8, "little") and VEC[8:16] == (2**63).to_bytes(8, "little")
+    m = pb.PartialSum.FromString(pb.PartialSum(partial_sum=VEC).SerializeToString())
+    assert list(sharing.unpack_u64(m.partial_sum, 3)) == [1, 2**63, 2**64 - 1]
+    with pytest.raises(sharing.MalformedVector):
+        sharing.unpack_u64(m.partial_sum, 4)
+
+
+def test_services_are_complete():
+    svc = pb.DESCRIPTOR.services_by_name
+    node = {m.name: m for m in svc["ComputeNode"].methods}
+    assert set(node) == {"AnnounceJob", "SubmitShares", "SubmitShareBatch", "ReportReceivedClients", "CloseSubmissions", "GetPartialSum", "AbortJob"}
+    assert node["SubmitShares"].client_streaming and not node["SubmitShares"].server_streaming
+    assert node["SubmitShares"].input_type.name == "ClientShare" and node["SubmitShares"].output_type.name == "ShareReceipt"
+    assert node["SubmitShareBatch"].output_type.name == "ShareReceipt"
+    curator = {m.name: m for m in svc["DcaCurator"].methods}
+    assert set(curator) == {"CreateJob", "WatchJob", "GetRelease", "GetJob", "SendPartialSum", "AbortJob"}
+    assert curator["WatchJob"].server_streaming and curator["GetRelease"].output_type.name == "DpSum"
+    assert curator["CreateJob"].input_type.name == "DcaJobSpec"
