@@ -32,7 +32,8 @@ class Endpoints:
             raise FileNotFoundError(f"{p} not found: start a federation with `mpdp federation up` or pass --endpoints")
         d = json.loads(p.read_text())
         t = d["operator_tls"]
-        return cls(d["curator"]["address"], d["curator"]["name"], TlsFiles(Path(t["cert"]), Path(t["key"]), Path(t["ca"])))
+        here = p.resolve().parent  # relative TLS paths (as `mpdp provision` writes them) are relative to this file
+        return cls(d["curator"]["address"], d["curator"]["name"], TlsFiles(*(here / t[k] for k in ("cert", "key", "ca"))))
 
 
 class OperatorClient:

@@ -41,6 +41,7 @@ class LocalFederation:
     dgk_bits: int = 2048
     budget_epsilon: float = 100.0
     federation: str = "local"
+    compute_nodes: list[str] = field(default_factory=list)
     procs: dict[str, Proc] = field(default_factory=dict)
 
     # -- PKI and configs ----------------------------------------------------------------------
@@ -50,7 +51,7 @@ class LocalFederation:
         (self.workdir / "ca").mkdir(exist_ok=True)
         (self.workdir / "ca" / "ca.key").write_bytes(pki.pem_key(ca_key))
         (self.workdir / "ca" / "ca.crt").write_bytes(pki.pem_cert(ca_cert))
-        sites = [("curator", "curator")] + [(p, "party") for p in self.parties] + [("operator", "operator")]
+        sites = [("curator", "curator")] + [(p, "party") for p in self.parties] + [(n, "compute_node") for n in self.compute_nodes] + [("operator", "operator")]
         for site, role in sites:
             key, cert = pki.issue(ca_key, ca_cert, role, site, ["127.0.0.1", "localhost"])
             pki.write_site(self.workdir / site, key, cert, ca_cert)
@@ -63,6 +64,9 @@ class LocalFederation:
                 {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}), "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon},
             )
 
+        for n in self.compute_nodes:
+            _write_yaml(self.workdir / n / "compute_node.yaml", {**common, "name": n, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}})
+
     # -- processes --------------------------------------------------------------------------------
     def start(self, timeout: float = 180.0) -> None:
         if not (self.workdir / "ca" / "ca.crt").exists():
@@ -70,19 +74,19 @@ class LocalFederation:
         cur = self._spawn("curator", "curator", self.workdir / "curator" / "curator.yaml", [])
         self.procs["curator"] = cur
         self._wait_ready([cur], timeout)
-        for p in self.parties:
-            cfgp = self.workdir / p / "party.yaml"
+        for name, role in [(p, "party") for p in self.parties] + [(n, "compute-node") for n in self.compute_nodes]:
+            cfgp = self.workdir / name / _CONFIG[role]
             cfg = yaml.safe_load(cfgp.read_text())
             cfg["curator"]["address"] = f"127.0.0.1:{cur.port}"
             _write_yaml(cfgp, cfg)
-            self.procs[p] = self._spawn(p, "party", cfgp, [])
-        self._wait_ready([self.procs[p] for p in self.parties], timeout)
+            self.procs[name] = self._spawn(name, role, cfgp, [])
+        self._wait_ready([self.procs[p] for p in self.parties + self.compute_nodes], timeout)
         self.write_endpoints()
 
     def restart(self, name: str, timeout: float = 120.0) -> None:
         """Start a stopped process again with the same config on the same port (e.g. after a crash test)."""
         old = self.procs[name]
-        cfg = self.workdir / name / ("curator.yaml" if old.role == "curator" else "party.yaml")
+        cfg = self.workdir / name / _CONFIG[old.role]
         data = yaml.safe_load(cfg.read_text())
         data["listen"] = f"127.0.0.1:{old.port}"
         _write_yaml(cfg, data)
@@ -132,6 +136,7 @@ class LocalFederation:
             "federation": self.federation,
             "curator": {"address": f"127.0.0.1:{self.procs['curator'].port}", "name": "curator"},
             "parties": {p: f"127.0.0.1:{self.procs[p].port}" for p in self.parties if p in self.procs},
+            "compute_nodes": {n: f"127.0.0.1:{self.procs[n].port}" for n in self.compute_nodes if n in self.procs},
             "operator_tls": {k: str(self.workdir / "operator" / v) for k, v in {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}.items()},
             "pids": {n: pr.popen.pid for n, pr in self.procs.items()},
         }
@@ -180,6 +185,9 @@ class LocalFederation:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+_CONFIG = {"curator": "curator.yaml", "party": "party.yaml", "compute-node": "compute_node.yaml"}
 
 
 def _write_yaml(path: Path, data: dict) -> None:

@@ -402,6 +402,11 @@ class DcaCuratorStub:
                 request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
                 response_deserializer=mpdp_dot_messages_dot_dca__pb2.DcaJobAnnouncement.FromString,
                 _registered_method=True)
+        self.RegisterComputeNode = channel.unary_unary(
+                '/mpdp.messages.DcaCurator/RegisterComputeNode',
+                request_serializer=mpdp_dot_messages_dot_dca__pb2.NodeRegistration.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+                _registered_method=True)
         self.SendPartialSum = channel.unary_unary(
                 '/mpdp.messages.DcaCurator/SendPartialSum',
                 request_serializer=mpdp_dot_messages_dot_dca__pb2.PartialSum.SerializeToString,
@@ -444,6 +449,13 @@ class DcaCuratorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterComputeNode(self, request, context):
+        """compute node start-up
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SendPartialSum(self, request, context):
         """node → curator, DCA step 3 (push form)
         """
@@ -479,6 +491,11 @@ def add_DcaCuratorServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
                     response_serializer=mpdp_dot_messages_dot_dca__pb2.DcaJobAnnouncement.SerializeToString,
+            ),
+            'RegisterComputeNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterComputeNode,
+                    request_deserializer=mpdp_dot_messages_dot_dca__pb2.NodeRegistration.FromString,
+                    response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
             ),
             'SendPartialSum': grpc.unary_unary_rpc_method_handler(
                     servicer.SendPartialSum,
@@ -600,6 +617,33 @@ class DcaCurator:
             '/mpdp.messages.DcaCurator/GetJob',
             mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
             mpdp_dot_messages_dot_dca__pb2.DcaJobAnnouncement.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterComputeNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.DcaCurator/RegisterComputeNode',
+            mpdp_dot_messages_dot_dca__pb2.NodeRegistration.SerializeToString,
+            mpdp_dot_messages_dot_common__pb2.Ack.FromString,
             options,
             channel_credentials,
             insecure,

@@ -86,7 +86,8 @@ def federation() -> None:
 @click.option("--dataset", "datasets", multiple=True, metavar="NAME=PARTY:PATH", help="give PARTY a dataset file (repeatable), e.g. adult=party-1:/data/a.libsvm")
 @click.option("--test-mode", is_flag=True, help="allow small keys and simulation seeds (never for real data)")
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier and DGK modulus size")
-def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int) -> None:
+@click.option("--compute-nodes", "n_nodes", type=int, default=0, show_default=True, help="also start M DCA compute nodes")
+def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from services.federation import LocalFederation
 
@@ -99,10 +100,13 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
         except ValueError:
             raise click.BadParameter(f"{item!r}: use NAME=PARTY:PATH")
         ds.setdefault(party, {})[name] = {"path": str(Path(path).resolve())}
-    fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits)
-    with err.status("starting curator and parties"):
+    nodes = [f"node-{k + 1}" for k in range(n_nodes)]
+    fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes)
+    with err.status("starting curator, parties and compute nodes"):
         fed.start()
     err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
+    if nodes:
+        err.print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
     err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C stops everything)")
     try:
         while all(p.popen.poll() is None for p in fed.procs.values()):

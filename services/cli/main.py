@@ -20,13 +20,16 @@ def experiment() -> None:
 
 def _register() -> None:
     # Subcommand modules; each exposes `command` (a click.Command).
-    from services.cli import experiment_commands, jobs, serve
+    from services.cli import dca, experiment_commands, health, jobs, provision, serve
 
     cli.add_command(serve.serve)
     cli.add_command(jobs.federation)
     cli.add_command(jobs.train)
     cli.add_command(jobs.predict)
     cli.add_command(jobs.demo)
+    cli.add_command(dca.dca)
+    cli.add_command(provision.provision)
+    cli.add_command(health.health)
 
     for cmd in experiment_commands.COMMANDS:
         experiment.add_command(cmd)

@@ -54,3 +54,21 @@ def serve_party(config_path: str, quiet: bool) -> None:
         asyncio.run(run(cfg))
     except (ValueError, OSError) as e:
         raise click.ClickException(f"{cfg.name}: {e}")
+
+
+@serve.command("compute-node")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help="compute node YAML config (env MPDP_* overrides fields)")
+@click.option("--quiet", is_flag=True, help="log warnings only")
+def serve_compute_node(config_path: str, quiet: bool) -> None:
+    """Run a DCA compute node: sums clients' shares and agrees with the other nodes before releasing."""
+    from services.compute_node.server import serve as run
+
+    _logging(not quiet)
+    try:
+        cfg = cfgmod.load(cfgmod.ComputeNodeConfig, config_path)
+    except cfgmod.ConfigError as e:
+        raise click.ClickException(str(e))
+    try:
+        asyncio.run(run(cfg))
+    except (ValueError, OSError) as e:
+        raise click.ClickException(f"{cfg.name}: {e}")

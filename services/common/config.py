@@ -118,3 +118,8 @@ def _resolve_paths(model: BaseModel, base: Path) -> None:
             for v in value.values():
                 if isinstance(v, BaseModel):
                     _resolve_paths(v, base)
+
+
+class ComputeNodeConfig(_Base):
+    curator: Endpoint
+    report_every: int = Field(256, description="send received-set deltas to the other nodes after this many single shares")

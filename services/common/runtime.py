@@ -33,11 +33,19 @@ class Hosted:
         self._route = route
         self._tasks: set[asyncio.Task] = set()
         self.deadline_task: asyncio.Task | None = None
+        self.version = 0  # bumped on every change; watchers wait for it to move
 
-    async def deliver(self, sender: Peer, message: Any, context: grpc.aio.ServicerContext | None = None) -> None:
+    async def deliver(self, sender: Peer, message: Any, context: grpc.aio.ServicerContext | None = None, *, inline: bool = False) -> list[Any]:
+        """Feed one message; returns the machine's replies to this RPC (``Reply`` outputs), routes the rest.
+
+        ``inline`` runs the step on the event loop (for cheap, frequent steps such as one DCA share).
+        """
         async with self.lock:
             try:
-                outputs = await asyncio.to_thread(self.machine.receive, sender, message)
+                if inline:
+                    outputs = self.machine.receive(sender, message)
+                else:
+                    outputs = await asyncio.to_thread(self.machine.receive, sender, message)
             except ProtocolError as e:
                 log.warning("job %s: %s from %s refused: %s", self.machine.job_id, type(message).__name__, sender, errors.details(e))
                 self.spawn(self._route(self, e.notices))
@@ -45,7 +53,22 @@ class Hosted:
                 if context is not None:
                     await errors.abort(context, e)
                 raise
-        log.info("job %s: %s received %s from %s, now %s", self.machine.job_id, self.machine.me.role, type(message).__name__, sender, self.machine.state)
+        replies = [o.message for o in outputs if type(o).__name__ == "Reply"]
+        outputs = [o for o in outputs if type(o).__name__ != "Reply"]
+        if log.isEnabledFor(logging.DEBUG) or not inline:
+            log.info("job %s: %s received %s from %s, now %s", self.machine.job_id, self.machine.me.role, type(message).__name__, sender, self.machine.state)
+        if outputs:
+            await self._route(self, outputs)
+        await self.notify()
+        return replies
+
+    async def local(self, action) -> None:
+        """Run a local event of the machine (e.g. ``close_submissions``) and route its outputs."""
+        async with self.lock:
+            try:
+                outputs = action()
+            except ProtocolError as e:
+                outputs = e.notices
         await self._route(self, outputs)
         await self.notify()
 
@@ -63,7 +86,22 @@ class Hosted:
 
     async def notify(self) -> None:
         async with self.changed:
+            self.version += 1
             self.changed.notify_all()
+
+    async def watch(self, status):
+        """Yield ``status()`` now and after every change until the machine is terminal.
+
+        The condition's lock is never held across a ``yield``: a slow watcher cannot stall the job.
+        """
+        while True:
+            seen = self.version
+            st = status()
+            yield st
+            if st.terminal:  # decide on what was sent, not on a state that may have moved since
+                return
+            async with self.changed:
+                await self.changed.wait_for(lambda: self.version != seen)
 
     def spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

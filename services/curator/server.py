@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2
 
 from mpdp.math.dgk import DgkKeyPair
 from mpdp.math.drbg import Drbg
@@ -27,7 +28,9 @@ from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from services.common import config as cfgmod
 from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
-from services.common.runtime import Hosted
+from services.common.runtime import SEND_RETRIES, Hosted
+from services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
+from mpdp.messages import dca_pb2_grpc
 
 log = logging.getLogger("mpdp.curator")
 
@@ -112,6 +115,7 @@ class Curator(pb_grpc.CuratorServicer):
         hosted = Hosted(machine, self._route)
         self.jobs[job_id] = hosted
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
+        hosted.spawn(self._watch_parties(hosted))
         log.info("job %s submitted: %d parties, dataset %s, ε=%g, mode %s", job_id, params.K, params.dataset, params.calibration.epsilon, params.calibration.mode)
         await hosted.start(machine.start())
         return pb.JobTicket(job_id=job_id)
@@ -123,12 +127,8 @@ class Curator(pb_grpc.CuratorServicer):
                 yield pb.JobStatus(job_id=request.job_id, state="PUBLISHED", stage="published", terminal=True)
                 return
             await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no job {request.job_id!r} at this curator")
-        while True:
-            async with hosted.changed:
-                yield self._status(hosted)
-                if hosted.machine.terminal:
-                    return
-                await hosted.changed.wait()
+        async for st in hosted.watch(lambda: self._status(hosted)):
+            yield st
 
     async def GetModel(self, request: common_pb2.JobRef, context) -> pb.PublishedModel:
         model = self.registry.get(request.job_id)
@@ -192,6 +192,46 @@ class Curator(pb_grpc.CuratorServicer):
         if not hosted.machine.terminal:
             await hosted.fail(common_pb2.JOB_FAILED, f"deadline of {seconds:g} s passed in state {hosted.machine.state}")
 
+    async def _watch_parties(self, hosted: Hosted) -> None:
+        """While the job runs, follow each party's health stream; a party that stops serving fails the job, named.
+
+        Without this, a party that dies while the others wait for its next message would stall the job
+        until its deadline. A peer without a health service (UNIMPLEMENTED) is simply not watched.
+        """
+        watchers = [asyncio.ensure_future(self._watch_party(hosted, name)) for name in hosted.machine.addresses]
+        try:
+            async with hosted.changed:
+                await hosted.changed.wait_for(lambda: hosted.machine.terminal)
+        finally:
+            for w in watchers:
+                w.cancel()
+
+    async def _watch_party(self, hosted: Hosted, name: str) -> None:
+        address = hosted.machine.addresses.get(name) or self.addresses.get(name)
+        watch = self.channels.channel(address, name).unary_stream(
+            "/grpc.health.v1.Health/Watch", request_serializer=lambda m: m.SerializeToString(), response_deserializer=health_pb2.HealthCheckResponse.FromString
+        )
+        reason, failures = "", 0
+        while failures < SEND_RETRIES and not hosted.machine.terminal:
+            try:
+                async for resp in watch(health_pb2.HealthCheckRequest(service=PARTY_SERVICE)):
+                    if resp.status != health_pb2.HealthCheckResponse.SERVING:
+                        reason = f"it stopped serving: health {health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)}"
+                        break
+                    reason, failures = "", 0
+                else:
+                    reason = "it closed its health stream"
+                if reason:
+                    break
+            except grpc.aio.AioRpcError as e:
+                if e.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.CANCELLED):
+                    return
+                reason = f"{e.code().name}: {e.details()}"
+            failures += 1
+            await asyncio.sleep(0.2 * failures)  # transient connection failure: back off and look again (as in Hosted.send)
+        if reason and not hosted.machine.terminal:
+            await hosted.fail(common_pb2.PEER_UNREACHABLE, f"party {name} is unreachable ({reason})")
+
     def _status(self, hosted: Hosted) -> pb.JobStatus:
         m = hosted.machine
         st = pb.JobStatus(job_id=m.job_id, state=m.state, stage=m.stage, stage_seconds=m.stages.seconds, terminal=m.terminal)
@@ -209,9 +249,14 @@ def load_secrets(cfg: cfgmod.CuratorConfig) -> CuratorSecrets:
 async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     secrets = await asyncio.to_thread(load_secrets, cfg)
     curator = Curator(cfg, secrets)
-    server, port, health = await start_server(
-        cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None), lambda s: pb_grpc.add_CuratorServicer_to_server(curator, s), [SERVICE]
-    )
+    dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes))
+
+    def add(server) -> None:
+        pb_grpc.add_CuratorServicer_to_server(curator, server)
+        dca_pb2_grpc.add_DcaCuratorServicer_to_server(dca, server)
+
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor({**ROLES, **DCA_ROLES}, cfg.federation or None), add, [SERVICE, DCA_SERVICE])
+    await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     print(f"MPDP-READY {port}", file=ready_fd, flush=True)
     stop = asyncio.Event()

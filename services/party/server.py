@@ -247,15 +247,34 @@ class Party(pb_grpc.PartyServicer):
 PARTY_SELF_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Party"])
 
 
-async def register(cfg: cfgmod.PartyConfig, port: int) -> CuratorPublicKeys:
-    """Tell Charlie where this party listens; returns his public keys. Waits for the curator to come up."""
+def tls_failure(e: grpc.aio.AioRpcError) -> bool:
+    """This side could not verify the peer's certificate: waiting will not fix it."""
+    return e.code() == grpc.StatusCode.UNAVAILABLE and "handshake failed" in (e.details() or "").lower()
+
+
+async def register(cfg: cfgmod.PartyConfig, port: int, patience: float = 120.0) -> CuratorPublicKeys:
+    """Tell Charlie where this party listens; returns his public keys.
+
+    Waits up to ``patience`` seconds for the curator to come up, but gives up at once when the TLS
+    handshake fails on this side (wrong CA, expired or misnamed curator certificate), keeping gRPC's reason.
+    """
     channels = PeerChannels(cfg.tls.files())
     host = cfg.listen.rsplit(":", 1)[0]
     address = cfg.advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + patience, 0.25
     try:
         ch = channels.channel(cfg.curator.address, cfg.curator.name)
         rpc = ch.unary_unary(f"/{CURATOR_SERVICE}/RegisterParty", request_serializer=lambda m: m.SerializeToString(), response_deserializer=pb.CuratorKeys.FromString)
-        keys = await rpc(pb.PartyRegistration(address=address), timeout=120, wait_for_ready=True)
+        while True:
+            try:
+                keys = await rpc(pb.PartyRegistration(address=address), timeout=min(30.0, max(1.0, deadline - loop.time())))
+                break
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or tls_failure(e) or loop.time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)  # the curator is not up yet: back off and try again
+            delay = min(2 * delay, 5.0)
     finally:
         await channels.close()
     return curator_keys_from(keys)
@@ -268,10 +287,17 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         pb_grpc.add_PartyServicer_to_server(_Lazy(holder), server)
 
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None), add, [SERVICE])
+    await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)  # SERVING once registered with the curator
     try:
         keys = await register(cfg, port)
     except grpc.aio.AioRpcError as e:
-        print(f"mpdp party {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}", file=sys.stderr)
+        if tls_failure(e):
+            hint = "this site does not trust the curator's certificate: check that ca.crt is this federation's CA and the curator's certificate is valid (`mpdp provision show ca.crt`)"
+        elif e.code() == grpc.StatusCode.UNAVAILABLE:
+            hint = "is the curator up and the address/port open? If it is, it refused this site's certificate (another CA or federation, or expired): run `mpdp provision check` on this site's folder and read the curator's log"
+        else:
+            hint = "see the curator's log"
+        print(f"mpdp party {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}; {hint}", file=sys.stderr)
         await server.stop(0)
         raise SystemExit(2)
     loop = asyncio.get_running_loop()
@@ -281,6 +307,7 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         loop.call_soon_threadsafe(lambda: asyncio.ensure_future(health.set(PRECOMPUTE_HEALTH, status)))
 
     holder["party"] = Party(cfg, keys, on_precompute)
+    await health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
     print(f"MPDP-READY {port}", file=ready_fd, flush=True)
     stop = asyncio.Event()

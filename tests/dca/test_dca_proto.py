@@ -35,6 +35,7 @@ MESSAGES = {
     "ShareRejection": lambda: pb.ShareRejection(client_id="c9", problem=common_pb2.MALFORMED, detail="short"),
     "ReceivedClients": lambda: pb.ReceivedClients(job_id="j", sequence=4, client_ids=["a", "b"], final=True, total=9, digest=b"\x02" * 32),
     "PartialSum": lambda: pb.PartialSum(job_id="j", partial_sum=VEC, clients_included=17, agreed_set_digest=b"\x03" * 32),
+    "NodeRegistration": lambda: pb.NodeRegistration(address="node-a.example.org:7300"),
 }
 
 
@@ -78,6 +79,6 @@ def test_services_are_complete():
     assert node["SubmitShares"].input_type.name == "ClientShare" and node["SubmitShares"].output_type.name == "ShareReceipt"
     assert node["SubmitShareBatch"].output_type.name == "ShareReceipt"
     curator = {m.name: m for m in svc["DcaCurator"].methods}
-    assert set(curator) == {"CreateJob", "WatchJob", "GetRelease", "GetJob", "SendPartialSum", "AbortJob"}
+    assert set(curator) == {"CreateJob", "WatchJob", "GetRelease", "GetJob", "RegisterComputeNode", "SendPartialSum", "AbortJob"}
     assert curator["WatchJob"].server_streaming and curator["GetRelease"].output_type.name == "DpSum"
     assert curator["CreateJob"].input_type.name == "DcaJobSpec"

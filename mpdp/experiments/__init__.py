@@ -1,0 +1,1 @@
+"""Experiment runners that reproduce the papers (fast mechanism paths)."""

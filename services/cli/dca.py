@@ -1,0 +1,144 @@
+"""`mpdp dca ...`: create, watch and fetch DCA jobs; submit a client's vector; generate load."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import click
+import grpc
+import numpy as np
+from rich.console import Console
+
+from mpdp.messages import common_pb2, dca_pb2 as pb
+
+err = Console(stderr=True)
+
+
+def _operator(endpoints: str):
+    from services.client import Endpoints
+    from services.dca_client import DcaOperator
+
+    return DcaOperator(Endpoints.load(endpoints))
+
+
+@click.group()
+def dca() -> None:
+    """Distributed Compute Algorithm (Heikkilä et al. 2017): secret-shared Gaussian sums over compute nodes."""
+
+
+@dca.command("create")
+@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@click.option("--dimension", "-d", type=int, required=True, help="d, the length of every client's vector")
+@click.option("--clients", "-n", type=int, required=True, help="N, the number of clients expected")
+@click.option("--max-missing", "-t", type=int, default=0, show_default=True, help="T, clients that may collude or drop out")
+@click.option("--epsilon", type=float, required=True, help="ε")
+@click.option("--delta", type=float, required=True, help="δ")
+@click.option("--sensitivity", type=float, required=True, help="Δ₂ of one client's vector (after clipping)")
+@click.option("--clip", type=float, default=1.0, show_default=True, help="|z_ij| ≤ clip, enforced by every client")
+@click.option("--nodes", required=True, help="comma-separated compute node names")
+@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="analytic Gaussian (corrected) or classic formula (paper)")
+@click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
+@click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, deadline, seed_compressed, as_json) -> None:
+    """Create a DCA job at the curator; prints its id."""
+    spec = pb.DcaJobSpec(
+        dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
+        mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, clip_bounds=[clip], compute_nodes=nodes.split(","),
+        deadline_seconds=deadline, seed_compressed=seed_compressed,
+    )
+    with _operator(endpoints) as op:
+        try:
+            job = op.create(spec)
+        except grpc.RpcError as e:
+            raise click.ClickException(e.details())
+    print(json.dumps({"job_id": job}) if as_json else job)
+
+
+@dca.command("watch")
+@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@click.option("--job", "job_id", required=True, help="DCA job id")
+@click.option("--json", "as_json", is_flag=True, help="print the final status as one JSON object")
+def watch(endpoints, job_id, as_json) -> None:
+    """Follow a job until it is released or fails."""
+    with _operator(endpoints) as op:
+        last = None
+        for st in op.watch(job_id):
+            last = st
+            if not as_json:
+                err.print(f"{st.state}: {st.nodes_reported} partial sums, {st.clients_included} clients {st.detail}")
+            if st.terminal:
+                break
+    if as_json and last is not None:
+        print(json.dumps({"job_id": job_id, "state": last.state, "clients_included": last.clients_included, "detail": last.detail}))
+    if last is not None and last.state == "FAILED":
+        raise click.ClickException(f"job {job_id} failed: {last.detail}")
+
+
+@dca.command("release")
+@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@click.option("--job", "job_id", required=True, help="DCA job id")
+def release(endpoints, job_id) -> None:
+    """Print the released DP sum and its guarantee as JSON."""
+    with _operator(endpoints) as op:
+        try:
+            r = op.release(job_id)
+        except grpc.RpcError as e:
+            raise click.ClickException(e.details())
+    print(json.dumps({
+        "job_id": r.job_id, "values": list(r.values), "clients_included": r.clients_included, "clients_expected": r.clients_expected,
+        "sigma_std": r.sigma_std, "sigma_client": r.sigma_client, "noise_variance": r.noise_variance,
+        "guarantee": {"epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "statement": r.guarantee.statement}, "seeded": r.seeded,
+    }))
+
+
+@dca.command("submit")
+@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir (for the curator's address)")
+@click.option("--site", type=click.Path(file_okay=False), required=True, help="this client's site folder (site.crt, site.key, ca.crt); its name is the client id")
+@click.option("--job", "job_id", required=True, help="DCA job id")
+@click.option("--values", required=True, help="comma-separated vector, or @FILE with one number per line")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def submit(endpoints, site, job_id, values, as_json) -> None:
+    """Submit this client's vector: noise and secret sharing happen here; each node gets one share."""
+    from cryptography import x509
+
+    from services.client import Endpoints
+    from services.common.rpc import TlsFiles
+    from services.dca_client import submit_vector
+
+    folder = Path(site)
+    tls = TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
+    cid = x509.load_pem_x509_certificate(tls.cert.read_bytes()).subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value
+    z = np.loadtxt(values[1:]) if values.startswith("@") else np.array([float(v) for v in values.split(",")])
+    try:
+        rep = asyncio.run(submit_vector(Endpoints.load(endpoints), tls, str(cid), job_id, np.atleast_1d(z)))
+    except grpc.RpcError as e:
+        raise click.ClickException(f"{e.code().name}: {e.details()}")
+    out = {"client_id": cid, "accepted": rep.accepted, "rejected": [r.detail for r in rep.rejected], "seconds": rep.seconds}
+    print(json.dumps(out) if as_json else out)
+
+
+@dca.command("loadgen")
+@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@click.option("--job", "job_id", required=True, help="DCA job id")
+@click.option("--clients", "-n", type=int, required=True, help="simulated clients")
+@click.option("--batched/--unbatched", default=True, show_default=True, help="ShareBatch messages, or one ClientShare per client on a stream")
+@click.option("--batch-size", type=int, default=1000, show_default=True, help="clients per batch")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the public simulation data (not of the noise)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def loadgen(endpoints, job_id, clients, batched, batch_size, seed, as_json) -> None:
+    """Simulate many clients against real compute nodes over TLS (operator certificate, per-client accounting)."""
+    from services.client import Endpoints
+    from services.dca_client import DcaOperator, submit_cohort
+
+    ep = Endpoints.load(endpoints)
+    with DcaOperator(ep) as op:
+        ann = op.job(job_id)
+    d = ann.spec.dimension
+    clip = ann.spec.clip_bounds[0] if ann.spec.clip_bounds else 1.0
+    Z = np.random.default_rng(seed).uniform(-clip, clip, size=(clients, d))  # public simulation data
+    rep = asyncio.run(submit_cohort(ep, ep.tls, job_id, [f"client-{i}" for i in range(clients)], Z, batched=batched, batch_size=batch_size))
+    out = {"job_id": job_id, "clients": clients, "accepted_shares": rep.accepted, "rejected": len(rep.rejected), "seconds": rep.seconds, "client_seconds": rep.client_seconds, "batched": batched}
+    print(json.dumps(out) if as_json else out)

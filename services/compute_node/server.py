@@ -1,0 +1,194 @@
+"""A DCA compute node as a gRPC service (Heikkilä et al. 2017, Algorithm 1; spec dca.md §4.3).
+
+Clients (PARTY certificates, one client each) stream their share m_{i,k}; routers (OPERATOR
+certificates) may stream or batch many clients' shares, each accounted per client. The node sums as
+shares arrive (memory O(d) per job plus the pending buffer, see :mod:`mpdp.dca.compute_node`), agrees
+with the other nodes on the clients that reached all of them, and pushes q_k to the curator. Servicer
+methods only feed the job's machine and forward its outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import grpc
+
+from mpdp.dca.compute_node import ComputeNodeMachine
+from mpdp.dca.errors import InvalidJob
+from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
+from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
+from services.common import config as cfgmod
+from services.common import errors
+from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
+from services.common.runtime import Hosted
+
+log = logging.getLogger("mpdp.compute_node")
+
+SERVICE = "mpdp.messages.ComputeNode"
+CURATOR_SERVICE = "mpdp.messages.DcaCurator"
+ROLES = roles_by_method(
+    SERVICE,
+    {
+        "AnnounceJob": ("curator",),
+        "SubmitShares": ("party", "operator"),
+        "SubmitShareBatch": ("operator",),
+        "ReportReceivedClients": ("compute_node",),
+        "CloseSubmissions": ("curator",),
+        "GetPartialSum": ("curator",),
+        "AbortJob": ("curator", "compute_node"),
+    },
+)
+NODE_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["ComputeNode"])
+CURATOR_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["DcaCurator"])
+FLUSH_SECONDS = 0.25  # send pending received-set deltas at least this often
+
+
+class ComputeNode(pb_grpc.ComputeNodeServicer):
+    def __init__(self, cfg: cfgmod.ComputeNodeConfig) -> None:
+        self.cfg = cfg
+        self.jobs: dict[str, Hosted] = {}
+        self.channels = PeerChannels(cfg.tls.files())
+
+    def _sender(self, context) -> Peer:
+        ident = caller(context)
+        return CURATOR if ident.role == "curator" else Peer(ident.role, ident.name)
+
+    async def _job(self, job_id: str, context) -> Hosted:
+        hosted = self.jobs.get(job_id)
+        if hosted is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: compute node {self.cfg.name} has no job {job_id!r}")
+        return hosted  # type: ignore[return-value]
+
+    # -- curator → node ------------------------------------------------------------------------------
+    async def AnnounceJob(self, request: pb.DcaJobAnnouncement, context) -> common_pb2.Ack:
+        if caller(context).name != self.cfg.curator.name:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: only curator {self.cfg.curator.name} may announce jobs")
+        if request.job_id in self.jobs:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"REPLAY: job {request.job_id} was already announced")
+        try:
+            machine = ComputeNodeMachine.from_announcement(self.cfg.name, request, report_every=self.cfg.report_every)
+        except (InvalidJob, ValueError) as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+        if machine.params.seeded and not self.cfg.test_mode:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed makes a release non-private; this node is not in test mode")
+        hosted = Hosted(machine, self._route)
+        hosted.addresses = dict(request.node_addresses)  # type: ignore[attr-defined]
+        self.jobs[request.job_id] = hosted
+        hosted.deadline_task = asyncio.ensure_future(self._timers(hosted, machine.params.deadline_seconds))
+        log.info("job %s announced: d=%d, N=%d, T=%d, M=%d", request.job_id, machine.params.dimension, machine.params.clients, machine.params.max_missing, machine.params.M)
+        return common_pb2.Ack()
+
+    async def CloseSubmissions(self, request, context) -> common_pb2.Ack:
+        return await self._feed(request, context)
+
+    async def GetPartialSum(self, request: common_pb2.JobRef, context) -> pb.PartialSum:
+        hosted = await self._job(request.job_id, context)
+        try:
+            return hosted.machine.partial_sum()
+        except ProtocolError as e:
+            await errors.abort(context, e)
+
+    # -- submissions ------------------------------------------------------------------------------------
+    async def SubmitShares(self, request_iterator, context) -> pb.ShareReceipt:
+        sender = self._sender(context)
+        receipt = pb.ShareReceipt()
+        hosted: Hosted | None = None
+        async for share in request_iterator:
+            if hosted is None:
+                hosted = await self._job(share.job_id, context)
+                receipt.job_id = share.job_id
+            elif share.job_id != receipt.job_id:
+                receipt.rejected.add(client_id=share.client_id, problem=common_pb2.UNKNOWN_JOB, detail="one stream carries one job")
+                continue
+            try:
+                await hosted.deliver(sender, share, inline=True)
+                receipt.accepted += 1
+            except ProtocolError as e:
+                if hosted.machine.failed:
+                    await errors.abort(context, e)
+                receipt.rejected.add(client_id=share.client_id, problem=e.problem, detail=e.detail)
+        return receipt
+
+    async def SubmitShareBatch(self, request: pb.ShareBatch, context) -> pb.ShareReceipt:
+        hosted = await self._job(request.job_id, context)
+        try:
+            replies = await hosted.deliver(self._sender(context), request, inline=True)
+        except ProtocolError as e:
+            await errors.abort(context, e)
+        return replies[0] if replies else pb.ShareReceipt(job_id=request.job_id)
+
+    # -- node ↔ node and aborts ----------------------------------------------------------------------------
+    async def ReportReceivedClients(self, request, context) -> common_pb2.Ack:
+        return await self._feed(request, context)
+
+    async def AbortJob(self, request, context) -> common_pb2.Ack:
+        return await self._feed(request, context)
+
+    async def _feed(self, request, context) -> common_pb2.Ack:
+        hosted = await self._job(request.job_id, context)
+        try:
+            await hosted.deliver(self._sender(context), request, context, inline=True)
+        except ProtocolError:
+            pass
+        return common_pb2.Ack()
+
+    # -- outputs and timers -------------------------------------------------------------------------------
+    async def _route(self, hosted: Hosted, outputs) -> None:
+        for o in outputs:
+            if isinstance(o, Send):
+                hosted.spawn(self._send(hosted, o.to, o.message))
+
+    async def _send(self, hosted: Hosted, to: Peer, message) -> None:
+        if to == CURATOR:
+            address, site, service, methods = self.cfg.curator.address, self.cfg.curator.name, CURATOR_SERVICE, CURATOR_METHODS
+        else:
+            address, site, service, methods = hosted.addresses.get(to.name, ""), to.name, SERVICE, NODE_METHODS  # type: ignore[attr-defined]
+        await hosted.send(to, message, lambda: self.channels.call(address, site, service, methods[message.DESCRIPTOR.full_name], message, common_pb2.Ack))
+
+    async def _timers(self, hosted: Hosted, deadline: float) -> None:
+        """Flush received-set deltas periodically; close the node's own received set at the deadline."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        while not hosted.machine.terminal and loop.time() < end:
+            await asyncio.sleep(min(FLUSH_SECONDS, max(0.0, end - loop.time())))
+            if hosted.machine.state == "AWAIT_SHARES":
+                await hosted.local(hosted.machine.flush_reports)
+        if not hosted.machine.terminal:
+            await hosted.local(hosted.machine.close)
+
+
+async def register(cfg: cfgmod.ComputeNodeConfig, port: int) -> None:
+    channels = PeerChannels(cfg.tls.files())
+    host = cfg.listen.rsplit(":", 1)[0]
+    address = cfg.advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
+    try:
+        ch = channels.channel(cfg.curator.address, cfg.curator.name)
+        rpc = ch.unary_unary(f"/{CURATOR_SERVICE}/RegisterComputeNode", request_serializer=lambda m: m.SerializeToString(), response_deserializer=common_pb2.Ack.FromString)
+        await rpc(pb.NodeRegistration(address=address), timeout=120, wait_for_ready=True)
+    finally:
+        await channels.close()
+
+
+async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
+    node = ComputeNode(cfg)
+    server, port, health = await start_server(
+        cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE]
+    )
+    try:
+        await register(cfg, port)
+    except grpc.aio.AioRpcError as e:
+        print(f"mpdp compute node {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}", file=sys.stderr)
+        await server.stop(0)
+        raise SystemExit(2)
+    log.info("compute node %s listening on port %d", cfg.name, port)
+    print(f"MPDP-READY {port}", file=ready_fd, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await stop_server(server, health)
+    await node.channels.close()

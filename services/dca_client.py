@@ -1,0 +1,189 @@
+"""DCA from the outside: operators create and follow jobs; clients (or a load generator) submit shares.
+
+- :class:`DcaOperator` (OPERATOR certificate): create a job, watch it, fetch the released DP sum.
+- :func:`submit_vector`: one client (PARTY certificate, client id = its site name) secret-shares its
+  vector with fresh Gaussian noise and streams one share to each compute node.
+- :func:`submit_cohort`: many simulated clients from one process over long-lived TLS channels, either one
+  ClientShare message per client on a stream per node (``batched=False``) or ShareBatch messages carrying
+  many clients' shares (``batched=True``); every client is still accounted on its own by the nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Iterator
+
+import grpc
+import numpy as np
+
+from mpdp.dca.client import ClientCohort, ClientMachine
+from mpdp.dca.params import DcaParams
+from mpdp.math.drbg import Drbg
+from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
+from mpdp.protocol import Send
+from services.client import Endpoints
+from services.common.rpc import CHANNEL_OPTIONS, TlsFiles
+
+
+class DcaOperator:
+    def __init__(self, endpoints: Endpoints) -> None:
+        opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", endpoints.curator_name)]
+        self.channel = grpc.secure_channel(endpoints.curator_address, endpoints.tls.channel_credentials(), options=opts)
+        self.stub = pb_grpc.DcaCuratorStub(self.channel)
+
+    def create(self, spec: pb.DcaJobSpec) -> str:
+        return self.stub.CreateJob(spec, timeout=60).job_id
+
+    def watch(self, job_id: str, timeout: float | None = None) -> Iterator[pb.DcaJobStatus]:
+        yield from self.stub.WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> pb.DcaJobStatus:
+        last = None
+        for st in self.watch(job_id, timeout):
+            last = st
+            if st.terminal:
+                break
+        assert last is not None
+        return last
+
+    def release(self, job_id: str) -> pb.DpSum:
+        return self.stub.GetRelease(common_pb2.JobRef(job_id=job_id), timeout=60)
+
+    def job(self, job_id: str) -> pb.DcaJobAnnouncement:
+        return self.stub.GetJob(common_pb2.JobRef(job_id=job_id), timeout=60)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> "DcaOperator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class SubmitReport:
+    accepted: int = 0
+    rejected: list[pb.ShareRejection] = field(default_factory=list)
+    client_seconds: float = 0.0  # building shares (noise, encoding, sharing)
+    seconds: float = 0.0  # wall time of the whole submission
+
+
+async def _fetch_job(curator_address: str, curator_name: str, tls: TlsFiles, job_id: str) -> pb.DcaJobAnnouncement:
+    opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", curator_name)]
+    async with grpc.aio.secure_channel(curator_address, tls.channel_credentials(), options=opts) as ch:
+        return await pb_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job_id), timeout=60)
+
+
+def _node_channels(ann: pb.DcaJobAnnouncement, tls: TlsFiles) -> list[grpc.aio.Channel]:
+    creds = tls.channel_credentials()
+    return [
+        grpc.aio.secure_channel(ann.node_addresses[n], creds, options=CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", n)])
+        for n in ann.spec.compute_nodes
+    ]
+
+
+async def submit_vector(endpoints: Endpoints, tls: TlsFiles, client_id: str, job_id: str, z: np.ndarray, rng: Drbg | None = None) -> SubmitReport:
+    """One client's contribution: shares with fresh noise, one stream per node. Raises if any node refuses."""
+    t0 = time.perf_counter()
+    ann = await _fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
+    params = DcaParams.from_spec(job_id, ann.spec)
+    rng = rng or (Drbg.from_seed(params.simulation_seed).child(f"client/{client_id}") if params.seeded else Drbg.from_os())
+    machine = ClientMachine(params, client_id, z, rng)
+    outs = [o for o in machine.submit() if isinstance(o, Send)]
+    client_seconds = time.perf_counter() - t0
+    channels = _node_channels(ann, tls)
+    report = SubmitReport(client_seconds=client_seconds)
+    try:
+        async def one(k: int, msg: pb.ClientShare) -> pb.ShareReceipt:
+            async def it() -> AsyncIterator[pb.ClientShare]:
+                yield msg
+
+            return await pb_grpc.ComputeNodeStub(channels[k]).SubmitShares(it(), timeout=60)
+
+        receipts = await asyncio.gather(*(one(params.node_index(o.to.name), o.message) for o in outs))
+    finally:
+        await asyncio.gather(*(c.close() for c in channels))
+    for r in receipts:
+        report.accepted += r.accepted
+        report.rejected.extend(r.rejected)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+async def submit_cohort(
+    endpoints: Endpoints,
+    tls: TlsFiles,
+    job_id: str,
+    client_ids: list[str],
+    Z: np.ndarray,
+    *,
+    batched: bool = True,
+    batch_size: int = 1000,
+    rng: Drbg | None = None,
+) -> SubmitReport:
+    """Simulate many clients over one long-lived TLS channel per node (load generator, benchmarks, tests)."""
+    t0 = time.perf_counter()
+    ann = await _fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
+    params = DcaParams.from_spec(job_id, ann.spec)
+    rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())
+    cohort = ClientCohort(params, client_ids, Z, rng)
+    channels = _node_channels(ann, tls)
+    stubs = [pb_grpc.ComputeNodeStub(c) for c in channels]
+    report = SubmitReport()
+    try:
+        if batched:
+            for b in _timed_batches(cohort, batch_size, report):
+                receipts = await asyncio.gather(*(stubs[k].SubmitShareBatch(msg, timeout=120) for k, msg in enumerate(b.batches)))
+                for r in receipts:
+                    report.accepted += r.accepted
+                    report.rejected.extend(r.rejected)
+        else:
+            queues: list[asyncio.Queue] = [asyncio.Queue(maxsize=4) for _ in stubs]
+
+            async def stream(k: int) -> pb.ShareReceipt:
+                async def it() -> AsyncIterator[pb.ClientShare]:
+                    while (batch := await queues[k].get()) is not None:
+                        for msg in _split(batch, params.dimension):
+                            yield msg
+
+                return await stubs[k].SubmitShares(it(), timeout=3600)
+
+            tasks = [asyncio.ensure_future(stream(k)) for k in range(len(stubs))]
+            for b in _timed_batches(cohort, batch_size, report):
+                for k, msg in enumerate(b.batches):
+                    await queues[k].put(msg)
+            for q in queues:
+                await q.put(None)
+            for r in await asyncio.gather(*tasks):
+                report.accepted += r.accepted
+                report.rejected.extend(r.rejected)
+    finally:
+        await asyncio.gather(*(c.close() for c in channels))
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _timed_batches(cohort: ClientCohort, batch_size: int, report: SubmitReport):
+    gen = cohort.batches(batch_size)
+    while True:
+        t = time.perf_counter()
+        b = next(gen, None)
+        report.client_seconds += time.perf_counter() - t
+        if b is None:
+            return
+        yield b
+
+
+def _split(batch: pb.ShareBatch, d: int) -> Iterator[pb.ClientShare]:
+    """A ShareBatch as one ClientShare per client (unbatched submission)."""
+    if batch.WhichOneof("shares") == "mask_seeds":
+        for j, cid in enumerate(batch.client_ids):
+            yield pb.ClientShare(job_id=batch.job_id, client_id=cid, mask_seed=batch.mask_seeds[32 * j : 32 * (j + 1)])
+    else:
+        w = 8 * d
+        for j, cid in enumerate(batch.client_ids):
+            yield pb.ClientShare(job_id=batch.job_id, client_id=cid, masked_vector=batch.masked_vectors[w * j : w * (j + 1)])
