@@ -76,9 +76,15 @@ def _table(result: exp.Pathak2010Result) -> None:
               help="Worker processes (runs are distributed; each worker uses one BLAS thread).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/pathak2010"), show_default=True,
               help="Output folder for the CSV, JSON and PNG (file names carry λ).")
+@click.option("--protocol", "protocol", is_flag=True,
+              help="Also run a few points through the real services (curator + 5 party processes, mutual TLS) and plot them.")
+@click.option("--protocol-epsilons", default=None,
+              help="ε values (from --epsilons) for the protocol spot check (default: the smallest and the largest).")
+@click.option("--protocol-runs", type=click.IntRange(min=1), default=2, show_default=True, help="Real jobs per protocol point.")
+@click.option("--protocol-key-bits", type=click.IntRange(min=512), default=2048, show_default=True, help="Paillier/DGK key size for the spot check.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (errors, std errors, settings) to stdout instead of a table.")
 def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: str, runs: int, splits: str, modes: str, seed: int, workers: int,
-               out_dir: Path, as_json: bool) -> None:
+               out_dir: Path, protocol: bool, protocol_epsilons: str | None, protocol_runs: int, protocol_key_bits: int, as_json: bool) -> None:
     """PRR10 Figure 2: test error of the DP aggregate classifier on a9a vs ε (K=5, three splits, both modes)."""
     try:
         grid = parse_float_list(epsilons)
@@ -103,13 +109,30 @@ def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: st
         raise click.ClickException(str(e)) from e
     with rich_progress(f"pathak2010 λ={lam:g}", enabled=not as_json) as progress:
         result = exp.run_pathak2010(data, config, progress)
-    files = result.write(out_dir)
+    extra = None
+    spot: dict = {}
+    if protocol:
+        from services.spotcheck import protocol_points
+
+        wanted = [lab.strip() for lab in protocol_epsilons.split(",")] if protocol_epsilons else [config.labels[0], config.labels[-1]]
+        unknown = [w for w in wanted if w not in config.labels]
+        if unknown:
+            raise click.BadParameter(f"{unknown} are not in --epsilons", param_hint="--protocol-epsilons")
+        pts = [(sp, m, lab, config.epsilons[config.labels.index(lab)]) for sp in config.splits for m in config.modes for lab in dict.fromkeys(wanted)]
+        with rich_progress("protocol spot check", enabled=not as_json) as progress:
+            extra, info = protocol_points(data, config, pts, runs=protocol_runs, key_bits=protocol_key_bits, progress=progress)
+        spot = {"settings": info, "points": {f"{sp}/{m}/{lab}": {"mean": v[0], "sem": v[1], "path": v[2]} for (sp, m, lab), v in extra.items()}}
+    files = result.write(out_dir, extra)
     if as_json:
         summary = result.summary()
+        if spot:
+            summary["protocol"] = spot
         summary["files"] = {k: str(v) for k, v in files.items()}
         sys.stdout.write(to_json(summary) + "\n")
         return
     _table(result)
+    for key, point in spot.get("points", {}).items():
+        click.echo(f"protocol {key}: {point['mean']:.4f} ± {point['sem']:.4f} (mechanism: see table)")
     click.echo("wrote " + ", ".join(str(p) for p in files.values()))
 
 
