@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from services.cli import experiment_pathak
+from services.cli import experiment_lmgc, experiment_pathak
 
 COMMANDS: list[click.Command] = [
     experiment_pathak.command,
+    experiment_lmgc.command,
 ]

@@ -1,0 +1,231 @@
+"""Noise calibration, samplers and accounting for DP large-margin Gaussian classifiers.
+
+Two mechanisms (spec lmgc.md §2.3, §2.5):
+
+``corrected`` (provable, §2.5; CMS11 objective perturbation adapted to C symmetric blocks)
+    Sensitivity: the per-sample gradient ∇ℓ(θ; z) has ‖·‖_F ≤ G = R²·√(C(C−1)) for ‖x̃‖ ≤ R, so for
+    adjacent datasets (substitution) giving the same θ*, ‖b − b′‖_F ≤ 2G (§2.6 b).
+    Norm: Frobenius over all C symmetric blocks = ℓ2 in isometric coordinates (p = C·(d+1)(d+2)/2).
+    Noise: density ∝ exp(−(ε_b/(2G))·‖b‖_F) on the symmetric space, i.e. spherical Laplace with
+    β = 2G/ε_b in isometric coordinates (‖v‖ ~ Gamma(p, 2G/ε_b), uniform direction).
+    Ridge: Δ with (C−1)·log(1 + 2cR⁴/(nΔ)) = ε_J, c = 1/(2h) (Jacobian term, §2.5 step 5).
+    Guarantee: ε-DP with ε = ε_b + ε_J, provided the exact minimiser of the strongly convex J_p
+    is released (then b ↔ θ* is a bijection, §2.5 step 3).
+
+``paper`` (as reconstructed in §2.3; NOT proven private)
+    One (d+1)×(d+1) matrix b shared by all classes, density ∝ exp(−(ε/2)·‖b‖_F) over general
+    matrices (‖b‖_F ~ Gamma((d+1)², 2/ε), uniform direction). The paper claims ε + k with an
+    illegible k; the claim fails (§2.6 a–f): a shared b over-determines the stationarity
+    conditions, the sensitivity 2 is too small by √(C(C−1))·R², J_p can be unbounded below, and
+    the PSD constraints break the bijection.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpdp.dp.mechanisms import Guarantee, spherical_laplace
+from mpdp.lmgc import huber
+from mpdp.lmgc.objective import gradient_bound
+from mpdp.lmgc.params import sym_dim, vec_to_theta
+from mpdp.math.drbg import Drbg
+
+class PrivacyError(RuntimeError):
+    """The release would not meet the stated guarantee; nothing is released."""
+
+
+def ridge_for_jacobian_budget(eps_j: float, n: int, n_classes: int, h: float, R: float) -> float:
+    """Δ with (C−1)·log(1 + 2cR⁴/(nΔ)) = ε_J, i.e. Δ = 2cR⁴/(n·(e^{ε_J/(C−1)} − 1)) (§2.5 step 1)."""
+    if not (eps_j > 0 and n >= 1 and n_classes >= 2):
+        raise ValueError(f"need ε_J > 0, n >= 1, C >= 2; got {eps_j}, {n}, {n_classes}")
+    denom = math.expm1(min(eps_j / (n_classes - 1), 700.0))
+    return 2.0 * huber.curvature(h) * R**4 / (n * denom)
+
+
+def jacobian_epsilon(ridge: float, n: int, n_classes: int, h: float, R: float) -> float:
+    """ε_J = (C−1)·log(1 + 2cR⁴/(nΔ)): log of the bound on the Jacobian-determinant ratio (§2.5 step 5)."""
+    if ridge <= 0:
+        return math.inf
+    return (n_classes - 1) * math.log1p(2.0 * huber.curvature(h) * R**4 / (n * ridge))
+
+
+@dataclass(frozen=True)
+class CorrectedCalibration:
+    """Everything the corrected mechanism needs, with its accounting (§2.4, §2.5)."""
+
+    epsilon: float  # total budget ε
+    n: int
+    n_classes: int
+    dim_x: int  # d (without the appended 1)
+    h: float
+    R: float  # public bound on ‖x̃‖
+    ridge: float  # Δ actually used
+    eps_jacobian: float  # (C−1)·log(1 + 2cR⁴/(nΔ))
+    eps_noise: float  # ε_b = ε − ε_J
+
+    @classmethod
+    def create(cls, epsilon: float, n: int, n_classes: int, dim_x: int, h: float, R: float, *,
+               jacobian_share: float = 0.5, ridge_floor: float = 0.0) -> "CorrectedCalibration":
+        """Split ε: Δ = max(ridge_floor, Δ(jacobian_share·ε)); ε_J from that Δ; ε_b = ε − ε_J > 0."""
+        if not (math.isfinite(epsilon) and epsilon > 0):
+            raise ValueError(f"epsilon must be finite and positive, got {epsilon}")
+        if not 0 < jacobian_share < 1:
+            raise ValueError(f"jacobian_share must be in (0, 1), got {jacobian_share}")
+        if R < 1:
+            raise ValueError(f"R bounds ‖(x, 1)‖ so it must be >= 1, got {R}")
+        ridge = max(ridge_floor, ridge_for_jacobian_budget(jacobian_share * epsilon, n, n_classes, h, R))
+        eps_j = jacobian_epsilon(ridge, n, n_classes, h, R)
+        cal = cls(epsilon, n, n_classes, dim_x, h, R, ridge, eps_j, epsilon - eps_j)
+        cal.check()
+        return cal
+
+    @property
+    def D(self) -> int:
+        return self.dim_x + 1
+
+    @property
+    def dim(self) -> int:
+        """p = C·(d+1)(d+2)/2."""
+        return self.n_classes * sym_dim(self.D)
+
+    @property
+    def gradient_bound(self) -> float:
+        """G = R²·√(C(C−1))."""
+        return gradient_bound(self.R, self.n_classes)
+
+    @property
+    def sensitivity(self) -> float:
+        """‖b − b′‖_F ≤ 2G for adjacent datasets that give the same θ* (§2.5 step 2)."""
+        return 2.0 * self.gradient_bound
+
+    @property
+    def noise_scale(self) -> float:
+        """β = 2G/ε_b: density ∝ exp(−‖v‖/β) = exp(−(ε_b/(2G))·‖b‖_F)."""
+        return self.sensitivity / self.eps_noise
+
+    def check(self) -> None:
+        """Raise :class:`PrivacyError` unless ε_b > 0, ε_b + ε_J ≤ ε and β ≥ 2G/ε_b (to rounding)."""
+        if not (self.ridge > 0 and math.isfinite(self.ridge)):
+            raise PrivacyError(f"ridge Δ must be positive and finite, got {self.ridge}")
+        if not self.eps_noise > 0:
+            raise PrivacyError(f"Jacobian term ε_J = {self.eps_jacobian:.4g} uses the whole budget ε = {self.epsilon}; "
+                               "use a larger ridge Δ or a larger ε")
+        recomputed = jacobian_epsilon(self.ridge, self.n, self.n_classes, self.h, self.R)
+        if self.eps_noise + recomputed > self.epsilon * (1 + 1e-12):
+            raise PrivacyError(f"accounting ε_b + ε_J = {self.eps_noise + recomputed} exceeds ε = {self.epsilon}")
+
+    def sample(self, rng: Drbg) -> np.ndarray:
+        """b = (b_1..b_C), symmetric blocks, density ∝ exp(−(ε_b/(2G))‖b‖_F) (§2.5 step 2).
+
+        Sensitivity: ‖b − b′‖_F ≤ 2G = 2R²√(C(C−1)) between adjacent datasets reaching the same θ*.
+        Norm: Frobenius over all C symmetric blocks (ℓ2 in isometric coordinates).
+        Guarantee: with the ridge Δ of this calibration and the exact minimiser of J_p, the released
+        θ* is ε-DP with ε = ε_b + ε_J (checked by :meth:`check` before sampling).
+        Sampled as spherical Laplace in isometric coordinates v (p = C·D_s) with β = 2G/ε_b, mapped
+        back with b_kk = v_kk and b_kl = b_lk = v_kl/√2. Draws from ``rng`` directly (advancing it),
+        so successive calls give independent noise.
+        """
+        self.check()
+        v = spherical_laplace(rng, self.dim, self.noise_scale)
+        if not np.all(np.isfinite(v)):
+            raise PrivacyError("non-finite noise sample")
+        return vec_to_theta(v, self.n_classes, self.D)
+
+    def guarantee(self) -> Guarantee:
+        return Guarantee(
+            mechanism="LMGC objective perturbation, corrected (lmgc.md §2.5): per-class symmetric noise + ridge",
+            epsilon=self.epsilon,
+            delta=0.0,
+            sensitivity=self.sensitivity,
+            norm="Frobenius over all C symmetric blocks (l2 in isometric coordinates)",
+            statement=(f"epsilon-DP (substitution adjacency, ‖(x,1)‖ ≤ R={self.R:g}) with epsilon = eps_b + eps_J = "
+                       f"{self.eps_noise:.6g} + {self.eps_jacobian:.6g} ≤ {self.epsilon:g}; "
+                       f"noise density ∝ exp(-(eps_b/(2G))‖b‖_F), G = R²√(C(C−1)) = {self.gradient_bound:.6g}; "
+                       f"ridge Δ = {self.ridge:.6g}; requires the exact minimiser of the strongly convex J_p"),
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "mode": "corrected",
+            "proven": True,
+            "epsilon": self.epsilon,
+            "eps_noise": self.eps_noise,
+            "eps_jacobian": self.eps_jacobian,
+            "ridge": self.ridge,
+            "sensitivity": self.sensitivity,
+            "noise_scale": self.noise_scale,
+            "dimension": self.dim,
+            "R": self.R,
+            "huber_h": self.h,
+            "n": self.n,
+            "n_classes": self.n_classes,
+            "guarantee": self.guarantee().as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class PaperCalibration:
+    """The paper's perturbation (§2.3): shared general b with density ∝ exp(−(ε/2)‖b‖_F). NOT proven private."""
+
+    epsilon: float
+    dim_x: int
+    n_classes: int
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ValueError(f"epsilon must be finite and positive, got {self.epsilon}")
+
+    @property
+    def D(self) -> int:
+        return self.dim_x + 1
+
+    @property
+    def sensitivity(self) -> float:
+        """The paper's Lemma 1 bound ‖b − b′‖_F ≤ 2 (one class block, ‖x̃‖ ≤ 1); too small (§2.6 b)."""
+        return 2.0
+
+    @property
+    def noise_scale(self) -> float:
+        """β = 2/ε: ‖b‖_F ~ Gamma((d+1)², 2/ε) (§2.3, eq. (7))."""
+        return 2.0 / self.epsilon
+
+    def sample(self, rng: Drbg) -> np.ndarray:
+        """One general (d+1)×(d+1) matrix b, replicated to every class (the paper's shared b, §2.3).
+
+        Sensitivity (paper's Lemma 1): 2, Frobenius norm of one block, assuming ‖x̃‖ ≤ 1.
+        Guarantee: NONE proven. The paper claims (ε + k)-DP; §2.6 a–f show why that fails (the true
+        gradient difference reaches 2R²√(C(C−1)), J_p may have no minimiser, a shared b only moves
+        the class mean). Density ∝ exp(−(ε/2)‖b‖_F): ‖b‖_F ~ Gamma((d+1)², 2/ε), uniform direction.
+        """
+        v = spherical_laplace(rng, self.D * self.D, self.noise_scale)
+        if not np.all(np.isfinite(v)):
+            raise PrivacyError("non-finite noise sample")
+        return np.broadcast_to(v.reshape(self.D, self.D), (self.n_classes, self.D, self.D)).copy()
+
+    def guarantee(self) -> Guarantee:
+        return Guarantee(
+            mechanism="LMGC objective perturbation as in Pathak & Raj 2010 (lmgc.md §2.3) — NOT PROVEN PRIVATE",
+            epsilon=self.epsilon,
+            delta=0.0,
+            sensitivity=self.sensitivity,
+            norm="Frobenius of one (d+1)x(d+1) block",
+            statement=("NO valid DP guarantee. The paper claims (epsilon + k)-DP with an illegible constant k; "
+                       "the proof fails (lmgc.md §2.6): a shared b over-determines the stationarity conditions (a), "
+                       "the sensitivity 2 ignores the √(C(C−1))·R² factor (b), J_p is not strongly convex and can be "
+                       "unbounded below (d), and PSD constraints break the b ↔ Φ* bijection (e)."),
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "mode": "paper",
+            "proven": False,
+            "epsilon": self.epsilon,
+            "claimed_epsilon": "epsilon + k (k illegible in the source)",
+            "sensitivity": self.sensitivity,
+            "noise_scale": self.noise_scale,
+            "dimension": self.D * self.D,
+            "guarantee": self.guarantee().as_dict(),
+        }
