@@ -124,14 +124,31 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--dataset", required=True, help="dataset name every party maps to its own file")
 @click.option("--parties", required=True, help="comma-separated party names; the first is P1")
 @click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
-@click.option("--lambda", "lam", type=float, required=True, help="regularisation λ")
+@click.option("--lambda", "lam", type=float, required=True, help="regularisation λ (logreg: L2; lmgc: trace regulariser)")
 @click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="noise calibration")
-@click.option("--model", type=click.Choice(["logreg"]), default="logreg", show_default=True, help="local model")
+@click.option("--model", type=click.Choice(["logreg", "lmgc"]), default="logreg", show_default=True,
+              help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average")
+@click.option("--ridge", type=float, default=1e-3, show_default=True, help="lmgc: ridge floor Δ")
+@click.option("--data-norm", type=float, default=1.0, show_default=True, help="lmgc: public row-norm bound r (rows are clipped to it)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, model: str, as_json: bool) -> None:
-    """Submit a Pathak 2010 job and follow it stage by stage until the model is published."""
+def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, model: str, ridge: float, data_norm: float, as_json: bool) -> None:
+    """Run a training job across the parties and print the published model's summary."""
+    import grpc
+
     from services.client import Endpoints, OperatorClient
 
+    if model == "lmgc":
+        from services.local_client import submit_local
+
+        try:
+            summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm)
+        except grpc.RpcError as e:
+            raise click.ClickException(e.details())
+        if as_json:
+            print(json.dumps(summary))
+        else:
+            Console().print_json(json.dumps(summary))
+        return
     with OperatorClient(Endpoints.load(endpoints)) as client:
         job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode), as_json)
         _fail_if_failed(status)
@@ -147,13 +164,23 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 @click.option("--job", "job_id", required=True, help="job id of a published model")
 @click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), help="records to classify (CSV or LIBSVM)")
 @click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm"]), default="auto", show_default=True, help="file format")
+@click.option("--party", default="average", show_default=True, help="lmgc jobs: whose release to use (a party name or 'average')")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def predict(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
+def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, as_json: bool) -> None:
     """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."""
     import grpc
 
     from services.client import Endpoints, OperatorClient
 
+    if job_id.startswith("lm-"):
+        from services.local_client import predict_local
+
+        try:
+            out = predict_local(Endpoints.load(endpoints), job_id, data_path, fmt, party)
+        except (grpc.RpcError, DatasetError, ValueError) as e:
+            raise click.ClickException(getattr(e, "details", lambda: str(e))())
+        print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        return
     with OperatorClient(Endpoints.load(endpoints)) as client:
         try:
             m = client.model(job_id)

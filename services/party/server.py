@@ -23,7 +23,8 @@ from mpdp.ledger import BudgetExceeded, PrivacyLedger
 from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.drbg import Drbg
 from mpdp.math.paillier import KeyPair, PublicKey
-from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
+from mpdp.local_release import ReleaseError, party_release
+from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.params import InvalidJob
 from mpdp.pathak2010.party import PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
@@ -221,14 +222,18 @@ class Party(pb_grpc.PartyServicer):
             if isinstance(o, Send):
                 hosted.spawn(self._send(hosted, o.to, o.message))
             elif isinstance(o, Record):
-                self.ledger.record(o.entry)
-                tmp = self.ledger_path.with_suffix(".tmp")
-                self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
-                tmp.write_text(self.ledger.to_json())
-                os.replace(tmp, self.ledger_path)
+                self.record(o.entry)
         if all(h.machine.terminal for h in self.jobs.values()):
             m = hosted.machine
             self.precompute.resume(getattr(m, "d", None), len(m.params.pairs) * m.params.compare_bits)
+
+    def record(self, entry: dict) -> None:
+        """Add a release to the privacy ledger and persist it (atomically)."""
+        self.ledger.record(entry)
+        tmp = self.ledger_path.with_suffix(".tmp")
+        self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(self.ledger.to_json())
+        os.replace(tmp, self.ledger_path)
 
     async def _send(self, hosted: Hosted, to: Peer, message) -> None:
         if to == CURATOR:
@@ -245,6 +250,47 @@ class Party(pb_grpc.PartyServicer):
 
 
 PARTY_SELF_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Party"])
+LOCAL_SERVICE = "mpdp.messages.LocalModelParty"
+LOCAL_ROLES = roles_by_method(LOCAL_SERVICE, {"TrainLocalModel": C})
+
+
+class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
+    """Trains and releases a DP model on this party's own records (LMGC), recording it in the ledger."""
+
+    def __init__(self, holder: dict) -> None:
+        self._holder = holder
+
+    async def TrainLocalModel(self, request: local_release_pb2.LocalModelRequest, context) -> local_release_pb2.LocalModelRelease:
+        party: Party | None = self._holder.get("party")
+        if party is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "party is starting up")
+        cfg = party.cfg
+        if caller(context).name != cfg.curator.name:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: only curator {cfg.curator.name} may request releases")
+        if any(e.get("job_id") == request.job_id for e in party.ledger.entries):
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"REPLAY: job {request.job_id} was already released")
+        if request.spec.simulation_seed and not cfg.test_mode:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed is refused outside test mode")
+        ds = cfg.datasets.get(request.spec.dataset)
+        if ds is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: party {cfg.name} has no dataset {request.spec.dataset!r} (configured: {sorted(cfg.datasets)})")
+        try:
+            party.ledger.check(request.spec.epsilon)
+        except BudgetExceeded as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"BUDGET_EXCEEDED: party {cfg.name}: {e}")
+        rng = Drbg.from_seed(request.spec.simulation_seed).child(f"party/{cfg.name}") if request.spec.simulation_seed else party.rng.child(f"local/{request.job_id}")
+
+        def train():
+            X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
+            return party_release(cfg.name, request, X, y, rng)
+
+        try:
+            release, entry = await asyncio.to_thread(train)
+        except (DatasetError, ReleaseError, ValueError, RuntimeError) as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: party {cfg.name} cannot release: {e}")
+        party.record(entry)
+        log.info("local job %s: released %s (ε=%g)", request.job_id, request.spec.model, request.spec.epsilon)
+        return release
 
 
 def tls_failure(e: grpc.aio.AioRpcError) -> bool:
@@ -285,8 +331,9 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
 
     def add(server):
         pb_grpc.add_PartyServicer_to_server(_Lazy(holder), server)
+        local_release_pb2_grpc.add_LocalModelPartyServicer_to_server(LocalParty(holder), server)
 
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None), add, [SERVICE])
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor({**ROLES, **LOCAL_ROLES}, cfg.federation or None), add, [SERVICE, LOCAL_SERVICE])
     await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)  # SERVING once registered with the curator
     try:
         keys = await register(cfg, port)

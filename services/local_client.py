@@ -1,0 +1,56 @@
+"""Operator side of local DP releases (LMGC): submit a job, fetch the published set, classify."""
+
+from __future__ import annotations
+
+import numpy as np
+import grpc
+
+from mpdp.data.loaders import load
+from mpdp.local_release import label_text, predict
+from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
+from services.client import Endpoints
+from services.common.rpc import CHANNEL_OPTIONS
+
+
+def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.LocalModelCuratorStub]:
+    ch = grpc.secure_channel(ep.curator_address, ep.tls.channel_credentials(), options=CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", ep.curator_name)])
+    return ch, pb_grpc.LocalModelCuratorStub(ch)
+
+
+def summary(s: pb.LocalModelSet) -> dict:
+    return {
+        "job_id": s.job_id,
+        "model": "lmgc",
+        "parties": [r.party for r in s.releases],
+        "releases": {r.party: {"epsilon": r.guarantee.epsilon, "mode": r.mode, "classes": list(r.classes), "guarantee": r.guarantee.statement} for r in s.releases},
+        "aggregate": s.aggregate_statement,
+        "seeded": s.seeded,
+    }
+
+
+def submit_local(ep: Endpoints, dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, ridge: float, data_norm: float, seed: bytes = b"") -> dict:
+    spec = pb.LocalModelJobSpec(dataset=dataset, model="lmgc", epsilon=epsilon, parties=parties, mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER,
+                                ridge=ridge, data_norm=data_norm, simulation_seed=seed)
+    setattr(spec, "lambda", lam)
+    ch, stub = _stub(ep)
+    with ch:
+        return summary(stub.SubmitLocalJob(spec, timeout=900))
+
+
+def fetch(ep: Endpoints, job_id: str) -> pb.LocalModelSet:
+    ch, stub = _stub(ep)
+    with ch:
+        return stub.GetLocalModels(common_pb2.JobRef(job_id=job_id), timeout=60)
+
+
+def predict_local(ep: Endpoints, job_id: str, data_path: str, fmt: str, party: str = "average") -> dict:
+    s = fetch(ep, job_id)
+    rel = s.aggregate if party == "average" else next((r for r in s.releases if r.party == party), None)
+    if rel is None or not rel.theta:
+        raise ValueError(f"job {job_id} has no release {party!r}: {s.aggregate_statement if party == 'average' else 'unknown party'}")
+    X, y = load(data_path, fmt)
+    if X.shape[1] + 1 != rel.dimension:
+        raise ValueError(f"{data_path} has {X.shape[1]} features, the model expects {rel.dimension - 1}")
+    pred = predict(rel, X)
+    labels = np.array([label_text(v) for v in y])
+    return {"job_id": job_id, "release": party, "rows": int(len(pred)), "accuracy": float(np.mean(pred == labels)), "guarantee": rel.guarantee.statement}
