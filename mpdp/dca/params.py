@@ -155,7 +155,7 @@ class DcaParams:
         g = self.guarantee
         return {
             "protocol": "dca",
-            "job": self.job_id,
+            "job_id": self.job_id,
             "mechanism": g.mechanism,
             "epsilon": g.epsilon,
             "delta": g.delta,

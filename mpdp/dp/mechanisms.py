@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr
+from scipy.special import log_ndtr, ndtr
 
 from mpdp.math.drbg import Drbg
 
@@ -86,7 +86,9 @@ def gaussian_delta(sigma: float, sensitivity: float, epsilon: float) -> float:
     δ(σ) = Φ(Δ/(2σ) − εσ/Δ) − e^ε·Φ(−Δ/(2σ) − εσ/Δ)."""
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
-    return float(ndtr(a - b) - math.exp(epsilon) * ndtr(-a - b))
+    # e^ε·Φ(−a−b) in log space: e^ε overflows for ε > ~709 while Φ(−a−b) underflows
+    second = math.exp(epsilon + float(log_ndtr(-a - b)))
+    return float(ndtr(a - b) - second)
 
 
 def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float, *, tol: float = 1e-12) -> float:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import click
 
-from services.cli import experiment_lmgc, experiment_pathak
+from services.cli import experiment_pathak
+from services.cli import experiment_lmgc
+from services.cli import experiment_heikkila
 
 COMMANDS: list[click.Command] = [
     experiment_pathak.command,
     experiment_lmgc.command,
+    experiment_heikkila.command,
 ]

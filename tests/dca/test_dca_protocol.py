@@ -41,7 +41,7 @@ def test_release_decodes_to_the_noisy_sum(client_mode, seed_compressed):
     enc = sharing.unpack_u64(run.release.encoded_sum, 6)
     assert np.array_equal(decode_u64(enc, p.frac_bits), got)
     # every client recorded the release in its ledger
-    assert len(run.ledger) == 30 and all(e[0]["job"] == "job-1" for e in run.ledger.values())
+    assert len(run.ledger) == 30 and all(e[0]["job_id"] == "job-1" for e in run.ledger.values())
 
 
 def test_same_seed_same_release_other_seed_other_noise():
