@@ -20,7 +20,7 @@ def experiment() -> None:
 
 def _register() -> None:
     # Subcommand modules; each exposes `command` (a click.Command).
-    from services.cli import dca, experiment_commands, health, jobs, provision, serve
+    from services.cli import dca, experiment_commands, health, jobs, provision, regress, serve
 
     cli.add_command(serve.serve)
     cli.add_command(jobs.federation)
@@ -28,6 +28,7 @@ def _register() -> None:
     cli.add_command(jobs.predict)
     cli.add_command(jobs.demo)
     cli.add_command(dca.dca)
+    cli.add_command(regress.regress)
     cli.add_command(provision.provision)
     cli.add_command(health.health)
 

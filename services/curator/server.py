@@ -30,7 +30,8 @@ from services.common import config as cfgmod
 from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
 from services.common.runtime import SEND_RETRIES, Hosted
 from services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
-from mpdp.messages import dca_pb2_grpc, local_release_pb2_grpc
+from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, local_release_pb2_grpc
+from services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
 from services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
 
 log = logging.getLogger("mpdp.curator")
@@ -252,14 +253,17 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     curator = Curator(cfg, secrets)
     dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes))
     local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode)
+    contribution = ContributionCurator(curator.channels, curator.addresses)
 
     def add(server) -> None:
         pb_grpc.add_CuratorServicer_to_server(curator, server)
         dca_pb2_grpc.add_DcaCuratorServicer_to_server(dca, server)
         local_release_pb2_grpc.add_LocalModelCuratorServicer_to_server(local, server)
+        contribution_pb2_grpc.add_ContributionCuratorServicer_to_server(contribution, server)
 
-    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES}
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None), add, [SERVICE, DCA_SERVICE, LOCAL_SERVICE])
+    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES}
+    services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE]
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None), add, services)
     await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     print(f"MPDP-READY {port}", file=ready_fd, flush=True)

@@ -24,7 +24,7 @@ from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.drbg import Drbg
 from mpdp.math.paillier import KeyPair, PublicKey
 from mpdp.local_release import ReleaseError, party_release
-from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
+from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, local_release_pb2, local_release_pb2_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.params import InvalidJob
 from mpdp.pathak2010.party import PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
@@ -254,6 +254,73 @@ LOCAL_SERVICE = "mpdp.messages.LocalModelParty"
 LOCAL_ROLES = roles_by_method(LOCAL_SERVICE, {"TrainLocalModel": C})
 
 
+CONTRIBUTION_SERVICE = "mpdp.messages.ContributionParty"
+CONTRIBUTION_ROLES = roles_by_method(CONTRIBUTION_SERVICE, {"Contribute": C})
+STATISTICS = {"linreg/std": "std", "linreg/main": "main"}
+
+
+class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
+    """The party as a DCA client: computes a statistic of its own records and submits it with its noise slice."""
+
+    def __init__(self, holder: dict) -> None:
+        self._holder = holder
+
+    async def Contribute(self, request: contribution_pb2.StatisticRequest, context) -> contribution_pb2.ContributionReceipt:
+        from mpdp.dca.params import DcaParams
+        from mpdp.regression.statistics import party_statistics
+        from services.client import Endpoints
+        from services.dca_client import submit_vector
+
+        party: Party | None = self._holder.get("party")
+        if party is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "party is starting up")
+        cfg = party.cfg
+        if caller(context).name != cfg.curator.name:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: only curator {cfg.curator.name} may ask for contributions")
+        round_name = STATISTICS.get(request.statistic)
+        if round_name is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"MALFORMED: unknown statistic {request.statistic!r}; use one of {sorted(STATISTICS)}")
+        if any(e.get("job_id") == request.dca_job_id for e in party.ledger.entries):
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"REPLAY: party {cfg.name} already contributed to {request.dca_job_id}")
+        ds = cfg.datasets.get(request.dataset)
+        if ds is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: party {cfg.name} has no dataset {request.dataset!r} (configured: {sorted(cfg.datasets)})")
+        tls = cfg.tls.files()
+        endpoints = Endpoints(cfg.curator.address, cfg.curator.name, tls)
+        try:
+            from services.dca_client import _fetch_job
+
+            ann = await _fetch_job(cfg.curator.address, cfg.curator.name, tls, request.dca_job_id)
+            params = DcaParams.from_spec(request.dca_job_id, ann.spec)
+        except grpc.aio.AioRpcError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"UNKNOWN_JOB: {e.details()}")
+        if params.seeded and not cfg.test_mode:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed is refused outside test mode")
+        try:
+            party.ledger.check(params.epsilon, params.delta)
+        except BudgetExceeded as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"BUDGET_EXCEEDED: party {cfg.name}: {e}")
+
+        def compute():
+            X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
+            if len(y) > max(1, request.records_per_client):
+                raise ValueError(f"{len(y)} rows exceed the job's public bound of {request.records_per_client} records per party")
+            return party_statistics(X, y, round_name, tuple(request.bounds))
+
+        try:
+            z = await asyncio.to_thread(compute)
+        except (DatasetError, ValueError) as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: party {cfg.name}: {e}")
+        try:
+            report = await submit_vector(endpoints, tls, cfg.name, request.dca_job_id, z)
+        except grpc.aio.AioRpcError as e:
+            await context.abort(grpc.StatusCode.ABORTED, f"PEER_UNREACHABLE: party {cfg.name} could not submit its shares: {e.details()}")
+        if report.rejected:
+            await context.abort(grpc.StatusCode.ABORTED, f"JOB_FAILED: party {cfg.name}'s shares were refused: {report.rejected[0].detail}")
+        party.record(params.ledger_entry())
+        return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
+
+
 class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
     """Trains and releases a DP model on this party's own records (LMGC), recording it in the ledger."""
 
@@ -332,8 +399,10 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
     def add(server):
         pb_grpc.add_PartyServicer_to_server(_Lazy(holder), server)
         local_release_pb2_grpc.add_LocalModelPartyServicer_to_server(LocalParty(holder), server)
+        contribution_pb2_grpc.add_ContributionPartyServicer_to_server(ContributingParty(holder), server)
 
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor({**ROLES, **LOCAL_ROLES}, cfg.federation or None), add, [SERVICE, LOCAL_SERVICE])
+    roles = {**ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES}
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None), add, [SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE])
     await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)  # SERVING once registered with the curator
     try:
         keys = await register(cfg, port)
