@@ -19,7 +19,7 @@ from services.cli.jobs import make_spec
 from services.client import Endpoints, OperatorClient
 from services.federation import LocalFederation
 
-Point = tuple[str, str, str, float]  # split, mode, ε label, ε
+Point = tuple[str, str, str, float]  # split, mode, ε label, ε (results are keyed by the float ε, as the plot needs)
 
 
 def write_libsvm(path: Path, X: np.ndarray, y: np.ndarray) -> None:
@@ -36,11 +36,11 @@ def protocol_points(
     runs: int = 2,
     key_bits: int = 2048,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[dict[tuple[str, str, str], tuple[float, float, str]], dict]:
+) -> tuple[dict[tuple[str, str, float], tuple[float, float, str]], dict]:
     """Mean test error (and s.e.) per point over ``runs`` real jobs; the splits are those of the mechanism runs 0..runs−1."""
     parties = [f"P{j + 1}" for j in range(exp.PARTIES)]
     splits = sorted({p[0] for p in points})
-    errors: dict[tuple[str, str, str], list[float]] = {}
+    errors: dict[tuple[str, str, float], list[float]] = {}
     timing: list[float] = []
     with tempfile.TemporaryDirectory(prefix="mpdp-spotcheck-") as tmp:
         root = Path(tmp)
@@ -66,7 +66,7 @@ def protocol_points(
                         raise RuntimeError(f"protocol job for {split}/{mode}/ε={label} failed: {status.detail}")
                     timing.append(time.perf_counter() - t0)
                     w = tester.rebuild(client.model(job))
-                    errors.setdefault((split, mode, label), []).append(float(np.mean(tester.classify(w, data.X_test) != data.y_test)))
+                    errors.setdefault((split, mode, eps), []).append(float(np.mean(tester.classify(w, data.X_test) != data.y_test)))
                     done += 1
                     if progress:
                         progress(done, total)

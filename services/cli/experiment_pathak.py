@@ -121,7 +121,7 @@ def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: st
         pts = [(sp, m, lab, config.epsilons[config.labels.index(lab)]) for sp in config.splits for m in config.modes for lab in dict.fromkeys(wanted)]
         with rich_progress("protocol spot check", enabled=not as_json) as progress:
             extra, info = protocol_points(data, config, pts, runs=protocol_runs, key_bits=protocol_key_bits, progress=progress)
-        spot = {"settings": info, "points": {f"{sp}/{m}/{lab}": {"mean": v[0], "sem": v[1], "path": v[2]} for (sp, m, lab), v in extra.items()}}
+        spot = {"settings": info, "points": {f"{sp}/{m}/{eps:g}": {"mean": v[0], "sem": v[1], "path": v[2]} for (sp, m, eps), v in extra.items()}}
     files = result.write(out_dir, extra)
     if as_json:
         summary = result.summary()
