@@ -179,11 +179,17 @@ def _timed_batches(cohort: ClientCohort, batch_size: int, report: SubmitReport):
 
 
 def _split(batch: pb.ShareBatch, d: int) -> Iterator[pb.ClientShare]:
-    """A ShareBatch as one ClientShare per client (unbatched submission)."""
+    """A ShareBatch as one ClientShare per client (unbatched submission).
+
+    The bytes field is read once: every read of a protobuf bytes field returns a fresh copy, so slicing
+    ``batch.masked_vectors`` per client would copy the whole batch once per client (quadratic)."""
+    job_id, ids = batch.job_id, list(batch.client_ids)
     if batch.WhichOneof("shares") == "mask_seeds":
-        for j, cid in enumerate(batch.client_ids):
-            yield pb.ClientShare(job_id=batch.job_id, client_id=cid, mask_seed=batch.mask_seeds[32 * j : 32 * (j + 1)])
+        data = memoryview(batch.mask_seeds)
+        for j, cid in enumerate(ids):
+            yield pb.ClientShare(job_id=job_id, client_id=cid, mask_seed=bytes(data[32 * j : 32 * (j + 1)]))
     else:
         w = 8 * d
-        for j, cid in enumerate(batch.client_ids):
-            yield pb.ClientShare(job_id=batch.job_id, client_id=cid, masked_vector=batch.masked_vectors[w * j : w * (j + 1)])
+        data = memoryview(batch.masked_vectors)
+        for j, cid in enumerate(ids):
+            yield pb.ClientShare(job_id=job_id, client_id=cid, masked_vector=bytes(data[w * j : w * (j + 1)]))

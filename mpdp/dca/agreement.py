@@ -9,6 +9,8 @@ buffer (8·d bytes per pending full vector, 32 bytes per pending seed); see :mod
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from mpdp.dca import sharing
@@ -33,12 +35,26 @@ class ClientBook:
         self._seeds: dict[int, bytes] = {}
         self.pending = 0
         self.peak_pending = 0
+        self._digests: dict[bytes, tuple[tuple[str, ...], bytes]] = {}  # selection → (sorted ids, digest)
 
     # -- ids ------------------------------------------------------------------------------------------
     def lookup(self, ids: list[str]) -> np.ndarray:
-        """Indices of known ids, −1 for unknown ones (no change)."""
-        get = self._slot.get
-        return np.fromiter((get(c, -1) for c in ids), dtype=np.int64, count=len(ids))
+        """Indices of known ids, −1 for unknown ones (no change).
+
+        Fast path: the nodes see the same batches in the same order, so a report or batch is usually a run of
+        ids this node already holds in consecutive slots; one dict lookup and a list comparison then replace
+        a dict lookup per id."""
+        n = len(ids)
+        if n >= 16:
+            start = self._slot.get(ids[0], -1)
+            if start >= 0 and self._names[start : start + n] == (ids if isinstance(ids, list) else list(ids)):
+                return np.arange(start, start + n, dtype=np.int64)
+        return np.fromiter(map(self._slot.get, ids, itertools.repeat(-1)), dtype=np.int64, count=n)
+
+    @staticmethod
+    def is_run(look: np.ndarray) -> bool:
+        """Whether ``look`` is a run of consecutive known slots (so its ids are distinct and already admitted)."""
+        return look.size > 0 and look[0] >= 0 and (look.size == 1 or bool(np.all(np.diff(look) == 1)))
 
     def admit(self, ids: list[str], look: np.ndarray) -> np.ndarray:
         """Indices for ``ids``, giving new ids (look == −1) fresh slots; ids must be distinct."""
@@ -46,13 +62,13 @@ class ClientBook:
         if unknown.size:
             if self.closed_roster:
                 raise ValueError("admit: an id outside the roster")
-            look = look.copy()
+            new = ids if unknown.size == len(ids) else [ids[j] for j in unknown.tolist()]
             base = len(self._names)
-            for j, pos in enumerate(unknown):
-                cid = ids[pos]
-                self._slot[cid] = base + j
-                self._names.append(cid)
-                look[pos] = base + j
+            slots = range(base, base + len(new))
+            self._slot.update(zip(new, slots))
+            self._names.extend(new)
+            look = look.copy()
+            look[unknown] = np.arange(base, base + len(new), dtype=np.int64)
             self._grow(len(self._names))
         return look
 
@@ -72,10 +88,27 @@ class ClientBook:
 
     def holders(self, bit: int) -> list[str]:
         """Ids of the clients whose bitmask contains ``bit`` (R_k for node k's bit; A for the full mask)."""
+        return list(map(self._names.__getitem__, self._select(bit).tolist()))
+
+    def sorted_holders(self, bit: int) -> tuple[tuple[str, ...], bytes]:
+        """(sorted holders(bit), their :func:`~mpdp.dca.sharing.set_digest`), computed once per distinct set.
+
+        The received sets of all nodes and the agreed set are usually the same set; the digest (a sort of N ids)
+        is then computed once, not once per node and again for A."""
+        sel = self._select(bit)
+        key = sel.tobytes()
+        hit = self._digests.get(key)
+        if hit is None:
+            ordered = tuple(sorted(map(self._names.__getitem__, sel.tolist())))
+            hit = (ordered, sharing.set_digest(ordered, presorted=True))
+            if len(self._digests) >= 4:
+                self._digests.clear()
+            self._digests[key] = hit
+        return hit
+
+    def _select(self, bit: int) -> np.ndarray:
         n = len(self._names)
-        sel = np.flatnonzero((self._bits[:n] & bit) == bit)
-        names = self._names
-        return [names[i] for i in sel]
+        return np.flatnonzero((self._bits[:n] & bit) == bit)
 
     def count(self, bit: int) -> int:
         n = len(self._names)
@@ -91,7 +124,9 @@ class ClientBook:
             grown[:old] = self._buf
             self._buf = grown
             self._free.extend(range(cap - 1, old - 1, -1))
-        slots = np.array([self._free.pop() for _ in range(idx.size)], dtype=np.int64)
+        cut = len(self._free) - idx.size
+        slots = np.array(self._free[cut:][::-1], dtype=np.int64)  # as idx.size pops from the end
+        del self._free[cut:]
         self._buf[slots] = rows
         self._pend_row[idx] = slots
         self._count_pending(idx.size)

@@ -154,6 +154,14 @@ class ClientCohort:
                 for k in range(1, prm.M):
                     keep = _kept(start, stop, k, lost)
                     msgs.append(pb.ShareBatch(job_id=prm.job_id, client_ids=[ids[j] for j in keep], mask_seeds=b"".join(seeds[k - 1][j] for j in keep)))
+            elif not lost:
+                shares = sharing.share_u64(u, prm.M, masks_rng)
+                template = pb.ShareBatch(job_id=prm.job_id, client_ids=ids)  # ids converted once, copied M times in C
+                for k in range(prm.M):
+                    msg = pb.ShareBatch()
+                    msg.CopyFrom(template)
+                    msg.masked_vectors = sharing.pack_u64(shares[k])
+                    msgs.append(msg)
             else:
                 shares = sharing.share_u64(u, prm.M, masks_rng)
                 for k in range(prm.M):

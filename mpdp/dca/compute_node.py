@@ -32,7 +32,7 @@ and leaves the machine unchanged. A bad message from another node fails the job 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -45,6 +45,11 @@ from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, RemoteP
 
 DEFAULT_REPORT_EVERY = 256
 MALFORMED, REPLAY, WRONG_ROLE, STEP_OUT_OF_ORDER = Problem.MALFORMED, Problem.REPLAY, Problem.WRONG_ROLE, Problem.STEP_OUT_OF_ORDER
+
+
+def _short_ids(ids: list[str]) -> bool:
+    """Every id has 1..64 characters (so at most 256 UTF-8 bytes: valid without encoding it)."""
+    return not ids or (min(map(len, ids)) > 0 and max(map(len, ids)) <= 64)
 
 
 class ComputeNodeMachine(DcaMachine):
@@ -89,6 +94,68 @@ class ComputeNodeMachine(DcaMachine):
         if self.state != "AWAIT_SHARES":
             return []
         return self._report(final=False)
+
+    def receive_shares(self, sender: Peer, shares: Sequence[pb.ClientShare]) -> tuple[list[Output], list[tuple[int, ProtocolError]]]:
+        """Take a run of ClientShare messages from one sender (the backlog of one stream) in one step.
+
+        The outcome is that of ``receive(sender, s)`` for every s in order: each share is accepted or rejected
+        on its own, and a rejected share leaves the machine unchanged. A run in which every share would be
+        accepted is checked and folded in with a few vectorised steps (as for a ShareBatch) instead of one
+        machine step per share; any other run falls back to per-share steps. Received-set reports go out
+        when ``report_every`` unreported clients have accumulated after the run, not inside it.
+
+        Returns (outputs, rejections): the outputs start with one :class:`Reply` carrying a ShareReceipt with
+        the number accepted (instead of one receipt per share); rejections are (position in ``shares``,
+        error) — an error's ``notices`` must still be routed (they are set when the share failed the job).
+        """
+        out = self._fast_shares(sender, shares)
+        if out is not None:
+            return out, []
+        accepted, outputs, rejected = 0, [], []
+        for j, share in enumerate(shares):
+            try:
+                for o in self.receive(sender, share):
+                    if isinstance(o, Reply):
+                        accepted += o.message.accepted
+                    else:
+                        outputs.append(o)
+            except ProtocolError as e:
+                rejected.append((j, e))
+        return [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=accepted))] + outputs, rejected
+
+    def _fast_shares(self, sender: Peer, shares: Sequence[pb.ClientShare]) -> list[Output] | None:
+        """All of ``shares`` accepted in one step, or None (nothing changed) if any of them needs a closer look."""
+        n = len(shares)
+        if not n or self.state != "AWAIT_SHARES" or n > self.params.clients - self.received:
+            return None
+        row = states.lookup(self.ROLE, self.state, "ClientShare")
+        if self._sender_kind(sender, shares[0]) not in row.senders:
+            return None
+        ids = [s.client_id for s in shares]
+        if any(s.job_id != self.job_id for s in shares) or (sender.role == "party" and any(c != sender.name for c in ids)):
+            return None
+        if len(set(ids)) != n or not _short_ids(ids):
+            return None
+        field, width = ("mask_seed", sharing.SEED_BYTES) if self.takes_seeds else ("masked_vector", 8 * self.d)
+        if any(s.WhichOneof("share") != field for s in shares):
+            return None
+        blobs = [getattr(s, field) for s in shares]  # each read of a bytes field copies it: read once
+        if any(len(b) != width for b in blobs):
+            return None
+        look = self._book.lookup(ids)
+        if (self._book.closed_roster and bool((look < 0).any())) or bool((self._book.bits(look) & self._bit).any()):
+            return None
+        if self.transcript is not None:
+            self.transcript.extend((sender, s) for s in shares)
+        if self.takes_seeds:
+            self._accept(ids, look, None, blobs)
+        else:
+            self._accept(ids, look, sharing.unpack_u64(b"".join(blobs), self.d, n, copy=False), None)
+        out: list[Output] = [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=n))]
+        if len(self._unreported) >= self.report_every:
+            out += self._report(final=False)
+        self.state = row.next_state
+        return out + self._run_joint_events()
 
     def partial_sum(self) -> pb.PartialSum:
         """q_k once released (GetPartialSum); raises the job's error if it failed, STEP_OUT_OF_ORDER before."""
@@ -169,18 +236,21 @@ class ComputeNodeMachine(DcaMachine):
         kind = msg.WhichOneof("shares")
         rows: np.ndarray | None = None
         seeds: list[bytes] | None = None
+        # every read of a protobuf bytes field returns a fresh copy: read each one once
         if n and self.takes_seeds:
             require(kind == "mask_seeds", MALFORMED, f"node {self.me.name} takes mask seeds in this job, got {kind}")
-            require(len(msg.mask_seeds) == sharing.SEED_BYTES * n, MALFORMED, f"{n} mask seeds must be {sharing.SEED_BYTES * n} bytes, got {len(msg.mask_seeds)}")
-            seeds = sharing.split_seeds(msg.mask_seeds, n)
+            data = msg.mask_seeds
+            require(len(data) == sharing.SEED_BYTES * n, MALFORMED, f"{n} mask seeds must be {sharing.SEED_BYTES * n} bytes, got {len(data)}")
+            seeds = sharing.split_seeds(data, n)
         elif n:
             require(kind == "masked_vectors", MALFORMED, f"node {self.me.name} takes masked vectors in this job, got {kind}")
+            data = msg.masked_vectors
             require(
-                len(msg.masked_vectors) == 8 * self.d * n,
+                len(data) == 8 * self.d * n,
                 MALFORMED,
-                f"wrong dimension: {n} vectors of d = {self.d} must be {8 * self.d * n} bytes, got {len(msg.masked_vectors)}",
+                f"wrong dimension: {n} vectors of d = {self.d} must be {8 * self.d * n} bytes, got {len(data)}",
             )
-            rows = sharing.unpack_u64(msg.masked_vectors, self.d, n)
+            rows = sharing.unpack_u64(data, self.d, n, copy=False)  # read-only view of ``data``: only summed or copied
         elif msg.masked_vectors or msg.mask_seeds:
             raise RemoteProtocolError(MALFORMED, "a batch without client ids must carry no shares")
         room = self.params.clients - self.received
@@ -189,7 +259,7 @@ class ComputeNodeMachine(DcaMachine):
         clean = (
             n <= room
             and len(set(ids)) == n
-            and all(0 < len(c) <= 64 for c in ids)
+            and _short_ids(ids)
             and not (self._book.closed_roster and bool((look < 0).any()))
             and not bool((self._book.bits(look) & self._bit).any())
         )
@@ -244,12 +314,12 @@ class ComputeNodeMachine(DcaMachine):
 
     # -- fault tolerance: received sets -------------------------------------------------------------
     def _report(self, *, final: bool) -> list[Output]:
-        if not final and not self._unreported:
-            return []
+        if not final and (not self._unreported or (self.state == "AWAIT_SHARES" and self.received >= self.params.clients)):
+            return []  # nothing new, or N clients are in: the final report, sent in this same step, carries them
         msg = pb.ReceivedClients(job_id=self.job_id, sequence=self._sent_seq, client_ids=self._unreported, final=final)
         if final:
             msg.total = self.received
-            msg.digest = sharing.set_digest(self._book.holders(self._bit))
+            msg.digest = self._book.sorted_holders(self._bit)[1]
         self._sent_seq += 1
         self._unreported = []
         return [Send(Peer("compute_node", self.params.nodes[p]), msg) for p in self._peers]
@@ -268,13 +338,14 @@ class ComputeNodeMachine(DcaMachine):
         ids = list(msg.client_ids)
         bit = 1 << p
         # validate everything before committing anything
-        if len(set(ids)) != len(ids):
-            raise RemoteProtocolError(MALFORMED, f"{sender} repeated a client id in one report")
-        if not all(0 < len(c) <= 64 for c in ids):
-            bad = [cid for cid in ids if not valid_client_id(cid)]
-            if bad:
-                raise RemoteProtocolError(MALFORMED, f"{sender} reported an invalid client id {bad[0]!r}")
         look = self._book.lookup(ids)
+        if not ClientBook.is_run(look):  # a run of consecutive known slots is distinct, valid ids already
+            if len(set(ids)) != len(ids):
+                raise RemoteProtocolError(MALFORMED, f"{sender} repeated a client id in one report")
+            if not _short_ids(ids):
+                bad = [cid for cid in ids if not valid_client_id(cid)]
+                if bad:
+                    raise RemoteProtocolError(MALFORMED, f"{sender} reported an invalid client id {bad[0]!r}")
         if self._book.closed_roster and bool((look < 0).any()):
             raise RemoteProtocolError(MALFORMED, f"{sender} reported a client who is not on the roster")
         if bool((self._book.bits(look) & bit).any()):
@@ -298,7 +369,7 @@ class ComputeNodeMachine(DcaMachine):
         if final is None or len(self._peer_seqs[p]) != final.sequence + 1:
             return
         require(self._peer_count[p] == final.total, MALFORMED, f"{sender} said |R| = {final.total} but reported {self._peer_count[p]} clients")
-        digest = sharing.set_digest(self._book.holders(1 << p))
+        digest = self._book.sorted_holders(1 << p)[1]
         require(digest == final.digest, MALFORMED, f"the digest of {sender}'s received set does not match its reports")
         self._peer_done.add(p)
 
@@ -313,7 +384,7 @@ class ComputeNodeMachine(DcaMachine):
 
     def _on_agreement(self) -> list[Output]:
         """A = {i : every node holds m_{i,·}}; q_k = Σ_{i∈A} m_{i,k}; refuse when |A| < N − T."""
-        agreed = sorted(self._book.holders(self._book.full))
+        agreed, digest = self._book.sorted_holders(self._book.full)
         assert len(agreed) == self.confirmed, (len(agreed), self.confirmed)
         mechanism.require_enough_clients(len(agreed), self.params.clients, self.params.max_missing)
         self.agreed_ids = tuple(agreed)
@@ -321,7 +392,7 @@ class ComputeNodeMachine(DcaMachine):
             job_id=self.job_id,
             partial_sum=sharing.pack_u64(self._running),
             clients_included=len(agreed),
-            agreed_set_digest=sharing.set_digest(agreed),
+            agreed_set_digest=digest,
         )
         self._book.drop_pending()  # R_k \ A: never summed
         return [Send(CURATOR, self._partial)]

@@ -105,14 +105,18 @@ def pack_u64(vectors: np.ndarray) -> bytes:
     return np.ascontiguousarray(vectors, dtype=U64).tobytes()
 
 
-def unpack_u64(data: bytes, d: int, rows: int | None = None) -> np.ndarray:
-    """Inverse of :func:`pack_u64`: shape (d,) when ``rows`` is None, else (rows, d). Length is checked."""
+def unpack_u64(data: bytes, d: int, rows: int | None = None, *, copy: bool = True) -> np.ndarray:
+    """Inverse of :func:`pack_u64`: shape (d,) when ``rows`` is None, else (rows, d). Length is checked.
+
+    ``copy=False`` returns a read-only view of ``data`` (no copy of a large batch that is only read)."""
     want = 8 * d * (1 if rows is None else rows)
     if len(data) != want:
         what = f"{d} coordinates" if rows is None else f"{rows} × {d} coordinates"
         raise MalformedVector(f"a packed vector of {what} must be {want} bytes, got {len(data)}")
     arr = np.frombuffer(data, dtype=U64)
-    return arr.copy() if rows is None else arr.reshape(rows, d).copy()
+    if rows is not None:
+        arr = arr.reshape(rows, d)
+    return arr.copy() if copy else arr
 
 
 def split_seeds(data: bytes, count: int) -> list[bytes]:
@@ -123,11 +127,13 @@ def split_seeds(data: bytes, count: int) -> list[bytes]:
 
 
 # -- client sets -------------------------------------------------------------------------------
-def set_digest(client_ids) -> bytes:
-    """SHA-256 of (tag, the 4-byte big-endian lengths of the sorted UTF-8 ids, then the ids): names a client set."""
-    ordered = sorted(client_ids)
-    raws = [c.encode() for c in ordered]
+def set_digest(client_ids, *, presorted: bool = False) -> bytes:
+    """SHA-256 of (tag, the 4-byte big-endian lengths of the sorted UTF-8 ids, then the ids): names a client set.
+
+    ``presorted``: the caller guarantees ``client_ids`` is already sorted (skips the sort)."""
+    ordered = client_ids if presorted else sorted(client_ids)
+    raws = list(map(str.encode, ordered))
     h = hashlib.sha256(b"mpdp-dca-client-set\x00")
-    h.update(b"".join(len(r).to_bytes(4, "big") for r in raws))
+    h.update(np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)).astype(">u4").tobytes())
     h.update(b"".join(raws))
     return h.digest()

@@ -10,6 +10,7 @@ methods only feed the job's machine and forward its outputs.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import signal
 import sys
@@ -17,6 +18,7 @@ import sys
 import grpc
 
 from mpdp.dca.compute_node import ComputeNodeMachine
+from mpdp.dca.engine import Reply
 from mpdp.dca.errors import InvalidJob
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
@@ -44,6 +46,8 @@ ROLES = roles_by_method(
 NODE_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["ComputeNode"])
 CURATOR_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["DcaCurator"])
 FLUSH_SECONDS = 0.25  # send pending received-set deltas at least this often
+SHARE_CHUNK = 4096  # at most this many single shares of one stream per machine step
+SHARE_RUN, GATHER_SECONDS = 64, 0.002  # a stream with fewer shares waiting gathers for this long before a step
 
 
 class ComputeNode(pb_grpc.ComputeNodeServicer):
@@ -69,7 +73,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         if request.job_id in self.jobs:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"REPLAY: job {request.job_id} was already announced")
         try:
-            machine = ComputeNodeMachine.from_announcement(self.cfg.name, request, report_every=self.cfg.report_every)
+            machine = ComputeNodeMachine.from_announcement(self.cfg.name, request, report_every=self.cfg.report_every, record=False)
         except (InvalidJob, ValueError) as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
         if machine.params.seeded and not self.cfg.test_mode:
@@ -93,24 +97,74 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
 
     # -- submissions ------------------------------------------------------------------------------------
     async def SubmitShares(self, request_iterator, context) -> pb.ShareReceipt:
+        """One stream of ClientShare messages (one client, or a router's many), each accounted per client.
+
+        A reader task takes messages off the stream as they arrive; the handler feeds the machine whatever has
+        accumulated since its last step (up to SHARE_CHUNK shares) in one :meth:`ComputeNodeMachine.receive_shares`
+        step, so the per-step costs (lock, table lookup, bookkeeping, notify) are paid per run of shares, not per
+        share. Every share read before the stream ends, or fails with an error, is fed to the machine before the
+        handler returns or re-raises. If the caller cancels the RPC, shares read but not yet taken are dropped:
+        they count as never received, like shares still in flight (the agreement step excludes such clients).
+        """
         sender = self._sender(context)
         receipt = pb.ShareReceipt()
         hosted: Hosted | None = None
-        async for share in request_iterator:
-            if hosted is None:
-                hosted = await self._job(share.job_id, context)
-                receipt.job_id = share.job_id
-            elif share.job_id != receipt.job_id:
-                receipt.rejected.add(client_id=share.client_id, problem=common_pb2.UNKNOWN_JOB, detail="one stream carries one job")
-                continue
+        backlog: collections.deque[pb.ClientShare] = collections.deque()
+        arrived = asyncio.Event()
+        ended = False
+
+        async def read() -> None:
+            nonlocal ended
             try:
-                await hosted.deliver(sender, share, inline=True)
-                receipt.accepted += 1
-            except ProtocolError as e:
-                if hosted.machine.failed:
-                    await errors.abort(context, e)
-                receipt.rejected.add(client_id=share.client_id, problem=e.problem, detail=e.detail)
+                async for share in request_iterator:
+                    backlog.append(share)
+                    arrived.set()
+            finally:
+                ended = True
+                arrived.set()
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while True:
+                await arrived.wait()
+                if not ended and len(backlog) < SHARE_RUN:
+                    await asyncio.sleep(GATHER_SECONDS)  # a busy stream (a router's): let a run of shares gather
+                arrived.clear()
+                while backlog:
+                    chunk = [backlog.popleft() for _ in range(min(len(backlog), SHARE_CHUNK))]
+                    if hosted is None:
+                        hosted = await self._job(chunk[0].job_id, context)
+                        receipt.job_id = chunk[0].job_id
+                    same = [s for s in chunk if s.job_id == receipt.job_id]
+                    if len(same) != len(chunk):
+                        for s in chunk:
+                            if s.job_id != receipt.job_id:
+                                receipt.rejected.add(client_id=s.client_id, problem=common_pb2.UNKNOWN_JOB, detail="one stream carries one job")
+                    if same:
+                        await self._take_shares(hosted, sender, same, receipt, context)
+                if ended:
+                    break
+            await reader  # a broken stream raises here, after every share read was taken
+        finally:
+            reader.cancel()
         return receipt
+
+    async def _take_shares(self, hosted: Hosted, sender: Peer, shares: list[pb.ClientShare], receipt: pb.ShareReceipt, context) -> None:
+        async with hosted.lock:
+            outputs, rejected = hosted.machine.receive_shares(sender, shares)
+        for j, e in rejected:
+            log.warning("job %s: ClientShare from %s for %r refused: %s", hosted.machine.job_id, sender, shares[j].client_id, errors.details(e))
+            if e.notices:
+                hosted.spawn(self._route(hosted, e.notices))
+        receipt.accepted += sum(o.message.accepted for o in outputs if isinstance(o, Reply))
+        outputs = [o for o in outputs if not isinstance(o, Reply)]
+        if outputs:
+            await self._route(hosted, outputs)
+        await hosted.notify()
+        if rejected and hosted.machine.failed:
+            await errors.abort(context, next((e for _, e in rejected if e is hosted.machine.error), rejected[0][1]))
+        for j, e in rejected:
+            receipt.rejected.add(client_id=shares[j].client_id, problem=e.problem, detail=e.detail)
 
     async def SubmitShareBatch(self, request: pb.ShareBatch, context) -> pb.ShareReceipt:
         hosted = await self._job(request.job_id, context)
@@ -137,16 +191,21 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
 
     # -- outputs and timers -------------------------------------------------------------------------------
     async def _route(self, hosted: Hosted, outputs) -> None:
+        wire: dict[int, _Wire] = {}  # a received-set report goes to M − 1 peers: serialise it once
         for o in outputs:
             if isinstance(o, Send):
-                hosted.spawn(self._send(hosted, o.to, o.message))
+                w = wire.get(id(o.message))
+                if w is None:
+                    w = wire[id(o.message)] = _Wire(o.message)
+                hosted.spawn(self._send(hosted, o.to, o.message, w))
 
-    async def _send(self, hosted: Hosted, to: Peer, message) -> None:
+    async def _send(self, hosted: Hosted, to: Peer, message, payload=None) -> None:
         if to == CURATOR:
             address, site, service, methods = self.cfg.curator.address, self.cfg.curator.name, CURATOR_SERVICE, CURATOR_METHODS
         else:
             address, site, service, methods = hosted.addresses.get(to.name, ""), to.name, SERVICE, NODE_METHODS  # type: ignore[attr-defined]
-        await hosted.send(to, message, lambda: self.channels.call(address, site, service, methods[message.DESCRIPTOR.full_name], message, common_pb2.Ack))
+        payload = payload or message
+        await hosted.send(to, message, lambda: self.channels.call(address, site, service, methods[message.DESCRIPTOR.full_name], payload, common_pb2.Ack))
 
     async def _timers(self, hosted: Hosted, deadline: float) -> None:
         """Flush received-set deltas periodically; close the node's own received set at the deadline."""
@@ -158,6 +217,21 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
                 await hosted.local(hosted.machine.flush_reports)
         if not hosted.machine.terminal:
             await hosted.local(hosted.machine.close)
+
+
+class _Wire:
+    """A message that serialises once however many peers it is sent to (PeerChannels.call serialises per call)."""
+
+    __slots__ = ("message", "_bytes")
+
+    def __init__(self, message) -> None:
+        self.message = message
+        self._bytes: bytes | None = None
+
+    def SerializeToString(self) -> bytes:
+        if self._bytes is None:
+            self._bytes = self.message.SerializeToString()
+        return self._bytes
 
 
 async def register(cfg: cfgmod.ComputeNodeConfig, port: int) -> None:
