@@ -89,7 +89,7 @@ class CuratorSpec(_Site):
 
 
 class ComputeNodeSpec(_Site):
-    """A DCA compute node: certificate and README now; its config comes with the compute-node service."""
+    """A DCA compute node (`mpdp serve compute-node --config compute_node.yaml`)."""
 
 
 class PartySpec(_Site):
@@ -326,6 +326,10 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
     _write_readme(r, spec, ca)
     for c in spec.compute_nodes:
         r = issue(c, "compute_node", c.san_hosts)
+        _write_yaml(
+            r.folder / "compute_node.yaml",
+            {"name": c.name, **common, "listen": c.bind, "advertise": c.address, "curator": {"address": cur.address, "name": cur.name}},
+        )
         _write_readme(r, spec, ca)
     for p in spec.parties:
         r = issue(p, "party", p.san_hosts)
@@ -510,7 +514,7 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
         "| site.key | its private key |" if r.key_here else "| (site.key) | your own key, kept at home |",
         "| ca.crt | the federation CA: the only issuer this site trusts |",
     ]
-    cfg = {"curator": "curator.yaml", "party": "party.yaml", "operator": "endpoints.json"}.get(r.role)
+    cfg = {"curator": "curator.yaml", "party": "party.yaml", "compute_node": "compute_node.yaml", "operator": "endpoints.json"}.get(r.role)
     if cfg:
         lines.append(f"| {cfg} | {'client endpoints' if r.role == 'operator' else 'service configuration (YAML; MPDP_* environment variables override fields)'} |")
     lines += [
@@ -547,7 +551,17 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
         lines += [f"- `{k}`: `{v.path}` ({v.format})" for k, v in p.datasets.items()] or ["- (no datasets configured yet: add them under `datasets:` in party.yaml)"]
         lines += ["", f"Privacy ledger: `{p.ledger}` (JSON; every release this party took part in, with its ε; jobs beyond the budget are refused)."]
     elif r.role == "compute_node":
-        lines += ["Run it with `mpdp serve compute-node` once that service is installed; the curator knows this node's address from curator.yaml."]
+        c = next(x for x in spec.compute_nodes if x.name == r.name)
+        others = [x.address for x in spec.compute_nodes if x.name != c.name]
+        lines += [
+            "```sh",
+            "mpdp serve compute-node --config compute_node.yaml",
+            "```",
+            "",
+            f"Listens on `{c.bind}` (others dial `{c.address}`): open it inbound to the curator `{cur.address}`, to the DCA clients "
+            f"(parties, or the operator's load generator) and to the other compute nodes{' (' + ', '.join(others) + ')' if others else ''}. "
+            "It dials out to the curator and to the other compute nodes. It sees only secret shares, never a client's vector.",
+        ]
     elif r.role == "operator":
         d = spec.defaults
         parties = ",".join(p.name for p in spec.parties)

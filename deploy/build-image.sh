@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build the mpdp image without any registry:
+#   1. base image mpdp-base:bookworm (once): debootstrap --variant=minbase bookworm from apt's own Debian
+#      mirror, imported with `docker import`;
+#   2. wheels: the project and its dependencies, pinned to this checkout's .venv (pip freeze), into
+#      build/deploy/context/wheels;
+#   3. `docker build --network none -f deploy/Dockerfile`: pip installs from those wheels with --no-index.
+# Usage: deploy/build-image.sh            (env: MPDP_IMAGE=mpdp:local, MPDP_BASE_IMAGE=mpdp-base:bookworm,
+#                                          MPDP_REBUILD_BASE=1 to redo step 1)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+PY="${PY:-$ROOT/.venv/bin/python}"
+IMAGE="${MPDP_IMAGE:-mpdp:local}"
+BASE="${MPDP_BASE_IMAGE:-mpdp-base:bookworm}"
+BUILD="$ROOT/build/deploy"
+t0=$SECONDS
+mkdir -p "$BUILD"
+
+debian_mirror() {
+  # The first Debian mirror apt already uses (deb822 .sources or one-line sources.list).
+  local uri
+  uri="$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v -- '-security' | head -n1 || true)"
+  [ -n "$uri" ] || uri="$(grep -hsE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{print $2}' | grep -i debian | grep -v -- '-security' | head -n1 || true)"
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+if [ -n "${MPDP_REBUILD_BASE:-}" ] || ! docker image inspect "$BASE" >/dev/null 2>&1; then
+  command -v debootstrap >/dev/null || { echo "build-image: debootstrap missing; run deploy/host-setup.sh" >&2; exit 1; }
+  rootfs="$(mktemp -d /var/tmp/mpdp-rootfs.XXXXXX)"
+  trap 'rm -rf "$rootfs"' EXIT
+  mirror="$(debian_mirror)"
+  echo "build-image: debootstrap bookworm from $mirror (about a minute)" >&2
+  if ! debootstrap --variant=minbase --include=python3,python3-venv bookworm "$rootfs" "$mirror" >"$BUILD/debootstrap.log" 2>&1; then
+    echo "build-image: debootstrap failed; last lines of $BUILD/debootstrap.log:" >&2; tail -n 20 "$BUILD/debootstrap.log" >&2; exit 1
+  fi
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/*
+  tar -C "$rootfs" -c . | docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$BASE" >/dev/null
+  rm -rf "$rootfs"
+  trap - EXIT
+  echo "build-image: base image $BASE imported ($((SECONDS - t0)) s)" >&2
+fi
+mkdir -p "$BUILD"
+
+# Wheels, pinned to the versions this checkout is tested with.
+tw=$SECONDS
+ctx="$BUILD/context"
+rm -rf "$ctx"
+mkdir -p "$ctx/wheels"
+"$PY" -m pip freeze --exclude-editable | grep -v '^-e ' > "$BUILD/constraints.txt"
+"$PY" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$ctx/wheels" -c "$BUILD/constraints.txt" "$ROOT" 2> "$BUILD/wheels.log" \
+  || { echo "build-image: pip wheel failed; see $BUILD/wheels.log" >&2; tail -n 20 "$BUILD/wheels.log" >&2; exit 1; }
+t1=$SECONDS
+
+version="$("$PY" -c 'import mpdp; print(mpdp.__version__)')"
+# The legacy builder (no buildx needed) honours --network none for every RUN step.
+DOCKER_BUILDKIT=0 docker build --network none --build-arg BASE="$BASE" --label org.opencontainers.image.version="$version" \
+  -f "$HERE/Dockerfile" -t "$IMAGE" "$ctx" >"$BUILD/docker-build.log" 2>&1 \
+  || { echo "build-image: docker build failed; last lines of $BUILD/docker-build.log:" >&2; tail -n 30 "$BUILD/docker-build.log" >&2; exit 1; }
+echo "build-image: $IMAGE built (wheels $((t1 - tw)) s, docker build $((SECONDS - t1)) s, total $((SECONDS - t0)) s)" >&2

@@ -1,0 +1,217 @@
+"""The docker compose federation, for real: engine started by hand, image built offline, one container per site.
+
+The stage: install docker.io/debootstrap/compose when missing (deploy/host-setup.sh), start dockerd
+(deploy/engine.sh; FAILS, never skips, if it cannot), build the image with no network
+(deploy/build-image.sh), provision the sites and demo data (deploy/prepare.sh), `docker compose up --wait`
+(healthy = gRPC health over mutual TLS), then:
+
+- a Pathak job across the containers publishes a model that `mpdp predict` (Dave) uses on held-out rows;
+- a DCA job over the three compute nodes (the operator's load generator plays the clients) is released;
+- a party container stopped while a job waits on it fails the job cleanly, naming that party, nothing
+  published; after a restart the resubmitted job publishes;
+- `docker compose down && docker compose up` keeps the curator's published models and DCA releases and
+  every party's ledger;
+- everything is torn down (containers, network, volumes; the engine if this test started it).
+
+Its own compose project (mpdp-ci), image tag and site folder, so a developer's `docker compose up` is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .conftest import PY, REPO, need_root, run
+
+pytestmark = [pytest.mark.deploy, pytest.mark.slow]
+
+PROJECT = "mpdp-ci"
+IMAGE = "mpdp:ci"
+PARTIES = ["party-1", "party-2", "party-3"]
+NODES = ["compute-1", "compute-2", "compute-3"]
+DCA_N, DCA_D = 60, 5
+TIMINGS: dict[str, float] = {}
+
+# Runs inside the operator container: submit a job, print every status change as one JSON line.
+WATCH_JOB = """
+import json, sys
+from services.cli.jobs import make_spec
+from services.client import Endpoints, OperatorClient
+with OperatorClient(Endpoints.load("/site")) as c:
+    job = c.submit(make_spec("breast_cancer", sys.argv[1].split(","), 1.0, 0.1, "corrected", 300))
+    for st in c.watch(job, timeout=300):
+        print(json.dumps({"job_id": job, "state": st.state, "terminal": st.terminal, "detail": st.detail}), flush=True)
+        if st.terminal:
+            break
+"""
+
+
+class Compose:
+    def __init__(self, workdir: Path) -> None:
+        self.env = dict(os.environ, MPDP_COMPOSE_DIR=str(workdir), MPDP_IMAGE=IMAGE, COMPOSE_PROJECT_NAME=PROJECT, PY=PY)
+        self.base = ["docker", "compose", "-p", PROJECT, "-f", str(REPO / "docker-compose.yml")]
+
+    def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+        return run([*self.base, *args], timeout=timeout, check=check, env=self.env, cwd=REPO)
+
+    def operator(self, *cmd: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+        return self("run", "--rm", "-T", "--no-deps", "operator", *cmd, timeout=timeout, check=check)
+
+    def train(self) -> dict:
+        p = self.operator("mpdp", "train", "--endpoints", "/site", "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lambda", "0.1", "--json")
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    def ledger(self, party: str) -> dict:
+        return json.loads(self("exec", "-T", party, "cat", "/state/ledger.json").stdout)
+
+    def logs(self) -> str:
+        return self("logs", "--no-color", "--tail", "40", check=False).stdout[-6000:]
+
+
+def _timed(name: str, fn, *args, **kw):
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    TIMINGS[name] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    need_root("the compose stage")
+    state = tmp_path_factory.mktemp("engine")
+    env = dict(os.environ, MPDP_ENGINE_DIR=str(state), PY=PY)
+    _timed("host setup", run, [str(REPO / "deploy" / "host-setup.sh")], env=env, timeout=600)
+    p = run([str(REPO / "deploy" / "engine.sh"), "start"], env=env, check=False, timeout=120)
+    if p.returncode != 0:
+        pytest.fail(f"the Docker engine could not start, so the compose stage cannot run:\n{p.stderr}", pytrace=False)
+    yield
+    run([str(REPO / "deploy" / "engine.sh"), "stop"], env=env, check=False, timeout=120)  # only the dockerd it started, by PID
+
+
+@pytest.fixture(scope="module")
+def compose(engine, tmp_path_factory):
+    work = tmp_path_factory.mktemp("compose")
+    c = Compose(work)
+    c("down", "-v", "--remove-orphans", check=False)  # a previous run killed half-way
+    _timed("prepare (image build + provisioning)", run, [str(REPO / "deploy" / "prepare.sh")], env=c.env, timeout=900)
+    try:
+        _timed("compose up --wait", c, "up", "-d", "--wait", "--wait-timeout", "240", timeout=300)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- service logs\n{c.logs()}") from None
+    yield c
+    c("down", "-v", "--remove-orphans", "--timeout", "20", check=False)
+    run(["docker", "image", "rm", IMAGE], check=False)
+    run(["docker", "image", "prune", "-f"], check=False)
+    print(f"\ncompose stage timings (s): {json.dumps(TIMINGS)}", file=sys.__stderr__)
+
+
+def test_compose_file_passes_the_real_compose_config(compose):
+    compose("--profile", "operator", "config", "--quiet")
+    cfg = json.loads(compose("--profile", "operator", "config", "--format", "json").stdout)
+    services = cfg["services"]
+    assert {"curator", *PARTIES, *NODES, "operator"} <= set(services)
+    for name, svc in services.items():
+        assert svc.get("init") is True and svc.get("pull_policy") == "never", name
+        assert not svc.get("ports"), f"{name} publishes ports"
+        assert list(svc["networks"]) == ["federation"], name
+        if name != "operator":
+            assert "services.cli.health" in svc["healthcheck"]["test"], name
+    assert cfg["networks"]["federation"]["internal"] is True
+    assert {v["source"] for v in services["curator"]["volumes"] if v["type"] == "volume"} == {"curator-state"}
+    for p in PARTIES:
+        vols = {v["target"]: v for v in services[p]["volumes"]}
+        assert vols["/state"]["type"] == "volume" and vols["/state"]["source"] == f"{p}-state"
+        assert vols["/data"]["read_only"] and vols["/site"]["read_only"]
+        assert vols["/data"]["source"].endswith(f"data/{p}")
+    # the CA key is never mounted anywhere
+    mounted = [Path(v["source"]) for s in services.values() for v in s.get("volumes", []) if v["type"] == "bind"]
+    assert not any((m / "ca.key").exists() for m in mounted)
+
+
+def test_training_job_across_containers(compose):
+    summary = _timed("training job (docker compose run operator)", compose.train)
+    assert summary["parties"] == 3 and summary["dimension"] == 30 and not summary["seeded"]
+    assert summary["guarantee"]["epsilon"] == 1.0 and set(summary["stage_seconds"]) >= {"setup", "stage1", "stage2", "stage3"}
+    p = compose.operator("mpdp", "predict", "--endpoints", "/site", "--job", summary["job_id"], "--data", "/data/breast_cancer_test.csv", "--json")
+    pred = json.loads(p.stdout.strip().splitlines()[-1])
+    assert pred["rows"] == 142 and pred["accuracy"] > 0.75, pred  # non-private 0.95; ε=1 noise stays above 0.8 in 99.9 % of draws
+    for party in PARTIES:
+        assert [e["job_id"] for e in compose.ledger(party)["entries"]] == [summary["job_id"]]
+    compose.first_job = summary["job_id"]  # type: ignore[attr-defined]
+
+
+def test_dca_job_across_compute_nodes(compose):
+    script = (
+        f"set -e; J=$(mpdp dca create --endpoints /site --dimension {DCA_D} --clients {DCA_N} --max-missing 2 --epsilon 1 --delta 1e-5 "
+        f"--sensitivity 4.5 --nodes {','.join(NODES)}); echo $J; mpdp dca loadgen --endpoints /site --job $J --clients {DCA_N} --seed 5 --json; "
+        "mpdp dca watch --endpoints /site --job $J --json; mpdp dca release --endpoints /site --job $J"
+    )
+    p = _timed("DCA job (create, load generator, release)", compose.operator, "sh", "-c", script)
+    lines = p.stdout.strip().splitlines()[-4:]
+    job_id, (load, status, release) = lines[0].strip(), [json.loads(line) for line in lines[1:]]
+    assert load["accepted_shares"] == 3 * DCA_N and load["rejected"] == 0, load
+    assert status["state"] == "RELEASED" and release["job_id"] == job_id, (status, release)
+    assert release["clients_included"] == DCA_N and len(release["values"]) == DCA_D and not release["seeded"]
+    assert release["guarantee"]["epsilon"] == 1.0 and release["guarantee"]["delta"] == 1e-5
+    exact = np.random.default_rng(5).uniform(-1, 1, size=(DCA_N, DCA_D)).sum(axis=0)  # loadgen's public simulation data
+    assert np.all(np.abs(np.array(release["values"]) - exact) < 6 * np.sqrt(release["noise_variance"])), (release["values"], exact)
+    compose.dca_release = release  # type: ignore[attr-defined]
+
+
+def test_stopped_party_fails_the_job_naming_it_then_restart_and_resubmit(compose):
+    # Freeze party-3 first so the job cannot finish before the stop lands; it is announced to every party
+    # and waits on party-3 when the container is stopped.
+    compose("pause", "party-3")
+    watcher = subprocess.Popen(
+        [*compose.base, "run", "--rm", "-T", "--no-deps", "operator", "python", "-c", WATCH_JOB, ",".join(PARTIES)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=compose.env, cwd=REPO,
+    )
+    try:
+        first = json.loads(watcher.stdout.readline() or "{}")  # type: ignore[union-attr]
+        assert first.get("terminal") is False, (first, watcher.stderr.read() if watcher.poll() is not None else "")  # type: ignore[union-attr]
+        _timed("stop party-3", compose, "stop", "party-3")
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    final = json.loads(out.strip().splitlines()[-1])
+    assert final["job_id"] == first["job_id"] and final["state"] == "FAILED", (final, err)
+    assert "party-3" in final["detail"] and "unreachable" in final["detail"], final
+    failed = final["job_id"]
+    p = compose.operator("mpdp", "predict", "--endpoints", "/site", "--job", failed, "--data", "/data/breast_cancer_test.csv", check=False)
+    assert p.returncode != 0 and "JOB_FAILED" in p.stderr and "party-3" in p.stderr, p.stderr
+    listed = compose.operator("python", "-c", "from services.client import *; print(' '.join(OperatorClient(Endpoints.load('/site')).models()))").stdout.split()
+    assert failed not in listed
+    # restart the party and resubmit
+    _timed("restart party-3 (up --wait)", compose, "up", "-d", "--wait", "--wait-timeout", "120", "party-3")
+    again = compose.train()
+    assert again["job_id"] != failed and again["parties"] == 3
+    compose.second_job = again["job_id"]  # type: ignore[attr-defined]
+    for party in PARTIES:
+        assert failed not in [e["job_id"] for e in compose.ledger(party)["entries"]]
+
+
+def test_down_and_up_keep_models_and_ledgers(compose):
+    jobs = [compose.first_job, compose.second_job]  # type: ignore[attr-defined]
+    get_models = "import sys; from services.client import *; c = OperatorClient(Endpoints.load('/site')); print(*[c.model(j).SerializeToString(deterministic=True).hex() for j in sys.argv[1:]])"
+    before_models = compose.operator("python", "-c", get_models, *jobs).stdout.split()
+    before_ledgers = {p: compose.ledger(p) for p in PARTIES}
+    _timed("compose down", compose, "down", "--timeout", "20")
+    _timed("compose up --wait (again)", compose, "up", "-d", "--wait", "--wait-timeout", "240", timeout=300)
+    assert compose.operator("python", "-c", get_models, *jobs).stdout.split() == before_models
+    for p in PARTIES:
+        after = compose.ledger(p)
+        assert after["entries"] == before_ledgers[p]["entries"] and after["spent_epsilon"] == 2.0, (p, after)
+    dca = compose.dca_release  # type: ignore[attr-defined]
+    again = json.loads(compose.operator("mpdp", "dca", "release", "--endpoints", "/site", "--job", dca["job_id"]).stdout.strip().splitlines()[-1])
+    assert again["values"] == dca["values"] and again["clients_included"] == DCA_N
+    # the restarted federation (new curator keys) still trains
+    assert compose.train()["parties"] == 3
