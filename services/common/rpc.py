@@ -194,3 +194,36 @@ class PeerChannels:
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._channels.values()), return_exceptions=True)
         self._channels.clear()
+
+
+def tls_failure(e: grpc.aio.AioRpcError) -> bool:
+    """This side could not verify the peer's certificate: waiting will not fix it."""
+    return e.code() == grpc.StatusCode.UNAVAILABLE and "handshake failed" in (e.details() or "").lower()
+
+
+def advertised_address(listen: str, advertise: str | None, port: int) -> str:
+    """Where peers should dial this site: the configured ``advertise``, else the bound host and port."""
+    host = listen.rsplit(":", 1)[0]
+    return advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
+
+
+async def register_at_curator(tls: TlsFiles, curator_address: str, curator_name: str, method: str, request: Any, response_type: Any, patience: float = 120.0) -> Any:
+    """Call a curator start-up RPC (e.g. RegisterParty), waiting up to ``patience`` seconds for the curator
+    to come up, but giving up at once when the TLS handshake fails on this side (wrong CA, expired or
+    misnamed curator certificate), keeping gRPC's reason."""
+    channels = PeerChannels(tls)
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + patience, 0.25
+    try:
+        ch = channels.channel(curator_address, curator_name)
+        rpc = ch.unary_unary(method, request_serializer=lambda m: m.SerializeToString(), response_deserializer=response_type.FromString)
+        while True:
+            try:
+                return await rpc(request, timeout=min(30.0, max(1.0, deadline - loop.time())))
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or tls_failure(e) or loop.time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)  # the curator is not up yet: back off and try again
+            delay = min(2 * delay, 5.0)
+    finally:
+        await channels.close()

@@ -24,7 +24,7 @@ from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
 from services.common import config as cfgmod
 from services.common import errors
-from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
+from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, start_server, stop_server, tls_failure
 from services.common.runtime import Hosted
 
 log = logging.getLogger("mpdp.compute_node")
@@ -235,15 +235,11 @@ class _Wire:
 
 
 async def register(cfg: cfgmod.ComputeNodeConfig, port: int) -> None:
-    channels = PeerChannels(cfg.tls.files())
-    host = cfg.listen.rsplit(":", 1)[0]
-    address = cfg.advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
-    try:
-        ch = channels.channel(cfg.curator.address, cfg.curator.name)
-        rpc = ch.unary_unary(f"/{CURATOR_SERVICE}/RegisterComputeNode", request_serializer=lambda m: m.SerializeToString(), response_deserializer=common_pb2.Ack.FromString)
-        await rpc(pb.NodeRegistration(address=address), timeout=120, wait_for_ready=True)
-    finally:
-        await channels.close()
+    """Tell the curator where this node listens (gives up at once on a TLS failure, see register_at_curator)."""
+    await register_at_curator(
+        cfg.tls.files(), cfg.curator.address, cfg.curator.name, f"/{CURATOR_SERVICE}/RegisterComputeNode",
+        pb.NodeRegistration(address=advertised_address(cfg.listen, cfg.advertise, port)), common_pb2.Ack,
+    )
 
 
 async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
@@ -254,7 +250,8 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
     try:
         await register(cfg, port)
     except grpc.aio.AioRpcError as e:
-        print(f"mpdp compute node {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}", file=sys.stderr)
+        hint = "this site does not trust the curator's certificate: check ca.crt and the curator's certificate" if tls_failure(e) else "is the curator up and reachable, and does it trust this site's certificate?"
+        print(f"mpdp compute node {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}; {hint}", file=sys.stderr)
         await server.stop(0)
         raise SystemExit(2)
     log.info("compute node %s listening on port %d", cfg.name, port)

@@ -30,7 +30,7 @@ from mpdp.pathak2010.party import PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Record, Send
 from services.common import config as cfgmod
-from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
+from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, start_server, stop_server, tls_failure
 from services.common.runtime import Hosted
 from grpc_health.v1 import health_pb2
 
@@ -360,36 +360,12 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
         return release
 
 
-def tls_failure(e: grpc.aio.AioRpcError) -> bool:
-    """This side could not verify the peer's certificate: waiting will not fix it."""
-    return e.code() == grpc.StatusCode.UNAVAILABLE and "handshake failed" in (e.details() or "").lower()
-
-
 async def register(cfg: cfgmod.PartyConfig, port: int, patience: float = 120.0) -> CuratorPublicKeys:
-    """Tell Charlie where this party listens; returns his public keys.
-
-    Waits up to ``patience`` seconds for the curator to come up, but gives up at once when the TLS
-    handshake fails on this side (wrong CA, expired or misnamed curator certificate), keeping gRPC's reason.
-    """
-    channels = PeerChannels(cfg.tls.files())
-    host = cfg.listen.rsplit(":", 1)[0]
-    address = cfg.advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
-    loop = asyncio.get_running_loop()
-    deadline, delay = loop.time() + patience, 0.25
-    try:
-        ch = channels.channel(cfg.curator.address, cfg.curator.name)
-        rpc = ch.unary_unary(f"/{CURATOR_SERVICE}/RegisterParty", request_serializer=lambda m: m.SerializeToString(), response_deserializer=pb.CuratorKeys.FromString)
-        while True:
-            try:
-                keys = await rpc(pb.PartyRegistration(address=address), timeout=min(30.0, max(1.0, deadline - loop.time())))
-                break
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or tls_failure(e) or loop.time() + delay > deadline:
-                    raise
-            await asyncio.sleep(delay)  # the curator is not up yet: back off and try again
-            delay = min(2 * delay, 5.0)
-    finally:
-        await channels.close()
+    """Tell Charlie where this party listens; returns his public keys (see :func:`register_at_curator`)."""
+    keys = await register_at_curator(
+        cfg.tls.files(), cfg.curator.address, cfg.curator.name, f"/{CURATOR_SERVICE}/RegisterParty",
+        pb.PartyRegistration(address=advertised_address(cfg.listen, cfg.advertise, port)), pb.CuratorKeys, patience,
+    )
     return curator_keys_from(keys)
 
 
