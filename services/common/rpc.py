@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -147,6 +148,18 @@ async def start_server(
 async def stop_server(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, grace: float = 5.0) -> None:
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace)
+
+
+async def serve_until_signal(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, port: int, ready_fd) -> None:
+    """Announce readiness (``MPDP-READY <port>``, read by LocalFederation), then serve until SIGTERM or
+    SIGINT; health goes NOT_SERVING before the graceful stop."""
+    print(f"MPDP-READY {port}", file=ready_fd, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await stop_server(server, health_servicer)
 
 
 def method_for_message(service: _descriptor.ServiceDescriptor) -> dict[str, str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import signal
 import sys
 
 import grpc
@@ -24,7 +23,7 @@ from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
 from services.common import config as cfgmod
 from services.common import errors
-from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, start_server, stop_server, tls_failure
+from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
 from services.common.runtime import Hosted
 
 log = logging.getLogger("mpdp.compute_node")
@@ -255,11 +254,5 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
         await server.stop(0)
         raise SystemExit(2)
     log.info("compute node %s listening on port %d", cfg.name, port)
-    print(f"MPDP-READY {port}", file=ready_fd, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await stop_server(server, health)
+    await serve_until_signal(server, health, port, ready_fd)
     await node.channels.close()

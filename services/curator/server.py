@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import secrets as pysecrets
-import signal
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from services.common import config as cfgmod
-from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, start_server, stop_server
+from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
 from services.common.runtime import SEND_RETRIES, Hosted
 from services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
 from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, local_release_pb2_grpc
@@ -266,13 +265,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None), add, services)
     await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
-    print(f"MPDP-READY {port}", file=ready_fd, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await stop_server(server, health)
+    await serve_until_signal(server, health, port, ready_fd)
     await curator.channels.close()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -30,7 +29,7 @@ from mpdp.pathak2010.party import PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Record, Send
 from services.common import config as cfgmod
-from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, start_server, stop_server, tls_failure
+from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
 from services.common.runtime import Hosted
 from grpc_health.v1 import health_pb2
 
@@ -401,13 +400,7 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
     holder["party"] = Party(cfg, keys, on_precompute)
     await health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
-    print(f"MPDP-READY {port}", file=ready_fd, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await stop_server(server, health)
+    await serve_until_signal(server, health, port, ready_fd)
     holder["party"].precompute.stop()
     await holder["party"].channels.close()
 

@@ -94,7 +94,7 @@ def test_noise_variance_across_runs(dca_fed):
 def _partial_client_job(fed, n: int, t: int, full: int):
     ep = Endpoints.load(fed.workdir)
     op = DcaOperator(ep)
-    job = op.create(_spec(n, 4, t, deadline=6.0))
+    job = op.create(_spec(n, 4, t, deadline=20.0))  # room for the helper process to start on a loaded machine
     proc = subprocess.Popen([sys.executable, "-m", "tests.integration.dca_partial_client", str(fed.workdir), job, str(full)], stdout=subprocess.PIPE)
     line = proc.stdout.readline().decode().strip()
     assert line == "READY", line
