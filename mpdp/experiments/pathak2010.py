@@ -182,6 +182,7 @@ def random_split(rng: np.random.Generator, sizes: Sequence[int], n_rows: int) ->
 
 def split_generator(seed: int, run: int, split: str) -> np.random.Generator:
     """Public simulation randomness for the partition of (seed, run, split)."""
+    # public simulation choice (which rows go to which party); DP noise comes from the Drbg
     return np.random.default_rng([seed, run, SPLIT_NAMES.index(split)])
 
 

@@ -73,7 +73,7 @@ def load_digits_split(seed: int, test_frac: float = 0.3) -> Split:
 
     X, y = load_digits(return_X_y=True)
     X = X / 16.0 / 8.0  # ‖x‖ ≤ √64/8 = 1 for every 8×8 image with values in [0, 16]
-    tr, te = stratified_split(y, test_frac, np.random.default_rng(seed))
+    tr, te = stratified_split(y, test_frac, np.random.default_rng(seed))  # public train/test split
     return Split("digits", X[tr], y[tr], X[te], y[te], tuple(str(i) for i in range(10)),
                  "x/16/8 (data-independent, ‖x‖ ≤ 1 always)")
 
@@ -82,7 +82,7 @@ def load_wine_split(seed: int, test_frac: float = 0.3) -> Split:
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True)
-    tr, te = stratified_split(y, test_frac, np.random.default_rng(seed))
+    tr, te = stratified_split(y, test_frac, np.random.default_rng(seed))  # public train/test split
     mu, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
     sd[sd == 0] = 1.0
     kappa = 1.5 * np.sqrt(X.shape[1])
@@ -153,7 +153,7 @@ def load_kdd99_split(data_dir: str | Path, seed: int, *, per_class: int = 600, p
     """
     data_file, types_file = kdd_paths(data_dir)
     lines, y_all = _read_kdd(str(data_file), str(types_file))
-    gen = np.random.default_rng(seed)
+    gen = np.random.default_rng(seed)  # public simulation choice (subsampling rows); DP noise comes from the Drbg
     chosen = []
     for c in range(len(KDD_CATEGORIES)):
         idx = np.flatnonzero(y_all == c)

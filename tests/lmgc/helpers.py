@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +11,10 @@ SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def shared_path(*parts: str) -> Path:
-    """A path under ../shared/data; a missing one fails under CI=true and skips elsewhere."""
+    """A path under ../shared/data; a missing one fails the test (as everywhere in the suite), never skips."""
     p = SHARED_DATA.joinpath(*parts)
     if not p.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"required dataset {p} is missing (../shared/data must sit beside the repository)")
-        pytest.skip(f"{p} not available")
+        pytest.fail(f"required dataset {p} is missing (../shared/data must sit beside the repository)")
     return p
 
 
