@@ -42,6 +42,8 @@ class LocalFederation:
     budget_epsilon: float = 100.0
     federation: str = "local"
     compute_nodes: list[str] = field(default_factory=list)
+    auxiliary: dict[str, dict] = field(default_factory=dict)  # curator: public auxiliary dataset name → DatasetConfig dict
+    local_classifiers: dict[str, str] = field(default_factory=dict)  # party → its local model for ensemble jobs
     procs: dict[str, Proc] = field(default_factory=dict)
 
     # -- PKI and configs ----------------------------------------------------------------------
@@ -57,11 +59,12 @@ class LocalFederation:
             pki.write_site(self.workdir / site, key, cert, ca_cert)
         tls = {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}
         common = {"federation": self.federation, "test_mode": self.test_mode, "paillier_bits": self.paillier_bits, "listen": "127.0.0.1:0"}
-        _write_yaml(self.workdir / "curator" / "curator.yaml", {**common, "name": "curator", "tls": tls, "state_dir": "state", "dgk_bits": self.dgk_bits})
+        _write_yaml(self.workdir / "curator" / "curator.yaml", {**common, "name": "curator", "tls": tls, "state_dir": "state", "dgk_bits": self.dgk_bits, "auxiliary": self.auxiliary})
         for p in self.parties:
             _write_yaml(
                 self.workdir / p / "party.yaml",
-                {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}), "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon},
+                {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}), "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon,
+                 "local_classifier": self.local_classifiers.get(p, "logreg")},
             )
 
         for n in self.compute_nodes:

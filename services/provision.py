@@ -86,6 +86,7 @@ class _Site(_Strict):
 
 class CuratorSpec(_Site):
     state_dir: str = Field("state", description="published models and job state (relative to the site folder, or absolute)")
+    auxiliary: dict[str, DatasetConfig] = Field({}, description="public unlabelled datasets for ensemble (hamm2016) jobs: name → file on the curator's machine")
 
 
 class ComputeNodeSpec(_Site):
@@ -96,6 +97,7 @@ class PartySpec(_Site):
     datasets: dict[str, DatasetConfig] = Field({}, description="dataset name → file on the party's own machine")
     ledger: str = Field("state/ledger.json", description="the privacy ledger (relative to the site folder, or absolute)")
     budget_epsilon: float | None = Field(None, description="this party's total ε budget (default: defaults.budget_epsilon)")
+    local_classifier: str = Field("logreg", description="the party's own model in ensemble (hamm2016) jobs: logreg, linear_svm, tree, naive_bayes, …")
 
 
 class OperatorSpec(_Strict):
@@ -321,6 +323,7 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
             "dgk_bits": d.dgk_bits,
             "parties": {p.name: p.address for p in spec.parties},
             "compute_nodes": {c.name: c.address for c in spec.compute_nodes},
+            "auxiliary": {k: _dataset_dict(v) for k, v in cur.auxiliary.items()},
         },
     )
     _write_readme(r, spec, ca)
@@ -344,6 +347,7 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
                 "datasets": {k: _dataset_dict(v) for k, v in p.datasets.items()},
                 "ledger": p.ledger,
                 "budget_epsilon": p.budget_epsilon if p.budget_epsilon is not None else d.budget_epsilon,
+                "local_classifier": p.local_classifier,
             },
         )
         _write_readme(r, spec, ca)

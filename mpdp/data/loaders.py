@@ -38,7 +38,10 @@ def load_csv(path: str | Path, label_column: str | int = -1) -> tuple[np.ndarray
     with opener(p, "rt", newline="") as fh:
         sample = fh.read(4096)
         fh.seek(0)
-        dialect = csv.Sniffer().sniff(sample, delimiters=",;\t") if sample else csv.excel
+        try:
+            dialect = csv.Sniffer().sniff(sample, delimiters=",;\t") if sample else csv.excel
+        except csv.Error:  # the sniffer gives up on long numeric rows cut by the sample: comma is the default
+            dialect = csv.excel
         rows = list(csv.reader(fh, dialect))
     if not rows:
         raise DatasetError(f"{p} is empty")

@@ -147,6 +147,7 @@ class AggregatorMachine(DcaMachine):
             agreed_set_digest=first.agreed_set_digest,
             seed_compressed=prm.seed_compressed,
             purpose=prm.purpose,
+            secure_sum=prm.secure_sum,
         )
         self._release = release
         self._sums.clear()

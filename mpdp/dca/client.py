@@ -51,7 +51,8 @@ def contributions(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.ndarr
         raise InvalidJob("z holds NaN or infinite values")
     c = params.clip_vector()
     clipped = np.clip(z, -c, c)
-    eta = mechanism.client_noise(rng, clipped.shape, params.sigma_client)
+    # a secure-sum job adds no noise (DcaParams.secure_sum); every other job must (client_noise refuses σ = 0)
+    eta = np.zeros_like(clipped) if params.secure_sum else mechanism.client_noise(rng, clipped.shape, params.sigma_client)
     try:
         u = encode_u64(clipped + eta, params.frac_bits, params.encode_bound)
     except EncodingOverflow as e:  # only a ~2^50-sigma noise draw gets here; data-independent

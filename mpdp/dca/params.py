@@ -30,6 +30,13 @@ MAX_CLIENT_ID = 256  # bytes of UTF-8
 MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
 MODE_ENUM = {v: k for k, v in MODE_NAMES.items()}
 
+SECURE_SUM_MECHANISM = "secure sum (DCA masks, no noise)"
+SECURE_SUM_STATEMENT = (
+    "NOT differentially private: the exact sum of the clients' vectors over the clients that reached every compute node; "
+    "no node coalition short of all M learns a client's vector; only the curator sees the sum, and only to feed it into a "
+    "mechanism that adds its own DP noise (the job's purpose names it)"
+)
+
 TRUST_MODEL = (
     "honest-but-curious clients, compute nodes and curator; at most T clients collude or drop out; "
     "at least one compute node is honest (does not collude); channels are encrypted (TLS)"
@@ -56,6 +63,7 @@ class DcaParams:
     simulation_seed: bytes = b""  # test mode only: non-empty marks the job (and its release) as seeded, non-private
     roster: tuple[str, ...] = ()
     purpose: str = ""
+    secure_sum: bool = False  # no noise: the sum is not DP and may only be consumed inside the curator (see below)
     sigma_std: float = field(init=False)
     sigma_client: float = field(init=False)
     guarantee: Guarantee = field(init=False)
@@ -71,12 +79,6 @@ class DcaParams:
             raise InvalidJob(f"max_missing T must be ≥ 0, got {self.max_missing}")
         if not self.max_missing + 2 <= self.clients <= MAX_CLIENTS:
             raise InvalidJob(f"clients N must satisfy N − T − 1 ≥ 1 (Thm 1), got N={self.clients}, T={self.max_missing}")
-        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise InvalidJob(f"epsilon must be finite and positive, got {self.epsilon}")
-        if not 0 < self.delta < 1:
-            raise InvalidJob(f"delta must be in (0, 1), got {self.delta}")
-        if not (math.isfinite(self.sensitivity) and self.sensitivity > 0):
-            raise InvalidJob(f"sensitivity Δ₂ must be finite and positive, got {self.sensitivity}")
         if self.mode not in mechanism.MODES:
             raise InvalidJob(f"mode must be one of {mechanism.MODES}, got {self.mode!r}")
         if not MIN_FRAC_BITS <= self.frac_bits <= MAX_FRAC_BITS:
@@ -97,6 +99,15 @@ class DcaParams:
                 raise InvalidJob(f"roster holds invalid client ids, e.g. {bad[0]!r} (1..{MAX_CLIENT_ID} UTF-8 bytes)")
         if not (math.isfinite(self.deadline_seconds) and self.deadline_seconds > 0):
             raise InvalidJob(f"deadline_seconds must be positive, got {self.deadline_seconds}")
+        if self.secure_sum:
+            self._init_secure_sum()
+            return
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise InvalidJob(f"epsilon must be finite and positive, got {self.epsilon}")
+        if not 0 < self.delta < 1:
+            raise InvalidJob(f"delta must be in (0, 1), got {self.delta}")
+        if not (math.isfinite(self.sensitivity) and self.sensitivity > 0):
+            raise InvalidJob(f"sensitivity Δ₂ must be finite and positive, got {self.sensitivity}")
         try:
             s_std = mechanism.sigma_std(self.mode, self.sensitivity, self.epsilon, self.delta)
         except ValueError as e:
@@ -113,6 +124,23 @@ class DcaParams:
             check_sum_headroom(self.clients, self.value_bound, self.frac_bits, U64_MODULUS)
         except EncodingOverflow as e:
             raise InvalidJob(f"headroom: N·(max c + 8σ_client)·2^f must stay below 2^63: {e}") from None
+
+    def _init_secure_sum(self) -> None:
+        """A secure sum (DCA without the Gaussian noise, ours): the clients' masks hide each vector from every
+        node coalition short of all M, but the sum itself is exact. Used where the curator feeds the sum into a
+        mechanism that adds the DP noise itself (the HCB16 vote counts, :mod:`mpdp.hamm2016`); such a sum is
+        never served by GetRelease nor written to disk, and its guarantee says so."""
+        if self.epsilon or self.delta or self.sensitivity:
+            raise InvalidJob("a secure-sum job adds no noise: leave epsilon, delta and sensitivity unset (0)")
+        if self.mode != "corrected":
+            raise InvalidJob("a secure-sum job has no noise calibration: leave mode at CORRECTED")
+        object.__setattr__(self, "sigma_std", 0.0)
+        object.__setattr__(self, "sigma_client", 0.0)
+        object.__setattr__(self, "guarantee", Guarantee(SECURE_SUM_MECHANISM, math.inf, 1.0, 0.0, "none", SECURE_SUM_STATEMENT))
+        try:
+            check_sum_headroom(self.clients, self.value_bound, self.frac_bits, U64_MODULUS)
+        except EncodingOverflow as e:
+            raise InvalidJob(f"headroom: N·max c·2^f must stay below 2^63: {e}") from None
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -151,8 +179,13 @@ class DcaParams:
         return self.seed_compressed and k >= 1
 
     def ledger_entry(self) -> dict:
-        """What a client records in its privacy ledger for this job (decision 9)."""
+        """What a client records in its privacy ledger for this job (decision 9).
+
+        A secure-sum job spends nothing by itself (ε = 0 here): the mechanism that consumes the sum records
+        its own guarantee (e.g. the HCB16 ensemble job, with this job's id as ``dca_job_id``)."""
         g = self.guarantee
+        if self.secure_sum:
+            return {"protocol": "dca-secure-sum", "job_id": self.job_id, "mechanism": g.mechanism, "epsilon": 0.0, "delta": 0.0, "purpose": self.purpose, "seeded": self.seeded}
         return {
             "protocol": "dca",
             "job_id": self.job_id,
@@ -186,6 +219,7 @@ class DcaParams:
             simulation_seed=spec.simulation_seed,
             roster=tuple(spec.roster),
             purpose=spec.purpose,
+            secure_sum=spec.secure_sum,
         )
 
     def to_spec(self) -> dca_pb2.DcaJobSpec:
@@ -205,6 +239,7 @@ class DcaParams:
             simulation_seed=self.simulation_seed,
             roster=list(self.roster),
             purpose=self.purpose,
+            secure_sum=self.secure_sum,
         )
 
 

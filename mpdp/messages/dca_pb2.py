@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mpdp.messages import common_pb2 as mpdp_dot_messages_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17mpdp/messages/dca.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\xd4\x02\n\nDcaJobSpec\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x63lients\x18\x02 \x01(\r\x12\x13\n\x0bmax_missing\x18\x03 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x01\x12\x13\n\x0bsensitivity\x18\x06 \x01(\x01\x12&\n\x04mode\x18\x07 \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x17\n\x0f\x66ractional_bits\x18\x08 \x01(\r\x12\x13\n\x0b\x63lip_bounds\x18\t \x03(\x01\x12\x15\n\rcompute_nodes\x18\n \x03(\t\x12\x17\n\x0fseed_compressed\x18\x0b \x01(\x08\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x0c \x01(\x01\x12\x17\n\x0fsimulation_seed\x18\r \x01(\x0c\x12\x0e\n\x06roster\x18\x0e \x03(\t\x12\x0f\n\x07purpose\x18\x0f \x01(\t\"\x1e\n\x0c\x44\x63\x61JobTicket\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xaa\x01\n\x0c\x44\x63\x61JobStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x16\n\x0enodes_reported\x18\x03 \x01(\r\x12\x18\n\x10\x63lients_included\x18\x04 \x01(\r\x12\'\n\x07problem\x18\x05 \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x10\n\x08terminal\x18\x07 \x01(\x08\"\xfd\x03\n\x05\x44pSum\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\x01\x12\x13\n\x0b\x65ncoded_sum\x18\x03 \x01(\x0c\x12\x11\n\tdimension\x18\x04 \x01(\r\x12\x18\n\x10\x63lients_expected\x18\x05 \x01(\r\x12\x18\n\x10\x63lients_included\x18\x06 \x01(\r\x12\x13\n\x0bmax_missing\x18\x07 \x01(\r\x12\x15\n\rcompute_nodes\x18\x08 \x01(\r\x12&\n\x04mode\x18\t \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x0f\n\x07\x65psilon\x18\n \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x0b \x01(\x01\x12\x13\n\x0bsensitivity\x18\x0c \x01(\x01\x12\x11\n\tsigma_std\x18\r \x01(\x01\x12\x14\n\x0csigma_client\x18\x0e \x01(\x01\x12\x16\n\x0enoise_variance\x18\x0f \x01(\x01\x12+\n\tguarantee\x18\x10 \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x17\n\x0f\x66ractional_bits\x18\x11 \x01(\r\x12\x0e\n\x06seeded\x18\x12 \x01(\x08\x12\x13\n\x0btrust_model\x18\x13 \x01(\t\x12\x19\n\x11\x61greed_set_digest\x18\x14 \x01(\x0c\x12\x17\n\x0fseed_compressed\x18\x15 \x01(\x08\x12\x0f\n\x07purpose\x18\x16 \x01(\t\"#\n\x10NodeRegistration\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"\xd1\x01\n\x12\x44\x63\x61JobAnnouncement\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x04spec\x18\x02 \x01(\x0b\x32\x19.mpdp.messages.DcaJobSpec\x12L\n\x0enode_addresses\x18\x03 \x03(\x0b\x32\x34.mpdp.messages.DcaJobAnnouncement.NodeAddressesEntry\x1a\x34\n\x12NodeAddressesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\"\n\x10SubmissionsClose\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"g\n\x0b\x43lientShare\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x17\n\rmasked_vector\x18\x03 \x01(\x0cH\x00\x12\x13\n\tmask_seed\x18\x04 \x01(\x0cH\x00\x42\x07\n\x05share\"j\n\nShareBatch\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nclient_ids\x18\x02 \x03(\t\x12\x18\n\x0emasked_vectors\x18\x03 \x01(\x0cH\x00\x12\x14\n\nmask_seeds\x18\x04 \x01(\x0cH\x00\x42\x08\n\x06shares\"a\n\x0cShareReceipt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\r\x12/\n\x08rejected\x18\x03 \x03(\x0b\x32\x1d.mpdp.messages.ShareRejection\"\\\n\x0eShareRejection\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\'\n\x07problem\x18\x02 \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"u\n\x0fReceivedClients\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\r\x12\x12\n\nclient_ids\x18\x03 \x03(\t\x12\r\n\x05\x66inal\x18\x04 \x01(\x08\x12\r\n\x05total\x18\x05 \x01(\r\x12\x0e\n\x06\x64igest\x18\x06 \x01(\x0c\"f\n\nPartialSum\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bpartial_sum\x18\x02 \x01(\x0c\x12\x18\n\x10\x63lients_included\x18\x03 \x01(\r\x12\x19\n\x11\x61greed_set_digest\x18\x04 \x01(\x0c\x32\xfc\x03\n\x0b\x43omputeNode\x12\x44\n\x0b\x41nnounceJob\x12!.mpdp.messages.DcaJobAnnouncement\x1a\x12.mpdp.messages.Ack\x12I\n\x0cSubmitShares\x12\x1a.mpdp.messages.ClientShare\x1a\x1b.mpdp.messages.ShareReceipt(\x01\x12J\n\x10SubmitShareBatch\x12\x19.mpdp.messages.ShareBatch\x1a\x1b.mpdp.messages.ShareReceipt\x12K\n\x15ReportReceivedClients\x12\x1e.mpdp.messages.ReceivedClients\x1a\x12.mpdp.messages.Ack\x12G\n\x10\x43loseSubmissions\x12\x1f.mpdp.messages.SubmissionsClose\x1a\x12.mpdp.messages.Ack\x12\x41\n\rGetPartialSum\x12\x15.mpdp.messages.JobRef\x1a\x19.mpdp.messages.PartialSum\x12\x37\n\x08\x41\x62ortJob\x12\x17.mpdp.messages.JobAbort\x1a\x12.mpdp.messages.Ack2\xd8\x03\n\nDcaCurator\x12\x43\n\tCreateJob\x12\x19.mpdp.messages.DcaJobSpec\x1a\x1b.mpdp.messages.DcaJobTicket\x12@\n\x08WatchJob\x12\x15.mpdp.messages.JobRef\x1a\x1b.mpdp.messages.DcaJobStatus0\x01\x12\x39\n\nGetRelease\x12\x15.mpdp.messages.JobRef\x1a\x14.mpdp.messages.DpSum\x12\x42\n\x06GetJob\x12\x15.mpdp.messages.JobRef\x1a!.mpdp.messages.DcaJobAnnouncement\x12J\n\x13RegisterComputeNode\x12\x1f.mpdp.messages.NodeRegistration\x1a\x12.mpdp.messages.Ack\x12?\n\x0eSendPartialSum\x12\x19.mpdp.messages.PartialSum\x1a\x12.mpdp.messages.Ack\x12\x37\n\x08\x41\x62ortJob\x12\x17.mpdp.messages.JobAbort\x1a\x12.mpdp.messages.Ackb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17mpdp/messages/dca.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\xe8\x02\n\nDcaJobSpec\x12\x11\n\tdimension\x18\x01 \x01(\r\x12\x0f\n\x07\x63lients\x18\x02 \x01(\r\x12\x13\n\x0bmax_missing\x18\x03 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x01\x12\x13\n\x0bsensitivity\x18\x06 \x01(\x01\x12&\n\x04mode\x18\x07 \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x17\n\x0f\x66ractional_bits\x18\x08 \x01(\r\x12\x13\n\x0b\x63lip_bounds\x18\t \x03(\x01\x12\x15\n\rcompute_nodes\x18\n \x03(\t\x12\x17\n\x0fseed_compressed\x18\x0b \x01(\x08\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x0c \x01(\x01\x12\x17\n\x0fsimulation_seed\x18\r \x01(\x0c\x12\x0e\n\x06roster\x18\x0e \x03(\t\x12\x0f\n\x07purpose\x18\x0f \x01(\t\x12\x12\n\nsecure_sum\x18\x10 \x01(\x08\"\x1e\n\x0c\x44\x63\x61JobTicket\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xaa\x01\n\x0c\x44\x63\x61JobStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x16\n\x0enodes_reported\x18\x03 \x01(\r\x12\x18\n\x10\x63lients_included\x18\x04 \x01(\r\x12\'\n\x07problem\x18\x05 \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x10\n\x08terminal\x18\x07 \x01(\x08\"\x91\x04\n\x05\x44pSum\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\x01\x12\x13\n\x0b\x65ncoded_sum\x18\x03 \x01(\x0c\x12\x11\n\tdimension\x18\x04 \x01(\r\x12\x18\n\x10\x63lients_expected\x18\x05 \x01(\r\x12\x18\n\x10\x63lients_included\x18\x06 \x01(\r\x12\x13\n\x0bmax_missing\x18\x07 \x01(\r\x12\x15\n\rcompute_nodes\x18\x08 \x01(\r\x12&\n\x04mode\x18\t \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x0f\n\x07\x65psilon\x18\n \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x0b \x01(\x01\x12\x13\n\x0bsensitivity\x18\x0c \x01(\x01\x12\x11\n\tsigma_std\x18\r \x01(\x01\x12\x14\n\x0csigma_client\x18\x0e \x01(\x01\x12\x16\n\x0enoise_variance\x18\x0f \x01(\x01\x12+\n\tguarantee\x18\x10 \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x17\n\x0f\x66ractional_bits\x18\x11 \x01(\r\x12\x0e\n\x06seeded\x18\x12 \x01(\x08\x12\x13\n\x0btrust_model\x18\x13 \x01(\t\x12\x19\n\x11\x61greed_set_digest\x18\x14 \x01(\x0c\x12\x17\n\x0fseed_compressed\x18\x15 \x01(\x08\x12\x0f\n\x07purpose\x18\x16 \x01(\t\x12\x12\n\nsecure_sum\x18\x17 \x01(\x08\"#\n\x10NodeRegistration\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"\xd1\x01\n\x12\x44\x63\x61JobAnnouncement\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x04spec\x18\x02 \x01(\x0b\x32\x19.mpdp.messages.DcaJobSpec\x12L\n\x0enode_addresses\x18\x03 \x03(\x0b\x32\x34.mpdp.messages.DcaJobAnnouncement.NodeAddressesEntry\x1a\x34\n\x12NodeAddressesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\"\n\x10SubmissionsClose\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"g\n\x0b\x43lientShare\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x17\n\rmasked_vector\x18\x03 \x01(\x0cH\x00\x12\x13\n\tmask_seed\x18\x04 \x01(\x0cH\x00\x42\x07\n\x05share\"j\n\nShareBatch\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nclient_ids\x18\x02 \x03(\t\x12\x18\n\x0emasked_vectors\x18\x03 \x01(\x0cH\x00\x12\x14\n\nmask_seeds\x18\x04 \x01(\x0cH\x00\x42\x08\n\x06shares\"a\n\x0cShareReceipt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\r\x12/\n\x08rejected\x18\x03 \x03(\x0b\x32\x1d.mpdp.messages.ShareRejection\"\\\n\x0eShareRejection\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\'\n\x07problem\x18\x02 \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"u\n\x0fReceivedClients\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\r\x12\x12\n\nclient_ids\x18\x03 \x03(\t\x12\r\n\x05\x66inal\x18\x04 \x01(\x08\x12\r\n\x05total\x18\x05 \x01(\r\x12\x0e\n\x06\x64igest\x18\x06 \x01(\x0c\"f\n\nPartialSum\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bpartial_sum\x18\x02 \x01(\x0c\x12\x18\n\x10\x63lients_included\x18\x03 \x01(\r\x12\x19\n\x11\x61greed_set_digest\x18\x04 \x01(\x0c\x32\xfc\x03\n\x0b\x43omputeNode\x12\x44\n\x0b\x41nnounceJob\x12!.mpdp.messages.DcaJobAnnouncement\x1a\x12.mpdp.messages.Ack\x12I\n\x0cSubmitShares\x12\x1a.mpdp.messages.ClientShare\x1a\x1b.mpdp.messages.ShareReceipt(\x01\x12J\n\x10SubmitShareBatch\x12\x19.mpdp.messages.ShareBatch\x1a\x1b.mpdp.messages.ShareReceipt\x12K\n\x15ReportReceivedClients\x12\x1e.mpdp.messages.ReceivedClients\x1a\x12.mpdp.messages.Ack\x12G\n\x10\x43loseSubmissions\x12\x1f.mpdp.messages.SubmissionsClose\x1a\x12.mpdp.messages.Ack\x12\x41\n\rGetPartialSum\x12\x15.mpdp.messages.JobRef\x1a\x19.mpdp.messages.PartialSum\x12\x37\n\x08\x41\x62ortJob\x12\x17.mpdp.messages.JobAbort\x1a\x12.mpdp.messages.Ack2\xd8\x03\n\nDcaCurator\x12\x43\n\tCreateJob\x12\x19.mpdp.messages.DcaJobSpec\x1a\x1b.mpdp.messages.DcaJobTicket\x12@\n\x08WatchJob\x12\x15.mpdp.messages.JobRef\x1a\x1b.mpdp.messages.DcaJobStatus0\x01\x12\x39\n\nGetRelease\x12\x15.mpdp.messages.JobRef\x1a\x14.mpdp.messages.DpSum\x12\x42\n\x06GetJob\x12\x15.mpdp.messages.JobRef\x1a!.mpdp.messages.DcaJobAnnouncement\x12J\n\x13RegisterComputeNode\x12\x1f.mpdp.messages.NodeRegistration\x1a\x12.mpdp.messages.Ack\x12?\n\x0eSendPartialSum\x12\x19.mpdp.messages.PartialSum\x1a\x12.mpdp.messages.Ack\x12\x37\n\x08\x41\x62ortJob\x12\x17.mpdp.messages.JobAbort\x1a\x12.mpdp.messages.Ackb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,35 +35,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DCAJOBANNOUNCEMENT_NODEADDRESSESENTRY']._loaded_options = None
   _globals['_DCAJOBANNOUNCEMENT_NODEADDRESSESENTRY']._serialized_options = b'8\001'
   _globals['_DCAJOBSPEC']._serialized_start=71
-  _globals['_DCAJOBSPEC']._serialized_end=411
-  _globals['_DCAJOBTICKET']._serialized_start=413
-  _globals['_DCAJOBTICKET']._serialized_end=443
-  _globals['_DCAJOBSTATUS']._serialized_start=446
-  _globals['_DCAJOBSTATUS']._serialized_end=616
-  _globals['_DPSUM']._serialized_start=619
-  _globals['_DPSUM']._serialized_end=1128
-  _globals['_NODEREGISTRATION']._serialized_start=1130
-  _globals['_NODEREGISTRATION']._serialized_end=1165
-  _globals['_DCAJOBANNOUNCEMENT']._serialized_start=1168
-  _globals['_DCAJOBANNOUNCEMENT']._serialized_end=1377
-  _globals['_DCAJOBANNOUNCEMENT_NODEADDRESSESENTRY']._serialized_start=1325
-  _globals['_DCAJOBANNOUNCEMENT_NODEADDRESSESENTRY']._serialized_end=1377
-  _globals['_SUBMISSIONSCLOSE']._serialized_start=1379
-  _globals['_SUBMISSIONSCLOSE']._serialized_end=1413
-  _globals['_CLIENTSHARE']._serialized_start=1415
-  _globals['_CLIENTSHARE']._serialized_end=1518
-  _globals['_SHAREBATCH']._serialized_start=1520
-  _globals['_SHAREBATCH']._serialized_end=1626
-  _globals['_SHARERECEIPT']._serialized_start=1628
-  _globals['_SHARERECEIPT']._serialized_end=1725
-  _globals['_SHAREREJECTION']._serialized_start=1727
-  _globals['_SHAREREJECTION']._serialized_end=1819
-  _globals['_RECEIVEDCLIENTS']._serialized_start=1821
-  _globals['_RECEIVEDCLIENTS']._serialized_end=1938
-  _globals['_PARTIALSUM']._serialized_start=1940
-  _globals['_PARTIALSUM']._serialized_end=2042
-  _globals['_COMPUTENODE']._serialized_start=2045
-  _globals['_COMPUTENODE']._serialized_end=2553
-  _globals['_DCACURATOR']._serialized_start=2556
-  _globals['_DCACURATOR']._serialized_end=3028
+  _globals['_DCAJOBSPEC']._serialized_end=431
+  _globals['_DCAJOBTICKET']._serialized_start=433
+  _globals['_DCAJOBTICKET']._serialized_end=463
+  _globals['_DCAJOBSTATUS']._serialized_start=466
+  _globals['_DCAJOBSTATUS']._serialized_end=636
+  _globals['_DPSUM']._serialized_start=639
+  _globals['_DPSUM']._serialized_end=1168
+  _globals['_NODEREGISTRATION']._serialized_start=1170
+  _globals['_NODEREGISTRATION']._serialized_end=1205
+  _globals['_DCAJOBANNOUNCEMENT']._serialized_start=1208
+  _globals['_DCAJOBANNOUNCEMENT']._serialized_end=1417
+  _globals['_DCAJOBANNOUNCEMENT_NODEADDRESSESENTRY']._serialized_start=1365
+  _globals['_DCAJOBANNOUNCEMENT_NODEADDRESSESENTRY']._serialized_end=1417
+  _globals['_SUBMISSIONSCLOSE']._serialized_start=1419
+  _globals['_SUBMISSIONSCLOSE']._serialized_end=1453
+  _globals['_CLIENTSHARE']._serialized_start=1455
+  _globals['_CLIENTSHARE']._serialized_end=1558
+  _globals['_SHAREBATCH']._serialized_start=1560
+  _globals['_SHAREBATCH']._serialized_end=1666
+  _globals['_SHARERECEIPT']._serialized_start=1668
+  _globals['_SHARERECEIPT']._serialized_end=1765
+  _globals['_SHAREREJECTION']._serialized_start=1767
+  _globals['_SHAREREJECTION']._serialized_end=1859
+  _globals['_RECEIVEDCLIENTS']._serialized_start=1861
+  _globals['_RECEIVEDCLIENTS']._serialized_end=1978
+  _globals['_PARTIALSUM']._serialized_start=1980
+  _globals['_PARTIALSUM']._serialized_end=2082
+  _globals['_COMPUTENODE']._serialized_start=2085
+  _globals['_COMPUTENODE']._serialized_end=2593
+  _globals['_DCACURATOR']._serialized_start=2596
+  _globals['_DCACURATOR']._serialized_end=3068
 # @@protoc_insertion_point(module_scope)

@@ -87,7 +87,8 @@ def federation() -> None:
 @click.option("--test-mode", is_flag=True, help="allow small keys and simulation seeds (never for real data)")
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier and DGK modulus size")
 @click.option("--compute-nodes", "n_nodes", type=int, default=0, show_default=True, help="also start M DCA compute nodes")
-def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int) -> None:
+@click.option("--auxiliary", "auxiliary", multiple=True, metavar="NAME=PATH", help="give the curator a public auxiliary dataset for hamm2016 jobs (repeatable)")
+def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...]) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from services.federation import LocalFederation
 
@@ -101,7 +102,13 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
             raise click.BadParameter(f"{item!r}: use NAME=PARTY:PATH")
         ds.setdefault(party, {})[name] = {"path": str(Path(path).resolve())}
     nodes = [f"node-{k + 1}" for k in range(n_nodes)]
-    fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes)
+    aux: dict[str, dict] = {}
+    for item in auxiliary:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"{item!r}: use NAME=PATH", param_hint="--auxiliary")
+        aux[name] = {"path": str(Path(path).resolve())}
+    fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes, auxiliary=aux)
     with err.status("starting curator, parties and compute nodes"):
         fed.start()
     err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
@@ -126,16 +133,43 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
 @click.option("--lambda", "lam", type=float, required=True, help="regularisation λ (logreg: L2; lmgc: trace regulariser)")
 @click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="noise calibration")
-@click.option("--model", type=click.Choice(["logreg", "lmgc"]), default="logreg", show_default=True,
-              help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average")
+@click.option("--model", type=click.Choice(["logreg", "lmgc", "hamm2016"]), default="logreg", show_default=True,
+              help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average; "
+                   "hamm2016: parties vote on the curator's public auxiliary data, the votes are summed by the DCA compute nodes, the curator releases a DP global classifier")
 @click.option("--ridge", type=float, default=1e-3, show_default=True, help="lmgc: ridge floor Δ")
 @click.option("--data-norm", type=float, default=1.0, show_default=True, help="lmgc: public row-norm bound r (rows are clipped to it)")
+@click.option("--auxiliary", default="", help="hamm2016: the curator's auxiliary dataset name (curator config `auxiliary:`)")
+@click.option("--method", type=click.Choice(["soft", "vote"]), default="soft", show_default=True, help="hamm2016: soft labels (Alg. 2) or majority votes (Alg. 1)")
+@click.option("--classes", default="-1,1", show_default=True, help="hamm2016: the class labels, comma-separated (binary: the second is +1)")
+@click.option("--compute-nodes", default="", help="hamm2016: comma-separated compute nodes that sum the votes (default: all in endpoints.json)")
+@click.option("--max-missing", type=int, default=0, show_default=True, help="hamm2016: voters that may drop out")
+@click.option("--protect-aux", is_flag=True, help="hamm2016: also protect one auxiliary point (§3.4)")
+@click.option("--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lambda)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, model: str, ridge: float, data_norm: float, as_json: bool) -> None:
+def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, model: str, ridge: float, data_norm: float,
+          auxiliary: str, method: str, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
     import grpc
 
     from services.client import Endpoints, OperatorClient
+
+    if model == "hamm2016":
+        from mpdp.messages import hamm2016_pb2
+        from services.ensemble_client import summary as ens_summary, train_ensemble
+
+        nodes = [n for n in compute_nodes.split(",") if n] or _endpoint_nodes(endpoints)
+        if not auxiliary:
+            raise click.BadParameter("hamm2016 needs the curator's auxiliary dataset name", param_hint="--auxiliary")
+        spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset, auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon, classes=classes.split(","),
+                                            parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam)
+        try:
+            with err.status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
+                rel = train_ensemble(Endpoints.load(endpoints), spec)
+        except grpc.RpcError as e:
+            raise click.ClickException(f"the ensemble job failed: {e.details()}")
+        out = ens_summary(rel)
+        print(json.dumps(out)) if as_json else Console().print_json(json.dumps(out))
+        return
 
     if model == "lmgc":
         from services.local_client import submit_local
@@ -172,6 +206,15 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
 
     from services.client import Endpoints, OperatorClient
 
+    if job_id.startswith("hm-"):
+        from services.ensemble_client import predict_ensemble
+
+        try:
+            out = predict_ensemble(Endpoints.load(endpoints), job_id, data_path, fmt)
+        except (grpc.RpcError, DatasetError, ValueError) as e:
+            raise click.ClickException(getattr(e, "details", lambda: str(e))())
+        print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        return
     if job_id.startswith("lm-"):
         from services.local_client import predict_local
 
@@ -271,6 +314,15 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
         print(json.dumps(summary))
     else:
         _print_summary(summary)
+
+
+def _endpoint_nodes(endpoints: str) -> list[str]:
+    p = Path(endpoints)
+    p = p / "endpoints.json" if p.is_dir() else p
+    try:
+        return sorted(json.loads(p.read_text()).get("compute_nodes", {}))
+    except (OSError, ValueError):
+        raise click.BadParameter(f"cannot read compute nodes from {p}; pass --compute-nodes") from None
 
 
 def _print_summary(s: dict) -> None:

@@ -81,6 +81,7 @@ class PartyConfig(_Base):
     ledger: Path = Path("ledger.json")
     budget_epsilon: float = 10.0
     pool_target: int = Field(256, description="Paillier randomness factors kept precomputed for Charlie's key")
+    local_classifier: str = Field("logreg", description="the party's own model in ensemble (hamm2016) jobs: any name of mpdp.hamm2016.local.CLASSIFIERS")
 
 
 class CuratorConfig(_Base):
@@ -88,6 +89,7 @@ class CuratorConfig(_Base):
     state_dir: Path = Path("curator-state")
     dgk_bits: int = 2048
     compute_nodes: dict[str, str] = {}
+    auxiliary: dict[str, DatasetConfig] = Field({}, description="public auxiliary (unlabelled) datasets for ensemble (hamm2016) jobs; labels are ignored")
 
 
 def load(cls: type[_Base], path: str | Path, **overrides: Any) -> Any:

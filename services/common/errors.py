@@ -37,8 +37,12 @@ async def abort(context: grpc.aio.ServicerContext, e: ProtocolError) -> None:
     await context.abort(status_for(e.problem), details(e))
 
 
-def problem_from_status(code: grpc.StatusCode) -> int:
-    """Best-effort inverse, for a sender that saw a peer refuse a message."""
+def problem_from_status(code: grpc.StatusCode, details: str | None = None) -> int:
+    """The Problem a peer refused a message with: named by the ``PROBLEM: …`` prefix every refusal carries
+    (:func:`details`), else the best-effort inverse of :data:`STATUS`."""
+    name = (details or "").split(":", 1)[0].strip()
+    if name in P.keys() and name != "PROBLEM_UNSPECIFIED":
+        return P.Value(name)
     for p, c in STATUS.items():
         if c == code and p != P.PROBLEM_UNSPECIFIED:
             return p

@@ -23,6 +23,7 @@ from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common.pki import Identity, identity_from_pem
+from services.common.transcript import Transcript
 
 MAX_MESSAGE = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
@@ -65,9 +66,10 @@ def caller(context: grpc.aio.ServicerContext) -> Identity:
 class RoleInterceptor(grpc.aio.ServerInterceptor):
     """Refuse an RPC unless the caller's certificate role is allowed for it."""
 
-    def __init__(self, allowed: dict[str, tuple[str, ...]], federation: str | None = None) -> None:
+    def __init__(self, allowed: dict[str, tuple[str, ...]], federation: str | None = None, transcript: Transcript | None = None) -> None:
         self._allowed = allowed  # full method name → roles
         self._federation = federation
+        self._transcript = transcript  # test mode: every request this server receives
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -76,6 +78,11 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
             return handler
         roles = self._allowed.get(method)
         federation = self._federation
+        transcript = self._transcript
+
+        def seen(context, request) -> None:
+            if transcript is not None:
+                transcript.record("request", method, caller(context).name, request)
 
         def check(context) -> str | None:
             ident = caller(context)
@@ -94,6 +101,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 problem = check(context)
                 if problem:
                     await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {problem}")
+                seen(context, request)
                 return await inner(request, context)
 
             return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
@@ -104,6 +112,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 problem = check(context)
                 if problem:
                     await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {problem}")
+                seen(context, request)
                 async for item in inner_s(request, context):
                     yield item
 
@@ -115,10 +124,18 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 problem = check(context)
                 if problem:
                     await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {problem}")
+                if transcript is not None:
+                    request_iterator = _recorded(request_iterator, lambda r: seen(context, r))
                 return await inner_su(request_iterator, context)
 
             return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer, handler.response_serializer)
         return handler
+
+
+async def _recorded(iterator, record):
+    async for item in iterator:
+        record(item)
+        yield item
 
 
 def roles_by_method(package_service: str, roles: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
@@ -175,9 +192,10 @@ def method_for_message(service: _descriptor.ServiceDescriptor) -> dict[str, str]
 class PeerChannels:
     """One channel per (address, site name); messages are sent by type to the RPC that takes them."""
 
-    def __init__(self, tls: TlsFiles) -> None:
+    def __init__(self, tls: TlsFiles, transcript: Transcript | None = None) -> None:
         self._creds = tls.channel_credentials()
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        self.transcript = transcript  # test mode: every response to a call this process makes
 
     def channel(self, address: str, site: str) -> grpc.aio.Channel:
         key = (address, site)
@@ -196,7 +214,10 @@ class PeerChannels:
             response_deserializer=response_type.FromString,
         )
         try:
-            return await rpc(request, timeout=timeout)
+            response = await rpc(request, timeout=timeout)
+            if self.transcript is not None:
+                self.transcript.record("response", f"/{service_full_name}/{method}", site, response)
+            return response
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.UNAVAILABLE:
                 # drop the channel: a new one reconnects at once instead of waiting out gRPC's backoff

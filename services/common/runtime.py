@@ -123,7 +123,7 @@ class Hosted:
                 await asyncio.sleep(0.2 * (attempt + 1))  # transient connection failure: back off and retry
         if is_abort or last is None:
             return
-        problem = errors.problem_from_status(last.code())
+        problem = errors.problem_from_status(last.code(), last.details())
         if last.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             problem = common_pb2.PEER_UNREACHABLE
             detail = f"{to.role} {to.name} is unreachable ({last.code().name}: {last.details()})"

@@ -74,8 +74,21 @@ class DcaStore:
         p = self.folder / f"{job_id}.failed.json"
         return json.loads(p.read_text()) if _safe(job_id) and p.exists() else None
 
+    def spec(self, job_id: str) -> pb.DcaJobSpec | None:
+        p = self.folder / f"{job_id}.spec.binpb"
+        return pb.DcaJobSpec.FromString(p.read_bytes()) if _safe(job_id) and p.exists() else None
+
     def specs(self) -> dict[str, pb.DcaJobSpec]:
         return {p.name.split(".")[0]: pb.DcaJobSpec.FromString(p.read_bytes()) for p in self.folder.glob("*.spec.binpb")}
+
+
+class DcaJobRefused(Exception):
+    """A job could not be created or ended without a sum: the gRPC status and its message."""
+
+    def __init__(self, code: grpc.StatusCode, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
 
 
 def _safe(job_id: str) -> bool:
@@ -98,6 +111,9 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         for job_id, spec in self.store.specs().items():
             if self.store.release(job_id) is not None or self.store.failure(job_id) is not None:
                 continue
+            if spec.secure_sum:  # its consumer (an ensemble job) died with the previous process
+                self.store.put_failure(job_id, common_pb2.JOB_FAILED, "the curator restarted during this secure-sum job; its consuming job was lost")
+                continue
             params = DcaParams.from_spec(job_id, spec)
             machine = AggregatorMachine(params, node_addresses={n: self.nodes.get(n, "") for n in params.nodes})
             machine.announce()  # the nodes already have the job: skip re-sending it
@@ -110,16 +126,26 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
 
     # -- operator ---------------------------------------------------------------------------------------
     async def CreateJob(self, request: pb.DcaJobSpec, context) -> pb.DcaJobTicket:
+        if request.secure_sum:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "WRONG_ROLE: secure-sum jobs (no noise) are created by the curator's own mechanisms only (e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
+        try:
+            job_id = await self.create(request)
+        except DcaJobRefused as e:
+            await context.abort(e.code, e.detail)
+        return pb.DcaJobTicket(job_id=job_id)
+
+    async def create(self, request: pb.DcaJobSpec) -> str:
+        """Create and announce a job (operators through CreateJob; the curator's own mechanisms directly)."""
         job_id = "dca-" + pysecrets.token_hex(6)
         try:
             params = DcaParams.from_spec(job_id, request)
         except (InvalidJob, ValueError) as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+            raise DcaJobRefused(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}") from None
         if params.seeded and not self.test_mode:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed (the fixed-noise debug switch) is refused outside test mode")
+            raise DcaJobRefused(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed (the fixed-noise debug switch) is refused outside test mode")
         missing = [n for n in params.nodes if n not in self.nodes]
         if missing:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: compute nodes {missing} are not registered with the curator (known: {sorted(self.nodes)})")
+            raise DcaJobRefused(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: compute nodes {missing} are not registered with the curator (known: {sorted(self.nodes)})")
         self.store.put_spec(job_id, request)
         machine = AggregatorMachine(params, node_addresses={n: self.nodes[n] for n in params.nodes})
         hosted = Hosted(machine, self._route)
@@ -132,8 +158,22 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         await asyncio.gather(*(self._send(hosted, o.to, o.message) for o in outputs if isinstance(o, Send)))
         await hosted.notify()
         if machine.failed and machine.error is not None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"JOB_FAILED: {machine.error.detail}")
-        return pb.DcaJobTicket(job_id=job_id)
+            raise DcaJobRefused(grpc.StatusCode.UNAVAILABLE, f"JOB_FAILED: {machine.error.detail}")
+        return job_id
+
+    async def result(self, job_id: str) -> pb.DpSum:
+        """Wait for a job of this process to end; its sum (secure-sum jobs included) or DcaJobRefused."""
+        hosted = self.jobs.get(job_id)
+        if hosted is None:
+            raise DcaJobRefused(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no running DCA job {job_id!r}")
+        async for st in hosted.watch(lambda: hosted.machine.status()):
+            if st.terminal:
+                break
+        m = hosted.machine
+        if m.failed or m.error is not None:
+            detail = m.error.detail if m.error is not None else m.state
+            raise DcaJobRefused(errors.status_for(m.error.problem) if m.error else grpc.StatusCode.ABORTED, f"JOB_FAILED: DCA job {job_id}: {detail}")
+        return m.dp_sum()
 
     async def WatchJob(self, request: common_pb2.JobRef, context):
         hosted = self.jobs.get(request.job_id)
@@ -146,7 +186,29 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         async for st in hosted.watch(lambda: hosted.machine.status()):
             yield st
 
+    async def close(self, job_id: str) -> None:
+        """Close submissions now (the consumer knows every client has submitted) instead of at the deadline."""
+        hosted = self.jobs.get(job_id)
+        if hosted is not None and not hosted.machine.terminal:
+            await hosted.local(hosted.machine.close_submissions)
+
+    async def abort(self, job_id: str, detail: str) -> None:
+        """Fail a job of this process (its consumer gave up); the nodes are told and drop their shares."""
+        hosted = self.jobs.get(job_id)
+        if hosted is not None and not hosted.machine.terminal:
+            await hosted.fail(common_pb2.JOB_FAILED, detail)
+            await self._route(hosted, [])
+
+    def forget(self, job_id: str) -> None:
+        """Drop a finished job from memory (a consumed secure sum must not linger in the process)."""
+        hosted = self.jobs.pop(job_id, None)
+        if hosted is not None and hosted.deadline_task is not None:
+            hosted.deadline_task.cancel()
+
     async def GetRelease(self, request: common_pb2.JobRef, context) -> pb.DpSum:
+        spec = self.store.spec(request.job_id)
+        if spec is not None and spec.secure_sum:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: DCA job {request.job_id} is a secure sum without noise; only the curator's mechanism ({spec.purpose or 'unnamed'}) consumes it, and it publishes only its own DP output")
         rel = self.store.release(request.job_id)
         if rel is not None:
             return rel
@@ -201,6 +263,9 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             if isinstance(o, Send):
                 hosted.spawn(self._send(hosted, o.to, o.message))
             elif isinstance(o, Publish):
+                if o.release.secure_sum:  # kept in the machine for its consumer (result()); never on disk
+                    log.info("DCA secure-sum job %s complete over %d clients", o.release.job_id, o.release.clients_included)
+                    continue
                 self.store.put_release(o.release)
                 log.info("DCA job %s released over %d clients", o.release.job_id, o.release.clients_included)
         m = hosted.machine

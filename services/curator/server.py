@@ -28,9 +28,11 @@ from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from services.common import config as cfgmod
 from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
 from services.common.runtime import SEND_RETRIES, Hosted
+from services.common.transcript import from_env as transcript_from_env
 from services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
-from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, local_release_pb2_grpc
+from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc
 from services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
+from services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
 from services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
 
 log = logging.getLogger("mpdp.curator")
@@ -253,16 +255,20 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes))
     local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode)
     contribution = ContributionCurator(curator.channels, curator.addresses)
+    ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode)
 
     def add(server) -> None:
         pb_grpc.add_CuratorServicer_to_server(curator, server)
         dca_pb2_grpc.add_DcaCuratorServicer_to_server(dca, server)
         local_release_pb2_grpc.add_LocalModelCuratorServicer_to_server(local, server)
         contribution_pb2_grpc.add_ContributionCuratorServicer_to_server(contribution, server)
+        hamm2016_pb2_grpc.add_EnsembleCuratorServicer_to_server(ensemble, server)
 
-    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES}
-    services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE]
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None), add, services)
+    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES}
+    services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE]
+    transcript = transcript_from_env(cfg.test_mode, cfg.name)
+    curator.channels.transcript = transcript
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript), add, services)
     await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     await serve_until_signal(server, health, port, ready_fd)

@@ -31,6 +31,8 @@ from mpdp.protocol import CURATOR, Peer, ProtocolError, Record, Send
 from services.common import config as cfgmod
 from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
 from services.common.runtime import Hosted
+from services.party.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleVoter
+from mpdp.messages import hamm2016_pb2_grpc
 from grpc_health.v1 import health_pb2
 
 PRECOMPUTE_HEALTH = "mpdp.precompute"  # health service name: SERVING once pools and a spare key are ready
@@ -375,9 +377,11 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         pb_grpc.add_PartyServicer_to_server(_Lazy(holder), server)
         local_release_pb2_grpc.add_LocalModelPartyServicer_to_server(LocalParty(holder), server)
         contribution_pb2_grpc.add_ContributionPartyServicer_to_server(ContributingParty(holder), server)
+        hamm2016_pb2_grpc.add_EnsemblePartyServicer_to_server(EnsembleVoter(holder), server)
 
-    roles = {**ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES}
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None), add, [SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE])
+    roles = {**ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES}
+    services = [SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE]
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None), add, services)
     await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)  # SERVING once registered with the curator
     try:
         keys = await register(cfg, port)

@@ -63,3 +63,43 @@ def test_ledger_entry_states_the_guarantee():
     p = make_params(purpose="x")
     e = p.ledger_entry()
     assert e["epsilon"] == p.guarantee.epsilon and e["delta"] == p.guarantee.delta and e["mode"] == "corrected" and e["seeded"]
+
+
+# ---------------------------------------------------------------- secure sum (no noise; consumed inside the curator)
+
+def test_secure_sum_job_has_no_noise_and_says_it_is_not_private():
+    from mpdp.dca.params import DcaParams
+
+    p = DcaParams(job_id="j", dimension=4, clients=5, max_missing=1, epsilon=0.0, delta=0.0, sensitivity=0.0, nodes=("a", "b", "c"), secure_sum=True, purpose="hamm2016/votes")
+    assert p.sigma_std == 0.0 and p.sigma_client == 0.0
+    assert p.guarantee.epsilon == float("inf") and "NOT differentially private" in p.guarantee.statement
+    assert p.ledger_entry()["epsilon"] == 0.0 and p.ledger_entry()["protocol"] == "dca-secure-sum"
+    back = DcaParams.from_spec("j", p.to_spec())
+    assert back.secure_sum and back == p
+
+
+@pytest.mark.parametrize("field", ["epsilon", "delta", "sensitivity"])
+def test_secure_sum_refuses_noise_parameters(field):
+    from mpdp.dca.errors import InvalidJob
+    from mpdp.dca.params import DcaParams
+
+    kw = dict(job_id="j", dimension=4, clients=5, max_missing=1, epsilon=0.0, delta=0.0, sensitivity=0.0, nodes=("a", "b"), secure_sum=True)
+    kw[field] = 0.5
+    with pytest.raises(InvalidJob, match="secure-sum"):
+        DcaParams(**kw)
+
+
+def test_secure_sum_is_exact_through_the_protocol():
+    """Integer votes summed by the in-memory DCA run come back exactly, with no noise."""
+    import numpy as np
+
+    from mpdp.dca.driver import run_job
+    from mpdp.dca.params import DcaParams
+    from mpdp.math.drbg import Drbg
+
+    p = DcaParams(job_id="j", dimension=6, clients=7, max_missing=2, epsilon=0.0, delta=0.0, sensitivity=0.0, nodes=("a", "b", "c"), secure_sum=True)
+    Z = (np.arange(42).reshape(7, 6) % 2).astype(float)  # public test vectors
+    run = run_job(p, Z, Drbg.from_os(), drop=[3])
+    assert run.release is not None and run.release.secure_sum
+    assert np.array_equal(np.asarray(run.release.values), Z[[0, 1, 2, 4, 5, 6]].sum(axis=0))
+    assert run.release.noise_variance == 0.0

@@ -1,0 +1,295 @@
+"""The HCB16 ensemble as a federation job without a trusted collector (ours, spec hamm2016.md §3.7).
+
+Roles (network-free; ``services/`` only moves their messages):
+
+* :class:`VoterRole` — party P_i: trains its local classifier h_i on its own records, votes h_i(x_j) on every
+  public auxiliary point and turns the votes into its DCA vector (:func:`~mpdp.hamm2016.labels.party_votes`).
+  The vector goes to the compute nodes as additive shares of a *secure-sum* DCA job (no noise; dca.proto
+  ``DcaJobSpec.secure_sum``), so no node and not Charlie ever sees it.
+* :func:`curator_release` — Charlie: from the summed vote counts (the only vote data it receives), trains the
+  global classifier on majority votes (Alg. 1) or soft labels (Alg. 2) and adds the output noise
+  (:func:`~mpdp.hamm2016.mechanism.release_global`). Only w_p = w_s + η leaves the curator.
+
+:func:`run_inmemory` runs the same roles with the in-memory DCA driver (tests, simulations); over sockets the
+services do the same steps, and for the same simulation seed both give the same w_p bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mpdp.dca.params import DcaParams
+from mpdp.hamm2016.labels import party_votes, vote_counts
+from mpdp.hamm2016.local import fit_local
+from mpdp.hamm2016.mechanism import EnsembleParams, check_aux_rows, release_global
+from mpdp.math.drbg import Drbg
+from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2 as pb
+
+METHODS = ("soft", "vote")
+DEFAULT_DEADLINE = 300.0
+AUX_CHUNK_ROWS = 2048
+MAX_AUX_ROWS = 1 << 20
+TRUST_MODEL = (
+    "honest-but-curious parties, compute nodes and curator; at least one compute node does not collude with the curator. "
+    "The curator sees the public auxiliary features, the summed vote counts per auxiliary point and the number of voters "
+    "included; never a party's classifier, its votes or its dataset size. Compute nodes see uniformly random shares only. "
+    "The published w_p = w_s + η is ε-DP with one whole party as the privacy unit (Thm 1 / Thm 3; §3.4 with protect_aux)."
+)
+
+
+class EnsembleJobError(ValueError):
+    """The job cannot run as asked; the message names the field or the party."""
+
+
+# ---------------------------------------------------------------- the job's public parameters
+
+
+def validate_spec(spec: pb.EnsembleJobSpec) -> None:
+    """Everything that can be checked before any data is touched (raises EnsembleJobError)."""
+    if spec.method not in METHODS:
+        raise EnsembleJobError(f"method must be one of {METHODS}, got {spec.method!r}")
+    if not (math.isfinite(spec.lam) and spec.lam > 0):
+        raise EnsembleJobError(f"lam must be finite and positive, got {spec.lam}")
+    if not (math.isfinite(spec.epsilon) and spec.epsilon > 0):
+        raise EnsembleJobError(f"epsilon must be finite and positive, got {spec.epsilon} (the non-private 1/ε = 0 baseline exists in simulations only)")
+    if len(spec.classes) < 2 or len(set(spec.classes)) != len(spec.classes) or not all(spec.classes):
+        raise EnsembleJobError(f"classes must list at least 2 distinct non-empty labels, got {list(spec.classes)}")
+    if len(spec.parties) < 2 or len(set(spec.parties)) != len(spec.parties):
+        raise EnsembleJobError(f"parties must list at least 2 distinct voters, got {list(spec.parties)}")
+    if not spec.max_missing + 2 <= len(spec.parties):
+        raise EnsembleJobError(f"max_missing T = {spec.max_missing} leaves fewer than 2 voters of {len(spec.parties)}")
+    if len(spec.compute_nodes) < 2:
+        raise EnsembleJobError(f"the vote sum needs at least 2 compute nodes, got {list(spec.compute_nodes)}")
+    if spec.local_lam < 0 or not math.isfinite(spec.local_lam):
+        raise EnsembleJobError(f"local_lam must be ≥ 0, got {spec.local_lam}")
+    if spec.deadline_seconds < 0 or not math.isfinite(spec.deadline_seconds):
+        raise EnsembleJobError(f"deadline_seconds must be ≥ 0, got {spec.deadline_seconds}")
+    if not spec.dataset or not spec.auxiliary:
+        raise EnsembleJobError("dataset (the parties') and auxiliary (the curator's) must be named")
+
+
+def vote_dimension(n_aux: int, classes: int) -> int:
+    """Length of a party's vote vector: N (binary: indicator of class 1) or N·C (one-hot)."""
+    return n_aux if classes == 2 else n_aux * classes
+
+
+def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
+    """The secure-sum DCA job that adds up the parties' vote vectors (entries 0/1, so clip bound 1)."""
+    return DcaParams(
+        job_id=job_id,
+        dimension=vote_dimension(n_aux, len(spec.classes)),
+        clients=len(spec.parties),
+        max_missing=spec.max_missing,
+        epsilon=0.0,
+        delta=0.0,
+        sensitivity=0.0,
+        nodes=tuple(spec.compute_nodes),
+        frac_bits=8,  # votes are integers; 8 fractional bits leave room for N·2^8 ≪ 2^63
+        clip_bounds=(1.0,),
+        deadline_seconds=spec.deadline_seconds or DEFAULT_DEADLINE,
+        simulation_seed=spec.simulation_seed,
+        roster=tuple(spec.parties),
+        purpose="hamm2016/votes",
+        secure_sum=True,
+    )
+
+
+def ensemble_params(spec: pb.EnsembleJobSpec, n_aux: int, voters: int) -> EnsembleParams:
+    return EnsembleParams(
+        method=spec.method, lam=spec.lam, epsilon=spec.epsilon, classes=len(spec.classes), n_aux=n_aux, parties=voters, protect_aux=spec.protect_aux
+    )
+
+
+def ledger_entry(job_id: str, spec: pb.EnsembleJobSpec, dca_job_id: str, n_aux: int) -> dict:
+    """What a voter records: the release is ε-DP with the whole party as the unit (its votes may change arbitrarily)."""
+    g = ensemble_params(spec, n_aux, len(spec.parties)).guarantee
+    return {
+        "protocol": "hamm2016",
+        "job_id": job_id,
+        "dca_job_id": dca_job_id,
+        "mechanism": g.mechanism,
+        "epsilon": spec.epsilon,
+        "delta": 0.0,
+        "method": spec.method,
+        "seeded": bool(spec.simulation_seed),
+    }
+
+
+# ---------------------------------------------------------------- public auxiliary data
+
+
+def pack_auxiliary(X_aux: np.ndarray) -> bytes:
+    return np.ascontiguousarray(X_aux, dtype="<f8").tobytes()
+
+
+def auxiliary_digest(X_aux: np.ndarray) -> bytes:
+    """SHA-256 over (N, d, packed rows): voters check they label exactly what Charlie will train on."""
+    n, d = X_aux.shape
+    return hashlib.sha256(n.to_bytes(4, "little") + d.to_bytes(4, "little") + pack_auxiliary(X_aux)).digest()
+
+
+def check_auxiliary(X_aux: np.ndarray) -> np.ndarray:
+    """The auxiliary features as Charlie publishes them: finite, 1 ≤ N ≤ 2^20 rows, ‖x_j‖ ≤ 1 (Thm 1/3 need it)."""
+    try:
+        X = check_aux_rows(X_aux)
+    except ValueError as e:
+        raise EnsembleJobError(str(e)) from None
+    if X.shape[0] > MAX_AUX_ROWS:
+        raise EnsembleJobError(f"auxiliary data may have at most {MAX_AUX_ROWS} rows, got {X.shape[0]}")
+    return X
+
+
+def auxiliary_chunks(X_aux: np.ndarray, rows: int = AUX_CHUNK_ROWS) -> list[pb.AuxiliaryChunk]:
+    n, d = X_aux.shape
+    return [
+        pb.AuxiliaryChunk(first_row=s, rows=min(rows, n - s), features=d, values=pack_auxiliary(X_aux[s : s + rows]))
+        for s in range(0, n, rows)
+    ]
+
+
+def assemble_auxiliary(chunks: list[pb.AuxiliaryChunk], request: pb.VoteRequest) -> np.ndarray:
+    """Rebuild and verify the auxiliary features a voter received (shape, contiguity, digest)."""
+    n, d = request.auxiliary_rows, request.auxiliary_features
+    if not 1 <= n <= MAX_AUX_ROWS or d < 1:
+        raise EnsembleJobError(f"the vote request announces an auxiliary set of {n}×{d}")
+    parts, expected = [], 0
+    for c in chunks:
+        if c.first_row != expected or c.features != d or len(c.values) != 8 * c.rows * d or c.rows == 0:
+            raise EnsembleJobError(f"auxiliary chunk at row {c.first_row} is malformed or out of order (expected row {expected}, d = {d})")
+        parts.append(np.frombuffer(c.values, dtype="<f8").reshape(c.rows, d))
+        expected += c.rows
+    if expected != n:
+        raise EnsembleJobError(f"received {expected} auxiliary rows, the request announces {n}")
+    X = np.concatenate(parts).astype(np.float64)
+    if auxiliary_digest(X) != request.auxiliary_digest:
+        raise EnsembleJobError("the auxiliary data do not match the digest in the vote request")
+    return check_auxiliary(X)
+
+
+# ---------------------------------------------------------------- roles
+
+
+def label_indices(y: np.ndarray, classes: list[str] | tuple[str, ...]) -> np.ndarray:
+    """Map a party's labels onto class indices 0..C−1 by their text form (1.0 → "1"); unknown labels refuse."""
+    index = {c: k for k, c in enumerate(classes)}
+    out = np.empty(len(y), dtype=np.int64)
+    for i, v in enumerate(y):
+        key = _label_text(v)
+        if key not in index:
+            raise EnsembleJobError(f"label {key!r} is not one of the job's classes {list(classes)}")
+        out[i] = index[key]
+    return out
+
+
+def _label_text(v: Any) -> str:
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    if isinstance(v, (bytes, np.bytes_)):
+        return v.decode()
+    return str(v)
+
+
+@dataclass
+class VoterRole:
+    """Party P_i of one ensemble job: h_i from its own records, votes on the auxiliary points."""
+
+    name: str
+    local_model: str = "logreg"
+
+    def vote(self, spec: pb.EnsembleJobSpec, X: np.ndarray, y: np.ndarray, X_aux: np.ndarray) -> np.ndarray:
+        """The DCA vector of this party: party_votes(h_i(x_1..x_N)). X is clipped to ‖x‖ ≤ 1 like the aux data."""
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != X_aux.shape[1]:
+            raise EnsembleJobError(f"party {self.name}: its data have {X.shape[-1] if X.ndim == 2 else '?'} features, the auxiliary data {X_aux.shape[1]}")
+        norms = np.linalg.norm(X, axis=1)
+        X = X / np.maximum(1.0, norms)[:, None]
+        yi = label_indices(y, list(spec.classes))
+        h = fit_local(self.local_model, X, yi, len(spec.classes), spec.local_lam or spec.lam)
+        pred = np.asarray(h.predict(X_aux), dtype=np.int64)
+        return party_votes(pred, len(spec.classes))
+
+
+def output_rng(spec: pb.EnsembleJobSpec) -> Drbg:
+    """η's generator: the OS CSPRNG, or (test mode, marked non-private) the job's simulation seed."""
+    if spec.simulation_seed:
+        return Drbg.from_seed(spec.simulation_seed).child("hamm2016/output")
+    return Drbg.from_os()
+
+
+def curator_release(job_id: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray, vote_sum: dca_pb2.DpSum) -> pb.EnsembleRelease:
+    """Charlie's step: summed votes → counts → w_s (Alg. 1 or 2) → w_p = w_s + η, published with its guarantee."""
+    if not vote_sum.secure_sum or vote_sum.dimension != vote_dimension(X_aux.shape[0], len(spec.classes)):
+        raise EnsembleJobError("the vote sum is not the secure sum of this job's vote vectors")
+    voters = int(vote_sum.clients_included)
+    counts = vote_counts(np.asarray(vote_sum.values, dtype=np.float64), X_aux.shape[0], len(spec.classes), voters)
+    params = ensemble_params(spec, X_aux.shape[0], voters)
+    rel = release_global(X_aux, counts, params, output_rng(spec))
+    g = rel.guarantee
+    return pb.EnsembleRelease(
+        job_id=job_id,
+        method=spec.method,
+        weights=np.asarray(rel.weights, dtype=np.float64).ravel().tolist(),
+        classes=list(spec.classes),
+        features=X_aux.shape[1],
+        parties_included=voters,
+        auxiliary_rows=X_aux.shape[0],
+        lam=spec.lam,
+        epsilon=spec.epsilon,
+        sensitivity=params.sensitivity,
+        guarantee=common_pb2.Guarantee(**g.as_dict()),
+        trust_model=TRUST_MODEL,
+        dca_job_id=vote_sum.job_id,
+        seeded=bool(spec.simulation_seed),
+    )
+
+
+def weights_of(release: pb.EnsembleRelease) -> np.ndarray:
+    """w (d,) for two classes, W (C, d) otherwise."""
+    w = np.asarray(release.weights, dtype=np.float64)
+    C = len(release.classes)
+    return w if C == 2 else w.reshape(C, release.features)
+
+
+# ---------------------------------------------------------------- in-memory driver
+
+
+@dataclass
+class InMemoryRun:
+    release: pb.EnsembleRelease
+    vote_sum: dca_pb2.DpSum
+    curator_transcript: list  # what the curator (DCA aggregator) received
+    node_transcripts: dict[str, list]
+
+
+def run_inmemory(
+    job_id: str,
+    dca_job_id: str,
+    spec: pb.EnsembleJobSpec,
+    party_data: dict[str, tuple[np.ndarray, np.ndarray]],
+    X_aux: np.ndarray,
+    *,
+    local_models: dict[str, str] | None = None,
+    drop: tuple[str, ...] = (),
+) -> InMemoryRun:
+    """The whole job in one process: every party a DCA client machine, the nodes and Charlie as machines."""
+    from mpdp.dca.driver import run_job
+
+    validate_spec(spec)
+    X_aux = check_auxiliary(X_aux)
+    names = list(spec.parties)
+    if set(party_data) != set(names):
+        raise EnsembleJobError(f"party data for {sorted(party_data)} but the job lists {names}")
+    params = vote_job(spec, dca_job_id, X_aux.shape[0])
+    local_models = local_models or {}
+    Z = np.stack([VoterRole(n, local_models.get(n, "logreg")).vote(spec, *party_data[n], X_aux) for n in names])
+    rng = Drbg.from_seed(spec.simulation_seed).child("dca-clients") if spec.simulation_seed else Drbg.from_os()
+    run = run_job(params, Z, rng, client_ids=names, client_mode="machines", drop=[names.index(n) for n in drop])
+    if run.release is None:
+        raise EnsembleJobError(f"the vote sum was not released: {run.error.detail if run.error else 'unknown'}")
+    release = curator_release(job_id, spec, X_aux, run.release)
+    return InMemoryRun(release, run.release, list(run.aggregator.transcript or []), {k: list(m.transcript or []) for k, m in run.nodes.items()})

@@ -1,0 +1,152 @@
+"""Charlie for HCB16 ensembles without a trusted collector (mpdp.hamm2016.job; spec hamm2016.md §3.7).
+
+TrainEnsemble runs one job to the end: publish the auxiliary features (GetAuxiliary, voters only), create the
+secure-sum DCA job for the votes, ask every voter to vote (EnsembleParty.Vote), close submissions once all
+have answered, take the summed counts from the DCA aggregator in this process, train and perturb, publish.
+The summed counts never leave this process and are dropped as soon as w_p exists; releases persist in
+``state_dir/ensembles`` (a restart keeps them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets as pysecrets
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from mpdp.data.loaders import DatasetError, load
+from mpdp.hamm2016 import job as core
+from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
+from services.common.config import DatasetConfig
+from services.common.rpc import PeerChannels, caller, roles_by_method
+from services.curator.dca import DcaCurator, DcaJobRefused
+
+log = logging.getLogger("mpdp.curator.ensemble")
+
+SERVICE = "mpdp.messages.EnsembleCurator"
+PARTY_SERVICE = "mpdp.messages.EnsembleParty"
+ROLES = roles_by_method(SERVICE, {"TrainEnsemble": ("operator",), "GetEnsemble": ("operator", "party"), "GetAuxiliary": ("party",)})
+
+
+class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
+    def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], dca: DcaCurator, auxiliary: dict[str, DatasetConfig], test_mode: bool) -> None:
+        self.folder = Path(state_dir) / "ensembles"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.channels = channels
+        self.addresses = addresses  # the parties registered with the curator
+        self.dca = dca
+        self.auxiliary = auxiliary
+        self.test_mode = test_mode
+        self.running: dict[str, tuple[pb.EnsembleJobSpec, list[pb.AuxiliaryChunk]]] = {}
+
+    async def TrainEnsemble(self, request: pb.EnsembleJobSpec, context) -> pb.EnsembleRelease:
+        try:
+            core.validate_spec(request)
+        except core.EnsembleJobError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+        if request.simulation_seed and not self.test_mode:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed is refused outside test mode")
+        unknown = [p for p in request.parties if p not in self.addresses]
+        if unknown:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: parties {unknown} are not registered with the curator")
+        aux_cfg = self.auxiliary.get(request.auxiliary)
+        if aux_cfg is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: the curator has no auxiliary dataset {request.auxiliary!r} (configured: {sorted(self.auxiliary)}); add it under `auxiliary:` in the curator config")
+        try:
+            X_aux = await asyncio.to_thread(_load_auxiliary, aux_cfg)
+        except (DatasetError, core.EnsembleJobError) as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: auxiliary dataset {request.auxiliary!r}: {e}")
+        job_id = "hm-" + pysecrets.token_hex(6)
+        try:
+            vote_params = core.vote_job(request, "pending", X_aux.shape[0])
+            core.ensemble_params(request, X_aux.shape[0], len(request.parties))
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+        try:
+            dca_job = await self.dca.create(vote_params.to_spec())
+        except DcaJobRefused as e:
+            await context.abort(e.code, e.detail)
+        self.running[job_id] = (request, core.auxiliary_chunks(X_aux))
+        log.info("ensemble job %s (%s, ε=%g): %d voters, N=%d auxiliary points, d=%d, votes summed by DCA job %s",
+                 job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
+        try:
+            release = await self._run(job_id, dca_job, request, X_aux)
+        except _JobFailed as e:
+            log.warning("ensemble job %s failed: %s", job_id, e.detail)
+            await context.abort(e.code, e.detail)
+        finally:
+            self.running.pop(job_id, None)
+            self.dca.forget(dca_job)
+        tmp = self.folder / f".{job_id}.tmp"
+        tmp.write_bytes(release.SerializeToString())
+        os.replace(tmp, self.folder / f"{job_id}.binpb")
+        log.info("ensemble job %s published over %d voters (Δ₂=%.4g)", job_id, release.parties_included, release.sensitivity)
+        return release
+
+    async def _run(self, job_id: str, dca_job: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> pb.EnsembleRelease:
+        req = pb.VoteRequest(job_id=job_id, dca_job_id=dca_job, spec=spec, auxiliary_digest=core.auxiliary_digest(X_aux),
+                             auxiliary_rows=X_aux.shape[0], auxiliary_features=X_aux.shape[1])
+        timeout = spec.deadline_seconds or core.DEFAULT_DEADLINE
+
+        async def ask(party: str) -> pb.VoteReceipt:
+            try:
+                r = await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "Vote", req, pb.VoteReceipt, timeout=timeout)
+            except grpc.aio.AioRpcError as e:
+                raise RuntimeError(f"party {party}: {e.code().name}: {e.details()}") from e
+            if r.party != party or r.job_id != job_id:
+                raise RuntimeError(f"party {party} answered for {r.party!r}/{r.job_id!r}")
+            return r
+
+        results = await asyncio.gather(*(ask(p) for p in spec.parties), return_exceptions=True)
+        failures = [str(r) for r in results if isinstance(r, BaseException)]
+        if len(failures) > spec.max_missing:
+            await self.dca.abort(dca_job, f"ensemble job {job_id}: {len(failures)} voters failed")
+            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id} published nothing: {'; '.join(failures)}")
+        if failures:
+            log.warning("ensemble job %s: %d voter(s) missing (T = %d allows it): %s", job_id, len(failures), spec.max_missing, "; ".join(failures))
+        await self.dca.close(dca_job)  # every voter answered: no need to wait for the deadline
+        try:
+            vote_sum = await self.dca.result(dca_job)
+        except DcaJobRefused as e:
+            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id}: the vote sum failed: {e.detail}") from None
+        try:
+            return await asyncio.to_thread(core.curator_release, job_id, spec, X_aux, vote_sum)
+        except (ValueError, RuntimeError) as e:  # counts out of range, solver failure: nothing is released
+            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id} published nothing: {e}") from None
+        finally:
+            del vote_sum
+
+    async def GetEnsemble(self, request: common_pb2.JobRef, context) -> pb.EnsembleRelease:
+        p = self.folder / f"{request.job_id}.binpb"
+        if not request.job_id or "/" in request.job_id or request.job_id.startswith(".") or not p.exists():
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no published ensemble {request.job_id!r}")
+        return pb.EnsembleRelease.FromString(p.read_bytes())
+
+    async def GetAuxiliary(self, request: common_pb2.JobRef, context):
+        entry = self.running.get(request.job_id)
+        if entry is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no running ensemble job {request.job_id!r}")
+        spec, chunks = entry
+        who = caller(context).name
+        if who not in spec.parties:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {who} is not a voter of job {request.job_id}")
+        for c in chunks:
+            yield c
+
+
+class _JobFailed(Exception):
+    def __init__(self, code: grpc.StatusCode, detail: str) -> None:
+        super().__init__(detail)
+        self.code, self.detail = code, detail
+
+
+def _load_auxiliary(cfg: DatasetConfig) -> np.ndarray:
+    """The auxiliary features (labels, if the file has any, are ignored), rows clipped onto ‖x‖ ≤ 1 (public)."""
+    X, _ = load(cfg.path, cfg.format, cfg.n_features, cfg.label_column)
+    X = np.asarray(X, dtype=np.float64)
+    X = X / np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    return core.check_auxiliary(X)

@@ -1,0 +1,67 @@
+"""Operator side of HCB16 ensemble jobs: run one, fetch a published ensemble, classify with it."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+
+from mpdp.data.loaders import load
+from mpdp.hamm2016 import job as core
+from mpdp.hamm2016.erm import predict
+from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
+from services.client import Endpoints
+from services.common.rpc import CHANNEL_OPTIONS
+
+
+def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.EnsembleCuratorStub]:
+    ch = grpc.secure_channel(ep.curator_address, ep.tls.channel_credentials(), options=CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", ep.curator_name)])
+    return ch, pb_grpc.EnsembleCuratorStub(ch)
+
+
+def summary(r: pb.EnsembleRelease) -> dict:
+    return {
+        "job_id": r.job_id,
+        "model": "hamm2016",
+        "method": r.method,
+        "classes": list(r.classes),
+        "features": r.features,
+        "parties_included": r.parties_included,
+        "auxiliary_rows": r.auxiliary_rows,
+        "lambda": r.lam,
+        "epsilon": r.epsilon,
+        "sensitivity": r.sensitivity,
+        "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "statement": r.guarantee.statement},
+        "trust_model": r.trust_model,
+        "vote_sum_job": r.dca_job_id,
+        "seeded": r.seeded,
+    }
+
+
+def train_ensemble(ep: Endpoints, spec: pb.EnsembleJobSpec, timeout: float = 1800.0) -> pb.EnsembleRelease:
+    ch, stub = _stub(ep)
+    with ch:
+        return stub.TrainEnsemble(spec, timeout=timeout)
+
+
+def fetch(ep: Endpoints, job_id: str) -> pb.EnsembleRelease:
+    ch, stub = _stub(ep)
+    with ch:
+        return stub.GetEnsemble(common_pb2.JobRef(job_id=job_id), timeout=60)
+
+
+def predict_ensemble(ep: Endpoints, job_id: str, data_path: str, fmt: str) -> dict:
+    """Classify a file's rows (clipped to ‖x‖ ≤ 1 like the training data) and score them if labelled."""
+    r = fetch(ep, job_id)
+    X, y = load(data_path, fmt, n_features=r.features if fmt != "csv" else None)
+    if X.shape[1] != r.features:
+        raise ValueError(f"{data_path} has {X.shape[1]} features, the ensemble has {r.features}")
+    X = X / np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    pred = predict(core.weights_of(r), X)
+    out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": r.guarantee.statement}
+    try:
+        truth = core.label_indices(y, list(r.classes))
+        out["accuracy"] = float(np.mean(pred == truth))
+    except core.EnsembleJobError:
+        pass  # unlabelled or other labels: predictions only
+    out["predicted"] = {c: int(np.sum(pred == k)) for k, c in enumerate(r.classes)}
+    return out

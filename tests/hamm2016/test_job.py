@@ -1,0 +1,133 @@
+"""The ensemble job's roles in memory (mpdp.hamm2016.job): exact secure vote sum, what the curator sees,
+dropouts, and validation of everything that crosses the network."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpdp.dca import sharing
+from mpdp.hamm2016 import job as core
+from mpdp.hamm2016.labels import vote_counts
+from mpdp.hamm2016.mechanism import release_global
+from mpdp.math.fixedpoint import encode_u64
+from mpdp.messages import dca_pb2, hamm2016_pb2 as pb
+
+NAMES = [f"p{i}" for i in range(7)]
+
+
+def _data(classes: int, seed: int = 0):
+    g = np.random.default_rng(seed)  # public simulation data
+    d = 6
+    W = g.normal(size=(classes, d))
+
+    def draw(n):
+        X = g.normal(size=(n, d))
+        X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+        y = np.argmax(X @ W.T + 0.3 * g.normal(size=(n, classes)), axis=1)
+        return X, y
+
+    parties = {n: draw(40) for n in NAMES}
+    X_aux, _ = draw(120)
+    return parties, X_aux
+
+
+def _spec(n_classes: int, **kw) -> pb.EnsembleJobSpec:
+    base = dict(dataset="d", auxiliary="a", method="soft", lam=0.05, epsilon=5.0, classes=[str(k) for k in range(n_classes)],
+                parties=NAMES, compute_nodes=["n1", "n2", "n3"], simulation_seed=b"job-test")
+    base.update(kw)
+    return pb.EnsembleJobSpec(**base)
+
+
+@pytest.mark.parametrize("classes,method", [(2, "soft"), (2, "vote"), (3, "soft"), (3, "vote")])
+def test_in_memory_job_equals_the_direct_mechanism_and_the_curator_sees_only_partial_sums(classes, method):
+    parties, X_aux = _data(classes)
+    spec = _spec(classes, method=method)
+    run = core.run_inmemory("hm-1", "dca-1", spec, parties, X_aux)
+    votes = {n: core.VoterRole(n).vote(spec, *parties[n], X_aux) for n in NAMES}
+    counts = vote_counts(sum(votes.values()), len(X_aux), classes, len(NAMES))
+    direct = release_global(X_aux, counts, core.ensemble_params(spec, len(X_aux), len(NAMES)), core.output_rng(spec))
+    assert np.array_equal(np.asarray(run.release.weights), np.asarray(direct.weights).ravel())
+    assert run.release.parties_included == 7 and run.vote_sum.secure_sum and run.vote_sum.noise_variance == 0.0
+    # Charlie (the DCA aggregator) received M partial sums and nothing else; none is a party's encoded votes
+    assert [type(m).__name__ for _, m in run.curator_transcript] == ["PartialSum"] * 3
+    encoded = {n: sharing.pack_u64(encode_u64(v, 8, 2.0**54)) for n, v in votes.items()}
+    for _, m in run.curator_transcript:
+        assert m.partial_sum not in encoded.values()
+    # each node saw one share per party, and no share equals that party's encoded votes
+    for node, tr in run.node_transcripts.items():
+        shares = [m for _, m in tr if isinstance(m, dca_pb2.ClientShare)]
+        assert sorted(s.client_id for s in shares) == NAMES
+        assert all(s.masked_vector != encoded[s.client_id] for s in shares)
+
+
+def test_a_voter_dropping_out_within_T_is_excluded_and_M_shrinks():
+    parties, X_aux = _data(2, seed=1)
+    spec = _spec(2, max_missing=1)
+    run = core.run_inmemory("hm-2", "dca-2", spec, parties, X_aux, drop=("p3",))
+    assert run.release.parties_included == 6
+    assert run.release.sensitivity == pytest.approx(2.0 / (6 * 0.05))  # Thm 3 with the M that voted
+
+
+def test_too_many_dropouts_release_nothing():
+    parties, X_aux = _data(2, seed=2)
+    with pytest.raises(core.EnsembleJobError, match="not released"):
+        core.run_inmemory("hm-3", "dca-3", _spec(2, max_missing=1), parties, X_aux, drop=("p1", "p2"))
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"method": "median"}, "method"),
+        ({"lam": 0.0}, "lam"),
+        ({"epsilon": float("inf")}, "epsilon"),
+        ({"classes": ["a"]}, "classes"),
+        ({"classes": ["a", "a"]}, "classes"),
+        ({"parties": ["p0"]}, "parties"),
+        ({"max_missing": 6}, "max_missing"),
+        ({"compute_nodes": ["n1"]}, "compute nodes"),
+        ({"dataset": ""}, "dataset"),
+    ],
+)
+def test_spec_validation_names_the_field(change, words):
+    with pytest.raises(core.EnsembleJobError, match=words):
+        core.validate_spec(_spec(2, **change))
+
+
+def test_auxiliary_data_are_checked_end_to_end():
+    _, X_aux = _data(2)
+    req = pb.VoteRequest(job_id="hm", auxiliary_digest=core.auxiliary_digest(X_aux), auxiliary_rows=len(X_aux), auxiliary_features=X_aux.shape[1])
+    chunks = core.auxiliary_chunks(X_aux, rows=50)
+    assert np.array_equal(core.assemble_auxiliary(chunks, req), X_aux)
+    with pytest.raises(core.EnsembleJobError, match="out of order"):
+        core.assemble_auxiliary(chunks[::-1], req)
+    with pytest.raises(core.EnsembleJobError, match="received 100"):
+        core.assemble_auxiliary(chunks[:2], req)
+    tampered = [pb.AuxiliaryChunk(first_row=c.first_row, rows=c.rows, features=c.features, values=c.values) for c in chunks]
+    tampered[0].values = (np.frombuffer(tampered[0].values, dtype="<f8") * 0.5).tobytes()
+    with pytest.raises(core.EnsembleJobError, match="digest"):
+        core.assemble_auxiliary(tampered, req)
+    with pytest.raises(core.EnsembleJobError, match="‖x‖ ≤ 1"):
+        core.check_auxiliary(X_aux * 3.0)
+
+
+def test_labels_map_by_text_and_unknown_labels_refuse():
+    assert list(core.label_indices(np.array([-1.0, 1.0, 1.0]), ["-1", "1"])) == [0, 1, 1]
+    with pytest.raises(core.EnsembleJobError, match="'2'"):
+        core.label_indices(np.array([0.0, 2.0]), ["0", "1"])
+
+
+def test_curator_refuses_a_sum_that_is_not_the_jobs_secure_sum():
+    parties, X_aux = _data(2)
+    spec = _spec(2)
+    run = core.run_inmemory("hm-4", "dca-4", spec, parties, X_aux)
+    noisy = dca_pb2.DpSum()
+    noisy.CopyFrom(run.vote_sum)
+    noisy.secure_sum = False
+    with pytest.raises(core.EnsembleJobError, match="secure sum"):
+        core.curator_release("hm-4", spec, X_aux, noisy)
+    bad = dca_pb2.DpSum()
+    bad.CopyFrom(run.vote_sum)
+    bad.values[0] = 9.0  # more votes than voters at one point
+    with pytest.raises(ValueError):
+        core.curator_release("hm-4", spec, X_aux, bad)

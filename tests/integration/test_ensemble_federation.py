@@ -1,0 +1,194 @@
+"""HCB16 ensembles in the federation (issue 8): 5 parties with mixed local models vote on the curator's public
+auxiliary data, 3 compute nodes sum the votes (secure sum), the curator trains and perturbs.
+
+Shows: the socket run equals the in-memory run bit for bit for the same seed; the curator's transcript holds
+no party's votes (only partial sums of the nodes, which are uniformly masked alone); bad requests get precise
+statuses and nothing is released.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import grpc
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from sklearn.datasets import load_breast_cancer, load_wine
+
+from mpdp.data.loaders import load
+from mpdp.dca import sharing
+from mpdp.hamm2016 import job as core
+from mpdp.math.fixedpoint import encode_u64
+from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
+from services.client import Endpoints
+from services.cli.jobs import predict as predict_cmd
+from services.common import transcript
+from services.common.config import DatasetConfig
+from services.curator.ensemble import _load_auxiliary
+from services.ensemble_client import fetch, train_ensemble
+from services.federation import LocalFederation
+from tests.integration.conftest import curator_channel, site_tls
+
+pytestmark = pytest.mark.integration
+PARTIES = [f"party-{i}" for i in range(1, 6)]
+NODES = ["node-1", "node-2", "node-3"]
+LOCAL = {"party-1": "logreg", "party-2": "tree", "party-3": "naive_bayes", "party-4": "logreg", "party-5": "linear_svm"}
+
+
+def _scaled(X: np.ndarray) -> np.ndarray:
+    """Public demo scaling (standardise, then rows onto ‖x‖ ≤ 1)."""
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    return X / np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+
+
+def _write(path, X, y):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savetxt(path, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
+    return {"path": str(path), "format": "csv"}
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hamm")
+    order = np.random.default_rng(3)  # public simulation data: which rows are auxiliary, test, or whose
+    datasets: dict[str, dict[str, dict]] = {p: {} for p in PARTIES}
+    aux: dict[str, dict] = {}
+    tests = {}
+    for name, (X, y), pm in (("bc", load_breast_cancer(return_X_y=True), True), ("wine", load_wine(return_X_y=True), False)):
+        X = _scaled(X)
+        y = np.where(y == 1, 1.0, -1.0) if pm else y.astype(float)
+        idx = order.permutation(len(y))
+        n_aux, n_test = len(y) // 4, len(y) // 5
+        aux[f"{name}_aux"] = _write(root / "data" / f"{name}_aux.csv", X[idx[:n_aux]], np.zeros(n_aux))  # labels ignored
+        tests[name] = _write(root / "data" / f"{name}_test.csv", X[idx[n_aux:n_aux + n_test]], y[idx[n_aux:n_aux + n_test]])["path"]
+        for j, p in enumerate(PARTIES):
+            rows = idx[n_aux + n_test:][j::len(PARTIES)]
+            datasets[p][name] = _write(root / "data" / p / f"{name}.csv", X[rows], y[rows])
+    trans = root / "transcripts"
+    mp = pytest.MonkeyPatch()
+    mp.setenv(transcript.ENV, str(trans))
+    f = LocalFederation(root / "fed", PARTIES, datasets, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=1e6,
+                        compute_nodes=NODES, auxiliary=aux, local_classifiers=LOCAL)
+    try:
+        f.start()
+    finally:
+        mp.undo()
+    f.datasets_, f.aux, f.tests, f.transcripts = datasets, aux, tests, trans  # type: ignore[attr-defined]
+    yield f
+    f.stop()
+
+
+def spec(**kw) -> pb.EnsembleJobSpec:
+    # M = 5 voters: Δ₂ = 2/(Mλ) = 40 here, so ε must be large for a useful model (the experiment has M in the thousands)
+    base = dict(dataset="bc", auxiliary="bc_aux", method="soft", lam=1e-2, epsilon=1000.0, classes=["-1", "1"], parties=PARTIES,
+                compute_nodes=NODES, local_lam=1e-2, simulation_seed=b"hamm-fed")
+    base.update(kw)
+    return pb.EnsembleJobSpec(**base)
+
+
+def _party_data(fed, dataset: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {p: load(fed.datasets_[p][dataset]["path"], "csv") for p in PARTIES}
+
+
+def test_socket_release_equals_in_memory_and_curator_never_sees_votes(fed):
+    ep = Endpoints.load(fed.workdir)
+    s = spec()
+    rel = train_ensemble(ep, s)
+    assert rel.job_id.startswith("hm-") and rel.parties_included == 5 and rel.seeded
+    assert rel.sensitivity == pytest.approx(2.0 / (5 * 1e-2)) and "ε-DP" in rel.guarantee.statement or "DP" in rel.guarantee.statement
+
+    # the same job in memory: same parties' records and local models, same auxiliary data, same seed
+    X_aux = _load_auxiliary(DatasetConfig(**fed.aux["bc_aux"]))
+    data = _party_data(fed, "bc")
+    mem = core.run_inmemory(rel.job_id, rel.dca_job_id, s, data, X_aux, local_models=LOCAL)
+    assert np.array_equal(np.asarray(mem.release.weights), np.asarray(rel.weights))  # bit for bit
+    assert list(mem.release.classes) == list(rel.classes) and mem.release.sensitivity == rel.sensitivity
+
+    # what the curator process received, message by message
+    seen = transcript.read(fed.transcripts / "curator.jsonl")
+    types = {r["type"] for r in seen}
+    assert not types & {"mpdp.messages.ClientShare", "mpdp.messages.ShareBatch", "mpdp.messages.ReceivedClients"}
+    partials = [r["message"] for r in seen if r["type"] == "mpdp.messages.PartialSum" and r["message"].job_id == rel.dca_job_id]
+    assert len(partials) == 3  # one q_k per node, and nothing else about the votes
+    receipts = [r["message"] for r in seen if r["type"] == "mpdp.messages.VoteReceipt" and r["message"].job_id == rel.job_id]
+    assert sorted(r.party for r in receipts) == PARTIES and all(set(f.name for f, _ in r.ListFields()) <= {"job_id", "party", "accepted_shares", "local_model"} for r in receipts)
+    blob = b"".join(base64.b64decode(r["data"]) for r in seen)
+    votes = {p: core.VoterRole(p, LOCAL[p]).vote(s, *data[p], X_aux) for p in PARTIES}
+    for p, v in votes.items():
+        packed = sharing.pack_u64(encode_u64(v, 8, 2.0**54))
+        assert packed[:64] not in blob, f"{p}'s encoded votes appear in the curator's transcript"
+        assert packed not in blob
+    # the partial sums add up to the exact counts, but no single q_k is anyone's votes or the total
+    total = sharing.ring_sum(np.stack([sharing.unpack_u64(q.partial_sum, len(X_aux)) for q in partials]))
+    assert np.array_equal(total, encode_u64(sum(votes.values()), 8, 2.0**54))
+    for q in partials:
+        assert q.partial_sum != sharing.pack_u64(total)
+
+    # the parties' ledgers, and the vote sum is not available to anyone
+    for p in PARTIES:
+        entries = json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]
+        e = [x for x in entries if x["job_id"] == rel.job_id]
+        assert len(e) == 1 and e[0]["protocol"] == "hamm2016" and e[0]["epsilon"] == 1000.0 and e[0]["dca_job_id"] == rel.dca_job_id
+    with curator_channel(fed, site_tls(fed, "operator")) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "secure sum" in err.value.details()
+    assert fetch(ep, rel.job_id) == rel  # published, persisted
+
+    # Dave: `mpdp predict` on held-out rows
+    out = CliRunner().invoke(predict_cmd, ["--endpoints", str(fed.workdir), "--job", rel.job_id, "--data", fed.tests["bc"], "--format", "csv", "--json"])
+    assert out.exit_code == 0, out.output
+    acc = json.loads(out.output)["accuracy"]
+    assert acc > 0.85, acc
+
+
+def test_multiclass_majority_vote_job(fed):
+    ep = Endpoints.load(fed.workdir)
+    s = spec(dataset="wine", auxiliary="wine_aux", method="vote", classes=["0", "1", "2"], lam=0.05, local_lam=0.05, epsilon=1e4, simulation_seed=b"wine")
+    rel = train_ensemble(ep, s)
+    W = core.weights_of(rel)
+    assert W.shape == (3, 13) and rel.sensitivity == pytest.approx(np.sqrt(2) / 0.05)
+    X_aux = _load_auxiliary(DatasetConfig(**fed.aux["wine_aux"]))
+    mem = core.run_inmemory(rel.job_id, rel.dca_job_id, s, _party_data(fed, "wine"), X_aux, local_models=LOCAL)
+    assert np.array_equal(np.asarray(mem.release.weights), np.asarray(rel.weights))
+
+
+@pytest.mark.parametrize(
+    "change, code, words",
+    [
+        ({"epsilon": 0.0}, grpc.StatusCode.INVALID_ARGUMENT, "epsilon"),
+        ({"method": "median"}, grpc.StatusCode.INVALID_ARGUMENT, "method"),
+        ({"auxiliary": "nope"}, grpc.StatusCode.FAILED_PRECONDITION, "auxiliary dataset 'nope'"),
+        ({"parties": PARTIES + ["party-x"]}, grpc.StatusCode.FAILED_PRECONDITION, "party-x"),
+        ({"compute_nodes": ["node-1", "node-9"]}, grpc.StatusCode.FAILED_PRECONDITION, "node-9"),
+        ({"dataset": "missing"}, grpc.StatusCode.ABORTED, "no dataset 'missing'"),
+        ({"classes": ["0", "1"]}, grpc.StatusCode.ABORTED, "label '-1' is not one of"),
+    ],
+)
+def test_bad_jobs_are_refused_and_nothing_is_published(fed, change, code, words):
+    ep = Endpoints.load(fed.workdir)
+    with curator_channel(fed, site_tls(fed, "operator")) as ch:
+        before = set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*"))
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec(**change), timeout=120)
+    assert err.value.code() == code and words in err.value.details(), err.value.details()
+    assert set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*")) == before
+    assert Endpoints.load(fed.workdir)  # the federation still serves: the next test runs a job
+
+
+def test_roles_are_enforced(fed):
+    with curator_channel(fed, site_tls(fed, "operator")) as ch:
+        with pytest.raises(grpc.RpcError) as err:  # a secure sum cannot be created (and read) by an operator
+            dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_pb2.DcaJobSpec(dimension=3, clients=5, compute_nodes=NODES, secure_sum=True), timeout=30)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.RpcError) as err:  # only voters fetch the auxiliary data
+            list(pb_grpc.EnsembleCuratorStub(ch).GetAuxiliary(common_pb2.JobRef(job_id="hm-000000000000"), timeout=30))
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    party = f"127.0.0.1:{fed.procs['party-1'].port}"
+    opts = [("grpc.ssl_target_name_override", "party-1")]
+    with grpc.secure_channel(party, site_tls(fed, "operator").channel_credentials(), options=opts) as ch:
+        with pytest.raises(grpc.RpcError) as err:  # only the curator asks a party to vote
+            pb_grpc.EnsemblePartyStub(ch).Vote(pb.VoteRequest(job_id="hm-1", spec=spec()), timeout=30)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
