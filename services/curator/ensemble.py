@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets as pysecrets
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from mpdp.hamm2016 import job as core
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from services.common.config import DatasetConfig
 from services.common.rpc import PeerChannels, caller, roles_by_method
+from services.common.store import MessageStore
 from services.curator.dca import DcaCurator, DcaJobRefused
 
 log = logging.getLogger("mpdp.curator.ensemble")
@@ -34,8 +34,7 @@ ROLES = roles_by_method(SERVICE, {"TrainEnsemble": ("operator",), "GetEnsemble":
 
 class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
     def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], dca: DcaCurator, auxiliary: dict[str, DatasetConfig], test_mode: bool) -> None:
-        self.folder = Path(state_dir) / "ensembles"
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.store = MessageStore(Path(state_dir) / "ensembles", pb.EnsembleRelease)
         self.channels = channels
         self.addresses = addresses  # the parties registered with the curator
         self.dca = dca
@@ -81,9 +80,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         finally:
             self.running.pop(job_id, None)
             self.dca.forget(dca_job)
-        tmp = self.folder / f".{job_id}.tmp"
-        tmp.write_bytes(release.SerializeToString())
-        os.replace(tmp, self.folder / f"{job_id}.binpb")
+        self.store.put(job_id, release)
         log.info("ensemble job %s published over %d voters (Δ₂=%.4g)", job_id, release.parties_included, release.sensitivity)
         return release
 
@@ -121,10 +118,10 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             del vote_sum
 
     async def GetEnsemble(self, request: common_pb2.JobRef, context) -> pb.EnsembleRelease:
-        p = self.folder / f"{request.job_id}.binpb"
-        if not request.job_id or "/" in request.job_id or request.job_id.startswith(".") or not p.exists():
+        release = self.store.get(request.job_id)
+        if release is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no published ensemble {request.job_id!r}")
-        return pb.EnsembleRelease.FromString(p.read_bytes())
+        return release
 
     async def GetAuxiliary(self, request: common_pb2.JobRef, context):
         entry = self.running.get(request.job_id)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets as pysecrets
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import grpc
 from mpdp.local_release import ReleaseError, average_releases, validate_spec
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
 from services.common.rpc import PeerChannels, roles_by_method
+from services.common.store import MessageStore
 
 log = logging.getLogger("mpdp.curator.local")
 
@@ -28,8 +28,7 @@ ROLES = roles_by_method(SERVICE, {"SubmitLocalJob": ("operator",), "GetLocalMode
 
 class LocalCurator(pb_grpc.LocalModelCuratorServicer):
     def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], test_mode: bool) -> None:
-        self.folder = Path(state_dir) / "local"
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.store = MessageStore(Path(state_dir) / "local", pb.LocalModelSet)
         self.channels = channels
         self.addresses = addresses  # shared with the Pathak curator's registry (parties register once)
         self.test_mode = test_mode
@@ -63,14 +62,12 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
             await context.abort(grpc.StatusCode.INTERNAL, "MALFORMED: a party answered for another job or party")
         avg, statement = average_releases(job_id, releases)
         published = pb.LocalModelSet(job_id=job_id, releases=releases, aggregate=avg, aggregate_statement=statement, seeded=bool(request.simulation_seed))
-        tmp = self.folder / f".{job_id}.tmp"
-        tmp.write_bytes(published.SerializeToString())
-        os.replace(tmp, self.folder / f"{job_id}.binpb")
+        self.store.put(job_id, published)
         log.info("local job %s published: %d releases; %s", job_id, len(releases), statement[:80])
         return published
 
     async def GetLocalModels(self, request: common_pb2.JobRef, context) -> pb.LocalModelSet:
-        p = self.folder / f"{request.job_id}.binpb"
-        if not request.job_id or "/" in request.job_id or request.job_id.startswith(".") or not p.exists():
+        published = self.store.get(request.job_id)
+        if published is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no local-release job {request.job_id!r}")
-        return pb.LocalModelSet.FromString(p.read_bytes())
+        return published

@@ -28,6 +28,7 @@ from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from services.common import config as cfgmod
 from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
 from services.common.runtime import SEND_RETRIES, Hosted
+from services.common.store import MessageStore
 from services.common.transcript import from_env as transcript_from_env
 from services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
 from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc
@@ -63,26 +64,14 @@ ROLES = roles_by_method(
 PARTY_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Party"])
 
 
-class ModelRegistry:
+class ModelRegistry(MessageStore[pb.PublishedModel]):
     """Published models on disk (one file per job), so a restart keeps them."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
+        super().__init__(folder, pb.PublishedModel)
 
-    def put(self, model: pb.PublishedModel) -> None:
-        tmp = self.folder / f".{model.job_id}.tmp"
-        tmp.write_bytes(model.SerializeToString())
-        os.replace(tmp, self.folder / f"{model.job_id}.binpb")
-
-    def get(self, job_id: str) -> pb.PublishedModel | None:
-        if not job_id or "/" in job_id or job_id.startswith("."):
-            return None
-        p = self.folder / f"{job_id}.binpb"
-        return pb.PublishedModel.FromString(p.read_bytes()) if p.exists() else None
-
-    def list(self) -> list[str]:
-        return sorted(p.stem for p in self.folder.glob("*.binpb"))
+    def put(self, model: pb.PublishedModel) -> None:  # type: ignore[override]
+        super().put(model.job_id, model)
 
 
 class Curator(pb_grpc.CuratorServicer):

@@ -192,3 +192,18 @@ def test_roles_are_enforced(fed):
         with pytest.raises(grpc.RpcError) as err:  # only the curator asks a party to vote
             pb_grpc.EnsemblePartyStub(ch).Vote(pb.VoteRequest(job_id="hm-1", spec=spec()), timeout=30)
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_cli_train_and_predict(fed):
+    """`mpdp train --model hamm2016` (private: OS noise) and `mpdp predict` as an operator would run them."""
+    from services.cli.jobs import train as train_cmd
+
+    args = ["--endpoints", str(fed.workdir), "--model", "hamm2016", "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "vote",
+            "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "2000", "--lambda", "0.01", "--json"]
+    out = CliRunner().invoke(train_cmd, args)
+    assert out.exit_code == 0, out.output
+    s = json.loads(out.output)
+    assert s["model"] == "hamm2016" and s["method"] == "vote" and not s["seeded"] and s["parties_included"] == 5
+    assert s["sensitivity"] == pytest.approx(2.0 / 0.01) and "party" in s["guarantee"]["statement"]
+    out = CliRunner().invoke(train_cmd, args[:-1] + ["--auxiliary", ""])
+    assert out.exit_code != 0 and "auxiliary" in out.output
