@@ -34,6 +34,7 @@ def summary(r: pb.EnsembleRelease) -> dict:
         "trust_model": r.trust_model,
         "vote_sum_job": r.dca_job_id,
         "seeded": r.seeded,
+        "stage_seconds": dict(r.stage_seconds),
     }
 
 

@@ -585,8 +585,9 @@ def write_demo_data(out: str | Path, parties: list[str], dataset: str = "breast_
     """Split scikit-learn's bundled breast-cancer data into one CSV per party plus a held-out test CSV.
 
     Writes ``out/<party>/<dataset>.csv`` and ``out/operator/<dataset>_test.csv`` (standardised features,
-    label ±1 in the last column), the same preparation as ``mpdp demo``. Demo only: real parties bring
-    their own files.
+    label ±1 in the last column), the same preparation as ``mpdp demo``, and ``out/curator/<dataset>_aux.csv``:
+    a disjoint public slice whose labels are zeroed, the curator's auxiliary data for ensemble (hamm2016) jobs.
+    Demo only: real parties bring their own files.
     """
     import numpy as np
     from sklearn.datasets import load_breast_cancer
@@ -596,16 +597,18 @@ def write_demo_data(out: str | Path, parties: list[str], dataset: str = "breast_
     X, y = load_breast_cancer(return_X_y=True)
     y = np.where(y == 1, 1.0, -1.0)
     X = (X - X.mean(axis=0)) / X.std(axis=0)
-    order = np.random.default_rng(seed).permutation(len(y))
-    n_test = len(y) // 4
-    test, train = order[:n_test], order[n_test:]
+    order = np.random.default_rng(seed).permutation(len(y))  # public simulation data: which rows go where
+    n_test, n_aux = len(y) // 4, len(y) // 8
+    test, aux, train = order[:n_test], order[n_test:n_test + n_aux], order[n_test + n_aux:]
     parts = np.array_split(train, len(parties))
     root = Path(out)
     paths: dict[str, Path] = {}
-    for name, idx in [*zip(parties, parts), ("operator", test)]:
-        p = root / name / (f"{dataset}.csv" if name != "operator" else f"{dataset}_test.csv")
+    files = [*((n, idx, f"{dataset}.csv") for n, idx in zip(parties, parts)), ("operator", test, f"{dataset}_test.csv"), ("curator", aux, f"{dataset}_aux.csv")]
+    for name, idx, fname in files:
+        p = root / name / fname
         p.parent.mkdir(parents=True, exist_ok=True)
-        np.savetxt(p, np.column_stack([X[idx], y[idx]]), delimiter=",", fmt="%.10g")
+        labels = y[idx] if name != "curator" else np.zeros(len(idx))  # the auxiliary data are unlabelled
+        np.savetxt(p, np.column_stack([X[idx], labels]), delimiter=",", fmt="%.10g")
         paths[name] = p
     return paths
 

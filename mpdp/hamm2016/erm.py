@@ -144,7 +144,7 @@ class _Binary:
         if not hessian:
             return g, None
         s = self.wt * p * (1.0 - p)
-        H = (self.X.T * s) @ self.X
+        H = (self.X * s[:, None]).T @ self.X
         H[np.diag_indices_from(H)] += self.lam
         return g, H
 
@@ -176,7 +176,7 @@ class _Multi:
         for k in range(C - 1):
             for l in range(k, C - 1):
                 s = self.wt * P[:, k] * ((1.0 if k == l else 0.0) - P[:, l])
-                B = (X.T * s) @ X
+                B = (X * s[:, None]).T @ X
                 H[blk(k, l)] = B
                 if l != k:
                     H[blk(l, k)] = B

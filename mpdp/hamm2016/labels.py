@@ -38,6 +38,8 @@ def party_votes(pred: np.ndarray, classes: int) -> np.ndarray:
     """
     C = _check_classes(classes)
     p = np.asarray(pred)
+    if p.dtype == bool:
+        p = p.astype(np.int64)
     if p.ndim != 1:
         raise ValueError(f"predictions must be a 1-d array of class indices, got shape {p.shape}")
     if p.size and not np.issubdtype(p.dtype, np.integer):

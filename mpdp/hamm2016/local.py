@@ -8,9 +8,9 @@ The paper lets every party train "any" classifier; its experiments use L2-regula
 * :data:`CLASSIFIERS` — factories ``(lam, n, classes) -> estimator``:
   ``"logreg"`` (:class:`ExactLogisticRegression`: L2-LR solved to ‖∇J‖ < 1e−9 by
   :func:`~mpdp.hamm2016.erm.fit_soft`; for two classes it is :func:`mpdp.learn.logreg.fit` with labels ±1, and
-  it has the minimiser of sklearn's ``LogisticRegression(C=1/(λn), fit_intercept=False)``), ``"sklearn_logreg"``
-  (that sklearn model itself),
-  ``"linear_svm"``, ``"tree"``, ``"naive_bayes"``.
+  it has the minimiser of sklearn's ``LogisticRegression(C=1/(λn), fit_intercept=False)``);
+  ``"sklearn_logreg"`` (that sklearn model itself); ``"linear_svm"`` (LinearSVC, squared hinge, same C);
+  ``"tree"`` (DecisionTreeClassifier); ``"naive_bayes"`` (GaussianNB).
 * :func:`fit_local` — h_i from one party's rows; predictions are class indices. A party that holds a single class
   gets a constant predictor, except under ``"logreg"``, which solves the (well-defined, strongly convex) LR
   problem over all classes anyway, so that it stays the same model as :func:`batched_logreg` and every local
@@ -38,7 +38,7 @@ from mpdp.hamm2016.labels import one_hot
 
 
 def _check_lam(lam: float) -> float:
-    if not (isinstance(lam, (int, float, np.floating)) and math.isfinite(lam) and lam > 0):
+    if isinstance(lam, (bool, np.bool_)) or not (isinstance(lam, (int, float, np.integer, np.floating)) and math.isfinite(lam) and lam > 0):
         raise ValueError(f"lam must be finite and positive, got {lam!r}")
     return float(lam)
 
@@ -173,7 +173,7 @@ def batched_logreg(X: np.ndarray, y: np.ndarray, lam: float, *, tol: float = 1e-
     (diag(s/n)·K + λI)·Δa = g̃, s = σ(m)(1 − σ(m)) (multiply out XᵀD X Xᵀ Δa/n + λXᵀΔa). The matrix has real
     eigenvalues ≥ λ (diag(s)K is similar to the PSD s^{1/2}Ks^{1/2}), so it is invertible even when K is
     singular (duplicate rows). Armijo backtracking per party; separable and single-class parties need no
-    special case because λ keeps ‖w‖ ≤ 1/λ.
+    special case because λ keeps ‖w‖ ≤ max_j ‖x_j‖/λ. About 10 Newton steps on KDD-99 parties.
     """
     lam = _check_lam(lam)
     X = np.asarray(X, dtype=np.float64)

@@ -60,7 +60,11 @@ NOT_PRIVATE = "none: not private (1/ε = 0 baseline)"
 
 
 def _is_int(v: object) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_real(v: object) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,9 @@ class EnsembleParams:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if not (isinstance(self.lam, (int, float, np.floating)) and math.isfinite(self.lam) and self.lam > 0):
+        if not (_is_real(self.lam) and math.isfinite(self.lam) and self.lam > 0):
             raise ValueError(f"lam must be finite and positive, got {self.lam!r}")
-        if not (isinstance(self.epsilon, (int, float, np.floating)) and self.epsilon > 0):  # NaN fails too
+        if not (_is_real(self.epsilon) and self.epsilon > 0):  # NaN fails too
             raise ValueError(f"epsilon must be positive (math.inf = no noise), got {self.epsilon!r}")
         if not (_is_int(self.classes) and self.classes >= 2):
             raise ValueError(f"classes must be an integer >= 2, got {self.classes!r}")
@@ -286,9 +290,9 @@ def avg_release(W_local: np.ndarray, lam: float, epsilon: float, rng: Drbg) -> A
         raise ValueError(f"W_local must be (M, d) or (M, C, d), got shape {W.shape}")
     if not np.all(np.isfinite(W)):
         raise ValueError("local models hold non-finite values")
-    if not (isinstance(lam, (int, float, np.floating)) and math.isfinite(lam) and lam > 0):
+    if not (_is_real(lam) and math.isfinite(lam) and lam > 0):
         raise ValueError(f"lam must be finite and positive, got {lam!r}")
-    if not (isinstance(epsilon, (int, float, np.floating)) and epsilon > 0):
+    if not (_is_real(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be positive (math.inf = no noise), got {epsilon!r}")
     M = W.shape[0]
     classes = 2 if W.ndim == 2 else W.shape[1]

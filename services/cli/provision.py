@@ -143,7 +143,7 @@ def check(folder: str) -> None:
 
 @provision.command("demo-data")
 @click.option("--parties", required=True, help="comma-separated party names")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="folder: OUT/<party>/breast_cancer.csv and OUT/operator/breast_cancer_test.csv")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="folder: OUT/<party>/breast_cancer.csv, OUT/operator/breast_cancer_test.csv, OUT/curator/breast_cancer_aux.csv")
 def demo_data(parties: str, out: str) -> None:
     """Split scikit-learn's bundled breast-cancer data into per-party CSVs (demo only; never commit them)."""
     from services.provision import ProvisionError, write_demo_data

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets as pysecrets
+import time
 from pathlib import Path
 
 import grpc
@@ -88,6 +89,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         req = pb.VoteRequest(job_id=job_id, dca_job_id=dca_job, spec=spec, auxiliary_digest=core.auxiliary_digest(X_aux),
                              auxiliary_rows=X_aux.shape[0], auxiliary_features=X_aux.shape[1])
         timeout = spec.deadline_seconds or core.DEFAULT_DEADLINE
+        t0 = time.perf_counter()
 
         async def ask(party: str) -> pb.VoteReceipt:
             try:
@@ -105,17 +107,21 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id} published nothing: {'; '.join(failures)}")
         if failures:
             log.warning("ensemble job %s: %d voter(s) missing (T = %d allows it): %s", job_id, len(failures), spec.max_missing, "; ".join(failures))
+        t1 = time.perf_counter()
         await self.dca.close(dca_job)  # every voter answered: no need to wait for the deadline
         try:
             vote_sum = await self.dca.result(dca_job)
         except DcaJobRefused as e:
             raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id}: the vote sum failed: {e.detail}") from None
+        t2 = time.perf_counter()
         try:
-            return await asyncio.to_thread(core.curator_release, job_id, spec, X_aux, vote_sum)
+            release = await asyncio.to_thread(core.curator_release, job_id, spec, X_aux, vote_sum)
         except (ValueError, RuntimeError) as e:  # counts out of range, solver failure: nothing is released
             raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id} published nothing: {e}") from None
         finally:
             del vote_sum
+        release.stage_seconds.update({"votes": t1 - t0, "vote_sum": t2 - t1, "train": time.perf_counter() - t2})
+        return release
 
     async def GetEnsemble(self, request: common_pb2.JobRef, context) -> pb.EnsembleRelease:
         release = self.store.get(request.job_id)

@@ -7,6 +7,7 @@ The stage: install docker.io/debootstrap/compose when missing (deploy/host-setup
 
 - a Pathak job across the containers publishes a model that `mpdp predict` (Dave) uses on held-out rows;
 - a DCA job over the three compute nodes (the operator's load generator plays the clients) is released;
+- an HCB16 ensemble job: the parties vote on the curator's public auxiliary rows, the nodes sum the votes;
 - a party container stopped while a job waits on it fails the job cleanly, naming that party, nothing
   published; after a restart the resubmitted job publishes;
 - `docker compose down && docker compose up` keeps the curator's published models and DCA releases and
@@ -165,6 +166,20 @@ def test_dca_job_across_compute_nodes(compose):
     compose.dca_release = release  # type: ignore[attr-defined]
 
 
+def test_ensemble_job_votes_summed_by_the_compute_nodes(compose):
+    """HCB16 across the containers: the parties vote on the curator's public auxiliary rows, the compute nodes
+    sum the votes, the curator publishes the DP global classifier; Dave classifies the held-out rows."""
+    p = _timed("ensemble job (hamm2016)", compose.operator, "mpdp", "train", "--endpoints", "/site", "--model", "hamm2016", "--dataset", "breast_cancer",
+               "--auxiliary", "breast_cancer_aux", "--method", "soft", "--classes=-1,1", "--parties", ",".join(PARTIES), "--compute-nodes", ",".join(NODES),
+               "--epsilon", "2", "--lambda", "0.1", "--json")
+    s = json.loads(p.stdout.strip().splitlines()[-1])
+    assert s["model"] == "hamm2016" and s["parties_included"] == 3 and not s["seeded"]
+    out = json.loads(compose.operator("mpdp", "predict", "--endpoints", "/site", "--job", s["job_id"], "--data", "/data/breast_cancer_test.csv", "--json").stdout.strip().splitlines()[-1])
+    assert out["rows"] == 142 and 0.0 <= out["accuracy"] <= 1.0
+    for party in PARTIES:
+        assert any(e["job_id"] == s["job_id"] and e["protocol"] == "hamm2016" for e in compose.ledger(party)["entries"])
+
+
 def test_stopped_party_fails_the_job_naming_it_then_restart_and_resubmit(compose):
     # Freeze party-3 first so the job cannot finish before the stop lands; it is announced to every party
     # and waits on party-3 when the container is stopped.
@@ -209,7 +224,7 @@ def test_down_and_up_keep_models_and_ledgers(compose):
     assert compose.operator("python", "-c", get_models, *jobs).stdout.split() == before_models
     for p in PARTIES:
         after = compose.ledger(p)
-        assert after["entries"] == before_ledgers[p]["entries"] and after["spent_epsilon"] == 2.0, (p, after)
+        assert after["entries"] == before_ledgers[p]["entries"] and after["spent_epsilon"] == 4.0, (p, after)  # 1 + 2 (ensemble) + 1
     dca = compose.dca_release  # type: ignore[attr-defined]
     again = json.loads(compose.operator("mpdp", "dca", "release", "--endpoints", "/site", "--job", dca["job_id"]).stdout.strip().splitlines()[-1])
     assert again["values"] == dca["values"] and again["clients_included"] == DCA_N

@@ -227,8 +227,10 @@ def test_demo_data_split(tmp_path):
     import numpy as np
 
     rows = {k: np.loadtxt(v, delimiter=",") for k, v in paths.items()}
-    assert sum(len(r) for r in rows.values()) == 569 and len(rows["operator"]) == 142
-    assert all(r.shape[1] == 31 and set(np.unique(r[:, -1])) == {-1.0, 1.0} for r in rows.values())
+    assert sum(len(r) for r in rows.values()) == 569 and len(rows["operator"]) == 142 and len(rows["curator"]) == 71
+    labelled = {k: r for k, r in rows.items() if k != "curator"}
+    assert all(r.shape[1] == 31 and set(np.unique(r[:, -1])) == {-1.0, 1.0} for r in labelled.values())
+    assert rows["curator"].shape[1] == 31 and not rows["curator"][:, -1].any()  # the auxiliary rows carry no labels
 
 
 def test_health_probe_over_mutual_tls(tmp_path):
