@@ -74,7 +74,7 @@ class DcaMachine:
     def receive(self, sender: Peer, message: Any) -> list[Output]:
         """Take one message from ``sender``; return what it causes. Raises a ProtocolError if refused."""
         if self.failed:
-            raise RemoteProtocolError(Problem.JOB_FAILED, f"job {self.job_id} has failed: {self.error.detail if self.error else ''}")
+            raise self._failed_error()
         if self.transcript is not None:
             self.transcript.append((sender, message))
         kind = self._sender_kind(sender, message)
@@ -107,10 +107,16 @@ class DcaMachine:
         self._fail(e)
         return e.notices
 
+    def _failed_error(self) -> RemoteProtocolError:
+        """Anything that reaches a failed job is refused with the failure's own problem (e.g. INSUFFICIENT_NOISE),
+        so whoever hits the failure first — a peer's message or its abort notice — reports the same cause."""
+        problem = self.error.problem if self.error is not None else Problem.JOB_FAILED
+        return RemoteProtocolError(problem, f"job {self.job_id} has failed: {self.error.detail if self.error else ''}")
+
     def _local(self, event: str, *args: Any) -> list[Output]:
         """Run a local event (the caller's action) through the table."""
         if self.failed:
-            raise RemoteProtocolError(Problem.JOB_FAILED, f"job {self.job_id} has failed: {self.error.detail if self.error else ''}")
+            raise self._failed_error()
         try:
             row = states.lookup(self.ROLE, self.state, event)
         except RemoteProtocolError as e:  # our own caller broke the order: refuse, change nothing

@@ -4,7 +4,7 @@ Invariants checked here:
 * a submission a node refuses (replay, wrong dimension, unknown job, wrong sender, late) raises a ProtocolError
   with its Problem kind and leaves the machine exactly as it was; the job still releases correctly afterwards;
 * a bad message from another compute node fails the job and emits abort notices; a FAILED machine raises
-  JOB_FAILED on every call and never emits a share or a release;
+  its failure's own Problem on every call ("job … has failed: …") and never emits a share or a release;
 * any input gives outputs or a ProtocolError, never another exception (fuzz).
 """
 
@@ -199,7 +199,7 @@ def test_peer_misbehaviour_fails_the_job_and_failed_never_releases(job):
     m = client_messages(p, 3)[NODES[0]]
     with pytest.raises(ProtocolError) as e:
         a.receive(Peer("party", m.client_id), m)
-    assert e.value.problem == Problem.JOB_FAILED
+    assert e.value.problem == Problem.MALFORMED and "has failed" in e.value.detail  # the failure's own cause
     with pytest.raises(ProtocolError):
         a.partial_sum()
     with pytest.raises(ProtocolError):

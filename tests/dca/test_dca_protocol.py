@@ -113,7 +113,7 @@ def test_aggregator_refuses_too_few_clients_itself():
         agg.dp_sum()
     with pytest.raises(ProtocolError) as e:
         agg.receive(Peer("compute_node", NODES[0]), _partial("job-1", b"\x01" * 32, 20))
-    assert e.value.problem == Problem.JOB_FAILED
+    assert e.value.problem == Problem.INSUFFICIENT_NOISE and "has failed" in e.value.detail
 
 
 def test_aggregator_refuses_when_nodes_disagree():
