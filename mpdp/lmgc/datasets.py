@@ -13,25 +13,26 @@ What the preprocessing costs in privacy (stated in every run's output):
   slice of the file (not used for training or testing), fixed one-hot vocabularies for
   protocol_type (3) and flag (11), divided by 1.5·√d and clipped. The high-cardinality
   ``service`` feature (≈70 values) is dropped to keep d = 52 (the DP noise dimension grows as d²).
+  Parsing and vocabularies are shared with issue 8 in :mod:`mpdp.data.kdd99`.
 """
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from mpdp.data import kdd99
 from mpdp.data.loaders import DatasetError
 
-KDD_TRAIN_FILE = "kddcup.data_10_percent.gz"
-KDD_TYPES_FILE = "training_attack_types.txt"
-KDD_CATEGORIES = ("normal", "dos", "probe", "r2l", "u2r")
+KDD_TRAIN_FILE = kdd99.TRAIN_FILE
+KDD_TYPES_FILE = kdd99.TYPES_FILE
+KDD_CATEGORIES = kdd99.CATEGORIES
 KDD_PROTOCOLS = ("tcp", "udp", "icmp")
 KDD_FLAGS = ("SF", "S0", "S1", "S2", "S3", "REJ", "RSTO", "RSTR", "RSTOS0", "SH", "OTH")
-_KDD_SYMBOLIC = (1, 2, 3)  # protocol_type, service, flag
+_KDD_SYMBOLIC_SHARED = (0, 2)  # protocol_type, flag: columns of KddRaw.symbolic (service, column 1, is dropped)
 DATASETS = ("digits", "wine", "kdd99")
 
 
@@ -93,55 +94,38 @@ def load_wine_split(seed: int, test_frac: float = 0.3) -> Split:
 
 def kdd_paths(data_dir: str | Path) -> tuple[Path, Path]:
     """The KDD-99 files under ``data_dir`` (the shared data folder or its kddcup99/ subfolder)."""
-    base = Path(data_dir)
-    if (base / "kddcup99").is_dir():
-        base = base / "kddcup99"
-    paths = (base / KDD_TRAIN_FILE, base / KDD_TYPES_FILE)
-    for p in paths:
-        if not p.is_file():
-            raise DatasetError(f"KDD-99 file {p} not found; pass --data pointing at the folder holding {KDD_TRAIN_FILE}")
-    return paths
+    return kdd99.kdd_file(data_dir, KDD_TRAIN_FILE), kdd99.kdd_file(data_dir, KDD_TYPES_FILE)
 
 
 def kdd_attack_categories(types_file: Path) -> dict[str, str]:
     """attack name → category from training_attack_types.txt, plus normal → normal."""
-    mapping = {"normal": "normal"}
-    for line in types_file.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            mapping[parts[0]] = parts[1]
-    if set(mapping.values()) != set(KDD_CATEGORIES):
-        raise DatasetError(f"{types_file} does not map to the five categories {KDD_CATEGORIES}")
-    return mapping
+    return kdd99.attack_categories(types_file)
 
 
-def _kdd_features(rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
-    """(numeric 38 columns, one-hot protocol+flag 14 columns) for parsed KDD rows (label removed)."""
-    numeric_cols = [j for j in range(41) if j not in _KDD_SYMBOLIC]
-    num = np.array([[float(r[j]) for j in numeric_cols] for r in rows])
-    onehot = np.zeros((len(rows), len(KDD_PROTOCOLS) + len(KDD_FLAGS)))
-    pi = {p: i for i, p in enumerate(KDD_PROTOCOLS)}
-    fi = {f: len(KDD_PROTOCOLS) + i for i, f in enumerate(KDD_FLAGS)}
-    for k, r in enumerate(rows):
-        if r[1] in pi:
-            onehot[k, pi[r[1]]] = 1.0
-        if r[3] in fi:
-            onehot[k, fi[r[3]]] = 1.0
-    return np.log1p(np.maximum(num, 0.0)), onehot
+def _kdd_features(raw: kdd99.KddRaw, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log1p of the 38 numeric columns, one-hot protocol+flag 14 columns) for rows ``idx``."""
+    onehot = np.zeros((len(idx), len(KDD_PROTOCOLS) + len(KDD_FLAGS)))
+    rows = np.arange(len(idx))
+    # map the shared vocabularies' indices onto this experiment's column order (service is dropped)
+    for k, (vocab, ours, offset) in enumerate(((kdd99.PROTOCOLS, KDD_PROTOCOLS, 0), (kdd99.FLAGS, KDD_FLAGS, len(KDD_PROTOCOLS)))):
+        col = _KDD_SYMBOLIC_SHARED[k]
+        lut = np.array([ours.index(v) if v in ours else -1 for v in vocab] + [-1], dtype=np.int64)
+        j = lut[raw.symbolic[idx, col].astype(np.int64)]  # −1 (unseen) indexes the trailing −1
+        ok = j >= 0
+        onehot[rows[ok], offset + j[ok]] = 1.0
+    return kdd99.log_numeric(raw.numeric[idx]), onehot
 
 
 @lru_cache(maxsize=1)
-def _read_kdd(data_file: str, types_file: str) -> tuple[tuple[str, ...], np.ndarray]:
-    """All lines of the KDD file and their category indices (cached: runs differ only in sampling)."""
+def _read_kdd(data_file: str, types_file: str) -> tuple[kdd99.KddRaw, np.ndarray]:
+    """The parsed KDD file and its category indices (cached: runs differ only in sampling)."""
     cat_of = kdd_attack_categories(Path(types_file))
-    with gzip.open(data_file, "rt") as fh:
-        lines = tuple(fh.read().splitlines())
-    labels = [ln.rsplit(",", 1)[-1].rstrip(".") for ln in lines]
-    unknown = {lab for lab in set(labels) if lab not in cat_of}
-    if unknown:
-        raise DatasetError(f"{data_file} has labels without a category: {sorted(unknown)}")
-    cat_index = {c: i for i, c in enumerate(KDD_CATEGORIES)}
-    return lines, np.array([cat_index[cat_of[lab]] for lab in labels])
+    raw = kdd99.parse_kdd_file(data_file)
+    y = kdd99.category_labels(raw, cat_of)
+    if np.any(y < 0):
+        unknown = sorted({raw.label_names[c] for c in np.unique(raw.label[y < 0])})
+        raise DatasetError(f"{data_file} has labels without a category: {unknown}")
+    return raw, y
 
 
 def load_kdd99_split(data_dir: str | Path, seed: int, *, per_class: int = 600, public_rows: int = 2000,
@@ -152,22 +136,18 @@ def load_kdd99_split(data_dir: str | Path, seed: int, *, per_class: int = 600, p
     disjoint uniform sample of ``public_rows`` rows provides the standardisation statistics.
     """
     data_file, types_file = kdd_paths(data_dir)
-    lines, y_all = _read_kdd(str(data_file), str(types_file))
+    raw, y_all = _read_kdd(str(data_file), str(types_file))
     gen = np.random.default_rng(seed)  # public simulation choice (subsampling rows); DP noise comes from the Drbg
     chosen = []
     for c in range(len(KDD_CATEGORIES)):
         idx = np.flatnonzero(y_all == c)
         chosen.append(gen.choice(idx, size=min(per_class, len(idx)), replace=False))
     chosen_idx = np.concatenate(chosen)
-    rest = np.setdiff1d(np.arange(len(lines)), chosen_idx)
+    rest = np.setdiff1d(np.arange(len(raw)), chosen_idx)
     public_idx = gen.choice(rest, size=min(public_rows, len(rest)), replace=False)
 
-    def parse(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = [lines[i].split(",")[:41] for i in idx]
-        return _kdd_features(rows)
-
-    num, oh = parse(chosen_idx)
-    pub_num, _ = parse(public_idx)
+    num, oh = _kdd_features(raw, chosen_idx)
+    pub_num, _ = _kdd_features(raw, public_idx)
     mu, sd = pub_num.mean(axis=0), pub_num.std(axis=0)
     sd[sd == 0] = 1.0
     X = np.hstack([(num - mu) / sd, oh])

@@ -7,9 +7,11 @@ import click
 from services.cli import experiment_pathak
 from services.cli import experiment_lmgc
 from services.cli import experiment_heikkila
+from services.cli import experiment_hamm
 
 COMMANDS: list[click.Command] = [
     experiment_pathak.command,
     experiment_lmgc.command,
     experiment_heikkila.command,
+    experiment_hamm.command,
 ]
