@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -114,7 +115,8 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
     err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
     if nodes:
         err.print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
-    err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C stops everything)")
+    err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C or SIGTERM stops everything)")
+    signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop must not orphan the child processes
     try:
         while all(p.popen.poll() is None for p in fed.procs.values()):
             time.sleep(1.0)
@@ -314,6 +316,10 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
         print(json.dumps(summary))
     else:
         _print_summary(summary)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _endpoint_nodes(endpoints: str) -> list[str]:
