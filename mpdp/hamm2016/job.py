@@ -6,9 +6,11 @@ Roles (network-free; ``services/`` only moves their messages):
   public auxiliary point and turns the votes into its DCA vector (:func:`~mpdp.hamm2016.labels.party_votes`).
   The vector goes to the compute nodes as additive shares of a *secure-sum* DCA job (no noise; dca.proto
   ``DcaJobSpec.secure_sum``), so no node and not Charlie ever sees it.
-* :func:`curator_release` — Charlie: from the summed vote counts (the only vote data it receives), trains the
-  global classifier on majority votes (Alg. 1) or soft labels (Alg. 2) and adds the output noise
-  (:func:`~mpdp.hamm2016.mechanism.release_global`). Only w_p = w_s + η leaves the curator.
+* :class:`CuratorRole` — Charlie, ASK_VOTES → AWAIT_VOTE_SUM → RELEASED (or FAILED): asks every voter, takes
+  their receipts or failures (at most T may fail), closes the vote sum, and from the summed vote counts (the only
+  vote data it receives) trains the global classifier on majority votes (Alg. 1) or soft labels (Alg. 2) and adds
+  the output noise (:func:`curator_release` → :func:`~mpdp.hamm2016.mechanism.release_global`). Only
+  w_p = w_s + η leaves the curator.
 
 :func:`run_inmemory` runs the same roles with the in-memory DCA driver (tests, simulations); over sockets the
 services do the same steps, and for the same simulation seed both give the same w_p bit for bit.
@@ -29,6 +31,7 @@ from mpdp.hamm2016.local import fit_local
 from mpdp.hamm2016.mechanism import EnsembleParams, check_aux_rows, release_global
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2 as pb
+from mpdp.protocol import FAILED, LocalProtocolError, Peer, Problem, Publish, RemoteProtocolError, Send
 
 METHODS = ("soft", "vote")
 DEFAULT_DEADLINE = 300.0
@@ -248,6 +251,93 @@ def curator_release(job_id: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray, vo
     )
 
 
+@dataclass(frozen=True)
+class CloseVoteSum:
+    """Output: every voter has answered; close the vote sum's submissions now (not at the deadline)."""
+
+    dca_job_id: str
+
+
+@dataclass(frozen=True)
+class AbortVoteSum:
+    """Output: the job failed; the vote sum must be aborted (its nodes drop the shares) and nothing released."""
+
+    dca_job_id: str
+    detail: str
+
+
+ASK_VOTES, AWAIT_VOTE_SUM, RELEASED = "ASK_VOTES", "AWAIT_VOTE_SUM", "RELEASED"
+
+
+class CuratorRole:
+    """Charlie in one ensemble job, sans-IO: ASK_VOTES → AWAIT_VOTE_SUM → RELEASED, or FAILED.
+
+    ``start()`` gives one VoteRequest per voter; each voter's answer is a :class:`~hamm2016_pb2.VoteReceipt`
+    (:meth:`receipt`) or a failure (:meth:`vote_failed`). Once all M have answered and at most T failed, the
+    vote sum is closed (:class:`CloseVoteSum`); more than T failures abort it (:class:`AbortVoteSum`).
+    :meth:`vote_sum` takes the DCA secure sum and publishes the release. Anything else raises a ProtocolError
+    (unknown voter, second answer, out of order) and leaves the state as it was.
+    """
+
+    def __init__(self, job_id: str, dca_job_id: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> None:
+        validate_spec(spec)
+        self.job_id, self.dca_job_id, self.spec = job_id, dca_job_id, spec
+        self.X_aux = check_auxiliary(X_aux)
+        self.state = ASK_VOTES
+        self.receipts: dict[str, pb.VoteReceipt] = {}
+        self.failures: dict[str, str] = {}
+        self.error: str | None = None
+
+    def start(self) -> list[Send]:
+        req = pb.VoteRequest(job_id=self.job_id, dca_job_id=self.dca_job_id, spec=self.spec, auxiliary_digest=auxiliary_digest(self.X_aux),
+                             auxiliary_rows=self.X_aux.shape[0], auxiliary_features=self.X_aux.shape[1])
+        return [Send(Peer("party", p), req) for p in self.spec.parties]
+
+    def receipt(self, party: str, receipt: pb.VoteReceipt) -> list[Any]:
+        self._answer(party)
+        if receipt.party != party or receipt.job_id != self.job_id:
+            raise RemoteProtocolError(Problem.MALFORMED, f"party {party} answered for {receipt.party!r} in job {receipt.job_id!r}")
+        self.receipts[party] = receipt
+        return self._answered()
+
+    def vote_failed(self, party: str, detail: str) -> list[Any]:
+        self._answer(party)
+        self.failures[party] = detail
+        return self._answered()
+
+    def vote_sum(self, vote_sum: dca_pb2.DpSum) -> list[Any]:
+        if self.state != AWAIT_VOTE_SUM:
+            raise LocalProtocolError(Problem.STEP_OUT_OF_ORDER, f"job {self.job_id}: the vote sum arrived in state {self.state}")
+        if vote_sum.job_id != self.dca_job_id:
+            raise LocalProtocolError(Problem.MALFORMED, f"job {self.job_id}: sum of {vote_sum.job_id}, expected {self.dca_job_id}")
+        try:
+            release = curator_release(self.job_id, self.spec, self.X_aux, vote_sum)
+        except (ValueError, RuntimeError) as e:  # counts out of range, solver failure: nothing is released
+            return self._fail(f"job {self.job_id} published nothing: {e}")
+        self.state = RELEASED
+        return [Publish(release)]
+
+    def _answer(self, party: str) -> None:
+        if self.state != ASK_VOTES:
+            raise RemoteProtocolError(Problem.STEP_OUT_OF_ORDER, f"job {self.job_id}: an answer from {party} in state {self.state}")
+        if party not in self.spec.parties:
+            raise RemoteProtocolError(Problem.WRONG_ROLE, f"{party} is not a voter of job {self.job_id}")
+        if party in self.receipts or party in self.failures:
+            raise RemoteProtocolError(Problem.REPLAY, f"party {party} already answered in job {self.job_id}")
+
+    def _answered(self) -> list[Any]:
+        if len(self.failures) > self.spec.max_missing:
+            return self._fail(f"job {self.job_id} published nothing: {'; '.join(f'party {p}: {d}' for p, d in self.failures.items())}")
+        if len(self.receipts) + len(self.failures) < len(self.spec.parties):
+            return []
+        self.state = AWAIT_VOTE_SUM
+        return [CloseVoteSum(self.dca_job_id)]
+
+    def _fail(self, detail: str) -> list[Any]:
+        self.state, self.error = FAILED, detail
+        return [AbortVoteSum(self.dca_job_id, detail)]
+
+
 def weights_of(release: pb.EnsembleRelease) -> np.ndarray:
     """w (d,) for two classes, W (C, d) otherwise."""
     w = np.asarray(release.weights, dtype=np.float64)
@@ -285,11 +375,30 @@ def run_inmemory(
     if set(party_data) != set(names):
         raise EnsembleJobError(f"party data for {sorted(party_data)} but the job lists {names}")
     params = vote_job(spec, dca_job_id, X_aux.shape[0])
+    curator = CuratorRole(job_id, dca_job_id, spec, X_aux)
     local_models = local_models or {}
-    Z = np.stack([VoterRole(n, local_models.get(n, "logreg")).vote(spec, *party_data[n], X_aux) for n in names])
+    voters, Z, outs = [], [], []
+    for ask in curator.start():  # each voter answers the VoteRequest with its vote vector (or drops out)
+        if curator.state == FAILED:
+            break
+        name = ask.to.name
+        if name in drop:
+            outs += curator.vote_failed(name, "dropped out")
+            continue
+        Z.append(VoterRole(name, local_models.get(name, "logreg")).vote(spec, *party_data[name], X_aux))
+        voters.append(name)
+        outs += curator.receipt(name, pb.VoteReceipt(job_id=job_id, party=name, local_model=local_models.get(name, "logreg")))
+    if any(isinstance(o, AbortVoteSum) for o in outs):
+        raise EnsembleJobError(curator.error or "the job failed")
     rng = Drbg.from_seed(spec.simulation_seed).child("dca-clients") if spec.simulation_seed else Drbg.from_os()
-    run = run_job(params, Z, rng, client_ids=names, client_mode="machines", drop=[names.index(n) for n in drop])
+    full = np.zeros((len(names), params.dimension))  # dropped voters never submit (run_job's drop)
+    for name, z in zip(voters, Z):
+        full[names.index(name)] = z
+    run = run_job(params, full, rng, client_ids=names, client_mode="machines", drop=[names.index(n) for n in drop])
     if run.release is None:
         raise EnsembleJobError(f"the vote sum was not released: {run.error.detail if run.error else 'unknown'}")
-    release = curator_release(job_id, spec, X_aux, run.release)
+    outs = curator.vote_sum(run.release)
+    if curator.state != RELEASED:
+        raise EnsembleJobError(curator.error or "nothing released")
+    release = next(o.release for o in outs if isinstance(o, Publish))
     return InMemoryRun(release, run.release, list(run.aggregator.transcript or []), {k: list(m.transcript or []) for k, m in run.nodes.items()})

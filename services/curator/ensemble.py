@@ -21,6 +21,8 @@ import numpy as np
 from mpdp.data.loaders import DatasetError, load
 from mpdp.hamm2016 import job as core
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
+from mpdp.protocol import ProtocolError, Publish, Send
+from services.common import errors
 from services.common.config import DatasetConfig
 from services.common.rpc import PeerChannels, caller, roles_by_method
 from services.common.store import MessageStore
@@ -86,40 +88,47 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         return release
 
     async def _run(self, job_id: str, dca_job: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> pb.EnsembleRelease:
-        req = pb.VoteRequest(job_id=job_id, dca_job_id=dca_job, spec=spec, auxiliary_digest=core.auxiliary_digest(X_aux),
-                             auxiliary_rows=X_aux.shape[0], auxiliary_features=X_aux.shape[1])
+        """Move Charlie's messages (core.CuratorRole decides): VoteRequests out, answers in, the vote sum in."""
+        role = core.CuratorRole(job_id, dca_job, spec, X_aux)
         timeout = spec.deadline_seconds or core.DEFAULT_DEADLINE
         t0 = time.perf_counter()
 
-        async def ask(party: str) -> pb.VoteReceipt:
+        async def ask(send: Send) -> list:
+            party = send.to.name
             try:
-                r = await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "Vote", req, pb.VoteReceipt, timeout=timeout)
+                answer = await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "Vote", send.message, pb.VoteReceipt, timeout=timeout)
             except grpc.aio.AioRpcError as e:
-                raise RuntimeError(f"party {party}: {e.code().name}: {e.details()}") from e
-            if r.party != party or r.job_id != job_id:
-                raise RuntimeError(f"party {party} answered for {r.party!r}/{r.job_id!r}")
-            return r
+                answer = f"{e.code().name}: {e.details()}"
+            if role.state != core.ASK_VOTES:
+                return []  # the job already failed: a late answer changes nothing
+            if isinstance(answer, str):
+                return role.vote_failed(party, answer)
+            try:
+                return role.receipt(party, answer)
+            except ProtocolError as e:
+                return role.vote_failed(party, errors.details(e))
 
-        results = await asyncio.gather(*(ask(p) for p in spec.parties), return_exceptions=True)
-        failures = [str(r) for r in results if isinstance(r, BaseException)]
-        if len(failures) > spec.max_missing:
-            await self.dca.abort(dca_job, f"ensemble job {job_id}: {len(failures)} voters failed")
-            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id} published nothing: {'; '.join(failures)}")
-        if failures:
-            log.warning("ensemble job %s: %d voter(s) missing (T = %d allows it): %s", job_id, len(failures), spec.max_missing, "; ".join(failures))
+        outs = [o for batch in await asyncio.gather(*(ask(s) for s in role.start())) for o in batch]
+        abort = next((o for o in outs if isinstance(o, core.AbortVoteSum)), None)
+        if abort is not None:
+            await self.dca.abort(dca_job, abort.detail)
+            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: {abort.detail}")
+        if role.failures:
+            log.warning("ensemble job %s: %d voter(s) missing (T = %d allows it): %s", job_id, len(role.failures), spec.max_missing, role.failures)
         t1 = time.perf_counter()
-        await self.dca.close(dca_job)  # every voter answered: no need to wait for the deadline
+        await self.dca.close(dca_job)  # CloseVoteSum: every voter answered, no need to wait for the deadline
         try:
             vote_sum = await self.dca.result(dca_job)
         except DcaJobRefused as e:
             raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id}: the vote sum failed: {e.detail}") from None
         t2 = time.perf_counter()
         try:
-            release = await asyncio.to_thread(core.curator_release, job_id, spec, X_aux, vote_sum)
-        except (ValueError, RuntimeError) as e:  # counts out of range, solver failure: nothing is released
-            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id} published nothing: {e}") from None
+            outs = await asyncio.to_thread(role.vote_sum, vote_sum)
         finally:
             del vote_sum
+        if role.state != core.RELEASED:
+            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: {role.error}")
+        release = next(o.release for o in outs if isinstance(o, Publish))
         release.stage_seconds.update({"votes": t1 - t0, "vote_sum": t2 - t1, "train": time.perf_counter() - t2})
         return release
 

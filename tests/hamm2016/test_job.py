@@ -12,6 +12,7 @@ from mpdp.hamm2016.labels import vote_counts
 from mpdp.hamm2016.mechanism import release_global
 from mpdp.math.fixedpoint import encode_u64
 from mpdp.messages import dca_pb2, hamm2016_pb2 as pb
+from mpdp.protocol import Problem, ProtocolError
 
 NAMES = [f"p{i}" for i in range(7)]
 
@@ -71,7 +72,7 @@ def test_a_voter_dropping_out_within_T_is_excluded_and_M_shrinks():
 
 def test_too_many_dropouts_release_nothing():
     parties, X_aux = _data(2, seed=2)
-    with pytest.raises(core.EnsembleJobError, match="not released"):
+    with pytest.raises(core.EnsembleJobError, match="published nothing: party p1: dropped out; party p2: dropped out"):
         core.run_inmemory("hm-3", "dca-3", _spec(2, max_missing=1), parties, X_aux, drop=("p1", "p2"))
 
 
@@ -131,3 +132,59 @@ def test_curator_refuses_a_sum_that_is_not_the_jobs_secure_sum():
     bad.values[0] = 9.0  # more votes than voters at one point
     with pytest.raises(ValueError):
         core.curator_release("hm-4", spec, X_aux, bad)
+
+
+# ---------------------------------------------------------------- Charlie's role, message by message
+
+
+def _role(**kw):
+    parties, X_aux = _data(2, seed=4)
+    return core.CuratorRole("hm-9", "dca-9", _spec(2, **kw), X_aux), parties, X_aux
+
+
+def test_curator_role_asks_every_voter_then_closes_the_sum():
+    role, _, X_aux = _role()
+    asks = role.start()
+    assert [a.to.name for a in asks] == NAMES and all(a.message.auxiliary_digest == core.auxiliary_digest(X_aux) for a in asks)
+    for n in NAMES[:-1]:
+        assert role.receipt(n, pb.VoteReceipt(job_id="hm-9", party=n)) == []
+    assert role.receipt(NAMES[-1], pb.VoteReceipt(job_id="hm-9", party=NAMES[-1])) == [core.CloseVoteSum("dca-9")]
+    assert role.state == core.AWAIT_VOTE_SUM
+
+
+@pytest.mark.parametrize(
+    "who, receipt, problem",
+    [
+        ("mallory", pb.VoteReceipt(job_id="hm-9", party="mallory"), Problem.WRONG_ROLE),
+        ("p1", pb.VoteReceipt(job_id="hm-9", party="p2"), Problem.MALFORMED),
+        ("p1", pb.VoteReceipt(job_id="hm-0", party="p1"), Problem.MALFORMED),
+    ],
+)
+def test_curator_role_refuses_bad_answers_and_keeps_its_state(who, receipt, problem):
+    role, _, _ = _role()
+    role.start()
+    with pytest.raises(ProtocolError) as e:
+        role.receipt(who, receipt)
+    assert e.value.problem == problem and role.state == core.ASK_VOTES and not role.receipts
+
+
+def test_curator_role_replay_and_out_of_order():
+    role, _, _ = _role()
+    role.start()
+    role.receipt("p0", pb.VoteReceipt(job_id="hm-9", party="p0"))
+    with pytest.raises(ProtocolError) as e:
+        role.vote_failed("p0", "again")
+    assert e.value.problem == Problem.REPLAY
+    with pytest.raises(ProtocolError) as e:  # the sum cannot be used before every voter answered
+        role.vote_sum(dca_pb2.DpSum(job_id="dca-9", secure_sum=True))
+    assert e.value.problem == Problem.STEP_OUT_OF_ORDER and role.state == core.ASK_VOTES
+
+
+def test_curator_role_fails_once_more_than_T_voters_fail():
+    role, _, _ = _role(max_missing=1)
+    role.start()
+    assert role.vote_failed("p0", "unreachable") == []
+    out = role.vote_failed("p1", "refused")
+    assert isinstance(out[0], core.AbortVoteSum) and "p0" in out[0].detail and "p1" in out[0].detail and role.state == "FAILED"
+    with pytest.raises(ProtocolError):
+        role.receipt("p2", pb.VoteReceipt(job_id="hm-9", party="p2"))
