@@ -188,3 +188,22 @@ def test_curator_role_fails_once_more_than_T_voters_fail():
     assert isinstance(out[0], core.AbortVoteSum) and "p0" in out[0].detail and "p1" in out[0].detail and role.state == "FAILED"
     with pytest.raises(ProtocolError):
         role.receipt("p2", pb.VoteReceipt(job_id="hm-9", party="p2"))
+
+
+def test_thousands_of_voters_through_the_dca_core_give_the_exact_counts():
+    """Scale: 3,000 simulated voters' vote vectors (N = 400) summed by the real DCA machines (cohort mode, 3 nodes)
+    equal the plain sum the simulation uses, so the experiment's counts are what the federation would compute."""
+    from mpdp.dca.driver import run_job
+    from mpdp.hamm2016.labels import party_votes
+    from mpdp.math.drbg import Drbg
+
+    M, N, C = 3000, 400, 3
+    g = np.random.default_rng(11)  # public simulation data: the voters' predictions
+    preds = g.integers(0, C, size=(M, N))
+    Z = np.stack([party_votes(p, C) for p in preds])
+    spec = _spec(C, parties=[f"v{i}" for i in range(M)], max_missing=0)
+    run = run_job(core.vote_job(spec, "dca-big", N), Z, Drbg.from_os(), client_ids=list(spec.parties), batch_size=500)
+    assert run.release is not None and run.release.clients_included == M
+    counts = vote_counts(np.asarray(run.release.values), N, C, M)
+    assert np.array_equal(counts, vote_counts(Z.sum(axis=0), N, C, M))
+    assert np.array_equal(counts.sum(axis=1), np.full(N, M))
