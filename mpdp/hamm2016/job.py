@@ -37,6 +37,9 @@ METHODS = ("soft", "vote")
 DEFAULT_DEADLINE = 300.0
 AUX_CHUNK_ROWS = 2048
 MAX_AUX_ROWS = 1 << 20
+MAX_CLASSES = 64
+MAX_VOTE_DIMENSION = 1 << 20  # the DCA's largest vector (mpdp.dca.params.MAX_DIMENSION)
+MAX_MULTICLASS_PARAMETERS = 4096  # (C·d)² Hessian: 128 MiB
 TRUST_MODEL = (
     "honest-but-curious parties, compute nodes and curator; at least one compute node does not collude with the curator. "
     "The curator sees the public auxiliary features, the summed vote counts per auxiliary point and the number of voters "
@@ -66,14 +69,26 @@ def validate_spec(spec: pb.EnsembleJobSpec) -> None:
         raise EnsembleJobError(f"parties must list at least 2 distinct voters, got {list(spec.parties)}")
     if not spec.max_missing + 2 <= len(spec.parties):
         raise EnsembleJobError(f"max_missing T = {spec.max_missing} leaves fewer than 2 voters of {len(spec.parties)}")
-    if len(spec.compute_nodes) < 2:
-        raise EnsembleJobError(f"the vote sum needs at least 2 compute nodes, got {list(spec.compute_nodes)}")
+    if len(spec.classes) > MAX_CLASSES:
+        raise EnsembleJobError(f"classes: at most {MAX_CLASSES} classes, got {len(spec.classes)}")
+    if len(spec.compute_nodes) < 2 or len(set(spec.compute_nodes)) != len(spec.compute_nodes):
+        raise EnsembleJobError(f"the vote sum needs at least 2 distinct compute nodes, got {list(spec.compute_nodes)}")
     if spec.local_lam < 0 or not math.isfinite(spec.local_lam):
         raise EnsembleJobError(f"local_lam must be ≥ 0, got {spec.local_lam}")
     if spec.deadline_seconds < 0 or not math.isfinite(spec.deadline_seconds):
         raise EnsembleJobError(f"deadline_seconds must be ≥ 0, got {spec.deadline_seconds}")
     if not spec.dataset or not spec.auxiliary:
         raise EnsembleJobError("dataset (the parties') and auxiliary (the curator's) must be named")
+
+
+def check_size(spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> None:
+    """Refuse, before any party votes, a job whose vote vector or global fit would not fit in memory."""
+    n, d = X_aux.shape
+    C = len(spec.classes)
+    if vote_dimension(n, C) > MAX_VOTE_DIMENSION:
+        raise EnsembleJobError(f"N·C = {n}·{C} vote entries per party exceed {MAX_VOTE_DIMENSION}; use fewer auxiliary rows")
+    if C > 2 and C * d > MAX_MULTICLASS_PARAMETERS:
+        raise EnsembleJobError(f"C·d = {C}·{d} parameters exceed {MAX_MULTICLASS_PARAMETERS} (the exact Newton fit needs a (C·d)² Hessian)")
 
 
 def vote_dimension(n_aux: int, classes: int) -> int:
@@ -283,6 +298,7 @@ class CuratorRole:
         validate_spec(spec)
         self.job_id, self.dca_job_id, self.spec = job_id, dca_job_id, spec
         self.X_aux = check_auxiliary(X_aux)
+        check_size(spec, self.X_aux)
         self.state = ASK_VOTES
         self.receipts: dict[str, pb.VoteReceipt] = {}
         self.failures: dict[str, str] = {}
@@ -310,10 +326,14 @@ class CuratorRole:
             raise LocalProtocolError(Problem.STEP_OUT_OF_ORDER, f"job {self.job_id}: the vote sum arrived in state {self.state}")
         if vote_sum.job_id != self.dca_job_id:
             raise LocalProtocolError(Problem.MALFORMED, f"job {self.job_id}: sum of {vote_sum.job_id}, expected {self.dca_job_id}")
+        # The reasons below are fixed texts: the exceptions' own messages quote entries of the exact vote sum,
+        # which must not leave the curator (through the operator's error or the logs).
         try:
             release = curator_release(self.job_id, self.spec, self.X_aux, vote_sum)
-        except (ValueError, RuntimeError) as e:  # counts out of range, solver failure: nothing is released
-            return self._fail(f"job {self.job_id} published nothing: {e}")
+        except ValueError:
+            return self._fail(f"job {self.job_id} published nothing: the summed votes are not valid vote counts (a voter sent something other than its vote vector)")
+        except RuntimeError:
+            return self._fail(f"job {self.job_id} published nothing: the exact fit of the global classifier did not converge")
         self.state = RELEASED
         return [Publish(release)]
 

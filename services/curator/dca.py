@@ -66,6 +66,14 @@ class DcaStore:
     def put_failure(self, job_id: str, problem: int, detail: str) -> None:
         self._write(f"{job_id}.failed.json", json.dumps({"problem": problem, "detail": detail}).encode())
 
+    def put_consumed(self, release: pb.DpSum) -> None:
+        """A secure sum reached its consumer: its outcome without its values."""
+        self._write(f"{release.job_id}.consumed.json", json.dumps({"clients_included": release.clients_included, "compute_nodes": release.compute_nodes, "purpose": release.purpose}).encode())
+
+    def consumed(self, job_id: str) -> dict | None:
+        p = self.folder / f"{job_id}.consumed.json"
+        return json.loads(p.read_text()) if _safe(job_id) and p.exists() else None
+
     def release(self, job_id: str) -> pb.DpSum | None:
         p = self.folder / f"{job_id}.release.binpb"
         return pb.DpSum.FromString(p.read_bytes()) if _safe(job_id) and p.exists() else None
@@ -109,7 +117,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
     async def recover(self) -> None:
         """Rebuild unfinished jobs after a restart and pull the partial sums nodes already released."""
         for job_id, spec in self.store.specs().items():
-            if self.store.release(job_id) is not None or self.store.failure(job_id) is not None:
+            if self.store.release(job_id) is not None or self.store.failure(job_id) is not None or self.store.consumed(job_id) is not None:
                 continue
             if spec.secure_sum:  # its consumer (an ensemble job) died with the previous process
                 self.store.put_failure(job_id, common_pb2.JOB_FAILED, "the curator restarted during this secure-sum job; its consuming job was lost")
@@ -158,6 +166,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         await asyncio.gather(*(self._send(hosted, o.to, o.message) for o in outputs if isinstance(o, Send)))
         await hosted.notify()
         if machine.failed and machine.error is not None:
+            self.forget(job_id)  # never announced everywhere: nothing will ever arrive for it
             raise DcaJobRefused(grpc.StatusCode.UNAVAILABLE, f"JOB_FAILED: {machine.error.detail}")
         return job_id
 
@@ -263,7 +272,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             if isinstance(o, Send):
                 hosted.spawn(self._send(hosted, o.to, o.message))
             elif isinstance(o, Publish):
-                if o.release.secure_sum:  # kept in the machine for its consumer (result()); never on disk
+                if o.release.secure_sum:  # the values stay in the machine for its consumer (result()); never on disk
+                    self.store.put_consumed(o.release)
                     log.info("DCA secure-sum job %s complete over %d clients", o.release.job_id, o.release.clients_included)
                     continue
                 self.store.put_release(o.release)
@@ -316,4 +326,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         fail = self.store.failure(job_id)
         if fail is not None:
             return pb.DcaJobStatus(job_id=job_id, state="FAILED", problem=fail["problem"], detail=fail["detail"], terminal=True)
+        used = self.store.consumed(job_id)
+        if used is not None:
+            return pb.DcaJobStatus(job_id=job_id, state="RELEASED", nodes_reported=used["compute_nodes"], clients_included=used["clients_included"], terminal=True,
+                                   detail=f"secure sum consumed inside the curator by {used['purpose'] or 'its mechanism'}; its values are not served")
         return None

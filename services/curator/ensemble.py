@@ -64,10 +64,11 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: auxiliary dataset {request.auxiliary!r}: {e}")
         job_id = "hm-" + pysecrets.token_hex(6)
         try:
+            core.check_size(request, X_aux)
             vote_params = core.vote_job(request, "pending", X_aux.shape[0])
             core.ensemble_params(request, X_aux.shape[0], len(request.parties))
-        except ValueError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+        except (ValueError, ProtocolError) as e:  # InvalidJob from the DCA parameters is a ProtocolError
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {getattr(e, 'detail', e)}")
         try:
             dca_job = await self.dca.create(vote_params.to_spec())
         except DcaJobRefused as e:
@@ -75,6 +76,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         self.running[job_id] = (request, core.auxiliary_chunks(X_aux))
         log.info("ensemble job %s (%s, ε=%g): %d voters, N=%d auxiliary points, d=%d, votes summed by DCA job %s",
                  job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
+        release = None
         try:
             release = await self._run(job_id, dca_job, request, X_aux)
         except _JobFailed as e:
@@ -82,6 +84,8 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             await context.abort(e.code, e.detail)
         finally:
             self.running.pop(job_id, None)
+            if release is None:  # failed, cancelled or crashed: the nodes must drop the vote shares
+                await asyncio.shield(self.dca.abort(dca_job, f"ensemble job {job_id} ended without a release"))
             self.dca.forget(dca_job)
         self.store.put(job_id, release)
         log.info("ensemble job %s published over %d voters (Δ₂=%.4g)", job_id, release.parties_included, release.sensitivity)
@@ -108,11 +112,16 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             except ProtocolError as e:
                 return role.vote_failed(party, errors.details(e))
 
-        outs = [o for batch in await asyncio.gather(*(ask(s) for s in role.start())) for o in batch]
-        abort = next((o for o in outs if isinstance(o, core.AbortVoteSum)), None)
-        if abort is not None:
-            await self.dca.abort(dca_job, abort.detail)
-            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: {abort.detail}")
+        asks = [asyncio.ensure_future(ask(s)) for s in role.start()]
+        try:
+            for done in asyncio.as_completed(asks):
+                abort = next((o for o in await done if isinstance(o, core.AbortVoteSum)), None)
+                if abort is not None:  # more than T voters failed: stop at once, the others need not vote
+                    await self.dca.abort(dca_job, abort.detail)
+                    raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: {abort.detail}")
+        finally:
+            for a in asks:
+                a.cancel()
         if role.failures:
             log.warning("ensemble job %s: %d voter(s) missing (T = %d allows it): %s", job_id, len(role.failures), spec.max_missing, role.failures)
         t1 = time.perf_counter()
@@ -129,7 +138,9 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         if role.state != core.RELEASED:
             raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: {role.error}")
         release = next(o.release for o in outs if isinstance(o, Publish))
-        release.stage_seconds.update({"votes": t1 - t0, "vote_sum": t2 - t1, "train": time.perf_counter() - t2})
+        # Published: the voters' and the nodes' times. Not the fit's: its Newton steps depend on the exact counts.
+        release.stage_seconds.update({"votes": t1 - t0, "vote_sum": t2 - t1})
+        log.info("ensemble job %s: global fit and noise took %.3f s", job_id, time.perf_counter() - t2)
         return release
 
     async def GetEnsemble(self, request: common_pb2.JobRef, context) -> pb.EnsembleRelease:

@@ -33,6 +33,7 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
     def __init__(self, holder: dict) -> None:
         self._holder = holder
         self._busy: set[str] = set()
+        self._ledger_lock = asyncio.Lock()
 
     async def Vote(self, request: pb.VoteRequest, context) -> pb.VoteReceipt:
         party = self._holder.get("party")
@@ -78,6 +79,8 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"UNKNOWN_JOB: vote sum {request.dca_job_id}: {e.details()}")
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: vote sum {request.dca_job_id}: {e}")
+        if not params.secure_sum or (params.seeded and not cfg.test_mode) or params.seeded != bool(spec.simulation_seed):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: DCA job {request.dca_job_id} is not the ensemble's secure vote sum (or carries a simulation seed the job does not)")
         expected_d = core.vote_dimension(request.auxiliary_rows, len(spec.classes))
         if params.dimension != expected_d or cfg.name not in params.roster or set(params.roster) != set(spec.parties) or params.nodes != tuple(spec.compute_nodes):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: DCA job {request.dca_job_id} does not match the ensemble job (d = {params.dimension}, expected {expected_d}; roster and nodes must be the job's)")
@@ -98,13 +101,20 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             z = await asyncio.to_thread(compute)
         except (DatasetError, ValueError, RuntimeError) as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: party {cfg.name}: {e}")
+        # Spend ε before any share leaves: a vote that may reach a node is counted even if the job later fails,
+        # and the check and the entry are one step, so concurrent jobs cannot overspend the budget.
+        async with self._ledger_lock:
+            try:
+                party.ledger.check(spec.epsilon, 0.0)
+            except BudgetExceeded as e:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"BUDGET_EXCEEDED: party {cfg.name}: {e}")
+            party.record(core.ledger_entry(request.job_id, spec, request.dca_job_id, request.auxiliary_rows))
         try:
             report = await submit_vector(Endpoints(cfg.curator.address, cfg.curator.name, tls), tls, cfg.name, request.dca_job_id, z)
         except grpc.aio.AioRpcError as e:
             await context.abort(grpc.StatusCode.ABORTED, f"PEER_UNREACHABLE: party {cfg.name} could not submit its vote shares: {e.details()}")
         if report.rejected:
             await context.abort(grpc.StatusCode.ABORTED, f"JOB_FAILED: party {cfg.name}'s vote shares were refused: {report.rejected[0].detail}")
-        party.record(core.ledger_entry(request.job_id, spec, request.dca_job_id, request.auxiliary_rows))
         log.info("ensemble job %s: voted on %d auxiliary points with %s (vote sum %s)", request.job_id, request.auxiliary_rows, cfg.local_classifier, request.dca_job_id)
         return pb.VoteReceipt(job_id=request.job_id, party=cfg.name, accepted_shares=report.accepted, local_model=cfg.local_classifier)
 

@@ -297,6 +297,8 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"UNKNOWN_JOB: {e.details()}")
         if params.seeded and not cfg.test_mode:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed is refused outside test mode")
+        if params.secure_sum:  # a noise-free sum would carry the raw statistic: only DP sums take contributions
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: DCA job {request.dca_job_id} adds no noise; statistics are contributed to DP sums only")
         try:
             party.ledger.check(params.epsilon, params.delta)
         except BudgetExceeded as e:

@@ -207,3 +207,28 @@ def test_thousands_of_voters_through_the_dca_core_give_the_exact_counts():
     counts = vote_counts(np.asarray(run.release.values), N, C, M)
     assert np.array_equal(counts, vote_counts(Z.sum(axis=0), N, C, M))
     assert np.array_equal(counts.sum(axis=1), np.full(N, M))
+
+
+def test_jobs_too_large_to_fit_are_refused_before_anyone_votes():
+    X = np.zeros((10, 100))
+    with pytest.raises(core.EnsembleJobError, match="C·d"):
+        core.check_size(_spec(50), X)  # 50·100 parameters: a (C·d)² Hessian of 200 MB
+    with pytest.raises(core.EnsembleJobError, match="vote entries"):
+        core.check_size(_spec(2), np.zeros((core.MAX_VOTE_DIMENSION + 1, 2)))
+    core.check_size(_spec(3), X)  # 300 parameters: fine
+
+
+def test_curator_role_never_quotes_the_vote_sum_in_its_failure():
+    parties, X_aux = _data(2)
+    spec = _spec(2)
+    run = core.run_inmemory("hm-5", "dca-5", spec, parties, X_aux)
+    role = core.CuratorRole("hm-5", "dca-5", spec, X_aux)
+    role.start()
+    for n in NAMES:
+        role.receipt(n, pb.VoteReceipt(job_id="hm-5", party=n))
+    bad = dca_pb2.DpSum()
+    bad.CopyFrom(run.vote_sum)
+    bad.values[3] = 2.5  # not a count
+    out = role.vote_sum(bad)
+    assert isinstance(out[0], core.AbortVoteSum) and role.state == "FAILED"
+    assert "2.5" not in out[0].detail and "not valid vote counts" in out[0].detail

@@ -66,6 +66,8 @@ def fed(tmp_path_factory):
         for j, p in enumerate(PARTIES):
             rows = idx[n_aux + n_test:][j::len(PARTIES)]
             datasets[p][name] = _write(root / "data" / p / f"{name}.csv", X[rows], y[rows])
+            if name == "bc" and p != "party-5":
+                datasets[p]["bc4"] = datasets[p]["bc"]  # party-5 lacks it: a voter that fails
     trans = root / "transcripts"
     mp = pytest.MonkeyPatch()
     mp.setenv(transcript.ENV, str(trans))
@@ -97,7 +99,9 @@ def test_socket_release_equals_in_memory_and_curator_never_sees_votes(fed):
     s = spec()
     rel = train_ensemble(ep, s)
     assert rel.job_id.startswith("hm-") and rel.parties_included == 5 and rel.seeded
-    assert rel.sensitivity == pytest.approx(2.0 / (5 * 1e-2)) and "ε-DP" in rel.guarantee.statement or "DP" in rel.guarantee.statement
+    assert rel.sensitivity == pytest.approx(2.0 / (5 * 1e-2))  # Thm 3: 2/(Mλ)
+    assert rel.guarantee.epsilon == 1000.0 and "epsilon-DP" in rel.guarantee.statement and "whole party" in rel.guarantee.statement
+    assert set(rel.stage_seconds) == {"votes", "vote_sum"}  # the fit's time depends on the counts: not published
 
     # the same job in memory: same parties' records and local models, same auxiliary data, same seed
     X_aux = _load_auxiliary(DatasetConfig(**fed.aux["bc_aux"]))
@@ -135,6 +139,9 @@ def test_socket_release_equals_in_memory_and_curator_never_sees_votes(fed):
         with pytest.raises(grpc.RpcError) as err:
             dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30)
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "secure sum" in err.value.details()
+    with curator_channel(fed, site_tls(fed, "operator")) as ch:  # its outcome (not its values) is on record
+        st = list(dca_pb2_grpc.DcaCuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30))[-1]
+    assert st.state == "RELEASED" and st.clients_included == 5 and "consumed inside the curator" in st.detail
     assert fetch(ep, rel.job_id) == rel  # published, persisted
 
     # Dave: `mpdp predict` on held-out rows
@@ -165,16 +172,20 @@ def test_multiclass_majority_vote_job(fed):
         ({"compute_nodes": ["node-1", "node-9"]}, grpc.StatusCode.FAILED_PRECONDITION, "node-9"),
         ({"dataset": "missing"}, grpc.StatusCode.ABORTED, "no dataset 'missing'"),
         ({"classes": ["0", "1"]}, grpc.StatusCode.ABORTED, "label '-1' is not one of"),
+        ({"compute_nodes": ["node-1", "node-1"]}, grpc.StatusCode.INVALID_ARGUMENT, "distinct compute nodes"),
+        ({"classes": [str(k) for k in range(65)]}, grpc.StatusCode.INVALID_ARGUMENT, "at most 64 classes"),
     ],
 )
 def test_bad_jobs_are_refused_and_nothing_is_published(fed, change, code, words):
     ep = Endpoints.load(fed.workdir)
     with curator_channel(fed, site_tls(fed, "operator")) as ch:
         before = set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*"))
+        ledgers = {p: (fed.workdir / p / "state" / "ledger.json").read_text() for p in PARTIES}
         with pytest.raises(grpc.RpcError) as err:
             pb_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec(**change), timeout=120)
     assert err.value.code() == code and words in err.value.details(), err.value.details()
     assert set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*")) == before
+    assert {p: (fed.workdir / p / "state" / "ledger.json").read_text() for p in PARTIES} == ledgers  # nobody spent ε
     assert Endpoints.load(fed.workdir)  # the federation still serves: the next test runs a job
 
 
@@ -207,3 +218,12 @@ def test_cli_train_and_predict(fed):
     assert s["sensitivity"] == pytest.approx(2.0 / 0.01) and "party" in s["guarantee"]["statement"]
     out = CliRunner().invoke(train_cmd, args[:-1] + ["--auxiliary", ""])
     assert out.exit_code != 0 and "auxiliary" in out.output
+
+
+def test_a_failing_voter_within_T_is_left_out_and_M_shrinks(fed):
+    """party-5 has no `bc4` data and refuses to vote; T = 1 allows it: the release is over the 4 voters, with
+    Δ₂ = 2/(4λ), and party-5's ledger has no entry (it never sent a share)."""
+    rel = train_ensemble(Endpoints.load(fed.workdir), spec(dataset="bc4", max_missing=1, simulation_seed=b"t1"))
+    assert rel.parties_included == 4 and rel.sensitivity == pytest.approx(2.0 / (4 * 1e-2))
+    spent = {p: [e["job_id"] for e in json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]] for p in PARTIES}
+    assert all(rel.job_id in spent[p] for p in PARTIES[:4]) and rel.job_id not in spent["party-5"]
