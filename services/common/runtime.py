@@ -124,7 +124,8 @@ class Hosted:
         if is_abort or last is None:
             return
         problem = errors.problem_from_status(last.code(), last.details())
-        if last.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        # CANCELLED comes from a peer whose server stopped with our call in flight: it is gone, not refusing
+        if last.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
             problem = common_pb2.PEER_UNREACHABLE
             detail = f"{to.role} {to.name} is unreachable ({last.code().name}: {last.details()})"
         else:
