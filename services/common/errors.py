@@ -1,6 +1,16 @@
-"""One place maps every Problem to one gRPC status code (style.md §5, janus error.rs)."""
+"""The one error table and the one way a service refuses an RPC (style.md §5, janus error.rs).
+
+Every refusal goes through :func:`refuse`: the Problem picks the gRPC status from :data:`STATUS`, the
+details are ``PROBLEM: short text`` bounded to :data:`MAX_DETAIL` characters with control characters
+removed, and one WARNING line (no traceback) is logged. Text that came from the network is never echoed
+as is: :func:`shown` prints an identifier only when it is short and plain, else a placeholder.
+"""
 
 from __future__ import annotations
+
+import logging
+import re
+from typing import NoReturn
 
 import grpc
 
@@ -8,6 +18,7 @@ from mpdp.messages import common_pb2
 from mpdp.protocol import ProtocolError
 
 P = common_pb2.Problem
+log = logging.getLogger("mpdp.refusal")
 
 STATUS: dict[int, grpc.StatusCode] = {
     P.UNKNOWN_JOB: grpc.StatusCode.NOT_FOUND,
@@ -21,20 +32,64 @@ STATUS: dict[int, grpc.StatusCode] = {
     P.JOB_FAILED: grpc.StatusCode.ABORTED,
     P.INTERNAL: grpc.StatusCode.INTERNAL,
     P.INVALID_JOB: grpc.StatusCode.INVALID_ARGUMENT,
+    P.NOT_READY: grpc.StatusCode.UNAVAILABLE,
+    P.OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     P.PROBLEM_UNSPECIFIED: grpc.StatusCode.UNKNOWN,
 }
+
+MAX_DETAIL = 240  # characters of status details after the Problem name
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def status_for(problem: int) -> grpc.StatusCode:
     return STATUS.get(problem, grpc.StatusCode.UNKNOWN)
 
 
+def shown(value: object) -> str:
+    """An identifier from the network, fit to print: itself if short and plain, else ``<invalid>``."""
+    text = str(value)
+    return repr(text) if _ID.match(text) else "<invalid>"
+
+
+def bounded(detail: str) -> str:
+    text = _CONTROL.sub(" ", detail)
+    return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
+
+
+def problem_name(problem: int) -> str:
+    try:
+        return P.Name(problem)
+    except ValueError:
+        return "PROBLEM_UNSPECIFIED"
+
+
+def details_for(problem: int, detail: str) -> str:
+    return f"{problem_name(problem)}: {bounded(detail)}"
+
+
 def details(e: ProtocolError) -> str:
-    return f"{e.problem_name}: {e.detail}"
+    return details_for(e.problem, e.detail)
 
 
-async def abort(context: grpc.aio.ServicerContext, e: ProtocolError) -> None:
-    await context.abort(status_for(e.problem), details(e))
+def method_of(context: grpc.aio.ServicerContext) -> str:
+    try:
+        return context._rpc_event.call_details.method.decode()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - the method name only decorates the log line
+        return "?"
+
+
+async def refuse(context: grpc.aio.ServicerContext, problem: int, detail: str) -> NoReturn:
+    """Refuse the RPC: the table's status, bounded details, one WARNING log line. Never returns."""
+    text = details_for(problem, detail)
+    log.warning("refused %s: %s", method_of(context), text)
+    await context.abort(status_for(problem), text)
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+async def abort(context: grpc.aio.ServicerContext, e: ProtocolError) -> NoReturn:
+    """Refuse the RPC with a protocol error's Problem and detail."""
+    await refuse(context, e.problem, e.detail)
 
 
 def problem_from_status(code: grpc.StatusCode, details: str | None = None) -> int:
