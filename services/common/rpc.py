@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,14 +23,35 @@ import grpc
 from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from mpdp.messages import common_pb2
+from services.common import errors
 from services.common.pki import Identity, identity_from_pem
 from services.common.transcript import Transcript
+
+log = logging.getLogger("mpdp.rpc")
+P = common_pb2.Problem
 
 MAX_MESSAGE = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE),
     ("grpc.max_receive_message_length", MAX_MESSAGE),
     ("grpc.keepalive_time_ms", 30000),
+]
+# Server-side bounds (a connection that never finishes its TLS handshake, or sits idle, is dropped; a
+# connection carries a bounded number of concurrent streams; metadata is small).
+HANDSHAKE_TIMEOUT_MS = 5_000
+MAX_STREAMS_PER_CONNECTION = 256
+MAX_CONNECTION_IDLE_MS = 300_000
+MAX_METADATA_BYTES = 16 * 1024
+PER_CALLER_IN_FLIGHT = 1024  # concurrent RPCs from one certificate (DCA routers stream many clients)
+SERVER_OPTIONS = CHANNEL_OPTIONS + [
+    ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+    ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+    ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+    ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
 ]
 
 
@@ -64,76 +86,187 @@ def caller(context: grpc.aio.ServicerContext) -> Identity:
 
 
 class RoleInterceptor(grpc.aio.ServerInterceptor):
-    """Refuse an RPC unless the caller's certificate role is allowed for it."""
+    """The one gate in front of every servicer.
 
-    def __init__(self, allowed: dict[str, tuple[str, ...]], federation: str | None = None, transcript: Transcript | None = None) -> None:
+    In this order, before any servicer code runs and before the request body is parsed:
+
+    1. the RPC must be a method in ``allowed`` of a kind we know how to authorise (unary-unary,
+       unary-stream, stream-unary); anything else is refused;
+    2. the caller's certificate role must be allowed for the method, its federation must be ours, and
+       for a role in ``pinned`` (e.g. ``{"curator": "curator"}`` at parties and compute nodes) its
+       certificate name must be exactly the configured one;
+    3. the caller may have at most ``per_caller`` RPCs in flight (OVERLOADED otherwise);
+    4. only then is the body parsed; an undecodable body is MALFORMED (INVALID_ARGUMENT).
+
+    Every refusal goes through :func:`services.common.errors.refuse`. An exception a servicer did not
+    turn into a refusal is a bug: it is logged once with its traceback and the caller gets INTERNAL
+    with no detail about it.
+    """
+
+    def __init__(
+        self,
+        allowed: dict[str, tuple[str, ...]],
+        federation: str | None = None,
+        transcript: Transcript | None = None,
+        *,
+        pinned: dict[str, str] | None = None,
+        per_caller: int = PER_CALLER_IN_FLIGHT,
+    ) -> None:
         self._allowed = allowed  # full method name → roles
         self._federation = federation
         self._transcript = transcript  # test mode: every request this server receives
+        self._pinned = dict(pinned or {})
+        self._per_caller = per_caller
+        self._in_flight: dict[tuple[str, str], int] = {}
 
+    # -- checks ------------------------------------------------------------------------------------
+    def _refusal(self, method: str, roles: tuple[str, ...] | None, ident: Identity) -> str | None:
+        if roles is None:
+            return "this method is not open to any role"
+        if ident.role not in roles:
+            return f"requires role {' or '.join(roles)}; the caller's certificate has role {ident.role or 'none'}"
+        if self._federation and ident.federation and ident.federation != self._federation:
+            return "the caller's certificate belongs to another federation"
+        pinned = self._pinned.get(ident.role)
+        if pinned is not None and ident.name != pinned:
+            return f"only {pinned} may call this as {ident.role}"
+        return None
+
+    def _enter(self, ident: Identity) -> bool:
+        key = (ident.role, ident.name)
+        n = self._in_flight.get(key, 0)
+        if n >= self._per_caller:
+            return False
+        self._in_flight[key] = n + 1
+        return True
+
+    def _leave(self, ident: Identity) -> None:
+        key = (ident.role, ident.name)
+        n = self._in_flight.get(key, 1) - 1
+        if n <= 0:
+            self._in_flight.pop(key, None)
+        else:
+            self._in_flight[key] = n
+
+    # -- the wrapper ----------------------------------------------------------------------------------
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.startswith("/grpc.health"):
+        if method.startswith("/grpc.health.v1.Health/"):
             return handler
         roles = self._allowed.get(method)
-        federation = self._federation
+        if handler is None:
+            return None  # gRPC answers UNIMPLEMENTED for methods no servicer has
+        kind = _kind(handler)
+        if kind is None:
+            roles = None  # a streaming kind nobody authorises: refused below, whoever calls
+        gate = self
         transcript = self._transcript
+
+        async def admit(context) -> Identity:
+            ident = caller(context)
+            reason = gate._refusal(method, roles, ident)
+            if reason is not None:
+                await errors.refuse(context, P.WRONG_ROLE, reason)
+            if not gate._enter(ident):
+                await errors.refuse(context, P.OVERLOADED, f"more than {gate._per_caller} calls in flight from {ident.name}; retry later")
+            return ident
+
+        async def parse(context, raw: bytes, deserialize):
+            try:
+                return deserialize(raw) if deserialize is not None else raw
+            except Exception:  # noqa: BLE001 - any parse failure is the sender's malformed body
+                await errors.refuse(context, P.MALFORMED, "the request body is not a valid message for this method")
 
         def seen(context, request) -> None:
             if transcript is not None:
                 transcript.record("request", method, caller(context).name, request)
 
-        def check(context) -> str | None:
-            ident = caller(context)
-            if roles is None:
-                return f"method {method} is not open to any role"
-            if ident.role not in roles:
-                return f"{method} requires role {' or '.join(roles)}; caller {ident.name or '?'} has role {ident.role or 'none'}"
-            if federation and ident.federation and ident.federation != federation:
-                return f"caller belongs to federation {ident.federation!r}, not {federation!r}"
-            return None
+        async def guarded(context, run):
+            try:
+                return await run()
+            except (grpc.aio.AbortError, asyncio.CancelledError):
+                raise
+            except Exception:  # noqa: BLE001 - a servicer bug: log it once, say nothing about it
+                log.exception("unhandled error in %s", method)
+                await errors.refuse(context, P.INTERNAL, "internal error; the operator's log has the cause")
 
-        if handler.unary_unary:
-            inner = handler.unary_unary
+        if kind == "unary_unary":
+            inner, deserialize = handler.unary_unary, handler.request_deserializer
 
-            async def unary(request, context):
-                problem = check(context)
-                if problem:
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {problem}")
-                seen(context, request)
-                return await inner(request, context)
+            async def unary(raw, context):
+                ident = await admit(context)
+                try:
+                    request = await parse(context, raw, deserialize)
+                    seen(context, request)
+                    return await guarded(context, lambda: inner(request, context))
+                finally:
+                    gate._leave(ident)
 
-            return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
-        if handler.unary_stream:
-            inner_s = handler.unary_stream
+            return grpc.unary_unary_rpc_method_handler(unary, None, handler.response_serializer)
+        if kind == "unary_stream":
+            inner_s, deserialize = handler.unary_stream, handler.request_deserializer
 
-            async def stream(request, context):
-                problem = check(context)
-                if problem:
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {problem}")
-                seen(context, request)
-                async for item in inner_s(request, context):
-                    yield item
+            async def stream(raw, context):
+                ident = await admit(context)
+                try:
+                    request = await parse(context, raw, deserialize)
+                    seen(context, request)
+                    try:
+                        async for item in inner_s(request, context):
+                            yield item
+                    except (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit):
+                        raise
+                    except Exception:  # noqa: BLE001 - see guarded()
+                        log.exception("unhandled error in %s", method)
+                        await errors.refuse(context, P.INTERNAL, "internal error; the operator's log has the cause")
+                finally:
+                    gate._leave(ident)
 
-            return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer, handler.response_serializer)
-        if handler.stream_unary:
-            inner_su = handler.stream_unary
+            return grpc.unary_stream_rpc_method_handler(stream, None, handler.response_serializer)
+        if kind == "stream_unary":
+            inner_su, deserialize = handler.stream_unary, handler.request_deserializer
 
-            async def stream_unary(request_iterator, context):
-                problem = check(context)
-                if problem:
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {problem}")
-                if transcript is not None:
-                    request_iterator = _recorded(request_iterator, lambda r: seen(context, r))
-                return await inner_su(request_iterator, context)
+            async def stream_unary(raw_iterator, context):
+                ident = await admit(context)
+                try:
+                    requests = _parsed(raw_iterator, deserialize, lambda r: seen(context, r))
+                    try:
+                        return await guarded(context, lambda: inner_su(requests, context))
+                    except _Undecodable:
+                        await errors.refuse(context, P.MALFORMED, "a streamed message is not a valid message for this method")
+                finally:
+                    gate._leave(ident)
 
-            return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer, handler.response_serializer)
-        return handler
+            return grpc.stream_unary_rpc_method_handler(stream_unary, None, handler.response_serializer)
+
+        async def refused(request_iterator, context):  # stream-stream: no RPC of ours has this kind
+            await errors.refuse(context, P.WRONG_ROLE, "this method is not open to any role")
+            yield  # pragma: no cover
+
+        return grpc.stream_stream_rpc_method_handler(refused, None, None)
 
 
-async def _recorded(iterator, record):
-    async for item in iterator:
+class _Undecodable(Exception):
+    """A client-streamed message could not be parsed (turned into MALFORMED by the gate)."""
+
+
+def _kind(handler: grpc.RpcMethodHandler) -> str | None:
+    if handler.unary_unary:
+        return "unary_unary"
+    if handler.unary_stream:
+        return "unary_stream"
+    if handler.stream_unary:
+        return "stream_unary"
+    return None
+
+
+async def _parsed(raw_iterator, deserialize, record):
+    async for raw in raw_iterator:
+        try:
+            item = deserialize(raw) if deserialize is not None else raw
+        except Exception as e:  # noqa: BLE001 - any parse failure is the sender's malformed body
+            raise _Undecodable() from e
         record(item)
         yield item
 
@@ -149,7 +282,7 @@ async def start_server(
     add_servicers: Callable[[grpc.aio.Server], None],
     service_names: list[str],
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    server = grpc.aio.server(interceptors=[interceptor], options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(interceptors=[interceptor], options=SERVER_OPTIONS)
     add_servicers(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -244,7 +244,7 @@ async def register(cfg: cfgmod.ComputeNodeConfig, port: int) -> None:
 async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
     node = ComputeNode(cfg)
     server, port, health = await start_server(
-        cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE]
+        cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None, pinned={"curator": cfg.curator.name}), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE]
     )
     try:
         await register(cfg, port)

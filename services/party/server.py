@@ -383,7 +383,7 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
 
     roles = {**ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES}
     services = [SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE]
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None), add, services)
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, pinned={"curator": cfg.curator.name}), add, services)
     await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)  # SERVING once registered with the curator
     try:
         keys = await register(cfg, port)
