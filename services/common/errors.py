@@ -102,3 +102,30 @@ def problem_from_status(code: grpc.StatusCode, details: str | None = None) -> in
         if c == code and p != P.PROBLEM_UNSPECIFIED:
             return p
     return P.PEER_UNREACHABLE
+
+
+MEANING: dict[int, str] = {
+    P.UNKNOWN_JOB: "the job id names no job this service has or still remembers",
+    P.WRONG_ROLE: "the caller's certificate (role, federation or exact name) may not send this",
+    P.STEP_OUT_OF_ORDER: "a participant's message arrived before or after its step",
+    P.REPLAY: "the same message from the same sender was already taken",
+    P.MALFORMED: "the body does not parse, or a field is outside its documented range",
+    P.INSUFFICIENT_NOISE: "a release would carry less noise than its guarantee needs; nothing is released",
+    P.PEER_UNREACHABLE: "a participant the job needs did not answer within its deadline",
+    P.BUDGET_EXCEEDED: "a party's privacy budget cannot pay the job's true (ε, δ)",
+    P.JOB_FAILED: "the job has failed; its failure names the cause",
+    P.INTERNAL: "a bug on the refusing side; its log has the cause",
+    P.INVALID_JOB: "a job specification that can never run (unknown dataset, duplicate names, bad parameters)",
+    P.NOT_READY: "the service is starting up; retry",
+    P.OVERLOADED: "a per-caller or per-service limit is reached; retry later",
+}
+
+
+def render_table() -> str:
+    """The error table as markdown (docs/protocols/job-model.md carries it between markers)."""
+    rows = ["| Problem | gRPC status | meaning |", "|---|---|---|"]
+    for problem, code in STATUS.items():
+        if problem == P.PROBLEM_UNSPECIFIED:
+            continue
+        rows.append(f"| `{problem_name(problem)}` | `{code.name}` | {MEANING[problem]} |")
+    return "\n".join(rows) + "\n"
