@@ -267,6 +267,8 @@ class Party(pb_grpc.PartyServicer):
             await hosted.deliver(sender, request, context)
         except ProtocolError:
             pass
+        finally:
+            await self._settle(hosted.machine)
         return common_pb2.Ack()
 
     StartProtocol = SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
@@ -284,12 +286,16 @@ class Party(pb_grpc.PartyServicer):
                     log.error("job %s: the release records ε=%s, but ε=%s was spent", m.job_id, o.entry.get("epsilon"), pathak_entry(m)["epsilon"])
                 self._settled.add(m.job_id)
                 await self.mark(PATHAK, m.job_id, RELEASED)
-        if m.state == MACHINE_FAILED and m.job_id not in self._settled:
-            self._settled.add(m.job_id)  # a failed job keeps its charge: its data may already have left in a message
-            await self.mark(PATHAK, m.job_id, FAILED, {"failure": errors.problem_name(m.error.problem) if m.error else "JOB_FAILED"})
+        await self._settle(m)
         if all(h.machine.terminal for h in self.jobs.values()):
             m = hosted.machine
             self.precompute.resume(getattr(m, "d", None), len(m.params.pairs) * m.params.compare_bits)
+
+    async def _settle(self, m: PartyMachine) -> None:
+        """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message."""
+        if m.state == MACHINE_FAILED and m.job_id not in self._settled:
+            self._settled.add(m.job_id)
+            await self.mark(PATHAK, m.job_id, FAILED, {"failure": errors.problem_name(m.error.problem) if m.error else "JOB_FAILED"})
 
     async def _send(self, hosted: Hosted, to: Peer, message) -> None:
         if to == CURATOR:
