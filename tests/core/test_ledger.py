@@ -228,3 +228,22 @@ def test_party_config_budget_delta_defaults_to_the_old_value_and_is_checked(tmp_
     for bad in ({"budget_delta": -1e-6}, {"budget_epsilon": -1.0}, {"budget_epsilon": float("inf")}):
         with pytest.raises(ValidationError):
             PartyConfig(**base, **bad)
+
+
+def test_dca_submit_spends_from_the_sites_party_ledger_or_explicit_options(tmp_path):
+    import click
+
+    from services.cli.dca import client_ledger
+
+    site = tmp_path / "site"
+    site.mkdir()
+    with pytest.raises(click.ClickException, match="no party.yaml"):
+        client_ledger(site, None, None, None)
+    led = client_ledger(site, str(tmp_path / "l.json"), 2.0, None)
+    assert (led.path, led.budget_epsilon, led.budget_delta) == (tmp_path / "l.json", 2.0, 1e-3)
+    (site / "party.yaml").write_text(
+        "name: party-9\ntls: {cert: site.crt, key: site.key, ca: ca.crt}\ncurator: {address: 'x:1', name: curator}\n"
+        "ledger: state/ledger.json\nbudget_epsilon: 3.5\nbudget_delta: 1.0e-6\n"
+    )
+    led = client_ledger(site, None, None, None)  # the same file, under the same lock, as the party service
+    assert (led.path, led.budget_epsilon, led.budget_delta) == (site.resolve() / "state" / "ledger.json", 3.5, 1e-6)
