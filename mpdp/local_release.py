@@ -1,7 +1,7 @@
 """Local DP releases (one per party) and their average, network-free (issue: LMGC in the federation).
 
-A party trains a DP model on its own records (:func:`party_release`), records it in its privacy ledger
-and releases the DP parameters; nothing about its records or size leaves it except through that
+A party spends the release's ε in its privacy ledger (:func:`ledger_entry`, before training), trains a DP
+model on its own records (:func:`party_release`) and releases the DP parameters; nothing about its records or size leaves it except through that
 ε-DP release. The curator publishes all releases and, as **post-processing**, their parameter average
 (:func:`average_releases`): each record lies in exactly one party's data, so by parallel composition the
 set and the average are max_j ε_j-DP. Averaging is refused, with the reason, when the releases are not
@@ -18,6 +18,7 @@ from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, local_release_pb2 as pb
 
 MODELS = ("lmgc",)
+PROTOCOL = "local-release/lmgc"
 MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
 
 
@@ -27,7 +28,7 @@ class ReleaseError(ValueError):
 
 def validate_spec(spec: pb.LocalModelJobSpec) -> None:
     if spec.model not in MODELS:
-        raise ReleaseError(f"unknown model {spec.model!r}; use one of {MODELS}")
+        raise ReleaseError(f"unknown model; use one of {MODELS}")
     if not spec.parties or len(set(spec.parties)) != len(spec.parties):
         raise ReleaseError("parties must be a non-empty list of distinct names")
     if not (spec.epsilon > 0 and np.isfinite(spec.epsilon)):
@@ -38,8 +39,23 @@ def validate_spec(spec: pb.LocalModelJobSpec) -> None:
         raise ReleaseError("dataset must name a dataset in every party's config")
 
 
+def ledger_entry(request: pb.LocalModelRequest) -> dict:
+    """What a party spends for a local release, before it trains: the release's true ε.
+
+    Corrected mode: the calibration splits the spec's ε into ε_b + ε_J and guarantees exactly ε (δ = 0;
+    :meth:`mpdp.lmgc.privacy.CorrectedCalibration.guarantee`), so the spec's ε is the true one and is known
+    before the data is touched. Paper mode proves no guarantee at all; the nominal ε is charged so that
+    the budget still bounds how many such releases a party makes.
+    """
+    spec = request.spec
+    validate_spec(spec)
+    return {"job_id": request.job_id, "protocol": PROTOCOL, "epsilon": float(spec.epsilon), "delta": 0.0,
+            "mode": MODE_NAMES[spec.mode], "dataset": spec.dataset}
+
+
 def party_release(name: str, request: pb.LocalModelRequest, X: np.ndarray, y: np.ndarray, rng: Drbg) -> tuple[pb.LocalModelRelease, dict]:
-    """Train the DP model on this party's rows; returns the release and the ledger entry.
+    """Train the DP model on this party's rows; returns the release and the details its ledger entry keeps
+    (mechanism and accounting; the charge was spent with :func:`ledger_entry` before training).
 
     The accounting's n and ridge Δ stay in the ledger entry (they reveal the dataset size); the
     release carries θ, the classes and the guarantee.
@@ -68,9 +84,9 @@ def party_release(name: str, request: pb.LocalModelRequest, X: np.ndarray, y: np
         guarantee=common_pb2.Guarantee(mechanism=g.mechanism, epsilon=g.epsilon, delta=g.delta, sensitivity=g.sensitivity, norm=g.norm, statement=statement) if g else None,
         mode=MODE_NAMES[spec.mode],
     )
-    entry = {"job_id": request.job_id, "protocol": "local-release/lmgc", "mechanism": g.mechanism if g else "", "epsilon": float(spec.epsilon),
-             "delta": 0.0, "mode": MODE_NAMES[spec.mode], "dataset": spec.dataset, "accounting": _jsonable(est.accounting_ or {})}
-    return release, entry
+    if g is not None and (g.epsilon > spec.epsilon or g.delta > 0.0):
+        raise ReleaseError(f"the release's guarantee (ε={g.epsilon:g}, δ={g.delta:g}) exceeds the ε={spec.epsilon:g} spent for it")
+    return release, {"mechanism": g.mechanism if g else "", "accounting": _jsonable(est.accounting_ or {})}
 
 
 def label_text(v) -> str:

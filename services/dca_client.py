@@ -2,7 +2,8 @@
 
 - :class:`DcaOperator` (OPERATOR certificate): create a job, watch it, fetch the released DP sum.
 - :func:`submit_vector`: one client (PARTY certificate, client id = its site name) secret-shares its
-  vector with fresh Gaussian noise and streams one share to each compute node.
+  vector with fresh Gaussian noise and streams one share to each compute node. Given the client's privacy
+  ledger, it spends the job's true (ε, δ) there before any share leaves (a failed submission keeps it).
 - :func:`submit_cohort`: many simulated clients from one process over long-lived TLS channels, either one
   ClientShare message per client on a stream per node (``batched=False``) or ShareBatch messages carrying
   many clients' shares (``batched=True``); every client is still accounted on its own by the nodes.
@@ -20,6 +21,7 @@ import numpy as np
 
 from mpdp.dca.client import ClientCohort, ClientMachine
 from mpdp.dca.params import DcaParams
+from mpdp.ledger import FAILED, Ledger
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Send
@@ -72,10 +74,13 @@ class SubmitReport:
     seconds: float = 0.0  # wall time of the whole submission
 
 
-async def _fetch_job(curator_address: str, curator_name: str, tls: TlsFiles, job_id: str) -> pb.DcaJobAnnouncement:
+async def fetch_job(curator_address: str, curator_name: str, tls: TlsFiles, job_id: str) -> pb.DcaJobAnnouncement:
     opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", curator_name)]
     async with grpc.aio.secure_channel(curator_address, tls.channel_credentials(), options=opts) as ch:
         return await pb_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job_id), timeout=60)
+
+
+_fetch_job = fetch_job
 
 
 def _node_channels(ann: pb.DcaJobAnnouncement, tls: TlsFiles) -> list[grpc.aio.Channel]:
@@ -86,15 +91,47 @@ def _node_channels(ann: pb.DcaJobAnnouncement, tls: TlsFiles) -> list[grpc.aio.C
     ]
 
 
-async def submit_vector(endpoints: Endpoints, tls: TlsFiles, client_id: str, job_id: str, z: np.ndarray, rng: Drbg | None = None) -> SubmitReport:
-    """One client's contribution: shares with fresh noise, one stream per node. Raises if any node refuses."""
+async def submit_vector(
+    endpoints: Endpoints,
+    tls: TlsFiles,
+    client_id: str,
+    job_id: str,
+    z: np.ndarray,
+    rng: Drbg | None = None,
+    *,
+    ledger: Ledger | None = None,
+    announcement: pb.DcaJobAnnouncement | None = None,
+) -> SubmitReport:
+    """One client's contribution: shares with fresh noise, one stream per node. Raises if any node refuses.
+
+    With ``ledger``, the job's true (ε, δ) (:meth:`DcaParams.ledger_entry`, the guarantee the sum gives) is
+    spent there before any share leaves: :class:`mpdp.ledger.BudgetExceeded` if it does not fit. A
+    submission that fails after spending keeps its charge, marked failed. ``announcement`` is the job as the
+    caller already fetched and checked it (fetched here otherwise).
+    """
     t0 = time.perf_counter()
-    ann = await _fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
+    ann = announcement if announcement is not None else await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child(f"client/{client_id}") if params.seeded else Drbg.from_os())
     machine = ClientMachine(params, client_id, z, rng)
     outs = [o for o in machine.submit() if isinstance(o, Send)]
     client_seconds = time.perf_counter() - t0
+    entry = params.ledger_entry()
+    if ledger is not None:
+        await asyncio.to_thread(ledger.spend, entry)
+    try:
+        report = await _send_shares(ann, tls, params, outs, client_seconds)
+    except BaseException:
+        if ledger is not None:
+            await asyncio.to_thread(ledger.mark, entry["protocol"], job_id, FAILED)
+        raise
+    if report.rejected and ledger is not None:
+        await asyncio.to_thread(ledger.mark, entry["protocol"], job_id, FAILED)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+async def _send_shares(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, outs: list[Send], client_seconds: float) -> SubmitReport:
     channels = _node_channels(ann, tls)
     report = SubmitReport(client_seconds=client_seconds)
     try:
@@ -110,7 +147,6 @@ async def submit_vector(endpoints: Endpoints, tls: TlsFiles, client_id: str, job
     for r in receipts:
         report.accepted += r.accepted
         report.rejected.extend(r.rejected)
-    report.seconds = time.perf_counter() - t0
     return report
 
 
@@ -127,7 +163,7 @@ async def submit_cohort(
 ) -> SubmitReport:
     """Simulate many clients over one long-lived TLS channel per node (load generator, benchmarks, tests)."""
     t0 = time.perf_counter()
-    ann = await _fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
+    ann = await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())
     cohort = ClientCohort(params, client_ids, Z, rng)

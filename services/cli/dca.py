@@ -99,11 +99,20 @@ def release(endpoints, job_id) -> None:
 @click.option("--site", type=click.Path(file_okay=False), required=True, help="this client's site folder (site.crt, site.key, ca.crt); its name is the client id")
 @click.option("--job", "job_id", required=True, help="DCA job id")
 @click.option("--values", required=True, help="comma-separated vector, or @FILE with one number per line")
+@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+              help="this client's privacy ledger (default: the `ledger` of SITE/party.yaml, shared with the party service)")
+@click.option("--budget-epsilon", type=float, default=None, help="total ε of that ledger (default: SITE/party.yaml's budget_epsilon)")
+@click.option("--budget-delta", type=float, default=None, help="total δ of that ledger (default: SITE/party.yaml's budget_delta)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def submit(endpoints, site, job_id, values, as_json) -> None:
-    """Submit this client's vector: noise and secret sharing happen here; each node gets one share."""
+def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_delta, as_json) -> None:
+    """Submit this client's vector: noise and secret sharing happen here; each node gets one share.
+
+    The job's true (ε, δ) is spent in this client's privacy ledger first (the same file, under the same lock,
+    as the party service of this site); the submission is refused when it does not fit the budget.
+    """
     from cryptography import x509
 
+    from mpdp.ledger import BudgetExceeded, LedgerError
     from services.client import Endpoints
     from services.common.rpc import TlsFiles
     from services.dca_client import submit_vector
@@ -111,13 +120,40 @@ def submit(endpoints, site, job_id, values, as_json) -> None:
     folder = Path(site)
     tls = TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
     cid = x509.load_pem_x509_certificate(tls.cert.read_bytes()).subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value
+    ledger = client_ledger(folder, ledger_path, budget_epsilon, budget_delta)
     z = np.loadtxt(values[1:]) if values.startswith("@") else np.array([float(v) for v in values.split(",")])
     try:
-        rep = asyncio.run(submit_vector(Endpoints.load(endpoints), tls, str(cid), job_id, np.atleast_1d(z)))
+        rep = asyncio.run(submit_vector(Endpoints.load(endpoints), tls, str(cid), job_id, np.atleast_1d(z), ledger=ledger))
+    except BudgetExceeded as e:
+        raise click.ClickException(f"RESOURCE_EXHAUSTED: BUDGET_EXCEEDED: client {cid}: {e}")
+    except LedgerError as e:
+        raise click.ClickException(f"the privacy ledger {ledger.path} cannot be used: {e}")
     except grpc.RpcError as e:
         raise click.ClickException(f"{e.code().name}: {e.details()}")
     out = {"client_id": cid, "accepted": rep.accepted, "rejected": [r.detail for r in rep.rejected], "seconds": rep.seconds}
     print(json.dumps(out) if as_json else out)
+
+
+def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, budget_delta: float | None):
+    """The ledger a DCA client spends from: the options, else what SITE/party.yaml configures."""
+    from mpdp.ledger import DEFAULT_BUDGET_DELTA, Ledger
+    from services.common import config as cfgmod
+
+    party_yaml = site / "party.yaml"
+    if party_yaml.exists():
+        try:
+            cfg = cfgmod.load(cfgmod.PartyConfig, party_yaml)
+        except cfgmod.ConfigError as e:
+            raise click.ClickException(str(e))
+        path = path or str(cfg.ledger)
+        budget_epsilon = cfg.budget_epsilon if budget_epsilon is None else budget_epsilon
+        budget_delta = cfg.budget_delta if budget_delta is None else budget_delta
+    if path is None or budget_epsilon is None:
+        raise click.ClickException(f"{site} has no party.yaml: pass --ledger and --budget-epsilon (the client spends ε from its privacy ledger)")
+    try:
+        return Ledger(path, budget_epsilon, DEFAULT_BUDGET_DELTA if budget_delta is None else budget_delta)
+    except ValueError as e:
+        raise click.ClickException(str(e))
 
 
 @dca.command("loadgen")

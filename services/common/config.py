@@ -11,6 +11,7 @@ Example party config::
       adult: {path: /data/adult.libsvm, format: libsvm, n_features: 123}
     ledger: state/ledger.json
     budget_epsilon: 10.0
+    budget_delta: 0.001
 
 Relative paths are resolved against the config file's folder.
 """
@@ -79,7 +80,8 @@ class PartyConfig(_Base):
     curator: Endpoint
     datasets: dict[str, DatasetConfig] = {}
     ledger: Path = Path("ledger.json")
-    budget_epsilon: float = 10.0
+    budget_epsilon: float = Field(10.0, ge=0, allow_inf_nan=False, description="total ε this party may spend (basic composition over its ledger)")
+    budget_delta: float = Field(1e-3, ge=0, allow_inf_nan=False, description="total δ this party may spend")
     pool_target: int = Field(256, description="Paillier randomness factors kept precomputed for Charlie's key")
     local_classifier: str = Field("logreg", description="the party's own model in ensemble (hamm2016) jobs: any name of mpdp.hamm2016.local.CLASSIFIERS")
 
