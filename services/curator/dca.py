@@ -134,7 +134,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
                 continue
             self.reaper.ensure_running()
             log.info("recovering DCA job %s", job_id)
-            hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds, pull=True))
+            hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
             for n in params.nodes:
                 hosted.spawn(self._pull(hosted, n))
 
@@ -338,7 +338,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         except ProtocolError:
             pass
 
-    async def _deadline(self, hosted: Hosted, seconds: float, pull: bool = False) -> None:
+    async def _deadline(self, hosted: Hosted, seconds: float) -> None:
         await asyncio.sleep(seconds)
         if hosted.machine.terminal:
             return
