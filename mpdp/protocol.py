@@ -5,8 +5,18 @@ A machine takes one message from one peer and returns the outputs it causes
 party's privacy ledger). It never touches a socket. Messages for a later step may
 arrive early (e.g. a party's SizeShare before Charlie's ProtocolStart reached it):
 they are admitted if the table says they can already exist, and consumed when the
-machine reaches the step that needs them. Anything else is a :class:`RemoteProtocolError`
-that moves the machine to FAILED; a FAILED machine never emits a share or a release.
+machine reaches the step that needs them. A FAILED machine never emits a share or a release.
+
+Failure policy (the same for every engine, :func:`admit_sender` and :func:`fails_job`):
+
+* Only a job's participants can fail it. A message from anyone else (a sender who is not a
+  participant of this job) or for another job is refused with its Problem (WRONG_ROLE,
+  UNKNOWN_JOB) and never touches the job: state, inbox, seen-set and transcript stay as they were.
+* Some protocols take messages from senders that are not participants (DCA's clients and routers):
+  a refusal of such a message rejects that one message and leaves the job as it was.
+* Any other refusal of a participant's message (wrong step, replay, bad shape, a kind of message
+  it may not send) fails the job closed, with abort notices to the other participants.
+* A local refusal (our own check, e.g. insufficient noise) fails the job.
 """
 
 from __future__ import annotations
@@ -78,6 +88,21 @@ class LocalProtocolError(ProtocolError):
     """Our own caller broke the protocol, or a local check refused to go on (e.g. insufficient noise)."""
 
 
+def admit_sender(job_id: str, kind: str | None, sender: Peer, message: Any) -> None:
+    """The refusals that never touch a job: ``sender`` is no kind of sender this job takes (``kind`` None: an
+    outsider), or ``message`` names another job. Raise before the machine looks at anything else."""
+    if kind is None:
+        raise RemoteProtocolError(Problem.WRONG_ROLE, f"{sender} takes no part in job {job_id}")
+    if getattr(message, "job_id", job_id) != job_id:
+        raise RemoteProtocolError(Problem.UNKNOWN_JOB, f"{type(message).__name__} names another job than {job_id}")
+
+
+def fails_job(kind: str | None, participants: frozenset[str] | tuple[str, ...], e: ProtocolError) -> bool:
+    """Whether refusing a message from a sender of ``kind`` fails the job: a local refusal always does, a
+    participant's refused message does, anyone else's never (it is refused and the job is untouched)."""
+    return isinstance(e, LocalProtocolError) or kind in participants
+
+
 @dataclass(frozen=True)
 class Expect:
     """One row of a role's transition table: ``message`` from a ``sender`` kind may arrive from
@@ -126,7 +151,10 @@ class Machine:
 
     # -- the one entry point --------------------------------------------------------
     def receive(self, sender: Peer, message: Any) -> list[Output]:
-        """Admit one message from ``sender`` and run every step it makes possible."""
+        """Admit one message from ``sender`` and run every step it makes possible.
+
+        A refusal of an outsider's message raises and changes nothing; a refusal of a participant's fails the job."""
+        admit_sender(self.job_id, self._sender_kind(sender), sender, message)
         if self.state == FAILED:
             raise RemoteProtocolError(Problem.JOB_FAILED, f"job {self.job_id} has failed: {self.error.detail if self.error else ''}")
         if isinstance(message, common_pb2.JobAbort):
@@ -156,8 +184,6 @@ class Machine:
             raise RemoteProtocolError(Problem.WRONG_ROLE, f"{self.me.role} does not accept {name}")
         if not self._sender_ok(row.sender, sender):
             raise RemoteProtocolError(Problem.WRONG_ROLE, f"{name} must come from {row.sender}, not {sender}")
-        if getattr(message, "job_id", self.job_id) != self.job_id:
-            raise RemoteProtocolError(Problem.UNKNOWN_JOB, f"{name} names job {message.job_id!r}, expected {self.job_id!r}")
         self._check_shape(message)
         key = (type(message), sender.name)
         if key in self._seen:
@@ -169,7 +195,12 @@ class Machine:
         self._seen.add(key)
         self._inbox[key] = message
 
+    def _sender_kind(self, sender: Peer) -> str | None:
+        """The participant kind of ``sender`` in this job ("curator", "party"), None for an outsider."""
+        raise NotImplementedError
+
     def _sender_ok(self, kind: str, sender: Peer) -> bool:
+        """Whether ``sender`` (a participant) is of the table's sender ``kind`` for a message."""
         raise NotImplementedError
 
     def _check_shape(self, message: Any) -> None:

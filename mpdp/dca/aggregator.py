@@ -101,7 +101,9 @@ class AggregatorMachine(DcaMachine):
     def _on_PartialSum(self, sender: Peer, msg: pb.PartialSum) -> list[Output]:
         k = self.params.nodes.index(sender.name)
         if k in self._sums:
-            raise RemoteProtocolError(Problem.REPLAY, f"{sender} already sent its partial sum")
+            if self._sums[k] == msg:
+                return []  # the same q_k again (pushed by the node and pulled after a curator restart): nothing new
+            raise RemoteProtocolError(Problem.REPLAY, f"{sender} already sent another partial sum")
         d = self.params.dimension
         require(len(msg.partial_sum) == 8 * d, Problem.MALFORMED, f"q_k must be 8·d = {8 * d} bytes, got {len(msg.partial_sum)}")
         require(len(msg.agreed_set_digest) == 32, Problem.MALFORMED, "the agreed-set digest must be 32 bytes")

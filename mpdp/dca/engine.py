@@ -5,15 +5,19 @@ One message in, a list of outputs out (:class:`~mpdp.protocol.Send`, :class:`~mp
 The table is :data:`mpdp.dca.states.TABLE`; a handler ``_on_<event>`` validates everything before it
 changes anything, so a rejected message leaves the machine as it was.
 
-Failure policy (ours; differs from the Pathak engine because DCA has thousands of untrusted clients):
+Failure policy: the one of :mod:`mpdp.protocol` (:func:`~mpdp.protocol.admit_sender`,
+:func:`~mpdp.protocol.fails_job`), with DCA's sender kinds:
 
-* A problem caused by a client, a router or an outsider rejects that one submission — the exception
-  propagates and the machine is unchanged. One client cannot kill a job.
-* A problem caused by a participant the job depends on (a compute node of the job, the curator) fails
-  the job, except UNKNOWN_JOB, WRONG_ROLE and REPLAY (routing slips and retries), which only reject.
-* A local refusal (insufficient noise, an encoding overflow) fails the job.
-* A FAILED machine raises JOB_FAILED on every call and never emits a share or a release; failing emits
-  :class:`~mpdp.messages.common_pb2.JobAbort` notices to the participants (``ProtocolError.notices``).
+* The participants of a job are its compute nodes and the curator (:data:`PARTICIPANTS`). Clients and
+  routers are senders the job takes shares from, but not participants: a problem with a client's or a
+  router's message rejects that one submission, and the machine is unchanged. One client cannot kill a job.
+* A message from an outsider (no sender kind of this job) or naming another job is refused (WRONG_ROLE,
+  UNKNOWN_JOB) and never touches the job, its state or its transcript.
+* Any other refusal of a participant's message (wrong step, replay, bad shape, a message it may not send)
+  fails the job; so does a local refusal (insufficient noise, an encoding overflow).
+* A FAILED machine raises its failure's Problem on every call and never emits a share or a release; failing
+  emits :class:`~mpdp.messages.common_pb2.JobAbort` notices to the participants (``ProtocolError.notices``).
+* The transcript holds the messages the machine took, in order.
 """
 
 from __future__ import annotations
@@ -24,10 +28,9 @@ from typing import Any, ClassVar
 from mpdp.dca import states
 from mpdp.dca.errors import InsufficientNoise
 from mpdp.messages import common_pb2
-from mpdp.protocol import LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Send
+from mpdp.protocol import LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Send, admit_sender, fails_job
 
-PARTICIPANTS = ("node", "curator")
-NON_FATAL = (Problem.UNKNOWN_JOB, Problem.WRONG_ROLE, Problem.REPLAY)
+PARTICIPANTS = frozenset({"node", "curator"})
 
 
 @dataclass(frozen=True)
@@ -73,30 +76,29 @@ class DcaMachine:
     # -- entry points ------------------------------------------------------------------------------
     def receive(self, sender: Peer, message: Any) -> list[Output]:
         """Take one message from ``sender``; return what it causes. Raises a ProtocolError if refused."""
+        kind = self._sender_kind(sender, message)
+        admit_sender(self.job_id, kind, sender, message)
         if self.failed:
             raise self._failed_error()
-        if self.transcript is not None:
-            self.transcript.append((sender, message))
-        kind = self._sender_kind(sender, message)
-        fatal = kind in PARTICIPANTS and not self.terminal
         try:
             row = states.lookup(self.ROLE, self.state, type(message).__name__)
             if kind not in row.senders:
                 raise RemoteProtocolError(Problem.WRONG_ROLE, f"{type(message).__name__} must come from a {' or '.join(row.senders)}, not {sender}")
-            if getattr(message, "job_id", self.job_id) != self.job_id:
-                raise RemoteProtocolError(Problem.UNKNOWN_JOB, f"{type(message).__name__} names job {message.job_id!r}; this machine runs {self.job_id!r}")
             if isinstance(message, common_pb2.JobAbort):
+                self._took(sender, message)
                 return self._aborted(sender, message)
             out = getattr(self, f"_on_{type(message).__name__}")(sender, message)
+            self._took(sender, message)
             self.state = row.next_state
             return out + self._run_joint_events()
-        except LocalProtocolError as e:
-            self._fail(e)
-            raise
         except ProtocolError as e:
-            if fatal and e.problem not in NON_FATAL and not self.failed:
+            if fails_job(kind, PARTICIPANTS, e) and not self.terminal:
                 self._fail(e)
             raise
+
+    def _took(self, sender: Peer, message: Any) -> None:
+        if self.transcript is not None:
+            self.transcript.append((sender, message))
 
     def fail(self, problem: int, detail: str) -> list[Output]:
         """Fail the job from outside (deadline, unreachable peer); returns the abort notices."""

@@ -66,9 +66,10 @@ class CuratorMachine(Machine):
         return [Send(Peer("party", p), ann) for p in self.params.parties]
 
     # -- engine hooks ------------------------------------------------------------------
+    def _sender_kind(self, sender: Peer) -> str | None:
+        return "party" if sender.role == "party" and sender.name in self.params.parties else None
+
     def _sender_ok(self, kind: str, sender: Peer) -> bool:
-        if sender.role != "party" or sender.name not in self.params.parties:
-            return False
         return kind != "leader" or sender.name == self.params.parties[0]
 
     def _required(self, state: str) -> list[tuple[type, str]]:

@@ -62,10 +62,12 @@ def run_job(
     job_id: str = "job-1",
     order: Drbg | None = None,
     tamper: Callable[[Peer, Peer, object], object | None] | None = None,
+    before_each: Callable[[JobResult], None] | None = None,
     test_mode: bool = True,
     clock: Callable[[], float] = time.perf_counter,
 ) -> JobResult:
-    """Run one job to completion or failure. ``tamper(sender, recipient, msg)`` may replace or drop (None) a message."""
+    """Run one job to completion or failure. ``tamper(sender, recipient, msg)`` may replace or drop (None) a message;
+    ``before_each(result)`` runs before every delivery and sees the machines built so far (tests: messages from outsiders)."""
     params = PathakParams.from_spec(job_id, spec)
     root = Drbg.from_os() if not spec.simulation_seed else Drbg.from_seed(spec.simulation_seed)
     curator = CuratorMachine(params, spec, {p: f"inmemory:{p}" for p in params.parties}, CuratorResources(root.child("curator-res"), secrets, test_mode, clock=clock))
@@ -88,6 +90,8 @@ def run_job(
         if order is not None and len(queue) > 1:
             queue.rotate(-order.randbelow(len(queue)))
         sender, to, msg = queue.popleft()
+        if before_each is not None:
+            before_each(result)
         if tamper is not None:
             msg = tamper(sender, to, msg)
             if msg is None:

@@ -68,12 +68,13 @@ class PartyMachine(Machine):
         """S0: accept the job (the service has checked the ledger before building the machine)."""
         return [Send(CURATOR, pb.JobAcceptance(job_id=self.job_id, dimension=self.d))]
 
+    def _sender_kind(self, sender: Peer) -> str | None:
+        if sender.role == "curator":
+            return "curator"  # the service has checked that it is this party's curator
+        return "party" if sender.role == "party" and sender.name in self.params.parties else None
+
     def _sender_ok(self, kind: str, sender: Peer) -> bool:
-        if kind == "curator":
-            return sender.role == "curator"
-        if kind == "participant":
-            return sender.role == "curator" or (sender.role == "party" and sender.name in self.params.parties)
-        return sender.role == "party" and sender.name in self.params.parties
+        return kind == "participant" or kind == self._sender_kind(sender)
 
     def _required(self, state: str) -> list[tuple[type, str]]:
         p = self.params.parties

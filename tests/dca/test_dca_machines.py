@@ -189,10 +189,11 @@ def test_job_releases_after_rejections(job):
 def test_peer_misbehaviour_fails_the_job_and_failed_never_releases(job):
     p, nodes = job
     a = nodes[NODES[0]]
-    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000001"]))
-    refused(a, B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000002"]), Problem.REPLAY)  # a retry
+    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=1, client_ids=["client-000001"]))
+    refused(a, Peer("compute_node", "stranger"), pb.ReceivedClients(job_id="job-1", sequence=2), Problem.WRONG_ROLE)  # not a node of the job
+    refused(a, B, pb.ReceivedClients(job_id="job-2", sequence=2), Problem.UNKNOWN_JOB)  # another job's message
     with pytest.raises(ProtocolError) as e:
-        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=1, client_ids=["client-000001"]))  # same client twice
+        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=3, client_ids=["client-000001"]))  # same client twice
     assert e.value.problem == Problem.MALFORMED and a.failed
     notices = e.value.notices
     assert {o.to for o in notices} == {CURATOR, B, C} and all(isinstance(o.message, common_pb2.JobAbort) for o in notices)
@@ -204,6 +205,16 @@ def test_peer_misbehaviour_fails_the_job_and_failed_never_releases(job):
         a.partial_sum()
     with pytest.raises(ProtocolError):
         a.close()
+
+
+def test_a_node_replaying_its_report_fails_the_job(job):
+    """A participant's replay fails the job closed (one failure policy, mpdp.protocol)."""
+    p, nodes = job
+    a = nodes[NODES[0]]
+    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000001"]))
+    with pytest.raises(ProtocolError) as e:
+        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000002"]))
+    assert e.value.problem == Problem.REPLAY and a.failed and a.error.problem == Problem.REPLAY
 
 
 def test_final_set_must_match_its_digest(job):
