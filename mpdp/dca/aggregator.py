@@ -26,6 +26,9 @@ class AggregatorMachine(DcaMachine):
     """Charlie for one job. States: MUST_ANNOUNCE → AWAIT_PARTIAL_SUMS → RELEASED (or FAILED)."""
 
     ROLE = states.AGGREGATOR
+    STATES = states.AGGREGATOR_STATES
+    TERMINAL = ("RELEASED", states.FAILED)
+    TABLE = states.AGGREGATOR_TABLE
 
     def __init__(
         self,
@@ -72,7 +75,7 @@ class AggregatorMachine(DcaMachine):
         return st
 
     # -- engine hooks ------------------------------------------------------------------------------------
-    def _sender_kind(self, sender: Peer, message: Any) -> str | None:
+    def _sender_kind(self, sender: Peer) -> str | None:
         return "node" if sender.role == "compute_node" and sender.name in self.params.nodes else None
 
     def _abort_notices(self, e: ProtocolError) -> list[Output]:

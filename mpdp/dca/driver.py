@@ -27,11 +27,10 @@ import numpy as np
 from mpdp.dca.aggregator import AggregatorMachine
 from mpdp.dca.client import ClientCohort, ClientMachine, node_peer
 from mpdp.dca.compute_node import DEFAULT_REPORT_EVERY, ComputeNodeMachine
-from mpdp.dca.engine import Reply
 from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import CURATOR, Output, Peer, ProtocolError, Publish, Record, Send
+from mpdp.protocol import CURATOR, Output, Peer, ProtocolError, Publish, Record, Reply, Send
 
 
 @dataclass

@@ -24,7 +24,7 @@ from mpdp.dca.engine import Reply
 from mpdp.dca.errors import InvalidJob
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2 as pb
-from mpdp.protocol import CURATOR, LocalProtocolError, Peer, Problem, ProtocolError, Publish, Send
+from mpdp.protocol import CURATOR, LocalProtocolError, Peer, Problem, ProtocolError, Publish, Send, check_table
 
 from tests.dca.helpers import NODES, data, make_params
 
@@ -248,21 +248,21 @@ def test_client_machine_order_and_inputs():
         ClientMachine(p, "", np.zeros(p.dimension), Drbg.from_seed(1))
 
 
-def test_table_lookup_and_markdown():
-    for role, st in states.STATES.items():
-        md = states.markdown()
-        assert f"### {role}" in md
-        for s in st:
-            if s != states.FAILED:
-                assert any(r.role == role and r.state == s for r in states.TABLE) or s in states.TERMINAL[role]
+def test_table_lookup():
+    for machine in (ClientMachine, ComputeNodeMachine, AggregatorMachine):
+        check_table(machine)
+        for st in machine.STATES:
+            if st not in machine.TERMINAL:
+                assert any(r.state == st for r in machine.TABLE)
     with pytest.raises(ProtocolError) as e:
-        states.lookup(states.COMPUTE_NODE, "AWAIT_SHARES", "PartialSum")
+        ComputeNodeMachine.lookup("AWAIT_SHARES", "PartialSum")
     assert e.value.problem == Problem.WRONG_ROLE
     with pytest.raises(ProtocolError) as e:
-        states.lookup(states.COMPUTE_NODE, "AWAIT_RECEIVED_SETS", "ClientShare")
+        ComputeNodeMachine.lookup("AWAIT_RECEIVED_SETS", "ClientShare")
     assert e.value.problem == Problem.STEP_OUT_OF_ORDER
     with pytest.raises(ProtocolError):
-        states.lookup(states.COMPUTE_NODE, "RELEASED", "JobAbort")  # terminal: nothing moves it
+        ComputeNodeMachine.lookup("RELEASED", "JobAbort")  # terminal: nothing moves it
+    assert ComputeNodeMachine.lookup("AWAIT_RECEIVED_SETS", "JobAbort").next == (states.FAILED,)  # * rows
 
 
 def _mutations(rng: Drbg, p, base: list[tuple[Peer, object]]):
