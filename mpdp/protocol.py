@@ -110,7 +110,7 @@ class LocalProtocolError(ProtocolError):
     """Our own caller broke the protocol, or a local check refused to go on (e.g. insufficient noise)."""
 
 
-def admit_sender(job_id: str, kinds: Iterable[str], sender: Peer, message: Any) -> None:
+def admit_sender(job_id: str, kinds: frozenset[str], sender: Peer, message: Any) -> None:
     """The refusals that never touch a job: ``sender`` is no kind of sender this job takes (``kinds`` empty: an
     outsider), or ``message`` names another job. Raise before the machine looks at anything else."""
     if not kinds:
@@ -119,7 +119,7 @@ def admit_sender(job_id: str, kinds: Iterable[str], sender: Peer, message: Any) 
         raise RemoteProtocolError(Problem.UNKNOWN_JOB, f"{type(message).__name__} names another job than {job_id}")
 
 
-def fails_job(kinds: Iterable[str], participants: frozenset[str], e: ProtocolError) -> bool:
+def fails_job(kinds: frozenset[str], participants: frozenset[str], e: ProtocolError) -> bool:
     """Whether refusing a message from a sender of ``kinds`` fails the job: a local refusal always does, a
     participant's refused message does, anyone else's never (it is refused and the job is untouched)."""
     return isinstance(e, LocalProtocolError) or not participants.isdisjoint(kinds)
@@ -145,9 +145,10 @@ class Row:
         return self.until is not None
 
 
-def row(state: str, event: str, senders: str, next: str = "", until: str | None = None) -> Row:
-    """A row from its written form: ``row("AWAIT_SHARES", "ClientShare", "client|router", "AWAIT_SHARES")``."""
-    return Row(state, event, tuple(senders.split("|")), tuple(next.split("|")) if next else (), until)
+def row(state: str, event: str, senders: str, then: str) -> Row:
+    """A row from its written form: ``row("AWAIT_SHARES", "ClientShare", "client|router", "AWAIT_SHARES")``;
+    ``then`` lists the next states ("A|B": the handler chooses)."""
+    return Row(state, event, tuple(senders.split("|")), tuple(then.split("|")))
 
 
 def kept(event: str, senders: str, first: str, until: str) -> Row:
@@ -167,6 +168,15 @@ class Machine:
     PARTICIPANTS: ClassVar[frozenset[str]]
     RELAY_ABORTS: ClassVar[bool] = True  # on a participant's JobAbort, tell the other participants (False: they were told)
 
+    _ROWS: ClassVar[dict[str, tuple[Row, ...]]] = {}
+    _ORDER: ClassVar[dict[str, int]] = {}
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "TABLE" in cls.__dict__:  # index the table once per role (lookups run on every message)
+            cls._ROWS = {e: tuple(r for r in cls.TABLE if r.event == e) for e in dict.fromkeys(r.event for r in cls.TABLE)}
+            cls._ORDER = {s: i for i, s in enumerate(cls.STATES)}
+
     def __init__(self, job_id: str, me: Peer, *, record: bool = True) -> None:
         self.job_id = job_id
         self.me = me
@@ -179,8 +189,8 @@ class Machine:
 
     # -- the table ---------------------------------------------------------------------------
     @classmethod
-    def rows(cls, event: str) -> list[Row]:
-        return [r for r in cls.TABLE if r.event == event]
+    def rows(cls, event: str) -> tuple[Row, ...]:
+        return cls._ROWS.get(event, ())
 
     @classmethod
     def _applies(cls, r: Row, state: str) -> bool:
@@ -189,7 +199,7 @@ class Machine:
         if r.state == ANY:
             return True
         if r.kept:
-            return cls.STATES.index(r.state) <= cls.STATES.index(state) <= cls.STATES.index(r.until)
+            return cls._ORDER[r.state] <= cls._ORDER[state] <= cls._ORDER[r.until]
         return r.state == state
 
     @classmethod
