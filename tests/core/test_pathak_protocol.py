@@ -266,11 +266,12 @@ def test_fuzzed_messages_give_protocol_errors_only(small_secrets):
                     return type(msg)(job_id=getattr(msg, "job_id", ""))
             return msg
 
-        # run_job turns ProtocolErrors into r.error; any other exception escapes and fails this test
+        # run_job turns failures into r.error and refusals into r.rejections; any other exception escapes and fails this test
         r = run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", b"fuzz"), small_secrets, party_key_bits=768, tamper=corrupt)
         assert r.error is None or r.model is None
         if r.error is not None:
-            assert isinstance(r.error, ProtocolError)
+            assert isinstance(r.error, ProtocolError) and r.curator.state == "FAILED"
+        if r.model is None and r.error is None:
             # a flipped job id makes the message another job's: refused without touching this job, which then
             # waits (a served job fails at its deadline); any other refusal of a participant's message fails it
-            assert r.curator.state == "FAILED" or (r.error.problem == common_pb2.UNKNOWN_JOB and not r.curator.terminal)
+            assert [e.problem for _, _, e in r.rejections] == [common_pb2.UNKNOWN_JOB] and not r.curator.terminal
