@@ -10,7 +10,7 @@ from scipy import stats
 
 from mpdp.dca import mechanism
 from mpdp.dca.driver import run_job
-from mpdp.dp.mechanisms import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
+from mpdp.dp.mechanisms import classic_gaussian_sigma, gaussian_delta
 from mpdp.math.drbg import Drbg
 
 from tests.dca.helpers import data, make_params
