@@ -10,7 +10,6 @@ nothing is released; :meth:`AggregatorMachine.dp_sum` raises the named error
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 

@@ -15,7 +15,7 @@ from mpdp.learn import logreg
 from mpdp.math import comparison, sharing
 from mpdp.math.fixedpoint import EncodingOverflow
 from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
-from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+from mpdp.messages import pathak2010_pb2 as pb
 from mpdp.pathak2010 import states
 from mpdp.pathak2010.mechanism import party_rng
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
