@@ -10,7 +10,6 @@ nothing is released; :meth:`AggregatorMachine.dp_sum` raises the named error
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 
@@ -26,6 +25,9 @@ class AggregatorMachine(DcaMachine):
     """Charlie for one job. States: MUST_ANNOUNCE → AWAIT_PARTIAL_SUMS → RELEASED (or FAILED)."""
 
     ROLE = states.AGGREGATOR
+    STATES = states.AGGREGATOR_STATES
+    TERMINAL = ("RELEASED", states.FAILED)
+    TABLE = states.AGGREGATOR_TABLE
 
     def __init__(
         self,
@@ -72,7 +74,7 @@ class AggregatorMachine(DcaMachine):
         return st
 
     # -- engine hooks ------------------------------------------------------------------------------------
-    def _sender_kind(self, sender: Peer, message: Any) -> str | None:
+    def _sender_kind(self, sender: Peer) -> str | None:
         return "node" if sender.role == "compute_node" and sender.name in self.params.nodes else None
 
     def _abort_notices(self, e: ProtocolError) -> list[Output]:
@@ -101,7 +103,9 @@ class AggregatorMachine(DcaMachine):
     def _on_PartialSum(self, sender: Peer, msg: pb.PartialSum) -> list[Output]:
         k = self.params.nodes.index(sender.name)
         if k in self._sums:
-            raise RemoteProtocolError(Problem.REPLAY, f"{sender} already sent its partial sum")
+            if self._sums[k] == msg:
+                return []  # the same q_k again (pushed by the node and pulled after a curator restart): nothing new
+            raise RemoteProtocolError(Problem.REPLAY, f"{sender} already sent another partial sum")
         d = self.params.dimension
         require(len(msg.partial_sum) == 8 * d, Problem.MALFORMED, f"q_k must be 8·d = {8 * d} bytes, got {len(msg.partial_sum)}")
         require(len(msg.agreed_set_digest) == 32, Problem.MALFORMED, "the agreed-set digest must be 32 bytes")

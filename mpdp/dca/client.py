@@ -61,9 +61,12 @@ def contributions(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.ndarr
 
 
 class ClientMachine(DcaMachine):
-    """Client i for one job. States: MUST_SEND_SHARES → DONE (table :data:`mpdp.dca.states.TABLE`)."""
+    """Client i for one job. States: MUST_SEND_SHARES → DONE (table :data:`mpdp.dca.states.CLIENT_TABLE`)."""
 
     ROLE = states.CLIENT
+    STATES = states.CLIENT_STATES
+    TERMINAL = ("DONE", states.FAILED)
+    TABLE = states.CLIENT_TABLE
 
     def __init__(self, params: DcaParams, client_id: str, z: np.ndarray, rng: Drbg, *, keep_noise: bool = False, record: bool = True) -> None:
         super().__init__(params.job_id, Peer("party", client_id), record=record)
@@ -82,7 +85,7 @@ class ClientMachine(DcaMachine):
         self.noise: np.ndarray | None = None  # η_i, kept only with keep_noise (tests)
         self.encoded: np.ndarray | None = None  # u_i, kept only with keep_noise (tests)
 
-    def _sender_kind(self, sender: Peer, message: object) -> str | None:
+    def _sender_kind(self, sender: Peer) -> str | None:
         return None  # a client takes no messages
 
     def submit(self) -> list[Output]:

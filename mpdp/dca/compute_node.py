@@ -38,10 +38,10 @@ import numpy as np
 
 from mpdp.dca import mechanism, sharing, states
 from mpdp.dca.agreement import ClientBook
-from mpdp.dca.engine import DcaMachine, Reply
+from mpdp.dca.engine import DcaMachine
 from mpdp.dca.params import DcaParams, valid_client_id
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Send, require
+from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
 
 DEFAULT_REPORT_EVERY = 256
 MALFORMED, REPLAY, WRONG_ROLE, STEP_OUT_OF_ORDER = Problem.MALFORMED, Problem.REPLAY, Problem.WRONG_ROLE, Problem.STEP_OUT_OF_ORDER
@@ -56,6 +56,9 @@ class ComputeNodeMachine(DcaMachine):
     """Node k for one job. States: AWAIT_SHARES → AWAIT_RECEIVED_SETS → RELEASED (or FAILED)."""
 
     ROLE = states.COMPUTE_NODE
+    STATES = states.COMPUTE_NODE_STATES
+    TERMINAL = ("RELEASED", states.FAILED)
+    TABLE = states.COMPUTE_NODE_TABLE
 
     def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True) -> None:
         super().__init__(params.job_id, Peer("compute_node", name), record=record)
@@ -128,8 +131,8 @@ class ComputeNodeMachine(DcaMachine):
         n = len(shares)
         if not n or self.state != "AWAIT_SHARES" or n > self.params.clients - self.received:
             return None
-        row = states.lookup(self.ROLE, self.state, "ClientShare")
-        if self._sender_kind(sender, shares[0]) not in row.senders:
+        row = self.lookup(self.state, "ClientShare")
+        if self._kinds(sender).isdisjoint(row.senders):
             return None
         ids = [s.client_id for s in shares]
         if any(s.job_id != self.job_id for s in shares) or (sender.role == "party" and any(c != sender.name for c in ids)):
@@ -154,7 +157,7 @@ class ComputeNodeMachine(DcaMachine):
         out: list[Output] = [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=n))]
         if len(self._unreported) >= self.report_every:
             out += self._report(final=False)
-        self.state = row.next_state
+        self._move(row)
         return out + self._run_joint_events()
 
     def partial_sum(self) -> pb.PartialSum:
@@ -175,7 +178,7 @@ class ComputeNodeMachine(DcaMachine):
         return self._book.peak_pending
 
     # -- engine hooks ---------------------------------------------------------------------------------
-    def _sender_kind(self, sender: Peer, message: Any) -> str | None:
+    def _sender_kind(self, sender: Peer) -> str | None:
         if sender.role == "compute_node":
             return "node" if sender.name in self.params.nodes and sender.name != self.me.name else None
         return {"curator": "curator", "operator": "router", "party": "client"}.get(sender.role)

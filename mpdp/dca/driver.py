@@ -1,9 +1,10 @@
 """In-memory driver: a whole DCA job (N clients, M compute nodes, the aggregator) in one process
 (spec dca.md §4.3; style.md §5 "core tests use an in-memory driver").
 
-It plays the network: builds the machines, routes every :class:`~mpdp.protocol.Send` to its recipient,
-optionally in a random order, drops what the test says is lost, and keeps each role's transcript (each
-machine's ``transcript``; routers' in :attr:`DcaRun.router_transcripts`). The same machines run over
+It builds the machines and feeds the clients' messages into the one in-memory network
+(:class:`~mpdp.driver.Wire`), which routes every :class:`~mpdp.protocol.Send` to its recipient, optionally
+in a random order, and drops what the test says is lost. Each machine keeps its transcript (routers' in
+:attr:`DcaRun.router_transcripts`). The same machines run over
 gRPC in ``services/``.
 
 Two client modes:
@@ -27,11 +28,11 @@ import numpy as np
 from mpdp.dca.aggregator import AggregatorMachine
 from mpdp.dca.client import ClientCohort, ClientMachine, node_peer
 from mpdp.dca.compute_node import DEFAULT_REPORT_EVERY, ComputeNodeMachine
-from mpdp.dca.engine import Reply
 from mpdp.dca.params import DcaParams
+from mpdp.driver import Wire
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import CURATOR, Output, Peer, ProtocolError, Publish, Record, Send
+from mpdp.protocol import CURATOR, Output, Peer, ProtocolError, Send
 
 
 @dataclass
@@ -90,44 +91,17 @@ def run_job(
     drop_set, lost_set = set(drop), set(lost)
     agg = AggregatorMachine(params, record=record)
     run = DcaRun(params, agg, {}, {}, ids)
-    queue: collections.deque[tuple[Peer, Peer, Any]] = collections.deque()
 
-    def route(sender: Peer, outputs: list[Output]) -> None:
-        for o in outputs:
-            if isinstance(o, Send):
-                queue.append((sender, o.to, o.message))
-            elif isinstance(o, Publish):
-                run.release = o.release
-            elif isinstance(o, Record):
-                run.ledger.setdefault(sender.name, []).append(o.entry)
-            elif isinstance(o, Reply):
-                if isinstance(o.message, pb.ShareReceipt):
-                    run.receipts.append(o.message)
+    def spawn(to: Peer, msg: Any) -> list[Output] | None:
+        if to.role != "compute_node" or not isinstance(msg, pb.DcaJobAnnouncement):
+            return None
+        run.nodes[to.name] = wire.machines[to] = ComputeNodeMachine.from_announcement(to.name, msg, report_every=report_every, record=record)
+        return []
 
-    def deliver(sender: Peer, to: Peer, msg: Any) -> None:
-        if tamper is not None:
-            msg = tamper(sender, to, msg)
-            if msg is None:
-                return
-        run.messages += 1
-        if to.role == "compute_node" and isinstance(msg, pb.DcaJobAnnouncement):
-            run.nodes[to.name] = ComputeNodeMachine.from_announcement(to.name, msg, report_every=report_every, record=record)
-            return
-        machine = agg if to == CURATOR else run.nodes[to.name]
-        try:
-            route(to, machine.receive(sender, msg))
-        except ProtocolError as e:
-            if machine.failed:
-                run.error = run.error or machine.error
-                route(to, e.notices)
-            else:
-                run.rejections.append((sender, to, e))
-
-    def pump() -> None:
-        while queue:
-            if order is not None and len(queue) > 1:
-                queue.rotate(-order.randbelow(len(queue)))
-            deliver(*queue.popleft())
+    wire = Wire(order=order, tamper=tamper, spawn=spawn)
+    wire.machines[CURATOR] = agg
+    wire.ledger = run.ledger
+    route, pump = wire.route, wire.pump
 
     route(CURATOR, agg.announce())
     pump()
@@ -177,7 +151,7 @@ def run_job(
             for k, msg in enumerate(b.batches):
                 if record:
                     run.router_transcripts.setdefault(routers[k].name, []).append((Peer("party", "cohort"), msg))
-                queue.append((routers[k], node_peer(params.nodes[k]), msg))
+                wire.queue.append((routers[k], node_peer(params.nodes[k]), msg))
             pump()
             seconds["network+nodes"] += time.perf_counter() - t
         for cid in cohort.client_ids:
@@ -190,7 +164,10 @@ def run_job(
         route(CURATOR, agg.close_submissions())
     pump()
     seconds["agreement+release"] += time.perf_counter() - t
-    if run.error is None:
-        run.error = agg.error or next((m.error for m in run.nodes.values() if m.error is not None), None)
+    run.release = wire.releases[0] if wire.releases else None
+    run.error = wire.error or agg.error or next((m.error for m in run.nodes.values() if m.error is not None), None)
+    run.rejections = wire.rejections
+    run.receipts = [r for r in wire.replies if isinstance(r, pb.ShareReceipt)]
+    run.messages = wire.messages
     run.seconds = {"setup": t_setup - t0, **seconds, "total": time.perf_counter() - t0}
     return run

@@ -31,7 +31,7 @@ from mpdp.hamm2016.local import fit_local
 from mpdp.hamm2016.mechanism import EnsembleParams, check_aux_rows, release_global
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2 as pb
-from mpdp.protocol import FAILED, LocalProtocolError, Peer, Problem, Publish, RemoteProtocolError, Send
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, ProtocolError, Publish, RemoteProtocolError, Send, row
 
 METHODS = ("soft", "vote")
 DEFAULT_DEADLINE = 300.0
@@ -284,25 +284,39 @@ class AbortVoteSum:
 ASK_VOTES, AWAIT_VOTE_SUM, RELEASED = "ASK_VOTES", "AWAIT_VOTE_SUM", "RELEASED"
 
 
-class CuratorRole:
-    """Charlie in one ensemble job, sans-IO: ASK_VOTES → AWAIT_VOTE_SUM → RELEASED, or FAILED.
+class CuratorRole(Machine):
+    """Charlie in one ensemble job, sans-IO on the one engine: ASK_VOTES → AWAIT_VOTE_SUM → RELEASED, or FAILED.
 
     ``start()`` gives one VoteRequest per voter; each voter's answer is a :class:`~hamm2016_pb2.VoteReceipt`
     (:meth:`receipt`) or a failure (:meth:`vote_failed`). Once all M have answered and at most T failed, the
     vote sum is closed (:class:`CloseVoteSum`); more than T failures abort it (:class:`AbortVoteSum`).
-    :meth:`vote_sum` takes the DCA secure sum and publishes the release. Anything else raises a ProtocolError
-    (unknown voter, second answer, out of order) and leaves the state as it was.
+    :meth:`vote_sum` takes the DCA secure sum and publishes the release.
+
+    Charlie takes no message here: a voter's answer is the return of Charlie's own Vote call and the vote sum
+    the result of his own DCA job, so all three are local events of the table (sender ``self``). An answer
+    that cannot be taken (from a non-voter, a second one, out of order, or not a receipt for this job and
+    voter) is refused and changes nothing; the service counts a refused receipt as that voter failing, and
+    more than T failures fail the job closed. The voters' and nodes' own failure policies are the engine's.
     """
+
+    ROLE = "ensemble_curator"
+    STATES = (ASK_VOTES, AWAIT_VOTE_SUM, RELEASED, FAILED)
+    TERMINAL = (RELEASED, FAILED)
+    TABLE = (
+        row(ASK_VOTES, "vote", "self", f"{ASK_VOTES}|{AWAIT_VOTE_SUM}|{FAILED}"),  # a voter's receipt came back
+        row(ASK_VOTES, "vote_failed", "self", f"{ASK_VOTES}|{AWAIT_VOTE_SUM}|{FAILED}"),  # a voter's call failed
+        row(AWAIT_VOTE_SUM, "vote_sum", "self", f"{RELEASED}|{FAILED}"),
+    )
+    PARTICIPANTS = frozenset()
 
     def __init__(self, job_id: str, dca_job_id: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> None:
         validate_spec(spec)
-        self.job_id, self.dca_job_id, self.spec = job_id, dca_job_id, spec
+        super().__init__(job_id, CURATOR, record=False)
+        self.dca_job_id, self.spec = dca_job_id, spec
         self.X_aux = check_auxiliary(X_aux)
         check_size(spec, self.X_aux)
-        self.state = ASK_VOTES
         self.receipts: dict[str, pb.VoteReceipt] = {}
         self.failures: dict[str, str] = {}
-        self.error: str | None = None
 
     def start(self) -> list[Send]:
         req = pb.VoteRequest(job_id=self.job_id, dca_job_id=self.dca_job_id, spec=self.spec, auxiliary_digest=auxiliary_digest(self.X_aux),
@@ -312,32 +326,50 @@ class CuratorRole:
     def receipt(self, party: str, receipt: pb.VoteReceipt) -> list[Any]:
         self._answer(party)
         if receipt.party != party or receipt.job_id != self.job_id:
-            raise RemoteProtocolError(Problem.MALFORMED, f"party {party} answered for {receipt.party!r} in job {receipt.job_id!r}")
-        self.receipts[party] = receipt
-        return self._answered()
+            raise RemoteProtocolError(Problem.MALFORMED, f"party {party} answered for another party or job than {self.job_id}")
+        return self._local("vote", party, receipt)
 
     def vote_failed(self, party: str, detail: str) -> list[Any]:
         self._answer(party)
-        self.failures[party] = detail
-        return self._answered()
+        return self._local("vote_failed", party, detail)
 
     def vote_sum(self, vote_sum: dca_pb2.DpSum) -> list[Any]:
         if self.state != AWAIT_VOTE_SUM:
             raise LocalProtocolError(Problem.STEP_OUT_OF_ORDER, f"job {self.job_id}: the vote sum arrived in state {self.state}")
         if vote_sum.job_id != self.dca_job_id:
-            raise LocalProtocolError(Problem.MALFORMED, f"job {self.job_id}: sum of {vote_sum.job_id}, expected {self.dca_job_id}")
+            raise LocalProtocolError(Problem.MALFORMED, f"job {self.job_id}: the sum of another DCA job than {self.dca_job_id}")
+        return self._local("vote_sum", vote_sum)
+
+    # -- engine hooks --------------------------------------------------------------------------------
+    def _kinds(self, sender: Peer) -> frozenset[str]:
+        return frozenset()  # Charlie's ensemble role takes no message
+
+    def _abort_notices(self, e: ProtocolError) -> list[Any]:
+        return [AbortVoteSum(self.dca_job_id, e.detail)]
+
+    # -- handlers --------------------------------------------------------------------------------------
+    def _on_vote(self, party: str, receipt: pb.VoteReceipt) -> list[Any]:
+        self.receipts[party] = receipt
+        return self._answered()
+
+    def _on_vote_failed(self, party: str, detail: str) -> list[Any]:
+        self.failures[party] = detail
+        return self._answered()
+
+    def _on_vote_sum(self, vote_sum: dca_pb2.DpSum) -> list[Any]:
         # The reasons below are fixed texts: the exceptions' own messages quote entries of the exact vote sum,
         # which must not leave the curator (through the operator's error or the logs).
         try:
             release = curator_release(self.job_id, self.spec, self.X_aux, vote_sum)
         except ValueError:
-            return self._fail(f"job {self.job_id} published nothing: the summed votes are not valid vote counts (a voter sent something other than its vote vector)")
+            return self._give_up(f"job {self.job_id} published nothing: the summed votes are not valid vote counts (a voter sent something other than its vote vector)")
         except RuntimeError:
-            return self._fail(f"job {self.job_id} published nothing: the exact fit of the global classifier did not converge")
+            return self._give_up(f"job {self.job_id} published nothing: the exact fit of the global classifier did not converge")
         self.state = RELEASED
         return [Publish(release)]
 
     def _answer(self, party: str) -> None:
+        """Refusals of an answer that change nothing."""
         if self.state != ASK_VOTES:
             raise RemoteProtocolError(Problem.STEP_OUT_OF_ORDER, f"job {self.job_id}: an answer from {party} in state {self.state}")
         if party not in self.spec.parties:
@@ -347,15 +379,16 @@ class CuratorRole:
 
     def _answered(self) -> list[Any]:
         if len(self.failures) > self.spec.max_missing:
-            return self._fail(f"job {self.job_id} published nothing: {'; '.join(f'party {p}: {d}' for p, d in self.failures.items())}")
+            return self._give_up(f"job {self.job_id} published nothing: {'; '.join(f'party {p}: {d}' for p, d in self.failures.items())}")
         if len(self.receipts) + len(self.failures) < len(self.spec.parties):
             return []
         self.state = AWAIT_VOTE_SUM
         return [CloseVoteSum(self.dca_job_id)]
 
-    def _fail(self, detail: str) -> list[Any]:
-        self.state, self.error = FAILED, detail
-        return [AbortVoteSum(self.dca_job_id, detail)]
+    def _give_up(self, detail: str) -> list[Any]:
+        e = LocalProtocolError(Problem.JOB_FAILED, detail)
+        self._fail(e)
+        return e.notices
 
 
 def weights_of(release: pb.EnsembleRelease) -> np.ndarray:
@@ -409,7 +442,7 @@ def run_inmemory(
         voters.append(name)
         outs += curator.receipt(name, pb.VoteReceipt(job_id=job_id, party=name, local_model=local_models.get(name, "logreg")))
     if any(isinstance(o, AbortVoteSum) for o in outs):
-        raise EnsembleJobError(curator.error or "the job failed")
+        raise EnsembleJobError(curator.error.detail if curator.error else "the job failed")
     rng = Drbg.from_seed(spec.simulation_seed).child("dca-clients") if spec.simulation_seed else Drbg.from_os()
     full = np.zeros((len(names), params.dimension))  # dropped voters never submit (run_job's drop)
     for name, z in zip(voters, Z):
@@ -419,6 +452,6 @@ def run_inmemory(
         raise EnsembleJobError(f"the vote sum was not released: {run.error.detail if run.error else 'unknown'}")
     outs = curator.vote_sum(run.release)
     if curator.state != RELEASED:
-        raise EnsembleJobError(curator.error or "nothing released")
+        raise EnsembleJobError(curator.error.detail if curator.error else "nothing released")
     release = next(o.release for o in outs if isinstance(o, Publish))
     return InMemoryRun(release, run.release, list(run.aggregator.transcript or []), {k: list(m.transcript or []) for k, m in run.nodes.items()})

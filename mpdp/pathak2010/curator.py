@@ -16,7 +16,7 @@ from mpdp.math.drbg import Drbg
 from mpdp.pathak2010 import states
 from mpdp.pathak2010.params import PathakParams
 from mpdp.pathak2010.resources import CuratorResources
-from mpdp.protocol import CURATOR, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, StageClock, require
+from mpdp.protocol import CURATOR, FAILED, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, StageClock, require
 
 TRUST_MODEL = (
     "honest-but-curious parties and curator; the curator colludes with no party; "
@@ -25,12 +25,14 @@ TRUST_MODEL = (
 
 
 class CuratorMachine(Machine):
+    ROLE = "curator"
     STATES = states.CURATOR_STATES
-    TERMINAL = ("PUBLISHED",)
+    TERMINAL = ("PUBLISHED", FAILED)
     TABLE = states.CURATOR_TABLE
+    PARTICIPANTS = frozenset({"party", "leader"})
 
     def __init__(self, params: PathakParams, spec: pb.PathakJobSpec, party_addresses: dict[str, str], resources: CuratorResources) -> None:
-        super().__init__(params.job_id, CURATOR, resources.clock)
+        super().__init__(params.job_id, CURATOR)
         self.params = params
         self.spec = spec
         self.addresses = dict(party_addresses)
@@ -66,10 +68,10 @@ class CuratorMachine(Machine):
         return [Send(Peer("party", p), ann) for p in self.params.parties]
 
     # -- engine hooks ------------------------------------------------------------------
-    def _sender_ok(self, kind: str, sender: Peer) -> bool:
+    def _kinds(self, sender: Peer) -> frozenset[str]:
         if sender.role != "party" or sender.name not in self.params.parties:
-            return False
-        return kind != "leader" or sender.name == self.params.parties[0]
+            return frozenset()
+        return frozenset({"party", "leader"}) if sender.name == self.params.parties[0] else frozenset({"party"})
 
     def _required(self, state: str) -> list[tuple[type, str]]:
         p = self.params.parties
@@ -99,19 +101,13 @@ class CuratorMachine(Machine):
             require(len(data) == 16 * self.d, Problem.MALFORMED, f"{type(message).__name__} must be {16 * self.d} bytes (d={self.d} × 16), got {len(data)}")
 
     def _abort_notices(self, e) -> list[Output]:
-        msg = common_pb2.JobAbort(job_id=self.job_id, problem=e.problem, detail=e.detail, reported_by=CURATOR.name)
-        return [Send(Peer("party", p), msg) for p in self.params.parties]
+        return self._abort(e, [Peer("party", p) for p in self.params.parties])
 
-    def _on_abort(self, sender: Peer, abort: common_pb2.JobAbort) -> list[Output]:
-        if self.terminal:
-            return []
-        e = RemoteProtocolError(abort.problem or Problem.JOB_FAILED, f"{sender.name}: {abort.detail}")
-        self._fail(e)
-        # tell everyone but the reporter
-        return [n for n in e.notices if not (isinstance(n, Send) and n.to == sender)]
+    def _abort_error(self, sender: Peer, abort: common_pb2.JobAbort) -> RemoteProtocolError:
+        return RemoteProtocolError(abort.problem or Problem.JOB_FAILED, f"{sender.name}: {abort.detail}")
 
     # -- S0 ------------------------------------------------------------------------------
-    def _on_await_acceptances(self) -> list[Output]:
+    def _step_await_acceptances(self) -> list[Output]:
         dims = {n: self._take(pb.JobAcceptance, n).dimension for n in self.params.parties}
         if len(set(dims.values())) != 1 or 0 in dims.values():
             raise RemoteProtocolError(Problem.INVALID_JOB, f"parties disagree on the dimension d of dataset {self.params.dataset!r}: {dims}")
@@ -122,7 +118,7 @@ class CuratorMachine(Machine):
         return [Send(Peer("party", p), start) for p in self.params.parties]
 
     # -- Stage 1 -------------------------------------------------------------------------
-    def _on_await_size_shares(self) -> list[Output]:
+    def _step_await_size_shares(self) -> list[Output]:
         """S1.4: ξ(π2(π1(a) + r)) to the parties, b̃ = π2(π1(b) − r) kept; comparison bits to the leader."""
         prm, p = self.params, self.params.parties
         K = prm.K
@@ -161,7 +157,7 @@ class CuratorMachine(Machine):
         self.state = "AWAIT_BLINDED_COMPARISONS"
         return out
 
-    def _on_await_blinded_comparisons(self) -> list[Output]:
+    def _step_await_blinded_comparisons(self) -> list[Output]:
         """S1.6 → S2.1: find j̃ = argmin of the permuted sizes, send ζ(π2⁻¹(e_j̃)) to every party."""
         prm = self.params
         K, ell = prm.K, prm.compare_bits
@@ -188,7 +184,7 @@ class CuratorMachine(Machine):
         return [Send(Peer("party", p), sel) for p in prm.parties]
 
     # -- Stage 3 -------------------------------------------------------------------------
-    def _on_await_masked_noise(self) -> list[Output]:
+    def _step_await_masked_noise(self) -> list[Output]:
         """S3.2: decrypt η̄ + s, set c_0 = K·(η̄ + s) and re-share it (§1.7)."""
         prm = self.params
         msg = self._take(pb.MaskedNoise, prm.parties[0])
@@ -207,7 +203,7 @@ class CuratorMachine(Machine):
             for t, name in enumerate(prm.parties)
         ]
 
-    def _on_await_published_shares(self) -> list[Output]:
+    def _step_await_published_shares(self) -> list[Output]:
         """§1.7 step 3 and publication: the K+1 shares z_0..z_K go to the model registry."""
         prm = self.params
         assert self._own_piece is not None

@@ -1,20 +1,19 @@
 """In-memory driver: a whole Pathak job in one process (tests, simulations with many parties).
 
-It plays the network: routes every outgoing Send to its recipient's machine, optionally in
-a random order (to exercise early arrival), and records each role's transcript (each
-machine's ``transcript`` holds what it received). The same machines run over gRPC in
-``services/``.
+The network is the one in-memory :class:`~mpdp.driver.Wire`: it routes every outgoing Send to its
+recipient's machine, optionally in a random order (to exercise early arrival); each machine's
+``transcript`` holds what it took. The same machines run over gRPC in ``services/``.
 """
 
 from __future__ import annotations
 
-import collections
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from mpdp.driver import Wire
 from mpdp.math.dgk import DgkKeyPair
 from mpdp.math.drbg import Drbg
 from mpdp.math.paillier import KeyPair
@@ -23,7 +22,7 @@ from mpdp.pathak2010.curator import CuratorMachine
 from mpdp.pathak2010.params import PathakParams
 from mpdp.pathak2010.party import PartyMachine
 from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets, PartyResources
-from mpdp.protocol import CURATOR, Output, Peer, ProtocolError, Publish, Record, Send
+from mpdp.protocol import CURATOR, Output, Peer, ProtocolError
 
 
 @dataclass
@@ -34,6 +33,7 @@ class JobResult:
     error: ProtocolError | None
     ledger: dict[str, list[dict]] = field(default_factory=dict)
     messages: int = 0
+    rejections: list[tuple[Peer, Peer, ProtocolError]] = field(default_factory=list)  # refused, recipient untouched
 
 
 def make_spec(parties: list[str], epsilon: float, lam: float, mode: str = "corrected", seed: bytes | None = None, dataset: str = "data") -> pb.PathakJobSpec:
@@ -62,52 +62,34 @@ def run_job(
     job_id: str = "job-1",
     order: Drbg | None = None,
     tamper: Callable[[Peer, Peer, object], object | None] | None = None,
+    before_each: Callable[[JobResult], None] | None = None,
     test_mode: bool = True,
     clock: Callable[[], float] = time.perf_counter,
 ) -> JobResult:
-    """Run one job to completion or failure. ``tamper(sender, recipient, msg)`` may replace or drop (None) a message."""
+    """Run one job to completion or failure. ``tamper(sender, recipient, msg)`` may replace or drop (None) a message;
+    ``before_each(result)`` runs before every delivery and sees the machines built so far (tests: messages from outsiders)."""
     params = PathakParams.from_spec(job_id, spec)
     root = Drbg.from_os() if not spec.simulation_seed else Drbg.from_seed(spec.simulation_seed)
     curator = CuratorMachine(params, spec, {p: f"inmemory:{p}" for p in params.parties}, CuratorResources(root.child("curator-res"), secrets, test_mode, clock=clock))
-    parties: dict[str, PartyMachine] = {}
-    ledger: dict[str, list[dict]] = {p: [] for p in params.parties}
-    queue: collections.deque[tuple[Peer, Peer, object]] = collections.deque()
-    result = JobResult(curator, parties, None, None, ledger)
+    result = JobResult(curator, {}, None, None, {p: [] for p in params.parties})
 
-    def route(sender: Peer, outputs: list[Output]) -> None:
-        for o in outputs:
-            if isinstance(o, Send):
-                queue.append((sender, o.to, o.message))
-            elif isinstance(o, Publish):
-                result.model = o.release
-            elif isinstance(o, Record):
-                ledger[sender.name].append(o.entry)
+    def spawn(to: Peer, msg: object) -> list[Output] | None:
+        if to == CURATOR or not isinstance(msg, pb.JobAnnouncement):
+            return None
+        X, y = data[to.name]
+        res = PartyResources.create(root.child(f"party-res/{to.name}"), secrets.public, party_key_bits, test_mode=test_mode)
+        res.clock = clock
+        m = PartyMachine(to.name, msg, X, y, res)
+        result.parties[to.name] = wire.machines[to] = m
+        return m.start()
 
-    route(CURATOR, curator.start())
-    while queue:
-        if order is not None and len(queue) > 1:
-            queue.rotate(-order.randbelow(len(queue)))
-        sender, to, msg = queue.popleft()
-        if tamper is not None:
-            msg = tamper(sender, to, msg)
-            if msg is None:
-                continue
-        result.messages += 1
-        try:
-            if to == CURATOR:
-                route(CURATOR, curator.receive(sender, msg))
-            elif isinstance(msg, pb.JobAnnouncement):
-                X, y = data[to.name]
-                res = PartyResources.create(root.child(f"party-res/{to.name}"), secrets.public, party_key_bits, test_mode=test_mode)
-                res.clock = clock
-                m = PartyMachine(to.name, msg, X, y, res)
-                parties[to.name] = m
-                route(to, m.start())
-            else:
-                route(to, parties[to.name].receive(sender, msg))
-        except ProtocolError as e:
-            result.error = result.error or e
-            route(to, e.notices)
-    if result.error is None and curator.error is not None:
-        result.error = curator.error
+    wire = Wire(order=order, tamper=tamper, spawn=spawn, before_each=None if before_each is None else lambda: before_each(result))
+    wire.machines[CURATOR] = curator
+    wire.ledger = result.ledger
+    wire.route(CURATOR, curator.start())
+    wire.pump()
+    result.model = wire.releases[0] if wire.releases else None
+    result.error = wire.error
+    result.rejections = wire.rejections
+    result.messages = wire.messages
     return result

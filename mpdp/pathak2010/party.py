@@ -15,23 +15,25 @@ from mpdp.learn import logreg
 from mpdp.math import comparison, sharing
 from mpdp.math.fixedpoint import EncodingOverflow
 from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
-from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+from mpdp.messages import pathak2010_pb2 as pb
 from mpdp.pathak2010 import states
 from mpdp.pathak2010.mechanism import party_rng
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
 from mpdp.pathak2010.resources import PartyResources
 from mpdp.math.drbg import Drbg
 from mpdp.math.opcount import OpCounter
-from mpdp.protocol import CURATOR, LocalProtocolError, Machine, Output, Peer, Problem, Record, Send, StageClock, require
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Record, Send, StageClock, require
 
 
 class PartyMachine(Machine):
+    ROLE = "party"
     STATES = states.PARTY_STATES
-    TERMINAL = ("DONE",)
+    TERMINAL = ("DONE", FAILED)
     TABLE = states.PARTY_TABLE
+    PARTICIPANTS = frozenset({"curator", "party"})
 
     def __init__(self, name: str, announcement: pb.JobAnnouncement, X: np.ndarray, y: np.ndarray, resources: PartyResources) -> None:
-        super().__init__(announcement.job_id, Peer("party", name), resources.clock)
+        super().__init__(announcement.job_id, Peer("party", name))
         self.params = PathakParams.from_spec(announcement.job_id, announcement.spec)
         if name not in self.params.parties:
             raise LocalProtocolError(Problem.WRONG_ROLE, f"party {name} is not a participant of job {self.job_id}")
@@ -68,12 +70,10 @@ class PartyMachine(Machine):
         """S0: accept the job (the service has checked the ledger before building the machine)."""
         return [Send(CURATOR, pb.JobAcceptance(job_id=self.job_id, dimension=self.d))]
 
-    def _sender_ok(self, kind: str, sender: Peer) -> bool:
-        if kind == "curator":
-            return sender.role == "curator"
-        if kind == "participant":
-            return sender.role == "curator" or (sender.role == "party" and sender.name in self.params.parties)
-        return sender.role == "party" and sender.name in self.params.parties
+    def _kinds(self, sender: Peer) -> frozenset[str]:
+        if sender.role == "curator":
+            return frozenset({"curator"})  # the service has checked that it is this party's curator
+        return frozenset({"party"}) if sender.role == "party" and sender.name in self.params.parties else frozenset()
 
     def _required(self, state: str) -> list[tuple[type, str]]:
         p = self.params.parties
@@ -112,7 +112,7 @@ class PartyMachine(Machine):
             require(sharing.is_permutation(list(message.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
 
     def _abort_notices(self, e) -> list[Output]:
-        return [Send(CURATOR, common_pb2.JobAbort(job_id=self.job_id, problem=e.problem, detail=e.detail, reported_by=self.me.name))]
+        return self._abort(e, [CURATOR])
 
     def _to_party(self, index: int, message: Any) -> list[Output]:
         name = self.params.parties[index]
@@ -122,7 +122,7 @@ class PartyMachine(Machine):
         return [Send(Peer("party", name), message)]
 
     # -- S0 ------------------------------------------------------------------------------
-    def _on_await_start(self) -> list[Output]:
+    def _step_await_start(self) -> list[Output]:
         start = self._take(pb.ProtocolStart, CURATOR.name)
         require(start.dimension == self.d, Problem.MALFORMED, f"ProtocolStart says d={start.dimension}, this party has d={self.d}")
         self.stages.enter("stage1")
@@ -140,7 +140,7 @@ class PartyMachine(Machine):
             out += self._to_party(i, secrets_msg)
         return out + self._split_size()
 
-    def _on_await_party_secrets(self) -> list[Output]:
+    def _step_await_party_secrets(self) -> list[Output]:
         s = self._take(pb.PartySecrets, self.params.parties[0])
         require(sharing.is_permutation(list(s.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
         try:
@@ -169,7 +169,7 @@ class PartyMachine(Machine):
         self.state = "AWAIT_SIZE_SHARE"
         return self._to_party(self.pi1[self.j], pb.SizeShare(job_id=self.job_id, a=_b(a))) + self._to_party(0, sealed)
 
-    def _on_await_size_share(self) -> list[Output]:
+    def _step_await_size_share(self) -> list[Output]:
         """S1.3: ξ(π1(a)_k) to Charlie; the shuffler also forwards ζ(π1(b)) in position order."""
         assert self.pi1 is not None and self.party_key is not None
         p = self.params.parties
@@ -190,7 +190,7 @@ class PartyMachine(Machine):
         self.state = "AWAIT_MASKED_SIZE_SHARE"
         return out
 
-    def _on_await_masked_size_share(self) -> list[Output]:
+    def _step_await_masked_size_share(self) -> list[Output]:
         """S1.5: decrypt ã_k and hand it to the leader (P1)."""
         assert self.party_key is not None
         m = self._take(pb.MaskedSizeShare, CURATOR.name)
@@ -200,7 +200,7 @@ class PartyMachine(Machine):
         self.state = "AWAIT_COMPARISON" if self.j == 0 else "AWAIT_SELECTION"
         return self._to_party(0, pb.MaskedSize(job_id=self.job_id, value=_b(a_tilde)))
 
-    def _on_await_comparison(self) -> list[Output]:
+    def _step_await_comparison(self) -> list[Output]:
         """S1.6 (leader, §1.5 steps 3–5): blinded comparison terms for every pair (i < j)."""
         prm = self.params
         bits = self._take(pb.ComparisonBits, CURATOR.name)
@@ -225,7 +225,7 @@ class PartyMachine(Machine):
         return [Send(CURATOR, pb.BlindedComparisons(job_id=self.job_id, ciphertexts=out_terms))]
 
     # -- Stage 2 -------------------------------------------------------------------------
-    def _on_await_selection(self) -> list[Output]:
+    def _step_await_selection(self) -> list[Output]:
         """S2.2–S2.4: ψ_j = ζ(v_j)^{η̄_j}·ζ(0), multiplied into the chain P_K → … → P_1."""
         assert self.pi1 is not None
         prm = self.params
@@ -278,7 +278,7 @@ class PartyMachine(Machine):
         self.state = "AWAIT_RESHARE_PIECES"
         return out
 
-    def _on_await_reshare_pieces(self) -> list[Output]:
+    def _step_await_reshare_pieces(self) -> list[Output]:
         """§1.7 step 3: z_t = Σ_p t_{p,t}; publish z_t at Charlie and record the release."""
         assert self.own_piece is not None
         q = self.params.ring_modulus

@@ -1,17 +1,17 @@
-"""Every transition of the Pathak protocol, as data (style.md §5: one table per protocol).
+"""Every transition of the Pathak protocol, as data (style.md §5: one table per protocol; engine: mpdp/protocol.py).
 
-Each row says: this message, from this kind of sender, may arrive once the role is in
-``earliest`` and is consumed in ``consumed``. Earlier is out of order (the peer could not
-legitimately have sent it yet), later is out of order or a replay. The windows follow the
-protocol's causality, e.g. a ResharePiece can reach P_t only after Charlie's SelectionVector,
-which needs P_t's own MaskedSize, so P_t is at least in AWAIT_SELECTION.
-``python -m mpdp.pathak2010.states`` prints the tables as Markdown for docs/protocols/pathak2010.md.
+Messages are kept rows: each may arrive once the role is in its first state and is consumed by the step
+of its last (``until``). Earlier is out of order (the peer could not legitimately have sent it yet), later
+is out of order or a replay. The windows follow the protocol's causality, e.g. a ResharePiece can reach
+P_t only after Charlie's SelectionVector, which needs P_t's own MaskedSize, so P_t is at least in
+AWAIT_SELECTION. A step runs (joint event ``ready``) once every input it needs is in; where a step has
+two possible next states, the role's handler chooses (P1 leads, the others follow).
+``python tools/render_tables.py`` writes the tables into docs/protocols/pathak2010.md.
 """
 
 from __future__ import annotations
 
-from mpdp.messages import pathak2010_pb2 as pb
-from mpdp.protocol import Expect
+from mpdp.protocol import ANY, FAILED, Row, kept, row
 
 PARTY_STATES: tuple[str, ...] = (
     "AWAIT_START",
@@ -22,20 +22,28 @@ PARTY_STATES: tuple[str, ...] = (
     "AWAIT_SELECTION",
     "AWAIT_RESHARE_PIECES",
     "DONE",
-    "FAILED",
+    FAILED,
 )
 
-PARTY_TABLE: tuple[Expect, ...] = (
-    Expect(pb.ProtocolStart, "curator", "AWAIT_START", "AWAIT_START"),
-    Expect(pb.PartySecrets, "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),
-    Expect(pb.SizeShare, "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
-    Expect(pb.SealedSizeRemainder, "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
-    Expect(pb.MaskedSizeShare, "curator", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_MASKED_SIZE_SHARE"),
-    Expect(pb.ComparisonBits, "curator", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_COMPARISON"),
-    Expect(pb.MaskedSize, "party", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_COMPARISON"),
-    Expect(pb.SelectionVector, "curator", "AWAIT_SELECTION", "AWAIT_SELECTION"),
-    Expect(pb.NoiseChain, "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),
-    Expect(pb.ResharePiece, "participant", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),
+PARTY_TABLE: tuple[Row, ...] = (
+    kept("ProtocolStart", "curator", "AWAIT_START", "AWAIT_START"),
+    kept("PartySecrets", "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),
+    kept("SizeShare", "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
+    kept("SealedSizeRemainder", "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
+    kept("MaskedSizeShare", "curator", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_MASKED_SIZE_SHARE"),
+    kept("ComparisonBits", "curator", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_COMPARISON"),
+    kept("MaskedSize", "party", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_COMPARISON"),
+    kept("SelectionVector", "curator", "AWAIT_SELECTION", "AWAIT_SELECTION"),
+    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),
+    kept("ResharePiece", "curator|party", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),
+    row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS|AWAIT_SIZE_SHARE"),  # P1 generates ξ, π1 itself
+    row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
+    row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),
+    row("AWAIT_MASKED_SIZE_SHARE", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # P1 leads the comparisons
+    row("AWAIT_COMPARISON", "ready", "self", "AWAIT_SELECTION"),
+    row("AWAIT_SELECTION", "ready", "self", "AWAIT_RESHARE_PIECES"),
+    row("AWAIT_RESHARE_PIECES", "ready", "self", "DONE"),
+    row(ANY, "JobAbort", "curator|party", FAILED),
 )
 
 CURATOR_STATES: tuple[str, ...] = (
@@ -45,18 +53,24 @@ CURATOR_STATES: tuple[str, ...] = (
     "AWAIT_MASKED_NOISE",
     "AWAIT_PUBLISHED_SHARES",
     "PUBLISHED",
-    "FAILED",
+    FAILED,
 )
 
-CURATOR_TABLE: tuple[Expect, ...] = (
-    Expect(pb.JobAcceptance, "party", "AWAIT_ACCEPTANCES", "AWAIT_ACCEPTANCES"),
-    Expect(pb.PartyPublicKey, "leader", "AWAIT_SIZE_SHARES", "AWAIT_SIZE_SHARES"),
-    Expect(pb.SizeRemainders, "leader", "AWAIT_SIZE_SHARES", "AWAIT_SIZE_SHARES"),
-    Expect(pb.EncryptedSizeShare, "party", "AWAIT_SIZE_SHARES", "AWAIT_SIZE_SHARES"),
-    Expect(pb.BlindedComparisons, "leader", "AWAIT_BLINDED_COMPARISONS", "AWAIT_BLINDED_COMPARISONS"),
-    Expect(pb.MaskedNoise, "leader", "AWAIT_MASKED_NOISE", "AWAIT_MASKED_NOISE"),
-    Expect(pb.ResharePiece, "party", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"),
-    Expect(pb.PublishedShare, "party", "AWAIT_PUBLISHED_SHARES", "AWAIT_PUBLISHED_SHARES"),
+CURATOR_TABLE: tuple[Row, ...] = (
+    kept("JobAcceptance", "party", "AWAIT_ACCEPTANCES", "AWAIT_ACCEPTANCES"),
+    kept("PartyPublicKey", "leader", "AWAIT_SIZE_SHARES", "AWAIT_SIZE_SHARES"),
+    kept("SizeRemainders", "leader", "AWAIT_SIZE_SHARES", "AWAIT_SIZE_SHARES"),
+    kept("EncryptedSizeShare", "party", "AWAIT_SIZE_SHARES", "AWAIT_SIZE_SHARES"),
+    kept("BlindedComparisons", "leader", "AWAIT_BLINDED_COMPARISONS", "AWAIT_BLINDED_COMPARISONS"),
+    kept("MaskedNoise", "leader", "AWAIT_MASKED_NOISE", "AWAIT_MASKED_NOISE"),
+    kept("ResharePiece", "party", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"),
+    kept("PublishedShare", "party", "AWAIT_PUBLISHED_SHARES", "AWAIT_PUBLISHED_SHARES"),
+    row("AWAIT_ACCEPTANCES", "ready", "self", "AWAIT_SIZE_SHARES"),
+    row("AWAIT_SIZE_SHARES", "ready", "self", "AWAIT_BLINDED_COMPARISONS"),
+    row("AWAIT_BLINDED_COMPARISONS", "ready", "self", "AWAIT_MASKED_NOISE"),
+    row("AWAIT_MASKED_NOISE", "ready", "self", "AWAIT_PUBLISHED_SHARES"),
+    row("AWAIT_PUBLISHED_SHARES", "ready", "self", "PUBLISHED"),
+    row(ANY, "JobAbort", "party", FAILED),
 )
 
 # Which stage (for progress display and stage_seconds) each curator state belongs to.
@@ -67,18 +81,5 @@ CURATOR_STAGE = {
     "AWAIT_MASKED_NOISE": "stage2",
     "AWAIT_PUBLISHED_SHARES": "stage3",
     "PUBLISHED": "published",
-    "FAILED": "failed",
+    FAILED: "failed",
 }
-
-
-def markdown() -> str:
-    lines = []
-    for role, table in (("Party P_j", PARTY_TABLE), ("Curator (Charlie)", CURATOR_TABLE)):
-        lines += [f"### {role}", "", "| message | from | may arrive from | consumed in |", "|---|---|---|---|"]
-        lines += [f"| {r.message.__name__} | {r.sender} | {r.earliest} | {r.consumed} |" for r in table]
-        lines.append("")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(markdown())

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from mpdp.messages import common_pb2
-from mpdp.protocol import Machine, Output, Peer, ProtocolError, Send
+from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply, Send
 from services.common import errors
 
 log = logging.getLogger("mpdp")
@@ -53,8 +53,8 @@ class Hosted:
                 if context is not None:
                     await errors.abort(context, e)
                 raise
-        replies = [o.message for o in outputs if type(o).__name__ == "Reply"]
-        outputs = [o for o in outputs if type(o).__name__ != "Reply"]
+        replies = [o.message for o in outputs if isinstance(o, Reply)]
+        outputs = [o for o in outputs if not isinstance(o, Reply)]
         if log.isEnabledFor(logging.DEBUG) or not inline:
             log.info("job %s: %s received %s from %s, now %s", self.machine.job_id, self.machine.me.role, type(message).__name__, sender, self.machine.state)
         if outputs:

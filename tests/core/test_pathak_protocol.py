@@ -6,7 +6,8 @@ Invariants checked here:
 - only the smallest party's noise survives (sentinel test), and the indicator has exactly one 1;
 - shares and masks: a_j + b_j = n_j, ã + b̃ = π2(π1(n)), the re-shared z_t sum to K·ŵ_s;
 - transcripts: Charlie never receives n_j, unmasked a_j, ŵ_j, η_j or π1; no party receives another's ŵ_j or n_j;
-- any remote error moves a role to FAILED and nothing is published.
+- any refused message from a participant moves a role to FAILED and nothing is published; an outsider's
+  message, or one naming another job, is refused and leaves the role as it was (tests/core/test_failure_policy.py).
 """
 
 from __future__ import annotations
@@ -229,17 +230,18 @@ def test_replay_wrong_sender_and_unknown_job_are_refused(small_secrets):
     with pytest.raises(RemoteProtocolError) as e:
         cm.receive(Peer("party", "p1"), pb.JobAcceptance(job_id="j", dimension=2))
     assert e.value.problem == common_pb2.REPLAY
-    for sender, msg, problem in [
-        (Peer("party", "stranger"), pb.JobAcceptance(job_id="j", dimension=2), common_pb2.WRONG_ROLE),
-        (Peer("party", "p2"), pb.SizeRemainders(job_id="j"), common_pb2.WRONG_ROLE),  # only the leader forwards remainders
-        (Peer("party", "p1"), pb.JobAcceptance(job_id="other", dimension=2), common_pb2.UNKNOWN_JOB),
-        (Peer("party", "p1"), pb.MaskedSizeShare(job_id="j"), common_pb2.WRONG_ROLE),  # a party-bound message
+    assert cm.state == "FAILED"  # a participant's replay fails the job closed
+    for sender, msg, problem, fails in [
+        (Peer("party", "stranger"), pb.JobAcceptance(job_id="j", dimension=2), common_pb2.WRONG_ROLE, False),  # an outsider
+        (Peer("party", "p1"), pb.JobAcceptance(job_id="other", dimension=2), common_pb2.UNKNOWN_JOB, False),  # another job's
+        (Peer("party", "p2"), pb.SizeRemainders(job_id="j"), common_pb2.WRONG_ROLE, True),  # only the leader forwards remainders
+        (Peer("party", "p1"), pb.MaskedSizeShare(job_id="j"), common_pb2.WRONG_ROLE, True),  # a party-bound message
     ]:
         cm = fresh()
         with pytest.raises(RemoteProtocolError) as e:
             cm.receive(sender, msg)
         assert e.value.problem == problem, (msg, e.value)
-        assert cm.state == "FAILED"
+        assert cm.state == ("FAILED" if fails else "AWAIT_ACCEPTANCES")
 
 
 def test_fuzzed_messages_give_protocol_errors_only(small_secrets):
@@ -264,8 +266,12 @@ def test_fuzzed_messages_give_protocol_errors_only(small_secrets):
                     return type(msg)(job_id=getattr(msg, "job_id", ""))
             return msg
 
-        # run_job turns ProtocolErrors into r.error; any other exception escapes and fails this test
+        # run_job turns failures into r.error and refusals into r.rejections; any other exception escapes and fails this test
         r = run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", b"fuzz"), small_secrets, party_key_bits=768, tamper=corrupt)
         assert r.error is None or r.model is None
         if r.error is not None:
             assert isinstance(r.error, ProtocolError) and r.curator.state == "FAILED"
+        if r.model is None and r.error is None:
+            # a flipped job id makes the message another job's: refused without touching this job, which then
+            # waits (a served job fails at its deadline); any other refusal of a participant's message fails it
+            assert [e.problem for _, _, e in r.rejections] == [common_pb2.UNKNOWN_JOB] and not r.curator.terminal

@@ -24,7 +24,7 @@ from mpdp.dca.engine import Reply
 from mpdp.dca.errors import InvalidJob
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2 as pb
-from mpdp.protocol import CURATOR, LocalProtocolError, Peer, Problem, ProtocolError, Publish, Send
+from mpdp.protocol import CURATOR, LocalProtocolError, Peer, Problem, ProtocolError, Publish, Send, check_table
 
 from tests.dca.helpers import NODES, data, make_params
 
@@ -189,10 +189,11 @@ def test_job_releases_after_rejections(job):
 def test_peer_misbehaviour_fails_the_job_and_failed_never_releases(job):
     p, nodes = job
     a = nodes[NODES[0]]
-    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000001"]))
-    refused(a, B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000002"]), Problem.REPLAY)  # a retry
+    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=1, client_ids=["client-000001"]))
+    refused(a, Peer("compute_node", "stranger"), pb.ReceivedClients(job_id="job-1", sequence=2), Problem.WRONG_ROLE)  # not a node of the job
+    refused(a, B, pb.ReceivedClients(job_id="job-2", sequence=2), Problem.UNKNOWN_JOB)  # another job's message
     with pytest.raises(ProtocolError) as e:
-        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=1, client_ids=["client-000001"]))  # same client twice
+        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=3, client_ids=["client-000001"]))  # same client twice
     assert e.value.problem == Problem.MALFORMED and a.failed
     notices = e.value.notices
     assert {o.to for o in notices} == {CURATOR, B, C} and all(isinstance(o.message, common_pb2.JobAbort) for o in notices)
@@ -204,6 +205,16 @@ def test_peer_misbehaviour_fails_the_job_and_failed_never_releases(job):
         a.partial_sum()
     with pytest.raises(ProtocolError):
         a.close()
+
+
+def test_a_node_replaying_its_report_fails_the_job(job):
+    """A participant's replay fails the job closed (one failure policy, mpdp.protocol)."""
+    p, nodes = job
+    a = nodes[NODES[0]]
+    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000001"]))
+    with pytest.raises(ProtocolError) as e:
+        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000002"]))
+    assert e.value.problem == Problem.REPLAY and a.failed and a.error.problem == Problem.REPLAY
 
 
 def test_final_set_must_match_its_digest(job):
@@ -237,21 +248,21 @@ def test_client_machine_order_and_inputs():
         ClientMachine(p, "", np.zeros(p.dimension), Drbg.from_seed(1))
 
 
-def test_table_lookup_and_markdown():
-    for role, st in states.STATES.items():
-        md = states.markdown()
-        assert f"### {role}" in md
-        for s in st:
-            if s != states.FAILED:
-                assert any(r.role == role and r.state == s for r in states.TABLE) or s in states.TERMINAL[role]
+def test_table_lookup():
+    for machine in (ClientMachine, ComputeNodeMachine, AggregatorMachine):
+        check_table(machine)
+        for st in machine.STATES:
+            if st not in machine.TERMINAL:
+                assert any(r.state == st for r in machine.TABLE)
     with pytest.raises(ProtocolError) as e:
-        states.lookup(states.COMPUTE_NODE, "AWAIT_SHARES", "PartialSum")
+        ComputeNodeMachine.lookup("AWAIT_SHARES", "PartialSum")
     assert e.value.problem == Problem.WRONG_ROLE
     with pytest.raises(ProtocolError) as e:
-        states.lookup(states.COMPUTE_NODE, "AWAIT_RECEIVED_SETS", "ClientShare")
+        ComputeNodeMachine.lookup("AWAIT_RECEIVED_SETS", "ClientShare")
     assert e.value.problem == Problem.STEP_OUT_OF_ORDER
     with pytest.raises(ProtocolError):
-        states.lookup(states.COMPUTE_NODE, "RELEASED", "JobAbort")  # terminal: nothing moves it
+        ComputeNodeMachine.lookup("RELEASED", "JobAbort")  # terminal: nothing moves it
+    assert ComputeNodeMachine.lookup("AWAIT_RECEIVED_SETS", "JobAbort").next == (states.FAILED,)  # * rows
 
 
 def _mutations(rng: Drbg, p, base: list[tuple[Peer, object]]):

@@ -10,7 +10,7 @@ from scipy import stats
 
 from mpdp.dca import mechanism
 from mpdp.dca.driver import run_job
-from mpdp.dp.mechanisms import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
+from mpdp.dp.mechanisms import classic_gaussian_sigma, gaussian_delta
 from mpdp.math.drbg import Drbg
 
 from tests.dca.helpers import data, make_params
@@ -45,8 +45,12 @@ def test_analytic_calibrator(eps, delta):
 @pytest.mark.parametrize("N,T", [(2, 0), (20, 3), (1000, 50)])
 def test_per_client_sigma(mode, N, T):
     p = make_params(clients=N, max_missing=T, mode=mode)
-    expected_std = (analytic_gaussian_sigma if mode == "corrected" else classic_gaussian_sigma)(2.0, 1.0, 1e-5)
-    assert p.sigma_std == expected_std
+    if mode == "paper":  # Δ·√(2 ln(1.25/δ))/ε with Δ = 2, ε = 1, δ = 1e-5, worked by hand
+        assert p.sigma_std == pytest.approx(2.0 * math.sqrt(2 * math.log(1.25e5)), rel=1e-12)
+        assert p.sigma_std == pytest.approx(9.6896105, rel=1e-7)
+    else:  # the analytic Gaussian: the smallest σ whose exact δ(ε) stays within δ
+        assert gaussian_delta(p.sigma_std, 2.0, 1.0) <= 1e-5 < gaussian_delta(p.sigma_std * (1 - 1e-4), 2.0, 1.0)
+        assert p.sigma_std < 9.6896105  # below the classic bound
     assert p.sigma_client == pytest.approx(p.sigma_std / math.sqrt(N - T - 1), rel=1e-15)
     assert mechanism.worst_case_noise_variance(p.sigma_client, N, T) == pytest.approx(p.sigma_std**2, rel=1e-12)
 

@@ -1,0 +1,60 @@
+"""The transition tables in docs/protocols/ are the ones the machines run on (tools/render_tables.py).
+
+Invariants checked here:
+* every docs page listed by the tool holds a table for each of its machines, and each is byte-for-byte what
+  mpdp.protocol.render_table generates from the code now;
+* a stale or missing table is reported (the check compares generated text, so it can fail);
+* every table is well formed (check_table) and its rendering has one line per row.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpdp.protocol import Machine, check_table, render_table
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+try:
+    import render_tables
+finally:
+    sys.path.pop(0)
+
+MACHINES = [name for names in render_tables.PAGES.values() for name in names]
+
+
+def test_docs_tables_match_the_code():
+    assert render_tables.problems() == []
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_each_table_is_well_formed_and_fully_rendered(name):
+    machine = render_tables.machine_class(name)
+    assert issubclass(machine, Machine)
+    check_table(machine)
+    text = render_table(machine)
+    body = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| in state")]
+    assert len(body) == len(machine.TABLE)
+    for r in machine.TABLE:
+        assert any(r.event in line and all(s in line for s in r.senders) for line in body), r
+
+
+def test_a_stale_or_missing_table_is_reported(tmp_path):
+    docs = tmp_path / "protocols"
+    shutil.copytree(REPO / "docs" / "protocols", docs)
+    assert render_tables.problems(docs) == []
+    page = docs / "dca.md"
+    good = page.read_text()
+    page.write_text(good.replace("| AWAIT_SHARES | `ShareBatch` | router | AWAIT_SHARES |\n", "", 1))  # a row dropped
+    assert render_tables.problems(docs) == ["dca.md: a table is out of date (run `python tools/render_tables.py`)"]
+    page.write_text(good.replace("| AWAIT_SHARES | `ShareBatch` | router |", "| AWAIT_SHARES | `ShareBatch` | client |", 1))
+    assert render_tables.problems(docs)  # a sender changed
+    page.write_text(good.replace("<!-- table: mpdp.dca.aggregator.AggregatorMachine -->", "", 1).replace(
+        render_table(render_tables.machine_class("mpdp.dca.aggregator.AggregatorMachine")), "", 1))
+    assert "dca.md: no table for mpdp.dca.aggregator.AggregatorMachine" in render_tables.problems(docs)
+    page.write_text(good)
+    assert render_tables.problems(docs) == []
