@@ -38,7 +38,7 @@ MIN_KAPPA, MAX_KAPPA = 40, 128
 MIN_FRAC_BITS, MAX_FRAC_BITS = 8, 48
 MAX_EPSILON = 1e6  # far beyond any private use; keeps every noise scale a normal float
 MAX_DEADLINE = 86400.0  # 24 h
-MAX_SEED_BYTES = 64
+MAX_SEED_BYTES = 128
 MAX_PARTIES = 256  # site lists of contribution rounds, local releases and ensemble voters
 MAX_PATHAK_PARTIES = 32  # Stage 1 compares K(K−1)/2 pairs of ℓ-bit numbers bit by bit under DGK
 MAX_PATHAK_DIMENSION = 4096  # Paillier work per coordinate (noise chain, masks, reshare)
@@ -118,7 +118,7 @@ def _eps(why: str = "ε of the guarantee; above the max nothing is private and n
 
 
 def _seed() -> Limit:
-    return Limit("simulation_seed", "bytes", 0, MAX_SEED_BYTES, "", "test mode only; a seed longer than a hash block adds nothing")
+    return Limit("simulation_seed", "bytes", 0, MAX_SEED_BYTES, "", "test mode only; a bounded label is enough to seed every generator")
 
 
 def _deadline(default: float) -> Limit:
