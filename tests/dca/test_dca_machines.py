@@ -10,6 +10,8 @@ Invariants checked here:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ast
 import pathlib
 
@@ -238,9 +240,12 @@ def test_client_machine_order_and_inputs():
 
 
 def test_table_lookup_and_markdown():
+    md = states.markdown()
     for role, st in states.STATES.items():
-        md = states.markdown()
-        assert f"### {role}" in md
+        section = md.split(f"### {role}\n", 1)[1].split("\n### ", 1)[0]
+        rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| state ")]
+        expected = [f"| {r.state} | {r.event} | {', '.join(r.senders)} | {r.next_state} |" for r in states.TABLE if r.role == role]
+        assert rows == expected, role  # every transition of this role, in order, and nothing else
         for s in st:
             if s != states.FAILED:
                 assert any(r.role == role and r.state == s for r in states.TABLE) or s in states.TERMINAL[role]
@@ -252,6 +257,12 @@ def test_table_lookup_and_markdown():
     assert e.value.problem == Problem.STEP_OUT_OF_ORDER
     with pytest.raises(ProtocolError):
         states.lookup(states.COMPUTE_NODE, "RELEASED", "JobAbort")  # terminal: nothing moves it
+
+
+def test_docs_page_holds_the_rendered_table():
+    """docs/protocols/dca.md carries ``states.markdown()`` verbatim: the page cannot drift from the table."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "protocols" / "dca.md").read_text()
+    assert states.markdown().strip() in page, "regenerate the table with `python -m mpdp.dca.states`"
 
 
 def _mutations(rng: Drbg, p, base: list[tuple[Peer, object]]):

@@ -10,7 +10,7 @@ from scipy import stats
 
 from mpdp.dca import mechanism
 from mpdp.dca.driver import run_job
-from mpdp.dp.mechanisms import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
+from mpdp.dp.mechanisms import classic_gaussian_sigma, gaussian_delta
 from mpdp.math.drbg import Drbg
 
 from tests.dca.helpers import data, make_params
@@ -45,8 +45,11 @@ def test_analytic_calibrator(eps, delta):
 @pytest.mark.parametrize("N,T", [(2, 0), (20, 3), (1000, 50)])
 def test_per_client_sigma(mode, N, T):
     p = make_params(clients=N, max_missing=T, mode=mode)
-    expected_std = (analytic_gaussian_sigma if mode == "corrected" else classic_gaussian_sigma)(2.0, 1.0, 1e-5)
-    assert p.sigma_std == expected_std
+    if mode == "paper":  # the classic formula, written out here (not the function under test)
+        assert p.sigma_std == pytest.approx(2.0 * math.sqrt(2 * math.log(1.25 / 1e-5)) / 1.0, rel=1e-12)
+    else:  # the analytic Gaussian: the σ whose exact δ(σ; Δ₂ = 2, ε = 1) is 10⁻⁵, by definition (Balle & Wang)
+        assert gaussian_delta(p.sigma_std, 2.0, 1.0) <= 1e-5 < gaussian_delta(p.sigma_std * (1 - 1e-6), 2.0, 1.0)
+        assert p.sigma_std < 2.0 * math.sqrt(2 * math.log(1.25 / 1e-5))
     assert p.sigma_client == pytest.approx(p.sigma_std / math.sqrt(N - T - 1), rel=1e-15)
     assert mechanism.worst_case_noise_variance(p.sigma_client, N, T) == pytest.approx(p.sigma_std**2, rel=1e-12)
 

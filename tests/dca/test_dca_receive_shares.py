@@ -16,7 +16,7 @@ from mpdp.dca.compute_node import ComputeNodeMachine
 from mpdp.dca.engine import Reply
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import Peer, ProtocolError, Send
+from mpdp.protocol import Peer, Problem, ProtocolError, Send
 
 from tests.dca.helpers import NODES, make_params
 
@@ -57,10 +57,12 @@ def chunked(m, sender, shares):
 
 def both(p, node, sender, runs):
     a, b = ComputeNodeMachine(p, node, report_every=3), ComputeNodeMachine(p, node, report_every=3)
+    a.problems = []  # per run: [(index in the run, Problem)] of the shares refused (both paths agree)
     reported_a, reported_b = [], []
     for shares in runs:
         ra, rb = sequential(a, sender, shares), chunked(b, sender, shares)
         assert ra[:2] == rb[:2]
+        a.problems.append(ra[1])
         assert state(a) == state(b)
         reported_a += [c for m in ra[2] if isinstance(m, pb.ReceivedClients) for c in m.client_ids]
         reported_b += [c for m in rb[2] if isinstance(m, pb.ReceivedClients) for c in m.client_ids]
@@ -94,9 +96,11 @@ def test_party_sender_and_roster():
     ids = [f"c{i}" for i in range(6)]
     p = make_params(clients=6, max_missing=1, roster=tuple(ids))
     s = shares_for(p, NODES[0], ids)
-    both(p, NODES[0], Peer("party", "c0"), [s[:1], s[1:3]])  # a party may only submit its own share
+    a, _ = both(p, NODES[0], Peer("party", "c0"), [s[:1], s[1:3]])  # a party may only submit its own share
+    assert a.problems == [[], [(0, Problem.WRONG_ROLE), (1, Problem.WRONG_ROLE)]] and a.received == 1
     outsider = shares_for(make_params(clients=7, max_missing=1), NODES[0], ["zz"])
-    both(p, NODES[0], ROUTER, [outsider + s[2:4]])  # off the roster
+    a, _ = both(p, NODES[0], ROUTER, [outsider + s[2:4]])  # off the roster
+    assert a.problems == [[(0, Problem.WRONG_ROLE)]] and a.received == 2
 
 
 def test_failed_machine_rejects_every_share():
