@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpdp import limits
 from mpdp.lmgc.estimator import LargeMarginGaussianClassifier, clip_rows
 from mpdp.lmgc.params import augment, quadratic_scores
 from mpdp.math.drbg import Drbg
@@ -27,16 +28,11 @@ class ReleaseError(ValueError):
 
 
 def validate_spec(spec: pb.LocalModelJobSpec) -> None:
-    if spec.model not in MODELS:
-        raise ReleaseError(f"unknown model; use one of {MODELS}")
-    if not spec.parties or len(set(spec.parties)) != len(spec.parties):
-        raise ReleaseError("parties must be a non-empty list of distinct names")
-    if not (spec.epsilon > 0 and np.isfinite(spec.epsilon)):
-        raise ReleaseError(f"epsilon must be positive, got {spec.epsilon}")
-    if spec.mode not in MODE_NAMES:
-        raise ReleaseError("mode must be CORRECTED or PAPER")
-    if not spec.dataset:
-        raise ReleaseError("dataset must name a dataset in every party's config")
+    """Field ranges, ids and distinct party names come from :mod:`mpdp.limits` (docs/protocols/limits.md)."""
+    try:
+        limits.check_local_model_job_spec(spec)
+    except limits.SpecError as e:
+        raise ReleaseError(str(e)) from None
 
 
 def ledger_entry(request: pb.LocalModelRequest) -> dict:

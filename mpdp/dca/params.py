@@ -14,18 +14,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mpdp import limits
 from mpdp.dca import mechanism
 from mpdp.dca.errors import InvalidJob
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.math.fixedpoint import U64_MODULUS, EncodingOverflow, check_sum_headroom
 from mpdp.messages import common_pb2, dca_pb2
 
-MAX_DIMENSION = 1 << 20  # 8 MiB per packed vector; gRPC's default message limit is 4 MiB (raise it for d > 2^19)
-MAX_CLIENTS = (1 << 32) - 1
-MAX_NODES = 63  # per-client node bitmasks are int64 (mpdp.dca.agreement)
-MIN_FRAC_BITS, MAX_FRAC_BITS = 8, 48
+# Ranges live in mpdp.limits (docs/protocols/limits.md); these names are kept for callers.
+MAX_DIMENSION = limits.MAX_DCA_DIMENSION  # 8 MiB per packed vector; gRPC's default message limit is 4 MiB (raise it for d > 2^19)
+MAX_CLIENTS = limits.MAX_DCA_CLIENTS
+MAX_NODES = limits.MAX_NODES  # per-client node bitmasks are int64 (mpdp.dca.agreement)
+MIN_FRAC_BITS, MAX_FRAC_BITS = limits.MIN_FRAC_BITS, limits.MAX_FRAC_BITS
 NOISE_TAIL = 8.0  # headroom allows |η_ij| up to 8σ_client per client (§4.3)
-MAX_CLIENT_ID = 256  # bytes of UTF-8
+MAX_CLIENT_ID = limits.MAX_CLIENT_ID_BYTES  # bytes of UTF-8
 
 MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
 MODE_ENUM = {v: k for k, v in MODE_NAMES.items()}
@@ -71,34 +73,34 @@ class DcaParams:
     def __post_init__(self) -> None:
         for name, conv in (("nodes", str), ("roster", str), ("clip_bounds", float)):
             object.__setattr__(self, name, tuple(conv(x) for x in getattr(self, name)))
-        if not self.job_id:
-            raise InvalidJob("job_id must be non-empty")
-        if not 1 <= self.dimension <= MAX_DIMENSION:
-            raise InvalidJob(f"dimension must be in [1, {MAX_DIMENSION}], got {self.dimension}")
-        if not 0 <= self.max_missing <= MAX_CLIENTS:
-            raise InvalidJob(f"max_missing T must be ≥ 0, got {self.max_missing}")
-        if not self.max_missing + 2 <= self.clients <= MAX_CLIENTS:
-            raise InvalidJob(f"clients N must satisfy N − T − 1 ≥ 1 (Thm 1), got N={self.clients}, T={self.max_missing}")
+        try:
+            limits.check_id(self.job_id, "job_id")
+            limits.check_fields(
+                "DcaJobSpec",
+                dimension=self.dimension,
+                clients=self.clients,
+                max_missing=self.max_missing,
+                epsilon=self.epsilon,
+                delta=self.delta,
+                sensitivity=self.sensitivity,
+                fractional_bits=self.frac_bits,
+                clip_bounds=self.clip_bounds,
+                compute_nodes=self.nodes,
+                deadline_seconds=self.deadline_seconds,
+                simulation_seed=self.simulation_seed,
+                roster=self.roster,
+                purpose=self.purpose,
+            )
+        except limits.SpecError as e:
+            raise InvalidJob(str(e)) from None
         if self.mode not in mechanism.MODES:
-            raise InvalidJob(f"mode must be one of {mechanism.MODES}, got {self.mode!r}")
-        if not MIN_FRAC_BITS <= self.frac_bits <= MAX_FRAC_BITS:
-            raise InvalidJob(f"frac_bits must be in [{MIN_FRAC_BITS}, {MAX_FRAC_BITS}], got {self.frac_bits}")
+            raise InvalidJob(f"mode must be one of {mechanism.MODES}")
+        if not self.max_missing + 2 <= self.clients:
+            raise InvalidJob(f"clients N must satisfy N − T − 1 ≥ 1 (Thm 1), got N={self.clients}, T={self.max_missing}")
         if len(self.clip_bounds) not in (1, self.dimension):
             raise InvalidJob(f"clip_bounds must hold 1 or d = {self.dimension} values, got {len(self.clip_bounds)}")
-        if not all(math.isfinite(c) and c > 0 for c in self.clip_bounds):
-            raise InvalidJob(f"clip_bounds must be finite and positive, got {list(self.clip_bounds)[:8]}")
-        if not 2 <= len(self.nodes) <= MAX_NODES:
-            raise InvalidJob(f"DCA needs 2 ≤ M ≤ {MAX_NODES} compute nodes (one node would see u_i), got {len(self.nodes)}")
-        if len(set(self.nodes)) != len(self.nodes) or not all(self.nodes):
-            raise InvalidJob(f"compute node names must be distinct and non-empty: {list(self.nodes)}")
-        if self.roster:
-            if len(self.roster) != self.clients or len(set(self.roster)) != len(self.roster):
-                raise InvalidJob(f"a roster must list exactly N = {self.clients} distinct client ids, got {len(self.roster)} ({len(set(self.roster))} distinct)")
-            bad = [c for c in self.roster if not valid_client_id(c)]
-            if bad:
-                raise InvalidJob(f"roster holds invalid client ids, e.g. {bad[0]!r} (1..{MAX_CLIENT_ID} UTF-8 bytes)")
-        if not (math.isfinite(self.deadline_seconds) and self.deadline_seconds > 0):
-            raise InvalidJob(f"deadline_seconds must be positive, got {self.deadline_seconds}")
+        if self.roster and len(self.roster) != self.clients:
+            raise InvalidJob(f"a roster must list exactly N = {self.clients} distinct client ids, got {len(self.roster)}")
         if self.secure_sum:
             self._init_secure_sum()
             return

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from mpdp import limits
 from mpdp.dca.params import DcaParams
 from mpdp.hamm2016.labels import party_votes, vote_counts
 from mpdp.hamm2016.local import fit_local
@@ -36,8 +37,8 @@ from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Pr
 METHODS = ("soft", "vote")
 DEFAULT_DEADLINE = 300.0
 AUX_CHUNK_ROWS = 2048
-MAX_AUX_ROWS = 1 << 20
-MAX_CLASSES = 64
+MAX_AUX_ROWS = limits.MAX_AUX_ROWS
+MAX_CLASSES = limits.MAX_CLASSES
 MAX_VOTE_DIMENSION = 1 << 20  # the DCA's largest vector (mpdp.dca.params.MAX_DIMENSION)
 MAX_MULTICLASS_PARAMETERS = 4096  # (C·d)² Hessian: 128 MiB
 TRUST_MODEL = (
@@ -56,30 +57,15 @@ class EnsembleJobError(ValueError):
 
 
 def validate_spec(spec: pb.EnsembleJobSpec) -> None:
-    """Everything that can be checked before any data is touched (raises EnsembleJobError)."""
-    if spec.method not in METHODS:
-        raise EnsembleJobError(f"method must be one of {METHODS}, got {spec.method!r}")
-    if not (math.isfinite(spec.lam) and spec.lam > 0):
-        raise EnsembleJobError(f"lam must be finite and positive, got {spec.lam}")
-    if not (math.isfinite(spec.epsilon) and spec.epsilon > 0):
-        raise EnsembleJobError(f"epsilon must be finite and positive, got {spec.epsilon} (the non-private 1/ε = 0 baseline exists in simulations only)")
-    if len(spec.classes) < 2 or len(set(spec.classes)) != len(spec.classes) or not all(spec.classes):
-        raise EnsembleJobError(f"classes must list at least 2 distinct non-empty labels, got {list(spec.classes)}")
-    if len(spec.parties) < 2 or len(set(spec.parties)) != len(spec.parties):
-        raise EnsembleJobError(f"parties must list at least 2 distinct voters, got {list(spec.parties)}")
+    """Everything that can be checked before any data is touched (raises EnsembleJobError).
+
+    Field ranges, ids and distinct names come from :mod:`mpdp.limits`; the rest relates fields."""
+    try:
+        limits.check_ensemble_job_spec(spec)
+    except limits.SpecError as e:
+        raise EnsembleJobError(str(e)) from None
     if not spec.max_missing + 2 <= len(spec.parties):
         raise EnsembleJobError(f"max_missing T = {spec.max_missing} leaves fewer than 2 voters of {len(spec.parties)}")
-    if len(spec.classes) > MAX_CLASSES:
-        raise EnsembleJobError(f"classes: at most {MAX_CLASSES} classes, got {len(spec.classes)}")
-    if len(spec.compute_nodes) < 2 or len(set(spec.compute_nodes)) != len(spec.compute_nodes):
-        raise EnsembleJobError(f"the vote sum needs at least 2 distinct compute nodes, got {list(spec.compute_nodes)}")
-    if spec.local_lam < 0 or not math.isfinite(spec.local_lam):
-        raise EnsembleJobError(f"local_lam must be ≥ 0, got {spec.local_lam}")
-    if spec.deadline_seconds < 0 or not math.isfinite(spec.deadline_seconds):
-        raise EnsembleJobError(f"deadline_seconds must be ≥ 0, got {spec.deadline_seconds}")
-    if not spec.dataset or not spec.auxiliary:
-        raise EnsembleJobError("dataset (the parties') and auxiliary (the curator's) must be named")
-
 
 def check_size(spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> None:
     """Refuse, before any party votes, a job whose vote vector or global fit would not fit in memory."""

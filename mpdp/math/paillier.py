@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import gmpy2
 from phe import paillier as phe_paillier
 
+from mpdp import limits
 from mpdp.math.drbg import Drbg
 from mpdp.math.opcount import OpCounter
 
-MIN_PRODUCTION_BITS = 2048
+MIN_PRODUCTION_BITS = limits.MIN_PRODUCTION_KEY_BITS
 
 
 class CiphertextError(ValueError):
@@ -131,9 +132,9 @@ class KeyPair:
 
 
 def check_key_bits(bits: int, *, test_mode: bool) -> None:
-    """Refuse keys under 2048 bits unless a test mode was explicitly enabled (decision 5)."""
-    if bits < MIN_PRODUCTION_BITS and not test_mode:
-        raise ValueError(f"Paillier keys must be at least {MIN_PRODUCTION_BITS} bits (got {bits}); small keys need test mode")
+    """Refuse keys under 2048 bits unless a test mode was explicitly enabled (decision 5), and keys above
+    8192 bits (their cubic cost would pin a role); the range lives in :mod:`mpdp.limits` (a ValueError)."""
+    limits.check_key_bits(bits, test_mode=test_mode)
 
 
 class RandomnessPool:

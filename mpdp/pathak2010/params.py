@@ -12,18 +12,36 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mpdp import limits
 from mpdp.dp.pathak_noise import PathakCalibration
 from mpdp.math.fixedpoint import FixedPoint, check_sum_headroom
 from mpdp.messages import common_pb2, pathak2010_pb2
 
-MIN_KAPPA = 40
+MIN_KAPPA = limits.MIN_KAPPA
 RING_BITS = 128
 MODEL_BOUND = float(2**40)  # |ŵ_j,i| must stay below this to be encoded
 NOISE_INT_BITS = 32  # |η_i| < 2^32
 
 
 class InvalidJob(ValueError):
-    """A job specification that can never run; the message says which field and why."""
+    """A job specification that can never run; the message says which field and why (never a caller's string)."""
+
+
+def check_spec(job_id: str, spec: pathak2010_pb2.PathakJobSpec) -> None:
+    """Every field in its documented range (:mod:`mpdp.limits`), the job id an id, the parties distinct."""
+    try:
+        limits.check_id(job_id, "job_id")
+        limits.check_pathak_job_spec(spec)
+    except limits.SpecError as e:
+        raise InvalidJob(str(e)) from None
+
+
+def check_dimension(d: int) -> None:
+    """d of a party's records (JobAcceptance / ProtocolStart), in its documented range."""
+    try:
+        limits.check_row(limits.limit("JobAcceptance", "dimension"), d)
+    except limits.SpecError as e:
+        raise InvalidJob(str(e)) from None
 
 
 MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
@@ -43,31 +61,12 @@ class PathakParams:
 
     @classmethod
     def from_spec(cls, job_id: str, spec: pathak2010_pb2.PathakJobSpec) -> "PathakParams":
+        check_spec(job_id, spec)
         parties = tuple(spec.parties)
-        if not parties:
-            raise InvalidJob("a job needs at least one party")
-        if len(set(parties)) != len(parties):
-            raise InvalidJob(f"party names repeat: {list(parties)}")
-        if spec.mode not in MODE_NAMES:
-            raise InvalidJob("mode must be CORRECTED or PAPER")
-        if not spec.dataset:
-            raise InvalidJob("dataset must name a dataset in every party's config")
-        if not (math.isfinite(spec.epsilon) and spec.epsilon > 0):
-            raise InvalidJob(f"epsilon must be positive, got {spec.epsilon}")
-        if not (math.isfinite(getattr(spec, "lambda")) and getattr(spec, "lambda") > 0):
-            raise InvalidJob(f"lambda must be positive, got {getattr(spec, 'lambda')}")
         kappa = spec.kappa or 40
-        if kappa < MIN_KAPPA:
-            raise InvalidJob(f"kappa must be at least {MIN_KAPPA} bits, got {kappa}")
         frac = spec.fractional_bits or 32
-        if not 8 <= frac <= 48:
-            raise InvalidJob(f"fractional_bits must be in [8, 48], got {frac}")
         size_bits = spec.size_bits or 32
-        if not 1 <= size_bits <= 48:
-            raise InvalidJob(f"size_bits must be in [1, 48], got {size_bits}")
         deadline = spec.deadline_seconds or 600.0
-        if not (math.isfinite(deadline) and deadline > 0):
-            raise InvalidJob(f"deadline_seconds must be positive, got {deadline}")
         cal = PathakCalibration(MODE_NAMES[spec.mode], spec.epsilon, getattr(spec, "lambda"), len(parties))  # type: ignore[arg-type]
         p = cls(job_id, spec.dataset, parties, cal, frac, kappa, size_bits, bool(spec.simulation_seed), deadline)
         check_sum_headroom(2 * len(parties), MODEL_BOUND, frac, 1 << RING_BITS)

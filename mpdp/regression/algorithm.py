@@ -63,15 +63,18 @@ def run_dca_round(
     *,
     job_id: str,
     nodes: Sequence[str] = DEFAULT_NODES,
+    label: str | None = None,
 ) -> DcaRound:
     """Run one round with every record as a DCA client through :func:`mpdp.dca.driver.run_job`.
 
     A seeded ``rng`` marks the job as a simulation (``simulation_seed``), as the DCA core requires.
+    ``label`` (default: the job id) names the round's random streams, so seeded results stay reproducible.
     """
     t0 = time.perf_counter()
     Z = spec.statistics(X, y)
-    params = spec.dca_params(job_id, Z.shape[0], nodes, simulation_seed=(b"seeded:" + job_id.encode()) if rng.seeded else b"")
-    run = run_job(params, Z, rng.child(f"dca/{job_id}"), record=False)
+    label = label or job_id
+    params = spec.dca_params(job_id, Z.shape[0], nodes, simulation_seed=(b"seeded:" + label.encode()) if rng.seeded else b"")
+    run = run_job(params, Z, rng.child(f"dca/{label}"), record=False)
     if run.error is not None or run.release is None:
         raise DcaRoundFailed(f"DCA job {job_id} released nothing: {run.error}")
     values = np.asarray(run.release.values, dtype=np.float64)
@@ -121,20 +124,20 @@ def fit_ddp(
     seeded = rng.seeded
     if not project:
         spec = main_round_spec(bounds, epsilon, delta, mode, declared_bounds=declared_bounds, purpose="heikkila2017 main round (no projection)")
-        job = f"{job_prefix}/main"
-        r = run_dca_round(spec, X, y, rng, job_id=job, nodes=nodes)
+        job = f"{job_prefix}.main"  # job ids are ids (mpdp.limits); the streams keep their old names
+        r = run_dca_round(spec, X, y, rng, job_id=job, nodes=nodes, label=f"{job_prefix}/main")
         stats = suff_stats(r.values, d)
         return DdpFit(posterior(stats), stats, [r], [ledger_entry(spec, job, seeded=seeded)], seconds={"dca": r.seconds})
     if declared_bounds is not None:
         raise ValueError("declared_bounds only applies to the unprojected fit (project=False)")
     plan = RegressionPlan(tuple(bounds), epsilon, delta, mode, grid_seed, grid_repeats)
-    s_spec, s_job = plan.std_round(), f"{job_prefix}/std"
-    r1 = run_dca_round(s_spec, X, y, rng, job_id=s_job, nodes=nodes)
+    s_spec, s_job = plan.std_round(), f"{job_prefix}.std"
+    r1 = run_dca_round(s_spec, X, y, rng, job_id=s_job, nodes=nodes, label=f"{job_prefix}/std")
     t = time.perf_counter()
     step = plan.main_round(r1.values, n, multipliers=multipliers)
     t_grid = time.perf_counter() - t
-    m_job = f"{job_prefix}/main"
-    r2 = run_dca_round(step.spec, X, y, rng, job_id=m_job, nodes=nodes)
+    m_job = f"{job_prefix}.main"
+    r2 = run_dca_round(step.spec, X, y, rng, job_id=m_job, nodes=nodes, label=f"{job_prefix}/main")
     stats = plan.stats(r2.values)
     return DdpFit(
         posterior(stats),

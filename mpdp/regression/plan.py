@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from mpdp import limits
 from mpdp.regression.config import UCI_GRID_REPEATS
 from mpdp.regression.grid import Multipliers, choose_multipliers
 from mpdp.regression.posterior import Posterior, posterior
@@ -63,6 +64,7 @@ class RegressionPlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bounds", tuple(float(b) for b in self.bounds))
+        limits.check_regression_plan(self.bounds, self.epsilon, self.delta)  # ranges: docs/protocols/limits.md
         std_round_spec(self.bounds, *self.budget.std, self.mode)  # validates bounds, budget and mode
 
     @property

@@ -10,6 +10,8 @@ Invariants checked here:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ast
 import pathlib
 

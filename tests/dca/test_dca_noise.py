@@ -45,12 +45,11 @@ def test_analytic_calibrator(eps, delta):
 @pytest.mark.parametrize("N,T", [(2, 0), (20, 3), (1000, 50)])
 def test_per_client_sigma(mode, N, T):
     p = make_params(clients=N, max_missing=T, mode=mode)
-    if mode == "paper":  # Δ·√(2 ln(1.25/δ))/ε with Δ = 2, ε = 1, δ = 1e-5, worked by hand
-        assert p.sigma_std == pytest.approx(2.0 * math.sqrt(2 * math.log(1.25e5)), rel=1e-12)
-        assert p.sigma_std == pytest.approx(9.6896105, rel=1e-7)
-    else:  # the analytic Gaussian: the smallest σ whose exact δ(ε) stays within δ
-        assert gaussian_delta(p.sigma_std, 2.0, 1.0) <= 1e-5 < gaussian_delta(p.sigma_std * (1 - 1e-4), 2.0, 1.0)
-        assert p.sigma_std < 9.6896105  # below the classic bound
+    if mode == "paper":  # the classic formula, written out here (not the function under test)
+        assert p.sigma_std == pytest.approx(2.0 * math.sqrt(2 * math.log(1.25 / 1e-5)) / 1.0, rel=1e-12)
+    else:  # the analytic Gaussian: the σ whose exact δ(σ; Δ₂ = 2, ε = 1) is 10⁻⁵, by definition (Balle & Wang)
+        assert gaussian_delta(p.sigma_std, 2.0, 1.0) <= 1e-5 < gaussian_delta(p.sigma_std * (1 - 1e-6), 2.0, 1.0)
+        assert p.sigma_std < 2.0 * math.sqrt(2 * math.log(1.25 / 1e-5))
     assert p.sigma_client == pytest.approx(p.sigma_std / math.sqrt(N - T - 1), rel=1e-15)
     assert mechanism.worst_case_noise_variance(p.sigma_client, N, T) == pytest.approx(p.sigma_std**2, rel=1e-12)
 

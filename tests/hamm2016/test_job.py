@@ -86,7 +86,7 @@ def test_too_many_dropouts_release_nothing():
         ({"classes": ["a", "a"]}, "classes"),
         ({"parties": ["p0"]}, "parties"),
         ({"max_missing": 6}, "max_missing"),
-        ({"compute_nodes": ["n1"]}, "compute nodes"),
+        ({"compute_nodes": ["n1"]}, "compute_nodes"),
         ({"dataset": ""}, "dataset"),
     ],
 )

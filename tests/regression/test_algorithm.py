@@ -106,12 +106,12 @@ def test_parties_as_dca_clients_then_curator_finishes(data):
         assert run.error is None
         return np.asarray(run.release.values), Z.sum(axis=0), params
 
-    std_vals, std_exact, p1 = dca(plan.std_round(), "std", plan.bounds, "fed/std")
+    std_vals, std_exact, p1 = dca(plan.std_round(), "std", plan.bounds, "fed.std")
     assert p1.clients == 5 and p1.clip_bounds == tuple(np.array(plan.bounds) ** 2 * rows)
     assert np.all(np.abs(std_vals - std_exact) < 6 * math.sqrt(5) * p1.sigma_client)
     step = plan.main_round(std_vals, 1000)
     assert step.spec.epsilon == pytest.approx(1.4) and step.spec.bounds == tuple(step.thresholds)
-    main_vals, main_exact, p2 = dca(step.spec, "main", step.spec.bounds, "fed/main")
+    main_vals, main_exact, p2 = dca(step.spec, "main", step.spec.bounds, "fed.main")
     post = plan.finish(main_vals)
     # the curator's posterior is the posterior of the released sum; without noise it is the projected ridge
     np.testing.assert_allclose(post.mean, posterior(suff_stats(main_vals, 5)).mean)

@@ -1,0 +1,408 @@
+"""Every job-spec field's allowed range, in one table, checked in one place (issue 12, "one error table, one gate").
+
+Each protocol's spec message (proto/mpdp/messages/*.proto) has its rows in :data:`TABLE`: the field, its
+minimum and maximum, the unit and one line on why. ``check_<spec>(msg)`` checks a message against its rows
+and raises :class:`SpecError` naming the field and the allowed range; the message never quotes a string the
+peer sent (ids, names, labels), so a refusal cannot echo an attacker-sized or attacker-chosen string. Checks
+that relate two fields (T ≤ N − 2, one clip bound or d of them) stay with each protocol's parameters; the
+per-field ranges live only here. :func:`markdown` renders the table for ``docs/protocols/limits.md``
+(``python -m mpdp.limits > docs/protocols/limits.md``; a test keeps the committed page equal to it).
+
+Kinds of row:
+
+* ``int`` / ``real``: a number in [min, max] (``real`` also finite; ``open_min`` makes the lower end open);
+  ``default`` says which value 0 stands for (proto3 cannot tell 0 from unset), and 0 is then accepted.
+* ``id``: a string matching :data:`ID_PATTERN` (job ids, site names, dataset names).
+* ``text``: a string of min..max characters.
+* ``bytes``: min..max bytes.
+* ``count``: a repeated field or map with min..max entries; ``item`` says what each entry must be
+  (``id`` entries must also be distinct: a duplicate party or node is refused).
+* ``choice``: one of ``choices``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from mpdp.messages import common_pb2
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_ID = re.compile(ID_PATTERN)
+MAX_ID = 64
+
+# Shared bounds (one name per concept; params modules import these).
+MIN_KAPPA, MAX_KAPPA = 40, 128
+MIN_FRAC_BITS, MAX_FRAC_BITS = 8, 48
+MAX_EPSILON = 1e6  # far beyond any private use; keeps every noise scale a normal float
+MAX_DEADLINE = 86400.0  # 24 h
+MAX_SEED_BYTES = 128
+MAX_PARTIES = 256  # site lists of contribution rounds, local releases and ensemble voters
+MAX_PATHAK_PARTIES = 32  # Stage 1 compares K(K−1)/2 pairs of ℓ-bit numbers bit by bit under DGK
+MAX_PATHAK_DIMENSION = 4096  # Paillier work per coordinate (noise chain, masks, reshare)
+MAX_DCA_DIMENSION = 1 << 20  # 8 MiB per packed vector; the ensemble's vote vector N·C is a DCA vector
+MAX_DCA_CLIENTS = 1_000_000  # 10× the largest benchmark (N = 10⁵); nodes keep per-client state
+MAX_NODES = 63  # per-client node bitmasks are int64 (mpdp.dca.agreement)
+MAX_CLIENT_ID_BYTES = 256
+MAX_CLASSES = 64
+MAX_AUX_ROWS = 1 << 20
+MAX_AUX_FEATURES = 4096
+MAX_REGRESSION_D = 256  # the main round sums (d+1)(d+2)/2 + d + 1 entries per party
+MAX_SIZE_BITS = 48
+MIN_PRODUCTION_KEY_BITS, MIN_TEST_KEY_BITS, MAX_KEY_BITS = 2048, 256, 8192
+MAX_ADDRESS = 255
+MAX_REAL = 1e12  # regularisers, norms, sensitivities, clip bounds: finite and far from overflow
+
+
+class SpecError(ValueError):
+    """A spec field outside its documented range. ``str()`` names the field and the allowed range, never the value."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+@dataclass(frozen=True)
+class Limit:
+    field: str
+    kind: str  # int, real, id, text, bytes, count, choice
+    min: float | None
+    max: float | None
+    unit: str
+    why: str
+    open_min: bool = False
+    open_max: bool = False
+    default: float | None = None  # 0 stands for this value (and is accepted)
+    item: str = ""  # for count: id, real+ (finite, > 0, ≤ MAX_REAL), text, client
+    choices: tuple[Any, ...] = ()
+    choice_names: tuple[str, ...] = ()
+
+    def allowed(self) -> str:
+        """The allowed range in words (what a refusal and the docs say)."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choice_names or tuple(str(c) for c in self.choices))
+        if self.kind == "id":
+            return f"an id matching {ID_PATTERN}"
+        lo = "(" if self.open_min else "["
+        hi = ")" if self.open_max else "]"
+        rng = f"{lo}{_num(self.min)}, {_num(self.max)}{hi}"
+        unit = f" {self.unit}" if self.unit else ""
+        s = {"text": f"{rng} characters", "bytes": f"{rng} bytes", "count": f"{rng} entries"}.get(self.kind, rng + unit)
+        if self.kind == "count" and self.item:
+            s += {"id": ", each an id, all distinct", "real+": f", each finite in (0, {_num(MAX_REAL)}]", "text": f", each 1..{MAX_ID} characters, all distinct",
+                  "client": f", each 1..{MAX_CLIENT_ID_BYTES} UTF-8 bytes, all distinct"}[self.item]
+        if self.default is not None:
+            s += f" (0 = default {_num(self.default)})"
+        return s
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "∞"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e7:
+        return str(int(v))
+    if isinstance(v, int) and v >= 1 << 16 and v & (v - 1) == 0:
+        return f"2^{v.bit_length() - 1}"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+MODES = (common_pb2.CORRECTED, common_pb2.PAPER)
+MODE_NAMES = ("CORRECTED", "PAPER")
+
+
+def _eps(why: str = "ε of the guarantee; above the max nothing is private and noise scales underflow") -> Limit:
+    return Limit("epsilon", "real", 0.0, MAX_EPSILON, "", why, open_min=True)
+
+
+def _seed() -> Limit:
+    return Limit("simulation_seed", "bytes", 0, MAX_SEED_BYTES, "", "test mode only; a bounded label is enough to seed every generator")
+
+
+def _deadline(default: float) -> Limit:
+    return Limit("deadline_seconds", "real", 0.0, MAX_DEADLINE, "s", "every job ends within a day, so no role waits forever", open_min=True, default=default)
+
+
+def _mode() -> Limit:
+    return Limit("mode", "choice", None, None, "", "the noise calibration: provable (CORRECTED) or the published formula (PAPER)", choices=MODES, choice_names=MODE_NAMES)
+
+
+def _dataset(why: str = "a dataset named in every party's config") -> Limit:
+    return Limit("dataset", "id", None, None, "", why)
+
+
+TABLE: dict[str, tuple[Limit, ...]] = {
+    "PathakJobSpec": (
+        _dataset(),
+        _eps(),
+        Limit("lambda", "real", 0.0, MAX_REAL, "", "the regulariser λ; finite", open_min=True),
+        _mode(),
+        Limit("parties", "count", 1, MAX_PATHAK_PARTIES, "", "Stage 1 runs K(K−1)/2 bitwise DGK comparisons; P1 = parties[0]", item="id"),
+        Limit("fractional_bits", "int", MIN_FRAC_BITS, MAX_FRAC_BITS, "bits", "f of the fixed-point scale; the ring (2^128) must hold K·model·2^f", default=32),
+        Limit("kappa", "int", MIN_KAPPA, MAX_KAPPA, "bits", "statistical hiding; every mask and Paillier plaintext grows with κ (κ = 10⁶ pinned a party)", default=40),
+        Limit("size_bits", "int", 1, MAX_SIZE_BITS, "bits", "public bound n_j < 2^size_bits on a party's record count", default=32),
+        _seed(),
+        _deadline(600.0),
+    ),
+    "JobAnnouncement": (
+        Limit("job_id", "id", None, None, "", "job ids reach logs, status details and file names"),
+        Limit("party_addresses", "count", 1, MAX_PATHAK_PARTIES, "", "one address per party of the job", item="id"),
+    ),
+    "JobAcceptance": (
+        Limit("dimension", "int", 1, MAX_PATHAK_DIMENSION, "", "d: Paillier work and messages grow per coordinate"),
+    ),
+    "DcaJobSpec": (
+        Limit("dimension", "int", 1, MAX_DCA_DIMENSION, "", "d: 8·d bytes per share; the ensemble's vote vectors reach N·C = 2^20"),
+        Limit("clients", "int", 2, MAX_DCA_CLIENTS, "", "N: nodes keep per-client state; N − T − 1 ≥ 1 (Thm 1)"),
+        Limit("max_missing", "int", 0, MAX_DCA_CLIENTS - 2, "", "T: at most N − 2 (checked with N)"),
+        Limit("epsilon", "real", 0.0, MAX_EPSILON, "", "ε of the Gaussian mechanism (0 only for a secure sum)"),
+        Limit("delta", "real", 0.0, 1.0, "", "δ of the Gaussian mechanism (0 only for a secure sum)", open_max=True),
+        Limit("sensitivity", "real", 0.0, MAX_REAL, "", "Δ₂ of one client's vector (0 only for a secure sum)"),
+        _mode(),
+        Limit("fractional_bits", "int", MIN_FRAC_BITS, MAX_FRAC_BITS, "bits", "f of the fixed-point scale in Z_(2^64)", default=32),
+        Limit("clip_bounds", "count", 0, MAX_DCA_DIMENSION, "", "c_j: none (= 1), one for all j, or d (checked with d)", item="real+"),
+        Limit("compute_nodes", "count", 2, MAX_NODES, "", "M ≥ 2 (one node would see u_i); per-client bitmasks are int64", item="id"),
+        _deadline(600.0),
+        _seed(),
+        Limit("roster", "count", 0, MAX_DCA_CLIENTS, "", "empty (any N clients) or exactly N client ids (checked with N)", item="client"),
+        Limit("purpose", "text", 0, 128, "", "a label copied into ledgers and releases"),
+    ),
+    "DcaJobAnnouncement": (
+        Limit("job_id", "id", None, None, "", "job ids reach logs, status details and file names"),
+        Limit("node_addresses", "count", 0, MAX_NODES, "", "one address per compute node of the job", item="id"),
+    ),
+    "StatisticRequest": (
+        Limit("dca_job_id", "id", None, None, "", "the DCA job the statistic is submitted to"),
+        _dataset(),
+        Limit("statistic", "text", 1, 32, "", "a statistic name the parties know (linreg/std, linreg/main)"),
+        Limit("bounds", "count", 2, MAX_REGRESSION_D + 1, "", "the clip box: d + 1 values (features, then target)", item="real+"),
+        Limit("records_per_client", "int", 1, (1 << 32) - 1, "", "public bound on one party's row count"),
+    ),
+    "ContributionRound": (
+        Limit("parties", "count", 1, MAX_PARTIES, "", "each party is one DCA client; a duplicate would submit twice", item="id"),
+    ),
+    "EnsembleJobSpec": (
+        _dataset("the parties' private dataset (each party's config)"),
+        Limit("auxiliary", "id", None, None, "", "the curator's public auxiliary dataset"),
+        Limit("method", "choice", None, None, "", "Alg. 2 (soft labels) or Alg. 1 (majority vote)", choices=("soft", "vote"), choice_names=("soft", "vote")),
+        Limit("lam", "real", 0.0, MAX_REAL, "", "λ of the global ERM; Δ₂ = O(1/λ)", open_min=True),
+        _eps("ε of the output perturbation; above the max the noise scale is no longer meaningful"),
+        Limit("classes", "count", 2, MAX_CLASSES, "", "C labels; vote vectors have N·C entries", item="text"),
+        Limit("parties", "count", 2, MAX_PARTIES, "", "the M voters; a duplicate would vote twice", item="id"),
+        Limit("compute_nodes", "count", 2, MAX_NODES, "", "the DCA nodes summing the votes", item="id"),
+        Limit("max_missing", "int", 0, MAX_PARTIES - 2, "", "T: at most M − 2 (checked with M)"),
+        Limit("local_lam", "real", 0.0, MAX_REAL, "", "λ of each party's local model (0 = the classifier's own)"),
+        _seed(),
+        _deadline(300.0),
+    ),
+    "VoteRequest": (
+        Limit("job_id", "id", None, None, "", "job ids reach logs, status details and ledgers"),
+        Limit("dca_job_id", "id", None, None, "", "the secure-sum DCA job of the votes"),
+        Limit("auxiliary_digest", "bytes", 32, 32, "", "SHA-256 of the auxiliary features"),
+        Limit("auxiliary_rows", "int", 1, MAX_AUX_ROWS, "", "N auxiliary points each voter labels"),
+        Limit("auxiliary_features", "int", 1, MAX_AUX_FEATURES, "", "d of the auxiliary points"),
+    ),
+    "LocalModelJobSpec": (
+        _dataset(),
+        Limit("model", "choice", None, None, "", "the local DP model", choices=("lmgc",), choice_names=("lmgc",)),
+        _eps(),
+        Limit("parties", "count", 1, MAX_PARTIES, "", "each party releases one model; a duplicate would train twice", item="id"),
+        _mode(),
+        Limit("lambda", "real", 0.0, MAX_REAL, "", "trace regulariser λ", default=1e-3),
+        Limit("ridge", "real", 0.0, MAX_REAL, "", "ridge floor Δ", default=1e-3),
+        Limit("data_norm", "real", 0.0, MAX_REAL, "", "public row-norm bound r", default=1.0),
+        Limit("huber_h", "real", 0.0, 1.0, "", "h of the Huber loss (h ≤ 1 keeps its curvature bound)", default=0.5),
+        _seed(),
+    ),
+    "LocalModelRequest": (
+        Limit("job_id", "id", None, None, "", "job ids reach logs, status details and ledgers"),
+    ),
+    "RegressionPlan": (
+        Limit("bounds", "count", 2, MAX_REGRESSION_D + 1, "", "c: d + 1 values (features, then target)", item="real+"),
+        Limit("epsilon", "real", 0.0, MAX_EPSILON, "", "ε of the whole fit (0.3 std round, 0.7 main round)", open_min=True),
+        Limit("delta", "real", 0.0, 1.0, "", "δ of the whole fit", open_min=True, open_max=True),
+    ),
+    "KeyBits": (
+        Limit("paillier_bits", "int", MIN_PRODUCTION_KEY_BITS, MAX_KEY_BITS, "bits", f"Paillier and DGK moduli; {MIN_TEST_KEY_BITS} bits allowed in test mode only; larger keys cost cubic time"),
+    ),
+}
+
+
+def limit(spec: str, field: str) -> Limit:
+    for row in TABLE[spec]:
+        if row.field == field:
+            return row
+    raise KeyError(f"{spec}.{field}")
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check_id(value: object, what: str) -> None:
+    """``value`` is an id (job id, site name, dataset): ``^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$``. Never echoes it."""
+    if not isinstance(value, str) or len(value) > MAX_ID or not _ID.match(value):
+        raise SpecError(what, f"must be an id matching {ID_PATTERN} (1..{MAX_ID} characters)")
+
+
+def check_unique(names: Iterable[str], what: str) -> None:
+    """Refuse a list with a repeated name (a duplicate party would spend twice or submit twice)."""
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise SpecError(what, "names must be distinct (a name repeats)")
+        seen.add(n)
+
+
+def check_key_bits(bits: int, *, test_mode: bool) -> None:
+    row = TABLE["KeyBits"][0]
+    lo = MIN_TEST_KEY_BITS if test_mode else MIN_PRODUCTION_KEY_BITS
+    if not (isinstance(bits, int) and lo <= bits <= MAX_KEY_BITS):
+        extra = "" if test_mode else f"; {MIN_TEST_KEY_BITS}..{MIN_PRODUCTION_KEY_BITS - 1} need test mode"
+        raise SpecError(row.field, f"key bits must be in [{lo}, {MAX_KEY_BITS}], got {bits}{extra}")
+
+
+def _client_id_ok(c: str) -> bool:
+    return 0 < len(c) and (len(c) <= MAX_CLIENT_ID_BYTES // 4 or len(c.encode()) <= MAX_CLIENT_ID_BYTES)
+
+
+def check_row(row: Limit, value: Any, where: str = "", *, resolved: bool = False) -> None:
+    """Check one value against one row (``where`` prefixes the field name, e.g. ``spec.``).
+
+    ``resolved``: the value is a parameter after defaults were applied, so 0 no longer stands for the default."""
+    name = where + row.field
+    if row.kind == "id":
+        check_id(value, name)
+        return
+    if row.kind == "choice":
+        if value not in row.choices:
+            raise SpecError(name, f"must be {row.allowed()}")
+        return
+    if row.kind in ("text", "bytes", "count"):
+        n = len(value)
+        if not row.min <= n <= row.max:  # type: ignore[operator]
+            raise SpecError(name, f"must hold {row.allowed()}, got {n}")
+        if row.kind == "count" and row.item:
+            _check_items(row, list(value), name)
+        return
+    # numbers
+    if row.default is not None and value == 0 and not resolved:
+        return
+    if row.kind == "int":
+        ok = isinstance(value, int) and row.min <= value <= row.max  # type: ignore[operator]
+    else:
+        ok = isinstance(value, (int, float)) and math.isfinite(value) and (row.min < value if row.open_min else row.min <= value) and (value < row.max if row.open_max else value <= row.max)  # type: ignore[operator]
+    if not ok:
+        raise SpecError(name, f"must be in {row.allowed()}, got {value!r}")
+
+
+def _check_items(row: Limit, items: list, name: str) -> None:
+    if row.item == "id":
+        for it in items:
+            check_id(it, name)
+        check_unique(items, name)
+    elif row.item == "text":
+        if not all(isinstance(t, str) and 0 < len(t) <= MAX_ID for t in items):
+            raise SpecError(name, f"each entry must be 1..{MAX_ID} characters")
+        check_unique(items, name)
+    elif row.item == "client":
+        if not all(isinstance(c, str) and _client_id_ok(c) for c in items):
+            raise SpecError(name, f"each entry must be 1..{MAX_CLIENT_ID_BYTES} UTF-8 bytes")
+        check_unique(items, name)
+    elif row.item == "real+":
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and 0 < v <= MAX_REAL for v in items):
+            raise SpecError(name, f"each entry must be finite in (0, {_num(MAX_REAL)}]")
+
+
+def check_message(spec: str, msg: Any, where: str = "") -> None:
+    """Check every row of ``TABLE[spec]`` against the message's field of the same name."""
+    for row in TABLE[spec]:
+        check_row(row, getattr(msg, row.field), where)
+
+
+def check_pathak_job_spec(msg: Any) -> None:
+    check_message("PathakJobSpec", msg)
+
+
+def check_job_announcement(msg: Any) -> None:
+    check_message("JobAnnouncement", msg)
+    check_message("PathakJobSpec", msg.spec, "spec.")
+
+
+def check_job_acceptance(msg: Any) -> None:
+    check_message("JobAcceptance", msg)
+
+
+def check_dca_job_spec(msg: Any) -> None:
+    check_message("DcaJobSpec", msg)
+
+
+def check_dca_job_announcement(msg: Any) -> None:
+    check_message("DcaJobAnnouncement", msg)
+    check_message("DcaJobSpec", msg.spec, "spec.")
+
+
+def check_statistic_request(msg: Any) -> None:
+    check_message("StatisticRequest", msg)
+
+
+def check_contribution_round(msg: Any) -> None:
+    check_message("ContributionRound", msg)
+    check_message("StatisticRequest", msg.request, "request.")
+
+
+def check_ensemble_job_spec(msg: Any) -> None:
+    check_message("EnsembleJobSpec", msg)
+
+
+def check_vote_request(msg: Any) -> None:
+    check_message("VoteRequest", msg)
+    check_message("EnsembleJobSpec", msg.spec, "spec.")
+
+
+def check_local_model_job_spec(msg: Any) -> None:
+    check_message("LocalModelJobSpec", msg)
+
+
+def check_local_model_request(msg: Any) -> None:
+    check_message("LocalModelRequest", msg)
+    check_message("LocalModelJobSpec", msg.spec, "spec.")
+
+
+def check_fields(spec: str, **values: Any) -> None:
+    """Check keyword values against the rows of ``spec`` with those field names (for dataclass parameters)."""
+    for row in TABLE[spec]:
+        if row.field in values:
+            check_row(row, values[row.field], resolved=True)
+
+
+def check_regression_plan(bounds: Sequence[float], epsilon: float, delta: float) -> None:
+    check_fields("RegressionPlan", bounds=list(bounds), epsilon=epsilon, delta=delta)
+
+
+# ---------------------------------------------------------------- docs
+
+
+def markdown() -> str:
+    """The page ``docs/protocols/limits.md``: one table per spec message."""
+    lines = [
+        "# Limits of every job-spec field",
+        "",
+        "Generated by `python -m mpdp.limits` from `mpdp.limits.TABLE`; do not edit by hand (a test keeps it equal).",
+        "",
+        "Every curator, party and compute node checks these ranges in one place (`mpdp.limits`), before a job's machine",
+        "exists. A refusal answers INVALID_ARGUMENT (INVALID_JOB) naming the field and the allowed range; it never quotes a",
+        "string the caller sent. Ids (job ids, site names, dataset names) match",
+        f"`{ID_PATTERN}`; every list of parties, voters or nodes must hold distinct names.",
+        "",
+    ]
+    for spec, rows in TABLE.items():
+        lines += [f"## {spec}", "", "| field | allowed | unit | why |", "|---|---|---|---|"]
+        lines += [f"| `{r.field}` | {r.allowed()} | {r.unit} | {r.why} |" for r in rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
