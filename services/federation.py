@@ -54,7 +54,7 @@ class LocalFederation:
 
     # -- PKI and configs ----------------------------------------------------------------------
     def provision(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
         ca_key, ca_cert = pki.make_ca(self.federation)
         ca = make_private_dir(self.workdir / "ca")
         write_atomic(ca / "ca.key", pki.pem_key(ca_key), PRIVATE)

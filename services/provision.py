@@ -284,13 +284,13 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
             raise ProvisionError(f"{s.name}: CSR file {s.csr} not found; the site makes it with `mpdp provision csr --role ROLE --site {s.name}`")
     ca = open_or_create_ca(ca_dir, spec.federation)
     result = Result(out, ca)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def issue(site, role: str, hosts: list[str]) -> SiteResult:
         folder = out / site.name
         if folder.exists():
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.mkdir(mode=0o755, parents=True)
         if site.csr is not None:
             csr = _load_csr(site.csr)
             _check_csr(csr, role, site.name, spec.federation, site.csr)
@@ -410,7 +410,7 @@ def make_csr_files(role: str, site: str, out: str | Path, federation: str = "", 
     key_p, csr_p = folder / "site.key", folder / "site.csr"
     if key_p.exists() and not force:
         raise ProvisionError(f"{key_p} already exists; pass --force to replace the key (the old certificate then stops matching) or choose another --out")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
     key = pki.new_key()
     csr = pki.make_csr(key, role, site, federation)
     write_atomic(key_p, pki.pem_key(key), PRIVATE)
@@ -438,7 +438,7 @@ def sign_csr_file(ca_folder: str | Path, csr_path: str | Path, hosts: list[str],
     except ValueError as e:
         raise ProvisionError(f"{csr_path}: {e}") from e
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
     write_atomic(folder / "site.crt", pki.pem_cert(cert), PUBLIC)
     write_atomic(folder / "ca.crt", pki.pem_cert(ca.cert), PUBLIC)
     return folder / "site.crt", cert

@@ -121,7 +121,7 @@ def pem_cert(cert: x509.Certificate) -> bytes:
 
 def write_site(folder: Path, key, cert: x509.Certificate, ca_cert: x509.Certificate) -> None:
     """A site's TLS files: ``site.key`` born 0600 (never readable by others, not even briefly), certificates 0644."""
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)  # explicit: others must never be able to swap the key
     write_atomic(folder / "site.key", pem_key(key), PRIVATE)
     write_atomic(folder / "site.crt", pem_cert(cert), PUBLIC)
     write_atomic(folder / "ca.crt", pem_cert(ca_cert), PUBLIC)
