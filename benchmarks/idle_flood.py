@@ -1,6 +1,6 @@
 """Idle-connection flood: does a legitimate job still complete while N idle TCP connections sit on the curator?
 
-    python benchmarks/idle_flood.py [--connections 20000] [--deadline 180] [--json FILE]
+    python benchmarks/idle_flood.py [--connections 20000] [--deadline 180] [--reconnect] [--json FILE]
 
 Starts a fresh :class:`~services.federation.LocalFederation` (curator and 3 parties, test mode, 1024-bit keys,
 small synthetic data), then, all on loopback:
@@ -9,7 +9,7 @@ small synthetic data), then, all on loopback:
    the curator's health service, then runs a small Pathak job (``mpdp train``), each under ``--deadline``;
 2. flood: holder processes (started with :func:`services.common.processes.spawn`, so they die with this one)
    open ``--connections`` TCP connections to the curator's port and send nothing (no TLS handshake), each
-   holder bounded by its descriptor limit;
+   holder bounded by its descriptor limit (``--reconnect``: a connection the curator closes is reopened at once);
 3. under flood: the same health check and job again, while every connection is held.
 
 Printed: one row per phase (connections held, curator descriptors, health and job outcome and seconds); the
@@ -92,12 +92,41 @@ def open_idle(port: int, n: int, timeout: float) -> tuple[list[socket.socket], H
     return socks, held
 
 
-def hold_main(port: int, n: int, timeout: float) -> None:
-    """A holder process: open the connections, report them on stdout, keep them until stdin closes."""
+def hold_main(port: int, n: int, timeout: float, reconnect: bool) -> None:
+    """A holder process: open the connections, report them on stdout, keep them until stdin closes.
+
+    With ``reconnect``, a connection the server closes (say, at its handshake timeout) is opened again at once,
+    as a persistent attacker would; ``DONE`` then reports how many were reopened.
+    """
     raise_fd_limit()
     socks, held = open_idle(port, n, timeout)
     print("HELD " + json.dumps(asdict(held)), flush=True)
-    sys.stdin.read()  # until the parent closes our stdin (or dies: then the kernel kills us)
+    reopened = 0
+    sel = selectors.DefaultSelector()
+    sel.register(sys.stdin, selectors.EVENT_READ, None)
+    if reconnect:
+        for s in socks:
+            sel.register(s, selectors.EVENT_READ, "open")
+    running = True
+    while running:  # until the parent closes our stdin (or dies: then the kernel kills us)
+        for key, _ in sel.select():
+            if key.data is None:
+                running = False
+                break
+            s = key.fileobj
+            sel.unregister(s)
+            if key.data == "open":  # readable while idle: the server closed it (EOF or reset)
+                s.close()  # type: ignore[union-attr]
+                socks.remove(s)  # type: ignore[arg-type]
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setblocking(False)
+                s.connect_ex((LOOPBACK, port))
+                socks.append(s)
+                sel.register(s, selectors.EVENT_WRITE, "connecting")
+                reopened += 1
+            else:  # the reconnect finished (or failed: then it is readable at once and reopened again)
+                sel.register(s, selectors.EVENT_READ, "open")
+    print("DONE " + json.dumps({"reopened": reopened}), flush=True)
     for s in socks:
         s.close()
 
@@ -105,13 +134,13 @@ def hold_main(port: int, n: int, timeout: float) -> None:
 class Flood:
     """Holder processes together keeping ``n`` idle connections to a loopback port."""
 
-    def __init__(self, port: int, n: int, connect_timeout: float = 60.0) -> None:
+    def __init__(self, port: int, n: int, connect_timeout: float = 60.0, reconnect: bool = False) -> None:
         per = max(1, raise_fd_limit() - HEADROOM)
         self.procs: list[subprocess.Popen] = []
         left = n
         while left > 0:
             k = min(per, left)
-            self.procs.append(spawn([sys.executable, __file__, "--hold", str(k), "--port", str(port), "--connect-timeout", str(connect_timeout)],
+            self.procs.append(spawn([sys.executable, __file__, "--hold", str(k), "--port", str(port), "--connect-timeout", str(connect_timeout), *(["--reconnect"] if reconnect else [])],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE))
             left -= k
         self.held = Held(n)
@@ -125,12 +154,18 @@ class Flood:
             self.held.failed += h.failed
             self.held.seconds = max(self.held.seconds, h.seconds)
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Release every connection; returns how many the holders had to reopen (``reconnect``)."""
         for p in self.procs:
             p.stdin.close()  # type: ignore[union-attr]
+        reopened = 0
         for p in self.procs:
+            line = p.stdout.readline().decode()  # type: ignore[union-attr]
+            if line.startswith("DONE "):
+                reopened += json.loads(line[5:])["reopened"]
             p.wait(60)
             p.stdout.close()  # type: ignore[union-attr]
+        return reopened
 
 
 # -- the legitimate client -----------------------------------------------------------------------------
@@ -197,12 +232,13 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=20000, help="idle TCP connections to hold on the curator")
     ap.add_argument("--deadline", type=float, default=180.0, help="seconds the legitimate health check and job may take")
     ap.add_argument("--connect-timeout", type=float, default=60.0, help="seconds to wait for the flood's connections to be established")
+    ap.add_argument("--reconnect", action="store_true", help="reopen at once every connection the curator closes (a persistent attacker)")
     ap.add_argument("--json", dest="json_out", help="write the results to this JSON file")
     ap.add_argument("--hold", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.hold is not None:
-        hold_main(args.port, args.hold, args.connect_timeout)
+        hold_main(args.port, args.hold, args.connect_timeout, args.reconnect)
         return
     rows = []
     with tempfile.TemporaryDirectory(prefix="mpdp-flood-") as tmp:
@@ -213,15 +249,16 @@ def main() -> None:
             rows.append({"phase": "baseline", "held": asdict(Held(0)), "curator_fds": descriptors(cur),
                          "health": asdict(health(fed, args.deadline)), "job": asdict(job(fed, args.deadline))})
             print(f"flood: opening {args.connections} idle connections to the curator", file=sys.stderr, flush=True)
-            flood = Flood(fed.procs["curator"].port, args.connections, args.connect_timeout)
+            flood = Flood(fed.procs["curator"].port, args.connections, args.connect_timeout, args.reconnect)
+            row: dict = {"phase": "under flood", "held": asdict(flood.held)}
             try:
-                fds = descriptors(cur)
-                row = {"phase": "under flood", "held": asdict(flood.held), "curator_fds": fds,
-                       "health": asdict(health(fed, args.deadline)), "job": asdict(job(fed, args.deadline))}
+                row["curator_fds"] = descriptors(cur)
+                row["health"] = asdict(health(fed, args.deadline))
+                row["job"] = asdict(job(fed, args.deadline))
                 row["curator_fds_after"] = descriptors(cur)  # fewer: the curator dropped idle connections meanwhile
                 rows.append(row)
             finally:
-                flood.close()
+                row["reopened"] = flood.close()
             alive = all(p.popen.poll() is None for p in fed.procs.values())
             limit = fd_limit(cur)
         finally:
@@ -232,7 +269,8 @@ def main() -> None:
         detail = "; ".join(d for d in (hc["detail"], jb["detail"]) if d != "ok") or "ok"
         print(f"{r['phase']:<12} {h['established']:>7} {h['pending']:>7} {h['failed']:>7} {r['curator_fds']:>7} {'ok' if hc['ok'] else 'FAILED':>8} {hc['seconds']:>6.1f}"
               f" {'ok' if jb['ok'] else 'FAILED':>8} {jb['seconds']:>7.1f}  {detail}")
-    print(f"curator descriptor limit {limit}; its descriptors when the job ended under flood {rows[-1]['curator_fds_after']}; services alive after the flood: {alive}")
+    print(f"curator descriptor limit {limit}; its descriptors when the job ended under flood {rows[-1]['curator_fds_after']};"
+          f" connections the curator closed and the flood reopened {rows[-1]['reopened'] if args.reconnect else '(no --reconnect)'}; services alive after the flood: {alive}")
     if args.json_out:
         out = {"benchmark": "idle_flood", "connections_requested": args.connections, "deadline_seconds": args.deadline, "curator_fd_limit": limit,
                "services_alive_after": alive, "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}, "rows": rows}
