@@ -8,6 +8,9 @@ the same at 20,000); the curator's descriptor count proves they reached it.
 from __future__ import annotations
 
 import os
+import resource
+import time
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -16,6 +19,7 @@ from benchmarks.idle_flood import open_idle
 from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pb_grpc
 from services.cli.jobs import make_spec
 from services.client import Endpoints, OperatorClient
+from services.federation import LocalFederation
 
 from .conftest import PARTIES, site_tls
 
@@ -30,6 +34,16 @@ def fresh_curator_channel(fed) -> grpc.Channel:
     return grpc.secure_channel(f"127.0.0.1:{fed.procs['curator'].port}", creds, options=opts)
 
 
+def accepted_within(pid: int, fds: int, timeout: float) -> bool:
+    """Whether process ``pid`` holds at least ``fds`` descriptors within ``timeout`` (polling /proc)."""
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(f"/proc/{pid}/fd")) < fds:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)  # a poll interval: accepting has no event another process can wait on
+    return True
+
+
 def serving(fed) -> bool:
     with fresh_curator_channel(fed) as ch:
         resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=DEADLINE, wait_for_ready=False)
@@ -42,7 +56,8 @@ def test_legitimate_client_served_while_idle_connections_are_held(federation):
     socks, held = open_idle(federation.procs["curator"].port, N, timeout=60.0)
     try:
         assert held.established == N, held
-        assert len(os.listdir(f"/proc/{curator_pid}/fd")) >= before + N  # the curator accepted and holds them all
+        # the kernel completes the TCP handshakes; the curator accepts them in its own time (polled, bounded)
+        assert accepted_within(curator_pid, before + N, 60.0), "the curator never accepted the idle connections"
         assert serving(federation)
         with fresh_curator_channel(federation) as ch:
             keys = pb_grpc.CuratorStub(ch).GetCuratorKeys(common_pb2.Ack(), timeout=DEADLINE)
@@ -55,3 +70,21 @@ def test_legitimate_client_served_while_idle_connections_are_held(federation):
         for s in socks:
             s.close()
     assert serving(federation)  # and still serves once they are gone
+
+
+def test_service_raises_its_descriptor_limit_to_the_hard_limit(tmp_path):
+    """Started with a low soft limit (inherited from its launcher), a service lifts it to the hard one at start-up."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(1024, hard - 1)
+    fed = LocalFederation(tmp_path / "fed", [], test_mode=True, paillier_bits=1024, dgk_bits=1024)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        fed.start()  # the curator alone
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        limits = Path(f"/proc/{fed.procs['curator'].popen.pid}/limits").read_text()
+        row = next(line for line in limits.splitlines() if line.startswith("Max open files")).split()
+        assert (int(row[3]), int(row[4])) == (hard, hard), row
+    finally:
+        fed.stop()
