@@ -3,6 +3,10 @@
 Used by `mpdp federation up`, `mpdp demo`, the integration tests and the benchmarks. Every
 process binds port 0 and prints ``MPDP-READY <port>`` once it serves, so starting never
 relies on sleeps. ``endpoints.json`` in the work folder tells clients where everything is.
+
+Every service is started by :func:`services.common.processes.spawn`, so it dies with the process that started
+the federation (the CLI, a benchmark, a test), even when that process is killed with SIGKILL. Private keys are
+born 0600 and every file is written durably (:mod:`services.common.durable`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pathlib import Path
 import yaml
 
 from services.common import pki
+from services.common.durable import PRIVATE, PUBLIC, make_private_dir, write_atomic
+from services.common.processes import spawn
 
 
 @dataclass
@@ -48,11 +54,11 @@ class LocalFederation:
 
     # -- PKI and configs ----------------------------------------------------------------------
     def provision(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
         ca_key, ca_cert = pki.make_ca(self.federation)
-        (self.workdir / "ca").mkdir(exist_ok=True)
-        (self.workdir / "ca" / "ca.key").write_bytes(pki.pem_key(ca_key))
-        (self.workdir / "ca" / "ca.crt").write_bytes(pki.pem_cert(ca_cert))
+        ca = make_private_dir(self.workdir / "ca")
+        write_atomic(ca / "ca.key", pki.pem_key(ca_key), PRIVATE)
+        write_atomic(ca / "ca.crt", pki.pem_cert(ca_cert), PUBLIC)
         sites = [("curator", "curator")] + [(p, "party") for p in self.parties] + [(n, "compute_node") for n in self.compute_nodes] + [("operator", "operator")]
         for site, role in sites:
             key, cert = pki.issue(ca_key, ca_cert, role, site, ["127.0.0.1", "localhost"])
@@ -101,14 +107,15 @@ class LocalFederation:
     def _spawn(self, name: str, role: str, config: Path, extra: list[str]) -> Proc:
         log = self.workdir / name / "service.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "serve", role, "--config", str(config), *extra],
-            stdout=subprocess.PIPE,
-            stderr=open(log, "ab"),
-            env=env,
-            cwd=str(self.workdir / name),
-            start_new_session=True,
-        )
+        with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE), "ab") as stderr:
+            popen = spawn(
+                [sys.executable, "-m", "services.cli.main", "serve", role, "--config", str(config), *extra],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=env,
+                cwd=str(self.workdir / name),
+                start_new_session=True,
+            )
         return Proc(name, role, popen, 0, log)
 
     def _wait_ready(self, procs: list[Proc], timeout: float) -> None:
@@ -144,7 +151,7 @@ class LocalFederation:
             "pids": {n: pr.popen.pid for n, pr in self.procs.items()},
         }
         path = self.workdir / "endpoints.json"
-        path.write_text(json.dumps(data, indent=2))
+        write_atomic(path, json.dumps(data, indent=2), PUBLIC)
         return path
 
     def wait_precomputed(self, timeout: float = 300.0) -> None:
@@ -194,5 +201,6 @@ _CONFIG = {"curator": "curator.yaml", "party": "party.yaml", "compute-node": "co
 
 
 def _write_yaml(path: Path, data: dict) -> None:
+    """A site's config: no secrets in it (the key is a separate file), so readable like its certificate."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    write_atomic(path, yaml.safe_dump(data, sort_keys=False), PUBLIC)

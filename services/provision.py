@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from services.common import pki
 from services.common.config import DatasetConfig
+from services.common.durable import PRIVATE, PUBLIC, make_private_dir, write_atomic
 
 SITE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 TLS = {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}
@@ -226,11 +227,10 @@ def open_or_create_ca(folder: str | Path, federation: str) -> CertificateAuthori
             raise ProvisionError(f"the CA in {f} belongs to federation {ca.federation!r}, not {federation!r}; pass --ca with another folder")
         return ca
     key, cert = pki.make_ca(federation)
-    f.mkdir(parents=True, exist_ok=True)
-    f.chmod(0o700)
-    (f / "ca.key").write_bytes(pki.pem_key(key))
-    (f / "ca.key").chmod(0o600)
-    (f / "ca.crt").write_bytes(pki.pem_cert(cert))
+    make_private_dir(f)
+    f.chmod(0o700)  # an existing empty folder too
+    write_atomic(f / "ca.key", pki.pem_key(key), PRIVATE)
+    write_atomic(f / "ca.crt", pki.pem_cert(cert), PUBLIC)
     return CertificateAuthority(f, key, cert, created=True)
 
 
@@ -284,19 +284,19 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
             raise ProvisionError(f"{s.name}: CSR file {s.csr} not found; the site makes it with `mpdp provision csr --role ROLE --site {s.name}`")
     ca = open_or_create_ca(ca_dir, spec.federation)
     result = Result(out, ca)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def issue(site, role: str, hosts: list[str]) -> SiteResult:
         folder = out / site.name
         if folder.exists():
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.mkdir(mode=0o755, parents=True)
         if site.csr is not None:
             csr = _load_csr(site.csr)
             _check_csr(csr, role, site.name, spec.federation, site.csr)
             cert = pki.sign_csr(csr, ca.key, ca.cert, hosts, spec.validity_days)
-            (folder / "site.crt").write_bytes(pki.pem_cert(cert))
-            (folder / "ca.crt").write_bytes(pki.pem_cert(ca.cert))
+            write_atomic(folder / "site.crt", pki.pem_cert(cert), PUBLIC)
+            write_atomic(folder / "ca.crt", pki.pem_cert(ca.cert), PUBLIC)
             key_here = False
         else:
             key = pki.new_key()
@@ -353,12 +353,14 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
         _write_readme(r, spec, ca)
     for o in spec.operators:
         r = issue(o, "operator", [])
-        (r.folder / "endpoints.json").write_text(
+        write_atomic(
+            r.folder / "endpoints.json",
             json.dumps({"federation": spec.federation, "curator": {"address": cur.address, "name": cur.name}, "operator_tls": dict(TLS), "parties": {p.name: p.address for p in spec.parties}}, indent=2)
-            + "\n"
+            + "\n",
+            PUBLIC,
         )
         _write_readme(r, spec, ca)
-    (out / "federation.json").write_text(json.dumps(result.as_dict() | {"out": ".", "ca_folder": "(kept on the provisioning host)"}, indent=2) + "\n")
+    write_atomic(out / "federation.json", json.dumps(result.as_dict() | {"out": ".", "ca_folder": "(kept on the provisioning host)"}, indent=2) + "\n", PUBLIC)
     return result
 
 
@@ -392,7 +394,8 @@ def _attr(name: x509.Name, oid) -> str:
 
 
 def _write_yaml(path: Path, data: dict) -> None:
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    """A site's config: no secrets in it (the key is a separate file), so readable like its certificate."""
+    write_atomic(path, yaml.safe_dump(data, sort_keys=False), PUBLIC)
 
 
 # -- the CSR flow ---------------------------------------------------------------------------------
@@ -407,12 +410,11 @@ def make_csr_files(role: str, site: str, out: str | Path, federation: str = "", 
     key_p, csr_p = folder / "site.key", folder / "site.csr"
     if key_p.exists() and not force:
         raise ProvisionError(f"{key_p} already exists; pass --force to replace the key (the old certificate then stops matching) or choose another --out")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
     key = pki.new_key()
     csr = pki.make_csr(key, role, site, federation)
-    key_p.write_bytes(pki.pem_key(key))
-    key_p.chmod(0o600)
-    csr_p.write_bytes(csr.public_bytes(serialization.Encoding.PEM))
+    write_atomic(key_p, pki.pem_key(key), PRIVATE)
+    write_atomic(csr_p, csr.public_bytes(serialization.Encoding.PEM), PUBLIC)
     return key_p, csr_p
 
 
@@ -436,9 +438,9 @@ def sign_csr_file(ca_folder: str | Path, csr_path: str | Path, hosts: list[str],
     except ValueError as e:
         raise ProvisionError(f"{csr_path}: {e}") from e
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "site.crt").write_bytes(pki.pem_cert(cert))
-    (folder / "ca.crt").write_bytes(pki.pem_cert(ca.cert))
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    write_atomic(folder / "site.crt", pki.pem_cert(cert), PUBLIC)
+    write_atomic(folder / "ca.crt", pki.pem_cert(ca.cert), PUBLIC)
     return folder / "site.crt", cert
 
 
@@ -577,7 +579,7 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
             "mpdp predict --endpoints . --job JOB_ID --data test.csv",
             "```",
         ]
-    (r.folder / "README.md").write_text("\n".join(lines) + "\n")
+    write_atomic(r.folder / "README.md", "\n".join(lines) + "\n", PUBLIC)
 
 
 # -- demo data --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import sys
 import click
 
 from services.common import config as cfgmod
+from services.common.processes import raise_fd_limit
 
 
 @click.group()
@@ -25,6 +26,8 @@ def _run(cfg_cls, config_path: str, quiet: bool, server_module: str) -> None:
     import importlib
 
     _logging(not quiet)
+    # every idle connection costs a descriptor: let the hard limit, not the default soft one, bound them
+    logging.getLogger("mpdp.serve").info("open-descriptor limit %d", raise_fd_limit())
     try:
         cfg = cfgmod.load(cfg_cls, config_path)
     except cfgmod.ConfigError as e:

@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from services.common.durable import PRIVATE, PUBLIC, write_atomic
+
 ROLES = ("party", "curator", "compute_node", "operator")
 DEFAULT_DAYS = 365
 
@@ -118,11 +120,11 @@ def pem_cert(cert: x509.Certificate) -> bytes:
 
 
 def write_site(folder: Path, key, cert: x509.Certificate, ca_cert: x509.Certificate) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "site.key").write_bytes(pem_key(key))
-    (folder / "site.key").chmod(0o600)
-    (folder / "site.crt").write_bytes(pem_cert(cert))
-    (folder / "ca.crt").write_bytes(pem_cert(ca_cert))
+    """A site's TLS files: ``site.key`` born 0600 (never readable by others, not even briefly), certificates 0644."""
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)  # explicit: others must never be able to swap the key
+    write_atomic(folder / "site.key", pem_key(key), PRIVATE)
+    write_atomic(folder / "site.crt", pem_cert(cert), PUBLIC)
+    write_atomic(folder / "ca.crt", pem_cert(ca_cert), PUBLIC)
 
 
 _identity_cache: dict[bytes, Identity] = {}

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from services.common.processes import spawn
+
 from .conftest import PY, REPO, need_root, run
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
@@ -184,7 +186,7 @@ def test_stopped_party_fails_the_job_naming_it_then_restart_and_resubmit(compose
     # Freeze party-3 first so the job cannot finish before the stop lands; it is announced to every party
     # and waits on party-3 when the container is stopped.
     compose("pause", "party-3")
-    watcher = subprocess.Popen(
+    watcher = spawn(
         [*compose.base, "run", "--rm", "-T", "--no-deps", "operator", "python", "-c", WATCH_JOB, ",".join(PARTIES)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=compose.env, cwd=REPO,
     )

@@ -33,6 +33,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from services.common import processes
+
 from .conftest import PY, REPO, need_root, run
 
 pytestmark = [pytest.mark.deploy, pytest.mark.integration]
@@ -79,7 +81,7 @@ class Lab:
         return ip
 
     def spawn(self, site: str, args: list[str], cwd: Path) -> subprocess.Popen:
-        p = subprocess.Popen(
+        p = processes.spawn(
             ["ip", "netns", "exec", self.hosts[site], PY, "-m", "services.cli.main", *args],
             cwd=cwd, stdout=subprocess.PIPE, stderr=open(cwd / "service.log", "ab"), env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
         )

@@ -24,6 +24,7 @@ from mpdp.math.drbg import Drbg
 from mpdp.math.fixedpoint import decode_u64
 from mpdp.messages import common_pb2, dca_pb2 as pb
 from services.client import Endpoints
+from services.common.processes import spawn
 from services.dca_client import DcaOperator, submit_cohort
 from services.federation import LocalFederation
 
@@ -95,7 +96,7 @@ def _partial_client_job(fed, n: int, t: int, full: int):
     ep = Endpoints.load(fed.workdir)
     op = DcaOperator(ep)
     job = op.create(_spec(n, 4, t, deadline=20.0))  # room for the helper process to start on a loaded machine
-    proc = subprocess.Popen([sys.executable, "-m", "tests.integration.dca_partial_client", str(fed.workdir), job, str(full)], stdout=subprocess.PIPE)
+    proc = spawn([sys.executable, "-m", "tests.integration.dca_partial_client", str(fed.workdir), job, str(full)], stdout=subprocess.PIPE)
     line = proc.stdout.readline().decode().strip()
     assert line == "READY", line
     proc.kill()  # the client dies mid-stream
