@@ -240,9 +240,14 @@ def limit(spec: str, field: str) -> Limit:
 # ---------------------------------------------------------------- checks
 
 
+def is_id(value: object) -> bool:
+    """``value`` is a plain id (job id, site name, dataset name): :data:`ID_PATTERN`."""
+    return isinstance(value, str) and len(value) <= MAX_ID and _ID.match(value) is not None
+
+
 def check_id(value: object, what: str) -> None:
     """``value`` is an id (job id, site name, dataset): ``^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$``. Never echoes it."""
-    if not isinstance(value, str) or len(value) > MAX_ID or not _ID.match(value):
+    if not is_id(value):
         raise SpecError(what, f"must be an id matching {ID_PATTERN} (1..{MAX_ID} characters)")
 
 

@@ -19,7 +19,6 @@ services do the same steps, and for the same simulation seed both give the same 
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from typing import Any
 

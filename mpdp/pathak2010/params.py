@@ -9,7 +9,6 @@ wraps mod N′ and hides η̄ statistically (distance ≤ 2^(1−κ)). Final sha
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from mpdp import limits

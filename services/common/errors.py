@@ -14,6 +14,7 @@ from typing import NoReturn
 
 import grpc
 
+from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import ProtocolError
 
@@ -38,7 +39,6 @@ STATUS: dict[int, grpc.StatusCode] = {
 }
 
 MAX_DETAIL = 240  # characters of status details after the Problem name
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -49,7 +49,7 @@ def status_for(problem: int) -> grpc.StatusCode:
 def shown(value: object) -> str:
     """An identifier from the network, fit to print: itself if short and plain, else ``<invalid>``."""
     text = str(value)
-    return repr(text) if _ID.match(text) else "<invalid>"
+    return repr(text) if limits.is_id(text) else "<invalid>"
 
 
 def bounded(detail: str) -> str:

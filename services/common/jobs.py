@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Generic, TypeVar
 
+from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import RemoteProtocolError
 
@@ -33,7 +33,6 @@ T = TypeVar("T")
 P = common_pb2.Problem
 
 CREATED, RUNNING, TERMINAL = "CREATED", "RUNNING", "TERMINAL"
-JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 RETENTION_SECONDS = 600.0
 MAX_LIVE = 256
 MAX_RETAINED = 64
@@ -42,8 +41,8 @@ SWEEP_SECONDS = 1.0
 
 
 def valid_id(job_id: str) -> bool:
-    """A job id this federation could have issued: 1–64 plain characters (letters, digits, ``.``, ``_``, ``-``)."""
-    return isinstance(job_id, str) and JOB_ID.match(job_id) is not None
+    """A job id this federation could have issued (:func:`mpdp.limits.is_id`: 1–64 letters, digits, ``.``, ``_``, ``-``)."""
+    return limits.is_id(job_id)
 
 
 def check_id(job_id: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from mpdp.messages import common_pb2
-from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply, Send
+from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply
 from services.common import errors
 
 log = logging.getLogger("mpdp")

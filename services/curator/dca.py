@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import secrets as pysecrets
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
+from services.common.durable import write_atomic
 from services.common import errors, jobs
 from services.common.rpc import PeerChannels, caller, method_for_message, roles_by_method
 from services.common.runtime import Hosted
@@ -53,9 +53,7 @@ class DcaStore:
         folder.mkdir(parents=True, exist_ok=True)
 
     def _write(self, name: str, data: bytes) -> None:
-        tmp = self.folder / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, self.folder / name)
+        write_atomic(self.folder / name, data)
 
     def put_spec(self, job_id: str, spec: pb.DcaJobSpec) -> None:
         self._write(f"{job_id}.spec.binpb", spec.SerializeToString())
@@ -267,9 +265,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             await errors.refuse(context, common_pb2.MALFORMED, "address must be host:port (at most 255 characters)")
         name = caller(context).name
         self.nodes[name] = request.address
-        tmp = self._nodes_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.nodes, indent=2))
-        os.replace(tmp, self._nodes_file)
+        write_atomic(self._nodes_file, json.dumps(self.nodes, indent=2))
         log.info("compute node %s registered at %s", name, request.address)
         return common_pb2.Ack()
 

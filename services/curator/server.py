@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import secrets as pysecrets
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from mpdp.pathak2010.curator import CuratorMachine
 from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
+from services.common.durable import write_atomic
 from services.common import config as cfgmod
 from services.common import errors, jobs
 from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
@@ -163,9 +163,7 @@ class Curator(pb_grpc.CuratorServicer):
         if not (0 < len(request.address) <= 255 and ":" in request.address and request.address.isprintable()):
             await errors.refuse(context, common_pb2.MALFORMED, "address must be host:port (at most 255 characters)")
         self.addresses[ident.name] = request.address
-        tmp = self._parties_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.addresses, indent=2))
-        os.replace(tmp, self._parties_file)
+        write_atomic(self._parties_file, json.dumps(self.addresses, indent=2))
         log.info("party %s registered at %s", ident.name, request.address)
         return self.keys_msg
 
