@@ -172,8 +172,8 @@ def test_multiclass_majority_vote_job(fed):
         ({"compute_nodes": ["node-1", "node-9"]}, grpc.StatusCode.INVALID_ARGUMENT, "node-9"),
         ({"dataset": "missing"}, grpc.StatusCode.ABORTED, "no dataset 'missing'"),
         ({"classes": ["0", "1"]}, grpc.StatusCode.ABORTED, "label '-1' is not one of"),
-        ({"compute_nodes": ["node-1", "node-1"]}, grpc.StatusCode.INVALID_ARGUMENT, "distinct compute nodes"),
-        ({"classes": [str(k) for k in range(65)]}, grpc.StatusCode.INVALID_ARGUMENT, "at most 64 classes"),
+        ({"compute_nodes": ["node-1", "node-1"]}, grpc.StatusCode.INVALID_ARGUMENT, "compute_nodes: names must be distinct"),
+        ({"classes": [str(k) for k in range(65)]}, grpc.StatusCode.INVALID_ARGUMENT, "classes: must hold [2, 64] entries"),
     ],
 )
 def test_bad_jobs_are_refused_and_nothing_is_published(fed, change, code, words):

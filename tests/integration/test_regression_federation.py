@@ -62,6 +62,5 @@ def test_socket_posterior_equals_in_memory_posterior(tmp_path):
     post = plan.finish(list(main.values))
     assert np.array_equal(post.mean, run.posterior.mean)
     assert np.array_equal(post.precision, run.posterior.precision)
-    X_all = np.vstack([X for X, _ in parts])
-    y_all = np.concatenate([y for _, y in parts])
-    assert run.posterior.mae(X_all, y_all) < np.mean(np.abs(y_all))  # informative at ε = 5
+    # (How informative the posterior is at a given ε is measured over many noise draws in tests/regression;
+    # one draw here would make this equality test depend on the job ids' noise stream.)
