@@ -57,8 +57,8 @@ def synthetic_rows(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | None = None) -> LocalFederation:
-    """Curator, 3 parties (each with dataset ``synthetic``: d = 4, ±1 labels, rows in the unit ball) and 3
-    compute nodes, small keys, test mode: what ``mpdp federation up --test-mode --parties 3 --compute-nodes 3``
+    """Curator (auxiliary dataset ``aux``), 3 parties (each with dataset ``synthetic``: d = 4, ±1 labels, rows in
+    the unit ball) and 3 compute nodes, small keys, test mode: what ``mpdp federation up --test-mode --parties 3 --compute-nodes 3``
     starts, plus the data a legitimate job needs."""
     names = parties or PARTIES
     datasets: dict[str, dict[str, dict]] = {}
@@ -68,7 +68,11 @@ def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | No
         f.parent.mkdir(parents=True, exist_ok=True)
         np.savetxt(f, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
         datasets[p] = {"synthetic": {"path": str(f), "format": "csv"}}
-    fed = LocalFederation(root / "fed", names, datasets, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=budget, compute_nodes=list(NODES))
+    X, _ = synthetic_rows(60, 99)  # the curator's public auxiliary points for ensemble jobs (labels ignored)
+    aux = root / "data" / "aux.csv"
+    np.savetxt(aux, np.column_stack([X, np.zeros(len(X))]), delimiter=",", fmt="%.17g")
+    fed = LocalFederation(root / "fed", names, datasets, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=budget, compute_nodes=list(NODES),
+                          auxiliary={"aux": {"path": str(aux), "format": "csv"}})
     try:
         fed.start()
     except BaseException:
@@ -146,7 +150,7 @@ def assert_clean(e: grpc.RpcError, *sent: str) -> None:
     details = e.details() or ""
     assert len(details) <= MAX_DETAILS, f"{len(details)}-character details: {details[:120]!r}…"
     for s in sent:
-        if not _PLAIN_ID.match(s):
+        if s and not _PLAIN_ID.match(s):
             assert s[:64] not in details and repr(s)[1:65] not in details, f"details echo the attacker's {len(s)}-character string: {details[:120]!r}"
     assert "Traceback" not in details and "<class" not in details and "Error'>" not in details, details
     assert not _PATH.search(details), f"details show a path: {details!r}"
