@@ -49,26 +49,27 @@ DCA_SERVICE = "mpdp.messages.DcaCurator"
 
 
 # -- the federation -------------------------------------------------------------------------------------
-def synthetic_rows(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_rows(n: int, seed: int, d: int = D) -> tuple[np.ndarray, np.ndarray]:
     g = np.random.default_rng(seed)
-    X = np.clip(g.normal(size=(n, D)) / 3.0, -0.45, 0.45)
-    y = np.where(X @ np.array([1.0, -0.5, 0.2, 0.0]) + 0.05 * g.normal(size=n) > 0, 1.0, -1.0)
+    X = np.clip(g.normal(size=(n, d)) / (1.5 * d), -0.9 / np.sqrt(d), 0.9 / np.sqrt(d))
+    w = np.linspace(1.0, -0.5, d)
+    y = np.where(X @ w + 0.01 * g.normal(size=n) > 0, 1.0, -1.0)
     return X, y
 
 
-def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | None = None) -> LocalFederation:
+def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | None = None, dimension: int = D) -> LocalFederation:
     """Curator (auxiliary dataset ``aux``), 3 parties (each with dataset ``synthetic``: d = 4, ±1 labels, rows in
     the unit ball) and 3 compute nodes, small keys, test mode: what ``mpdp federation up --test-mode --parties 3 --compute-nodes 3``
     starts, plus the data a legitimate job needs."""
     names = parties or PARTIES
     datasets: dict[str, dict[str, dict]] = {}
     for j, p in enumerate(names):
-        X, y = synthetic_rows(40 + 7 * j, j)
+        X, y = synthetic_rows(40 + 7 * j, j, dimension)
         f = root / "data" / f"{p}.csv"
         f.parent.mkdir(parents=True, exist_ok=True)
         np.savetxt(f, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
         datasets[p] = {"synthetic": {"path": str(f), "format": "csv"}}
-    X, _ = synthetic_rows(60, 99)  # the curator's public auxiliary points for ensemble jobs (labels ignored)
+    X, _ = synthetic_rows(60, 99, dimension)  # the curator's public auxiliary points for ensemble jobs (labels ignored)
     aux = root / "data" / "aux.csv"
     np.savetxt(aux, np.column_stack([X, np.zeros(len(X))]), delimiter=",", fmt="%.17g")
     fed = LocalFederation(root / "fed", names, datasets, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=budget, compute_nodes=list(NODES),

@@ -194,7 +194,7 @@ def test_attacker_sized_strings_in_specs_are_not_echoed(fed):
         e = refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_spec(nodes=["node-1", "node-2", big]), timeout=30))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
         e = refused(lambda: local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(
-            local_release_pb2.LocalModelJobSpec(dataset=big, model="lmgc", epsilon=1.0, parties=["party-1"], ridge=1e-3, data_norm=1.0), timeout=60))
+            local_release_pb2.LocalModelJobSpec(dataset=big, model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1"], ridge=1e-3, data_norm=1.0), timeout=60))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
         e = refused(lambda: hamm2016_pb2_grpc.EnsembleCuratorStub(ch).TrainEnsemble(
             hamm2016_pb2.EnsembleJobSpec(dataset="synthetic", auxiliary=big, method="soft", lam=0.1, epsilon=1.0, classes=["-1", "1"], parties=["party-1", "party-2"],

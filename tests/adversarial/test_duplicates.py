@@ -80,7 +80,7 @@ def test_duplicate_party_in_a_pathak_job_is_invalid_argument(fed):
 
 def test_duplicate_party_in_a_local_release_is_invalid_argument(fed):
     before = {p: len(ledger(fed, p)["entries"]) for p in PARTIES}
-    spec = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", epsilon=1.0, parties=["party-1", "party-2", "party-1"], ridge=1e-3, data_norm=1.0)
+    spec = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1", "party-2", "party-1"], ridge=1e-3, data_norm=1.0)
     setattr(spec, "lambda", 1e-3)
     with operator_curator(fed) as ch:
         e = refused(lambda: local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(spec, timeout=120))

@@ -163,7 +163,7 @@ LOCAL = {
 @pytest.mark.parametrize("case", list(LOCAL))
 def test_local_release_spec_out_of_bounds_is_invalid_argument(fed, case):
     before = {p: len(ledger(fed, p)["entries"]) for p in PARTIES}
-    spec = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", epsilon=1.0, parties=PARTIES, ridge=1e-3, data_norm=1.0, simulation_seed=b"b")
+    spec = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=PARTIES, ridge=1e-3, data_norm=1.0, simulation_seed=b"b")
     setattr(spec, "lambda", 1e-3)
     for k, v in LOCAL[case].items():
         if isinstance(v, list):
