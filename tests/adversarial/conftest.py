@@ -1,0 +1,308 @@
+"""The adversarial suite's shared tools: a real federation, raw gRPC clients, minted certificates, checks.
+
+Every attack talks to real processes over mutual TLS on loopback with the generated messages of
+``mpdp/messages`` (no client library of the product), as an outside checker would. The federation is
+the one ``mpdp federation up --test-mode --parties 3 --compute-nodes 3`` starts (LocalFederation, in
+process), plus small datasets so that legitimate jobs can run. Certificates for attackers are minted
+here from the federation's CA key (``<workdir>/ca/ca.key``) with :mod:`services.common.pki`.
+
+Checks shared by every attack module:
+
+- :func:`refused` runs one call and returns its gRPC error (a call that succeeds fails the test);
+- :func:`assert_clean` holds status details to the hygiene rule: short, no echo of what the attacker
+  sent, no filesystem path, no class name, no traceback;
+- :func:`assert_serving` asks the standard health service of a site;
+- :func:`assert_ledgers_within_budget` reads every party's ledger file;
+- :func:`pathak_job` / :func:`dca_job` run a small legitimate job to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import grpc
+import numpy as np
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from services.common import pki
+from services.common.rpc import TlsFiles
+from services.federation import LocalFederation
+
+PARTIES = ["party-1", "party-2", "party-3"]
+NODES = ["node-1", "node-2", "node-3"]
+D = 4
+BUDGET = 100.0
+MAX_DETAILS = 300  # characters: "PROBLEM: " + errors.MAX_DETAIL with room to spare
+PATHAK_SERVICE = "mpdp.messages.Curator"
+PARTY_SERVICE = "mpdp.messages.Party"
+NODE_SERVICE = "mpdp.messages.ComputeNode"
+DCA_SERVICE = "mpdp.messages.DcaCurator"
+
+
+# -- the federation -------------------------------------------------------------------------------------
+def synthetic_rows(n: int, seed: int, d: int = D) -> tuple[np.ndarray, np.ndarray]:
+    g = np.random.default_rng(seed)
+    X = np.clip(g.normal(size=(n, d)) / (1.5 * d), -0.9 / np.sqrt(d), 0.9 / np.sqrt(d))
+    w = np.linspace(1.0, -0.5, d)
+    y = np.where(X @ w + 0.01 * g.normal(size=n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | None = None, dimension: int = D) -> LocalFederation:
+    """Curator (auxiliary dataset ``aux``), 3 parties (each with dataset ``synthetic``: d = 4, ±1 labels, rows in
+    the unit ball) and 3 compute nodes, small keys, test mode: what ``mpdp federation up --test-mode --parties 3 --compute-nodes 3``
+    starts, plus the data a legitimate job needs."""
+    names = parties or PARTIES
+    datasets: dict[str, dict[str, dict]] = {}
+    for j, p in enumerate(names):
+        X, y = synthetic_rows(40 + 7 * j, j, dimension)
+        f = root / "data" / f"{p}.csv"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        np.savetxt(f, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
+        datasets[p] = {"synthetic": {"path": str(f), "format": "csv"}}
+    X, _ = synthetic_rows(60, 99, dimension)  # the curator's public auxiliary points for ensemble jobs (labels ignored)
+    aux = root / "data" / "aux.csv"
+    np.savetxt(aux, np.column_stack([X, np.zeros(len(X))]), delimiter=",", fmt="%.17g")
+    fed = LocalFederation(root / "fed", names, datasets, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=budget, compute_nodes=list(NODES),
+                          auxiliary={"aux": {"path": str(aux), "format": "csv"}})
+    try:
+        fed.start()
+    except BaseException:
+        fed.stop()
+        raise
+    return fed
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    f = start_federation(tmp_path_factory.mktemp("adv"))
+    yield f
+    f.stop()
+
+
+def endpoints(fed: LocalFederation) -> dict:
+    return json.loads((fed.workdir / "endpoints.json").read_text())
+
+
+def address(fed: LocalFederation, site: str) -> str:
+    return f"127.0.0.1:{fed.procs[site].port}"
+
+
+# -- certificates -----------------------------------------------------------------------------------------
+def site_tls(fed: LocalFederation, site: str) -> TlsFiles:
+    d = fed.workdir / site
+    return TlsFiles(d / "site.crt", d / "site.key", d / "ca.crt")
+
+
+def mint(fed: LocalFederation, role: str, name: str) -> TlsFiles:
+    """A certificate from the federation's own CA for (role, name): what a rogue or extra site would hold."""
+    folder = fed.workdir / "minted" / f"{role}-{name}"
+    if not (folder / "site.crt").exists():
+        ca = fed.workdir / "ca"
+        ca_key = serialization.load_pem_private_key((ca / "ca.key").read_bytes(), None)
+        ca_cert = x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes())
+        key, cert = pki.issue(ca_key, ca_cert, role, name, ["127.0.0.1"])
+        pki.write_site(folder, key, cert, ca_cert)
+    return TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
+
+
+def channel(fed: LocalFederation, target: str, tls: TlsFiles, **options: Any) -> grpc.Channel:
+    opts = [("grpc.ssl_target_name_override", target), *options.items()]
+    return grpc.secure_channel(address(fed, target), tls.channel_credentials(), options=opts)
+
+
+# -- raw calls ---------------------------------------------------------------------------------------------
+def raw_unary(ch: grpc.Channel, service: str, method: str, response_type: Any = None) -> Callable:
+    """A unary method taking bytes as they are (no serializer): for undecodable or hand-built bodies."""
+    return ch.unary_unary(f"/{service}/{method}", request_serializer=None, response_deserializer=(response_type.FromString if response_type else None))
+
+
+def refused(call: Callable[[], Any]) -> grpc.RpcError:
+    """The error a call ends with; a call that succeeds fails the test."""
+    try:
+        result = call()
+    except grpc.RpcError as e:
+        return _seen(e)
+    if hasattr(result, "__iter__") and not isinstance(result, (bytes, str)) and not hasattr(result, "DESCRIPTOR"):
+        try:
+            for _ in result:
+                pass
+        except grpc.RpcError as e:
+            return _seen(e)
+    pytest.fail(f"the call was accepted: {result!r:.200}")
+
+
+def _seen(e: grpc.RpcError) -> grpc.RpcError:
+    """With MPDP_ADV_REFUSALS=<file>, every refusal the suite sees is appended there (test, status, details):
+    the raw material of a details-hygiene review."""
+    out = os.environ.get("MPDP_ADV_REFUSALS")
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "?"), "code": e.code().name, "details": e.details() or ""}) + "\n")
+    return e
+
+
+_PATH = re.compile(r"(/(tmp|home|work|root|usr|var|proc|etc|opt|srv)/|[A-Za-z]:\\\\|\.py\b|\.json\b|\.binpb\b)")
+_PLAIN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+
+
+def assert_clean(e: grpc.RpcError, *sent: str) -> None:
+    """Status details fit the hygiene rule: bounded, no echo of an attacker string that is long or not a plain
+    identifier, no filesystem path, no class name, no traceback."""
+    details = e.details() or ""
+    assert len(details) <= MAX_DETAILS, f"{len(details)}-character details: {details[:120]!r}…"
+    for s in sent:
+        if s and not _PLAIN_ID.match(s):
+            assert s[:64] not in details and repr(s)[1:65] not in details, f"details echo the attacker's {len(s)}-character string: {details[:120]!r}"
+    assert "Traceback" not in details and "<class" not in details and "Error'>" not in details, details
+    assert not _PATH.search(details), f"details show a path: {details!r}"
+
+
+def assert_status(e: grpc.RpcError, code: grpc.StatusCode, *sent: str) -> None:
+    assert e.code() == code, f"expected {code.name}, got {e.code().name}: {(e.details() or '')[:200]!r}"
+    assert_clean(e, *sent)
+
+
+def assert_serving(fed: LocalFederation, site: str, timeout: float = 10.0) -> None:
+    """The site's health service answers SERVING within ``timeout`` (operator certificate)."""
+    with channel(fed, site, site_tls(fed, "operator")) as ch:
+        resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING, f"{site}: {resp}"
+
+
+def assert_all_serving(fed: LocalFederation) -> None:
+    for site in ["curator", *fed.parties, *fed.compute_nodes]:
+        assert_serving(fed, site)
+
+
+def ledger(fed: LocalFederation, party: str) -> dict:
+    p = fed.workdir / party / "state" / "ledger.json"
+    return json.loads(p.read_text()) if p.exists() else {"entries": []}
+
+
+def spent(fed: LocalFederation, party: str) -> float:
+    return sum(float(e.get("epsilon", 0.0)) for e in ledger(fed, party)["entries"])
+
+
+def assert_ledgers_within_budget(fed: LocalFederation) -> None:
+    for p in fed.parties:
+        s = spent(fed, p)
+        assert math.isfinite(s) and s <= fed.budget_epsilon + 1e-9, f"{p} spent ε={s} of budget {fed.budget_epsilon}"
+
+
+def ledger_job_ids(fed: LocalFederation, party: str) -> set[str]:
+    return {e.get("job_id") for e in ledger(fed, party)["entries"]}
+
+
+# -- legitimate jobs ----------------------------------------------------------------------------------------
+def pathak_spec(parties=PARTIES, epsilon: float = 0.5, deadline: float = 120.0, seed: bytes = b"adv", mode: int = common_pb2.CORRECTED, **fields: Any) -> pk.PathakJobSpec:
+    spec = pk.PathakJobSpec(dataset="synthetic", epsilon=epsilon, mode=mode, parties=list(parties), deadline_seconds=deadline, simulation_seed=seed, **fields)
+    setattr(spec, "lambda", 0.05)
+    return spec
+
+
+def operator_curator(fed: LocalFederation) -> grpc.Channel:
+    return channel(fed, "curator", site_tls(fed, "operator"))
+
+
+def submit_pathak(fed: LocalFederation, spec: pk.PathakJobSpec) -> str:
+    with operator_curator(fed) as ch:
+        return pk_grpc.CuratorStub(ch).SubmitJob(spec, timeout=60).job_id
+
+
+def wait_pathak(fed: LocalFederation, job_id: str, timeout: float = 180.0) -> pk.JobStatus:
+    last = None
+    with operator_curator(fed) as ch:
+        for st in pk_grpc.CuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout):
+            last = st
+            if st.terminal:
+                break
+    assert last is not None and last.terminal, f"job {job_id} not terminal: {last}"
+    return last
+
+
+def pathak_published(fed: LocalFederation, job_id: str) -> bool:
+    with operator_curator(fed) as ch:
+        return job_id in pk_grpc.CuratorStub(ch).ListModels(common_pb2.Ack(), timeout=30).job_ids
+
+
+def pathak_job(fed: LocalFederation, seed: bytes = b"legit", epsilon: float = 0.5) -> str:
+    """A small legitimate Pathak job; asserts it publishes."""
+    job = submit_pathak(fed, pathak_spec(seed=seed, epsilon=epsilon))
+    st = wait_pathak(fed, job)
+    assert st.state == "PUBLISHED", st
+    return job
+
+
+def dca_spec(n: int = 3, d: int = 3, nodes=NODES, deadline: float = 30.0, **fields: Any) -> dca_pb2.DcaJobSpec:
+    base = dict(dimension=d, clients=n, max_missing=0, epsilon=1.0, delta=1e-5, sensitivity=2 * math.sqrt(d), mode=common_pb2.CORRECTED,
+                clip_bounds=[1.0], compute_nodes=list(nodes), deadline_seconds=deadline)
+    base.update(fields)
+    return dca_pb2.DcaJobSpec(**base)
+
+
+def create_dca(fed: LocalFederation, spec: dca_pb2.DcaJobSpec) -> str:
+    with operator_curator(fed) as ch:
+        return dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(spec, timeout=60).job_id
+
+
+def wait_dca(fed: LocalFederation, job_id: str, timeout: float = 120.0) -> dca_pb2.DcaJobStatus:
+    last = None
+    with operator_curator(fed) as ch:
+        for st in dca_pb2_grpc.DcaCuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout):
+            last = st
+            if st.terminal:
+                break
+    assert last is not None and last.terminal, f"job {job_id} not terminal: {last}"
+    return last
+
+
+def dca_released(fed: LocalFederation, job_id: str) -> bool:
+    with operator_curator(fed) as ch:
+        try:
+            dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job_id), timeout=30)
+            return True
+        except grpc.RpcError:
+            return False
+
+
+def submit_clients(fed: LocalFederation, job_id: str, clients: list[str], nodes=None) -> None:
+    """Legitimate clients (an OPERATOR router) submit shares of small vectors to every node of the job."""
+    import asyncio
+
+    from services.client import Endpoints
+    from services.dca_client import submit_cohort
+
+    ep = Endpoints.load(fed.workdir)
+    d = _job_dimension(fed, job_id)
+    Z = np.random.default_rng(len(clients)).uniform(-0.5, 0.5, size=(len(clients), d))
+    rep = asyncio.run(submit_cohort(ep, ep.tls, job_id, clients, Z))
+    assert not rep.rejected, rep.rejected[:3]
+
+
+def _job_dimension(fed: LocalFederation, job_id: str) -> int:
+    with operator_curator(fed) as ch:
+        return dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job_id), timeout=30).spec.dimension
+
+
+def dca_job(fed: LocalFederation, n: int = 3, nodes=NODES) -> str:
+    """A small legitimate DCA job (operator-routed clients); asserts it releases."""
+    job = create_dca(fed, dca_spec(n=n, nodes=nodes))
+    submit_clients(fed, job, [f"legit-{i}" for i in range(n)])
+    st = wait_dca(fed, job)
+    assert st.state == "RELEASED", st
+    return job
+
+
+def garbage(n: int = 64) -> bytes:
+    """Bytes no protobuf parser accepts: a field tag with the invalid wire type 7 first, then random bytes."""
+    return b"\x07" + os.urandom(max(0, n - 1))
