@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -24,6 +25,9 @@ from services.common.errors import shown
 from services.common.rpc import CHANNEL_OPTIONS, caller, roles_by_method
 from services.dca_client import fetch_job, submit_vector
 
+if TYPE_CHECKING:
+    from services.party.server import Party
+
 log = logging.getLogger("mpdp.party.ensemble")
 
 SERVICE = "mpdp.messages.EnsembleParty"
@@ -34,13 +38,12 @@ Problem = common_pb2.Problem
 
 
 class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
-    def __init__(self, holder: dict) -> None:
-        self._holder = holder
+    def __init__(self, party: "Party") -> None:
+        self.party = party
 
     async def Vote(self, request: pb.VoteRequest, context) -> pb.VoteReceipt:
-        party = self._holder.get("party")
-        if party is None:
-            await errors.refuse(context, Problem.NOT_READY, "party is starting up (not yet registered with its curator)")
+        party = self.party
+        await party.ready(context)
         cfg = party.cfg
         job = shown(request.job_id)
         if caller(context).name != cfg.curator.name:
@@ -62,7 +65,7 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             await party.precheck(context, spec.epsilon, 0.0)  # advisory, before the costly local fit
             return await self._vote(party, request, context)
 
-    async def _vote(self, party, request: pb.VoteRequest, context) -> pb.VoteReceipt:
+    async def _vote(self, party: "Party", request: pb.VoteRequest, context) -> pb.VoteReceipt:
         cfg, spec = party.cfg, request.spec
         tls = cfg.tls.files()
         vote_sum = shown(request.dca_job_id)

@@ -1,0 +1,74 @@
+"""The party's local DP release (LMGC): trains and releases a DP model on its own records, spending ε first."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from mpdp.data.loaders import DatasetError, load
+from mpdp.ledger import FAILED, RELEASED
+from mpdp.local_release import PROTOCOL, ReleaseError, ledger_entry, party_release
+from mpdp.math.drbg import Drbg
+from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc
+from services.common import config as cfgmod, errors
+from services.common.errors import shown
+from services.common.rpc import caller, roles_by_method
+
+if TYPE_CHECKING:
+    from services.party.server import Party
+
+log = logging.getLogger("mpdp.party")
+Problem = common_pb2.Problem
+
+SERVICE = "mpdp.messages.LocalModelParty"
+ROLES = roles_by_method(SERVICE, {"TrainLocalModel": ("curator",)})
+
+
+class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
+    """Trains and releases a DP model on this party's own records (LMGC), spending its ε first."""
+
+    def __init__(self, party: "Party") -> None:
+        self.party = party
+
+    async def TrainLocalModel(self, request: local_release_pb2.LocalModelRequest, context) -> local_release_pb2.LocalModelRelease:
+        party = self.party
+        await party.ready(context)
+        cfg = party.cfg
+        if caller(context).name != cfg.curator.name:
+            await errors.refuse(context, Problem.WRONG_ROLE, f"only the curator of party {cfg.name} may request releases")
+        if request.spec.simulation_seed and not cfg.test_mode:
+            await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
+        try:
+            entry = ledger_entry(request)
+        except ReleaseError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
+        ds = cfg.datasets.get(request.spec.dataset)
+        if ds is None:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(request.spec.dataset)} (configured: {sorted(cfg.datasets)})")
+        async with party.claimed(context, PROTOCOL, request.job_id):
+            await party.spend(context, entry)  # before training: the release is the first data-dependent message
+            return await self._release(party, request, ds, context)
+
+    async def _release(self, party: "Party", request: local_release_pb2.LocalModelRequest, ds: cfgmod.DatasetConfig, context) -> local_release_pb2.LocalModelRelease:
+        cfg = party.cfg
+        rng = Drbg.from_seed(request.spec.simulation_seed).child(f"party/{cfg.name}") if request.spec.simulation_seed else party.rng.child(f"local/{request.job_id}")
+
+        def train():
+            X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
+            return party_release(cfg.name, request, X, y, rng)
+
+        try:
+            release, details = await asyncio.to_thread(train)
+        except Exception as e:  # noqa: BLE001 - any failure after spending keeps the charge, marked failed
+            await party.mark(PROTOCOL, request.job_id, FAILED)
+            if isinstance(e, DatasetError):
+                log.error("local job %s: dataset %s: %s", shown(request.job_id), request.spec.dataset, e)
+                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(request.spec.dataset)}; see its log")
+            if isinstance(e, (ReleaseError, ValueError, RuntimeError)):
+                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot release: {e}")
+            log.exception("local job %s failed", shown(request.job_id))
+            await errors.refuse(context, Problem.INTERNAL, f"party {cfg.name} could not train; see its log")
+        await party.mark(PROTOCOL, request.job_id, RELEASED, details)
+        log.info("local job %s: released %s (ε=%g)", shown(request.job_id), request.spec.model, request.spec.epsilon)
+        return release
