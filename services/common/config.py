@@ -63,6 +63,8 @@ class _Base(BaseSettings):
     tls: TlsConfig
     test_mode: bool = Field(False, description="allow small keys and simulation seeds: never in production")
     paillier_bits: int = 2048
+    job_retention_seconds: float = Field(600.0, ge=0, description="a finished job's state stays in memory this long, then only a value-free record")
+    max_live_jobs: int = Field(256, ge=1, description="jobs of one protocol running at once at this site; more are refused OVERLOADED")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:

@@ -22,7 +22,7 @@ from mpdp.dca.errors import InvalidJob
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
 from services.common import config as cfgmod
-from services.common import errors
+from services.common import errors, jobs
 from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
 from services.common.runtime import Hosted
 
@@ -50,44 +50,72 @@ SHARE_RUN, GATHER_SECONDS = 64, 0.002  # a stream with fewer shares waiting gath
 
 
 class ComputeNode(pb_grpc.ComputeNodeServicer):
-    def __init__(self, cfg: cfgmod.ComputeNodeConfig) -> None:
+    def __init__(self, cfg: cfgmod.ComputeNodeConfig, *, retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE) -> None:
         self.cfg = cfg
-        self.jobs: dict[str, Hosted] = {}
+        self.jobs: jobs.JobTable[Hosted] = jobs.JobTable("dca-node", jobs.machine_outcome, retention=retention, max_live=max_live)
+        self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.channels = PeerChannels(cfg.tls.files())
 
-    def _sender(self, context) -> Peer:
+    async def _sender(self, context) -> Peer:
+        """The caller as a peer of the machine; a curator-role certificate that is not *our* curator is refused."""
         ident = caller(context)
-        return CURATOR if ident.role == "curator" else Peer(ident.role, ident.name)
+        if ident.role == "curator":
+            if ident.name != self.cfg.curator.name:
+                await errors.refuse(context, common_pb2.WRONG_ROLE, f"only curator {errors.shown(self.cfg.curator.name)} may send this")
+            return CURATOR
+        return Peer(ident.role, ident.name)
 
     async def _job(self, job_id: str, context) -> Hosted:
+        if not jobs.valid_id(job_id):
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
         hosted = self.jobs.get(job_id)
         if hosted is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: compute node {self.cfg.name} has no job {job_id!r}")
+            record = self.jobs.record(job_id)
+            if record is not None and record.problem:
+                await errors.refuse(context, common_pb2.JOB_FAILED, f"job {job_id} ended {record.state} ({record.problem_name}); it is no longer held")
+            if record is not None:
+                await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"job {job_id} ended {record.state}; it is no longer held")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"compute node {errors.shown(self.cfg.name)} has no job {errors.shown(job_id)}")
         return hosted  # type: ignore[return-value]
 
     # -- curator → node ------------------------------------------------------------------------------
     async def AnnounceJob(self, request: pb.DcaJobAnnouncement, context) -> common_pb2.Ack:
-        if caller(context).name != self.cfg.curator.name:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: only curator {self.cfg.curator.name} may announce jobs")
+        await self._sender(context)
+        if not jobs.valid_id(request.job_id):
+            await errors.refuse(context, common_pb2.MALFORMED, "not a job id (1-64 letters, digits, '.', '_' or '-')")
         if request.job_id in self.jobs:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"REPLAY: job {request.job_id} was already announced")
+            await errors.refuse(context, common_pb2.REPLAY, f"job {request.job_id} was already announced")
         try:
             machine = ComputeNodeMachine.from_announcement(self.cfg.name, request, report_every=self.cfg.report_every, record=False)
-        except (InvalidJob, ValueError) as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+        except InvalidJob as e:
+            await errors.refuse(context, common_pb2.INVALID_JOB, e.detail)
+        except ValueError:
+            await errors.refuse(context, common_pb2.INVALID_JOB, "the job's parameters are out of range")
         if machine.params.seeded and not self.cfg.test_mode:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed makes a release non-private; this node is not in test mode")
+            await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; this node is not in test mode")
         hosted = Hosted(machine, self._route)
         hosted.addresses = dict(request.node_addresses)  # type: ignore[attr-defined]
-        self.jobs[request.job_id] = hosted
-        hosted.deadline_task = asyncio.ensure_future(self._timers(hosted, machine.params.deadline_seconds))
+        deadline = machine.params.deadline_seconds
+        try:  # the node's last word comes after the curator's (which fails the job at its own hard deadline)
+            self.jobs.admit(request.job_id, hosted, jobs.hard_deadline(jobs.hard_deadline(deadline)))
+        except ProtocolError as e:
+            await errors.abort(context, e)
+        self.reaper.ensure_running()
+        hosted.deadline_task = asyncio.ensure_future(self._timers(hosted, deadline))
         log.info("job %s announced: d=%d, N=%d, T=%d, M=%d", request.job_id, machine.params.dimension, machine.params.clients, machine.params.max_missing, machine.params.M)
         return common_pb2.Ack()
+
+    async def _expire(self, job_id: str) -> None:
+        """The job outlived its hard deadline (a peer is gone): fail it; the curator and the other nodes are told."""
+        hosted = self.jobs.get(job_id)
+        if hosted is not None and not hosted.machine.terminal:
+            await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state}); a peer is unreachable")
 
     async def CloseSubmissions(self, request, context) -> common_pb2.Ack:
         return await self._feed(request, context)
 
     async def GetPartialSum(self, request: common_pb2.JobRef, context) -> pb.PartialSum:
+        await self._sender(context)
         hosted = await self._job(request.job_id, context)
         try:
             return hosted.machine.partial_sum()
@@ -105,7 +133,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         handler returns or re-raises. If the caller cancels the RPC, shares read but not yet taken are dropped:
         they count as never received, like shares still in flight (the agreement step excludes such clients).
         """
-        sender = self._sender(context)
+        sender = await self._sender(context)
         receipt = pb.ShareReceipt()
         hosted: Hosted | None = None
         backlog: collections.deque[pb.ClientShare] = collections.deque()
@@ -152,7 +180,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         async with hosted.lock:
             outputs, rejected = hosted.machine.receive_shares(sender, shares)
         for j, e in rejected:
-            log.warning("job %s: ClientShare from %s for %r refused: %s", hosted.machine.job_id, sender, shares[j].client_id, errors.details(e))
+            log.warning("job %s: ClientShare from %s for %s refused: %s", hosted.machine.job_id, sender, errors.shown(shares[j].client_id), errors.details(e))
             if e.notices:
                 hosted.spawn(self._route(hosted, e.notices))
         receipt.accepted += sum(o.message.accepted for o in outputs if isinstance(o, Reply))
@@ -166,9 +194,10 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
             receipt.rejected.add(client_id=shares[j].client_id, problem=e.problem, detail=e.detail)
 
     async def SubmitShareBatch(self, request: pb.ShareBatch, context) -> pb.ShareReceipt:
+        sender = await self._sender(context)
         hosted = await self._job(request.job_id, context)
         try:
-            replies = await hosted.deliver(self._sender(context), request, inline=True)
+            replies = await hosted.deliver(sender, request, inline=True)
         except ProtocolError as e:
             await errors.abort(context, e)
         return replies[0] if replies else pb.ShareReceipt(job_id=request.job_id)
@@ -181,9 +210,10 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         return await self._feed(request, context)
 
     async def _feed(self, request, context) -> common_pb2.Ack:
+        sender = await self._sender(context)  # before the job is looked up: a refused caller never touches it
         hosted = await self._job(request.job_id, context)
         try:
-            await hosted.deliver(self._sender(context), request, context, inline=True)
+            await hosted.deliver(sender, request, context, inline=True)
         except ProtocolError:
             pass
         return common_pb2.Ack()
@@ -242,7 +272,7 @@ async def register(cfg: cfgmod.ComputeNodeConfig, port: int) -> None:
 
 
 async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
-    node = ComputeNode(cfg)
+    node = ComputeNode(cfg, retention=cfg.job_retention_seconds, max_live=cfg.max_live_jobs)
     server, port, health = await start_server(
         cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None, pinned={"curator": cfg.curator.name}), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE]
     )

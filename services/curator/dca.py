@@ -22,7 +22,7 @@ from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
-from services.common import errors
+from services.common import errors, jobs
 from services.common.rpc import PeerChannels, caller, method_for_message, roles_by_method
 from services.common.runtime import Hosted
 
@@ -91,20 +91,20 @@ class DcaStore:
 
 
 class DcaJobRefused(Exception):
-    """A job could not be created or ended without a sum: the gRPC status and its message."""
+    """A job could not be created or ended without a sum: its Problem (status by errors.STATUS) and a short detail."""
 
-    def __init__(self, code: grpc.StatusCode, detail: str) -> None:
+    def __init__(self, problem: int, detail: str) -> None:
         super().__init__(detail)
-        self.code = code
+        self.problem = problem
         self.detail = detail
 
 
-def _safe(job_id: str) -> bool:
-    return bool(job_id) and "/" not in job_id and not job_id.startswith(".")
+_safe = jobs.valid_id  # a job id names a file only if it could be one of ours
 
 
 class DcaCurator(pb_grpc.DcaCuratorServicer):
-    def __init__(self, state_dir: Path, channels: PeerChannels, test_mode: bool, static_nodes: dict[str, str]) -> None:
+    def __init__(self, state_dir: Path, channels: PeerChannels, test_mode: bool, static_nodes: dict[str, str], *,
+                 retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE) -> None:
         self.store = DcaStore(Path(state_dir) / "dca")
         self.channels = channels
         self.test_mode = test_mode
@@ -112,7 +112,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         self.nodes: dict[str, str] = dict(static_nodes)
         if self._nodes_file.exists():
             self.nodes.update(json.loads(self._nodes_file.read_text()))
-        self.jobs: dict[str, Hosted] = {}
+        self.jobs: jobs.JobTable[Hosted] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live)
+        self.reaper = jobs.Reaper(self.jobs, self._expire)
 
     async def recover(self) -> None:
         """Rebuild unfinished jobs after a restart and pull the partial sums nodes already released."""
@@ -126,20 +127,25 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             machine = AggregatorMachine(params, node_addresses={n: self.nodes.get(n, "") for n in params.nodes})
             machine.announce()  # the nodes already have the job: skip re-sending it
             hosted = Hosted(machine, self._route)
-            self.jobs[job_id] = hosted
+            try:
+                self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds) + 30.0)
+            except ProtocolError as e:
+                self.store.put_failure(job_id, e.problem, "the curator restarted and could not take this job back")
+                continue
+            self.reaper.ensure_running()
             log.info("recovering DCA job %s", job_id)
-            hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds, pull=True))
+            hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
             for n in params.nodes:
                 hosted.spawn(self._pull(hosted, n))
 
     # -- operator ---------------------------------------------------------------------------------------
     async def CreateJob(self, request: pb.DcaJobSpec, context) -> pb.DcaJobTicket:
         if request.secure_sum:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "WRONG_ROLE: secure-sum jobs (no noise) are created by the curator's own mechanisms only (e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
+            await errors.refuse(context, common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only (e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
         try:
             job_id = await self.create(request)
         except DcaJobRefused as e:
-            await context.abort(e.code, e.detail)
+            await errors.refuse(context, e.problem, e.detail)
         return pb.DcaJobTicket(job_id=job_id)
 
     async def create(self, request: pb.DcaJobSpec) -> str:
@@ -147,17 +153,24 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         job_id = "dca-" + pysecrets.token_hex(6)
         try:
             params = DcaParams.from_spec(job_id, request)
-        except (InvalidJob, ValueError) as e:
-            raise DcaJobRefused(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}") from None
+        except InvalidJob as e:
+            raise DcaJobRefused(common_pb2.INVALID_JOB, e.detail) from None
+        except ValueError:
+            raise DcaJobRefused(common_pb2.INVALID_JOB, "the job's parameters are out of range") from None
         if params.seeded and not self.test_mode:
-            raise DcaJobRefused(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed (the fixed-noise debug switch) is refused outside test mode")
+            raise DcaJobRefused(common_pb2.INVALID_JOB, "simulation_seed (the fixed-noise debug switch) is refused outside test mode")
         missing = [n for n in params.nodes if n not in self.nodes]
         if missing:
-            raise DcaJobRefused(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: compute nodes {missing} are not registered with the curator (known: {sorted(self.nodes)})")
-        self.store.put_spec(job_id, request)
-        machine = AggregatorMachine(params, node_addresses={n: self.nodes[n] for n in params.nodes})
+            names = ", ".join(errors.shown(n) for n in missing[:4])
+            raise DcaJobRefused(common_pb2.INVALID_JOB, f"compute nodes {names} are not registered with the curator ({len(self.nodes)} are)")
+        machine = AggregatorMachine(params, node_addresses={n: self.nodes[n] for n in params.nodes}, record=False)
         hosted = Hosted(machine, self._route)
-        self.jobs[job_id] = hosted
+        try:
+            self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds) + 5.0)
+        except ProtocolError as e:
+            raise DcaJobRefused(e.problem, e.detail) from None
+        self.reaper.ensure_running()
+        self.store.put_spec(job_id, request)
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
         log.info("DCA job %s: d=%d N=%d T=%d M=%d ε=%g δ=%g mode=%s", job_id, params.dimension, params.clients, params.max_missing, params.M, params.epsilon, params.delta, params.mode)
         # announce synchronously: when the ticket returns, every node knows the job and clients may submit
@@ -167,29 +180,30 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         await hosted.notify()
         if machine.failed and machine.error is not None:
             self.forget(job_id)  # never announced everywhere: nothing will ever arrive for it
-            raise DcaJobRefused(grpc.StatusCode.UNAVAILABLE, f"JOB_FAILED: {machine.error.detail}")
+            raise DcaJobRefused(common_pb2.PEER_UNREACHABLE, f"job {job_id} could not be announced: {machine.error.detail}")
         return job_id
 
     async def result(self, job_id: str) -> pb.DpSum:
         """Wait for a job of this process to end; its sum (secure-sum jobs included) or DcaJobRefused."""
         hosted = self.jobs.get(job_id)
         if hosted is None:
-            raise DcaJobRefused(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no running DCA job {job_id!r}")
+            raise DcaJobRefused(common_pb2.UNKNOWN_JOB, f"no running DCA job {errors.shown(job_id)}")
         async for st in hosted.watch(lambda: hosted.machine.status()):
             if st.terminal:
                 break
         m = hosted.machine
         if m.failed or m.error is not None:
             detail = m.error.detail if m.error is not None else m.state
-            raise DcaJobRefused(errors.status_for(m.error.problem) if m.error else grpc.StatusCode.ABORTED, f"JOB_FAILED: DCA job {job_id}: {detail}")
+            raise DcaJobRefused(m.error.problem if m.error else common_pb2.JOB_FAILED, f"DCA job {job_id}: {detail}")
         return m.dp_sum()
 
     async def WatchJob(self, request: common_pb2.JobRef, context):
+        await _check_id(request.job_id, context)
         hosted = self.jobs.get(request.job_id)
         if hosted is None:
             stored = self._stored_status(request.job_id)
             if stored is None:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no DCA job {request.job_id!r}")
+                await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no DCA job {errors.shown(request.job_id)}")
             yield stored
             return
         async for st in hosted.watch(lambda: hosted.machine.status()):
@@ -209,38 +223,48 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             await self._route(hosted, [])
 
     def forget(self, job_id: str) -> None:
-        """Drop a finished job from memory (a consumed secure sum must not linger in the process)."""
-        hosted = self.jobs.pop(job_id, None)
+        """Drop a finished job from memory (a consumed secure sum must not linger in the process); its record stays."""
+        hosted = self.jobs.get(job_id)
+        self.jobs.forget(job_id)
         if hosted is not None and hosted.deadline_task is not None:
             hosted.deadline_task.cancel()
 
+    async def _expire(self, job_id: str) -> None:
+        """The job outlived its hard deadline: fail it (the nodes are told), and record the failure."""
+        hosted = self.jobs.get(job_id)
+        if hosted is not None and not hosted.machine.terminal:
+            await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
+            await self._route(hosted, [])
+
     async def GetRelease(self, request: common_pb2.JobRef, context) -> pb.DpSum:
+        await _check_id(request.job_id, context)
         spec = self.store.spec(request.job_id)
         if spec is not None and spec.secure_sum:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: DCA job {request.job_id} is a secure sum without noise; only the curator's mechanism ({spec.purpose or 'unnamed'}) consumes it, and it publishes only its own DP output")
+            await errors.refuse(context, common_pb2.WRONG_ROLE, f"DCA job {request.job_id} is a secure sum without noise; only the curator's own mechanism consumes it, and it publishes only its own DP output")
         rel = self.store.release(request.job_id)
         if rel is not None:
             return rel
         fail = self.store.failure(request.job_id)
         if fail is not None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"JOB_FAILED: DCA job {request.job_id} released nothing: {fail['detail']}")
+            await errors.refuse(context, fail["problem"] or common_pb2.JOB_FAILED, f"DCA job {request.job_id} released nothing: {fail['detail']}")
         hosted = self.jobs.get(request.job_id)
         if hosted is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no DCA job {request.job_id!r}")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no DCA job {errors.shown(request.job_id)}")
         try:
             return hosted.machine.dp_sum()
         except ProtocolError as e:
             await errors.abort(context, e)
 
     async def GetJob(self, request: common_pb2.JobRef, context) -> pb.DcaJobAnnouncement:
+        await _check_id(request.job_id, context)
         hosted = self.jobs.get(request.job_id)
         if hosted is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no running DCA job {request.job_id!r}")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no running DCA job {errors.shown(request.job_id)}")
         return hosted.machine.announcement()
 
     async def RegisterComputeNode(self, request: pb.NodeRegistration, context) -> common_pb2.Ack:
-        if not request.address or ":" not in request.address:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED: address must be host:port")
+        if not _address(request.address):
+            await errors.refuse(context, common_pb2.MALFORMED, "address must be host:port (at most 255 characters)")
         name = caller(context).name
         self.nodes[name] = request.address
         tmp = self._nodes_file.with_suffix(".tmp")
@@ -257,11 +281,15 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         return await self._feed(request, context)
 
     async def _feed(self, request, context) -> common_pb2.Ack:
+        await _check_id(request.job_id, context)
         hosted = self.jobs.get(request.job_id)
         if hosted is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no DCA job {request.job_id!r}")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no DCA job {errors.shown(request.job_id)}")
+        name = caller(context).name
+        if name not in hosted.machine.params.nodes:  # an outsider never touches the job
+            await errors.refuse(context, common_pb2.WRONG_ROLE, f"the caller is not a compute node of job {request.job_id}")
         try:
-            await hosted.deliver(Peer("compute_node", caller(context).name), request, context)
+            await hosted.deliver(Peer("compute_node", name), request, context)
         except ProtocolError:
             pass
         return common_pb2.Ack()
@@ -294,9 +322,15 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         try:
             ps = await self.channels.call(self.nodes.get(node, ""), node, NODE_SERVICE, "GetPartialSum", common_pb2.JobRef(job_id=hosted.machine.job_id), pb.PartialSum, timeout=30)
         except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and "STEP_OUT_OF_ORDER" in (e.details() or ""):
+            problem = errors.problem_from_status(e.code(), e.details())
+            if problem == common_pb2.STEP_OUT_OF_ORDER:
                 return  # not released yet: the node will push it
-            await hosted.fail(common_pb2.JOB_FAILED, f"compute node {node} cannot provide its partial sum after the curator restarted: {e.details()}")
+            if problem == common_pb2.UNKNOWN_JOB:  # the node restarted and lost the job: nothing will ever come
+                await hosted.fail(common_pb2.JOB_FAILED, f"compute node {node} no longer has job {hosted.machine.job_id} (it restarted)")
+            elif e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+                await hosted.fail(common_pb2.PEER_UNREACHABLE, f"compute node {node} is unreachable ({e.code().name})")
+            else:
+                await hosted.fail(common_pb2.JOB_FAILED, f"compute node {node} cannot provide its partial sum ({errors.problem_name(problem)})")
             await self._route(hosted, [])
             return
         try:
@@ -304,7 +338,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         except ProtocolError:
             pass
 
-    async def _deadline(self, hosted: Hosted, seconds: float, pull: bool = False) -> None:
+    async def _deadline(self, hosted: Hosted, seconds: float) -> None:
         await asyncio.sleep(seconds)
         if hosted.machine.terminal:
             return
@@ -312,8 +346,9 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         # give the nodes a grace period to agree and push; then the job fails rather than hang
         await asyncio.sleep(max(10.0, 0.2 * seconds))
         if not hosted.machine.terminal:
-            if pull:
-                for n in hosted.machine.params.nodes:
+            # ask every node: one that restarted answers UNKNOWN_JOB and the job fails now, naming it
+            for n in hosted.machine.params.nodes:
+                if not hosted.machine.terminal:
                     await self._pull(hosted, n)
             if not hosted.machine.terminal:
                 await hosted.fail(common_pb2.JOB_FAILED, f"compute nodes did not release partial sums within the grace period after the deadline ({hosted.machine.state})")
@@ -331,3 +366,13 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             return pb.DcaJobStatus(job_id=job_id, state="RELEASED", nodes_reported=used["compute_nodes"], clients_included=used["clients_included"], terminal=True,
                                    detail=f"secure sum consumed inside the curator by {used['purpose'] or 'its mechanism'}; its values are not served")
         return None
+
+
+async def _check_id(job_id: str, context) -> None:
+    """A string that cannot be a job id names no job: refused before it reaches a store or the file system."""
+    if not jobs.valid_id(job_id):
+        await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
+
+
+def _address(address: str) -> bool:
+    return 0 < len(address) <= 255 and ":" in address and address.isprintable()

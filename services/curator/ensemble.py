@@ -22,7 +22,7 @@ from mpdp.data.loaders import DatasetError, load
 from mpdp.hamm2016 import job as core
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from services.common import errors
+from services.common import errors, jobs
 from services.common.config import DatasetConfig
 from services.common.rpc import PeerChannels, caller, roles_by_method
 from services.common.store import MessageStore
@@ -36,54 +36,67 @@ ROLES = roles_by_method(SERVICE, {"TrainEnsemble": ("operator",), "GetEnsemble":
 
 
 class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
-    def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], dca: DcaCurator, auxiliary: dict[str, DatasetConfig], test_mode: bool) -> None:
+    def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], dca: DcaCurator, auxiliary: dict[str, DatasetConfig], test_mode: bool,
+                 *, max_live: int = jobs.MAX_LIVE) -> None:
         self.store = MessageStore(Path(state_dir) / "ensembles", pb.EnsembleRelease)
         self.channels = channels
         self.addresses = addresses  # the parties registered with the curator
         self.dca = dca
         self.auxiliary = auxiliary
         self.test_mode = test_mode
-        self.running: dict[str, tuple[pb.EnsembleJobSpec, list[pb.AuxiliaryChunk]]] = {}
+        # running jobs' (spec, auxiliary chunks); a finished job leaves at once, its value-free record stays
+        self.running: jobs.JobTable[tuple[pb.EnsembleJobSpec, list[pb.AuxiliaryChunk]]] = jobs.JobTable("hamm2016", max_live=max_live)
 
     async def TrainEnsemble(self, request: pb.EnsembleJobSpec, context) -> pb.EnsembleRelease:
         try:
             core.validate_spec(request)
         except core.EnsembleJobError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+            await errors.refuse(context, common_pb2.INVALID_JOB, str(e))
         if request.simulation_seed and not self.test_mode:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed is refused outside test mode")
+            await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed is refused outside test mode")
         unknown = [p for p in request.parties if p not in self.addresses]
         if unknown:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: parties {unknown} are not registered with the curator")
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
         aux_cfg = self.auxiliary.get(request.auxiliary)
         if aux_cfg is None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: the curator has no auxiliary dataset {request.auxiliary!r} (configured: {sorted(self.auxiliary)}); add it under `auxiliary:` in the curator config")
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"the curator has no auxiliary dataset {errors.shown(request.auxiliary)} ({len(self.auxiliary)} configured); add it under `auxiliary:` in the curator config")
         try:
             X_aux = await asyncio.to_thread(_load_auxiliary, aux_cfg)
-        except (DatasetError, core.EnsembleJobError) as e:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: auxiliary dataset {request.auxiliary!r}: {e}")
+        except core.EnsembleJobError as e:
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"auxiliary dataset {errors.shown(request.auxiliary)}: {e}")
+        except DatasetError as e:  # names the curator's file: logged here, never sent
+            log.warning("auxiliary dataset %s cannot be loaded: %s", errors.shown(request.auxiliary), e)
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"auxiliary dataset {errors.shown(request.auxiliary)} cannot be loaded (see the curator's log)")
         job_id = "hm-" + pysecrets.token_hex(6)
         try:
             core.check_size(request, X_aux)
             vote_params = core.vote_job(request, "pending", X_aux.shape[0])
             core.ensemble_params(request, X_aux.shape[0], len(request.parties))
-        except (ValueError, ProtocolError) as e:  # InvalidJob from the DCA parameters is a ProtocolError
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {getattr(e, 'detail', e)}")
+        except ProtocolError as e:  # InvalidJob from the DCA parameters
+            await errors.refuse(context, common_pb2.INVALID_JOB, e.detail)
+        except ValueError as e:  # our own validation messages (core.EnsembleJobError and the size checks)
+            await errors.refuse(context, common_pb2.INVALID_JOB, str(e) if isinstance(e, core.EnsembleJobError) else "the job's parameters are out of range")
+        try:
+            self.running.admit(job_id, (request, core.auxiliary_chunks(X_aux)), float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0)
+        except ProtocolError as e:
+            await errors.abort(context, e)
         try:
             dca_job = await self.dca.create(vote_params.to_spec())
         except DcaJobRefused as e:
-            await context.abort(e.code, e.detail)
-        self.running[job_id] = (request, core.auxiliary_chunks(X_aux))
+            self.running.finish(job_id, "FAILED", e.problem, keep=False)
+            await errors.refuse(context, e.problem, e.detail)
         log.info("ensemble job %s (%s, ε=%g): %d voters, N=%d auxiliary points, d=%d, votes summed by DCA job %s",
                  job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
         release = None
+        failure = common_pb2.JOB_FAILED
         try:
             release = await self._run(job_id, dca_job, request, X_aux)
         except _JobFailed as e:
             log.warning("ensemble job %s failed: %s", job_id, e.detail)
-            await context.abort(e.code, e.detail)
+            failure = e.problem
+            await errors.refuse(context, e.problem, e.detail)
         finally:
-            self.running.pop(job_id, None)
+            self.running.finish(job_id, "PUBLISHED" if release is not None else "FAILED", common_pb2.PROBLEM_UNSPECIFIED if release is not None else failure, keep=False)
             if release is None:  # failed, cancelled or crashed: the nodes must drop the vote shares
                 await asyncio.shield(self.dca.abort(dca_job, f"ensemble job {job_id} ended without a release"))
             self.dca.forget(dca_job)
@@ -118,7 +131,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
                 abort = next((o for o in await done if isinstance(o, core.AbortVoteSum)), None)
                 if abort is not None:  # more than T voters failed: stop at once, the others need not vote
                     await self.dca.abort(dca_job, abort.detail)
-                    raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: {abort.detail}")
+                    raise _JobFailed(common_pb2.JOB_FAILED, abort.detail)
         finally:
             for a in asks:
                 a.cancel()
@@ -129,14 +142,14 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         try:
             vote_sum = await self.dca.result(dca_job)
         except DcaJobRefused as e:
-            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id}: the vote sum failed: {e.detail}") from None
+            raise _JobFailed(common_pb2.JOB_FAILED, f"job {job_id}: the vote sum failed: {e.detail}") from None
         t2 = time.perf_counter()
         try:
             outs = await asyncio.to_thread(role.vote_sum, vote_sum)
         finally:
             del vote_sum
         if role.state != core.RELEASED:
-            raise _JobFailed(grpc.StatusCode.ABORTED, f"JOB_FAILED: {role.error}")
+            raise _JobFailed(common_pb2.JOB_FAILED, str(role.error))
         release = next(o.release for o in outs if isinstance(o, Publish))
         # Published: the voters' and the nodes' times. Not the fit's: its Newton steps depend on the exact counts.
         release.stage_seconds.update({"votes": t1 - t0, "vote_sum": t2 - t1})
@@ -144,27 +157,36 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         return release
 
     async def GetEnsemble(self, request: common_pb2.JobRef, context) -> pb.EnsembleRelease:
+        if not jobs.valid_id(request.job_id):
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
         release = self.store.get(request.job_id)
         if release is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no published ensemble {request.job_id!r}")
+            record = self.running.record(request.job_id)
+            if record is not None and record.terminal:
+                await errors.refuse(context, common_pb2.JOB_FAILED, f"ensemble job {request.job_id} ended {record.state} ({record.problem_name}) and published nothing")
+            if record is not None:
+                await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"ensemble job {request.job_id} is still running")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no published ensemble {errors.shown(request.job_id)}")
         return release
 
     async def GetAuxiliary(self, request: common_pb2.JobRef, context):
+        if not jobs.valid_id(request.job_id):
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
         entry = self.running.get(request.job_id)
         if entry is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no running ensemble job {request.job_id!r}")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no running ensemble job {errors.shown(request.job_id)}")
         spec, chunks = entry
         who = caller(context).name
         if who not in spec.parties:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"WRONG_ROLE: {who} is not a voter of job {request.job_id}")
+            await errors.refuse(context, common_pb2.WRONG_ROLE, f"the caller is not a voter of job {request.job_id}")
         for c in chunks:
             yield c
 
 
 class _JobFailed(Exception):
-    def __init__(self, code: grpc.StatusCode, detail: str) -> None:
+    def __init__(self, problem: int, detail: str) -> None:
         super().__init__(detail)
-        self.code, self.detail = code, detail
+        self.problem, self.detail = problem, detail
 
 
 def _load_auxiliary(cfg: DatasetConfig) -> np.ndarray:

@@ -16,6 +16,8 @@ import grpc
 
 from mpdp.local_release import ReleaseError, average_releases, validate_spec
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
+from mpdp.protocol import ProtocolError
+from services.common import errors, jobs
 from services.common.rpc import PeerChannels, roles_by_method
 from services.common.store import MessageStore
 
@@ -23,12 +25,14 @@ log = logging.getLogger("mpdp.curator.local")
 
 SERVICE = "mpdp.messages.LocalModelCurator"
 PARTY_SERVICE = "mpdp.messages.LocalModelParty"
+PARTY_TIMEOUT = 600.0
 ROLES = roles_by_method(SERVICE, {"SubmitLocalJob": ("operator",), "GetLocalModels": ("operator", "party")})
 
 
 class LocalCurator(pb_grpc.LocalModelCuratorServicer):
-    def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], test_mode: bool) -> None:
+    def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], test_mode: bool, *, max_live: int = jobs.MAX_LIVE) -> None:
         self.store = MessageStore(Path(state_dir) / "local", pb.LocalModelSet)
+        self.jobs: jobs.JobTable[None] = jobs.JobTable("lmgc", max_live=max_live)  # value-free: which jobs run or ended
         self.channels = channels
         self.addresses = addresses  # shared with the Pathak curator's registry (parties register once)
         self.test_mode = test_mode
@@ -37,29 +41,44 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         try:
             validate_spec(request)
         except ReleaseError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+            await errors.refuse(context, common_pb2.INVALID_JOB, str(e))
         if request.simulation_seed and not self.test_mode:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed is refused outside test mode")
+            await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed is refused outside test mode")
         unknown = [p for p in request.parties if p not in self.addresses]
         if unknown:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: parties {unknown} are not registered with the curator")
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
         job_id = "lm-" + pysecrets.token_hex(6)
+        try:
+            self.jobs.admit(job_id, None, PARTY_TIMEOUT + 60.0)
+        except ProtocolError as e:
+            await errors.abort(context, e)
+        try:
+            return await self._run(job_id, request, context)
+        finally:
+            self.jobs.finish(job_id, "PUBLISHED" if self.store.get(job_id) is not None else "FAILED",
+                             common_pb2.PROBLEM_UNSPECIFIED if self.store.get(job_id) is not None else common_pb2.JOB_FAILED, keep=False)
+
+    async def _run(self, job_id: str, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:
         req = pb.LocalModelRequest(job_id=job_id, spec=request)
 
         async def ask(party: str) -> pb.LocalModelRelease:
             try:
-                return await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "TrainLocalModel", req, pb.LocalModelRelease, timeout=600)
+                return await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "TrainLocalModel", req, pb.LocalModelRelease, timeout=PARTY_TIMEOUT)
             except grpc.aio.AioRpcError as e:
-                raise RuntimeError(f"party {party}: {e.code().name}: {e.details()}") from e
+                raise _PartyFailed(f"party {party}: {e.code().name}: {e.details()}") from e
 
         results = await asyncio.gather(*(ask(p) for p in request.parties), return_exceptions=True)
-        failures = [str(r) for r in results if isinstance(r, BaseException)]
+        errs = [r for r in results if isinstance(r, BaseException)]
+        for r in errs:
+            if not isinstance(r, _PartyFailed):
+                log.error("local job %s: asking a party raised", job_id, exc_info=r)
+        failures = [str(r) if isinstance(r, _PartyFailed) else "internal error (see the curator's log)" for r in errs]
         if failures:
             log.warning("local job %s failed: %s", job_id, "; ".join(failures))
-            await context.abort(grpc.StatusCode.ABORTED, f"JOB_FAILED: job {job_id} published nothing: {'; '.join(failures)}")
+            await errors.refuse(context, common_pb2.JOB_FAILED, f"job {job_id} published nothing: {'; '.join(failures)}")
         releases = [r for r in results if isinstance(r, pb.LocalModelRelease)]
         if any(r.party != p or r.job_id != job_id for r, p in zip(releases, request.parties)):
-            await context.abort(grpc.StatusCode.INTERNAL, "MALFORMED: a party answered for another job or party")
+            await errors.refuse(context, common_pb2.JOB_FAILED, f"job {job_id} published nothing: a party answered for another job or party")
         avg, statement = average_releases(job_id, releases)
         published = pb.LocalModelSet(job_id=job_id, releases=releases, aggregate=avg, aggregate_statement=statement, seeded=bool(request.simulation_seed))
         self.store.put(job_id, published)
@@ -67,7 +86,18 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         return published
 
     async def GetLocalModels(self, request: common_pb2.JobRef, context) -> pb.LocalModelSet:
+        if not jobs.valid_id(request.job_id):
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
         published = self.store.get(request.job_id)
         if published is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no local-release job {request.job_id!r}")
+            record = self.jobs.record(request.job_id)
+            if record is not None and record.terminal:
+                await errors.refuse(context, common_pb2.JOB_FAILED, f"local-release job {request.job_id} ended {record.state} and published nothing")
+            if record is not None:
+                await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"local-release job {request.job_id} is still running")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no local-release job {errors.shown(request.job_id)}")
         return published
+
+
+class _PartyFailed(Exception):
+    """A party refused or could not be reached: its name and the status it answered with."""

@@ -26,6 +26,7 @@ from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from services.common import config as cfgmod
+from services.common import errors, jobs
 from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
 from services.common.runtime import SEND_RETRIES, Hosted
 from services.common.store import MessageStore
@@ -75,7 +76,7 @@ class ModelRegistry(MessageStore[pb.PublishedModel]):
 
 
 class Curator(pb_grpc.CuratorServicer):
-    def __init__(self, cfg: cfgmod.CuratorConfig, secrets: CuratorSecrets) -> None:
+    def __init__(self, cfg: cfgmod.CuratorConfig, secrets: CuratorSecrets, *, retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE) -> None:
         self.cfg = cfg
         self.secrets = secrets
         self.rng = Drbg.from_os()
@@ -84,7 +85,8 @@ class Curator(pb_grpc.CuratorServicer):
         self.addresses: dict[str, str] = dict(cfg.parties)
         if self._parties_file.exists():  # registrations survive a restart
             self.addresses.update(json.loads(self._parties_file.read_text()))
-        self.jobs: dict[str, Hosted] = {}
+        self.jobs: jobs.JobTable[Hosted] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live)
+        self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.channels = PeerChannels(cfg.tls.files())
         pub = secrets.public
         self.keys_msg = pb.CuratorKeys(
@@ -96,16 +98,22 @@ class Curator(pb_grpc.CuratorServicer):
         job_id = "pk-" + pysecrets.token_hex(6)
         try:
             params = PathakParams.from_spec(job_id, request)
-        except (InvalidJob, ValueError) as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"INVALID_JOB: {e}")
+        except InvalidJob as e:
+            await errors.refuse(context, common_pb2.INVALID_JOB, str(e))
+        except ValueError:
+            await errors.refuse(context, common_pb2.INVALID_JOB, "the job's parameters are out of range")
         if params.seeded and not self.cfg.test_mode:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_JOB: simulation_seed makes a release non-private; the curator is not in test mode")
+            await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
         unknown = [p for p in params.parties if p not in self.addresses]
         if unknown:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"INVALID_JOB: parties {unknown} are not registered with the curator; start them or fix their names (known: {sorted(self.addresses)})")
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {_names(unknown)} are not registered with the curator; start them or fix their names ({len(self.addresses)} are registered)")
         machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode))
         hosted = Hosted(machine, self._route)
-        self.jobs[job_id] = hosted
+        try:
+            self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds))
+        except ProtocolError as e:
+            await errors.abort(context, e)
+        self.reaper.ensure_running()
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
         hosted.spawn(self._watch_parties(hosted))
         log.info("job %s submitted: %d parties, dataset %s, ε=%g, mode %s", job_id, params.K, params.dataset, params.calibration.epsilon, params.calibration.mode)
@@ -113,26 +121,36 @@ class Curator(pb_grpc.CuratorServicer):
         return pb.JobTicket(job_id=job_id)
 
     async def WatchJob(self, request: common_pb2.JobRef, context):
+        await _check_id(request.job_id, context)
         hosted = self.jobs.get(request.job_id)
         if hosted is None:
             if self.registry.get(request.job_id) is not None:
                 yield pb.JobStatus(job_id=request.job_id, state="PUBLISHED", stage="published", terminal=True)
                 return
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no job {request.job_id!r} at this curator")
+            record = self.jobs.record(request.job_id)
+            if record is not None:  # ended and left memory: its value-free record still answers
+                yield pb.JobStatus(job_id=record.job_id, state=record.state, stage=record.state.lower(), terminal=record.terminal, problem=record.problem,
+                                   detail=f"{record.problem_name}: the job's details are no longer held" if record.problem else "")
+                return
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no job {errors.shown(request.job_id)} at this curator")
         async for st in hosted.watch(lambda: self._status(hosted)):
             yield st
 
     async def GetModel(self, request: common_pb2.JobRef, context) -> pb.PublishedModel:
+        await _check_id(request.job_id, context)
         model = self.registry.get(request.job_id)
         if model is not None:
             return model
         hosted = self.jobs.get(request.job_id)
         if hosted is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no model or job {request.job_id!r} at this curator")
+            record = self.jobs.record(request.job_id)
+            if record is not None and record.terminal:
+                await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} ended {record.state} ({record.problem_name}) and published nothing")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no model or job {errors.shown(request.job_id)} at this curator")
         m = hosted.machine
         if m.error is not None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"JOB_FAILED: job {request.job_id} failed and published nothing: {m.error.detail}")
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"STEP_OUT_OF_ORDER: job {request.job_id} is still running ({m.state})")
+            await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} failed and published nothing: {m.error.detail}")
+        await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({m.state})")
 
     async def ListModels(self, request, context) -> pb.ModelList:
         return pb.ModelList(job_ids=self.registry.list())
@@ -142,8 +160,8 @@ class Curator(pb_grpc.CuratorServicer):
 
     async def RegisterParty(self, request: pb.PartyRegistration, context) -> pb.CuratorKeys:
         ident = caller(context)
-        if not request.address or ":" not in request.address:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED: address must be host:port")
+        if not (0 < len(request.address) <= 255 and ":" in request.address and request.address.isprintable()):
+            await errors.refuse(context, common_pb2.MALFORMED, "address must be host:port (at most 255 characters)")
         self.addresses[ident.name] = request.address
         tmp = self._parties_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.addresses, indent=2))
@@ -153,11 +171,18 @@ class Curator(pb_grpc.CuratorServicer):
 
     # -- party → Charlie protocol steps (all the same: feed the job's machine) -----------------
     async def _deliver(self, request, context) -> common_pb2.Ack:
+        await _check_id(request.job_id, context)
         hosted = self.jobs.get(request.job_id)
         if hosted is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_JOB: no job {request.job_id!r} at this curator")
+            record = self.jobs.record(request.job_id)
+            if record is not None and record.terminal:
+                await errors.refuse(context, common_pb2.JOB_FAILED if record.problem else common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} has ended ({record.state})")
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no job {errors.shown(request.job_id)} at this curator")
+        name = caller(context).name
+        if name not in hosted.machine.addresses:  # an outsider is refused and never touches the job
+            await errors.refuse(context, common_pb2.WRONG_ROLE, f"the caller is not a party of job {request.job_id}")
         try:
-            await hosted.deliver(Peer("party", caller(context).name), request, context)
+            await hosted.deliver(Peer("party", name), request, context)
         except ProtocolError:
             pass  # the status was already set by abort
         return common_pb2.Ack()
@@ -178,6 +203,12 @@ class Curator(pb_grpc.CuratorServicer):
         address = hosted.machine.addresses.get(to.name) or self.addresses.get(to.name)
         method = PARTY_METHODS[message.DESCRIPTOR.full_name]
         await hosted.send(to, message, lambda: self.channels.call(address, to.name, PARTY_SERVICE, method, message, common_pb2.Ack))
+
+    async def _expire(self, job_id: str) -> None:
+        """Past the hard deadline and still not terminal: fail it (the parties are told)."""
+        hosted = self.jobs.get(job_id)
+        if hosted is not None and not hosted.machine.terminal:
+            await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
 
     async def _deadline(self, hosted: Hosted, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -218,7 +249,7 @@ class Curator(pb_grpc.CuratorServicer):
             except grpc.aio.AioRpcError as e:
                 if e.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.CANCELLED):
                     return
-                reason = f"{e.code().name}: {e.details()}"
+                reason = e.code().name
             failures += 1
             await asyncio.sleep(0.2 * failures)  # transient connection failure: back off and look again (as in Hosted.send)
         if reason and not hosted.machine.terminal:
@@ -240,11 +271,12 @@ def load_secrets(cfg: cfgmod.CuratorConfig) -> CuratorSecrets:
 
 async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     secrets = await asyncio.to_thread(load_secrets, cfg)
-    curator = Curator(cfg, secrets)
-    dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes))
-    local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode)
+    limits = {"retention": cfg.job_retention_seconds, "max_live": cfg.max_live_jobs}
+    curator = Curator(cfg, secrets, **limits)
+    dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), **limits)
+    local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs)
     contribution = ContributionCurator(curator.channels, curator.addresses)
-    ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode)
+    ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs)
 
     def add(server) -> None:
         pb_grpc.add_CuratorServicer_to_server(curator, server)
@@ -262,6 +294,17 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     await serve_until_signal(server, health, port, ready_fd)
     await curator.channels.close()
+
+
+async def _check_id(job_id: str, context) -> None:
+    """A string that cannot be a job id names no job: refused before it reaches a store or the file system."""
+    if not jobs.valid_id(job_id):
+        await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(errors.shown(n) for n in names[:4])
+    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
 def _b(v: int) -> bytes:

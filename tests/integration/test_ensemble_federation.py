@@ -167,9 +167,9 @@ def test_multiclass_majority_vote_job(fed):
     [
         ({"epsilon": 0.0}, grpc.StatusCode.INVALID_ARGUMENT, "epsilon"),
         ({"method": "median"}, grpc.StatusCode.INVALID_ARGUMENT, "method"),
-        ({"auxiliary": "nope"}, grpc.StatusCode.FAILED_PRECONDITION, "auxiliary dataset 'nope'"),
-        ({"parties": PARTIES + ["party-x"]}, grpc.StatusCode.FAILED_PRECONDITION, "party-x"),
-        ({"compute_nodes": ["node-1", "node-9"]}, grpc.StatusCode.FAILED_PRECONDITION, "node-9"),
+        ({"auxiliary": "nope"}, grpc.StatusCode.INVALID_ARGUMENT, "auxiliary dataset 'nope'"),
+        ({"parties": PARTIES + ["party-x"]}, grpc.StatusCode.INVALID_ARGUMENT, "party-x"),
+        ({"compute_nodes": ["node-1", "node-9"]}, grpc.StatusCode.INVALID_ARGUMENT, "node-9"),
         ({"dataset": "missing"}, grpc.StatusCode.ABORTED, "no dataset 'missing'"),
         ({"classes": ["0", "1"]}, grpc.StatusCode.ABORTED, "label '-1' is not one of"),
         ({"compute_nodes": ["node-1", "node-1"]}, grpc.StatusCode.INVALID_ARGUMENT, "distinct compute nodes"),

@@ -100,7 +100,7 @@ def _assert_failed_unpublished(client, job: str, fragment: str) -> pb.JobStatus:
     assert status.state == "FAILED" and fragment in status.detail, status
     with pytest.raises(grpc.RpcError) as e:
         client.model(job)
-    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert e.value.code() == grpc.StatusCode.ABORTED  # JOB_FAILED: the job failed and published nothing
     assert job not in client.models()
     return status
 

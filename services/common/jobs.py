@@ -1,0 +1,265 @@
+"""One job lifecycle for every service: created → running → terminal (with a reason), then forgotten.
+
+A :class:`JobTable` holds a service's jobs (any entry type: a hosted machine, a running request's state).
+It owns what every role must do the same way and no protocol cares about:
+
+- **Admission.** A job id is checked (:func:`check_id`) before it reaches a store, a file or a dict; at most
+  ``max_live`` jobs are not terminal at once (more is OVERLOADED); an id is never admitted twice (REPLAY).
+- **Deadline.** Every job has one (``hard_deadline``). :meth:`JobTable.sweep` returns the jobs past it that are not
+  terminal; the service fails them (the machine's ``fail()``, which notifies the peers).
+- **Retention.** A terminal job keeps its entry ``retention`` seconds (at most ``max_retained`` of them), so a
+  late peer still gets its answer; then only a :class:`JobRecord` remains: id, protocol, state, problem name and
+  times, no values. Records are bounded too (``max_records``, oldest dropped first).
+
+The table is sans-IO (the clock is injected); :class:`Reaper` is the one asyncio task that sweeps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Generic, TypeVar
+
+from mpdp.messages import common_pb2
+from mpdp.protocol import RemoteProtocolError
+
+log = logging.getLogger("mpdp.jobs")
+
+T = TypeVar("T")
+P = common_pb2.Problem
+
+CREATED, RUNNING, TERMINAL = "CREATED", "RUNNING", "TERMINAL"
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RETENTION_SECONDS = 600.0
+MAX_LIVE = 256
+MAX_RETAINED = 64
+MAX_RECORDS = 10_000
+SWEEP_SECONDS = 1.0
+
+
+def valid_id(job_id: str) -> bool:
+    """A job id this federation could have issued: 1–64 plain characters (letters, digits, ``.``, ``_``, ``-``)."""
+    return isinstance(job_id, str) and JOB_ID.match(job_id) is not None
+
+
+def check_id(job_id: str) -> str:
+    """The job id, or UNKNOWN_JOB: a string that cannot be a job id names no job (and never a file)."""
+    if not valid_id(job_id):
+        raise RemoteProtocolError(P.UNKNOWN_JOB, "no such job (not a job id: 1-64 letters, digits, '.', '_' or '-')")
+    return job_id
+
+
+def hard_deadline(seconds: float) -> float:
+    """A role's last word on a job whose spec deadline is ``seconds``: the deadline plus a grace period for the
+    steps after it (closing, agreement, release)."""
+    return seconds + max(10.0, 0.2 * seconds)
+
+
+@dataclass
+class JobRecord:
+    """What is left of a job once it leaves memory: no values, no peer text."""
+
+    job_id: str
+    protocol: str
+    state: str  # the protocol's state name (e.g. RELEASED, FAILED, PUBLISHED)
+    problem: int  # the failure's Problem, PROBLEM_UNSPECIFIED when none
+    created: float
+    ended: float | None = None
+    lifecycle: str = CREATED
+
+    @property
+    def terminal(self) -> bool:
+        return self.lifecycle == TERMINAL
+
+    @property
+    def problem_name(self) -> str:
+        try:
+            return P.Name(self.problem)
+        except ValueError:
+            return "PROBLEM_UNSPECIFIED"
+
+
+@dataclass
+class _Live(Generic[T]):
+    entry: T | None
+    record: JobRecord
+    deadline: float
+
+
+class JobTable(Generic[T]):
+    """A service's jobs; see the module docstring. ``outcome(entry)`` reads an entry's (state, terminal, problem)."""
+
+    def __init__(
+        self,
+        protocol: str,
+        outcome: Callable[[T], tuple[str, bool, int]] | None = None,
+        *,
+        max_live: int = MAX_LIVE,
+        retention: float = RETENTION_SECONDS,
+        max_retained: int = MAX_RETAINED,
+        max_records: int = MAX_RECORDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_live < 1 or retention < 0 or max_retained < 0 or max_records < 1:
+            raise ValueError("max_live and max_records must be ≥ 1, retention and max_retained ≥ 0")
+        self.protocol = protocol
+        self._outcome = outcome
+        self.max_live, self.retention, self.max_retained, self.max_records = max_live, retention, max_retained, max_records
+        self._clock = clock
+        self._jobs: dict[str, _Live[T]] = {}  # not yet forgotten: live, or terminal within retention
+        self._retained: OrderedDict[str, None] = OrderedDict()  # terminal entries still held, oldest first
+        self._records: OrderedDict[str, JobRecord] = OrderedDict()  # forgotten jobs, oldest first
+
+    # -- admission ------------------------------------------------------------------------------------
+    def admit(self, job_id: str, entry: T, deadline_seconds: float, *, running: bool = True) -> JobRecord:
+        """Add a job (its id checked); OVERLOADED past ``max_live`` live jobs, REPLAY for an id already seen."""
+        if not valid_id(job_id):
+            raise RemoteProtocolError(P.MALFORMED, "not a job id (1-64 letters, digits, '.', '_' or '-')")
+        if job_id in self._jobs or job_id in self._records:
+            raise RemoteProtocolError(P.REPLAY, f"job {job_id} already exists")
+        self.sweep()
+        if self.live_count() >= self.max_live:
+            raise RemoteProtocolError(P.OVERLOADED, f"{self.max_live} {self.protocol} jobs are running; try again later")
+        now = self._clock()
+        record = JobRecord(job_id, self.protocol, "", P.PROBLEM_UNSPECIFIED, now, lifecycle=RUNNING if running else CREATED)
+        self._jobs[job_id] = _Live(entry, record, now + deadline_seconds)
+        return record
+
+    def start(self, job_id: str) -> None:
+        live = self._jobs.get(job_id)
+        if live is not None and live.record.lifecycle == CREATED:
+            live.record.lifecycle = RUNNING
+
+    # -- lookups ----------------------------------------------------------------------------------------
+    def get(self, job_id: str) -> T | None:
+        """The job's entry while it is held (live or retained), else None (also for a string that is no id)."""
+        live = self._jobs.get(job_id) if valid_id(job_id) else None
+        return None if live is None else live.entry
+
+    def record(self, job_id: str) -> JobRecord | None:
+        """The job's value-free record, held or forgotten; None if this process never had it (or dropped it)."""
+        if not valid_id(job_id):
+            return None
+        live = self._jobs.get(job_id)
+        if live is not None:
+            self._observe(job_id, live)
+            return live.record
+        return self._records.get(job_id)
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and (job_id in self._jobs or job_id in self._records)
+
+    def live_count(self) -> int:
+        return sum(1 for live in self._jobs.values() if not live.record.terminal)
+
+    def held(self) -> list[str]:
+        return list(self._jobs)
+
+    def entries(self) -> list[T]:
+        return [live.entry for live in self._jobs.values() if live.entry is not None]
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def finish(self, job_id: str, state: str, problem: int = P.PROBLEM_UNSPECIFIED, *, keep: bool = True) -> None:
+        """Mark a job terminal (if not already); ``keep=False`` forgets its entry at once."""
+        live = self._jobs.get(job_id)
+        if live is None:
+            return
+        self._observe(job_id, live)
+        if not live.record.terminal:
+            self._end(job_id, live, state, problem)
+        if not keep:
+            self._forget(job_id)
+
+    def forget(self, job_id: str) -> None:
+        """Drop a job's entry now, keeping its record (terminal or not: a job given up on counts as ended)."""
+        live = self._jobs.get(job_id)
+        if live is None:
+            return
+        if not live.record.terminal:
+            self._observe(job_id, live)
+        if not live.record.terminal:
+            self._end(job_id, live, live.record.state or "FAILED", P.JOB_FAILED)
+        self._forget(job_id)
+
+    def sweep(self) -> list[str]:
+        """Note jobs that became terminal, forget those past retention, and return the live jobs past their deadline."""
+        now = self._clock()
+        expired: list[str] = []
+        for job_id, live in list(self._jobs.items()):
+            self._observe(job_id, live)
+            if not live.record.terminal and now >= live.deadline:
+                expired.append(job_id)
+        while self._retained:
+            job_id = next(iter(self._retained))
+            live = self._jobs[job_id]
+            ended = live.record.ended if live.record.ended is not None else now
+            if len(self._retained) <= self.max_retained and now - ended < self.retention:
+                break
+            self._forget(job_id)
+        return expired
+
+    def deadline(self, job_id: str) -> float | None:
+        live = self._jobs.get(job_id)
+        return None if live is None else live.deadline
+
+    # -- internals ---------------------------------------------------------------------------------------
+    def _observe(self, job_id: str, live: _Live[T]) -> None:
+        if live.record.terminal or live.entry is None or self._outcome is None:
+            return
+        state, terminal, problem = self._outcome(live.entry)
+        live.record.state = state
+        if terminal:
+            self._end(job_id, live, state, problem)
+
+    def _end(self, job_id: str, live: _Live[T], state: str, problem: int) -> None:
+        r = live.record
+        r.state, r.problem, r.lifecycle, r.ended = state, problem, TERMINAL, self._clock()
+        self._retained[job_id] = None
+
+    def _forget(self, job_id: str) -> None:
+        live = self._jobs.pop(job_id)
+        self._retained.pop(job_id, None)
+        live.entry = None
+        self._records[job_id] = live.record
+        while len(self._records) > self.max_records:
+            self._records.popitem(last=False)
+
+
+class Reaper:
+    """The asyncio side of a :class:`JobTable`: sweep it every ``every`` seconds and fail the jobs past their
+    deadline with ``expire(job_id)``. Started on first use (it needs the running loop)."""
+
+    def __init__(self, table: JobTable, expire: Callable[[str], Awaitable[None]], every: float = SWEEP_SECONDS) -> None:
+        self.table = table
+        self._expire = expire
+        self._every = every
+        self._task: asyncio.Task | None = None
+
+    def ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._every)
+            for job_id in self.table.sweep():
+                try:
+                    await self._expire(job_id)
+                except Exception:  # noqa: BLE001 - one job's failure path must not stop the sweeping
+                    log.exception("%s job %s: failing it at its deadline raised", self.table.protocol, job_id)
+                self.table.finish(job_id, "FAILED", P.PEER_UNREACHABLE)  # ended either way: never swept again
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+def machine_outcome(hosted) -> tuple[str, bool, int]:
+    """(state, terminal, problem) of a hosted role machine (``Hosted`` in :mod:`services.common.runtime`)."""
+    m = hosted.machine
+    error = getattr(m, "error", None)
+    return m.state, bool(m.terminal), (error.problem if error is not None else P.PROBLEM_UNSPECIFIED)

@@ -1,0 +1,168 @@
+"""JobTable: one lifecycle (created → running → terminal → record), deadlines, retention and bounds, on a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpdp.messages import common_pb2
+from mpdp.protocol import ProtocolError
+from services.common import jobs
+
+P = common_pb2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Job:
+    """A stand-in for a hosted machine: the table reads (state, terminal, problem) through ``outcome``."""
+
+    def __init__(self) -> None:
+        self.state, self.terminal, self.problem = "RUNNING", False, P.PROBLEM_UNSPECIFIED
+        self.values = bytearray(1024)
+
+
+def outcome(j: Job) -> tuple[str, bool, int]:
+    return j.state, j.terminal, j.problem
+
+
+def table(**kw) -> tuple[jobs.JobTable[Job], Clock]:
+    clock = Clock()
+    return jobs.JobTable("test", outcome, clock=clock, **kw), clock
+
+
+@pytest.mark.parametrize("job_id", ["dca-0a1b2c", "pk-1", "a", "A.b_c-9", "x" * 64])
+def test_ids_that_could_be_ours_are_valid(job_id):
+    assert jobs.valid_id(job_id) and jobs.check_id(job_id) == job_id
+
+
+@pytest.mark.parametrize("job_id", ["", "x" * 65, "x" * 300, "x" * 20_000, "../etc", ".hidden", "a/b", "a b", "a\nb", "é", "-a", "a:b"])
+def test_ids_that_cannot_be_ours_name_no_job(job_id):
+    assert not jobs.valid_id(job_id)
+    with pytest.raises(ProtocolError) as e:
+        jobs.check_id(job_id)
+    assert e.value.problem == P.UNKNOWN_JOB
+    assert len(job_id) < 5 or job_id[:5] not in e.value.detail  # never echoed
+
+
+def test_lifecycle_running_terminal_then_record_after_retention():
+    t, clock = table(retention=60.0)
+    j = Job()
+    rec = t.admit("job-1", j, 30.0)
+    assert rec.lifecycle == jobs.RUNNING and t.get("job-1") is j and t.live_count() == 1
+    j.state, j.terminal = "RELEASED", True
+    clock.now += 5
+    assert t.sweep() == []
+    rec = t.record("job-1")
+    assert rec.terminal and rec.state == "RELEASED" and rec.ended == 1005.0 and t.live_count() == 0
+    assert t.get("job-1") is j  # retained: a late peer still gets its answer
+    clock.now += 59.9
+    t.sweep()
+    assert t.get("job-1") is j
+    clock.now += 0.2
+    t.sweep()
+    assert t.get("job-1") is None  # left memory
+    rec = t.record("job-1")
+    assert rec is not None and rec.terminal and rec.state == "RELEASED" and rec.problem == P.PROBLEM_UNSPECIFIED
+    assert (rec.created, rec.ended) == (1000.0, 1005.0)
+    assert not any(isinstance(v, (bytes, bytearray)) for v in vars(rec).values())  # value-free
+    assert "job-1" in t  # and never admitted again
+    with pytest.raises(ProtocolError) as e:
+        t.admit("job-1", Job(), 30.0)
+    assert e.value.problem == P.REPLAY
+
+
+def test_created_then_started():
+    t, _ = table()
+    rec = t.admit("job-1", Job(), 30.0, running=False)
+    assert rec.lifecycle == jobs.CREATED
+    t.start("job-1")
+    assert t.record("job-1").lifecycle == jobs.RUNNING
+
+
+def test_deadline_returns_live_jobs_only():
+    t, clock = table()
+    a, b = Job(), Job()
+    t.admit("a", a, 10.0)
+    t.admit("b", b, 10.0)
+    b.terminal, b.state = True, "RELEASED"
+    clock.now += 9.9
+    assert t.sweep() == []
+    clock.now += 0.1
+    assert t.sweep() == ["a"]
+    t.finish("a", "FAILED", P.PEER_UNREACHABLE)
+    assert t.sweep() == []
+    rec = t.record("a")
+    assert rec.terminal and rec.problem == P.PEER_UNREACHABLE and rec.problem_name == "PEER_UNREACHABLE"
+
+
+def test_failure_reason_comes_from_the_entry():
+    t, _ = table()
+    j = Job()
+    t.admit("a", j, 10.0)
+    j.state, j.terminal, j.problem = "FAILED", True, P.INSUFFICIENT_NOISE
+    t.finish("a", "IGNORED", P.JOB_FAILED)  # the entry's own outcome wins over the caller's guess
+    rec = t.record("a")
+    assert (rec.state, rec.problem) == ("FAILED", P.INSUFFICIENT_NOISE)
+
+
+def test_live_jobs_are_bounded_and_terminal_ones_do_not_count():
+    t, _ = table(max_live=2)
+    a = Job()
+    t.admit("a", a, 10.0)
+    t.admit("b", Job(), 10.0)
+    with pytest.raises(ProtocolError) as e:
+        t.admit("c", Job(), 10.0)
+    assert e.value.problem == P.OVERLOADED and "c" not in t
+    a.terminal, a.state = True, "RELEASED"
+    t.admit("c", Job(), 10.0)
+    assert t.live_count() == 2
+
+
+def test_retained_entries_are_bounded_by_count():
+    t, _ = table(retention=3600.0, max_retained=3)
+    for i in range(10):
+        t.admit(f"j{i}", Job(), 10.0)
+        t.finish(f"j{i}", "RELEASED")
+    t.sweep()
+    assert t.held() == ["j7", "j8", "j9"]  # the newest terminal entries; the rest are records
+    assert all(t.record(f"j{i}").state == "RELEASED" for i in range(10))
+
+
+def test_records_are_bounded_oldest_first():
+    t, _ = table(retention=0.0, max_records=4)
+    for i in range(10):
+        t.admit(f"j{i}", Job(), 10.0)
+        t.finish(f"j{i}", "RELEASED", keep=False)
+    assert [t.record(f"j{i}") is not None for i in range(10)] == [False] * 6 + [True] * 4
+    assert t.held() == []
+
+
+def test_forget_keeps_a_record_of_an_unfinished_job_as_failed():
+    t, _ = table()
+    t.admit("a", Job(), 10.0)
+    t.forget("a")
+    rec = t.record("a")
+    assert t.get("a") is None and rec.terminal and rec.problem == P.JOB_FAILED and t.live_count() == 0
+
+
+def test_a_string_that_is_no_id_is_never_looked_up_or_admitted():
+    t, _ = table()
+    assert t.get("x" * 300) is None and t.record("x" * 300) is None and ("x" * 300) not in t
+    with pytest.raises(ProtocolError) as e:
+        t.admit("x" * 300, Job(), 10.0)
+    assert e.value.problem == P.MALFORMED and "xxxx" not in e.value.detail
+
+
+def test_hard_deadline_leaves_a_grace_period():
+    assert jobs.hard_deadline(5.0) == 15.0 and jobs.hard_deadline(100.0) == 120.0
+
+
+def test_bad_bounds_are_refused():
+    with pytest.raises(ValueError):
+        jobs.JobTable("x", max_live=0)
