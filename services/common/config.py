@@ -86,6 +86,8 @@ class PartyConfig(_Base):
     budget_delta: float = Field(1e-3, ge=0, allow_inf_nan=False, description="total δ this party may spend")
     pool_target: int = Field(256, description="Paillier randomness factors kept precomputed for Charlie's key")
     local_classifier: str = Field("logreg", description="the party's own model in ensemble (hamm2016) jobs: any name of mpdp.hamm2016.local.CLASSIFIERS")
+    job_deadline_seconds: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False, description="a job whose spec sets no deadline fails at this party after this long (its curator may have crashed)")
+    max_retained_jobs: int = Field(256, ge=0, le=100_000, description="finished jobs of one protocol kept in memory (within job_retention_seconds); older ones leave a value-free record")
 
 
 class CuratorConfig(_Base):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mpdp.data.loaders import DatasetError, load
@@ -11,7 +12,8 @@ from mpdp.ledger import FAILED, RELEASED
 from mpdp.local_release import PROTOCOL, ReleaseError, ledger_entry, party_release
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc
-from services.common import config as cfgmod, errors
+from mpdp.protocol import ProtocolError
+from services.common import config as cfgmod, errors, jobs
 from services.common.errors import shown
 from services.common.rpc import caller, roles_by_method
 
@@ -25,11 +27,31 @@ SERVICE = "mpdp.messages.LocalModelParty"
 ROLES = roles_by_method(SERVICE, {"TrainLocalModel": ("curator",)})
 
 
+TRAINING = "TRAINING"
+
+
+@dataclass
+class LocalJob:
+    """One release at this party, while its request runs and for the retention after: no values."""
+
+    state: str = TRAINING  # TRAINING → RELEASED | FAILED
+    problem: int = Problem.PROBLEM_UNSPECIFIED
+
+
+def _outcome(job: LocalJob) -> tuple[str, bool, int]:
+    return job.state, job.state != TRAINING, job.problem
+
+
 class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
-    """Trains and releases a DP model on this party's own records (LMGC), spending its ε first."""
+    """Trains and releases a DP model on this party's own records (LMGC), spending its ε first.
+
+    The job lives as long as its request, at most ``job_deadline_seconds`` (then it fails, keeping its charge).
+    """
 
     def __init__(self, party: "Party") -> None:
         self.party = party
+        cfg = party.cfg
+        self.jobs: jobs.JobTable[LocalJob] = jobs.JobTable(PROTOCOL, _outcome, max_live=cfg.max_live_jobs, retention=cfg.job_retention_seconds, max_retained=cfg.max_retained_jobs)
 
     async def TrainLocalModel(self, request: local_release_pb2.LocalModelRequest, context) -> local_release_pb2.LocalModelRelease:
         party = self.party
@@ -46,11 +68,25 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
         ds = cfg.datasets.get(request.spec.dataset)
         if ds is None:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(request.spec.dataset)} (configured: {sorted(cfg.datasets)})")
-        async with party.claimed(context, PROTOCOL, request.job_id):
-            await party.spend(context, entry)  # before training: the release is the first data-dependent message
-            return await self._release(party, request, ds, context)
+        if request.job_id in self.jobs:
+            await errors.refuse(context, Problem.REPLAY, f"party {cfg.name}: job {shown(request.job_id)} was already requested")
+        job = LocalJob()
+        try:  # admitted (a job id, at most max_live_jobs at once) before anything is spent
+            self.jobs.admit(request.job_id, job, cfg.job_deadline_seconds)
+        except ProtocolError as e:
+            await errors.abort(context, e)
+        try:
+            async with party.claimed(context, PROTOCOL, request.job_id):
+                await party.spend(context, entry)  # before training: the release is the first data-dependent message
+                return await self._release(party, request, ds, job, context)
+        finally:
+            if job.state == TRAINING:  # refused, cancelled or out of time
+                job.state, job.problem = "FAILED", job.problem or Problem.JOB_FAILED
+            self.jobs.finish(request.job_id, job.state, job.problem)
+            self.jobs.sweep()
+            log.info("party %s: %s jobs in memory: %d running, %d held", cfg.name, PROTOCOL, self.jobs.live_count(), len(self.jobs.held()))
 
-    async def _release(self, party: "Party", request: local_release_pb2.LocalModelRequest, ds: cfgmod.DatasetConfig, context) -> local_release_pb2.LocalModelRelease:
+    async def _release(self, party: "Party", request: local_release_pb2.LocalModelRequest, ds: cfgmod.DatasetConfig, job: LocalJob, context) -> local_release_pb2.LocalModelRelease:
         cfg = party.cfg
         rng = Drbg.from_seed(request.spec.simulation_seed).child(f"party/{cfg.name}") if request.spec.simulation_seed else party.rng.child(f"local/{request.job_id}")
 
@@ -59,9 +95,15 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
             return party_release(cfg.name, request, X, y, rng)
 
         try:
-            release, details = await asyncio.to_thread(train)
-        except Exception as e:  # noqa: BLE001 - any failure after spending keeps the charge, marked failed
+            async with asyncio.timeout(cfg.job_deadline_seconds):  # the job's deadline, counted from the spend
+                release, details = await asyncio.to_thread(train)
+        except BaseException as e:  # any failure after spending keeps the charge, marked failed
+            job.state, job.problem = "FAILED", Problem.PEER_UNREACHABLE if isinstance(e, TimeoutError) else Problem.JOB_FAILED
             await party.mark(PROTOCOL, request.job_id, FAILED)
+            if isinstance(e, TimeoutError):
+                await errors.refuse(context, Problem.JOB_FAILED, f"party {cfg.name}: job {request.job_id} did not end by its deadline")
+            if not isinstance(e, Exception):
+                raise
             if isinstance(e, DatasetError):
                 log.error("local job %s: dataset %s: %s", shown(request.job_id), request.spec.dataset, e)
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(request.spec.dataset)}; see its log")
@@ -69,6 +111,7 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot release: {e}")
             log.exception("local job %s failed", shown(request.job_id))
             await errors.refuse(context, Problem.INTERNAL, f"party {cfg.name} could not train; see its log")
+        job.state = "RELEASED"
         await party.mark(PROTOCOL, request.job_id, RELEASED, details)
         log.info("local job %s: released %s (ε=%g)", shown(request.job_id), request.spec.model, request.spec.epsilon)
         return release

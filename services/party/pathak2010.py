@@ -20,7 +20,7 @@ from mpdp.pathak2010.params import InvalidJob
 from mpdp.pathak2010.party import PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send
-from services.common import config as cfgmod, errors
+from services.common import config as cfgmod, errors, jobs
 from services.common.errors import shown
 from services.common.rpc import caller, method_for_message, roles_by_method
 from services.common.runtime import Hosted
@@ -62,6 +62,21 @@ def curator_keys_from(msg: pb.CuratorKeys) -> CuratorPublicKeys:
     return CuratorPublicKeys(PublicKey(n(msg.paillier_n)), DgkPublicKey(n(msg.dgk_n), n(msg.dgk_g), n(msg.dgk_h), msg.dgk_u, msg.dgk_r_bits))
 
 
+class PathakJob(Hosted):
+    """One Pathak job at this party: its machine, the peers' addresses, whether its ledger entry is settled."""
+
+    def __init__(self, machine: PartyMachine, route, addresses: dict[str, str]) -> None:
+        super().__init__(machine, route)
+        self.addresses = addresses
+        self.settled = False  # the ledger entry is marked released or failed
+
+
+def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
+    """When this party gives up on a job: the spec's deadline plus the grace the curator's last steps need
+    (:func:`jobs.hard_deadline`; the curator fails the job first and says so), else the configured default."""
+    return jobs.hard_deadline(spec.deadline_seconds) if spec.deadline_seconds > 0 else default
+
+
 def pathak_entry(machine: PartyMachine) -> dict:
     """What a Pathak job charges: the guarantee the release really gives (:meth:`PathakCalibration.guarantee`;
     in paper mode √d·ε/(2K), not the nominal ε), the same figures the machine's DONE record carries."""
@@ -78,8 +93,9 @@ class PathakParty(pb_grpc.PartyServicer):
         self.party = party
         self.cfg = party.cfg
         self._on_precompute = on_precompute
-        self.jobs: dict[str, Hosted] = {}
-        self._settled: set[str] = set()  # jobs whose ledger entry is marked released or failed
+        self.jobs: jobs.JobTable[PathakJob] = jobs.JobTable(PROTOCOL, jobs.machine_outcome, max_live=self.cfg.max_live_jobs,
+                                                           retention=self.cfg.job_retention_seconds, max_retained=self.cfg.max_retained_jobs)
+        self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.keys: CuratorPublicKeys | None = None
         self.precompute: Precompute | None = None
 
@@ -92,6 +108,7 @@ class PathakParty(pb_grpc.PartyServicer):
         self.precompute = Precompute(self.resources, self.cfg.paillier_bits, self.cfg.pool_target, self._on_precompute)
 
     def stop(self) -> None:
+        self.reaper.stop()
         if self.precompute is not None:
             self.precompute.stop()
 
@@ -106,6 +123,8 @@ class PathakParty(pb_grpc.PartyServicer):
         ident = caller(context)
         if ident.name != self.cfg.curator.name:
             await errors.refuse(context, Problem.WRONG_ROLE, f"{shown(ident.name)} is not the curator of party {self.cfg.name}")
+        if not jobs.valid_id(request.job_id):
+            await errors.refuse(context, Problem.MALFORMED, "not a job id (1-64 letters, digits, '.', '_' or '-')")
         if request.job_id in self.jobs:
             await errors.refuse(context, Problem.REPLAY, f"party {self.cfg.name}: job {shown(request.job_id)} was already announced")
         async with self.party.claimed(context, PROTOCOL, request.job_id):
@@ -129,12 +148,18 @@ class PathakParty(pb_grpc.PartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name}: {e}")
         except ProtocolError as e:
             await errors.refuse(context, e.problem, f"party {name}: {e.detail}")
-        # the true guarantee (paper mode: √d·ε/(2K), not the nominal ε) is spent before JobAcceptance leaves
-        await self.party.spend(context, pathak_entry(machine))
-        hosted = Hosted(machine, self._route)
-        hosted.addresses = dict(request.party_addresses)  # type: ignore[attr-defined]
+        hosted = PathakJob(machine, self._route, dict(request.party_addresses))
+        try:  # admitted (OVERLOADED past max_live_jobs) before anything is spent
+            self.jobs.admit(request.job_id, hosted, deadline_seconds(request.spec, self.cfg.job_deadline_seconds))
+        except ProtocolError as e:
+            await errors.abort(context, e)
+        self.reaper.ensure_running()
+        try:  # the true guarantee (paper mode: √d·ε/(2K), not the nominal ε) is spent before JobAcceptance leaves
+            await self.party.spend(context, pathak_entry(machine))
+        except BaseException:
+            self.jobs.forget(request.job_id)  # refused: nothing left this party; the id stays a record
+            raise
         self.precompute.pause()
-        self.jobs[request.job_id] = hosted
         log.info("job %s announced: dataset %s, %d rows, d=%d", request.job_id, request.spec.dataset, machine.n, machine.d)
         await hosted.start(machine.start())
 
@@ -147,6 +172,9 @@ class PathakParty(pb_grpc.PartyServicer):
         await self._ready(context)
         hosted = self.jobs.get(request.job_id)
         if hosted is None:
+            record = self.jobs.record(request.job_id)
+            if record is not None and record.terminal:  # ended and left memory: refused, never re-created
+                await errors.refuse(context, Problem.JOB_FAILED, f"party {self.cfg.name}: job {request.job_id} has ended ({record.state})")
             await errors.refuse(context, Problem.UNKNOWN_JOB, f"party {self.cfg.name} has no job {shown(request.job_id)}")
         ident = caller(context)
         if ident.role == "curator":
@@ -160,7 +188,9 @@ class PathakParty(pb_grpc.PartyServicer):
         except ProtocolError:
             pass
         finally:
-            await self._settle(hosted.machine)
+            await self._settle(hosted)
+            if hosted.machine.terminal:  # e.g. an abort notice, which makes no output to route
+                self._ended(hosted)
         return common_pb2.Ack()
 
     StartProtocol = SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
@@ -168,34 +198,52 @@ class PathakParty(pb_grpc.PartyServicer):
     SendResharePiece = AbortJob = _deliver
 
     # -- outputs ----------------------------------------------------------------------------------
-    async def _route(self, hosted: Hosted, outputs) -> None:
+    async def _route(self, hosted: PathakJob, outputs) -> None:
         m = hosted.machine
+        for o in outputs:  # DONE: the charge was spent at announce; the release only marks it, before the share leaves
+            if isinstance(o, Record):
+                if o.entry.get("epsilon") != pathak_entry(m)["epsilon"]:
+                    log.error("job %s: the release records ε=%s, but ε=%s was spent", m.job_id, o.entry.get("epsilon"), pathak_entry(m)["epsilon"])
+                hosted.settled = True
+                await self.party.mark(PROTOCOL, m.job_id, RELEASED)
         for o in outputs:
             if isinstance(o, Send):
                 hosted.spawn(self._send(hosted, o.to, o.message))
-            elif isinstance(o, Record):  # DONE: the charge was spent at announce; the release only marks it
-                if o.entry.get("epsilon") != pathak_entry(m)["epsilon"]:
-                    log.error("job %s: the release records ε=%s, but ε=%s was spent", m.job_id, o.entry.get("epsilon"), pathak_entry(m)["epsilon"])
-                self._settled.add(m.job_id)
-                await self.party.mark(PROTOCOL, m.job_id, RELEASED)
-        await self._settle(m)
-        if all(h.machine.terminal for h in self.jobs.values()):
-            m = hosted.machine
+        await self._settle(hosted)
+        if m.terminal:
+            self._ended(hosted)
+
+    def _ended(self, hosted: PathakJob) -> None:
+        """A job reached a terminal state: note it in the table (its entry leaves after the retention) and,
+        when no job is left running, let the precompute thread refill the pools."""
+        m = hosted.machine
+        self.jobs.finish(m.job_id, m.state, m.error.problem if m.error else Problem.PROBLEM_UNSPECIFIED)
+        self.jobs.sweep()
+        held = self.jobs.held()
+        log.info("party %s: %s jobs in memory: %d running, %d held", self.cfg.name, PROTOCOL, self.jobs.live_count(), len(held))
+        if all(h.machine.terminal for h in self.jobs.entries()):
             self.precompute.resume(getattr(m, "d", None), len(m.params.pairs) * m.params.compare_bits)
 
-    async def _settle(self, m: PartyMachine) -> None:
+    async def _settle(self, hosted: PathakJob) -> None:
         """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message."""
-        if m.state == MACHINE_FAILED and m.job_id not in self._settled:
-            self._settled.add(m.job_id)
+        m = hosted.machine
+        if m.state == MACHINE_FAILED and not hosted.settled:
+            hosted.settled = True
             await self.party.mark(PROTOCOL, m.job_id, FAILED, {"failure": errors.problem_name(m.error.problem) if m.error else "JOB_FAILED"})
 
-    async def _send(self, hosted: Hosted, to: Peer, message) -> None:
+    async def _expire(self, job_id: str) -> None:
+        """Past its deadline and not terminal (its curator may have crashed): fail it here, as a lost peer."""
+        hosted = self.jobs.get(job_id)
+        if hosted is not None and not hosted.machine.terminal:
+            await hosted.fail(Problem.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
+
+    async def _send(self, hosted: PathakJob, to: Peer, message) -> None:
         channels = self.party.channels
         if to == CURATOR:
             address, site = self.cfg.curator.address, self.cfg.curator.name
             call = lambda: channels.call(address, site, CURATOR_SERVICE, CURATOR_METHODS[message.DESCRIPTOR.full_name], message, common_pb2.Ack)  # noqa: E731
         else:
-            address = hosted.addresses.get(to.name)  # type: ignore[attr-defined]
+            address = hosted.addresses.get(to.name)
             if not address:
                 await hosted.fail(Problem.PEER_UNREACHABLE, f"no address for party {to.name}")
                 return
