@@ -185,7 +185,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         async def guarded(context, run):
             try:
                 return await run()
-            except (grpc.aio.AbortError, asyncio.CancelledError):
+            except (grpc.aio.AbortError, asyncio.CancelledError, _Undecodable):
                 raise
             except Exception:  # noqa: BLE001 - a servicer bug: log it once, say nothing about it
                 log.exception("unhandled error in %s", method)

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from mpdp import limits
 from mpdp.data.loaders import DatasetError, load, to_pm1
 from mpdp.ledger import FAILED, RELEASED
 from mpdp.math.dgk import DgkPublicKey
@@ -137,6 +138,14 @@ class PathakParty(pb_grpc.PartyServicer):
         if ds is None:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name} has no dataset {shown(request.spec.dataset)} (configured: {sorted(self.cfg.datasets)})")
         announced = curator_keys_from(request.curator_keys)
+        try:  # the announcement is the curator's, but still input: never adopt keys outside the documented range
+            limits.check_job_announcement(request)
+            limits.check_key_bits(announced.paillier.n.bit_length(), test_mode=self.cfg.test_mode)
+            limits.check_key_bits(announced.dgk.n.bit_length(), test_mode=self.cfg.test_mode)
+            if not (1 < announced.dgk.u < (1 << 64) and 0 < announced.dgk.r_bits <= 1024):
+                raise limits.SpecError("curator_keys", "DGK u must be a small prime and r_bits at most 1024")
+        except limits.SpecError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {name}: {e}")
         if announced.paillier.n != self.keys.paillier.n or announced.dgk.n != self.keys.dgk.n:
             self.start(announced)  # the curator restarted with new keys
         try:
