@@ -2,7 +2,7 @@
 
     python benchmarks/idle_flood.py [--connections 20000] [--deadline 180] [--reconnect] [--json FILE]
 
-Starts a fresh :class:`~services.federation.LocalFederation` (curator and 3 parties, test mode, 1024-bit keys,
+Starts a fresh :class:`~services.launcher.federation.LocalFederation` (curator and 3 parties, test mode, 1024-bit keys,
 small synthetic data), then, all on loopback:
 
 1. baseline: a legitimate client (a fresh ``mpdp`` process, so a fresh TCP connection and TLS handshake) asks
@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.common.processes import raise_fd_limit, spawn  # noqa: E402
-from services.federation import LocalFederation  # noqa: E402
+from services.launcher.federation import LocalFederation  # noqa: E402
 
 PARTIES = ["party-1", "party-2", "party-3"]
 HEADROOM = 128  # descriptors a holder keeps for itself (interpreter, pipes)

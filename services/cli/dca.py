@@ -17,8 +17,8 @@ err = Console(stderr=True)
 
 
 def _operator(endpoints: str):
-    from services.client import Endpoints
-    from services.dca_client import DcaOperator
+    from services.common.endpoints import Endpoints
+    from services.dca_client.client import DcaOperator
 
     return DcaOperator(Endpoints.load(endpoints))
 
@@ -113,9 +113,9 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     from cryptography import x509
 
     from mpdp.ledger import BudgetExceeded, LedgerError
-    from services.client import Endpoints
+    from services.common.endpoints import Endpoints
     from services.common.rpc import TlsFiles
-    from services.dca_client import submit_vector
+    from services.dca_client.client import submit_vector
 
     folder = Path(site)
     tls = TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
@@ -166,8 +166,8 @@ def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, bu
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def loadgen(endpoints, job_id, clients, batched, batch_size, seed, as_json) -> None:
     """Simulate many clients against real compute nodes over TLS (operator certificate, per-client accounting)."""
-    from services.client import Endpoints
-    from services.dca_client import DcaOperator, submit_cohort
+    from services.common.endpoints import Endpoints
+    from services.dca_client.client import DcaOperator, submit_cohort
 
     ep = Endpoints.load(endpoints)
     with DcaOperator(ep) as op:

@@ -19,16 +19,10 @@ from mpdp.learn import logreg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010 import tester
 
+from services.operator.pathak2010 import make_spec
+
 err = Console(stderr=True)
 STAGES = ["setup", "stage1", "stage2", "stage3"]
-
-
-def make_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, deadline: float = 0.0) -> pb.PathakJobSpec:
-    spec = pb.PathakJobSpec(
-        dataset=dataset, epsilon=epsilon, parties=parties, mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, deadline_seconds=deadline
-    )
-    setattr(spec, "lambda", lam)
-    return spec
 
 
 def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool) -> tuple[str, pb.JobStatus]:
@@ -90,7 +84,7 @@ def federation() -> None:
 @click.option("--auxiliary", "auxiliary", multiple=True, metavar="NAME=PATH", help="give the curator a public auxiliary dataset for hamm2016 jobs (repeatable)")
 def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...]) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
-    from services.federation import LocalFederation
+    from services.launcher.federation import LocalFederation
 
     names = [f"party-{i + 1}" for i in range(n_parties)]
     ds: dict[str, dict[str, dict]] = {}
@@ -152,11 +146,12 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
     """Run a training job across the parties and print the published model's summary."""
     import grpc
 
-    from services.client import Endpoints, OperatorClient
+    from services.common.endpoints import Endpoints
+    from services.operator.pathak2010 import OperatorClient
 
     if model == "hamm2016":
         from mpdp.messages import hamm2016_pb2
-        from services.ensemble_client import summary as ens_summary, train_ensemble
+        from services.operator.ensemble import summary as ens_summary, train_ensemble
 
         nodes = [n for n in compute_nodes.split(",") if n] or _endpoint_nodes(endpoints)
         if not auxiliary:
@@ -173,7 +168,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         return
 
     if model == "lmgc":
-        from services.local_client import submit_local
+        from services.operator.local import submit_local
 
         try:
             summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm)
@@ -205,10 +200,11 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
     """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."""
     import grpc
 
-    from services.client import Endpoints, OperatorClient
+    from services.common.endpoints import Endpoints
+    from services.operator.pathak2010 import OperatorClient
 
     if job_id.startswith("hm-"):
-        from services.ensemble_client import predict_ensemble
+        from services.operator.ensemble import predict_ensemble
 
         try:
             out = predict_ensemble(Endpoints.load(endpoints), job_id, data_path, fmt)
@@ -217,7 +213,7 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
     if job_id.startswith("lm-"):
-        from services.local_client import predict_local
+        from services.operator.local import predict_local
 
         try:
             out = predict_local(Endpoints.load(endpoints), job_id, data_path, fmt, party)
@@ -260,8 +256,9 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
     """Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."""
     from sklearn.datasets import load_breast_cancer
 
-    from services.client import Endpoints, OperatorClient
-    from services.federation import LocalFederation
+    from services.common.endpoints import Endpoints
+    from services.operator.pathak2010 import OperatorClient
+    from services.launcher.federation import LocalFederation
 
     if n_parties < 3:
         raise click.BadParameter("the demo needs at least 3 parties", param_hint="--parties")

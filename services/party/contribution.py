@@ -14,11 +14,11 @@ from mpdp.dca.params import DcaParams
 from mpdp.ledger import BudgetExceeded, LedgerError
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc
 from mpdp.regression.statistics import party_statistics
-from services.client import Endpoints
+from services.common.endpoints import Endpoints
 from services.common import errors
 from services.common.errors import shown
 from services.common.rpc import caller, roles_by_method
-from services.dca_client import fetch_job, submit_vector
+from services.dca_client.client import fetch_job, submit_vector
 
 if TYPE_CHECKING:
     from services.party.server import Party

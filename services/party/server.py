@@ -113,46 +113,6 @@ async def register(cfg: cfgmod.PartyConfig, port: int, patience: float = 120.0) 
 
 
 async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
-    holder: dict[str, Party] = {}
-
-    def add(server):
-        pb_grpc.add_PartyServicer_to_server(_Lazy(holder), server)
-        local_release_pb2_grpc.add_LocalModelPartyServicer_to_server(LocalParty(holder), server)
-        contribution_pb2_grpc.add_ContributionPartyServicer_to_server(ContributingParty(holder), server)
-        hamm2016_pb2_grpc.add_EnsemblePartyServicer_to_server(EnsembleVoter(holder), server)
-
-    roles = {**ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES}
-    services = [SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE]
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, pinned={"curator": cfg.curator.name}), add, services)
-    await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)  # SERVING once registered with the curator
-    try:
-        keys = await register(cfg, port)
-    except grpc.aio.AioRpcError as e:
-        if tls_failure(e):
-            hint = "this site does not trust the curator's certificate: check that ca.crt is this federation's CA and the curator's certificate is valid (`mpdp provision show ca.crt`)"
-        elif e.code() == grpc.StatusCode.UNAVAILABLE:
-            hint = "is the curator up and the address/port open? If it is, it refused this site's certificate (another CA or federation, or expired): run `mpdp provision check` on this site's folder and read the curator's log"
-        else:
-            hint = "see the curator's log"
-        print(f"mpdp party {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}; {hint}", file=sys.stderr)
-        await server.stop(0)
-        raise SystemExit(2)
-    loop = asyncio.get_running_loop()
-
-    def on_precompute(ready: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
-        # called from the precompute thread, which starts after `health` below exists
-        loop.call_soon_threadsafe(lambda: asyncio.ensure_future(health.set(PRECOMPUTE_HEALTH, status)))
-
-    holder["party"] = Party(cfg, keys, on_precompute)
-    await health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
-    log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
-    await serve_until_signal(server, health, port, ready_fd)
-    holder["party"].precompute.stop()
-    await holder["party"].channels.close()
-
-
-async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
     party = Party(cfg)
     loop = asyncio.get_running_loop()
 

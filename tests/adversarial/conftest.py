@@ -35,7 +35,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from services.common import pki
 from services.common.rpc import TlsFiles
-from services.federation import LocalFederation
+from services.launcher.federation import LocalFederation
 
 PARTIES = ["party-1", "party-2", "party-3"]
 NODES = ["node-1", "node-2", "node-3"]
@@ -279,8 +279,8 @@ def submit_clients(fed: LocalFederation, job_id: str, clients: list[str], nodes=
     """Legitimate clients (an OPERATOR router) submit shares of small vectors to every node of the job."""
     import asyncio
 
-    from services.client import Endpoints
-    from services.dca_client import submit_cohort
+    from services.common.endpoints import Endpoints
+    from services.dca_client.client import submit_cohort
 
     ep = Endpoints.load(fed.workdir)
     d = _job_dimension(fed, job_id)

@@ -31,6 +31,43 @@ def test_core_has_no_network_imports():
     assert not offenders, offenders
 
 
+def _imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+    return out
+
+
+ROOMS = {"cli", "common", "compute_node", "curator", "dca_client", "launcher", "operator", "party", "provisioning"}
+SERVERS = {"curator", "party", "compute_node"}
+
+
+def test_services_rooms():
+    """services/ has only rooms (janus: one crate per role); no module outside the CLI imports the CLI; servers
+    import no operator client, launcher or provisioning code; nothing imports a private name of another room."""
+    top = {p.name for p in (REPO / "services").iterdir() if not p.name.startswith(("_", "."))}
+    assert top == ROOMS, f"services/ holds files or rooms outside the plan: {sorted(top ^ ROOMS)}"
+    offenders = []
+    for path in (REPO / "services").rglob("*.py"):
+        room = path.relative_to(REPO / "services").parts[0]
+        tree = ast.parse(path.read_text())
+        for n in _imports(path):
+            parts = n.split(".")
+            if parts[0] != "services" or len(parts) < 2:
+                continue
+            if parts[1] == "cli" and room != "cli":
+                offenders.append(f"{path.relative_to(REPO)} imports the CLI ({n})")
+            if room in SERVERS and parts[1] in {"operator", "launcher", "provisioning", "cli"}:
+                offenders.append(f"{path.relative_to(REPO)} (a server) imports {n}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("services.") and node.module.split(".")[1] != room:
+                offenders += [f"{path.relative_to(REPO)} imports private {a.name} from {node.module}" for a in node.names if a.name.startswith("_")]
+    assert not offenders, offenders
+
+
 def test_generated_code_matches_proto(tmp_path):
     sys.path.insert(0, str(REPO / "tools"))
     try:

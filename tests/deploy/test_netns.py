@@ -169,7 +169,7 @@ def lab():
 
 
 def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path):
-    from services.provision import load_spec, provision, write_demo_data
+    from services.provisioning.provision import load_spec, provision, write_demo_data
 
     sites = ["curator", *PARTIES, *NODES, "operator"]
     for i, s in enumerate(sites):

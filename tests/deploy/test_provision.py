@@ -24,7 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from services import provision as pv
 from services.cli.health import probe
 from services.cli.main import _register, cli
-from services.client import Endpoints
+from services.common.endpoints import Endpoints
 from services.common import config as cfgmod
 from services.common import pki
 

@@ -28,12 +28,13 @@ import pytest
 from mpdp.dca.params import DcaParams
 from mpdp.dp.pathak_paper import paper_mode_true_epsilon
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2
-from services.cli.jobs import make_spec
-from services.client import Endpoints, OperatorClient
-from services.dca_client import DcaOperator, submit_cohort
-from services.ensemble_client import train_ensemble
-from services.federation import LocalFederation
-from services.local_client import submit_local
+from services.operator.pathak2010 import make_spec
+from services.common.endpoints import Endpoints
+from services.operator.pathak2010 import OperatorClient
+from services.dca_client.client import DcaOperator, submit_cohort
+from services.operator.ensemble import train_ensemble
+from services.launcher.federation import LocalFederation
+from services.operator.local import submit_local
 
 pytestmark = pytest.mark.integration
 PARTIES = ["party-1", "party-2", "party-3"]

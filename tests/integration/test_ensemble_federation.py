@@ -22,13 +22,13 @@ from mpdp.dca import sharing
 from mpdp.hamm2016 import job as core
 from mpdp.math.fixedpoint import encode_u64
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
-from services.client import Endpoints
+from services.common.endpoints import Endpoints
 from services.cli.jobs import predict as predict_cmd
 from services.common import transcript
 from services.common.config import DatasetConfig
 from services.curator.ensemble import _load_auxiliary
-from services.ensemble_client import fetch, train_ensemble
-from services.federation import LocalFederation
+from services.operator.ensemble import fetch, train_ensemble
+from services.launcher.federation import LocalFederation
 from tests.integration.conftest import curator_channel, site_tls
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from mpdp.messages import common_pb2, dca_pb2, pathak2010_pb2 as pb
 from services.common import pki
 from services.common.rpc import TlsFiles
-from services.federation import LocalFederation
+from services.launcher.federation import LocalFederation
 
 pytestmark = pytest.mark.integration
 

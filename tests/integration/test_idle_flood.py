@@ -17,9 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks.idle_flood import open_idle
 from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pb_grpc
-from services.cli.jobs import make_spec
-from services.client import Endpoints, OperatorClient
-from services.federation import LocalFederation
+from services.operator.pathak2010 import make_spec
+from services.common.endpoints import Endpoints
+from services.operator.pathak2010 import OperatorClient
+from services.launcher.federation import LocalFederation
 
 from .conftest import PARTIES, site_tls
 

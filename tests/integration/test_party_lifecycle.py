@@ -20,11 +20,12 @@ import yaml
 from sklearn.datasets import load_wine
 
 from mpdp.messages import pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
-from services.cli.jobs import make_spec
-from services.client import Endpoints, OperatorClient
+from services.operator.pathak2010 import make_spec
+from services.common.endpoints import Endpoints
+from services.operator.pathak2010 import OperatorClient
 from services.common import pki
-from services.federation import LocalFederation
-from services.local_client import submit_local
+from services.launcher.federation import LocalFederation
+from services.operator.local import submit_local
 
 from .conftest import MockParty, curator_channel, site_tls, synthetic_parts
 

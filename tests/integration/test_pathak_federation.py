@@ -14,8 +14,9 @@ import pytest
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010 import driver, tester
-from services.cli.jobs import make_spec
-from services.client import Endpoints, OperatorClient
+from services.operator.pathak2010 import make_spec
+from services.common.endpoints import Endpoints
+from services.operator.pathak2010 import OperatorClient
 from services.common import pki
 
 from .conftest import PARTIES, curator_channel, site_tls

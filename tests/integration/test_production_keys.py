@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from mpdp.pathak2010 import tester
-from services.cli.jobs import make_spec
-from services.client import Endpoints, OperatorClient
-from services.federation import LocalFederation
+from services.operator.pathak2010 import make_spec
+from services.common.endpoints import Endpoints
+from services.operator.pathak2010 import OperatorClient
+from services.launcher.federation import LocalFederation
 
 from .conftest import PARTIES, synthetic_parts, write_parts
 

@@ -13,9 +13,9 @@ from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.statistics import party_statistics
-from services.client import Endpoints
-from services.federation import LocalFederation
-from services.regress import run_regression
+from services.common.endpoints import Endpoints
+from services.launcher.federation import LocalFederation
+from services.operator.regression import run_regression
 
 pytestmark = pytest.mark.integration
 PARTIES = ["party-1", "party-2", "party-3"]

@@ -21,7 +21,7 @@ from mpdp.messages import common_pb2
 from services import provision as pv
 from services.common.durable import PRIVATE, PUBLIC, write_atomic
 from services.common.store import MessageStore
-from services.federation import LocalFederation
+from services.launcher.federation import LocalFederation
 
 
 @contextmanager

@@ -8,7 +8,7 @@ import grpc
 from mpdp.data.loaders import load
 from mpdp.local_release import label_text, predict
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
-from services.client import Endpoints
+from services.common.endpoints import Endpoints
 from services.common.rpc import CHANNEL_OPTIONS
 
 

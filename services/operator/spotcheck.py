@@ -15,9 +15,10 @@ import numpy as np
 
 from mpdp.experiments import pathak2010 as exp
 from mpdp.pathak2010 import tester
-from services.cli.jobs import make_spec
-from services.client import Endpoints, OperatorClient
-from services.federation import LocalFederation
+from services.operator.pathak2010 import make_spec
+from services.common.endpoints import Endpoints
+from services.operator.pathak2010 import OperatorClient
+from services.launcher.federation import LocalFederation
 
 Point = tuple[str, str, str, float]  # split, mode, ε label, ε (results are keyed by the float ε, as the plot needs)
 

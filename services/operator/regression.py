@@ -18,9 +18,9 @@ import numpy as np
 from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc, dca_pb2 as pb
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.posterior import Posterior
-from services.client import Endpoints
+from services.common.endpoints import Endpoints
 from services.common.rpc import CHANNEL_OPTIONS
-from services.dca_client import DcaOperator
+from services.dca_client.client import DcaOperator
 
 
 @dataclass

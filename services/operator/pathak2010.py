@@ -6,34 +6,21 @@ explicit addresses and TLS files.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import grpc
 
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
-from services.common.rpc import CHANNEL_OPTIONS, TlsFiles
+from services.common.endpoints import Endpoints
+from services.common.rpc import CHANNEL_OPTIONS
 
 
-@dataclass
-class Endpoints:
-    curator_address: str
-    curator_name: str
-    tls: TlsFiles
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Endpoints":
-        p = Path(path)
-        if p.is_dir():
-            p = p / "endpoints.json"
-        if not p.exists():
-            raise FileNotFoundError(f"{p} not found: start a federation with `mpdp federation up` or pass --endpoints")
-        d = json.loads(p.read_text())
-        t = d["operator_tls"]
-        here = p.resolve().parent  # relative TLS paths (as `mpdp provision` writes them) are relative to this file
-        return cls(d["curator"]["address"], d["curator"]["name"], TlsFiles(*(here / t[k] for k in ("cert", "key", "ca"))))
+def make_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, deadline: float = 0.0) -> pb.PathakJobSpec:
+    spec = pb.PathakJobSpec(
+        dataset=dataset, epsilon=epsilon, parties=parties, mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, deadline_seconds=deadline
+    )
+    setattr(spec, "lambda", lam)
+    return spec
 
 
 class OperatorClient:

@@ -1,0 +1,1 @@
+"""The development launcher: a whole federation of separate processes on one machine (mpdp federation up, tests, benchmarks)."""

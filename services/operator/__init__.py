@@ -1,0 +1,1 @@
+"""Operator clients, one file per protocol: submit jobs, watch them, fetch and use releases."""

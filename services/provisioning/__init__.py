@@ -1,0 +1,1 @@
+"""Provisioning: a declarative federation description to certificates, configs and compose files (mpdp provision)."""
