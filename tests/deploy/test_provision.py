@@ -21,7 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services import provision as pv
+from services.provisioning import provision as pv
 from services.cli.health import probe
 from services.cli.main import _register, cli
 from services.common.endpoints import Endpoints

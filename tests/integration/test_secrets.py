@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from mpdp.messages import common_pb2
-from services import provision as pv
+from services.provisioning import provision as pv
 from services.common.durable import PRIVATE, PUBLIC, write_atomic
 from services.common.store import MessageStore
 from services.launcher.federation import LocalFederation
