@@ -46,6 +46,7 @@ class LocalFederation:
     paillier_bits: int = 2048
     dgk_bits: int = 2048
     budget_epsilon: float = 100.0
+    budget_delta: float = 1e-3
     federation: str = "local"
     compute_nodes: list[str] = field(default_factory=list)
     auxiliary: dict[str, dict] = field(default_factory=dict)  # curator: public auxiliary dataset name → DatasetConfig dict
@@ -69,7 +70,7 @@ class LocalFederation:
         for p in self.parties:
             _write_yaml(
                 self.workdir / p / "party.yaml",
-                {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}), "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon,
+                {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}), "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta,
                  "local_classifier": self.local_classifiers.get(p, "logreg")},
             )
 
