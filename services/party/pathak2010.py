@@ -140,8 +140,8 @@ class PathakParty(pb_grpc.PartyServicer):
         announced = curator_keys_from(request.curator_keys)
         try:  # the announcement is the curator's, but still input: never adopt keys outside the documented range
             limits.check_job_announcement(request)
-            limits.check_key_bits(announced.paillier.n.bit_length(), test_mode=self.cfg.test_mode)
-            limits.check_key_bits(announced.dgk.n.bit_length(), test_mode=self.cfg.test_mode)
+            for n in (announced.paillier.n, announced.dgk.n):  # a k-bit key's modulus may have a few bits fewer
+                limits.check_key_bits((n.bit_length() + 7) // 8 * 8, test_mode=self.cfg.test_mode)
             if not (1 < announced.dgk.u < (1 << 64) and 0 < announced.dgk.r_bits <= 1024):
                 raise limits.SpecError("curator_keys", "DGK u must be a small prime and r_bits at most 1024")
         except limits.SpecError as e:

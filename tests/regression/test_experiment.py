@@ -63,7 +63,7 @@ def test_missing_dataset_fails(tmp_path):
 
 @pytest.fixture(scope="module")
 def red_reduced():
-    cfg = exp.Heikkila2017Config(dataset="red", epsilons=(1.0, 10.0), epsilon_labels=("1", "10"), repeats=10, grid_repeats=(3, 3))
+    cfg = exp.Heikkila2017Config(dataset="red", epsilons=(1.0, 10.0), epsilon_labels=("1", "10"), repeats=40, grid_repeats=(3, 3))  # 40: power for the one-sided proj < no-proj test
     return exp.run_heikkila2017(exp.load_uci(SHARED_DATA, "red"), cfg)
 
 
