@@ -60,7 +60,8 @@ class ContributionCurator(pb_grpc.ContributionCuratorServicer):
                 pass  # the round failed closed (or had already failed): reported below
 
         await asyncio.gather(*(ask(s) for s in role.ask()))
-        if role.error is not None:  # failed
-            await errors.refuse(context, role.error.problem, role.error.detail)
+        if role.error is not None:  # failed: INVALID_JOB when every party called the request invalid, else the job failed
+            problem = role.error.problem if role.error.problem == common_pb2.INVALID_JOB else common_pb2.JOB_FAILED
+            await errors.refuse(context, problem, role.error.detail)
         log.info("DCA job %s: %d parties contributed %s", request.request.dca_job_id, len(request.parties), request.request.statistic)
         return next(o.release for o in outs if isinstance(o, Publish))
