@@ -6,17 +6,25 @@ model on its own records (:func:`party_release`) and releases the DP parameters;
 (:func:`average_releases`): each record lies in exactly one party's data, so by parallel composition the
 set and the average are max_j ε_j-DP. Averaging is refused, with the reason, when the releases are not
 comparable (different classes or dimensions) or when any release is not proven private (paper mode).
+
+The curator's part is :class:`LocalReleaseCurator`, a sans-IO role on the one engine (:mod:`mpdp.protocol`):
+ASK_RELEASES → AWAIT_RELEASES → PUBLISHED, or FAILED. ``services/curator/local.py`` only moves its messages.
+A party's part is one request and one response (spend, train, release: :func:`ledger_entry`,
+:func:`party_release`); it has no step of its own to order, so it has no machine.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from typing import Any
+
 from mpdp import limits
 from mpdp.lmgc.estimator import LargeMarginGaussianClassifier, clip_rows
 from mpdp.lmgc.params import augment, quadratic_scores
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, local_release_pb2 as pb
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, RemoteProtocolError, Send, row
 
 MODELS = ("lmgc",)
 PROTOCOL = "local-release/lmgc"
@@ -128,6 +136,113 @@ def average_releases(job_id: str, releases: list[pb.LocalModelRelease]) -> tuple
         guarantee=common_pb2.Guarantee(mechanism="average of per-party DP LMGC releases (post-processing)", epsilon=eps, delta=0.0, sensitivity=sens, norm=releases[0].guarantee.norm, statement=statement),
     )
     return avg, statement
+
+
+def check_release(spec: pb.LocalModelJobSpec, job_id: str, party: str, release: pb.LocalModelRelease) -> None:
+    """A party's release as the curator may publish it: for this job and party, the spec's mode, C·D² parameters,
+    and a guarantee no weaker than the ε the party spent for it (δ = 0). Raises ReleaseError (fixed texts)."""
+    if release.job_id != job_id or release.party != party:
+        raise ReleaseError(f"party {party} answered for another job or party")
+    if release.mode != MODE_NAMES.get(spec.mode):
+        raise ReleaseError(f"party {party} released in another mode than the job's")
+    theta_of(release)  # C ≥ 2 classes, D ≥ 1, |θ| = C·D²
+    if len(set(release.classes)) != len(release.classes):
+        raise ReleaseError(f"release from {party} names a class twice")
+    g = release.guarantee
+    if not release.HasField("guarantee") or not (0.0 < g.epsilon <= spec.epsilon) or g.delta != 0.0:
+        raise ReleaseError(f"release from {party} does not carry a guarantee within the job's ε = {spec.epsilon:g} (δ = 0)")
+
+
+ASK_RELEASES, AWAIT_RELEASES, PUBLISHED = "ASK_RELEASES", "AWAIT_RELEASES", "PUBLISHED"
+
+
+class LocalReleaseCurator(Machine):
+    """Charlie in one local-release job, sans-IO: ASK_RELEASES → AWAIT_RELEASES → PUBLISHED, or FAILED.
+
+    :meth:`ask` gives one LocalModelRequest per party; each party's answer is its release (:meth:`release`) or
+    a failure (:meth:`release_failed`). Once every party has answered, the job publishes the set and their
+    average (:class:`~mpdp.protocol.Publish` of a LocalModelSet) if no party failed, else fails naming every
+    failed party in the job's order. Answers are the returns of Charlie's own calls, so they are local events
+    (sender ``self``).
+
+    Failure policy (the engine's): an answer from a party that is not in the job is refused WRONG_ROLE and
+    changes nothing; an answer before :meth:`ask` or after the end is refused and changes nothing. A party's
+    second answer (REPLAY) or a release that cannot be published (another job or party, another mode, wrong
+    shape, a guarantee above the spec's ε) fails the job closed at once: nothing is published.
+    """
+
+    ROLE = "local_release_curator"
+    STATES = (ASK_RELEASES, AWAIT_RELEASES, PUBLISHED, FAILED)
+    TERMINAL = (PUBLISHED, FAILED)
+    TABLE = (
+        row(ASK_RELEASES, "ask", "self", AWAIT_RELEASES),
+        row(AWAIT_RELEASES, "release", "self", f"{AWAIT_RELEASES}|{PUBLISHED}|{FAILED}"),  # a party's release came back
+        row(AWAIT_RELEASES, "release_failed", "self", f"{AWAIT_RELEASES}|{FAILED}"),  # a party's call failed
+    )
+    PARTICIPANTS = frozenset()
+
+    def __init__(self, job_id: str, spec: pb.LocalModelJobSpec) -> None:
+        validate_spec(spec)
+        super().__init__(job_id, CURATOR, record=False)
+        self.spec = spec
+        self.releases: dict[str, pb.LocalModelRelease] = {}
+        self.failures: dict[str, str] = {}
+
+    def ask(self) -> list[Any]:
+        return self._local("ask")
+
+    def release(self, party: str, release: pb.LocalModelRelease) -> list[Any]:
+        self._member(party)
+        return self._local("release", party, release)
+
+    def release_failed(self, party: str, detail: str) -> list[Any]:
+        self._member(party)
+        return self._local("release_failed", party, detail)
+
+    # -- engine hooks --------------------------------------------------------------------------------
+    def _kinds(self, sender: Peer) -> frozenset[str]:
+        return frozenset()  # Charlie's local-release role takes no message
+
+    # -- handlers --------------------------------------------------------------------------------------
+    def _on_ask(self) -> list[Any]:
+        req = pb.LocalModelRequest(job_id=self.job_id, spec=self.spec)
+        return [Send(Peer("party", p), req) for p in self.spec.parties]
+
+    def _on_release(self, party: str, release: pb.LocalModelRelease) -> list[Any]:
+        self._first_answer(party)
+        try:
+            check_release(self.spec, self.job_id, party, release)
+        except ReleaseError as e:
+            raise RemoteProtocolError(Problem.MALFORMED, f"job {self.job_id} published nothing: {e}") from None
+        self.releases[party] = release
+        return self._answered()
+
+    def _on_release_failed(self, party: str, detail: str) -> list[Any]:
+        self._first_answer(party)
+        self.failures[party] = detail
+        return self._answered()
+
+    def _member(self, party: str) -> None:
+        """An outsider's answer is refused and never touches the job."""
+        if party not in self.spec.parties:
+            raise RemoteProtocolError(Problem.WRONG_ROLE, f"{party} is not a party of job {self.job_id}")
+
+    def _first_answer(self, party: str) -> None:
+        if party in self.releases or party in self.failures:
+            raise RemoteProtocolError(Problem.REPLAY, f"job {self.job_id} published nothing: party {party} answered twice")
+
+    def _answered(self) -> list[Any]:
+        if len(self.releases) + len(self.failures) < len(self.spec.parties):
+            return []
+        if self.failures:
+            failed = "; ".join(f"party {p}: {self.failures[p]}" for p in self.spec.parties if p in self.failures)
+            e = LocalProtocolError(Problem.JOB_FAILED, f"job {self.job_id} published nothing: {failed}")
+            self._fail(e)
+            return e.notices
+        releases = [self.releases[p] for p in self.spec.parties]
+        avg, statement = average_releases(self.job_id, releases)
+        self.state = PUBLISHED
+        return [Publish(pb.LocalModelSet(job_id=self.job_id, releases=releases, aggregate=avg, aggregate_statement=statement, seeded=bool(self.spec.simulation_seed)))]
 
 
 def predict(release: pb.LocalModelRelease, X: np.ndarray, data_norm: float = 1.0) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Charlie asks parties to contribute a statistic of their own records to a DCA job (parties as DCA clients)."""
+"""Charlie asks parties to contribute a statistic of their own records to a DCA job (parties as DCA clients);
+:class:`mpdp.contribution.ContributionRound` decides, this servicer only moves its messages."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import logging
 import grpc
 
 from mpdp import limits
+from mpdp.contribution import INTERNAL_FAILURE, ContributionRound
 from mpdp.messages import common_pb2, contribution_pb2 as pb, contribution_pb2_grpc as pb_grpc
+from mpdp.protocol import ProtocolError, Publish, Send
 from services.common import errors, jobs
 from services.common.rpc import PeerChannels, roles_by_method
 
@@ -39,30 +42,26 @@ class ContributionCurator(pb_grpc.ContributionCuratorServicer):
         if unknown:
             await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
 
-        async def ask(party: str) -> pb.ContributionReceipt:
+        role = ContributionRound(request)  # decides; this servicer only moves its messages
+        outs: list = []
+
+        async def ask(send: Send) -> None:
+            party = send.to.name
+            receipt, detail, invalid = None, INTERNAL_FAILURE, False
             try:
-                return await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "Contribute", request.request, pb.ContributionReceipt, timeout=600)
+                receipt = await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "Contribute", send.message, pb.ContributionReceipt, timeout=600)
             except grpc.aio.AioRpcError as e:
-                raise _PartyFailed(party, e.code(), e.details() or "") from e
+                detail, invalid = f"{e.code().name}: {e.details() or ''}", e.code() == grpc.StatusCode.INVALID_ARGUMENT
+            except Exception:
+                log.error("DCA job %s: asking a party to contribute raised", request.request.dca_job_id, exc_info=True)
+            try:
+                outs.extend(role.receipt(party, receipt) if receipt is not None else role.refused(party, detail, invalid=invalid))
+            except ProtocolError:
+                pass  # the round failed closed (or had already failed): reported below
 
-        results = await asyncio.gather(*(ask(p) for p in request.parties), return_exceptions=True)
-        errs = [r for r in results if isinstance(r, BaseException)]
-        for r in errs:
-            if not isinstance(r, _PartyFailed):
-                log.error("DCA job %s: asking a party to contribute raised", request.request.dca_job_id, exc_info=r)
-        failures = [str(r) if isinstance(r, _PartyFailed) else "internal error (see the curator's log)" for r in errs]
-        if failures and all(isinstance(r, _PartyFailed) and r.code == grpc.StatusCode.INVALID_ARGUMENT for r in errs):
-            # every party refused the request itself (unknown statistic, bounds that do not fit the job): it is invalid
-            await errors.refuse(context, common_pb2.INVALID_JOB, f"the parties refused the request as invalid: {failures[0]}")
-        if failures:
-            await errors.refuse(context, common_pb2.JOB_FAILED, f"DCA job {request.request.dca_job_id}: {'; '.join(failures)}")
-        log.info("DCA job %s: %d parties contributed %s", request.request.dca_job_id, len(results), request.request.statistic)
-        return pb.ContributionSummary(receipts=[r for r in results if isinstance(r, pb.ContributionReceipt)])
-
-
-class _PartyFailed(Exception):
-    """A party refused or could not be reached: its name and the status it answered with."""
-
-    def __init__(self, party: str, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"party {party}: {code.name}: {details}")
-        self.code = code
+        await asyncio.gather(*(ask(s) for s in role.ask()))
+        if role.error is not None:  # failed: INVALID_JOB when every party called the request invalid, else the job failed
+            problem = role.error.problem if role.error.problem == common_pb2.INVALID_JOB else common_pb2.JOB_FAILED
+            await errors.refuse(context, problem, role.error.detail)
+        log.info("DCA job %s: %d parties contributed %s", request.request.dca_job_id, len(request.parties), request.request.statistic)
+        return next(o.release for o in outs if isinstance(o, Publish))

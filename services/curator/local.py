@@ -1,8 +1,9 @@
 """Charlie for local DP releases (LMGC): fan a job out to the parties, publish what they release.
 
-Each party's reply to TrainLocalModel is its ε-DP release; Charlie stores the set and the average
-(post-processing) in ``state_dir/local`` so a restart keeps them. A party that refuses or cannot be
-reached fails the whole job, named, and nothing is published.
+The servicer only moves messages; :class:`mpdp.local_release.LocalReleaseCurator` decides. Each party's
+reply to TrainLocalModel is its ε-DP release; Charlie stores the set and the average (post-processing) in
+``state_dir/local`` so a restart keeps them. A party that refuses or cannot be reached fails the whole job,
+named, and nothing is published.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import grpc
 
-from mpdp.local_release import ReleaseError, average_releases, validate_spec
+from mpdp.local_release import LocalReleaseCurator, ReleaseError, validate_spec
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
-from mpdp.protocol import ProtocolError
+from mpdp.protocol import ProtocolError, Publish, Send
 from services.common import errors, jobs
 from services.common.rpc import PeerChannels, roles_by_method
 from services.common.store import MessageStore
@@ -59,30 +60,42 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
                              common_pb2.PROBLEM_UNSPECIFIED if self.store.get(job_id) is not None else common_pb2.JOB_FAILED, keep=False)
 
     async def _run(self, job_id: str, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:
-        req = pb.LocalModelRequest(job_id=job_id, spec=request)
+        """Move Charlie's messages (LocalReleaseCurator decides): requests out, each party's answer in."""
+        role = LocalReleaseCurator(job_id, request)
+        outs: list = []
 
-        async def ask(party: str) -> pb.LocalModelRelease:
+        async def ask(send: Send) -> None:
+            party = send.to.name
             try:
-                return await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "TrainLocalModel", req, pb.LocalModelRelease, timeout=PARTY_TIMEOUT)
+                answer = await self.channels.call(self.addresses[party], party, PARTY_SERVICE, "TrainLocalModel", send.message, pb.LocalModelRelease, timeout=PARTY_TIMEOUT)
             except grpc.aio.AioRpcError as e:
-                raise _PartyFailed(f"party {party}: {e.code().name}: {e.details()}") from e
+                answer = f"{e.code().name}: {e.details()}"
+            except Exception:
+                log.error("local job %s: asking party %s raised", job_id, party, exc_info=True)
+                answer = "internal error (see the curator's log)"
+            if role.terminal:
+                return  # the job already failed: a late answer changes nothing
+            try:
+                outs.extend(role.release_failed(party, answer) if isinstance(answer, str) else role.release(party, answer))
+            except ProtocolError:
+                pass  # the role failed closed (a second answer, a release it cannot publish): checked below
 
-        results = await asyncio.gather(*(ask(p) for p in request.parties), return_exceptions=True)
-        errs = [r for r in results if isinstance(r, BaseException)]
-        for r in errs:
-            if not isinstance(r, _PartyFailed):
-                log.error("local job %s: asking a party raised", job_id, exc_info=r)
-        failures = [str(r) if isinstance(r, _PartyFailed) else "internal error (see the curator's log)" for r in errs]
-        if failures:
-            log.warning("local job %s failed: %s", job_id, "; ".join(failures))
-            await errors.refuse(context, common_pb2.JOB_FAILED, f"job {job_id} published nothing: {'; '.join(failures)}")
-        releases = [r for r in results if isinstance(r, pb.LocalModelRelease)]
-        if any(r.party != p or r.job_id != job_id for r, p in zip(releases, request.parties)):
-            await errors.refuse(context, common_pb2.JOB_FAILED, f"job {job_id} published nothing: a party answered for another job or party")
-        avg, statement = average_releases(job_id, releases)
-        published = pb.LocalModelSet(job_id=job_id, releases=releases, aggregate=avg, aggregate_statement=statement, seeded=bool(request.simulation_seed))
+        asks = [asyncio.ensure_future(ask(s)) for s in role.ask()]
+        try:
+            for done in asyncio.as_completed(asks):
+                await done
+                if role.failed:  # stop at once: the other answers cannot change the outcome
+                    break
+        finally:
+            for a in asks:
+                a.cancel()
+        if role.failed:
+            detail = role.error.detail if role.error is not None else f"job {job_id} published nothing"
+            log.warning("local job %s failed: %s", job_id, detail)
+            await errors.refuse(context, common_pb2.JOB_FAILED, detail)
+        published = next(o.release for o in outs if isinstance(o, Publish))
         self.store.put(job_id, published)
-        log.info("local job %s published: %d releases; %s", job_id, len(releases), statement[:80])
+        log.info("local job %s published: %d releases; %s", job_id, len(published.releases), published.aggregate_statement[:80])
         return published
 
     async def GetLocalModels(self, request: common_pb2.JobRef, context) -> pb.LocalModelSet:
@@ -97,7 +110,3 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
                 await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"local-release job {request.job_id} is still running")
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no local-release job {errors.shown(request.job_id)}")
         return published
-
-
-class _PartyFailed(Exception):
-    """A party refused or could not be reached: its name and the status it answered with."""

@@ -1,58 +1,39 @@
 """`mpdp regress`: distributed DP Bayesian linear regression (Heikkilä et al. 2017, Algorithm 2) as a federation job.
 
-The operator drives the public steps (the curator's plan): create the std-round DCA job, have every party
-contribute Σ(x², y²) of its own clipped records as a DCA client, read the DP release, choose thresholds on
-synthetic data, create the main-round job, have the parties contribute XᵀX and Xᵀy, and compute the
-posterior. Party data never leave the parties; each contribution is secret-shared across the compute nodes
-with its slice of Gaussian noise.
+:class:`mpdp.regression.role.RegressionRole` decides the public steps (std round, grid search, main round,
+posterior); this driver only carries out each round it asks for: create the round's DCA job, have the curator
+ask every party to contribute its statistic as a DCA client (``RequestContributions``), wait for the DP
+release. Party data never leave the parties; each contribution is secret-shared across the compute nodes with
+its slice of Gaussian noise. :func:`mpdp.regression.role.run_inmemory` drives the same role in one process.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 import grpc
-import numpy as np
 
 from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc, dca_pb2 as pb
 from mpdp.regression.plan import RegressionPlan
-from mpdp.regression.posterior import Posterior
+from mpdp.regression.role import RegressionRole, RegressionRun, RoundFailed, RunRound, drive
 from services.common.endpoints import Endpoints
 from services.common.rpc import CHANNEL_OPTIONS
 from services.dca_client.client import DcaOperator
 
-
-@dataclass
-class RegressionRun:
-    plan: RegressionPlan
-    std_job: str
-    main_job: str
-    std_release: pb.DpSum
-    main_release: pb.DpSum
-    thresholds: np.ndarray
-    multipliers: tuple[float, float]
-    posterior: Posterior
-    seconds: dict[str, float]
+__all__ = ["RegressionRun", "RoundFailed", "run_regression"]
 
 
-class RoundFailed(RuntimeError):
-    pass
-
-
-def _round(ep: Endpoints, op: DcaOperator, spec: pb.DcaJobSpec, dataset: str, parties: list[str], statistic: str, bounds, records: int) -> tuple[str, pb.DpSum]:
-    job = op.create(spec)
+def _round(ep: Endpoints, op: DcaOperator, dataset: str, parties: list[str], ask: RunRound) -> tuple[str, pb.DpSum]:
+    job = op.create(ask.params.to_spec())
     opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", ep.curator_name)]
     with grpc.secure_channel(ep.curator_address, ep.tls.channel_credentials(), options=opts) as ch:
         stub = cpb_grpc.ContributionCuratorStub(ch)
-        req = cpb.StatisticRequest(dca_job_id=job, dataset=dataset, statistic=statistic, bounds=[float(b) for b in bounds], records_per_client=records)
+        req = cpb.StatisticRequest(dca_job_id=job, dataset=dataset, statistic=ask.statistic, bounds=list(ask.bounds), records_per_client=ask.records_per_party)
         try:
             stub.RequestContributions(cpb.ContributionRound(request=req, parties=parties), timeout=900)
         except grpc.RpcError as e:
-            raise RoundFailed(f"{statistic} round ({job}): {e.details()}") from e
+            raise RoundFailed(f"{ask.statistic} round ({job}): {e.details()}") from e
     status = op.wait(job, timeout=900)
     if status.state != "RELEASED":
-        raise RoundFailed(f"{statistic} round ({job}) failed: {status.detail}")
+        raise RoundFailed(f"{ask.statistic} round ({job}) failed: {status.detail}")
     return job, op.release(job)
 
 
@@ -73,21 +54,6 @@ def run_regression(
     deadline: float = 600.0,
 ) -> RegressionRun:
     plan = RegressionPlan(bounds, epsilon, delta, mode, grid_repeats=grid_repeats)
-    K = len(parties)
-    times: dict[str, float] = {}
+    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline)
     with DcaOperator(ep) as op:
-        t = time.perf_counter()
-        std_spec = plan.std_round().dca_params("pending", K, nodes, records_per_client=records_per_party, simulation_seed=seed, roster=parties, deadline_seconds=deadline).to_spec()
-        std_job, std_rel = _round(ep, op, std_spec, dataset, parties, "linreg/std", plan.bounds, records_per_party)
-        times["std_round"] = time.perf_counter() - t
-        t = time.perf_counter()
-        step = plan.main_round(list(std_rel.values), total_records)
-        times["grid_search"] = time.perf_counter() - t
-        t = time.perf_counter()
-        main_spec = step.spec.dca_params("pending", K, nodes, records_per_client=records_per_party, simulation_seed=seed, roster=parties, deadline_seconds=deadline).to_spec()
-        main_job, main_rel = _round(ep, op, main_spec, dataset, parties, "linreg/main", step.spec.bounds, records_per_party)
-        times["main_round"] = time.perf_counter() - t
-    post = plan.finish(list(main_rel.values))
-    m = step.multipliers
-    mult = (m.p_x, m.p_y) if hasattr(m, "p_x") else tuple(m)
-    return RegressionRun(plan, std_job, main_job, std_rel, main_rel, step.thresholds, mult, post, times)  # type: ignore[arg-type]
+        return drive(role, lambda ask: _round(ep, op, dataset, parties, ask))

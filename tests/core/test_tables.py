@@ -58,3 +58,23 @@ def test_a_stale_or_missing_table_is_reported(tmp_path):
     assert "dca.md: no table for mpdp.dca.aggregator.AggregatorMachine" in render_tables.problems(docs)
     page.write_text(good)
     assert render_tables.problems(docs) == []
+
+
+def test_every_role_machine_in_mpdp_has_its_table_in_the_docs():
+    """A role machine anywhere in mpdp/ (a Machine subclass with its own TABLE) appears on a docs page."""
+    import importlib
+    import pkgutil
+
+    import mpdp
+
+    for info in pkgutil.walk_packages(mpdp.__path__, "mpdp."):
+        if not info.name.startswith(("mpdp.messages", "mpdp.experiments")):
+            importlib.import_module(info.name)
+    found, stack = set(), [Machine]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            stack.append(sub)
+            if "TABLE" in sub.__dict__ and sub.__module__.startswith("mpdp."):
+                found.add(f"{sub.__module__}.{sub.__qualname__}")
+    assert found, "no role machine found"
+    assert found <= set(MACHINES), f"role machines without a docs table: {sorted(found - set(MACHINES))}"

@@ -12,6 +12,7 @@ from mpdp.dca.driver import run_job
 from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg
 from mpdp.regression.plan import RegressionPlan
+from mpdp.regression.role import run_inmemory
 from mpdp.regression.statistics import party_statistics
 from services.common.endpoints import Endpoints
 from services.launcher.federation import LocalFederation
@@ -62,5 +63,9 @@ def test_socket_posterior_equals_in_memory_posterior(tmp_path):
     post = plan.finish(list(main.values))
     assert np.array_equal(post.mean, run.posterior.mean)
     assert np.array_equal(post.precision, run.posterior.precision)
+    # and the in-memory driver of the same role (mpdp.regression.role) that `mpdp regress` drives
+    mem = run_inmemory(plan, dict(zip(PARTIES, parts)), NODES, 360, 200, job_ids=(run.std_job, run.main_job), seed=seed)
+    assert mem.std_release == run.std_release and mem.main_release == run.main_release
+    assert np.array_equal(mem.posterior.mean, run.posterior.mean) and np.array_equal(mem.posterior.precision, run.posterior.precision)
     # (How informative the posterior is at a given ε is measured over many noise draws in tests/regression;
     # one draw here would make this equality test depend on the job ids' noise stream.)

@@ -1,0 +1,106 @@
+"""A contribution round: Charlie asks each listed party to contribute a statistic of its own records to a DCA
+job as a DCA client (regression's two rounds, and any other statistic), and gathers their receipts.
+
+:class:`ContributionRound` is Charlie's sans-IO role on the one engine (:mod:`mpdp.protocol`):
+ASK → AWAIT_RECEIPTS → DONE, or FAILED. ``services/curator/contribution.py`` only moves its messages. A
+party's part is one request and one response (spend, compute, submit its shares; ``services/party/contribution.py``
+over the DCA client machine), so it has no machine of its own here; the DCA job's roles are in :mod:`mpdp.dca`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mpdp.messages import contribution_pb2 as pb
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, RemoteProtocolError, Send, row
+
+ASK, AWAIT_RECEIPTS, DONE = "ASK", "AWAIT_RECEIPTS", "DONE"
+INTERNAL_FAILURE = "internal error (see the curator's log)"
+
+
+class ContributionRound(Machine):
+    """Charlie in one contribution round, sans-IO: ASK → AWAIT_RECEIPTS → DONE, or FAILED.
+
+    :meth:`ask` gives the StatisticRequest to every listed party; each party's answer is a receipt
+    (:meth:`receipt`) or a refusal (:meth:`refused`, ``invalid`` when the party refused the request itself as
+    invalid). Once every party has answered: DONE with a :class:`~mpdp.protocol.Publish` of the
+    ContributionSummary (receipts in the listed order) if none refused; else FAILED, naming every refusal, with
+    INVALID_JOB when every refusal called the request invalid (the round can never run), JOB_FAILED otherwise.
+
+    Answers are the returns of Charlie's own calls, so they are local events (``self``). An answer from a
+    party that is not listed is refused WRONG_ROLE and changes nothing; a second answer (REPLAY) or a receipt
+    naming another party fails the round closed.
+    """
+
+    ROLE = "contribution_curator"
+    STATES = (ASK, AWAIT_RECEIPTS, DONE, FAILED)
+    TERMINAL = (DONE, FAILED)
+    TABLE = (
+        row(ASK, "ask", "self", AWAIT_RECEIPTS),
+        row(AWAIT_RECEIPTS, "receipt", "self", f"{AWAIT_RECEIPTS}|{DONE}|{FAILED}"),  # a party contributed
+        row(AWAIT_RECEIPTS, "refused", "self", f"{AWAIT_RECEIPTS}|{FAILED}"),  # a party refused or was unreachable
+    )
+    PARTICIPANTS = frozenset()
+
+    def __init__(self, request: pb.ContributionRound) -> None:
+        if not request.parties or len(set(request.parties)) != len(request.parties):
+            raise LocalProtocolError(Problem.INVALID_JOB, "parties must be distinct and at least one: a party contributes once")
+        super().__init__(request.request.dca_job_id, CURATOR, record=False)
+        self.request = request
+        self.receipts: dict[str, pb.ContributionReceipt] = {}
+        self.refusals: dict[str, tuple[str, bool]] = {}  # party → (detail, refused as invalid)
+
+    def ask(self) -> list[Any]:
+        return self._local("ask")
+
+    def receipt(self, party: str, receipt: pb.ContributionReceipt) -> list[Any]:
+        self._member(party)
+        return self._local("receipt", party, receipt)
+
+    def refused(self, party: str, detail: str, *, invalid: bool = False) -> list[Any]:
+        self._member(party)
+        return self._local("refused", party, detail, invalid)
+
+    # -- engine hooks --------------------------------------------------------------------------------
+    def _kinds(self, sender: Peer) -> frozenset[str]:
+        return frozenset()  # Charlie's round takes no message
+
+    # -- handlers --------------------------------------------------------------------------------------
+    def _on_ask(self) -> list[Any]:
+        return [Send(Peer("party", p), self.request.request) for p in self.request.parties]
+
+    def _on_receipt(self, party: str, receipt: pb.ContributionReceipt) -> list[Any]:
+        self._first_answer(party)
+        if receipt.party != party:
+            raise RemoteProtocolError(Problem.MALFORMED, f"DCA job {self.job_id}: party {party} answered for another party")
+        self.receipts[party] = receipt
+        return self._answered()
+
+    def _on_refused(self, party: str, detail: str, invalid: bool) -> list[Any]:
+        self._first_answer(party)
+        self.refusals[party] = (detail, invalid)
+        return self._answered()
+
+    def _member(self, party: str) -> None:
+        """An unlisted party's answer is refused and never touches the round."""
+        if party not in self.request.parties:
+            raise RemoteProtocolError(Problem.WRONG_ROLE, f"{party} is not asked in the round of DCA job {self.job_id}")
+
+    def _first_answer(self, party: str) -> None:
+        if party in self.receipts or party in self.refusals:
+            raise RemoteProtocolError(Problem.REPLAY, f"DCA job {self.job_id}: party {party} answered twice")
+
+    def _answered(self) -> list[Any]:
+        parties = self.request.parties
+        if len(self.receipts) + len(self.refusals) < len(parties):
+            return []
+        if self.refusals:
+            failures = [f"party {p}: {self.refusals[p][0]}" for p in parties if p in self.refusals]
+            if all(invalid for _, invalid in self.refusals.values()):
+                e = LocalProtocolError(Problem.INVALID_JOB, f"the parties refused the request as invalid: {failures[0]}")
+            else:
+                e = LocalProtocolError(Problem.JOB_FAILED, f"DCA job {self.job_id}: {'; '.join(failures)}")
+            self._fail(e)
+            return e.notices
+        self.state = DONE
+        return [Publish(pb.ContributionSummary(receipts=[self.receipts[p] for p in parties]))]

@@ -1,0 +1,216 @@
+"""The operator's regression job (Heikkilä et al. 2017, Algorithm 2 over the federation) as one sans-IO role.
+
+:class:`RegressionRole` runs the public steps of :class:`~mpdp.regression.plan.RegressionPlan` in order:
+STD_ROUND (ask for the std round: Σ(x², y²) of every party's records clipped to c) → MAIN_ROUND (from the std
+release: σ̂, the grid search, the thresholds B, then ask for the main round: XᵀX and Xᵀy clipped to B) → DONE
+(the posterior), or FAILED. Each round is a :class:`RunRound` output: a DCA job to create and a contribution
+round of the parties (``mpdp.contribution.ContributionRound`` at the curator); its DP release comes back as
+the local event ``released`` (or ``round_failed``).
+
+Two drivers move the same role (:func:`drive`): ``mpdp regress`` over the federation
+(``services/operator/regression.py``) and :func:`run_inmemory`, which runs each round's DCA job with the
+one in-memory driver (:func:`mpdp.dca.driver.run_job` over :class:`mpdp.driver.Wire`) with the parties'
+statistics computed as the party service computes them. For the same seed and job ids both give the same
+releases and posterior bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from mpdp.dca.params import DcaParams
+from mpdp.messages import dca_pb2
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
+from mpdp.regression.grid import Multipliers
+from mpdp.regression.plan import MainRoundStep, RegressionPlan
+from mpdp.regression.posterior import Posterior
+from mpdp.regression.statistics import RoundSpec
+
+STD_ROUND, MAIN_ROUND, DONE = "STD_ROUND", "MAIN_ROUND", "DONE"
+PENDING = "pending"  # the job id of a round's DCA parameters until the driver has created the job
+
+
+class RoundFailed(RuntimeError):
+    """A round released nothing; the message names the round and its DCA job."""
+
+
+@dataclass(frozen=True)
+class RunRound:
+    """Output: create ``params``' DCA job (its id is chosen when it is created) and have every party contribute
+    ``statistic`` of its records clipped to ``bounds``; answer with :meth:`RegressionRole.released`."""
+
+    spec: RoundSpec
+    params: DcaParams  # job_id PENDING
+    statistic: str  # "linreg/std" | "linreg/main" (contribution.proto StatisticRequest.statistic)
+    bounds: tuple[float, ...]
+    records_per_party: int
+
+
+@dataclass
+class RegressionRun:
+    """What the job published: both releases, the public step between them and the posterior."""
+
+    plan: RegressionPlan
+    std_job: str
+    main_job: str
+    std_release: dca_pb2.DpSum
+    main_release: dca_pb2.DpSum
+    thresholds: np.ndarray
+    multipliers: tuple[float, float]
+    posterior: Posterior
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+class RegressionRole(Machine):
+    """The operator's two-round regression, sans-IO: STD_ROUND → MAIN_ROUND → DONE, or FAILED.
+
+    :meth:`start` asks for the std round; :meth:`released` takes a round's DP release (checked: the job the
+    driver created for it, d + 1 or the main round's dimension values, the job's (ε, δ)); :meth:`round_failed`
+    ends the job. Every input is the return of the operator's own calls, so all are local events (``self``);
+    the parties' and nodes' failure policies are those of the contribution round and the DCA job.
+    """
+
+    ROLE = "regression_operator"
+    STATES = (STD_ROUND, MAIN_ROUND, DONE, FAILED)
+    TERMINAL = (DONE, FAILED)
+    TABLE = (
+        row(STD_ROUND, "released", "self", f"{MAIN_ROUND}|{FAILED}"),  # σ̂, grid search, B: ask for the main round
+        row(MAIN_ROUND, "released", "self", f"{DONE}|{FAILED}"),  # the posterior is published
+        row(STD_ROUND, "round_failed", "self", FAILED),
+        row(MAIN_ROUND, "round_failed", "self", FAILED),
+    )
+    PARTICIPANTS = frozenset()
+
+    def __init__(self, plan: RegressionPlan, parties: Sequence[str], nodes: Sequence[str], total_records: int, records_per_party: int, *,
+                 seed: bytes = b"", deadline: float = 600.0, job_id: str = "regression") -> None:
+        super().__init__(job_id, Peer("operator", "operator"), record=False)
+        if not parties or len(set(parties)) != len(parties):
+            raise LocalProtocolError(Problem.INVALID_JOB, "parties must be distinct and at least one")
+        self.plan = plan
+        self.parties, self.nodes = tuple(parties), tuple(nodes)
+        self.total_records, self.records_per_party = total_records, records_per_party
+        self.seed, self.deadline = seed, deadline
+        self.jobs: dict[str, str] = {}  # round → the DCA job that released it
+        self.releases: dict[str, dca_pb2.DpSum] = {}
+        self.step: MainRoundStep | None = None
+        self.asked: RunRound | None = None
+        self._result: RegressionRun | None = None
+
+    def start(self) -> list[Any]:
+        """The std round (state STD_ROUND, no move)."""
+        if self.state != STD_ROUND or self.asked is not None:
+            raise LocalProtocolError(Problem.STEP_OUT_OF_ORDER, f"{self.job_id} has already started")
+        return [self._ask(self.plan.std_round(), self.plan.bounds)]
+
+    def released(self, job_id: str, release: dca_pb2.DpSum) -> list[Any]:
+        return self._local("released", job_id, release)
+
+    def round_failed(self, detail: str) -> list[Any]:
+        return self._local("round_failed", detail)
+
+    @property
+    def result(self) -> RegressionRun | None:
+        return None if self.state != DONE else self._result
+
+    # -- engine hooks --------------------------------------------------------------------------------
+    def _kinds(self, sender: Peer) -> frozenset[str]:
+        return frozenset()  # the operator's role takes no message
+
+    # -- handlers --------------------------------------------------------------------------------------
+    def _on_released(self, job_id: str, release: dca_pb2.DpSum) -> list[Any]:
+        asked = self.asked
+        assert asked is not None
+        name = asked.spec.round
+        if release.job_id != job_id or release.dimension != asked.params.dimension or len(release.values) != asked.params.dimension:
+            raise LocalProtocolError(Problem.MALFORMED, f"{asked.statistic} round ({job_id}): the release is not this round's ({release.dimension} values)")
+        if (release.epsilon, release.delta) != (asked.params.epsilon, asked.params.delta):
+            raise LocalProtocolError(Problem.MALFORMED, f"{asked.statistic} round ({job_id}): the release's (ε, δ) are not the round's")
+        self.jobs[name], self.releases[name] = job_id, release
+        if self.state == STD_ROUND:
+            try:
+                self.step = self.plan.main_round(list(release.values), self.total_records)
+            except ValueError as e:
+                raise LocalProtocolError(Problem.JOB_FAILED, f"{asked.statistic} round ({job_id}): {e}") from None
+            self.state = MAIN_ROUND
+            return [self._ask(self.step.spec, self.step.spec.bounds)]
+        step = self.step
+        assert step is not None
+        m = step.multipliers
+        mult = (m.p_x, m.p_y) if isinstance(m, Multipliers) else (float(m[0]), float(m[1]))
+        self._result = RegressionRun(self.plan, self.jobs["std"], job_id, self.releases["std"], release, step.thresholds, mult,
+                                     self.plan.finish(list(release.values)))
+        self.state = DONE
+        return [Publish(self._result)]
+
+    def _on_round_failed(self, detail: str) -> list[Any]:
+        e = LocalProtocolError(Problem.JOB_FAILED, detail)
+        self._fail(e)
+        return e.notices
+
+    def _ask(self, spec: RoundSpec, bounds: Sequence[float]) -> RunRound:
+        params = spec.dca_params(PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, simulation_seed=self.seed,
+                                 roster=self.parties, deadline_seconds=self.deadline)
+        self.asked = RunRound(spec, params, f"linreg/{spec.round}", tuple(float(b) for b in bounds), self.records_per_party)
+        return self.asked
+
+
+def drive(role: RegressionRole, run_round: Callable[[RunRound], tuple[str, dca_pb2.DpSum]],
+          clock: Callable[[], float] = time.perf_counter) -> RegressionRun:
+    """Run the role to its end: ``run_round`` creates a round's DCA job, has the parties contribute and returns
+    (the job id, its release), or raises :class:`RoundFailed`. Times: std_round, grid_search, main_round."""
+    seconds: dict[str, float] = {}
+    outs = role.start()
+    for stage in ("std_round", "main_round"):
+        ask = next(o for o in outs if isinstance(o, RunRound))
+        t = clock()
+        try:
+            job_id, release = run_round(ask)
+        except RoundFailed as e:
+            role.round_failed(str(e))  # FAILED, with this detail
+            raise
+        seconds[stage] = clock() - t
+        t = clock()
+        try:
+            outs = role.released(job_id, release)
+        except LocalProtocolError as e:
+            raise RoundFailed(e.detail) from None
+        if stage == "std_round":
+            seconds["grid_search"] = clock() - t
+    run = role.result
+    assert run is not None
+    run.seconds = seconds
+    return run
+
+
+def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], total_records: int,
+                 records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0) -> RegressionRun:
+    """The whole regression in one process through :class:`RegressionRole`: each round's DCA job runs on the
+    one in-memory driver, every party a DCA client machine contributing what ``services/party/contribution.py``
+    would (its records clipped to the round's bounds, summed). ``job_ids`` name the two DCA jobs (the federation's
+    curator chooses them); a seeded run with the federation's ids reproduces its releases bit for bit."""
+    from mpdp.dca.driver import run_job
+    from mpdp.math.drbg import Drbg
+    from mpdp.regression.statistics import party_statistics
+
+    parties = list(party_data)
+    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline)
+    ids = iter(job_ids)
+
+    def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:
+        job_id = next(ids)
+        params = dataclasses.replace(ask.params, job_id=job_id)
+        for name, (X, _) in party_data.items():
+            if len(X) > max(1, ask.records_per_party):
+                raise RoundFailed(f"{ask.statistic} round ({job_id}): party {name} has more rows than the job's public bound of {ask.records_per_party}")
+        Z = np.stack([party_statistics(X, y, ask.spec.round, ask.bounds) for X, y in party_data.values()])
+        run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines")
+        if run.release is None:
+            raise RoundFailed(f"{ask.statistic} round ({job_id}) failed: {run.error.detail if run.error else 'nothing released'}")
+        return job_id, run.release
+
+    return drive(role, run_round)
