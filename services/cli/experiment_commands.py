@@ -8,10 +8,12 @@ from services.cli import experiment_pathak
 from services.cli import experiment_lmgc
 from services.cli import experiment_heikkila
 from services.cli import experiment_hamm
+from services.cli import experiment_price
 
 COMMANDS: list[click.Command] = [
     experiment_pathak.command,
     experiment_lmgc.command,
     experiment_heikkila.command,
     experiment_hamm.command,
+    experiment_price.command,
 ]

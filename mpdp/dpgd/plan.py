@@ -1,0 +1,298 @@
+"""The public plan of a DP-GD job and the curator's side of it (sans-IO).
+
+A job is R + 1 DCA rounds over the same K parties (the DCA clients):
+
+* **round 0** — each party sends [second moment of its rows (:func:`~mpdp.dpgd.model.second_moment`),
+  Σ clip_C ∇ℓ_i(0), and, under add/remove adjacency, a·n_p (its row count, a = 1/2)]. The curator forms Böhning's
+  Hessian bound P = A ⊗ Ŝ/N̂ + λI (Ŝ: the noisy second moment with negative eigenvalues clipped to 0) and takes
+  the first step W₁ = −P⁻¹(ĝ₀/N̂). With R = 0 this is the whole job: the one-round *functional mechanism*
+  (a noisy quadratic upper bound of the loss, minimised in closed form).
+* **rounds 1..R** — each party sends Σ clip_C ∇ℓ_i(W_t) at the published iterate W_t; the curator steps
+  W_{t+1} = W_t − P⁻¹(ĝ_t/N̂ + λW_t) (a majorise–minimise step: P bounds the Hessian everywhere, so no step size
+  is tuned).
+* the model is the average of the last ⌈(R+1)·(1 − average_from)⌉ iterates (noise averages out over them).
+
+Adjacency and sensitivities (one row of one party added/removed — ``add-remove``, N unknown, estimated from the
+round-0 count — or replaced — ``replace``, N public): with ‖x‖ ≤ 1 a row moves the second moment by at most 1
+(‖xxᵀ‖_F = ‖x‖²), the clipped gradient sum by C and the count by a, so Δ₀ = √(1 + C² + a²) and Δ_t = C
+(add/remove); replacing a row at most doubles each part: Δ₀ = 2√(1 + C²), Δ_t = 2C. Every round's noise has
+σ_r = Δ_r/μ_r with μ₀² = h·μ² and μ_t² = (1 − h)·μ²/R, so the job is μ-GDP with μ from (ε, δ)
+(:mod:`mpdp.dpgd.accounting`), whatever the DCA's T. Each round's DCA job is built from :class:`DcaParams` with
+the (ε_r, δ) whose σ_std is Δ_r/μ_r; the guarantee is recomputed from the σ_std the DCA really uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from mpdp.dca.params import DcaParams
+from mpdp.dp.mechanisms import Guarantee
+from mpdp.dpgd import accounting
+from mpdp.dpgd.model import BINARY, Preconditioner, Task, gradient_sum, second_moment, unpack_second_moment
+
+REPLACE, ADD_REMOVE = "replace", "add-remove"
+ADJACENCIES = (REPLACE, ADD_REMOVE)
+COUNT_WEIGHT = 0.5  # a: the count coordinate of round 0 (add/remove only)
+MU_SAFETY = 1.0 - 1e-9  # plan a hair under the target μ so that the recomputed ε never exceeds the one asked for
+MECHANISM = "DP gradient descent over DCA (Gaussian rounds composed in zCDP/GDP)"
+TRUST_MODEL = (
+    "honest-but-curious parties, compute nodes and curator; at most T parties collude or drop out in any round; "
+    "at least one compute node is honest (the compute nodes do not all collude); the curator sees only the noisy "
+    "sums of each round and publishes every iterate; channels are mutual TLS"
+)
+
+# Public defaults, fixed on a simulated data set (mpdp.dpgd.tuning), never on the data they are used with.
+DEFAULT_ROUNDS = 4
+DEFAULT_CLIP = 0.5
+DEFAULT_HESSIAN_SHARE = 0.5
+DEFAULT_AVERAGE_FROM = 0.0
+# On the simulated set (N = 30 000) the one-round functional mechanism (R = 0) beats R = 4 at ε ≥ 0.5 and loses at
+# ε ≤ 0.2; the switch is set between them, on N·ε (the signal-to-noise ratio of the sums), never on private data.
+FUNCTIONAL_SWITCH = 10_000.0
+
+
+def auto_rounds(epsilon: float, records: int) -> int:
+    """The public choice of R: 0 (functional mechanism) when N·ε ≥ 10⁴, else :data:`DEFAULT_ROUNDS`."""
+    return 0 if epsilon * records >= FUNCTIONAL_SWITCH else DEFAULT_ROUNDS
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """Round r of the plan: vector length, Δ₂, the DCA's (ε_r, δ) and the σ_std that follows."""
+
+    index: int
+    dimension: int
+    sensitivity: float
+    epsilon: float
+    delta: float
+    sigma_std: float
+    purpose: str
+
+
+@dataclass(frozen=True)
+class DpgdPlan:
+    """Public hyperparameters of one job. ``total_records`` N is public under ``replace`` and must be None under
+    ``add-remove`` (then N̂ comes from round 0)."""
+
+    task: Task
+    dimension: int
+    epsilon: float
+    delta: float
+    lam: float = 1e-3
+    rounds: int = DEFAULT_ROUNDS
+    clip: float = DEFAULT_CLIP
+    hessian_share: float = DEFAULT_HESSIAN_SHARE
+    average_from: float = DEFAULT_AVERAGE_FROM
+    adjacency: str = REPLACE
+    total_records: int | None = None
+    mode: str = "corrected"
+    specs: tuple[RoundSpec, ...] = field(init=False)
+    guarantee: Guarantee = field(init=False)
+    mu: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0) or not 0 < self.delta < 1:
+            raise ValueError(f"need ε > 0 and 0 < δ < 1, got ({self.epsilon}, {self.delta})")
+        if not 1 <= self.dimension <= 1024:
+            raise ValueError(f"dimension must be 1..1024 (round 0 sends d(d+1)/2 entries), got {self.dimension}")
+        if not (0 <= self.rounds <= 100):
+            raise ValueError(f"rounds must be 0..100, got {self.rounds}")
+        if not (math.isfinite(self.clip) and self.clip > 0):
+            raise ValueError(f"clip must be finite and positive, got {self.clip}")
+        if not (math.isfinite(self.lam) and self.lam > 0):
+            raise ValueError(f"lambda must be finite and positive, got {self.lam}")
+        if not 0 <= self.average_from < 1:
+            raise ValueError(f"average_from must be in [0, 1), got {self.average_from}")
+        if self.adjacency not in ADJACENCIES:
+            raise ValueError(f"adjacency must be one of {ADJACENCIES}, got {self.adjacency!r}")
+        if (self.adjacency == REPLACE) != (self.total_records is not None):
+            raise ValueError("replace adjacency needs the public total_records N; add-remove must not have one")
+        if self.total_records is not None and self.total_records < 1:
+            raise ValueError("total_records must be positive")
+        h = 1.0 if self.rounds == 0 else self.hessian_share
+        if not 0 < h <= 1 or (self.rounds > 0 and h >= 1):
+            raise ValueError(f"hessian_share must be in (0, 1) when rounds > 0, got {self.hessian_share}")
+        mu = accounting.gdp_mu(self.epsilon, self.delta) * MU_SAFETY
+        mus = [math.sqrt(h) * mu] + ([math.sqrt((1 - h) / self.rounds) * mu] * self.rounds if self.rounds else [])
+        specs = []
+        for r, mu_r in enumerate(mus):
+            sens = self.sensitivity(r)
+            eps_r = accounting.gdp_epsilon(mu_r, self.delta)
+            sigma = _sigma_std(self.mode, sens, eps_r, self.delta)
+            specs.append(RoundSpec(r, self.round_dimension(r), sens, eps_r, self.delta, sigma, f"dpgd round {r} of {self.rounds}"))
+        object.__setattr__(self, "specs", tuple(specs))
+        real_mu = accounting.compose([s.sensitivity / s.sigma_std for s in specs])
+        object.__setattr__(self, "mu", real_mu)
+        real_eps = accounting.gdp_epsilon(real_mu, self.delta)
+        statement = (
+            f"({real_eps:.6g}, {self.delta:.3g})-DP for the released model and every published iterate; "
+            f"adjacency = one row of one party {'replaced (N public)' if self.adjacency == REPLACE else 'added or removed'}; "
+            f"{self.rounds + 1} Gaussian rounds with ℓ2-sensitivities {', '.join(f'{s.sensitivity:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''} "
+            f"and σ_std {', '.join(f'{s.sigma_std:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''}; composition: ρ = {accounting.zcdp_rho(real_mu):.4g}-zCDP "
+            f"(μ = {real_mu:.4g}-GDP), converted to (ε, δ) exactly; holds when at most T parties collude or drop out "
+            f"in each round and at least one compute node is honest"
+        )
+        object.__setattr__(self, "guarantee", Guarantee(MECHANISM, real_eps, self.delta, specs[-1].sensitivity, "l2", statement))
+
+    # -- public shapes ----------------------------------------------------------------------
+    @property
+    def width(self) -> int:
+        return self.task.width
+
+    @property
+    def moment_length(self) -> int:
+        return self.dimension * (self.dimension + 1) // 2
+
+    def round_dimension(self, r: int) -> int:
+        dm = self.dimension * self.width
+        if r == 0:
+            return self.moment_length + dm + (1 if self.adjacency == ADD_REMOVE else 0)
+        return dm
+
+    def sensitivity(self, r: int) -> float:
+        if r == 0:
+            if self.adjacency == ADD_REMOVE:
+                return math.sqrt(1.0 + self.clip**2 + COUNT_WEIGHT**2)
+            return 2.0 * math.sqrt(1.0 + self.clip**2)
+        return self.clip if self.adjacency == ADD_REMOVE else 2.0 * self.clip
+
+    def dca_params(
+        self,
+        r: int,
+        job_id: str,
+        clients: int,
+        nodes: Sequence[str],
+        *,
+        records_per_client: int,
+        max_missing: int = 0,
+        simulation_seed: bytes = b"",
+        roster: Sequence[str] = (),
+        deadline_seconds: float = 600.0,
+        frac_bits: int = 32,
+    ) -> DcaParams:
+        """Round r's DCA job: a party's vector coordinates are bounded by records_per_client·max(1, C)."""
+        s = self.specs[r]
+        params = DcaParams(
+            job_id=job_id,
+            dimension=s.dimension,
+            clients=clients,
+            max_missing=max_missing,
+            epsilon=s.epsilon,
+            delta=s.delta,
+            sensitivity=s.sensitivity,
+            nodes=tuple(nodes),
+            mode=self.mode,
+            frac_bits=frac_bits,
+            clip_bounds=(float(records_per_client) * max(1.0, self.clip),),
+            simulation_seed=simulation_seed,
+            roster=tuple(roster),
+            purpose=s.purpose,
+            deadline_seconds=deadline_seconds,
+        )
+        if params.sigma_std < s.sigma_std * (1 - 1e-9):
+            raise ValueError(f"round {r}: the DCA's σ_std {params.sigma_std} is below the plan's {s.sigma_std}")
+        return params
+
+    def ledger_entry(self, job_id: str, *, seeded: bool = False) -> dict:
+        """The one charge of the whole job (every round's release is covered by it)."""
+        g = self.guarantee
+        return {
+            "protocol": "dpgd",
+            "job_id": job_id,
+            "mechanism": g.mechanism,
+            "epsilon": g.epsilon,
+            "delta": g.delta,
+            "rounds": self.rounds + 1,
+            "purpose": f"dp-gd {self.task.kind} model",
+            "seeded": seeded,
+        }
+
+    def public(self) -> dict:
+        return {
+            "task": self.task.kind,
+            "classes": self.task.classes,
+            "dimension": self.dimension,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "lambda": self.lam,
+            "rounds": self.rounds,
+            "clip": self.clip,
+            "hessian_share": self.hessian_share,
+            "average_from": self.average_from,
+            "adjacency": self.adjacency,
+            "total_records": self.total_records,
+            "mode": self.mode,
+        }
+
+
+def _sigma_std(mode: str, sensitivity: float, epsilon: float, delta: float) -> float:
+    """σ_std as the DCA computes it (through DcaParams' public API: a throw-away two-client job)."""
+    p = DcaParams(job_id="plan", dimension=1, clients=2, max_missing=0, epsilon=epsilon, delta=delta, sensitivity=sensitivity, nodes=("a", "b"), mode=mode)
+    return p.sigma_std
+
+
+def party_vector(plan: DpgdPlan, r: int, W: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """What one party contributes to round r at the published iterate W (rows must be on the unit ball)."""
+    if r == 0:
+        parts = [second_moment(X), gradient_sum(plan.task, np.zeros((plan.dimension, plan.width)), X, y, plan.clip)]
+        if plan.adjacency == ADD_REMOVE:
+            parts.append(np.array([COUNT_WEIGHT * X.shape[0]]))
+        return np.concatenate(parts)
+    return gradient_sum(plan.task, W, X, y, plan.clip)
+
+
+class DpgdCurator:
+    """The curator's steps: publish W_t, take round t's noisy sum, step. Sans-IO; only noisy sums go in."""
+
+    def __init__(self, plan: DpgdPlan) -> None:
+        self.plan = plan
+        self.round = 0
+        d, m = plan.dimension, plan.width
+        self.W = np.zeros((d, m))
+        self.iterates: list[np.ndarray] = []
+        self.records: float | None = None
+        self.pre: Preconditioner | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.round > self.plan.rounds
+
+    def iterate(self) -> np.ndarray:
+        """W_t the parties evaluate their gradients at in the next round (zeros for round 0)."""
+        return self.W.copy()
+
+    def take(self, values: Sequence[float] | np.ndarray) -> np.ndarray:
+        """Round t's released sum → W_{t+1}."""
+        if self.done:
+            raise ValueError("the job has no more rounds")
+        plan = self.plan
+        d, m = plan.dimension, plan.width
+        v = np.asarray(values, dtype=np.float64)
+        if v.shape != (plan.round_dimension(self.round),) or not np.all(np.isfinite(v)):
+            raise ValueError(f"round {self.round} releases {plan.round_dimension(self.round)} finite values, got {v.shape}")
+        if self.round == 0:
+            L = plan.moment_length
+            if plan.adjacency == ADD_REMOVE:
+                self.records = max(1.0, float(v[-1]) / COUNT_WEIGHT)
+            else:
+                self.records = float(plan.total_records)  # type: ignore[arg-type]
+            S = unpack_second_moment(v[:L], d) / self.records
+            self.pre = Preconditioner(plan.task, S, plan.lam)
+            G = v[L : L + d * m].reshape(d, m) / self.records
+        else:
+            G = v.reshape(d, m) / self.records + plan.lam * self.W  # type: ignore[operator]
+        self.W = self.W - self.pre.solve(G)  # type: ignore[union-attr]
+        self.iterates.append(self.W.copy())
+        self.round += 1
+        return self.iterate()
+
+    def model(self) -> np.ndarray:
+        """The released model: the average of the last iterates."""
+        if not self.done:
+            raise ValueError("the job has rounds left")
+        k = int(math.floor(len(self.iterates) * self.plan.average_from))
+        return np.mean(np.stack(self.iterates[k:]), axis=0)

@@ -1,0 +1,29 @@
+"""`mpdp experiment price-of-distrust` end to end on one run (no diffprivlib: it needs the package index)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from services.cli.experiment_price import command
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not (DATA / "a9a" / "a9a.gz").exists(), reason="a9a not available")
+def test_one_run_reports_every_method_and_dpgd_beats_pathak(tmp_path):
+    res = CliRunner().invoke(command, ["--data", str(DATA), "--epsilons", "0.2,1", "--runs", "1", "--no-diffprivlib", "--work", str(tmp_path), "--plot", str(tmp_path / "p.png"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    a9a, digits = out["results"]
+    assert set(a9a["errors"]) == {"dpgd", "dpgd_r4", "functional", "objective", "pathak_corrected", "pathak_paper", "central_output"}
+    assert set(digits["errors"]) == {"dpgd", "dpgd_r4", "functional", "objective"}
+    for lab in ("0.2", "1"):
+        assert a9a["errors"]["dpgd"][lab]["mean"] < a9a["errors"]["pathak_corrected"][lab]["mean"]
+        assert a9a["guarantees"][lab]["epsilon"] <= float(lab)
+    assert a9a["errors"]["dpgd"]["1"]["mean"] < a9a["nonprivate"] + 0.01
+    assert (tmp_path / "p.png").stat().st_size > 0
+    assert out["diffprivlib"].startswith("disabled")
