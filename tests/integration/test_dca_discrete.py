@@ -76,3 +76,37 @@ def test_cli_refuses_a_job_whose_sum_could_wrap(fed):
     )
     assert out.returncode != 0
     assert "INVALID_JOB" in out.stderr and "headroom" in out.stderr
+
+
+def test_cli_regress_with_discrete_gaussian_rounds(tmp_path):
+    """`mpdp regress --noise discrete-gaussian`: both DCA rounds run the discrete mode at the parties (real DCA clients),
+    state ρ and (ε, δ), and each party's ledger charges exactly the rounds' stated (ε, δ)."""
+    parties, d = ["party-1", "party-2", "party-3"], 3
+    g = np.random.default_rng(1)
+    beta = g.normal(size=d)
+    ds = {}
+    for p, n in zip(parties, (80, 100, 60)):
+        X = np.clip(g.normal(size=(n, d)), -2, 2)
+        y = X @ beta + 0.3 * g.normal(size=n)
+        f = tmp_path / "data" / f"{p}.csv"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        np.savetxt(f, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
+        ds[p] = {"lin": {"path": str(f), "format": "csv"}}
+    fed = LocalFederation(tmp_path / "fed", parties, ds, test_mode=True, paillier_bits=768, dgk_bits=768, compute_nodes=NODES, budget_epsilon=100.0)
+    with fed:
+        out = mpdp(
+            "regress", "--endpoints", str(fed.workdir), "--dataset", "lin", "--parties", ",".join(parties), "--nodes", ",".join(NODES),
+            "--bounds", ",".join(["2"] * d + ["6"]), "-d", str(d), "--epsilon", "5", "--delta", "1e-4", "--total-records", "240",
+            "--records-per-party", "120", "--noise", "discrete-gaussian", "--grid-repeats", "2,2", "--json",
+        )
+        assert out.returncode == 0, out.stderr
+        r = json.loads(out.stdout)
+        assert r["noise"] == "discrete-gaussian" and len(r["rounds"]) == 2
+        assert all(rd["rho"] > 0 and rd["delta"] <= 1e-4 for rd in r["rounds"])
+        assert all("zCDP" in s for s in r["guarantees"])
+        assert sum(rd["epsilon"] for rd in r["rounds"]) == pytest.approx(5.0)
+        for p in parties:
+            entries = {e["job_id"]: e for e in json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]}
+            for rd in r["rounds"]:
+                e = entries[rd["job"]]
+                assert e["noise"] == "discrete-gaussian" and e["epsilon"] == rd["epsilon"] and e["delta"] == rd["delta"] and e["rho"] == rd["rho"]
