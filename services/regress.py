@@ -19,7 +19,9 @@ import grpc
 import numpy as np
 
 from mpdp.dca.params import NOISE_ENUM
-from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc, dca_pb2 as pb
+from mpdp.messages import contribution_pb2 as cpb
+from mpdp.messages import contribution_pb2_grpc as cpb_grpc
+from mpdp.messages import dca_pb2 as pb
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.posterior import Posterior
 from services.client import Endpoints

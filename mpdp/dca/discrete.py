@@ -159,7 +159,11 @@ def clip_units(clip_max: float, frac_bits: int) -> int:
 def account(sigma2: Fraction, *, sensitivity: float, frac_bits: int, d: int, clients: int, max_missing: int, clip_max: float, epsilon: float) -> Account:
     """The (ρ, ε, δ) a job with per-client σ² (units²) really gives, at the job's ε."""
     s2 = float(sigma2)
+    if sigma2 < Fraction(1, 4):
+        raise ValueError("KLS21 Prop. 14 needs σ ≥ 1/2 unit")
     n = clients - max_missing - 1
+    if n < 1:
+        raise ValueError(f"N − T − 1 must be at least 1, got N={clients}, T={max_missing}")
     t = tau(s2, n)
     l2, l1 = sensitivities(sensitivity, frac_bits, d)
     x2, x1 = l2 * l2 / (n * s2), l1 / math.sqrt(n * s2)

@@ -40,7 +40,7 @@ class BitSource:
     :meth:`below` is rejection sampling (no modulo bias): draw ⌈log2 n⌉ bits until the value is < n.
     """
 
-    __slots__ = ("_rng", "_buf", "_pos")
+    __slots__ = ("_buf", "_pos", "_rng")
 
     def __init__(self, rng: Drbg) -> None:
         if not isinstance(rng, Drbg):
@@ -129,7 +129,7 @@ class DiscreteGaussian:
     is (Δ²/(2σ²))-zCDP (CKS20 Thm. 4); sums of several are accounted in :mod:`mpdp.dca.discrete`.
     """
 
-    __slots__ = ("sigma2", "_n", "_d", "_t", "_bits")
+    __slots__ = ("_bits", "_d", "_n", "_t", "sigma2")
 
     def __init__(self, sigma2: Fraction | int, rng: Drbg) -> None:
         self.sigma2 = as_rational(sigma2)

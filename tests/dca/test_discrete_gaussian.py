@@ -25,7 +25,7 @@ from mpdp.dp import discrete_gaussian as dg
 from mpdp.dp.mechanisms import gaussian_delta
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import ProtocolError, Problem
+from mpdp.protocol import Problem, ProtocolError
 from tests.dca.helpers import data, make_params
 
 SIGNIFICANCE = 1e-3
@@ -169,8 +169,12 @@ def test_conversion_is_the_cks20_formula_and_beats_bun_steinke():
     for rho, delta in ((0.5, 1e-5), (0.05, 1e-6), (2.0, 1e-5)):
         sigma = 1 / math.sqrt(2 * rho)  # Δ = 1: ρ = Δ²/(2σ²)
         curve = discrete.rdp(discrete._ALPHAS, 1.0, 1.0, 0.0, 1, 1, sigma * sigma)
-        eps, alpha = discrete.epsilon_from_rdp(curve, discrete._ALPHAS, delta)
-        ref = optimize.minimize_scalar(lambda a: a * rho + (math.log(1 / delta) - math.log(a)) / (a - 1) + math.log(1 - 1 / a), bounds=(1.0001, 1e5), method="bounded")
+        eps, _ = discrete.epsilon_from_rdp(curve, discrete._ALPHAS, delta)
+
+        def cks(a: float, rho: float = rho, delta: float = delta) -> float:
+            return a * rho + (math.log(1 / delta) - math.log(a)) / (a - 1) + math.log(1 - 1 / a)
+
+        ref = optimize.minimize_scalar(cks, bounds=(1.0001, 1e5), method="bounded")
         assert eps == pytest.approx(ref.fun, rel=2e-3)
         assert eps < rho + 2 * math.sqrt(rho * math.log(1 / delta))
         assert gaussian_delta(sigma, 1.0, eps) <= delta  # the conversion is an upper bound on the true ε
@@ -178,7 +182,7 @@ def test_conversion_is_the_cks20_formula_and_beats_bun_steinke():
 
 
 def test_calibration_is_tight_and_counts_only_the_honest_clients():
-    kw = dict(epsilon=1.0, delta=1e-5, sensitivity=2.0, frac_bits=16, d=10, clip_max=1.0)
+    kw = {"epsilon": 1.0, "delta": 1e-5, "sensitivity": 2.0, "frac_bits": 16, "d": 10, "clip_max": 1.0}
     acc = discrete.calibrate(clients=20, max_missing=3, **kw)
     assert acc.honest == 16 and acc.delta <= 1e-5 and acc.sigma2.denominator <= 256
     less = discrete.account(acc.sigma2 * Fraction(98, 100), clients=20, max_missing=3, sensitivity=2.0, frac_bits=16, d=10, clip_max=1.0, epsilon=1.0)

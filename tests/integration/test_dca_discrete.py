@@ -32,7 +32,7 @@ def fed(tmp_path_factory):
 
 
 def mpdp(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], check=False, capture_output=True, text=True, timeout=300)
 
 
 def test_cli_discrete_gaussian_job_releases_with_rho_and_epsilon_delta(fed):
