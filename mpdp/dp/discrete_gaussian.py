@@ -31,46 +31,58 @@ from math import isqrt
 
 from mpdp.math.drbg import Drbg
 
-_CHUNK = 1 << 16  # keystream bytes fetched per refill
+_WORDS = 1 << 13  # 64-bit keystream words fetched per refill
 
 
 class BitSource:
-    """Uniform integers from a Drbg's keystream, buffered (the Drbg's own ``randbelow`` pays a call per draw).
+    """Uniform integers from a Drbg's keystream, buffered as 64-bit words (the Drbg's own ``randbelow`` pays a call
+    and a byte-slice per draw).
 
-    :meth:`below` is rejection sampling (no modulo bias): draw ⌈log2 n⌉ bits until the value is < n.
+    :meth:`below` is rejection sampling (no modulo bias): draw ⌈log2 n⌉ bits (whole words, top bits) until the value
+    is < n.
     """
 
-    __slots__ = ("_buf", "_pos", "_rng")
+    __slots__ = ("_i", "_rng", "_words")
 
     def __init__(self, rng: Drbg) -> None:
         if not isinstance(rng, Drbg):
             raise TypeError(f"rng must be a mpdp.math.drbg.Drbg, got {type(rng).__name__}")
         self._rng = rng
-        self._buf = b""
-        self._pos = 0
+        self._words: list[int] = []
+        self._i = 0
 
-    def _take(self, nbytes: int) -> int:
-        if self._pos + nbytes > len(self._buf):
-            self._buf = self._buf[self._pos :] + self._rng.random_bytes(max(_CHUNK, nbytes))
-            self._pos = 0
-        v = int.from_bytes(self._buf[self._pos : self._pos + nbytes], "little")
-        self._pos += nbytes
-        return v
+    def _word(self) -> int:
+        """One uniform 64-bit word."""
+        if self._i >= len(self._words):
+            self._words = self._rng.uint64(_WORDS).tolist()
+            self._i = 0
+        w = self._words[self._i]
+        self._i += 1
+        return w
 
     def below(self, n: int) -> int:
         """Uniform integer in [0, n) for an integer n ≥ 1."""
         if n == 1:
             return 0
         k = (n - 1).bit_length()
-        nbytes = (k + 7) >> 3
-        mask = (1 << k) - 1
+        if k <= 64:
+            shift = 64 - k
+            while True:
+                v = self._word() >> shift
+                if v < n:
+                    return v
+        words = (k + 63) >> 6
+        shift = 64 * words - k
         while True:
-            v = self._take(nbytes) & mask
+            v = 0
+            for _ in range(words):
+                v = (v << 64) | self._word()
+            v >>= shift
             if v < n:
                 return v
 
     def bit(self) -> int:
-        return self._take(1) & 1
+        return self._word() >> 63
 
 
 def _bernoulli(bits: BitSource, num: int, den: int) -> bool:

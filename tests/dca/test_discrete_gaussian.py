@@ -101,7 +101,7 @@ def test_sigma2_must_be_an_exact_rational():
 
 def test_no_floating_point_in_the_sampling_path():
     """Every function a draw goes through: no float literal, no float(), no math.exp/log/sqrt, no numpy."""
-    funcs = [dg.BitSource._take, dg.BitSource.below, dg.BitSource.bit, dg._bernoulli, dg.bernoulli_exp, dg.discrete_laplace, dg.DiscreteGaussian.__init__, dg.DiscreteGaussian.sample]
+    funcs = [dg.BitSource._word, dg.BitSource.below, dg.BitSource.bit, dg._bernoulli, dg.bernoulli_exp, dg.discrete_laplace, dg.DiscreteGaussian.__init__, dg.DiscreteGaussian.sample]
     for f in funcs:
         tree = ast.parse(inspect.getsource(f).lstrip() if not inspect.getsource(f).startswith(" ") else "if 1:\n" + inspect.getsource(f))
         for node in ast.walk(tree):
