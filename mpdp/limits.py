@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from mpdp.messages import common_pb2
+from mpdp.messages import common_pb2, dca_pb2
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _ID = re.compile(ID_PATTERN)
@@ -168,6 +168,8 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         _seed(),
         Limit("roster", "count", 0, MAX_DCA_CLIENTS, "", "empty (any N clients) or exactly N client ids (checked with N)", item="client"),
         Limit("purpose", "text", 0, 128, "", "a label copied into ledgers and releases"),
+        Limit("noise", "choice", None, None, "", "how clients draw η: floating-point Gaussian, or exact integer discrete Gaussian (mode CORRECTED)",
+              choices=(dca_pb2.GAUSSIAN, dca_pb2.DISCRETE_GAUSSIAN), choice_names=("GAUSSIAN", "DISCRETE_GAUSSIAN")),
     ),
     "DcaJobAnnouncement": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and file names"),

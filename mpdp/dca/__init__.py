@@ -10,6 +10,8 @@ Layout (math first, then roles):
 
 * :mod:`mpdp.dca.params` — :class:`DcaParams` (the job), validation, σ_client, the guarantee, headroom;
 * :mod:`mpdp.dca.mechanism` — the distributed Gaussian mechanism (calibration, noise, refusal);
+* :mod:`mpdp.dca.discrete` — the `discrete-gaussian` noise mode: exact integer noise (CKS20), conditional
+  rounding, ρ-zCDP and (ε, δ) accounting (KLS21), the sum's wrap-around window;
 * :mod:`mpdp.dca.sharing` — M-way sharing in Z_2^64, seed-compressed sharing, packing, set digests;
 * :mod:`mpdp.dca.states` — the one transition table; :mod:`mpdp.dca.engine` — the machine engine;
 * :mod:`mpdp.dca.client`, :mod:`mpdp.dca.compute_node`, :mod:`mpdp.dca.aggregator` — the roles;

@@ -15,7 +15,7 @@ import numpy as np
 
 from mpdp.dca import mechanism, sharing, states
 from mpdp.dca.engine import DcaMachine
-from mpdp.dca.params import MODE_ENUM, TRUST_MODEL, DcaParams
+from mpdp.dca.params import MODE_ENUM, NOISE_ENUM, TRUST_MODEL, DcaParams
 from mpdp.math.fixedpoint import decode_u64
 from mpdp.messages import common_pb2, dca_pb2 as pb
 from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, Publish, RemoteProtocolError, Send, require
@@ -127,6 +127,7 @@ class AggregatorMachine(DcaMachine):
         included = first.clients_included
         mechanism.require_enough_clients(included, prm.clients, prm.max_missing)
         total = sharing.ring_sum(np.stack([sharing.unpack_u64(self._sums[k].partial_sum, prm.dimension) for k in range(prm.M)]))
+        check_window(prm, total)
         g = prm.guarantee
         release = pb.DpSum(
             job_id=self.job_id,
@@ -143,7 +144,7 @@ class AggregatorMachine(DcaMachine):
             sensitivity=prm.sensitivity,
             sigma_std=prm.sigma_std,
             sigma_client=prm.sigma_client,
-            noise_variance=included * prm.sigma_client**2,
+            noise_variance=included * prm.noise_variance_per_client,
             guarantee=common_pb2.Guarantee(**g.as_dict()),
             fractional_bits=prm.frac_bits,
             seeded=prm.seeded,
@@ -152,7 +153,25 @@ class AggregatorMachine(DcaMachine):
             seed_compressed=prm.seed_compressed,
             purpose=prm.purpose,
             secure_sum=prm.secure_sum,
+            noise=NOISE_ENUM[prm.noise],
+            rho=prm.rho,
+            sigma2_units=f"{prm.discrete.sigma2.numerator}/{prm.discrete.sigma2.denominator}" if prm.discrete is not None else "",
         )
         self._release = release
         self._sums.clear()
         return [Publish(release)]
+
+
+def check_window(params: DcaParams, total: np.ndarray) -> None:
+    """Wrap-around is never silent (`discrete-gaussian` mode, :mod:`mpdp.dca.discrete`): every coordinate of a valid
+    sum satisfies |S_j| ≤ B (the job's window) except with probability 2^-96; a sum outside it wrapped in Z_2^64 or
+    a node deviated, and nothing is released. (The Gaussian mode's headroom check bounds its sum at creation.)"""
+    if params.discrete is None:
+        return
+    signed = np.asarray(total, dtype=np.uint64).view(np.int64)
+    b = np.int64(params.discrete.window)  # < 2^62 (checked at creation)
+    if np.any((signed > b) | (signed < -b)):
+        raise RemoteProtocolError(
+            Problem.JOB_FAILED,
+            "the sum left its window |S_j| ≤ B: it wrapped around Z_2^64 (or a compute node deviated); nothing is released",
+        )

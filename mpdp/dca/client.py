@@ -18,7 +18,7 @@ from typing import Iterator
 
 import numpy as np
 
-from mpdp.dca import mechanism, sharing, states
+from mpdp.dca import discrete, mechanism, sharing, states
 from mpdp.dca.engine import DcaMachine
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams, valid_client_id
@@ -51,6 +51,8 @@ def contributions(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.ndarr
         raise InvalidJob("z holds NaN or infinite values")
     c = params.clip_vector()
     clipped = np.clip(z, -c, c)
+    if params.discrete is not None:
+        return discrete_contributions(params, clipped, rng)
     # a secure-sum job adds no noise (DcaParams.secure_sum); every other job must (client_noise refuses σ = 0)
     eta = np.zeros_like(clipped) if params.secure_sum else mechanism.client_noise(rng, clipped.shape, params.sigma_client)
     try:
@@ -58,6 +60,19 @@ def contributions(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.ndarr
     except EncodingOverflow as e:  # only a ~2^50-sigma noise draw gets here; data-independent
         raise LocalProtocolError(Problem.INTERNAL, f"encoding overflow: {e}") from None
     return clipped, eta, u
+
+
+def discrete_contributions(params: DcaParams, clipped: np.ndarray, rng: Drbg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 1 in the `discrete-gaussian` mode: ỹ = conditional randomized rounding of z·2^f, η ~ N_Z(0, σ²) exactly
+    (:func:`mpdp.dca.discrete.client_integers`), u = ỹ + η in Z_2^64 (two's complement). η is returned in real units."""
+    acc = params.discrete
+    assert acc is not None
+    try:
+        rounded, noise = discrete.client_integers(clipped, params.frac_bits, acc.sigma2, rng)
+    except discrete.EncodeRefused as e:  # probability ≤ p_fail, data-independent; counted in the stated δ
+        raise LocalProtocolError(Problem.INTERNAL, f"encoding overflow: {e}") from None
+    u = (rounded + noise).view(np.uint64).reshape(clipped.shape)
+    return clipped, noise.reshape(clipped.shape) / 2.0**params.frac_bits, u
 
 
 class ClientMachine(DcaMachine):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mpdp import limits
-from mpdp.dca import mechanism
+from mpdp.dca import discrete, mechanism
 from mpdp.dca.errors import InvalidJob
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.math.fixedpoint import U64_MODULUS, EncodingOverflow, check_sum_headroom
@@ -31,6 +31,8 @@ MAX_CLIENT_ID = limits.MAX_CLIENT_ID_BYTES  # bytes of UTF-8
 
 MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
 MODE_ENUM = {v: k for k, v in MODE_NAMES.items()}
+NOISE_NAMES = {dca_pb2.GAUSSIAN: "gaussian", dca_pb2.DISCRETE_GAUSSIAN: discrete.NAME}
+NOISE_ENUM = {v: k for k, v in NOISE_NAMES.items()}
 
 SECURE_SUM_MECHANISM = "secure sum (DCA masks, no noise)"
 SECURE_SUM_STATEMENT = (
@@ -66,9 +68,11 @@ class DcaParams:
     roster: tuple[str, ...] = ()
     purpose: str = ""
     secure_sum: bool = False  # no noise: the sum is not DP and may only be consumed inside the curator (see below)
+    noise: str = "gaussian"  # or "discrete-gaussian": exact integer noise, accounted in mpdp.dca.discrete
     sigma_std: float = field(init=False)
     sigma_client: float = field(init=False)
     guarantee: Guarantee = field(init=False)
+    discrete: discrete.Account | None = field(init=False, default=None)  # the discrete-gaussian mode's account
 
     def __post_init__(self) -> None:
         for name, conv in (("nodes", str), ("roster", str), ("clip_bounds", float)):
@@ -95,6 +99,8 @@ class DcaParams:
             raise InvalidJob(str(e)) from None
         if self.mode not in mechanism.MODES:
             raise InvalidJob(f"mode must be one of {mechanism.MODES}")
+        if self.noise not in NOISE_ENUM:
+            raise InvalidJob(f"noise must be one of {tuple(NOISE_ENUM)}")
         if not self.max_missing + 2 <= self.clients:
             raise InvalidJob(f"clients N must satisfy N − T − 1 ≥ 1 (Thm 1), got N={self.clients}, T={self.max_missing}")
         if len(self.clip_bounds) not in (1, self.dimension):
@@ -102,6 +108,8 @@ class DcaParams:
         if self.roster and len(self.roster) != self.clients:
             raise InvalidJob(f"a roster must list exactly N = {self.clients} distinct client ids, got {len(self.roster)}")
         if self.secure_sum:
+            if self.noise != "gaussian":
+                raise InvalidJob("a secure-sum job adds no noise: leave noise at GAUSSIAN")
             self._init_secure_sum()
             return
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
@@ -110,6 +118,9 @@ class DcaParams:
             raise InvalidJob(f"delta must be in (0, 1), got {self.delta}")
         if not (math.isfinite(self.sensitivity) and self.sensitivity > 0):
             raise InvalidJob(f"sensitivity Δ₂ must be finite and positive, got {self.sensitivity}")
+        if self.noise == discrete.NAME:
+            self._init_discrete()
+            return
         try:
             s_std = mechanism.sigma_std(self.mode, self.sensitivity, self.epsilon, self.delta)
         except ValueError as e:
@@ -144,7 +155,53 @@ class DcaParams:
         except EncodingOverflow as e:
             raise InvalidJob(f"headroom: N·max c·2^f must stay below 2^63: {e}") from None
 
+    def _init_discrete(self) -> None:
+        """The distributed discrete Gaussian (:mod:`mpdp.dca.discrete`): σ² per client in units of 2^-f, exact and
+        rational; the guarantee is ρ-zCDP (KLS21 Prop. 14 with n = N − T − 1) and (ε, δ) by CKS20's conversion.
+        A job whose sum could leave its window (and so wrap in Z_(2^64)) is refused here, before any share exists."""
+        if self.mode != "corrected":
+            raise InvalidJob("noise DISCRETE_GAUSSIAN has its own calibration: leave mode at CORRECTED")
+        try:
+            acc = discrete.calibrate(
+                epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity, frac_bits=self.frac_bits, d=self.dimension,
+                clients=self.clients, max_missing=self.max_missing, clip_max=max(self.clip_bounds),
+            )
+        except ValueError as e:
+            raise InvalidJob(f"discrete Gaussian calibration: {e}") from None
+        if acc.window >= discrete.SUM_BOUND:
+            raise InvalidJob(
+                f"headroom: the sum's window B = N·⌈c·2^f⌉ + noise tail ≥ 2^{acc.window.bit_length() - 1} must stay below 2^62 "
+                "so that no wrap in Z_(2^64) goes unnoticed; lower frac_bits, the clip bounds or N"
+            )
+        s_client = acc.sigma_units / 2.0**self.frac_bits
+        object.__setattr__(self, "discrete", acc)
+        object.__setattr__(self, "sigma_client", s_client)
+        object.__setattr__(self, "sigma_std", s_client * math.sqrt(acc.honest))
+        statement = (
+            f"{acc.rho:.6g}-zCDP and ({self.epsilon:g}, {acc.delta:.3g})-DP for the integer sum of the rounded z_i + η_i over the clients "
+            f"that reached every compute node (decoded by 2^-{self.frac_bits}), adjacency = one client's vector replaced (same N = {self.clients}), "
+            f"ℓ2-sensitivity Δ₂ = {self.sensitivity:g} (Δ̃₂ = {acc.l2:.6g} units after conditional randomized rounding, β = e^-1/2); "
+            f"each client adds exact discrete Gaussian noise N_Z(0, σ²) with σ² = {acc.sigma2.numerator}/{acc.sigma2.denominator} units² "
+            f"(Canonne, Kamath & Steinke 2020, no floating point); ρ from Kairouz, Liu & Steinke 2021 Prop. 14 over the n = N − T − 1 = "
+            f"{acc.honest} honest clients' noise (τ = {acc.tau:.3g}); (ε, δ) by Canonne et al.'s RDP conversion at α = {acc.alpha:.4g}, δ including "
+            f"the {acc.p_fail:.3g} probability of a noise-caused refusal; holds when at most T = {self.max_missing} clients collude or drop out "
+            "and at least one compute node is honest."
+        )
+        object.__setattr__(self, "guarantee", Guarantee(discrete.MECHANISM, self.epsilon, acc.delta, self.sensitivity, "l2", statement))
+
     # -- derived ---------------------------------------------------------------------------
+    @property
+    def rho(self) -> float:
+        """ρ of the ρ-zCDP guarantee (discrete-gaussian mode), 0 otherwise."""
+        return self.discrete.rho if self.discrete is not None else 0.0
+
+    @property
+    def noise_variance_per_client(self) -> float:
+        """Each client's noise variance per coordinate in real units (discrete: σ²/4^f, an upper bound, CKS20)."""
+        if self.discrete is not None:
+            return float(self.discrete.sigma2) / 4.0**self.frac_bits
+        return self.sigma_client**2
+
     @property
     def seeded(self) -> bool:
         return bool(self.simulation_seed)
@@ -188,7 +245,7 @@ class DcaParams:
         g = self.guarantee
         if self.secure_sum:
             return {"protocol": "dca-secure-sum", "job_id": self.job_id, "mechanism": g.mechanism, "epsilon": 0.0, "delta": 0.0, "purpose": self.purpose, "seeded": self.seeded}
-        return {
+        entry = {
             "protocol": "dca",
             "job_id": self.job_id,
             "mechanism": g.mechanism,
@@ -198,12 +255,17 @@ class DcaParams:
             "purpose": self.purpose,
             "seeded": self.seeded,
         }
+        if self.discrete is not None:
+            entry.update(noise=self.noise, rho=self.discrete.rho, sigma2_units=str(self.discrete.sigma2))
+        return entry
 
     # -- wire ------------------------------------------------------------------------------
     @classmethod
     def from_spec(cls, job_id: str, spec: dca_pb2.DcaJobSpec) -> "DcaParams":
         if spec.mode not in MODE_NAMES:
             raise InvalidJob("mode must be CORRECTED or PAPER")
+        if spec.noise not in NOISE_NAMES:
+            raise InvalidJob("noise must be GAUSSIAN or DISCRETE_GAUSSIAN")
         return cls(
             job_id=job_id,
             dimension=spec.dimension,
@@ -222,6 +284,7 @@ class DcaParams:
             roster=tuple(spec.roster),
             purpose=spec.purpose,
             secure_sum=spec.secure_sum,
+            noise=NOISE_NAMES[spec.noise],
         )
 
     def to_spec(self) -> dca_pb2.DcaJobSpec:
@@ -242,6 +305,7 @@ class DcaParams:
             roster=list(self.roster),
             purpose=self.purpose,
             secure_sum=self.secure_sum,
+            noise=NOISE_ENUM[self.noise],
         )
 
 

@@ -87,8 +87,9 @@ class RegressionRole(Machine):
     PARTICIPANTS = frozenset()
 
     def __init__(self, plan: RegressionPlan, parties: Sequence[str], nodes: Sequence[str], total_records: int, records_per_party: int, *,
-                 seed: bytes = b"", deadline: float = 600.0, job_id: str = "regression") -> None:
+                 seed: bytes = b"", deadline: float = 600.0, job_id: str = "regression", noise: str = "gaussian") -> None:
         super().__init__(job_id, Peer("operator", "operator"), record=False)
+        self.noise = noise  # the DCA rounds' noise: "gaussian" or "discrete-gaussian" (mpdp.dca.discrete)
         if not parties or len(set(parties)) != len(parties):
             raise LocalProtocolError(Problem.INVALID_JOB, "parties must be distinct and at least one")
         self.plan = plan
@@ -155,6 +156,8 @@ class RegressionRole(Machine):
     def _ask(self, spec: RoundSpec, bounds: Sequence[float]) -> RunRound:
         params = spec.dca_params(PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, simulation_seed=self.seed,
                                  roster=self.parties, deadline_seconds=self.deadline)
+        if self.noise != params.noise:
+            params = dataclasses.replace(params, noise=self.noise)
         self.asked = RunRound(spec, params, f"linreg/{spec.round}", tuple(float(b) for b in bounds), self.records_per_party)
         return self.asked
 
@@ -188,7 +191,7 @@ def drive(role: RegressionRole, run_round: Callable[[RunRound], tuple[str, dca_p
 
 
 def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], total_records: int,
-                 records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0) -> RegressionRun:
+                 records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0, noise: str = "gaussian") -> RegressionRun:
     """The whole regression in one process through :class:`RegressionRole`: each round's DCA job runs on the
     one in-memory driver, every party a DCA client machine contributing what ``services/party/contribution.py``
     would (its records clipped to the round's bounds, summed). ``job_ids`` name the two DCA jobs (the federation's
@@ -198,7 +201,7 @@ def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, n
     from mpdp.regression.statistics import party_statistics
 
     parties = list(party_data)
-    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline)
+    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise)
     ids = iter(job_ids)
 
     def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:

@@ -39,15 +39,20 @@ def dca() -> None:
 @click.option("--clip", type=float, default=1.0, show_default=True, help="|z_ij| ≤ clip, enforced by every client")
 @click.option("--nodes", required=True, help="comma-separated compute node names")
 @click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="analytic Gaussian (corrected) or classic formula (paper)")
+@click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default="gaussian", show_default=True,
+              help="floating-point Gaussian, or exact integer discrete Gaussian (Canonne et al. 2020; ρ-zCDP and (ε, δ), Kairouz et al. 2021)")
+@click.option("--frac-bits", type=int, default=32, show_default=True, help="f: values travel in units of 2^-f")
 @click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
 @click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, deadline, seed_compressed, as_json) -> None:
+def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, as_json) -> None:
     """Create a DCA job at the curator; prints its id."""
+    from mpdp.dca.params import NOISE_ENUM
+
     spec = pb.DcaJobSpec(
         dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
         mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, clip_bounds=[clip], compute_nodes=nodes.split(","),
-        deadline_seconds=deadline, seed_compressed=seed_compressed,
+        deadline_seconds=deadline, seed_compressed=seed_compressed, noise=NOISE_ENUM[noise], fractional_bits=frac_bits,
     )
     with _operator(endpoints) as op:
         try:
@@ -81,7 +86,9 @@ def watch(endpoints, job_id, as_json) -> None:
 @click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
 @click.option("--job", "job_id", required=True, help="DCA job id")
 def release(endpoints, job_id) -> None:
-    """Print the released DP sum and its guarantee as JSON."""
+    """Print the released DP sum and its guarantee as JSON (ρ-zCDP too for the discrete-gaussian noise)."""
+    from mpdp.dca.params import NOISE_NAMES
+
     with _operator(endpoints) as op:
         try:
             r = op.release(job_id)
@@ -90,7 +97,9 @@ def release(endpoints, job_id) -> None:
     print(json.dumps({
         "job_id": r.job_id, "values": list(r.values), "clients_included": r.clients_included, "clients_expected": r.clients_expected,
         "sigma_std": r.sigma_std, "sigma_client": r.sigma_client, "noise_variance": r.noise_variance,
-        "guarantee": {"epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "statement": r.guarantee.statement}, "seeded": r.seeded,
+        "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None,
+                      "statement": r.guarantee.statement},
+        "noise": NOISE_NAMES.get(r.noise, "unknown"), "sigma2_units": r.sigma2_units or None, "fractional_bits": r.fractional_bits, "seeded": r.seeded,
     }))
 
 

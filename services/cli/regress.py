@@ -21,11 +21,13 @@ import numpy as np
 @click.option("--total-records", type=int, required=True, help="N, the public total number of records (substitution adjacency keeps it fixed)")
 @click.option("--records-per-party", type=int, required=True, help="public bound on any party's row count (scales the DCA clip box)")
 @click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="corrected sensitivities and analytic Gaussian, or the authors' code")
+@click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default="gaussian", show_default=True,
+              help="the DCA rounds' noise: floating-point Gaussian, or exact integer discrete Gaussian (ρ-zCDP and (ε, δ))")
 @click.option("--grid-repeats", default="20,20", show_default=True, help="auxiliary-data grid search repeats (data sets, noise draws)")
 @click.option("--test-data", type=click.Path(dir_okay=False), default=None, help="CSV to report the posterior's MAE on")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the posterior (mean, precision) as JSON here")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delta, total_records, records_per_party, mode, grid_repeats, test_data, out, as_json) -> None:
+def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delta, total_records, records_per_party, mode, noise, grid_repeats, test_data, out, as_json) -> None:
     """Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2)."""
     from mpdp.data.loaders import load
     from services.common.endpoints import Endpoints
@@ -38,19 +40,21 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
         raise click.BadParameter(f"give 1 or d+1 = {dimension + 1} bounds", param_hint="--bounds")
     reps = tuple(int(v) for v in grid_repeats.split(","))
     try:
-        run = run_regression(Endpoints.load(endpoints), dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta, total_records, records_per_party, mode=mode, grid_repeats=reps)  # type: ignore[arg-type]
+        run = run_regression(Endpoints.load(endpoints), dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta, total_records, records_per_party, mode=mode, noise=noise, grid_repeats=reps)  # type: ignore[arg-type]
     except RoundFailed as e:
         raise click.ClickException(str(e))
     result = {
         "std_job": run.std_job,
         "main_job": run.main_job,
         "mode": mode,
+        "noise": noise,
         "epsilon": epsilon,
         "delta": delta,
         "multipliers": list(run.multipliers),
         "thresholds": run.thresholds.tolist(),
         "posterior_mean": run.posterior.mean.tolist(),
         "guarantees": [run.std_release.guarantee.statement, run.main_release.guarantee.statement],
+        "rounds": [{"job": r.job_id, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None} for r in (run.std_release, run.main_release)],
         "seconds": run.seconds,
     }
     if test_data:

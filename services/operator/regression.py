@@ -4,7 +4,10 @@
 posterior); this driver only carries out each round it asks for: create the round's DCA job, have the curator
 ask every party to contribute its statistic as a DCA client (``RequestContributions``), wait for the DP
 release. Party data never leave the parties; each contribution is secret-shared across the compute nodes with
-its slice of Gaussian noise. :func:`mpdp.regression.role.run_inmemory` drives the same role in one process.
+its slice of Gaussian noise, floating-point (``noise="gaussian"``) or exact integer discrete Gaussian
+(``noise="discrete-gaussian"``, :mod:`mpdp.dca.discrete`; both rounds then state ρ-zCDP and (ε, δ)); the plan's
+threshold search simulates the Gaussian mode's σ, which can only make the thresholds slightly less than optimal
+in the discrete mode, never the release less private. :func:`mpdp.regression.role.run_inmemory` drives the same role in one process.
 """
 
 from __future__ import annotations
@@ -49,11 +52,12 @@ def run_regression(
     records_per_party: int,
     *,
     mode: str = "corrected",
+    noise: str = "gaussian",
     grid_repeats: tuple[int, int] = (20, 20),
     seed: bytes = b"",
     deadline: float = 600.0,
 ) -> RegressionRun:
     plan = RegressionPlan(bounds, epsilon, delta, mode, grid_repeats=grid_repeats)
-    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline)
+    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise)
     with DcaOperator(ep) as op:
         return drive(role, lambda ask: _round(ep, op, dataset, parties, ask))

@@ -16,6 +16,7 @@ VEC = sharing.pack_u64(np.array([1, 2**63, 2**64 - 1], dtype=np.uint64))
 def spec() -> pb.DcaJobSpec:
     s = make_params(dimension=3, clip_bounds=(1.0, 2.0, 3.0), roster=tuple(f"c{i}" for i in range(20)), seed_compressed=True, purpose="p").to_spec()
     s.secure_sum = True  # wire round trip only (a real secure-sum spec leaves ε, δ, Δ₂ unset)
+    s.noise = pb.DISCRETE_GAUSSIAN  # likewise (a secure sum has no noise)
     return s
 
 
@@ -28,7 +29,7 @@ MESSAGES = {
         compute_nodes=3, mode=common_pb2.PAPER, epsilon=1.0, delta=1e-5, sensitivity=2.0, sigma_std=9.7, sigma_client=2.5,
         noise_variance=112.5, guarantee=common_pb2.Guarantee(mechanism="m", epsilon=1.0, delta=1e-5, sensitivity=2.0, norm="l2", statement="s"),
         fractional_bits=32, seeded=True, trust_model="t", agreed_set_digest=b"\x07" * 32, seed_compressed=True, purpose="p",
-        secure_sum=True,
+        secure_sum=True, noise=pb.DISCRETE_GAUSSIAN, rho=0.03, sigma2_units="4185040256825957888/1",
     ),
     "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"}),
     "SubmissionsClose": lambda: pb.SubmissionsClose(job_id="j"),
