@@ -32,7 +32,7 @@ import numpy as np
 from mpdp.dca.params import DcaParams
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.dpgd import accounting
-from mpdp.dpgd.model import BINARY, Preconditioner, Task, gradient_sum, second_moment, unpack_second_moment
+from mpdp.dpgd.model import Preconditioner, Task, gradient_sum, second_moment, unpack_second_moment
 
 REPLACE, ADD_REMOVE = "replace", "add-remove"
 ADJACENCIES = (REPLACE, ADD_REMOVE)

@@ -17,6 +17,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from mpdp.dp.mechanisms import spherical_laplace
+from mpdp.math.drbg import Drbg
 from scipy.optimize import minimize
 from scipy.special import expit
 
@@ -34,16 +37,11 @@ def calibration(epsilon: float, n: int, lam: float) -> tuple[float, float]:
     return epsilon / 2.0, c / (n * math.expm1(epsilon / 4.0)) - lam / 2.0
 
 
-def noise_vector(rng: np.random.Generator, d: int, eps_p: float) -> np.ndarray:
-    g = rng.standard_normal(d)
-    return g / np.linalg.norm(g) * rng.gamma(d, 2.0 / eps_p)
-
-
-def fit_binary(X: np.ndarray, y: np.ndarray, epsilon: float, lam: float, rng: np.random.Generator) -> np.ndarray:
+def fit_binary(X: np.ndarray, y: np.ndarray, epsilon: float, lam: float, rng: Drbg) -> np.ndarray:
     """Objective-perturbed w for labels ±1 (rows must be on the unit ball)."""
     n, d = X.shape
     eps_p, extra = calibration(epsilon, n, lam)
-    b = noise_vector(rng, d, eps_p)
+    b = spherical_laplace(rng, d, 2.0 / eps_p)  # density ∝ exp(−ε′‖b‖/2) (Chaudhuri et al. 2011, Alg. 2)
     reg = lam + extra
 
     def f(w):
@@ -56,7 +54,7 @@ def fit_binary(X: np.ndarray, y: np.ndarray, epsilon: float, lam: float, rng: np
     return res.x
 
 
-def fit(X: np.ndarray, y: np.ndarray, epsilon: float, lam: float, rng: np.random.Generator, classes: int = 2) -> np.ndarray:
+def fit(X: np.ndarray, y: np.ndarray, epsilon: float, lam: float, rng: Drbg, classes: int = 2) -> np.ndarray:
     """Binary (labels ±1): a (d, 1) W. K classes (labels 0..K−1): one-vs-rest, ε/K each, a (d, K) W."""
     if classes == 2 and np.all(np.isin(y, (-1.0, 1.0))):
         return fit_binary(X, y, epsilon, lam, rng)[:, None]

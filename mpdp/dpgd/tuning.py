@@ -24,7 +24,7 @@ EPSILONS = (0.1, 0.5)
 
 
 def synthetic(seed: int = 0, n: int = 45_000, groups: int = 12, d: int = 100) -> tuple[np.ndarray, np.ndarray]:
-    g = np.random.default_rng(seed)
+    g = np.random.default_rng(seed)  # public simulation data: the synthetic tuning set
     edges = np.sort(g.choice(np.arange(1, d), groups - 1, replace=False))
     bounds = np.concatenate([[0], edges, [d]])
     X = np.zeros((n, d))

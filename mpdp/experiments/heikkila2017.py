@@ -169,7 +169,7 @@ def load_uci(data_dir: str | Path, key: str, *, paper_reader: bool = False) -> U
 def split(data: UciData, seed: int, repeat: int) -> tuple[np.ndarray, np.ndarray]:
     """Train and test indices of one repeat: n_train + n_test distinct rows, train first (as the code)."""
     # public simulation choice (the train/test split of a repeat); DP noise comes from the Drbg
-    idx = np.random.default_rng([seed, repeat]).choice(data.X.shape[0], data.n_train + data.n_test, replace=False)
+    idx = np.random.default_rng([seed, repeat]).choice(data.X.shape[0], data.n_train + data.n_test, replace=False)  # public
     return idx[: data.n_train], idx[data.n_train :]
 
 

@@ -183,7 +183,7 @@ def random_split(rng: np.random.Generator, sizes: Sequence[int], n_rows: int) ->
 def split_generator(seed: int, run: int, split: str) -> np.random.Generator:
     """Public simulation randomness for the partition of (seed, run, split)."""
     # public simulation choice (which rows go to which party); DP noise comes from the Drbg
-    return np.random.default_rng([seed, run, SPLIT_NAMES.index(split)])
+    return np.random.default_rng([seed, run, SPLIT_NAMES.index(split)])  # public
 
 
 def noise_root(master: Drbg, kind: str, run: int, mode: str, eps: float, split: str = "all", draw: int = 0) -> Drbg:

@@ -76,7 +76,7 @@ def load_datasets(data_dir: str | Path) -> list[Dataset]:
 
 
 def _split(n: int, run: int, seed: int) -> list[np.ndarray]:
-    return np.array_split(np.random.default_rng([seed, run]).permutation(n), PARTIES)
+    return np.array_split(np.random.default_rng([seed, run]).permutation(n), PARTIES)  # public simulation: the even split
 
 
 def run_dataset(ds: Dataset, epsilons: list[float], runs: int, seed: int) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def run_dataset(ds: Dataset, epsilons: list[float], runs: int, seed: int) -> dic
     errs = {m: np.zeros((runs, len(epsilons))) for m in methods}
     W_np = fit_nonprivate(task, ds.X, ds.y, LAMBDA)
     full = {m: logreg.fit(ds.X, ds.y, LAMBDA, PathakCalibration(m, 1.0, LAMBDA, 1).convention) for m in ("corrected", "paper")} if binary else {}
-    rng_np = np.random.default_rng([seed, 99])
+    rng_ref = Drbg.from_seed(f"price-of-distrust/{seed}/objective")  # the central reference's noise: CSPRNG like every mechanism
     for run in range(runs):
         idx = _split(n, run, seed)
         parts = [(ds.X[i], ds.y[i]) for i in idx]
@@ -101,7 +101,7 @@ def run_dataset(ds: Dataset, epsilons: list[float], runs: int, seed: int) -> dic
                 fit = learner.fit(plan, parts, seed=f"{tag}/{name}".encode(), job_id="pod")
                 errs[name][run, j] = task.error(fit.model, ds.X_test, ds.y_test)
             errs["dpgd"][run, j] = errs["functional" if auto_rounds(eps, n) == 0 else "dpgd_r4"][run, j]
-            W = reference.fit(ds.X, ds.y, eps, LAMBDA, rng_np, classes=task.classes)
+            W = reference.fit(ds.X, ds.y, eps, LAMBDA, rng_ref, classes=task.classes)
             errs["objective"][run, j] = task.error(W, ds.X_test, ds.y_test)
             for mode in full:
                 cal = PathakCalibration(mode, eps, LAMBDA, PARTIES)

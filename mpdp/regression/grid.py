@@ -85,7 +85,7 @@ def choose_multipliers(
 
     with threadpool_limits(1):  # tiny matrices: BLAS threads only contend
         # synthetic auxiliary data and its simulated noise: public, no private data, nothing released
-        scores = _scores(n, d, noise_unit(n, epsilon, delta, mode), mode, np.random.default_rng(seed), r_data, r_noise)
+        scores = _scores(n, d, noise_unit(n, epsilon, delta, mode), mode, np.random.default_rng(seed), r_data, r_noise)  # public
     a, b = np.unravel_index(int(np.argmax(scores)), scores.shape)
     return Multipliers(GRID[a], GRID[b], scores, n, d, epsilon, delta, mode, seed, (r_data, r_noise))
 

@@ -18,14 +18,13 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from services.common.processes import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 ENDED_WITHIN = 30.0  # seconds for the kernel to deliver SIGKILL to every orphan
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+assert sys.platform.startswith("linux"), "PR_SET_PDEATHSIG (and these tests) need Linux"
 
 
 def descendants(root: int) -> set[int]:
