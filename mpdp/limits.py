@@ -49,6 +49,8 @@ MAX_CLIENT_ID_BYTES = 256
 MAX_CLASSES = 64
 MAX_AUX_ROWS = 1 << 20
 MAX_AUX_FEATURES = 4096
+MAX_DPGD_D = 1024  # DpgdPlan: round 0 sends d(d+1)/2 + d·m values
+MAX_DPGD_ROUNDS = 100
 MAX_REGRESSION_D = 256  # the main round sums (d+1)(d+2)/2 + d + 1 entries per party
 MAX_SIZE_BITS = 48
 MIN_PRODUCTION_KEY_BITS, MIN_TEST_KEY_BITS, MAX_KEY_BITS = 2048, 256, 8192
@@ -178,9 +180,27 @@ TABLE: dict[str, tuple[Limit, ...]] = {
     "StatisticRequest": (
         Limit("dca_job_id", "id", None, None, "", "the DCA job the statistic is submitted to"),
         _dataset(),
-        Limit("statistic", "text", 1, 32, "", "a statistic name the parties know (linreg/std, linreg/main)"),
-        Limit("bounds", "count", 2, MAX_REGRESSION_D + 1, "", "the clip box: d + 1 values (features, then target)", item="real+"),
+        Limit("statistic", "text", 1, 32, "", "a statistic name the parties know (linreg/std, linreg/main, dpgd/round)"),
+        Limit("bounds", "count", 0, MAX_REGRESSION_D + 1, "", "linreg: the clip box, d + 1 values (features, then target); dpgd: none", item="real+"),
         Limit("records_per_client", "int", 1, (1 << 32) - 1, "", "public bound on one party's row count"),
+    ),
+    "DpgdRound": (  # StatisticRequest.dpgd (statistic dpgd/round); the party rebuilds and checks the whole plan
+        Limit("job_id", "id", None, None, "", "the dp-gd job: one ledger charge covers all its rounds"),
+        Limit("round", "int", 0, MAX_DPGD_ROUNDS, "", "r; the plan refuses r > R"),
+        Limit("task", "choice", None, None, "", "binary or multinomial logistic regression", choices=("binary", "softmax")),
+        Limit("classes", "int", 2, MAX_CLASSES, "", "2 for binary; K for softmax"),
+        Limit("dimension", "int", 1, MAX_DPGD_D, "", "round 0 sends d(d+1)/2 + d·m values"),
+        _eps(),
+        Limit("delta", "real", 0.0, 1.0, "", "δ of the whole job", open_min=True, open_max=True),
+        Limit("lam", "real", 0.0, MAX_REAL, "", "the regulariser λ; finite", open_min=True),
+        Limit("rounds", "int", 0, MAX_DPGD_ROUNDS, "", "R: the job has R + 1 DCA rounds"),
+        Limit("clip", "real", 0.0, MAX_REAL, "", "C, the per-row gradient clip", open_min=True),
+        Limit("hessian_share", "real", 0.0, 1.0, "", "h, round 0's share of μ² (1 when R = 0)"),
+        Limit("average_from", "real", 0.0, 1.0, "", "the model averages the iterates after this fraction", open_max=True),
+        Limit("adjacency", "choice", None, None, "", "one row replaced (N public) or added/removed", choices=("replace", "add-remove")),
+        Limit("total_records", "int", 0, (1 << 48), "", "N under replace adjacency; 0 under add-remove"),
+        _mode(),
+        Limit("iterate", "count", 0, MAX_DPGD_D * MAX_CLASSES, "", "W_r, d·m finite values; none in round 0"),
     ),
     "ContributionRound": (
         Limit("parties", "count", 1, MAX_PARTIES, "", "each party is one DCA client; a duplicate would submit twice", item="id"),
@@ -352,11 +372,15 @@ def check_dca_job_announcement(msg: Any) -> None:
 
 def check_statistic_request(msg: Any) -> None:
     check_message("StatisticRequest", msg)
+    if msg.HasField("dpgd"):
+        check_message("DpgdRound", msg.dpgd, "dpgd.")
 
 
 def check_contribution_round(msg: Any) -> None:
     check_message("ContributionRound", msg)
     check_message("StatisticRequest", msg.request, "request.")
+    if msg.request.HasField("dpgd"):
+        check_message("DpgdRound", msg.request.dpgd, "request.dpgd.")
 
 
 def check_ensemble_job_spec(msg: Any) -> None:

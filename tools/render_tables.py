@@ -28,6 +28,7 @@ PAGES: dict[str, tuple[str, ...]] = {
     "hamm2016.md": ("mpdp.hamm2016.job.CuratorRole",),
     "local-release.md": ("mpdp.local_release.LocalReleaseCurator",),
     "regression.md": ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound"),
+    "dpgd.md": ("mpdp.dpgd.role.DpgdRole",),
 }
 
 

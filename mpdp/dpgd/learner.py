@@ -3,7 +3,9 @@ the K parties as its clients, the curator's steps from :class:`~mpdp.dpgd.plan.D
 
 With a ``seed`` the DCA jobs are simulations (``simulation_seed``) and the parties' noise and masks come from
 ``Drbg.from_seed(seed).child("client/<party>").child("dca/<job>")``: exactly what the party service draws for a
-seeded job, so the socket job (``services/dpgd.py``) and this path give the same model bit for bit.
+seeded job. The federation's DCA jobs get ids from the curator (``round_job_id`` is their purpose), so the socket job
+(``services/operator/dpgd.py``) is reproduced bit for bit by :func:`mpdp.dpgd.role.run_inmemory` with its DCA job ids;
+with the ids ``round_job_id(job, r)`` that function and this one give the same model.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from mpdp.dca.driver import run_job
-from mpdp.dpgd.plan import DpgdCurator, DpgdPlan, party_vector
+from mpdp.dpgd.plan import DpgdCurator, DpgdPlan, party_vector, round_job_id
 from mpdp.math.drbg import Drbg
 
 DEFAULT_NODES: tuple[str, ...] = ("node-1", "node-2", "node-3")
@@ -34,10 +36,6 @@ class DpgdFit:
     ledger_entry: dict
     seconds: float = 0.0
     job_ids: list[str] = field(default_factory=list)
-
-
-def round_job_id(job_id: str, r: int) -> str:
-    return f"{job_id}.r{r}"
 
 
 def fit(

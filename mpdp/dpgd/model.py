@@ -96,6 +96,21 @@ def prepare(X: np.ndarray) -> np.ndarray:
     return clip_rows(np.asarray(X, dtype=np.float64), 1.0)
 
 
+def party_rows(task: Task, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A party's rows as it uses them: on the unit ball (:func:`prepare`), labels as ``task`` wants them:
+    binary → ±1 (the larger of two label values is +1), softmax → integers 0..K−1 (checked). ValueError otherwise."""
+    y = np.asarray(y, dtype=np.float64)
+    if task.kind == BINARY:
+        vals = np.unique(y)
+        if len(vals) > 2:
+            raise ValueError(f"a binary task needs two label values, the data have {len(vals)}")
+        if len(vals) == 2 or (len(vals) == 1 and vals[0] > 0):
+            y = np.where(y == vals[-1], 1.0, -1.0)
+        elif len(vals) == 1:
+            y = -np.ones_like(y)
+    return prepare(X), task.check_labels(y)
+
+
 def gradient_sum(task: Task, W: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
     """Σ_i clip_C(x_i ⊗ r_i), flattened (d·m,), rows of X already on the unit ball."""
     R = task.residuals(W, X, y)

@@ -173,8 +173,10 @@ class DpgdPlan:
         roster: Sequence[str] = (),
         deadline_seconds: float = 600.0,
         frac_bits: int = 32,
+        purpose: str = "",
     ) -> DcaParams:
-        """Round r's DCA job: a party's vector coordinates are bounded by records_per_client·max(1, C)."""
+        """Round r's DCA job: a party's vector coordinates are bounded by records_per_client·max(1, C).
+        ``purpose`` labels the DCA job (a federation job names the round: ``<dp-gd job>.r<r>``)."""
         s = self.specs[r]
         params = DcaParams(
             job_id=job_id,
@@ -190,7 +192,7 @@ class DpgdPlan:
             clip_bounds=(float(records_per_client) * max(1.0, self.clip),),
             simulation_seed=simulation_seed,
             roster=tuple(roster),
-            purpose=s.purpose,
+            purpose=purpose or s.purpose,
             deadline_seconds=deadline_seconds,
         )
         if params.sigma_std < s.sigma_std * (1 - 1e-9):
@@ -209,6 +211,7 @@ class DpgdPlan:
             "rounds": self.rounds + 1,
             "purpose": f"dp-gd {self.task.kind} model",
             "seeded": seeded,
+            "plan": self.public(),
         }
 
     def public(self) -> dict:
@@ -233,6 +236,11 @@ def _sigma_std(mode: str, sensitivity: float, epsilon: float, delta: float) -> f
     """σ_std as the DCA computes it (through DcaParams' public API: a throw-away two-client job)."""
     p = DcaParams(job_id="plan", dimension=1, clients=2, max_missing=0, epsilon=epsilon, delta=delta, sensitivity=sensitivity, nodes=("a", "b"), mode=mode)
     return p.sigma_std
+
+
+def round_job_id(job_id: str, r: int) -> str:
+    """The name of round r of dp-gd job ``job_id``: the DCA job's id in memory, its ``purpose`` in a federation."""
+    return f"{job_id}.r{r}"
 
 
 def party_vector(plan: DpgdPlan, r: int, W: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:

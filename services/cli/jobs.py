@@ -132,9 +132,10 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
 @click.option("--lambda", "lam", type=float, required=True, help="regularisation λ (logreg: L2; lmgc: trace regulariser)")
 @click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="noise calibration")
-@click.option("--model", type=click.Choice(["logreg", "lmgc", "hamm2016"]), default="logreg", show_default=True,
+@click.option("--model", type=click.Choice(["logreg", "lmgc", "hamm2016", "dp-gd"]), default="logreg", show_default=True,
               help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average; "
-                   "hamm2016: parties vote on the curator's public auxiliary data, the votes are summed by the DCA compute nodes, the curator releases a DP global classifier")
+                   "hamm2016: parties vote on the curator's public auxiliary data, the votes are summed by the DCA compute nodes, the curator releases a DP global classifier; "
+                   "dp-gd: DP gradient descent over the DCA (parties submit noisy clipped gradient sums each round, the curator steps; binary or softmax logistic regression)")
 @click.option("--ridge", type=float, default=1e-3, show_default=True, help="lmgc: ridge floor Δ")
 @click.option("--data-norm", type=float, default=1.0, show_default=True, help="lmgc: public row-norm bound r (rows are clipped to it)")
 @click.option("--auxiliary", default="", help="hamm2016: the curator's auxiliary dataset name (curator config `auxiliary:`)")
@@ -144,14 +145,25 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--max-missing", type=int, default=0, show_default=True, help="hamm2016: voters that may drop out")
 @click.option("--protect-aux", is_flag=True, help="hamm2016: also protect one auxiliary point (§3.4)")
 @click.option("--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lambda)")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="dp-gd: δ of the whole job")
+@click.option("--dimension", type=int, default=0, help="dp-gd: the number of features d every party's dataset has")
+@click.option("--total-records", type=int, default=0, help="dp-gd: the public total row count N (replace-one adjacency)")
+@click.option("--records-per-party", type=int, default=0, help="dp-gd: public bound on one party's row count")
+@click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, model: str, ridge: float, data_norm: float,
-          auxiliary: str, method: str, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float, as_json: bool) -> None:
+          auxiliary: str, method: str, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
+          delta: float, dimension: int, total_records: int, records_per_party: int, rounds: int, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
     import grpc
 
     from services.common.endpoints import Endpoints
     from services.operator.pathak2010 import OperatorClient
+
+    if model == "dp-gd":
+        _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta, lam, mode, classes.split(","), dimension, total_records,
+                    records_per_party, rounds, max_missing, as_json)
+        return
 
     if model == "hamm2016":
         from mpdp.messages import hamm2016_pb2
@@ -207,6 +219,9 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
     from services.common.endpoints import Endpoints
     from services.operator.pathak2010 import OperatorClient
 
+    if job_id.startswith("dp-"):
+        _predict_dpgd(endpoints, job_id, data_path, fmt, as_json)
+        return
     if job_id.startswith("hm-"):
         from services.operator.ensemble import predict_ensemble
 
@@ -316,6 +331,62 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
         print(json.dumps(summary))
     else:
         _print_summary(summary)
+
+
+def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes: str, epsilon: float, delta: float, lam: float, mode: str,
+                classes: list[str], dimension: int, total_records: int, records_per_party: int, rounds: int, max_missing: int, as_json: bool) -> None:
+    """`mpdp train --model dp-gd`: run the job, store the model for `mpdp predict`, print its summary."""
+    from mpdp.dpgd.model import Task
+    from mpdp.dpgd.plan import DpgdPlan, auto_rounds
+    from services.common.endpoints import Endpoints
+    from services.operator.dpgd import RoundFailed, run_dpgd, save_model
+
+    for name, v in (("--dimension", dimension), ("--total-records", total_records), ("--records-per-party", records_per_party)):
+        if v < 1:
+            raise click.BadParameter("dp-gd needs it (a positive integer)", param_hint=name)
+    nodes = [n for n in compute_nodes.split(",") if n] or _endpoint_nodes(endpoints)
+    task = Task("binary") if len(classes) == 2 else Task("softmax", len(classes))
+    try:
+        plan = DpgdPlan(task, dimension, epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, total_records) if rounds < 0 else rounds,
+                        total_records=total_records, mode=mode)
+    except ValueError as e:
+        raise click.ClickException(f"not a valid dp-gd plan: {e}")
+    try:
+        with err.status(f"dp-gd job: {plan.rounds + 1} rounds, {len(parties)} parties as DCA clients, {len(nodes)} compute nodes") if not as_json else _null():
+            run = run_dpgd(Endpoints.load(endpoints), dataset, parties, nodes, plan, records_per_party, max_missing=max_missing)
+    except RoundFailed as e:
+        raise click.ClickException(f"the dp-gd job failed: {e}. Nothing was published.")
+    path = save_model(endpoints, run)
+    out = {k: v for k, v in run.summary().items() if k != "weights"}
+    out["stored"] = str(path)
+    print(json.dumps(out)) if as_json else Console().print_json(json.dumps(out))
+
+
+def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
+    """Classify with a stored dp-gd model (rows scaled onto the unit ball, as the parties trained on them)."""
+    from mpdp.dpgd.model import Task, party_rows, prepare
+    from services.operator.dpgd import load_model
+
+    try:
+        m = load_model(endpoints, job_id)
+    except (FileNotFoundError, ValueError) as e:
+        raise click.ClickException(str(e))
+    task = Task(m["task"], m["classes"])
+    W = np.asarray(m["weights"], dtype=np.float64)
+    try:
+        X, y = load(data_path, fmt, n_features=m["dimension"])
+    except DatasetError as e:
+        raise click.ClickException(str(e))
+    if X.shape[1] != m["dimension"]:
+        raise click.ClickException(f"{data_path} has {X.shape[1]} features, the model has {m['dimension']}")
+    pred = task.predict(W, prepare(X))
+    out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": m["guarantee"]["statement"], "trust_model": m["trust_model"]}
+    try:
+        _, labels = party_rows(task, X, y)
+        out["accuracy"] = float(np.mean(pred == labels))
+    except ValueError:
+        pass  # unlabelled or other labels: no accuracy
+    print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
 
 
 def _interrupt(signum, frame) -> None:

@@ -1,5 +1,12 @@
-"""The party as a DCA client (regression contributions): computes a statistic of its own records and submits
-it with its noise slice to the job's compute nodes, having spent the job's true (ε, δ) first."""
+"""The party as a DCA client (regression and dp-gd contributions): computes a statistic of its own records and
+submits it with its noise slice to the job's compute nodes, having spent the job's true (ε, δ) first.
+
+A dp-gd round (statistic ``dpgd/round``, docs/protocols/dpgd.md) is charged differently: the party spends the whole
+dp-gd job's composed (ε, δ) (``DpgdPlan.ledger_entry``, protocol ``dpgd``) once — every round spends the same entry,
+which the ledger stores once and returns thereafter — and its per-round DCA submission spends no DCA entry of its
+own. So that a curator cannot get rounds for free, the party takes a round only if the DCA job is that round of the
+plan it was charged for (``mpdp.dpgd.wire.check_round_job``: label, r ≤ R, dimension, Δ₂, σ_std) and records a
+zero-charge ``dpgd-round`` marker per round: a second request for a round it contributed to is a REPLAY."""
 
 from __future__ import annotations
 
@@ -10,9 +17,13 @@ from typing import TYPE_CHECKING
 import grpc
 
 from mpdp.data.loaders import DatasetError, load
+from mpdp import limits
 from mpdp.dca.params import DcaParams
-from mpdp.ledger import BudgetExceeded, LedgerError
-from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc
+from mpdp.dpgd import wire as dpgd_wire
+from mpdp.dpgd.model import party_rows
+from mpdp.dpgd.plan import party_vector, round_job_id
+from mpdp.ledger import FAILED, BudgetExceeded, LedgerError
+from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2
 from mpdp.regression.statistics import party_statistics
 from services.common.endpoints import Endpoints
 from services.common import errors
@@ -28,7 +39,7 @@ Problem = common_pb2.Problem
 
 SERVICE = "mpdp.messages.ContributionParty"
 ROLES = roles_by_method(SERVICE, {"Contribute": ("curator",)})
-STATISTICS = {"linreg/std": "std", "linreg/main": "main"}
+STATISTICS = {"linreg/std": "std", "linreg/main": "main", dpgd_wire.STATISTIC: "dpgd"}
 PROTOCOL = "dca"
 
 
@@ -47,17 +58,127 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         round_name = STATISTICS.get(request.statistic)
         if round_name is None:
             await errors.refuse(context, Problem.MALFORMED, f"unknown statistic {shown(request.statistic)}; use one of {sorted(STATISTICS)}")
+        if round_name == "dpgd":
+            return await self._dpgd_round(party, request, context)
+        if request.HasField("dpgd"):
+            await errors.refuse(context, Problem.MALFORMED, "only a dpgd/round request carries a dp-gd round")
         async with party.claimed(context, PROTOCOL, request.dca_job_id):
             return await self._contribute(party, request, round_name, context)
 
     async def _contribute(self, party: "Party", request: contribution_pb2.StatisticRequest, round_name: str, context) -> contribution_pb2.ContributionReceipt:
         cfg = party.cfg
         job = shown(request.dca_job_id)
+        ds = await self._dataset(party, request, context)
+        tls = cfg.tls.files()
+        endpoints = Endpoints(cfg.curator.address, cfg.curator.name, tls)
+        ann, params = await self._dca_job(party, request, context)
+        charge = params.ledger_entry()
+        await party.precheck(context, charge["epsilon"], charge["delta"])
+
+        def compute():
+            X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
+            if len(y) > max(1, request.records_per_client):
+                raise ValueError(f"{len(y)} rows exceed the job's public bound of {request.records_per_client} records per party")
+            return party_statistics(X, y, round_name, tuple(request.bounds))
+
+        z = await self._computed(party, request, compute, context)
+        try:  # spends the job's true (ε, δ) in the ledger before any share leaves; a failed submission keeps it
+            report = await submit_vector(endpoints, tls, cfg.name, request.dca_job_id, z, ledger=party.ledger, announcement=ann)
+        except BudgetExceeded as e:
+            await errors.refuse(context, Problem.BUDGET_EXCEEDED, f"party {cfg.name}: {e}")
+        except (LedgerError, OSError) as e:
+            await party.ledger_broken(context, e)
+        except grpc.aio.AioRpcError as e:
+            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its shares ({e.code().name})")
+        if report.rejected:
+            await errors.refuse(context, Problem.JOB_FAILED, f"party {cfg.name}'s shares were refused ({errors.problem_name(report.rejected[0].problem)})")
+        return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
+
+    # -- a round of a dp-gd job ---------------------------------------------------------------------------
+    async def _dpgd_round(self, party: "Party", request: contribution_pb2.StatisticRequest, context) -> contribution_pb2.ContributionReceipt:
+        cfg = party.cfg
+        try:
+            limits.check_statistic_request(request)
+        except limits.SpecError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, str(e))
+        if not request.HasField("dpgd") or request.bounds:
+            await errors.refuse(context, Problem.MALFORMED, "a dpgd/round request carries its dp-gd round and no clip box")
+        msg = request.dpgd
+        try:
+            plan = dpgd_wire.plan_of(msg)
+            W = dpgd_wire.iterate_of(msg, plan)
+            if msg.round > plan.rounds:
+                raise ValueError(f"round {msg.round} is beyond the plan's {plan.rounds + 1} rounds")
+        except ValueError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
+        round_id = round_job_id(msg.job_id, msg.round)
+        async with party.claimed(context, dpgd_wire.ROUND_PROTOCOL, round_id):  # REPLAY if this round was contributed to
+            ds = await self._dataset(party, request, context)
+            ann, params = await self._dca_job(party, request, context)
+            try:
+                dpgd_wire.check_round_job(plan, msg, params)
+            except ValueError as e:
+                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {shown(request.dca_job_id)}: {e}")
+            entry = plan.ledger_entry(msg.job_id, seeded=params.seeded)
+            try:
+                charged = await asyncio.to_thread(party.ledger.find, dpgd_wire.PROTOCOL, msg.job_id)
+            except (LedgerError, OSError) as e:
+                await party.ledger_broken(context, e)
+            if charged is not None and (charged.get("plan") != entry["plan"] or charged.get("seeded") != entry["seeded"]):
+                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: dp-gd job {shown(msg.job_id)} was charged for another plan")
+            if charged is None:
+                await party.precheck(context, entry["epsilon"], entry["delta"])
+
+            def compute():
+                X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
+                if len(y) > max(1, request.records_per_client):
+                    raise ValueError(f"{len(y)} rows exceed the job's public bound of {request.records_per_client} records per party")
+                if X.shape[1] != plan.dimension:
+                    raise ValueError(f"the dataset has {X.shape[1]} features, the plan {plan.dimension}")
+                X, y = party_rows(plan.task, X, y)
+                return party_vector(plan, msg.round, W, X, y)
+
+            z = await self._computed(party, request, compute, context)
+            # The one charge of the whole job (stored once; every later round finds it), then this round's marker;
+            # both before the round's first share leaves. The DCA submission itself spends nothing.
+            await party.spend(context, entry)
+            marker = {"protocol": dpgd_wire.ROUND_PROTOCOL, "job_id": round_id, "epsilon": 0.0, "delta": 0.0, "dpgd_job_id": msg.job_id,
+                      "round": msg.round, "dca_job_id": request.dca_job_id, "purpose": "covered by the dp-gd job's charge"}
+            await party.spend(context, marker)
+            report = await self._submit(party, request, z, ann, context, failed=((dpgd_wire.PROTOCOL, msg.job_id), (dpgd_wire.ROUND_PROTOCOL, round_id)))
+            return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
+
+    async def _submit(self, party: "Party", request: contribution_pb2.StatisticRequest, z, ann: dca_pb2.DcaJobAnnouncement, context,
+                      *, failed: tuple[tuple[str, str], ...]):
+        """Submit without spending (the caller spent); a failed submission marks ``failed`` entries failed (they keep their charge)."""
+        cfg = party.cfg
+        tls = cfg.tls.files()
+        endpoints = Endpoints(cfg.curator.address, cfg.curator.name, tls)
+        try:
+            report = await submit_vector(endpoints, tls, cfg.name, request.dca_job_id, z, announcement=ann)
+        except grpc.aio.AioRpcError as e:
+            for key in failed:
+                await party.mark(*key, FAILED)
+            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its shares ({e.code().name})")
+        if report.rejected:
+            for key in failed:
+                await party.mark(*key, FAILED)
+            await errors.refuse(context, Problem.JOB_FAILED, f"party {cfg.name}'s shares were refused ({errors.problem_name(report.rejected[0].problem)})")
+        return report
+
+    # -- shared steps -----------------------------------------------------------------------------------------
+    async def _dataset(self, party: "Party", request: contribution_pb2.StatisticRequest, context):
+        cfg = party.cfg
         ds = cfg.datasets.get(request.dataset)
         if ds is None:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(request.dataset)} (configured: {sorted(cfg.datasets)})")
+        return ds
+
+    async def _dca_job(self, party: "Party", request: contribution_pb2.StatisticRequest, context) -> tuple[dca_pb2.DcaJobAnnouncement, DcaParams]:
+        """The DCA job as the curator announces it, checked: a DP sum, seeded only in test mode."""
+        cfg = party.cfg
+        job = shown(request.dca_job_id)
         tls = cfg.tls.files()
-        endpoints = Endpoints(cfg.curator.address, cfg.curator.name, tls)
         try:
             ann = await fetch_job(cfg.curator.address, cfg.curator.name, tls, request.dca_job_id)
             params = DcaParams.from_spec(request.dca_job_id, ann.spec)
@@ -71,30 +192,16 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
         if params.secure_sum:  # a noise-free sum would carry the raw statistic: only DP sums take contributions
             await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {job} adds no noise; statistics are contributed to DP sums only")
-        charge = params.ledger_entry()
-        await party.precheck(context, charge["epsilon"], charge["delta"])
+        return ann, params
 
-        def compute():
-            X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
-            if len(y) > max(1, request.records_per_client):
-                raise ValueError(f"{len(y)} rows exceed the job's public bound of {request.records_per_client} records per party")
-            return party_statistics(X, y, round_name, tuple(request.bounds))
-
+    async def _computed(self, party: "Party", request: contribution_pb2.StatisticRequest, compute, context):
+        """``compute()`` off the event loop; a dataset or shape problem refuses the job as invalid."""
+        cfg = party.cfg
+        job = shown(request.dca_job_id)
         try:
-            z = await asyncio.to_thread(compute)
+            return await asyncio.to_thread(compute)
         except DatasetError as e:
             log.error("DCA job %s: dataset %s: %s", job, request.dataset, e)
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(request.dataset)}; see its log")
         except ValueError as e:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
-        try:  # spends the job's true (ε, δ) in the ledger before any share leaves; a failed submission keeps it
-            report = await submit_vector(endpoints, tls, cfg.name, request.dca_job_id, z, ledger=party.ledger, announcement=ann)
-        except BudgetExceeded as e:
-            await errors.refuse(context, Problem.BUDGET_EXCEEDED, f"party {cfg.name}: {e}")
-        except (LedgerError, OSError) as e:
-            await party.ledger_broken(context, e)
-        except grpc.aio.AioRpcError as e:
-            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its shares ({e.code().name})")
-        if report.rejected:
-            await errors.refuse(context, Problem.JOB_FAILED, f"party {cfg.name}'s shares were refused ({errors.problem_name(report.rejected[0].problem)})")
-        return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)

@@ -1,0 +1,222 @@
+"""The operator's dp-gd job (``mpdp train --model dp-gd``) as one sans-IO role.
+
+:class:`DpgdRole` runs the R + 1 public rounds of a :class:`~mpdp.dpgd.plan.DpgdPlan`: each round is a
+:class:`RunRound` output (a DCA job to create, labelled ``<job>.r<round>``, and a contribution round of the
+parties with the round's :class:`~mpdp.messages.contribution_pb2.DpgdRound`: plan, round, iterate); its DP
+release comes back as the local event ``released`` and goes to the curator's step
+(:class:`~mpdp.dpgd.plan.DpgdCurator`), which publishes the next iterate, or, after round R, the model.
+
+Two drivers move the same role (:func:`drive`): the federation (``services/operator/dpgd.py``) and
+:func:`run_inmemory`, which runs each round's DCA job with the one in-memory driver
+(:func:`mpdp.dca.driver.run_job`) and the parties' vectors computed as ``services/party/contribution.py``
+computes them. For the same seed and DCA job ids both give the same releases and model bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from mpdp.dca.params import DcaParams
+from mpdp.dpgd.plan import TRUST_MODEL, DpgdCurator, DpgdPlan, party_vector, round_job_id
+from mpdp.dpgd.wire import iterate_of, round_request
+from mpdp.messages import contribution_pb2, dca_pb2
+from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
+
+ROUNDS, DONE = "ROUNDS", "DONE"
+PENDING = "pending"  # the job id of a round's DCA parameters until the driver has created the job
+
+
+class RoundFailed(RuntimeError):
+    """A round released nothing; the message names the round and its DCA job."""
+
+
+@dataclass(frozen=True)
+class RunRound:
+    """Output: create ``params``' DCA job (its id is chosen when it is created) and have every party contribute
+    round ``round`` (``request``); answer with :meth:`DpgdRole.released`."""
+
+    round: int
+    params: DcaParams  # job_id PENDING, purpose <job>.r<round>
+    request: contribution_pb2.DpgdRound
+    records_per_party: int
+
+
+@dataclass
+class DpgdRun:
+    """What the job published: every round's release and DCA job, every iterate, and the model."""
+
+    job_id: str
+    plan: DpgdPlan
+    parties: tuple[str, ...]
+    dca_jobs: list[str]
+    releases: list[dca_pb2.DpSum]
+    iterates: list[np.ndarray]
+    model: np.ndarray
+    seeded: bool
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """The release as `mpdp train --model dp-gd --json` prints and `mpdp predict` reads it."""
+        g = self.plan.guarantee
+        return {
+            "job_id": self.job_id,
+            "model": "dp-gd",
+            "task": self.plan.task.kind,
+            "classes": self.plan.task.classes,
+            "dimension": self.plan.dimension,
+            "weights": self.model.tolist(),
+            "plan": self.plan.public(),
+            "parties": list(self.parties),
+            "dca_jobs": list(self.dca_jobs),
+            "guarantee": {"epsilon": g.epsilon, "delta": g.delta, "mechanism": g.mechanism, "statement": g.statement},
+            "trust_model": TRUST_MODEL,
+            "seeded": self.seeded,
+            "round_seconds": dict(self.seconds),
+        }
+
+
+class DpgdRole(Machine):
+    """The operator's dp-gd job, sans-IO: ROUNDS (R + 1 releases, one step each) → DONE, or FAILED.
+
+    :meth:`start` asks for round 0; :meth:`released` takes a round's DP release (checked: the job the driver
+    created for it, the round's dimension and (ε, δ), finite values) and asks for the next round or publishes
+    the :class:`DpgdRun`; :meth:`round_failed` ends the job. Every input is the return of the operator's own
+    calls, so all are local events (``self``); the parties' and nodes' failure policies are those of the
+    contribution round and the DCA job.
+    """
+
+    ROLE = "dpgd_operator"
+    STATES = (ROUNDS, DONE, FAILED)
+    TERMINAL = (DONE, FAILED)
+    TABLE = (
+        row(ROUNDS, "released", "self", f"{ROUNDS}|{DONE}|{FAILED}"),  # the curator steps; the next round, or the model
+        row(ROUNDS, "round_failed", "self", FAILED),
+    )
+    PARTICIPANTS = frozenset()
+
+    def __init__(self, plan: DpgdPlan, parties: Sequence[str], nodes: Sequence[str], records_per_party: int, *, job_id: str,
+                 max_missing: int = 0, seed: bytes = b"", deadline: float = 600.0) -> None:
+        super().__init__(job_id, Peer("operator", "operator"), record=False)
+        if not parties or len(set(parties)) != len(parties):
+            raise LocalProtocolError(Problem.INVALID_JOB, "parties must be distinct and at least one")
+        self.plan = plan
+        self.parties, self.nodes = tuple(parties), tuple(nodes)
+        self.records_per_party, self.max_missing = records_per_party, max_missing
+        self.seed, self.deadline = seed, deadline
+        self.curator = DpgdCurator(plan)
+        self.dca_jobs: list[str] = []
+        self.releases: list[dca_pb2.DpSum] = []
+        self.asked: RunRound | None = None
+        self._result: DpgdRun | None = None
+
+    def start(self) -> list[Any]:
+        """Round 0 (state ROUNDS, no move)."""
+        if self.state != ROUNDS or self.asked is not None:
+            raise LocalProtocolError(Problem.STEP_OUT_OF_ORDER, f"{self.job_id} has already started")
+        return [self._ask()]
+
+    def released(self, dca_job_id: str, release: dca_pb2.DpSum) -> list[Any]:
+        return self._local("released", dca_job_id, release)
+
+    def round_failed(self, detail: str) -> list[Any]:
+        return self._local("round_failed", detail)
+
+    @property
+    def result(self) -> DpgdRun | None:
+        return None if self.state != DONE else self._result
+
+    # -- engine hooks --------------------------------------------------------------------------------
+    def _kinds(self, sender: Peer) -> frozenset[str]:
+        return frozenset()  # the operator's role takes no message
+
+    # -- handlers --------------------------------------------------------------------------------------
+    def _on_released(self, dca_job_id: str, release: dca_pb2.DpSum) -> list[Any]:
+        asked = self.asked
+        assert asked is not None
+        r, p = asked.round, asked.params
+        if release.job_id != dca_job_id or release.dimension != p.dimension or len(release.values) != p.dimension:
+            raise LocalProtocolError(Problem.MALFORMED, f"round {r} ({dca_job_id}): the release is not this round's ({release.dimension} values)")
+        if (release.epsilon, release.delta) != (p.epsilon, p.delta):
+            raise LocalProtocolError(Problem.MALFORMED, f"round {r} ({dca_job_id}): the release's (ε, δ) are not the round's")
+        try:
+            self.curator.take(list(release.values))
+        except ValueError as e:
+            raise LocalProtocolError(Problem.JOB_FAILED, f"round {r} ({dca_job_id}): {e}") from None
+        self.dca_jobs.append(dca_job_id)
+        self.releases.append(release)
+        if not self.curator.done:
+            return [self._ask()]
+        self._result = DpgdRun(self.job_id, self.plan, self.parties, list(self.dca_jobs), list(self.releases), list(self.curator.iterates),
+                               self.curator.model(), bool(self.seed))
+        self.state = DONE
+        return [Publish(self._result)]
+
+    def _on_round_failed(self, detail: str) -> list[Any]:
+        e = LocalProtocolError(Problem.JOB_FAILED, detail)
+        self._fail(e)
+        return e.notices
+
+    def _ask(self) -> RunRound:
+        r = self.curator.round
+        params = self.plan.dca_params(r, PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, max_missing=self.max_missing,
+                                      simulation_seed=self.seed, roster=self.parties, deadline_seconds=self.deadline, purpose=round_job_id(self.job_id, r))
+        self.asked = RunRound(r, params, round_request(self.plan, self.job_id, r, self.curator.iterate()), self.records_per_party)
+        return self.asked
+
+
+def drive(role: DpgdRole, run_round: Callable[[RunRound], tuple[str, dca_pb2.DpSum]], clock: Callable[[], float] = time.perf_counter) -> DpgdRun:
+    """Run the role to its end: ``run_round`` creates a round's DCA job, has the parties contribute and returns
+    (the DCA job id, its release), or raises :class:`RoundFailed`. Times each round (``r0``, ``r1``, …)."""
+    seconds: dict[str, float] = {}
+    outs = role.start()
+    while role.result is None:
+        ask = next(o for o in outs if isinstance(o, RunRound))
+        t = clock()
+        try:
+            job_id, release = run_round(ask)
+        except RoundFailed as e:
+            role.round_failed(str(e))  # FAILED, with this detail
+            raise
+        seconds[f"r{ask.round}"] = clock() - t
+        try:
+            outs = role.released(job_id, release)
+        except LocalProtocolError as e:
+            raise RoundFailed(e.detail) from None
+    run = role.result
+    run.seconds = seconds
+    return run
+
+
+def run_inmemory(plan: DpgdPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], records_per_party: int, *,
+                 job_id: str, dca_job_ids: Sequence[str], seed: bytes = b"", max_missing: int = 0, deadline: float = 600.0) -> DpgdRun:
+    """The whole job in one process through :class:`DpgdRole`: each round's DCA job on the one in-memory driver,
+    every party a DCA client machine contributing :func:`party_vector` of its rows (already on the unit ball and
+    labelled as the party service labels them, :func:`mpdp.dpgd.model.party_rows`). ``dca_job_ids`` name the
+    R + 1 DCA jobs (the federation's curator chooses them); a seeded run with the federation's ids reproduces
+    its releases and model bit for bit."""
+    from mpdp.dca.driver import run_job
+    from mpdp.math.drbg import Drbg
+
+    parties = list(party_data)
+    role = DpgdRole(plan, parties, nodes, records_per_party, job_id=job_id, max_missing=max_missing, seed=seed, deadline=deadline)
+    ids = iter(dca_job_ids)
+
+    def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:
+        dca_job = next(ids)
+        params = dataclasses.replace(ask.params, job_id=dca_job)
+        for name, (X, _) in party_data.items():
+            if len(X) > max(1, ask.records_per_party):
+                raise RoundFailed(f"round {ask.round} ({dca_job}): party {name} has more rows than the job's public bound of {ask.records_per_party}")
+        W = iterate_of(ask.request, plan)
+        Z = np.stack([party_vector(plan, ask.round, W, X, y) for X, y in party_data.values()])
+        run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines")
+        if run.release is None:
+            raise RoundFailed(f"round {ask.round} ({dca_job}) failed: {run.error.detail if run.error else 'nothing released'}")
+        return dca_job, run.release
+
+    return drive(role, run_round)
