@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -96,12 +97,12 @@ class PathakCalibration:
         """δ of the ideal Gaussian mechanism; the rest of δ covers the fixed-point error."""
         return self.delta * (1.0 - FIXED_POINT_DELTA_SHARE)
 
-    @property
+    @cached_property
     def sigma_one(self) -> float:
         """σ of the analytic Gaussian mechanism for sensitivity 1 at (ε, δ_gaussian); σ scales linearly with Δ."""
         return analytic_gaussian_sigma(1.0, self.epsilon, self.delta_gaussian)
 
-    @property
+    @cached_property
     def z_frac_bits(self) -> int:
         """fz: the smallest number of fractional bits of z̄_i with (1 + e^ε)·τ ≤ δ·2^-10, where
         τ = d·K·S_max·2^-fz·(1 + 1/(√(2π)·σ₁)) bounds P[fixed-point release ≠ ideal release] (docs, "Fixed point")."""
@@ -171,7 +172,7 @@ class PathakCalibration:
                     f"part{'y' if t == 1 else 'ies'} (Gaussian mechanism, ℓ2-sensitivity 2/(K·n₍₁₎·λ) + √d·2^-{self.frac_bits}/K with "
                     f"K={self.parties}, λ={self.lam:g}, (λ/2)‖w‖² objective, rows clipped to ‖x‖ ≤ 1; fixed-point error inside δ); "
                     f"trust model: honest-but-curious parties and curator, the curator colludes with no party; "
-                    f"noise Σ_i σ(n₍₁₎)·z_i, z_i ~ N(0, I/(K−t)) drawn by every party: no {t} parties know it"
+                    f"noise Σ_i σ(n₍₁₎)·z_i, z_i ~ N(0, I/(K−t)) drawn by every party: no coalition of up to t={t} parties knows it"
                 ),
             )
         if self.mode == "corrected":
