@@ -145,7 +145,7 @@ def test_corrected_beats_paper_on_the_same_local_models(same_models: exp.Pathak2
 
 def test_distributed_gaussian_beats_corrected_at_equal_epsilon(same_models: exp.Pathak2010Result) -> None:
     """Same local models, same ε: the distributed Gaussian noise (δ = 1e-6, no t = K−2 parties know it) has
-    E‖η‖ ≈ √d·σ₁·Δ against d·Δ/ε for the spherical Laplace (0.36–0.40 times at ε = 0.4–2), and lower error at
+    E‖η‖ ≈ √d·√(K/(K−t))·σ₁·Δ against d·Δ/ε for the spherical Laplace (0.57–0.64 times at ε = 0.4–2), and lower error at
     every informative ε in every split; its guarantee states (ε, δ)."""
     r = same_models
     for split in exp.SPLIT_NAMES:
