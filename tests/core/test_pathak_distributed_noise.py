@@ -22,6 +22,7 @@ from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010 import driver, mechanism, tester
 from mpdp.pathak2010.params import InvalidJob, PathakParams
+from mpdp.protocol import Peer, ProtocolError
 
 ALPHA = 1e-3
 NAMES = ["p1", "p2", "p3", "p4"]
@@ -197,3 +198,62 @@ def test_spec_resolution_and_refusals():
     smallest.delta = 1e-6
     with pytest.raises(InvalidJob, match="DISTRIBUTED_GAUSSIAN noise only"):
         PathakParams.from_spec("j", smallest)
+
+
+def _tampered(secrets, tamper) -> driver.JobResult:
+    spec = driver.make_spec(NAMES, 1.0, 0.5, mode="gaussian-distributed", seed=b"tamper")
+    return driver.run_job(_data(0), spec, secrets, tamper=tamper)
+
+
+def _failed_closed(r: driver.JobResult, problem: int) -> None:
+    assert r.model is None and r.error is not None and r.error.problem == problem, r.error
+    assert r.curator.failed and all(not entries for entries in r.ledger.values())
+
+
+def test_noise_scale_share_to_another_party_fails_the_job(secrets):
+    """P1 relays the scale; a NoiseScaleShare reaching any other party (here in place of the scale) is WRONG_ROLE."""
+    def swap(sender, to, msg):
+        if isinstance(msg, pb.NoiseScale) and to.name == "p3":
+            return pb.NoiseScaleShare(job_id=msg.job_id, ciphertext=msg.ciphertext)
+        return msg
+
+    _failed_closed(_tampered(secrets, swap), common_pb2.WRONG_ROLE)
+
+
+def test_noise_scale_from_a_party_other_than_p1_fails_the_job(secrets):
+    """Only P1 (sender kind "leader") may send the scale: one from P2, arriving while P3 awaits it, is WRONG_ROLE."""
+    seen: list[int] = []
+
+    def inject(result: driver.JobResult) -> None:
+        p3 = result.parties.get("p3")
+        if p3 is not None and p3.state == "AWAIT_NOISE_SCALE" and not seen:
+            try:
+                p3.receive(Peer("party", "p2"), pb.NoiseScale(job_id=p3.job_id, ciphertext=b"\x01"))
+            except ProtocolError as e:
+                seen.append(e.problem)
+
+    spec = driver.make_spec(NAMES, 1.0, 0.5, mode="gaussian-distributed", seed=b"tamper")
+    r = driver.run_job(_data(0), spec, secrets, before_each=inject)
+    assert seen == [common_pb2.WRONG_ROLE]
+    assert r.model is None and r.parties["p3"].failed and all(not entries for entries in r.ledger.values())
+
+
+@pytest.mark.parametrize("kind", [pb.NoiseScaleShare, pb.NoiseScale])
+def test_garbage_noise_scale_ciphertexts_are_malformed(secrets, kind):
+    def garble(sender, to, msg):
+        return kind(job_id=msg.job_id, ciphertext=b"\x00") if isinstance(msg, kind) else msg
+
+    _failed_closed(_tampered(secrets, garble), common_pb2.MALFORMED)
+
+
+def test_noise_scale_messages_in_a_smallest_party_job_are_refused(secrets):
+    """A smallest-party job has no scale step: a NoiseScaleShare reaching P1 there fails the job (WRONG_ROLE)."""
+    spec = driver.make_spec(NAMES, 1.0, 0.5, mode="corrected", seed=b"tamper")
+
+    def inject(sender, to, msg):
+        if isinstance(msg, pb.SelectionVector) and to.name == "p1":
+            return pb.NoiseScaleShare(job_id=msg.job_id, ciphertext=b"\x01")
+        return msg
+
+    r = driver.run_job(_data(0), spec, secrets, tamper=inject)
+    _failed_closed(r, common_pb2.WRONG_ROLE)
