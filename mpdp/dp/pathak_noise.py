@@ -27,6 +27,7 @@ from typing import Literal
 
 import numpy as np
 
+from mpdp import limits
 from mpdp.dp.mechanisms import Guarantee, analytic_gaussian_sigma, gaussian, laplace_coordinates, spherical_laplace
 from mpdp.learn.logreg import Convention, l2_sensitivity
 from mpdp.math.drbg import Drbg
@@ -44,7 +45,7 @@ Z_INT_BITS = 6
 MAX_Z_FRAC_BITS = 256
 FIXED_POINT_DELTA_SHARE = 2.0**-10  # the part of δ spent on the fixed-point error, (1 + e^ε)·τ
 FLOAT_SLACK = 2.0**-40  # σ̄ is rounded up from S·(1 + 2^-40): the float computing S errs by a few ulps (2^-52) at most
-MAX_DIMENSION = 4096  # limits.MAX_PATHAK_DIMENSION; fz is fixed by the spec alone, before d is known
+MAX_DIMENSION = limits.MAX_PATHAK_DIMENSION  # fz is fixed by the spec alone, before d is known
 
 
 class NoiseOverflow(ValueError):

@@ -108,7 +108,7 @@ def test_released_model_equals_the_plaintext_mechanism(runs):
         for n, z in zip(NAMES, draw.shares):
             assert np.array_equal(z, r.parties[n].noise)
         # model rounding (K/2 units), stochastic rounding (1 unit) and the z̄ rounding, over K, in units 2^-f
-        assert np.max(np.abs(w - draw.weights)) <= 2.0**-r.curator.params.frac_bits
+        assert np.max(np.abs(w - draw.weights)) <= (len(NAMES) / 2 + 1.01) / len(NAMES) * 2.0**-r.curator.params.frac_bits
 
 
 def test_mechanism_noise_distribution_and_scale():
@@ -257,3 +257,18 @@ def test_noise_scale_messages_in_a_smallest_party_job_are_refused(secrets):
 
     r = driver.run_job(_data(0), spec, secrets, tamper=inject)
     _failed_closed(r, common_pb2.WRONG_ROLE)
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_one_and_two_parties_release_what_the_mechanism_draws(secrets, K):
+    names = NAMES[:K]
+    data = {n: _data(3)[n] for n in names}
+    spec = driver.make_spec(names, 1.0, 0.5, mode="gaussian-distributed", seed=f"small-{K}".encode())
+    r = driver.run_job(data, spec, secrets)
+    assert r.error is None and r.model is not None
+    assert r.model.colluders == K - 1  # K = 1: nobody to collude with; K = 2: the other party
+    root = Drbg.from_seed(f"small-{K}".encode())
+    cal = r.curator.params.calibration
+    draw = mechanism.draw_aggregate([r.parties[n].w for n in names], [r.parties[n].n for n in names], cal,
+                                    [mechanism.party_rng(root, n) for n in names])
+    assert np.max(np.abs(tester.rebuild(r.model) - draw.weights)) <= (K / 2 + 1.01) / K * 2.0**-r.curator.params.frac_bits
