@@ -41,6 +41,9 @@ class PartyMachine(Machine):
         if self.params.seeded and not resources.test_mode:
             raise LocalProtocolError(Problem.INVALID_JOB, "a simulation seed makes a release non-private; this party is not in test mode")
         self.res = resources
+        zeta_bits = resources.curator_keys.paillier.bits
+        if zeta_bits < self.params.min_paillier_bits():  # η̄ + s (σ̄·Σz̄ + s) must never wrap mod N′
+            raise LocalProtocolError(Problem.INVALID_JOB, f"the curator's {zeta_bits}-bit Paillier key is too small for this job (needs {self.params.min_paillier_bits()} bits)")
         self.ops = OpCounter()
         self.j = self.params.index(name)
         self.K = self.params.K

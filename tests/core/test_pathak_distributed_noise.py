@@ -272,3 +272,12 @@ def test_one_and_two_parties_release_what_the_mechanism_draws(secrets, K):
     draw = mechanism.draw_aggregate([r.parties[n].w for n in names], [r.parties[n].n for n in names], cal,
                                     [mechanism.party_rng(root, n) for n in names])
     assert np.max(np.abs(tester.rebuild(r.model) - draw.weights)) <= (K / 2 + 1.01) / K * 2.0**-r.curator.params.frac_bits
+
+
+def test_a_curator_key_too_small_for_the_noise_plaintext_is_refused():
+    """σ̄·Σz̄ + s needs e + κ + 3 bits; a test-mode ζ below that would wrap, so every party refuses the job."""
+    small = driver.test_curator_secrets(256, 1024)
+    spec = driver.make_spec(NAMES, 10.0, 0.5, mode="gaussian-distributed", seed=b"small-zeta")  # fz = 118
+    assert PathakParams.from_spec("job-1", spec).min_paillier_bits() > 256
+    r = driver.run_job(_data(0), spec, small)
+    assert r.model is None and r.error is not None and r.error.problem == common_pb2.INVALID_JOB and "too small" in r.error.detail
