@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from mpdp.messages import common_pb2, dca_pb2
+from mpdp.messages import common_pb2, dca_pb2, pathak2010_pb2
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _ID = re.compile(ID_PATTERN)
@@ -113,6 +113,8 @@ def _num(v: float | None) -> str:
 
 MODES = (common_pb2.CORRECTED, common_pb2.PAPER)
 MODE_NAMES = ("CORRECTED", "PAPER")
+PATHAK_NOISES = (pathak2010_pb2.PATHAK_NOISE_DEFAULT, pathak2010_pb2.SMALLEST_PARTY, pathak2010_pb2.DISTRIBUTED_GAUSSIAN)
+PATHAK_NOISE_NAMES = ("PATHAK_NOISE_DEFAULT", "SMALLEST_PARTY", "DISTRIBUTED_GAUSSIAN")
 
 
 def _eps(why: str = "ε of the guarantee; above the max nothing is private and noise scales underflow") -> Limit:
@@ -147,6 +149,10 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("size_bits", "int", 1, MAX_SIZE_BITS, "bits", "public bound n_j < 2^size_bits on a party's record count", default=32),
         _seed(),
         _deadline(600.0),
+        Limit("noise", "choice", None, None, "", "who draws the noise: 0 = default (DISTRIBUTED_GAUSSIAN; SMALLEST_PARTY in PAPER mode)",
+              choices=PATHAK_NOISES, choice_names=PATHAK_NOISE_NAMES),
+        Limit("colluders", "int", 0, MAX_PATHAK_PARTIES - 1, "", "DISTRIBUTED_GAUSSIAN: t ≤ K − 1 parties may pool their noise (checked with K; unset = max(1, K − 2))"),
+        Limit("delta", "real", 0.0, 1.0, "", "DISTRIBUTED_GAUSSIAN: δ of the guarantee; SMALLEST_PARTY: 0", open_max=True, default=1e-6),
     ),
     "JobAnnouncement": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and file names"),

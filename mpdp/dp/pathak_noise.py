@@ -1,4 +1,4 @@
-"""Noise for the Pathak–Rane–Raj aggregate classifier, in both modes (spec pathak2010.md §1.3, §1.10).
+"""Noise for the Pathak–Rane–Raj aggregate classifier, in its three modes (spec pathak2010.md §1.3, §1.10).
 
 ``corrected`` (default, provable): spherical Laplace, density ∝ exp(−‖η‖/β), with
 β_j = 2/(K·n_j·λ·ε) for the (λ/2)‖w‖² objective. A record change in party j moves ŵ_j by
@@ -8,7 +8,12 @@ at most 2/(n_j·λ) in ℓ2 (CM08 Cor. 2), hence the average (1/K)·Σŵ_k by at
 ``paper`` (as published; see :mod:`mpdp.dp.pathak_paper` for what it really guarantees):
 coordinate-wise Laplace with β_j = 2/(n_j·ε·λ) and the paper's λ‖w‖² objective.
 
-Each party draws η_j from its own stream ``rng.child("pathak2010/noise")`` so that the
+``gaussian-distributed`` (ours; docs/protocols/pathak2010.md "Distributed Gaussian noise"): every
+party i draws z_i ~ N(0, I/(K−t)); the release carries σ(n₍₁₎)·Σ_i z_i, σ from the analytic Gaussian
+mechanism (Balle & Wang 2018) for the ℓ2-sensitivity 2/(K·n₍₁₎·λ) plus the fixed-point rounding of the
+models. (ε, δ)-DP against the curator and any t colluding parties, none of whom knows the noise.
+
+Each party draws η_j (or z_i) from its own stream ``rng.child("pathak2010/noise")`` so that the
 plaintext mechanism (:mod:`mpdp.pathak2010.mechanism`) and the cryptographic protocol
 draw the same noise for the same seed.
 """
@@ -17,17 +22,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
 
-from mpdp.dp.mechanisms import Guarantee, laplace_coordinates, spherical_laplace
+from mpdp import limits
+from mpdp.dp.mechanisms import Guarantee, analytic_gaussian_sigma, gaussian, laplace_coordinates, spherical_laplace
 from mpdp.learn.logreg import Convention, l2_sensitivity
 from mpdp.math.drbg import Drbg
 
-Mode = Literal["corrected", "paper"]
-MODES: tuple[str, ...] = ("corrected", "paper")
+Mode = Literal["corrected", "paper", "gaussian-distributed"]
+MODES: tuple[str, ...] = ("corrected", "paper", "gaussian-distributed")
+GAUSSIAN = "gaussian-distributed"
 NOISE_STREAM = "pathak2010/noise"
+DEFAULT_DELTA = 1e-6
+# Fixed point of the distributed Gaussian (docs/protocols/pathak2010.md, "Fixed point"): in units 2^-f of K·ŵ_s,
+# σ̄ = ⌈S·2^SIGMA_FRAC_BITS⌉ with S = K·σ·2^f < 2^(f + SCALE_BITS); z̄_i = round(z_i·2^fz), |z_i| < 2^Z_INT_BITS.
+SIGMA_FRAC_BITS = 32
+SCALE_BITS = 26
+Z_INT_BITS = 6
+MAX_Z_FRAC_BITS = 256
+FIXED_POINT_DELTA_SHARE = 2.0**-10  # the part of δ spent on the fixed-point error, (1 + e^ε)·τ
+FLOAT_SLACK = 2.0**-40  # σ̄ is rounded up from S·(1 + 2^-40): the float computing S errs by a few ulps (2^-52) at most
+MAX_DIMENSION = limits.MAX_PATHAK_DIMENSION  # fz is fixed by the spec alone, before d is known
+
+
+class NoiseOverflow(ValueError):
+    """A party's noise does not fit the fixed-point encoding: the job must not release."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +60,9 @@ class PathakCalibration:
     epsilon: float
     lam: float
     parties: int
+    delta: float = 0.0  # gaussian-distributed only
+    colluders: int = 0  # gaussian-distributed only: t
+    frac_bits: int = 32  # gaussian-distributed only: f of the released fixed point
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -48,22 +73,86 @@ class PathakCalibration:
             raise ValueError(f"lambda must be positive, got {self.lam}")
         if self.parties < 1:
             raise ValueError(f"need at least one party, got {self.parties}")
+        if self.mode == GAUSSIAN:
+            if not 0 < self.delta < 1:
+                raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+            if not 0 <= self.colluders <= max(self.parties - 1, 0):
+                raise ValueError(f"colluders t must be in [0, K−1] = [0, {max(self.parties - 1, 0)}], got {self.colluders}")
+            if self.z_frac_bits > MAX_Z_FRAC_BITS:
+                raise ValueError(f"epsilon {self.epsilon:g} with delta {self.delta:g} needs {self.z_frac_bits} fractional bits for z (at most {MAX_Z_FRAC_BITS})")
+        elif self.delta != 0 or self.colluders != 0:
+            raise ValueError(f"{self.mode} mode is pure ε-DP: delta and colluders must be 0")
+
+    @property
+    def distributed(self) -> bool:
+        return self.mode == GAUSSIAN
 
     @property
     def convention(self) -> Convention:
         """Regulariser convention: ours (λ/2)‖w‖², or the paper's λ‖w‖² in paper mode."""
-        return "half" if self.mode == "corrected" else "full"
+        return "full" if self.mode == "paper" else "half"
 
-    def scale(self, n: int) -> float:
-        """Noise scale β_j for a party holding n records."""
+    # -- gaussian-distributed ------------------------------------------------------------
+    @property
+    def delta_gaussian(self) -> float:
+        """δ of the ideal Gaussian mechanism; the rest of δ covers the fixed-point error."""
+        return self.delta * (1.0 - FIXED_POINT_DELTA_SHARE)
+
+    @cached_property
+    def sigma_one(self) -> float:
+        """σ of the analytic Gaussian mechanism for sensitivity 1 at (ε, δ_gaussian); σ scales linearly with Δ."""
+        return analytic_gaussian_sigma(1.0, self.epsilon, self.delta_gaussian)
+
+    @cached_property
+    def z_frac_bits(self) -> int:
+        """fz: the smallest number of fractional bits of z̄_i with (1 + e^ε)·τ ≤ δ·2^-10, where
+        τ = d·K·S_max·2^-fz·(1 + 1/(√(2π)·σ₁)) bounds P[fixed-point release ≠ ideal release] (docs, "Fixed point")."""
+        log2_one_plus_exp = (self.epsilon + math.log1p(math.exp(-self.epsilon))) / math.log(2.0)
+        log2_tau_factor = (
+            math.log2(MAX_DIMENSION) + math.log2(self.parties) + self.frac_bits + SCALE_BITS
+            + math.log2(1.0 + 1.0 / (math.sqrt(2.0 * math.pi) * self.sigma_one))
+        )
+        return math.ceil(log2_tau_factor + log2_one_plus_exp - math.log2(self.delta * FIXED_POINT_DELTA_SHARE))
+
+    def fixed_point_delta(self, d: int) -> float:
+        """(1 + e^ε)·τ for dimension d: the δ the fixed-point error costs (≤ δ·2^-10 by the choice of fz)."""
+        tau = d * self.parties * 2.0 ** (self.frac_bits + SCALE_BITS - self.z_frac_bits) * (1.0 + 1.0 / (math.sqrt(2.0 * math.pi) * self.sigma_one))
+        return (1.0 + math.exp(min(self.epsilon, 700.0))) * tau
+
+    def noise_units(self, n: int, d: int) -> int:
+        """σ̄_j = ⌈S_j·2^SIGMA_FRAC_BITS⌉ for a party with n records: S_j = σ₁·(2^(f+1)/(n·λ) + √d) is the std, in
+        units 2^-f of K·ŵ_s, of the Gaussian mechanism on Σ_j round(ŵ_j·2^f) (ℓ2-sensitivity 2^(f+1)/(n·λ) + √d).
+        Rounded up (never under-noised); NoiseOverflow when S_j ≥ 2^(f + SCALE_BITS)."""
         if n < 1:
             raise ValueError(f"dataset size must be >= 1, got {n}")
+        s = self.sigma_one * (2.0 ** (self.frac_bits + 1) / (n * self.lam) + math.sqrt(d))
+        if not (math.isfinite(s) and s < 2.0 ** (self.frac_bits + SCALE_BITS)):
+            raise NoiseOverflow(f"noise std K·σ = {s / 2.0**self.frac_bits:.3g} is not below 2^{SCALE_BITS}; the job cannot release")
+        return math.ceil(s * (1.0 + FLOAT_SLACK) * 2.0**SIGMA_FRAC_BITS)
+
+    def sigma(self, n: int, d: int) -> float:
+        """σ(n), the per-coordinate std of the noise on ŵ_s (as released, after rounding σ̄ up)."""
+        return self.noise_units(n, d) / (self.parties * 2.0 ** (self.frac_bits + SIGMA_FRAC_BITS))
+
+    def draw_share(self, rng: Drbg, d: int) -> np.ndarray:
+        """z_i ~ N(0, I_d/(K−t)), party i's noise factor, from its noise stream."""
+        if not self.distributed:
+            raise ValueError(f"{self.mode} mode has no noise shares")
+        return gaussian(rng.child(NOISE_STREAM), d, 1.0 / math.sqrt(self.parties - self.colluders))
+
+    # -- smallest-party modes ------------------------------------------------------------
+    def scale(self, n: int) -> float:
+        """Noise scale β_j for a party holding n records (smallest-party modes)."""
+        if n < 1:
+            raise ValueError(f"dataset size must be >= 1, got {n}")
+        if self.distributed:
+            raise ValueError("gaussian-distributed mode has no per-party scale β; use sigma(n, d)")
         if self.mode == "corrected":
             return 2.0 / (self.parties * n * self.lam * self.epsilon)
         return 2.0 / (n * self.epsilon * self.lam)
 
     def draw(self, rng: Drbg, n: int, d: int) -> np.ndarray:
-        """η_j for a party with n records, from the party's noise stream."""
+        """η_j for a party with n records, from the party's noise stream (smallest-party modes)."""
         stream = rng.child(NOISE_STREAM)
         if self.mode == "corrected":
             return spherical_laplace(stream, d, self.scale(n))
@@ -71,6 +160,22 @@ class PathakCalibration:
 
     def guarantee(self, d: int) -> Guarantee:
         """The guarantee the aggregate release actually gives (decision 1)."""
+        if self.distributed:
+            t = self.colluders
+            return Guarantee(
+                mechanism="distributed Gaussian output perturbation of the average of K local minimisers (σ(n₍₁₎)·Σ_i z_i, analytic calibration)",
+                epsilon=self.epsilon,
+                delta=self.delta,
+                sensitivity=2.0 / (self.parties * self.lam),  # times 1/n_(1), plus the rounding term √d·2^-f/K
+                norm="l2",
+                statement=(
+                    f"({self.epsilon:g}, {self.delta:g})-DP under record substitution against the curator and any {t} colluding "
+                    f"part{'y' if t == 1 else 'ies'} (Gaussian mechanism, ℓ2-sensitivity 2/(K·n₍₁₎·λ) + √d·2^-{self.frac_bits}/K with "
+                    f"K={self.parties}, λ={self.lam:g}, (λ/2)‖w‖² objective, rows clipped to ‖x‖ ≤ 1; fixed-point error inside δ); "
+                    f"trust model: honest-but-curious parties and curator, the curator colludes with no party; "
+                    f"noise Σ_i σ(n₍₁₎)·z_i, z_i ~ N(0, I/(K−t)) drawn by every party: no coalition of up to t={t} parties knows it"
+                ),
+            )
         if self.mode == "corrected":
             return Guarantee(
                 mechanism="spherical Laplace output perturbation of the average of K local minimisers",

@@ -3,7 +3,7 @@
 Spec: shared/spec/pathak2010.md §1.9. K = 5 parties, three training-set splits (``even``,
 ``15pct``, ``10pct``: n₍₁₎ = 6512, 4884, 3256), random disjoint splits re-drawn per run,
 rows clipped to the unit ball, test error of the perturbed aggregate ŵ_s against ε, in both
-noise modes (``corrected`` and ``paper``), plus three baselines:
+noise modes (``corrected``, ``paper`` and ``gaussian-distributed`` at δ = ``delta``, t = K − 2), plus three baselines:
 
 * ``nonprivate_all``: LR trained on all 32,561 rows (deterministic, one fit per mode);
 * ``dp_all``: output perturbation of that model with n = 32,561, K = 1 (CM08), per mode;
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from mpdp.data.loaders import DatasetError, load_libsvm
-from mpdp.dp.pathak_noise import MODES, Mode, PathakCalibration
+from mpdp.dp.pathak_noise import DEFAULT_DELTA, GAUSSIAN, MODES, Mode, PathakCalibration
 from mpdp.experiments.common import (
     Curve,
     ExtraPoints,
@@ -49,6 +49,7 @@ from mpdp.experiments.common import (
 from mpdp.learn import logreg
 from mpdp.math.drbg import Drbg
 from mpdp.pathak2010.mechanism import draw_aggregate, party_rng
+from mpdp.pathak2010.params import default_colluders
 
 # -- the paper's configuration (pathak2010.md §1.9) ---------------------------------
 A9A_TRAIN_ROWS = 32_561
@@ -130,6 +131,7 @@ class Pathak2010Config:
     workers: int = 1
     paper_lam: float | None = None  # λ of paper mode if different (e.g. λ/2: the same models as corrected)
     draws: int = 1  # independent noise draws per (run, ε), averaged; 1 = the paper's "fresh noise each run"
+    delta: float = DEFAULT_DELTA  # δ of the gaussian-distributed mode
 
     def __post_init__(self) -> None:
         for lam in (self.lam, self.paper_lam if self.paper_lam is not None else self.lam):
@@ -153,6 +155,8 @@ class Pathak2010Config:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.draws < 1:
             raise ValueError(f"draws must be >= 1, got {self.draws}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -166,9 +170,16 @@ class Pathak2010Config:
         return logreg.reg_coefficient(self.lam_for(mode), convention(mode))
 
 
+def calibration(mode: Mode, eps: float, lam: float, parties: int, delta: float = DEFAULT_DELTA) -> PathakCalibration:
+    """The mode's calibration; gaussian-distributed at δ with the protocol's default t = K − 2 (1 for K = 2, 0 for K = 1)."""
+    if mode == GAUSSIAN:
+        return PathakCalibration(mode, eps, lam, parties, delta, default_colluders(parties))
+    return PathakCalibration(mode, eps, lam, parties)
+
+
 def convention(mode: Mode) -> logreg.Convention:
     """Regulariser convention of a mode (the calibration decides; ε is irrelevant here)."""
-    return PathakCalibration(mode, 1.0, 1.0, PARTIES).convention
+    return calibration(mode, 1.0, 1.0, PARTIES).convention
 
 
 def random_split(rng: np.random.Generator, sizes: Sequence[int], n_rows: int) -> list[np.ndarray]:
@@ -241,7 +252,7 @@ def run_once(data: A9a, config: Pathak2010Config, run: int, full_models: Mapping
             models = trained[c]
             weights = [np.mean(np.stack(models), axis=0)]
             for eps in config.epsilons:
-                cal = PathakCalibration(mode, eps, lam, PARTIES)
+                cal = calibration(mode, eps, lam, PARTIES, config.delta)
                 for k in range(config.draws):
                     root = noise_root(master, "aggregate", run, mode, eps, split, k)
                     weights.append(draw_aggregate(models, list(sizes), cal, [party_rng(root, p) for p in names]).weights)
@@ -252,7 +263,7 @@ def run_once(data: A9a, config: Pathak2010Config, run: int, full_models: Mapping
     for mode in config.modes:
         weights = []
         for eps in config.epsilons:
-            cal = PathakCalibration(mode, eps, config.lam_for(mode), 1)
+            cal = calibration(mode, eps, config.lam_for(mode), 1, config.delta)
             for k in range(config.draws):
                 root = noise_root(master, "dp_all", run, mode, eps, draw=k)
                 weights.append(draw_aggregate([full_models[mode]], [n], cal, [party_rng(root, "P1")]).weights)
@@ -307,12 +318,13 @@ class Pathak2010Result:
         for mode in c.modes:
             per: dict[str, Any] = {}
             for kind, parties in (("aggregate", PARTIES), ("dp_all", 1)):
-                gs = [PathakCalibration(mode, e, c.lam_for(mode), parties).guarantee(d) for e in c.epsilons]
+                gs = [calibration(mode, e, c.lam_for(mode), parties, c.delta).guarantee(d) for e in c.epsilons]
                 per[kind] = {
                     "mechanism": gs[0].mechanism,
                     "norm": gs[0].norm,
                     "epsilon_actual": {lab: g.epsilon for lab, g in zip(c.labels, gs)},
                     "epsilon_actual_over_nominal": gs[0].epsilon / c.epsilons[0],
+                    "delta": gs[0].delta,
                     "statement": gs[0].statement,
                 }
             guarantees[mode] = per
@@ -325,6 +337,7 @@ class Pathak2010Result:
             "noise": {
                 "corrected": "spherical Laplace, density ∝ exp(−‖η‖/β), β = 2/(K·n₍₁₎·λ·ε)",
                 "paper": "coordinate-wise Laplace, β = 2/(n₍₁₎·ε·λ) (as published)",
+                "gaussian-distributed": f"σ(n₍₁₎)·Σ_i z_i, z_i ~ N(0, I/(K−t)), σ analytic Gaussian for Δ₂ = 2/(K·n₍₁₎·λ) + √d·2^-32/K at δ = {c.delta:g}",
                 "dp_all": "same formulas with K = 1, n = 32,561",
             },
             "guarantee": guarantees,
@@ -421,6 +434,7 @@ class Pathak2010Result:
         titles = {
             "paper": f"paper mode (λ={c.lam_for('paper'):g}): coord. Laplace 2/(n₍₁₎ελ), λ‖w‖²",
             "corrected": f"corrected mode (λ={c.lam_for('corrected'):g}): spherical 2/(Kn₍₁₎λε), (λ/2)‖w‖²",
+            "gaussian-distributed": f"gaussian-distributed (λ={c.lam_for('corrected'):g}, δ={c.delta:g}): σ(n₍₁₎)·Σz_i, (λ/2)‖w‖²",
         }
         for mode in c.modes:
             curves = [

@@ -772,6 +772,16 @@ class PartyStub:
                 request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.NoiseChain.SerializeToString,
                 response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
                 _registered_method=True)
+        self.SendNoiseScaleShare = channel.unary_unary(
+                '/mpdp.messages.Party/SendNoiseScaleShare',
+                request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.NoiseScaleShare.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+                _registered_method=True)
+        self.SendNoiseScale = channel.unary_unary(
+                '/mpdp.messages.Party/SendNoiseScale',
+                request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.NoiseScale.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+                _registered_method=True)
         self.SendResharePiece = channel.unary_unary(
                 '/mpdp.messages.Party/SendResharePiece',
                 request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.ResharePiece.SerializeToString,
@@ -850,6 +860,18 @@ class PartyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendNoiseScaleShare(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendNoiseScale(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SendResharePiece(self, request, context):
         """both
         """
@@ -914,6 +936,16 @@ def add_PartyServicer_to_server(servicer, server):
             'SendNoiseChain': grpc.unary_unary_rpc_method_handler(
                     servicer.SendNoiseChain,
                     request_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.NoiseChain.FromString,
+                    response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
+            ),
+            'SendNoiseScaleShare': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendNoiseScaleShare,
+                    request_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.NoiseScaleShare.FromString,
+                    response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
+            ),
+            'SendNoiseScale': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendNoiseScale,
+                    request_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.NoiseScale.FromString,
                     response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
             ),
             'SendResharePiece': grpc.unary_unary_rpc_method_handler(
@@ -1197,6 +1229,60 @@ class Party:
             target,
             '/mpdp.messages.Party/SendNoiseChain',
             mpdp_dot_messages_dot_pathak2010__pb2.NoiseChain.SerializeToString,
+            mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendNoiseScaleShare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.Party/SendNoiseScaleShare',
+            mpdp_dot_messages_dot_pathak2010__pb2.NoiseScaleShare.SerializeToString,
+            mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendNoiseScale(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.Party/SendNoiseScale',
+            mpdp_dot_messages_dot_pathak2010__pb2.NoiseScale.SerializeToString,
             mpdp_dot_messages_dot_common__pb2.Ack.FromString,
             options,
             channel_credentials,

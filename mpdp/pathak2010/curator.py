@@ -24,6 +24,18 @@ TRUST_MODEL = (
 )
 
 
+def trust_model(params: PathakParams) -> str:
+    """The trust model of a job's release: the smallest-party leak, or the coalition bound t of the distributed noise."""
+    if not params.distributed:
+        return TRUST_MODEL
+    t = params.calibration.colluders
+    return (
+        "honest-but-curious parties and curator; the curator colludes with no party; every party draws a share of the "
+        f"Gaussian noise and no party knows it: the guarantee holds against any {t} colluding part{'y' if t == 1 else 'ies'} "
+        "pooling their shares (pathak2010.md, Distributed Gaussian noise)"
+    )
+
+
 class CuratorMachine(Machine):
     ROLE = "curator"
     STATES = states.CURATOR_STATES
@@ -185,7 +197,8 @@ class CuratorMachine(Machine):
 
     # -- Stage 3 -------------------------------------------------------------------------
     def _step_await_masked_noise(self) -> list[Output]:
-        """S3.2: decrypt η̄ + s, set c_0 = K·(η̄ + s) and re-share it (§1.7)."""
+        """S3.2: decrypt η̄ + s, set c_0 = K·(η̄ + s) and re-share it (§1.7).
+        DISTRIBUTED_GAUSSIAN: the plaintext is σ̄·Σz̄ + s at scale 2^(f+g); c_0 = ⌊(σ̄·Σz̄ + s)/2^g⌋, already K·η."""
         prm = self.params
         msg = self._take(pb.MaskedNoise, prm.parties[0])
         require(len(msg.ciphertexts) == self.d, Problem.MALFORMED, f"MaskedNoise must have d={self.d} ciphertexts, got {len(msg.ciphertexts)}")
@@ -194,7 +207,7 @@ class CuratorMachine(Machine):
         plain = [zeta.decrypt(_parse(zeta.public, c), self.ops) for c in msg.ciphertexts]
         require(all(0 < v < 1 << (prm.eta_bits + prm.kappa + 2) for v in plain), Problem.MALFORMED, "masked noise is out of range")
         q = prm.ring_modulus
-        c0 = [prm.K * v % q for v in plain]
+        c0 = [(v >> prm.truncate_bits) % q for v in plain] if prm.distributed else [prm.K * v % q for v in plain]
         pieces = sharing.split(c0, prm.K + 1, q, self.rng.child("reshare"), keep=0)
         self._own_piece = pieces[0]
         self.state = "AWAIT_PUBLISHED_SHARES"
@@ -235,7 +248,9 @@ class CuratorMachine(Machine):
             paillier_ops=dict(ops),
             seeded=prm.seeded,
             dataset=prm.dataset,
-            trust_model=TRUST_MODEL,
+            trust_model=trust_model(prm),
+            noise=prm.noise,
+            colluders=prm.calibration.colluders,
         )
         setattr(model, "lambda", prm.calibration.lam)
         self.state = "PUBLISHED"

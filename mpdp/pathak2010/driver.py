@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from mpdp.dp.pathak_noise import GAUSSIAN, MODES
 from mpdp.driver import Wire
 from mpdp.math.dgk import DgkKeyPair
 from mpdp.math.drbg import Drbg
@@ -36,14 +37,23 @@ class JobResult:
     rejections: list[tuple[Peer, Peer, ProtocolError]] = field(default_factory=list)  # refused, recipient untouched
 
 
-def make_spec(parties: list[str], epsilon: float, lam: float, mode: str = "corrected", seed: bytes | None = None, dataset: str = "data") -> pb.PathakJobSpec:
+def make_spec(parties: list[str], epsilon: float, lam: float, mode: str = "corrected", seed: bytes | None = None, dataset: str = "data",
+              delta: float = 0.0, colluders: int | None = None) -> pb.PathakJobSpec:
+    """A job in one of the calibration modes: corrected, paper (the smallest party's noise) or gaussian-distributed
+    (``delta`` 0 = default; ``colluders`` None = default)."""
     spec = pb.PathakJobSpec(
         dataset=dataset,
         epsilon=epsilon,
-        mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER,
+        mode=common_pb2.PAPER if mode == "paper" else common_pb2.CORRECTED,
+        noise=pb.DISTRIBUTED_GAUSSIAN if mode == GAUSSIAN else pb.SMALLEST_PARTY,
         parties=parties,
         simulation_seed=seed or b"",
+        delta=delta,
     )
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
+    if colluders is not None:
+        spec.colluders = colluders
     setattr(spec, "lambda", lam)
     return spec
 

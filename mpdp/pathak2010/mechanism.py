@@ -1,6 +1,6 @@
 """The aggregate classifier's output distribution drawn directly, in plaintext (PRR10 §1.3).
 
-ŵ_s = (1/K)·Σ_j ŵ_j + η_{j*}, j* = argmin_j n_j. This is what the three-stage protocol
+ŵ_s = (1/K)·Σ_j ŵ_j + η_{j*}, j* = argmin_j n_j (gaussian-distributed: + σ(n₍₁₎)·Σ_i z_i). This is what the three-stage protocol
 computes; tests/core/test_pathak_equivalence.py proves that the cryptographic protocol
 returns exactly this value (up to fixed-point rounding) for the same per-party generators,
 after which experiments may use this fast path. The party generator convention is
@@ -28,7 +28,8 @@ class AggregateDraw:
     weights: np.ndarray  # ŵ_s
     average: np.ndarray  # (1/K)Σŵ_j, non-private
     smallest: int  # j* (index into the parties list)
-    noise: np.ndarray  # η_{j*}
+    noise: np.ndarray  # η_{j*} (gaussian-distributed: σ(n₍₁₎)·Σ_i z_i)
+    shares: tuple[np.ndarray, ...] = ()  # gaussian-distributed: every party's z_i
 
 
 def local_model(X: np.ndarray, y: np.ndarray, calibration: PathakCalibration) -> np.ndarray:
@@ -42,6 +43,10 @@ def draw_aggregate(models: list[np.ndarray], sizes: list[int], calibration: Path
         raise ValueError(f"need K={calibration.parties} models, sizes and generators, got {len(models)}, {len(sizes)}, {len(rngs)}")
     d = len(models[0])
     j_star = int(np.argmin(sizes))
-    noise = calibration.draw(rngs[j_star], sizes[j_star], d)
     average = np.mean(np.stack(models), axis=0)
+    if calibration.distributed:
+        shares = tuple(calibration.draw_share(r, d) for r in rngs)
+        noise = calibration.sigma(sizes[j_star], d) * np.sum(np.stack(shares), axis=0)
+        return AggregateDraw(weights=average + noise, average=average, smallest=j_star, noise=noise, shares=shares)
+    noise = calibration.draw(rngs[j_star], sizes[j_star], d)
     return AggregateDraw(weights=average + noise, average=average, smallest=j_star, noise=noise)

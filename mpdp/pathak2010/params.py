@@ -5,6 +5,10 @@ r_k ∈ [0, 2^(L+κ)); comparisons run on ℓ = L + κ + 3 bits after the offset
 Noise and models use one fixed-point scale 2^f; |η_i| < 2^(eta_bits − f) is required of every
 party's noise, P1's mask s is uniform in [2^eta_bits, 2^eta_bits + 2^(eta_bits+κ)) so η̄ + s never
 wraps mod N′ and hides η̄ statistically (distance ≤ 2^(1−κ)). Final shares live in Z_(2^128).
+
+DISTRIBUTED_GAUSSIAN (docs/protocols/pathak2010.md, "Fixed point"): the noise plaintext is σ̄·Σ_i z̄_i at
+scale 2^(f + SIGMA_FRAC_BITS + fz); |σ̄| < 2^(f + SCALE_BITS + SIGMA_FRAC_BITS) and |z̄_i| ≤ 2^(Z_INT_BITS + fz)
+give eta_bits below; Charlie and P1 truncate by 2^(SIGMA_FRAC_BITS + fz) (``truncate_bits``) to the scale 2^f.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mpdp import limits
+from mpdp.dp import pathak_noise
 from mpdp.dp.pathak_noise import PathakCalibration
 from mpdp.math.fixedpoint import FixedPoint, check_sum_headroom
 from mpdp.messages import common_pb2, pathak2010_pb2
@@ -44,6 +49,29 @@ def check_dimension(d: int) -> None:
 
 
 MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
+# PATHAK_NOISE_DEFAULT resolves to this in CORRECTED mode (PAPER has only the smallest party's noise).
+DEFAULT_NOISE = pathak2010_pb2.DISTRIBUTED_GAUSSIAN
+
+
+def default_colluders(K: int) -> int:
+    """t when the spec leaves it unset: K − 2, but at least 1 (one curious party) and at most K − 1."""
+    return min(max(1, K - 2), max(K - 1, 0))
+
+
+def resolve_noise(spec: pathak2010_pb2.PathakJobSpec) -> tuple[str, int, float, int]:
+    """(calibration mode name, noise source, δ, t) of a checked spec; InvalidJob for combinations that cannot run."""
+    K = len(spec.parties)
+    noise = spec.noise or (DEFAULT_NOISE if spec.mode == common_pb2.CORRECTED else pathak2010_pb2.SMALLEST_PARTY)
+    if noise == pathak2010_pb2.SMALLEST_PARTY:
+        if spec.delta != 0 or spec.HasField("colluders"):
+            raise InvalidJob("spec.delta and spec.colluders apply to DISTRIBUTED_GAUSSIAN noise only")
+        return MODE_NAMES[spec.mode], noise, 0.0, 0
+    if spec.mode != common_pb2.CORRECTED:
+        raise InvalidJob("spec.noise DISTRIBUTED_GAUSSIAN needs mode CORRECTED (PAPER mode has only the smallest party's noise)")
+    t = spec.colluders if spec.HasField("colluders") else default_colluders(K)
+    if t > max(K - 1, 0):
+        raise InvalidJob(f"spec.colluders must be at most K − 1 = {max(K - 1, 0)}")
+    return pathak_noise.GAUSSIAN, noise, spec.delta or pathak_noise.DEFAULT_DELTA, t
 
 
 @dataclass(frozen=True)
@@ -57,6 +85,7 @@ class PathakParams:
     size_bits: int = 32
     seeded: bool = False
     deadline_seconds: float = 600.0
+    noise: int = pathak2010_pb2.SMALLEST_PARTY  # resolved PathakNoise
 
     @classmethod
     def from_spec(cls, job_id: str, spec: pathak2010_pb2.PathakJobSpec) -> "PathakParams":
@@ -66,8 +95,12 @@ class PathakParams:
         frac = spec.fractional_bits or 32
         size_bits = spec.size_bits or 32
         deadline = spec.deadline_seconds or 600.0
-        cal = PathakCalibration(MODE_NAMES[spec.mode], spec.epsilon, getattr(spec, "lambda"), len(parties))  # type: ignore[arg-type]
-        p = cls(job_id, spec.dataset, parties, cal, frac, kappa, size_bits, bool(spec.simulation_seed), deadline)
+        mode, noise, delta, t = resolve_noise(spec)
+        try:
+            cal = PathakCalibration(mode, spec.epsilon, getattr(spec, "lambda"), len(parties), delta, t, frac)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise InvalidJob(str(e)) from None
+        p = cls(job_id, spec.dataset, parties, cal, frac, kappa, size_bits, bool(spec.simulation_seed), deadline, noise)
         check_sum_headroom(2 * len(parties), MODEL_BOUND, frac, 1 << RING_BITS)
         return p
 
@@ -92,8 +125,21 @@ class PathakParams:
         return self.L + self.kappa + 3
 
     @property
+    def distributed(self) -> bool:
+        return self.calibration.distributed
+
+    @property
     def eta_bits(self) -> int:
+        """Bits bounding |η̄| (the noise plaintext before P1's mask); P1's mask s starts at 2^eta_bits."""
+        if self.distributed:
+            z_bits = pathak_noise.Z_INT_BITS + self.calibration.z_frac_bits + (self.K - 1).bit_length()
+            return self.frac_bits + pathak_noise.SCALE_BITS + pathak_noise.SIGMA_FRAC_BITS + z_bits + 1
         return NOISE_INT_BITS + self.frac_bits
+
+    @property
+    def truncate_bits(self) -> int:
+        """DISTRIBUTED_GAUSSIAN: the noise plaintext's scale over 2^f (σ̄ and z̄ fractional bits); 0 otherwise."""
+        return pathak_noise.SIGMA_FRAC_BITS + self.calibration.z_frac_bits if self.distributed else 0
 
     @property
     def ring_modulus(self) -> int:

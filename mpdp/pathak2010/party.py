@@ -18,6 +18,7 @@ from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
 from mpdp.messages import pathak2010_pb2 as pb
 from mpdp.pathak2010 import states
 from mpdp.pathak2010.mechanism import party_rng
+from mpdp.dp.pathak_noise import Z_INT_BITS, NoiseOverflow
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
 from mpdp.pathak2010.resources import PartyResources
 from mpdp.math.drbg import Drbg
@@ -40,6 +41,9 @@ class PartyMachine(Machine):
         if self.params.seeded and not resources.test_mode:
             raise LocalProtocolError(Problem.INVALID_JOB, "a simulation seed makes a release non-private; this party is not in test mode")
         self.res = resources
+        zeta_bits = resources.curator_keys.paillier.bits
+        if zeta_bits < self.params.min_paillier_bits():  # η̄ + s (σ̄·Σz̄ + s) must never wrap mod N′
+            raise LocalProtocolError(Problem.INVALID_JOB, f"the curator's {zeta_bits}-bit Paillier key is too small for this job (needs {self.params.min_paillier_bits()} bits)")
         self.ops = OpCounter()
         self.j = self.params.index(name)
         self.K = self.params.K
@@ -63,7 +67,8 @@ class PartyMachine(Machine):
         self.pi1: list[int] | None = None
         self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s
         self.own_piece: list[int] | None = None
-        self.noise: np.ndarray | None = None  # η_j, kept for tests (sentinel and equivalence checks)
+        self.noise: np.ndarray | None = None  # η_j (DISTRIBUTED_GAUSSIAN: z_j), kept for tests (sentinel, equivalence, collusion)
+        self.noise_units: int | None = None  # σ̄_j (DISTRIBUTED_GAUSSIAN)
 
     # -- engine hooks ------------------------------------------------------------------
     def start(self) -> list[Output]:
@@ -73,7 +78,9 @@ class PartyMachine(Machine):
     def _kinds(self, sender: Peer) -> frozenset[str]:
         if sender.role == "curator":
             return frozenset({"curator"})  # the service has checked that it is this party's curator
-        return frozenset({"party"}) if sender.role == "party" and sender.name in self.params.parties else frozenset()
+        if sender.role != "party" or sender.name not in self.params.parties:
+            return frozenset()
+        return frozenset({"party", "leader"}) if sender.name == self.params.parties[0] else frozenset({"party"})
 
     def _required(self, state: str) -> list[tuple[type, str]]:
         p = self.params.parties
@@ -94,6 +101,13 @@ class PartyMachine(Machine):
             return [(pb.ComparisonBits, CURATOR.name)] + [(pb.MaskedSize, name) for name in p]
         if state == "AWAIT_SELECTION":
             need = [(pb.SelectionVector, CURATOR.name)]
+            if self.params.distributed:
+                return need + ([(pb.NoiseScaleShare, n) for n in p[1:]] if self.j == 0 else [])
+            if self.j < self.K - 1:
+                need.append((pb.NoiseChain, p[self.j + 1]))
+            return need
+        if state == "AWAIT_NOISE_SCALE":
+            need = [(pb.NoiseScale, p[0])]
             if self.j < self.K - 1:
                 need.append((pb.NoiseChain, p[self.j + 1]))
             return need
@@ -108,6 +122,9 @@ class PartyMachine(Machine):
             require(len(message.ciphertexts) == self.d, Problem.MALFORMED, f"NoiseChain must have d={self.d} ciphertexts, got {len(message.ciphertexts)}")
         elif isinstance(message, pb.ResharePiece):
             require(len(message.piece) == 16 * self.d, Problem.MALFORMED, f"ResharePiece must be {16 * self.d} bytes (d={self.d} × 16), got {len(message.piece)}")
+        elif isinstance(message, (pb.NoiseScaleShare, pb.NoiseScale)):
+            require(self.params.distributed, Problem.WRONG_ROLE, f"{type(message).__name__} belongs to DISTRIBUTED_GAUSSIAN jobs only")
+            require(self.j == 0 or isinstance(message, pb.NoiseScale), Problem.WRONG_ROLE, "NoiseScaleShare goes to P1 only")
         elif isinstance(message, pb.PartySecrets):
             require(sharing.is_permutation(list(message.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
 
@@ -226,7 +243,8 @@ class PartyMachine(Machine):
 
     # -- Stage 2 -------------------------------------------------------------------------
     def _step_await_selection(self) -> list[Output]:
-        """S2.2–S2.4: ψ_j = ζ(v_j)^{η̄_j}·ζ(0), multiplied into the chain P_K → … → P_1."""
+        """S2.2–S2.4: ψ_j = ζ(v_j)^{η̄_j}·ζ(0), multiplied into the chain P_K → … → P_1.
+        DISTRIBUTED_GAUSSIAN (S2.2′–S2.3′): ζ(v_j)^{σ̄_j}·ζ(0) to P1, who multiplies them into ζ(σ̄(n₍₁₎)) for everyone."""
         assert self.pi1 is not None
         prm = self.params
         sel = self._take(pb.SelectionVector, CURATOR.name)
@@ -234,12 +252,54 @@ class PartyMachine(Machine):
         require(len(sel.ciphertexts) == self.K, Problem.MALFORMED, f"SelectionVector must have {self.K} ciphertexts, got {len(sel.ciphertexts)}")
         v_j = _checked(zeta.from_bytes, sel.ciphertexts[self.pi1[self.j]])
         self.stages.enter("stage2")
+        if prm.distributed:
+            return self._noise_scale_share(v_j)
         eta = prm.calibration.draw(self.rng, self.n, self.d)
         if not np.all(np.abs(eta) < 2.0**NOISE_INT_BITS):
             raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, f"noise magnitude {np.max(np.abs(eta)):.3g} does not fit the encoding; the job cannot release")
         self.noise = eta
         eta_bar = prm.ring.to_int(eta, float(2**NOISE_INT_BITS))
         psi = [zeta.rerandomize(zeta.mul_plain(v_j, e, self.ops), self.res.zeta_pool.take(), self.ops) for e in eta_bar]
+        return self._chain(psi)
+
+    def _noise_scale_share(self, v_j: int) -> list[Output]:
+        """S2.2′: ζ(v_j·σ̄_j), σ̄_j = ⌈K·σ(n_j)·2^(f+32)⌉ (pathak_noise.noise_units); P1 sums them into ζ(σ̄) (S2.3′)."""
+        zeta = self.res.curator_keys.paillier
+        try:
+            self.noise_units = self.params.calibration.noise_units(self.n, self.d)
+        except NoiseOverflow as e:
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, str(e)) from e
+        share = zeta.rerandomize(zeta.mul_plain(v_j, self.noise_units, self.ops), self.res.zeta_pool.take(), self.ops)
+        self.state = "AWAIT_NOISE_SCALE"
+        if self.j != 0:
+            return self._to_party(0, pb.NoiseScaleShare(job_id=self.job_id, ciphertext=zeta.to_bytes(share)))
+        total = share
+        for name in self.params.parties[1:]:
+            total = zeta.add(total, _checked(zeta.from_bytes, self._take(pb.NoiseScaleShare, name).ciphertext))
+        total = zeta.rerandomize(total, self.res.zeta_pool.take(), self.ops)
+        scale = pb.NoiseScale(job_id=self.job_id, ciphertext=zeta.to_bytes(total))
+        out: list[Output] = []
+        for i in range(self.K):
+            out += self._to_party(i, scale)
+        return out
+
+    def _step_await_noise_scale(self) -> list[Output]:
+        """S2.4′: ψ_j = ζ(σ̄)^{z̄_j}·ζ(0) per coordinate, z̄_j = round(z_j·2^fz), z_j ~ N(0, I/(K−t)); then the chain."""
+        cal = self.params.calibration
+        zeta = self.res.curator_keys.paillier
+        scale = _checked(zeta.from_bytes, self._take(pb.NoiseScale, self.params.parties[0]).ciphertext)
+        z = cal.draw_share(self.rng, self.d)
+        if not np.all(np.abs(z) < 2.0**Z_INT_BITS):
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "a noise factor does not fit the encoding; the job cannot release")
+        self.noise = z
+        fz = cal.z_frac_bits
+        psi = [zeta.rerandomize(zeta.mul_plain(scale, round_scaled(float(x), fz), self.ops), self.res.zeta_pool.take(), self.ops) for x in z]
+        return self._chain(psi)
+
+    def _chain(self, psi: list[int]) -> list[Output]:
+        """S2.4 and S3.1: multiply in the chain from P_{j+1}; pass it on, or (P1) mask it for Charlie."""
+        prm = self.params
+        zeta = self.res.curator_keys.paillier
         if self.j < self.K - 1:
             chain = self._take(pb.NoiseChain, prm.parties[self.j + 1])
             require(len(chain.ciphertexts) == self.d, Problem.MALFORMED, f"NoiseChain must have d={self.d} ciphertexts, got {len(chain.ciphertexts)}")
@@ -253,13 +313,16 @@ class PartyMachine(Machine):
             out = self._to_party(self.j - 1, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))
             self.c = [x % q for x in w_enc]
         else:
-            # S3.1: P1 masks ψ with s and keeps c_1 = ŵ_1 − K·s.
+            # S3.1: P1 masks ψ with s and keeps c_1 = ŵ_1 − K·s (DISTRIBUTED_GAUSSIAN: ŵ_1 − ⌊s/2^g⌋, g = truncate_bits).
             self.stages.enter("stage3")
             srng = self.rng.child("mask")
             s = [(1 << prm.eta_bits) + srng.randbits(prm.eta_bits + prm.kappa) for _ in range(self.d)]
             masked = [zeta.add(p, zeta.encrypt(si, factor=self.res.zeta_pool.take(), ops=self.ops)) for p, si in zip(psi, s)]
             out = [Send(CURATOR, pb.MaskedNoise(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in masked]))]
-            self.c = [(w - self.K * si) % q for w, si in zip(w_enc, s)]
+            if prm.distributed:
+                self.c = [(w - (si >> prm.truncate_bits)) % q for w, si in zip(w_enc, s)]
+            else:
+                self.c = [(w - self.K * si) % q for w, si in zip(w_enc, s)]
         return out + self._reshare()
 
     # -- Stage 3 -------------------------------------------------------------------------
@@ -298,7 +361,7 @@ class PartyMachine(Machine):
             "mechanism": g.mechanism,
             "epsilon": g.epsilon,
             "nominal_epsilon": cal.epsilon,
-            "delta": 0.0,
+            "delta": g.delta,
             "mode": cal.mode,
             "dataset": self.params.dataset,
         }
@@ -306,6 +369,12 @@ class PartyMachine(Machine):
             Send(CURATOR, pb.PublishedShare(job_id=self.job_id, share=sharing.pack_ring(z, 128), paillier_ops=dict(self.ops), stage_seconds=self.stages.seconds)),
             Record(entry),
         ]
+
+
+def round_scaled(x: float, bits: int) -> int:
+    """round(x·2^bits) exactly (ties up): a float is m/2^k, so this is integer arithmetic."""
+    num, den = x.as_integer_ratio()
+    return (2 * num * (1 << bits) + den) // (2 * den)
 
 
 def raise_remote(problem: int, detail: str) -> None:

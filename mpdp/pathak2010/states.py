@@ -4,7 +4,9 @@ Messages are kept rows: each may arrive once the role is in its first state and 
 of its last (``until``). Earlier is out of order (the peer could not legitimately have sent it yet), later
 is out of order or a replay. The windows follow the protocol's causality, e.g. a ResharePiece can reach
 P_t only after Charlie's SelectionVector, which needs P_t's own MaskedSize, so P_t is at least in
-AWAIT_SELECTION. A step runs (joint event ``ready``) once every input it needs is in; where a step has
+AWAIT_SELECTION; a NoiseScale (DISTRIBUTED_GAUSSIAN) leaves P1 only once every party's NoiseScaleShare is in,
+so every party is in AWAIT_NOISE_SCALE. NoiseChain's window spans both noise modes: SMALLEST_PARTY consumes it
+in AWAIT_SELECTION, DISTRIBUTED_GAUSSIAN in AWAIT_NOISE_SCALE. A step runs (joint event ``ready``) once every input it needs is in; where a step has
 two possible next states, the role's handler chooses (P1 leads, the others follow).
 ``python tools/render_tables.py`` writes the tables into docs/protocols/pathak2010.md.
 """
@@ -20,6 +22,7 @@ PARTY_STATES: tuple[str, ...] = (
     "AWAIT_MASKED_SIZE_SHARE",
     "AWAIT_COMPARISON",
     "AWAIT_SELECTION",
+    "AWAIT_NOISE_SCALE",
     "AWAIT_RESHARE_PIECES",
     "DONE",
     FAILED,
@@ -34,14 +37,17 @@ PARTY_TABLE: tuple[Row, ...] = (
     kept("ComparisonBits", "curator", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_COMPARISON"),
     kept("MaskedSize", "party", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_COMPARISON"),
     kept("SelectionVector", "curator", "AWAIT_SELECTION", "AWAIT_SELECTION"),
-    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),
+    kept("NoiseScaleShare", "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),  # DISTRIBUTED_GAUSSIAN, to P1 only
+    kept("NoiseScale", "leader", "AWAIT_NOISE_SCALE", "AWAIT_NOISE_SCALE"),  # DISTRIBUTED_GAUSSIAN
+    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_SCALE"),  # consumed in AWAIT_SELECTION (SMALLEST_PARTY) or AWAIT_NOISE_SCALE
     kept("ResharePiece", "curator|party", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),
     row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS|AWAIT_SIZE_SHARE"),  # P1 generates ξ, π1 itself
     row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
     row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),
     row("AWAIT_MASKED_SIZE_SHARE", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # P1 leads the comparisons
     row("AWAIT_COMPARISON", "ready", "self", "AWAIT_SELECTION"),
-    row("AWAIT_SELECTION", "ready", "self", "AWAIT_RESHARE_PIECES"),
+    row("AWAIT_SELECTION", "ready", "self", "AWAIT_NOISE_SCALE|AWAIT_RESHARE_PIECES"),  # DISTRIBUTED_GAUSSIAN first fetches σ̄
+    row("AWAIT_NOISE_SCALE", "ready", "self", "AWAIT_RESHARE_PIECES"),
     row("AWAIT_RESHARE_PIECES", "ready", "self", "DONE"),
     row(ANY, "JobAbort", "curator|party", FAILED),
 )

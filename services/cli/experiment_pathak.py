@@ -69,7 +69,10 @@ def _table(result: exp.Pathak2010Result) -> None:
 @click.option("--splits", default=",".join(exp.SPLIT_NAMES), show_default=True,
               help="Comma-separated subset of even (n₍₁₎=6512), 15pct (4884), 10pct (3256).")
 @click.option("--modes", default="corrected,paper", show_default=True,
-              help="Noise modes: corrected (spherical, provable ε-DP) and/or paper (as published).")
+              help="Noise modes: corrected (spherical Laplace, ε-DP), paper (as published) and/or gaussian-distributed "
+                   "((ε, δ)-DP, no K−2 parties know the noise).")
+@click.option("--delta", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=1e-6, show_default=True,
+              help="δ of the gaussian-distributed mode.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for the splits and the seeded noise generators (simulation: reproducible, not private).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
@@ -83,7 +86,7 @@ def _table(result: exp.Pathak2010Result) -> None:
 @click.option("--protocol-runs", type=click.IntRange(min=1), default=2, show_default=True, help="Real jobs per protocol point.")
 @click.option("--protocol-key-bits", type=click.IntRange(min=512), default=2048, show_default=True, help="Paillier/DGK key size for the spot check.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (errors, std errors, settings) to stdout instead of a table.")
-def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: str, runs: int, splits: str, modes: str, seed: int, workers: int,
+def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: str, runs: int, splits: str, modes: str, delta: float, seed: int, workers: int,
                out_dir: Path, protocol: bool, protocol_epsilons: str | None, protocol_runs: int, protocol_key_bits: int, as_json: bool) -> None:
     """PRR10 Figure 2: test error of the DP aggregate classifier on a9a vs ε (K=5, three splits, both modes)."""
     try:
@@ -99,7 +102,8 @@ def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: st
         epsilon_labels=tuple(lab for lab, _ in grid),
         runs=runs,
         splits=_names(splits, exp.SPLIT_NAMES, "splits"),
-        modes=_names(modes, ("corrected", "paper"), "modes"),  # type: ignore[arg-type]
+        modes=_names(modes, exp.MODES, "modes"),  # type: ignore[arg-type]
+        delta=delta,
         seed=seed,
         workers=workers,
     )

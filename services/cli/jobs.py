@@ -19,10 +19,20 @@ from mpdp.learn import logreg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010 import tester
 
-from services.operator.pathak2010 import make_spec
+from services.operator.pathak2010 import MODES, make_spec
 
 err = Console(stderr=True)
 STAGES = ["setup", "stage1", "stage2", "stage3"]
+
+
+MODE_HELP = ("noise mode: gaussian-distributed (every party draws a share of Gaussian noise, (ε, δ)-DP, no t parties know it), "
+             "corrected (the smallest party's spherical Laplace, ε-DP, that party knows its noise) or paper (as published)")
+
+
+def mode_name(model: pb.PublishedModel) -> str:
+    if model.noise == pb.DISTRIBUTED_GAUSSIAN:
+        return "gaussian-distributed"
+    return "corrected" if model.mode == common_pb2.CORRECTED else "paper"
 
 
 def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool) -> tuple[str, pb.JobStatus]:
@@ -56,8 +66,9 @@ def _fail_if_failed(status: pb.JobStatus) -> None:
 def model_summary(model: pb.PublishedModel) -> dict:
     return {
         "job_id": model.job_id,
-        "mode": "corrected" if model.mode == common_pb2.CORRECTED else "paper",
+        "mode": mode_name(model),
         "epsilon": model.epsilon,
+        "delta": model.guarantee.delta,
         "lambda": getattr(model, "lambda"),
         "parties": model.parties,
         "dimension": model.dimension,
@@ -65,6 +76,7 @@ def model_summary(model: pb.PublishedModel) -> dict:
         "paillier_ops": dict(model.paillier_ops),
         "guarantee": {"epsilon": model.guarantee.epsilon, "delta": model.guarantee.delta, "mechanism": model.guarantee.mechanism, "statement": model.guarantee.statement},
         "trust_model": model.trust_model,
+        **({"colluders": model.colluders} if model.noise == pb.DISTRIBUTED_GAUSSIAN else {}),
         "seeded": model.seeded,
     }
 
@@ -131,7 +143,9 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--parties", required=True, help="comma-separated party names; the first is P1")
 @click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
 @click.option("--lambda", "lam", type=float, required=True, help="regularisation λ (logreg: L2; lmgc: trace regulariser)")
-@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="noise calibration")
+@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=MODE_HELP + "; lmgc: corrected or paper")
+@click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, help="δ of gaussian-distributed and dp-gd jobs (0 = 1e-6)")
+@click.option("--colluders", type=click.IntRange(min=0), default=None, help="gaussian-distributed: t, parties that may pool their noise (default max(1, K−2))")
 @click.option("--model", type=click.Choice(["logreg", "lmgc", "hamm2016", "dp-gd"]), default="logreg", show_default=True,
               help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average; "
                    "hamm2016: parties vote on the curator's public auxiliary data, the votes are summed by the DCA compute nodes, the curator releases a DP global classifier; "
@@ -145,15 +159,14 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--max-missing", type=int, default=0, show_default=True, help="hamm2016: voters that may drop out")
 @click.option("--protect-aux", is_flag=True, help="hamm2016: also protect one auxiliary point (§3.4)")
 @click.option("--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lambda)")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="dp-gd: δ of the whole job")
 @click.option("--dimension", type=int, default=0, help="dp-gd: the number of features d every party's dataset has")
 @click.option("--total-records", type=int, default=0, help="dp-gd: the public total row count N (replace-one adjacency)")
 @click.option("--records-per-party", type=int, default=0, help="dp-gd: public bound on one party's row count")
 @click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, model: str, ridge: float, data_norm: float,
+def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float, colluders: int | None, model: str, ridge: float, data_norm: float,
           auxiliary: str, method: str, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
-          delta: float, dimension: int, total_records: int, records_per_party: int, rounds: int, as_json: bool) -> None:
+          dimension: int, total_records: int, records_per_party: int, rounds: int, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
     import grpc
 
@@ -161,7 +174,8 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
     from services.operator.pathak2010 import OperatorClient
 
     if model == "dp-gd":
-        _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta, lam, mode, classes.split(","), dimension, total_records,
+        dpgd_mode = "corrected" if mode == "gaussian-distributed" else mode  # dp-gd's own calibrations; the Pathak default names the provable one
+        _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta or 1e-6, lam, dpgd_mode, classes.split(","), dimension, total_records,
                     records_per_party, rounds, max_missing, as_json)
         return
 
@@ -186,6 +200,8 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
     if model == "lmgc":
         from services.operator.local import submit_local
 
+        if mode == "gaussian-distributed":
+            mode = "corrected"  # lmgc has its own two calibrations; the Pathak default names the provable one
         try:
             summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm)
         except grpc.RpcError as e:
@@ -196,7 +212,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
             Console().print_json(json.dumps(summary))
         return
     with OperatorClient(Endpoints.load(endpoints)) as client:
-        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode), as_json)
+        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta, colluders=colluders), as_json)
         _fail_if_failed(status)
         summary = model_summary(client.model(job_id))
     if as_json:
@@ -267,7 +283,7 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
 @click.option("--parties", "n_parties", type=int, default=3, show_default=True, help="number of parties (≥ 3)")
 @click.option("--epsilon", type=float, default=2.0, show_default=True, help="privacy parameter ε")
 @click.option("--lambda", "lam", type=float, default=0.1, show_default=True, help="regularisation λ")
-@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="noise calibration")
+@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=MODE_HELP)
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier/DGK modulus size")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None, help="keep the federation's files here (default: a temporary folder)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
@@ -315,7 +331,7 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
             tmp.cleanup()
     w_dp = tester.rebuild(model)
     Xtr = logreg.clip_rows(X[train_idx])
-    conv = "half" if mode == "corrected" else "full"
+    conv = "full" if mode == "paper" else "half"
     w_np = logreg.fit(Xtr, y[train_idx], lam, conv)
     Xte = logreg.clip_rows(X[test])
     summary = model_summary(model)
@@ -405,10 +421,10 @@ def _endpoint_nodes(endpoints: str) -> list[str]:
 def _print_summary(s: dict) -> None:
     out = Console()
     t = Table(title=f"job {s['job_id']}", show_header=False)
-    for k in ("mode", "epsilon", "lambda", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
+    for k in ("mode", "epsilon", "delta", "colluders", "lambda", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
         if k in s:
             v = s[k]
-            t.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+            t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     for k, v in s["stage_seconds"].items():
         t.add_row(f"time {k}", f"{v:.3f} s")
     t.add_row("paillier/dgk ops", ", ".join(f"{k}={v}" for k, v in sorted(s["paillier_ops"].items())))

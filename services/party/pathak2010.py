@@ -50,6 +50,8 @@ ROLES = roles_by_method(
         "SendSealedSizeRemainder": P,
         "SendMaskedSize": P,
         "SendNoiseChain": P,
+        "SendNoiseScaleShare": P,
+        "SendNoiseScale": P,
         "SendResharePiece": C + P,
         "AbortJob": C + P,
     },
@@ -204,6 +206,7 @@ class PathakParty(pb_grpc.PartyServicer):
 
     StartProtocol = SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
     SendPartySecrets = SendSizeShare = SendSealedSizeRemainder = SendMaskedSize = SendNoiseChain = _deliver
+    SendNoiseScaleShare = SendNoiseScale = _deliver
     SendResharePiece = AbortJob = _deliver
 
     # -- outputs ----------------------------------------------------------------------------------

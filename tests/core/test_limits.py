@@ -90,7 +90,7 @@ def _edges(row: limits.Limit) -> tuple[list, list]:
     if row.kind == "bytes":
         return [b"\x01" * row.min, b"\x01" * row.max], [b"\x01" * (row.max + 1)] + ([b"\x01" * (row.min - 1)] if row.min > 0 else [])
     if row.kind == "choice":
-        return list(row.choices), (["nope", ""] if isinstance(row.choices[0], str) else [v for v in (0, 99) if v not in row.choices])
+        return list(row.choices), (["nope", ""] if isinstance(row.choices[0], str) else [b for b in (0, 99) if b not in row.choices])  # 0 may be a default
     assert row.kind == "count"
     item = {"id": lambda i: f"s{i}", "text": lambda i: f"c{i}", "client": lambda i: f"c{i}", "real+": lambda i: 1.0}[row.item]
     good = [[item(i) for i in range(n)] for n in (row.min, min(row.max, 2000))]

@@ -53,6 +53,34 @@ def test_full_job_matches_in_memory_driver(federation):
         assert any(e["job_id"] == job for e in entries)
 
 
+def test_gaussian_distributed_job_releases_and_charges_epsilon_delta(federation):
+    """The distributed-noise mode over sockets: published, the guarantee states (ε, δ) and the mode, every party's ledger
+    holds the true (ε, δ), and the model is the in-memory driver's for the same seeds."""
+    import json
+
+    def spec() -> pb.PathakJobSpec:
+        s = make_spec("synthetic", PARTIES, 0.9, 0.05, "gaussian-distributed", 120.0)
+        s.simulation_seed = b"socket-gaussian"
+        return s
+
+    with OperatorClient(Endpoints.load(federation.workdir)) as client:
+        job = client.submit(spec())
+        status = client.wait(job, timeout=120)
+        assert status.state == "PUBLISHED", status.detail
+        model = client.model(job)
+    assert model.noise == pb.DISTRIBUTED_GAUSSIAN and model.colluders == 1  # K = 3: t = max(1, K − 2)
+    g = model.guarantee
+    assert (g.epsilon, g.delta, g.norm) == (0.9, 1e-6, "l2")
+    assert g.statement.startswith("(0.9, 1e-06)-DP") and "any 1 colluding party" in g.statement
+    assert "knows the noise it contributed" not in model.trust_model and "no party knows it" in model.trust_model
+    mem = driver.run_job(federation.parts, spec(), driver.test_curator_secrets(768, 768), party_key_bits=768)
+    assert np.max(np.abs(tester.rebuild(model) - tester.rebuild(mem.model))) < 1e-12
+    for p in PARTIES:
+        entries = json.loads((federation.workdir / p / "state" / "ledger.json").read_text())["entries"]
+        mine = [e for e in entries if e["job_id"] == job]
+        assert len(mine) == 1 and mine[0]["epsilon"] == 0.9 and mine[0]["delta"] == 1e-6 and mine[0]["mode"] == "gaussian-distributed"
+
+
 def test_refused_without_client_certificate_or_with_foreign_ca(federation, tmp_path):
     ch = curator_channel(federation, None)  # server-verified TLS, no client certificate
     with pytest.raises(grpc.RpcError) as e:
