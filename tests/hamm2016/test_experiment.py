@@ -119,7 +119,9 @@ def test_cli_json_smoke(tmp_path) -> None:
     assert obj["config"]["parties"] == [40, 80] and obj["config"]["epsilons_inv"] == [0.0, 1.0]
     assert obj["config"]["per_party"] == 22 and obj["config"]["lam"] == 1e-4 and obj["config"]["aux_fraction"] == 0.1
     assert {(x["parties"], x["method"], x["eps_inv"]) for x in obj["results"]} == {
-        (M, m, e) for M in (40, 80) for m in ("batch", "soft", "avg", "vote", "indiv") for e in (0.0, 1.0)}
+        (M, m, e) for M in (40, 80) for m in ("batch", "soft", "avg", "avg-tight", "pate", "vote", "indiv") for e in (0.0, 1.0)}
+    pate_1 = [x for x in obj["results"] if x["method"] == "pate" and x["eps_inv"] == 1.0]
+    assert all(x["privacy"]["delta"] == 1e-6 and x["privacy"]["epsilon"] <= 1.0 for x in pate_1)
     for x in obj["results"]:
         assert {"accuracy_mean", "accuracy_sd", "n", "epsilon"} <= set(x)
         assert 0.0 <= x["accuracy_mean"] <= 1.0
@@ -136,7 +138,7 @@ def test_cli_help_and_bad_input(tmp_path) -> None:
     res = CliRunner().invoke(_cli(), ["experiment", "hamm2016", "--help"])
     assert res.exit_code == 0
     for opt in ("--data", "--parties", "--epsilons-inv", "--trials", "--json", "--per-party", "--lam", "--aux-fraction",
-                "--noise-draws", "--multiclass", "--local", "--protect-aux", "--plot", "--seed"):
+                "--noise-draws", "--multiclass", "--local", "--protect-aux", "--plot", "--seed", "--pate-queries", "--pate-delta"):
         assert opt in res.output
     bad = CliRunner().invoke(_cli(), ["experiment", "hamm2016", "--epsilons-inv", "0,-1", "--json"])
     assert bad.exit_code != 0 and "1/ε" in bad.output
