@@ -192,13 +192,15 @@ class PateRelease:
 
 
 def release_pate(X_aux: np.ndarray, rows: np.ndarray, inverse: np.ndarray, counts: np.ndarray, *, lam: float,
-                 epsilon: float, parties: int, rng: Drbg, delta: float = DEFAULT_DELTA) -> PateRelease:
+                 epsilon: float, parties: int, rng: Drbg, delta: float = DEFAULT_DELTA,
+                 fits: dict[bytes, np.ndarray] | None = None) -> PateRelease:
     """GNMax labels for the distinct rows among ``rows`` (Q = their number), then the student
     argmin (1/|rows|)·Σ_{j ∈ rows} l(w; x_j, label_j) + (λ/2)‖w‖² (:func:`~mpdp.hamm2016.erm.fit_soft`).
 
     counts: (N, C) exact vote counts of all auxiliary rows — in the simulation they stand for the secure sum, and
     only the queried rows' noisy entries are used. ε = math.inf: σ = 0 (not private). Guarantee: the account's
-    (ε, δ) for one whole party; the fit is post-processing.
+    (ε, δ) for one whole party; the fit is post-processing. ``fits`` (optional, one per (rows, λ)) memoises the
+    deterministic fit by its labels: noise draws that give the same labels give the same model, fitted once.
     """
     inv = np.asarray(inverse).ravel()
     ids, first, local = np.unique(inv[rows], return_index=True, return_inverse=True)
@@ -212,7 +214,13 @@ def release_pate(X_aux: np.ndarray, rows: np.ndarray, inverse: np.ndarray, count
         sigma = acc.sigma
     labels = noisy_argmax(noisy_votes(vote_vector(c[q_rows]), sigma, rng), parties)
     y = labels[np.asarray(local).ravel()]
-    w = fit_soft(np.asarray(X_aux)[rows], one_hot(y, classes), lam, tol=DEFAULT_TOL)
+    key = labels.tobytes()
+    if fits is not None and key in fits:
+        w = fits[key].copy()
+    else:
+        w = fit_soft(np.asarray(X_aux)[rows], one_hot(y, classes), lam, tol=DEFAULT_TOL)
+        if fits is not None:
+            fits[key] = w.copy()
     if acc is None:
         g = Guarantee("GNMax student — NO NOISE", math.inf, 1.0, 0.0, "l2", f"{NOT_PRIVATE}; Q = {ids.size} queried points")
     else:

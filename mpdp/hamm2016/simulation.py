@@ -403,11 +403,12 @@ def run_trial(data: TrialData, config: SimulationConfig, rng: Drbg, gen: np.rand
             rows = query_rows(distinct[1], config.pate_queries, gen.spawn(1)[0])  # public choice; gen's own stream untouched
             queried = int(np.unique(distinct[1][rows]).size)
             res.diagnostics.update(pate_queries=queried, pate_training_rows=int(rows.size))
+            fits: dict[bytes, np.ndarray] = {}  # same labels → same (deterministic) fit
             for e in grid:
                 eps = epsilon_of(e)
                 draws = 1 if math.isinf(eps) else config.noise_draws
                 rels = [release_pate(data.X_aux, rows, distinct[1], counts, lam=config.lam, epsilon=eps, parties=M,
-                                     rng=mrng.child(f"{e!r}/{k}"), delta=config.pate_delta) for k in range(draws)]
+                                     rng=mrng.child(f"{e!r}/{k}"), delta=config.pate_delta, fits=fits) for k in range(draws)]
                 record(method, e, linear_accuracies(np.stack([r.weights for r in rels]), Xt, yt, tw))
                 extra: dict = {"queries": queried}
                 if rels[0].account is not None:

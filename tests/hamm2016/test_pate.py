@@ -79,6 +79,10 @@ def test_release_is_post_processing_of_the_noisy_labels():
     # the labels are exactly argmax of counts + the DRBG's N(0, σ²) (the release adds nothing else)
     noisy = pate.noisy_votes(n1[np.sort(rows)].astype(float), rel.account.sigma, Drbg.from_seed(b"s"))
     assert np.array_equal(rel.labels, pate.noisy_argmax(noisy, M))
+    fits: dict = {}
+    again = [pate.release_pate(X, rows, inverse, counts, lam=1e-2, epsilon=1.0, parties=M, rng=Drbg.from_seed(b"s"), fits=fits)
+             for _ in range(2)]
+    assert len(fits) == 1 and all(np.array_equal(a.weights, rel.weights) for a in again)  # memoised fit: same model
     exact = pate.release_pate(X, rows, inverse, counts, lam=1e-2, epsilon=math.inf, parties=M, rng=Drbg.from_seed(1))
     assert exact.account is None and "not private" in exact.guarantee.statement
     assert np.array_equal(exact.labels, (n1[np.sort(rows)] >= M / 2).astype(int))
