@@ -6,7 +6,7 @@ For each data trial r (public split seeded by (split_seed, r), numpy generator):
   this setting (spec §3.1), so its statistics standardise the numeric features (:mod:`mpdp.data.kdd99`);
 * the other rows go at random to M parties with ``per_party`` rows each, nested over the M grid (a smaller
   M gets a prefix of the same parties), and :func:`mpdp.hamm2016.simulation.run_trial` runs batch, soft, avg,
-  vote and indiv for every 1/ε with ``noise_draws`` noise vectors per private point;
+  avg-tight, pate, vote and indiv for every 1/ε with ``noise_draws`` noise vectors per private point;
 * test accuracy on ``corrected.gz`` (binary: all 311,029 rows; multiclass: the 292,300 rows whose attack type
   training_attack_types.txt maps to a category — the 18,729 rows of attack types that occur only in the test
   file are dropped). Accuracy is computed on the distinct test rows weighted by their multiplicity (the same
@@ -38,6 +38,7 @@ from mpdp.hamm2016.simulation import (
     DEFAULT_EPSILONS_INV, LOCAL_CHOICES, METHODS, PRIVATE_METHODS, SimulationConfig, TrialData, distinct_rows, epsilon_of,
     run_trial, split_rows, trial_steps,
 )
+from mpdp.hamm2016.pate import DEFAULT_DELTA, DEFAULT_QUERIES
 from mpdp.math.drbg import Drbg
 
 DEFAULT_PARTIES = (5000, 10000, 20000)
@@ -61,6 +62,8 @@ class Hamm2016Config:
     methods: tuple[str, ...] = METHODS
     protect_aux: bool = False
     indiv_parties: int = 1000
+    pate_queries: int = DEFAULT_QUERIES
+    pate_delta: float = DEFAULT_DELTA
     max_aux: int | None = None  # keep at most this many auxiliary rows (quick runs / tests)
     max_test: int | None = None  # score on a fixed random subset of this many test rows (quick runs / tests)
     seed: int | None = None  # None: OS-keyed noise; int: seeded simulation (not private)
@@ -86,7 +89,8 @@ class Hamm2016Config:
     def simulation(self, parties: int) -> SimulationConfig:
         return SimulationConfig(parties=parties, per_party=self.per_party, lam=self.lam, epsilons_inv=self.epsilons_inv,
                                 noise_draws=self.noise_draws, methods=self.methods, local=self.local,
-                                protect_aux=self.protect_aux, indiv_parties=self.indiv_parties)
+                                protect_aux=self.protect_aux, indiv_parties=self.indiv_parties,
+                                pate_queries=self.pate_queries, pate_delta=self.pate_delta)
 
 
 @lru_cache(maxsize=4)
@@ -197,7 +201,9 @@ def summarise(config: Hamm2016Config, task: kdd99.KddTask, cells: dict, per_m: d
                 plist = per_m[M]["privacy"].get((method, e))
                 if plist:
                     g = dict(plist[0])
-                    g["mean_noise_norm"] = float(np.mean([p["mean_noise_norm"] for p in plist]))
+                    for key in ("mean_noise_norm", "label_accuracy_mean"):
+                        if all(key in p for p in plist):
+                            g[key] = float(np.mean([p[key] for p in plist]))
                     row["privacy"] = g
                 rows.append(row)
     settings = {}
@@ -248,6 +254,8 @@ _STYLE = {  # label, colour, line style, marker
     "batch": ("batch (non-private, pooled)", "black", "--", "s"),
     "soft": ("soft (Alg. 2)", "tab:blue", "-", "o"),
     "avg": ("avg (parameter averaging)", "tab:green", "-", "^"),
+    "avg-tight": ("avg-tight (averaging, ‖w‖ ≤ √(2 ln C/λ))", "tab:olive", "-", "D"),
+    "pate": ("pate (GNMax labels, (ε, δ))", "tab:purple", "-", "P"),
     "vote": ("vote (Alg. 1)", "tab:red", "-", "v"),
     "indiv": ("indiv (mean local)", "tab:gray", ":", "x"),
 }

@@ -20,7 +20,11 @@ One *data trial* (:func:`run_trial`):
      w_s + η with :func:`~mpdp.hamm2016.mechanism.output_perturbation` — the same two steps release_global
      runs, with the deterministic fit done once per data trial;
    * ``avg``: :func:`~mpdp.hamm2016.mechanism.avg_release` of the local weights (only when every local model is
-     L2-LR), one call per noise draw;
+     L2-LR), one call per noise draw; ``avg-tight``: the same with the objective norm bound (``tight=True``,
+     Δ₂ = 2·√(2 ln C/λ)/M);
+   * ``pate``: GNMax (:mod:`~mpdp.hamm2016.pate`): ``pate_queries`` distinct auxiliary rows chosen at random
+     (public), their vote counts + N(0, σ²) with σ calibrated for (ε, ``pate_delta``) by RDP, noisy argmax labels,
+     then the student L2-LR on those rows (post-processing), one noise draw per call;
    * ``indiv``: the mean test accuracy of the local classifiers, estimated on a uniformly drawn subset of
      ``indiv_parties`` parties (public simulation choice; all parties when M is smaller).
 
@@ -45,10 +49,12 @@ from mpdp.hamm2016.erm import fit_soft
 from mpdp.hamm2016.labels import majority_labels, one_hot, party_votes, soft_labels, vote_counts
 from mpdp.hamm2016.local import CLASSIFIERS, LocalModel, batched_logreg, fit_local
 from mpdp.hamm2016.mechanism import EnsembleParams, avg_release, output_perturbation, release_global
+from mpdp.hamm2016.pate import DEFAULT_DELTA, DEFAULT_QUERIES, query_rows, release_pate
 from mpdp.math.drbg import Drbg
 
-METHODS = ("batch", "soft", "avg", "vote", "indiv")
-PRIVATE_METHODS = ("soft", "avg", "vote")
+METHODS = ("batch", "soft", "avg", "avg-tight", "pate", "vote", "indiv")
+PRIVATE_METHODS = ("soft", "avg", "avg-tight", "pate", "vote")
+LINEAR_LOCAL_METHODS = ("avg", "avg-tight")  # average local L2-LR weights: need local="logreg"
 MIXED_KINDS = ("logreg", "linear_svm", "tree", "naive_bayes")  # "mixed": party i uses MIXED_KINDS[i % 4]
 LOCAL_CHOICES = ("logreg", "mixed") + tuple(k for k in CLASSIFIERS if k != "logreg")
 DEFAULT_EPSILONS_INV = (0.0, 0.1, 1.0, 10.0, 100.0)
@@ -77,6 +83,8 @@ class SimulationConfig:
     local: str = "logreg"
     protect_aux: bool = False
     indiv_parties: int = 1000
+    pate_queries: int = DEFAULT_QUERIES
+    pate_delta: float = DEFAULT_DELTA
 
     def __post_init__(self) -> None:
         if self.parties < 1:
@@ -96,8 +104,12 @@ class SimulationConfig:
             raise ValueError(f"methods must be distinct names from {METHODS}, got {self.methods}")
         if self.local not in LOCAL_CHOICES:
             raise ValueError(f"local must be one of {LOCAL_CHOICES}, got {self.local!r}")
-        if "avg" in self.methods and self.local != "logreg":
-            raise ValueError("avg averages local L2-LR weights: it needs local='logreg'")
+        if any(m in LINEAR_LOCAL_METHODS for m in self.methods) and self.local != "logreg":
+            raise ValueError("avg and avg-tight average local L2-LR weights: they need local='logreg'")
+        if self.pate_queries < 1:
+            raise ValueError(f"pate_queries must be >= 1, got {self.pate_queries}")
+        if not 0 < self.pate_delta < 1:
+            raise ValueError(f"pate_delta must lie in (0, 1), got {self.pate_delta}")
         if self.indiv_parties < 1:
             raise ValueError(f"indiv_parties must be >= 1, got {self.indiv_parties}")
 
@@ -370,21 +382,42 @@ def run_trial(data: TrialData, config: SimulationConfig, rng: Drbg, gen: np.rand
         res.diagnostics["batch_weight_norm"] = float(np.linalg.norm(w))
         report("batch")
 
-    for method in ("soft", "avg", "vote"):
+    for method in ("soft", "avg", "avg-tight", "pate", "vote"):
         if method not in config.methods:
             continue
         t0 = time.perf_counter()
         mrng = rng.child(method)
-        if method == "avg":
+        if method in LINEAR_LOCAL_METHODS:
             assert ens.weights is not None
             res.diagnostics["avg_weight_norm"] = float(np.linalg.norm(ens.weights.mean(axis=0)))
             res.diagnostics["local_weight_norm_mean"] = float(np.mean(np.linalg.norm(ens.weights.reshape(M, -1), axis=1)))
+            res.diagnostics["local_weight_norm_max"] = float(np.max(np.linalg.norm(ens.weights.reshape(M, -1), axis=1)))
+            tight = method == "avg-tight"
             for e in grid:
                 eps = epsilon_of(e)
                 draws = 1 if math.isinf(eps) else config.noise_draws
-                rels = [avg_release(ens.weights, config.lam, eps, mrng.child(f"{e!r}/{k}")) for k in range(draws)]
+                rels = [avg_release(ens.weights, config.lam, eps, mrng.child(f"{e!r}/{k}"), tight=tight) for k in range(draws)]
                 record(method, e, linear_accuracies(np.stack([r.weights for r in rels]), Xt, yt, tw))
                 res.privacy[(method, e)] = rels[0].guarantee.as_dict() | {"mean_noise_norm": float(np.mean([r.noise_norm for r in rels]))}
+        elif method == "pate":
+            rows = query_rows(distinct[1], config.pate_queries, gen.spawn(1)[0])  # public choice; gen's own stream untouched
+            queried = int(np.unique(distinct[1][rows]).size)
+            res.diagnostics.update(pate_queries=queried, pate_training_rows=int(rows.size))
+            fits: dict[bytes, np.ndarray] = {}  # same labels → same (deterministic) fit
+            for e in grid:
+                eps = epsilon_of(e)
+                draws = 1 if math.isinf(eps) else config.noise_draws
+                rels = [release_pate(data.X_aux, rows, distinct[1], counts, lam=config.lam, epsilon=eps, parties=M,
+                                     rng=mrng.child(f"{e!r}/{k}"), delta=config.pate_delta, fits=fits) for k in range(draws)]
+                record(method, e, linear_accuracies(np.stack([r.weights for r in rels]), Xt, yt, tw))
+                extra: dict = {"queries": queried}
+                if rels[0].account is not None:
+                    extra.update(sigma=rels[0].account.sigma, rho=rels[0].account.rho)
+                if data.y_aux is not None:
+                    first = np.unique(distinct[1][rows], return_index=True)[1]
+                    truth = data.y_aux[rows[first]]
+                    extra["label_accuracy_mean"] = float(np.mean([np.mean(r.labels == truth) for r in rels]))
+                res.privacy[(method, e)] = rels[0].guarantee.as_dict() | extra  # the noise is on the counts, not the weights
         else:
             base = EnsembleParams(method, config.lam, math.inf, C, N, M, config.protect_aux)
             # ε = ∞: release_global returns the exact noise-free minimiser w_s (guarantee "none") — the fit the
@@ -419,7 +452,7 @@ def run_trial(data: TrialData, config: SimulationConfig, rng: Drbg, gen: np.rand
 
 
 __all__ = (
-    "DEFAULT_EPSILONS_INV", "LOCAL_CHOICES", "LocalEnsemble", "METHODS", "MIXED_KINDS", "PRIVATE_METHODS", "RowSplit",
+    "DEFAULT_EPSILONS_INV", "LINEAR_LOCAL_METHODS", "LOCAL_CHOICES", "LocalEnsemble", "METHODS", "MIXED_KINDS", "PRIVATE_METHODS", "RowSplit",
     "SimulationConfig", "TrialData", "TrialResult", "distinct_rows", "ensemble_vote_sum", "epsilon_of", "fit_locals",
     "linear_accuracies", "model_accuracies", "reduced_multinomial", "run_trial", "split_rows", "trial_steps",
 )

@@ -10,7 +10,8 @@ import click
 from mpdp.data.loaders import DatasetError
 from mpdp.experiments import hamm2016 as exp
 from mpdp.experiments.common import parse_float_list, rich_progress, to_json
-from mpdp.hamm2016.simulation import DEFAULT_EPSILONS_INV, LOCAL_CHOICES, METHODS
+from mpdp.hamm2016.pate import DEFAULT_DELTA, DEFAULT_QUERIES
+from mpdp.hamm2016.simulation import DEFAULT_EPSILONS_INV, LINEAR_LOCAL_METHODS, LOCAL_CHOICES, METHODS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -51,11 +52,12 @@ def _table(result: dict) -> None:
         console.print(f"  split: {sp}; seconds: {s['seconds']}")
     console.print(f"d = {result['n_features']}, test rows = {result['n_test_rows']:,} ({result['n_test_distinct']:,} distinct); "
                   f"λ = {c['lam']:g}, local = {c['local']}, trials = {c['trials']}, noise draws = {c['noise_draws']}, "
-                  f"protect_aux = {c['protect_aux']}")
+                  f"protect_aux = {c['protect_aux']}; pate: {c['pate_queries']} queries, (ε, δ = {c['pate_delta']:g})-DP, "
+                  f"the others pure ε-DP")
     console.print(f"{result['noise_note']}; wall time {result['seconds']['wall']:.1f} s")
 
 
-@click.command("hamm2016", short_help="Hamm, Cao & Belkin 2016 Fig. 3: private ensembles (soft/vote/avg) vs batch/indiv on KDD-99.")
+@click.command("hamm2016", short_help="Hamm, Cao & Belkin 2016 Fig. 3: private ensembles (soft/vote/avg/avg-tight/pate) vs batch/indiv on KDD-99.")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DATA, show_default=True,
               help="Folder holding kddcup99/ (or the kddcup99 folder itself): kddcup.data_10_percent.gz, corrected.gz, "
                    "training_attack_types.txt. Read in place.")
@@ -76,9 +78,13 @@ def _table(result: dict) -> None:
 @click.option("--multiclass", is_flag=True,
               help="5 attack categories (normal/dos/probe/r2l/u2r) instead of normal vs attack; test attacks of unknown type are dropped.")
 @click.option("--local", type=click.Choice(LOCAL_CHOICES), default="logreg", show_default=True,
-              help="Local classifier of every party; 'mixed' cycles logreg, linear_svm, tree, naive_bayes (avg is then skipped).")
+              help="Local classifier of every party; 'mixed' cycles logreg, linear_svm, tree, naive_bayes (avg, avg-tight are then skipped).")
 @click.option("--methods", default=None,
-              help="Comma-separated subset of: " + ", ".join(METHODS) + ". Default: all (without avg unless --local logreg).")
+              help="Comma-separated subset of: " + ", ".join(METHODS) + ". Default: all (without avg, avg-tight unless --local logreg).")
+@click.option("--pate-queries", type=click.IntRange(min=1), default=DEFAULT_QUERIES, show_default=True,
+              help="pate: distinct auxiliary points the curator queries (noisy counts; RDP cost grows with their number).")
+@click.option("--pate-delta", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=DEFAULT_DELTA,
+              show_default=True, help="pate: the δ of its (ε, δ) guarantee (the other private methods are pure ε-DP).")
 @click.option("--protect-aux", is_flag=True,
               help="Also protect one auxiliary sample (spec §3.4: soft sensitivity × (N+M−1)/N).")
 @click.option("--indiv-parties", type=click.IntRange(min=1), default=1000, show_default=True,
@@ -99,10 +105,11 @@ def _table(result: dict) -> None:
               help="Also write hamm2016_<task>.json (everything) and .csv (one row per M, method, 1/ε) into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout instead of tables (no progress bar).")
 def hamm2016(data_dir: Path, parties: str, epsilons_inv: str, trials: int, noise_draws: int, per_party: int, lam: float,
-             aux_fraction: float, multiclass: bool, local: str, methods: str | None, protect_aux: bool, indiv_parties: int,
+             aux_fraction: float, multiclass: bool, local: str, methods: str | None, pate_queries: int, pate_delta: float,
+             protect_aux: bool, indiv_parties: int,
              max_aux: int | None, max_test: int | None, seed: int | None, split_seed: int, threads: int,
              plot_path: Path | None, out_dir: Path | None, as_json: bool) -> None:
-    """Test accuracy of batch, soft, avg, vote and indiv against 1/ε for M parties on KDD-99 (HCB16 §6.2, Fig. 3)."""
+    """Test accuracy of batch, soft, avg, avg-tight, pate, vote and indiv against 1/ε for M parties on KDD-99 (HCB16 §6.2, Fig. 3)."""
     Ms = _ints(parties, "--parties")
     try:
         grid = tuple(v for _, v in parse_float_list(epsilons_inv))
@@ -111,7 +118,7 @@ def hamm2016(data_dir: Path, parties: str, epsilons_inv: str, trials: int, noise
     if any(v < 0 for v in grid):
         raise click.BadParameter("1/ε must be ≥ 0 (0 = no noise)", param_hint="--epsilons-inv")
     if methods is None:
-        chosen = tuple(m for m in METHODS if m != "avg" or local == "logreg")
+        chosen = tuple(m for m in METHODS if m not in LINEAR_LOCAL_METHODS or local == "logreg")
     else:
         chosen = tuple(s.strip() for s in methods.split(",") if s.strip())
         bad = [m for m in chosen if m not in METHODS]
@@ -121,7 +128,7 @@ def hamm2016(data_dir: Path, parties: str, epsilons_inv: str, trials: int, noise
         config = exp.Hamm2016Config(
             data_dir=str(data_dir), parties=Ms, epsilons_inv=grid, trials=trials, noise_draws=noise_draws, per_party=per_party,
             lam=lam, aux_fraction=aux_fraction, task="multiclass" if multiclass else "binary", local=local, methods=chosen,
-            protect_aux=protect_aux, indiv_parties=indiv_parties, max_aux=max_aux, max_test=max_test, seed=seed,
+            protect_aux=protect_aux, indiv_parties=indiv_parties, pate_queries=pate_queries, pate_delta=pate_delta, max_aux=max_aux, max_test=max_test, seed=seed,
             split_seed=split_seed, threads=threads)
     except ValueError as e:
         raise click.UsageError(str(e)) from e

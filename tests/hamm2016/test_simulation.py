@@ -14,6 +14,7 @@ from mpdp.dp.mechanisms import spherical_laplace
 from mpdp.hamm2016.erm import fit_soft, predict
 from mpdp.hamm2016.labels import one_hot, party_votes, vote_counts
 from mpdp.hamm2016.local import fit_local
+from mpdp.hamm2016 import pate
 from mpdp.hamm2016.mechanism import EnsembleParams, release_global
 from mpdp.hamm2016.simulation import (
     MIXED_KINDS, SimulationConfig, TrialData, distinct_rows, ensemble_vote_sum, epsilon_of, fit_locals, linear_accuracies,
@@ -143,9 +144,10 @@ def test_noise_comes_from_the_drbg_passed_in() -> None:
     a = run_trial(data, cfg, Drbg.from_seed("noise-a"), np.random.default_rng(0), steps.append)
     b = run_trial(data, cfg, Drbg.from_seed("noise-a"), np.random.default_rng(0))
     c = run_trial(data, cfg, Drbg.from_seed("noise-b"), np.random.default_rng(0))
-    assert steps == ["locals", "votes", "batch", "soft", "avg", "vote", "indiv"] and len(steps) == trial_steps(cfg)
+    assert steps == ["locals", "votes", "batch", "soft", "avg", "avg-tight", "pate", "vote", "indiv"]
+    assert len(steps) == trial_steps(cfg)
     assert a.accuracies == b.accuracies  # seeded Drbg: reproducible
-    for m in ("soft", "avg", "vote"):
+    for m in ("soft", "avg", "avg-tight", "pate", "vote"):
         assert len(a.accuracies[(m, 0.0)]) == 1 and len(a.accuracies[(m, 10.0)]) == 4  # noise draws per trial
         assert a.accuracies[(m, 0.0)] == c.accuracies[(m, 0.0)]  # 1/ε = 0: no noise at all
         assert a.privacy[(m, 0.0)]["epsilon"] == math.inf and a.privacy[(m, 10.0)]["epsilon"] == pytest.approx(0.1)
@@ -159,6 +161,12 @@ def test_noise_comes_from_the_drbg_passed_in() -> None:
                     == data.y_test) for k in range(4)]
     assert a.accuracies[("soft", 10.0)] == pytest.approx(want, abs=1e-12)
     assert a.privacy[("soft", 10.0)]["noise_scale"] == params.noise_scale == pytest.approx((2 / (25 * 1e-3) + 2e-9 / 1e-3) / 0.1)
+    # avg-tight: Δ₂ = 2·√(2 ln 2/λ)/M; pate: σ calibrated for (0.1, 1e-6) over the queried distinct rows
+    assert a.privacy[("avg-tight", 10.0)]["sensitivity"] == pytest.approx(2 * math.sqrt(2 * math.log(2) / 1e-3) / 25)
+    q = a.diagnostics["pate_queries"]
+    assert q == min(cfg.pate_queries, np.unique(data.X_aux, axis=0).shape[0])
+    assert a.privacy[("pate", 10.0)]["sigma"] == pate.calibrate(0.1, queries=q, classes=2, parties=25).sigma
+    assert a.privacy[("pate", 10.0)]["delta"] == 1e-6 and a.privacy[("pate", 0.0)]["delta"] == 1.0
 
 
 def test_config_validation() -> None:
