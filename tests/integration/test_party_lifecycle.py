@@ -105,6 +105,10 @@ def test_a_job_orphaned_by_a_curator_crash_fails_at_the_party_deadline(fed, sile
     # both real parties accepted (spent), then wait for StartProtocol, which the curator never sends
     wait_for(lambda: all(ledger_entry(fed, p, job) for p in PARTIES), 60, "the parties' acceptance")
     assert all(ledger_entry(fed, p, job)["status"] == "spent" for p in PARTIES)
+    # a party spends just before its JobAcceptance leaves: kill the curator only once it has taken both, so the
+    # parties really have nothing left to send (else a refused send fails the job before its deadline)
+    curator_log = fed.workdir / "curator" / "service.log"
+    wait_for(lambda: all(f"received JobAcceptance from party:{p}" in curator_log.read_text() for p in PARTIES), 60, "the curator taking both acceptances")
     fed.kill("curator")
     killed = time.monotonic()
     wait_for(lambda: all((ledger_entry(fed, p, job) or {}).get("status") == "failed" for p in PARTIES), DEADLINE + 30, "failing the orphaned job")
