@@ -1,11 +1,19 @@
-"""A party's privacy ledger (spec decision 9): every release it took part in, composed by basic composition.
+"""A party's privacy ledger (spec decision 9): every release it took part in, composed by a proven accountant.
 
 The rule (one ledger path): a party spends a job's **true** (ε, δ) — the guarantee the release really gives,
 not a nominal parameter — in one atomic, durable step *before* the first data-dependent message leaves, or
 refuses the job. A job that fails after spending keeps its charge: its data may already have influenced a
 message.
 
-* :func:`compose` — how entries add up (basic composition; the one function an accountant would replace).
+Each entry keeps its per-release guarantee (``epsilon``, ``delta``) and, under ``accounting``, the mechanism that
+gave it (:mod:`mpdp.accounting`: Gaussian σ/Δ, pure ε, discrete Gaussian ρ, or only (ε, δ)). The refusal rule:
+a job fits when the **composed ε of all entries plus the new one, at the party's budget δ, is at most the
+budget ε** (docs/protocols/accounting.md). The composed ε is the smallest of the PLD accountant's, the RDP
+accountant's (ledgers with discrete-Gaussian entries) and basic composition's (Σε, valid only while Σδ ≤ δ):
+all three are valid upper bounds, so the ledger never admits less than basic composition did.
+
+* :func:`compose` — basic composition (ε and δ add up): one of the three bounds, and what old ledgers used.
+* :func:`composition` — the composed guarantee of a list of entries at a target δ (the accountant).
 * :class:`PrivacyLedger` — the pure bookkeeping (entries in memory, check, record), used by in-memory
   drivers and experiments.
 * :class:`Ledger` — the durable ledger a party keeps on disk, with the one spend operation
@@ -28,6 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from mpdp import accounting
+from mpdp.accounting import Composition
+
 SPENT, RELEASED, FAILED = "spent", "released", "failed"
 STATUSES = (SPENT, RELEASED, FAILED)
 DEFAULT_BUDGET_DELTA = 1e-3
@@ -35,12 +46,15 @@ _SLACK = 1e-12  # floating-point slack on the comparison with the budget
 
 
 class BudgetExceeded(ValueError):
-    """A job would exceed the party's privacy budget; says what it needs and what is left."""
+    """A job would exceed the party's privacy budget; says what it needs, what is left, and what the ledger
+    with the job would compose to (``composed_epsilon`` at the budget δ; inf when no bound holds at that δ)."""
 
-    def __init__(self, need_epsilon: float, need_delta: float, left_epsilon: float, left_delta: float) -> None:
+    def __init__(self, need_epsilon: float, need_delta: float, left_epsilon: float, left_delta: float, composed_epsilon: float | None = None) -> None:
         self.need_epsilon, self.need_delta = need_epsilon, need_delta
         self.left_epsilon, self.left_delta = max(0.0, left_epsilon), max(0.0, left_delta)
-        super().__init__(f"needs ε={need_epsilon:.6g}, δ={need_delta:.6g}; left ε={self.left_epsilon:.6g}, δ={self.left_delta:.6g}")
+        self.composed_epsilon = composed_epsilon
+        tail = "" if composed_epsilon is None else f" (with it the ledger composes to ε={composed_epsilon:.6g})"
+        super().__init__(f"needs ε={need_epsilon:.6g}, δ={need_delta:.6g}; left ε={self.left_epsilon:.6g}, δ={self.left_delta:.6g}{tail}")
 
 
 class LedgerError(RuntimeError):
@@ -48,7 +62,8 @@ class LedgerError(RuntimeError):
 
 
 def compose(charges: Iterable[tuple[float, float]]) -> tuple[float, float]:
-    """Total (ε, δ) of a sequence of releases on the same data: basic composition (ε and δ add up)."""
+    """Total (ε, δ) of a sequence of releases on the same data by basic composition (ε and δ add up): a valid
+    bound, and one of the three :func:`composition` takes the smallest of."""
     eps = delta = 0.0
     for e, d in charges:
         eps += e
@@ -67,8 +82,24 @@ def charge_of(entry: dict) -> tuple[float, float]:
     return eps, delta
 
 
-def _fits(spent: tuple[float, float], need: tuple[float, float], budget: tuple[float, float]) -> bool:
-    return spent[0] + need[0] <= budget[0] + _SLACK and spent[1] + need[1] <= budget[1] + _SLACK * 1e-3
+def release_of(entry: dict) -> accounting.Release:
+    """The accountant's view of an entry, checked: a valid charge and a well-formed ``accounting`` record."""
+    charge_of(entry)
+    try:
+        return accounting.release_of(entry)
+    except accounting.AccountingError as e:
+        raise LedgerError(f"ledger entry {entry.get('job_id', '?')!s:.64}: {e}") from None
+
+
+def composition(entries: Iterable[dict], delta: float, cap: float | None = None) -> Composition:
+    """The composed guarantee of ``entries`` at ``delta`` (a party's budget δ): the smallest valid bound of the
+    PLD accountant, the RDP accountant and basic composition (:func:`mpdp.accounting.compose`). ``cap``: the
+    budget ε, where the accountant also tries the (1 + e^ε)·Σtv term."""
+    return accounting.compose([release_of(e) for e in entries], delta, () if cap is None else (cap,))
+
+
+def _fits(composed: Composition, budget_epsilon: float) -> bool:
+    return composed.epsilon <= budget_epsilon + _SLACK
 
 
 def _key(entry: dict) -> tuple[str, str]:
@@ -83,24 +114,58 @@ class PrivacyLedger:
     budget_delta: float = DEFAULT_BUDGET_DELTA
     entries: list[dict] = field(default_factory=list)
 
+    def composition(self, extra: Iterable[dict] = ()) -> Composition:
+        """The entries (and ``extra``) composed at the budget δ."""
+        return composition([*self.entries, *extra], self.budget_delta, self.budget_epsilon)
+
     @property
     def spent_epsilon(self) -> float:
-        return compose(charge_of(e) for e in self.entries)[0]
+        """ε spent: the composed ε at the budget δ (inf if no bound holds at that δ)."""
+        return self.composition().epsilon
 
     @property
     def spent_delta(self) -> float:
+        """Σδ of the entries (what basic composition spends of δ)."""
         return compose(charge_of(e) for e in self.entries)[1]
 
     def left(self) -> tuple[float, float]:
-        eps, delta = compose(charge_of(e) for e in self.entries)
-        return self.budget_epsilon - eps, self.budget_delta - delta
+        """(budget ε − composed ε, budget δ − Σδ)."""
+        return self.budget_epsilon - self.spent_epsilon, self.budget_delta - self.spent_delta
 
-    def check(self, epsilon: float, delta: float = 0.0) -> None:
-        """Raise BudgetExceeded unless (spent + ε, spent + δ) stays within budget."""
-        spent = compose(charge_of(e) for e in self.entries)
-        need = charge_of({"epsilon": epsilon, "delta": delta})
-        if not _fits(spent, need, (self.budget_epsilon, self.budget_delta)):
-            raise BudgetExceeded(need[0], need[1], self.budget_epsilon - spent[0], self.budget_delta - spent[1])
+    def check(self, epsilon: float, delta: float = 0.0, mechanism: dict | None = None) -> None:
+        """Raise BudgetExceeded unless the entries plus a release of (ε, δ) (its ``accounting`` record:
+        ``mechanism``; without one, only its (ε, δ) is known) compose to at most the budget ε at the budget δ."""
+        extra = {"epsilon": epsilon, "delta": delta, **({"accounting": mechanism} if mechanism is not None else {})}
+        self.check_entry(extra)
+
+    def check_entry(self, entry: dict) -> None:
+        """:meth:`check` for a whole entry (its ``epsilon``, ``delta`` and ``accounting``)."""
+        need = charge_of(entry)
+        after = self.composition([entry])
+        if not _fits(after, self.budget_epsilon):
+            before = self.composition()
+            raise BudgetExceeded(need[0], need[1], self.budget_epsilon - before.epsilon, self.budget_delta - before.basic_delta, after.epsilon)
+
+    def report(self) -> dict:
+        """Every entry (protocol, job, status, mechanism, its own (ε, δ)) and what was spent and is left, under the
+        accountant and under basic composition (JSON-ready: an ε with no valid bound is None)."""
+        c = self.composition()
+        num = lambda x: x if math.isfinite(x) else None  # noqa: E731
+        rows = []
+        for e in self.entries:
+            r = release_of(e)
+            rows.append({"protocol": str(e.get("protocol", "")), "job_id": str(e.get("job_id", "")), "status": str(e.get("status", SPENT)),
+                         "mechanism": str(e.get("mechanism", "")), "accounted_as": r.describe(), "kind": r.kind,
+                         "epsilon": r.epsilon, "delta": r.delta})
+        basic_left = self.budget_epsilon - c.basic_epsilon if c.basic_delta <= self.budget_delta * (1 + 1e-12) else -math.inf
+        return {
+            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
+            "entries": rows,
+            "accountant": {"epsilon": num(c.epsilon), "delta": self.budget_delta, "method": c.method, "pld_epsilon": num(c.pld_epsilon),
+                           "rdp_epsilon": num(c.rdp_epsilon), "left_epsilon": num(self.budget_epsilon - c.epsilon)},
+            "basic": {"epsilon": math.fsum(r["epsilon"] for r in rows), "delta": c.basic_delta, "left_epsilon": num(basic_left),
+                      "left_delta": self.budget_delta - c.basic_delta},
+        }
 
     def find(self, protocol: str, job_id: str) -> dict | None:
         return next((e for e in self.entries if _key(e) == (protocol, job_id)), None)
@@ -110,9 +175,11 @@ class PrivacyLedger:
             self.entries.append(dict(entry))
 
     def to_json(self) -> str:
-        eps, delta = compose(charge_of(e) for e in self.entries)
+        c = self.composition()
         return json.dumps({"budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta, "entries": self.entries,
-                           "spent_epsilon": eps, "spent_delta": delta}, indent=2)
+                           "spent_epsilon": c.epsilon if c.epsilon != math.inf else None, "spent_delta": c.basic_delta,
+                           "spent_epsilon_basic": c.basic_epsilon if c.basic_epsilon != math.inf else None,
+                           "composition": c.method}, indent=2)
 
     @classmethod
     def from_json(cls, text: str, budget_epsilon: float, budget_delta: float = DEFAULT_BUDGET_DELTA) -> "PrivacyLedger":
@@ -125,7 +192,8 @@ class PrivacyLedger:
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise LedgerError("the ledger file's entries are not a list of objects")
         led = cls(budget_epsilon, budget_delta, [dict(e) for e in entries])
-        led.spent_epsilon  # noqa: B018 - validates every entry's charge
+        for e in led.entries:
+            release_of(e)  # validates every entry's charge and accounting record
         return led
 
 
@@ -153,13 +221,14 @@ class Ledger:
         if not protocol or not job_id:
             raise LedgerError("a ledger entry needs a protocol and a job_id")
         need = charge_of(entry)
+        release_of(entry)
         with self._locked() as led:
             old = led.find(protocol, job_id)
             if old is not None:
-                if charge_of(old) != need:
+                if charge_of(old) != need or ("accounting" in old and "accounting" in entry and old["accounting"] != entry["accounting"]):
                     raise LedgerError(f"job {job_id} ({protocol}) was already charged ε={charge_of(old)[0]:.6g}, δ={charge_of(old)[1]:.6g}")
                 return dict(old)
-            led.check(*need)
+            led.check_entry(entry)
             stored = {**entry, "epsilon": need[0], "delta": need[1], "status": SPENT, "spent_at": time.time()}
             led.entries.append(stored)
             self._write(led)
@@ -170,7 +239,7 @@ class Ledger:
         ``details`` (never the charge). Returns the entry, or None if the job never spent."""
         if status not in (RELEASED, FAILED):
             raise ValueError(f"status must be {RELEASED!r} or {FAILED!r}, got {status!r}")
-        extra = {k: v for k, v in (details or {}).items() if k not in ("protocol", "job_id", "epsilon", "delta", "status")}
+        extra = {k: v for k, v in (details or {}).items() if k not in ("protocol", "job_id", "epsilon", "delta", "accounting", "status")}
         with self._locked() as led:
             e = led.find(protocol, job_id)
             if e is None:
@@ -196,7 +265,12 @@ class Ledger:
         return self.snapshot().find(protocol, job_id)
 
     def spent(self) -> tuple[float, float]:
+        """(ε, δ) by basic composition (Σε, Σδ); :meth:`composition` gives the accountant's ε."""
         return compose(charge_of(e) for e in self.entries)
+
+    def composition(self) -> Composition:
+        """The entries composed at the budget δ (see :func:`composition`)."""
+        return self.snapshot().composition()
 
     # -- disk ---------------------------------------------------------------------------------------
     @contextmanager

@@ -19,7 +19,7 @@ import numpy as np
 
 from typing import Any
 
-from mpdp import limits
+from mpdp import accounting, limits
 from mpdp.lmgc.estimator import LargeMarginGaussianClassifier, clip_rows
 from mpdp.lmgc.params import augment, quadratic_scores
 from mpdp.math.drbg import Drbg
@@ -53,8 +53,10 @@ def ledger_entry(request: pb.LocalModelRequest) -> dict:
     """
     spec = request.spec
     validate_spec(spec)
+    mode = MODE_NAMES[spec.mode]
+    record = accounting.pure_epsilon("LMGC objective perturbation") if mode == "corrected" else accounting.eps_delta()
     return {"job_id": request.job_id, "protocol": PROTOCOL, "epsilon": float(spec.epsilon), "delta": 0.0,
-            "mode": MODE_NAMES[spec.mode], "dataset": spec.dataset}
+            "mode": mode, "dataset": spec.dataset, "accounting": record}
 
 
 def party_release(name: str, request: pb.LocalModelRequest, X: np.ndarray, y: np.ndarray, rng: Drbg) -> tuple[pb.LocalModelRelease, dict]:

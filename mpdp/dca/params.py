@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mpdp import limits
+from mpdp import accounting, limits
 from mpdp.dca import discrete, mechanism
 from mpdp.dca.errors import InvalidJob
 from mpdp.dp.mechanisms import Guarantee
@@ -241,10 +241,14 @@ class DcaParams:
         """What a client records in its privacy ledger for this job (decision 9).
 
         A secure-sum job spends nothing by itself (ε = 0 here): the mechanism that consumes the sum records
-        its own guarantee (e.g. the HCB16 ensemble job, with this job's id as ``dca_job_id``)."""
+        its own guarantee (e.g. the HCB16 ensemble job, with this job's id as ``dca_job_id``).
+        ``accounting`` is what the ledger's accountant composes (:mod:`mpdp.accounting`): the Gaussian
+        σ_std/Δ₂ (the honest others' noise alone, Thm 1), or the discrete mode's ρ-zCDP with its refusal
+        probability."""
         g = self.guarantee
         if self.secure_sum:
-            return {"protocol": "dca-secure-sum", "job_id": self.job_id, "mechanism": g.mechanism, "epsilon": 0.0, "delta": 0.0, "purpose": self.purpose, "seeded": self.seeded}
+            return {"protocol": "dca-secure-sum", "job_id": self.job_id, "mechanism": g.mechanism, "epsilon": 0.0, "delta": 0.0, "purpose": self.purpose, "seeded": self.seeded,
+                    "accounting": accounting.no_release()}
         entry = {
             "protocol": "dca",
             "job_id": self.job_id,
@@ -254,6 +258,8 @@ class DcaParams:
             "mode": self.mode,
             "purpose": self.purpose,
             "seeded": self.seeded,
+            "accounting": accounting.gaussian(self.sigma_std / self.sensitivity) if self.discrete is None
+            else accounting.discrete_gaussian(self.discrete.rho, tv=self.discrete.p_fail),
         }
         if self.discrete is not None:
             entry.update(noise=self.noise, rho=self.discrete.rho, sigma2_units=str(self.discrete.sigma2))

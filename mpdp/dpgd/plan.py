@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from mpdp import accounting as ledger_accounting
 from mpdp.dca.params import DcaParams
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.dpgd import accounting
@@ -200,7 +201,8 @@ class DpgdPlan:
         return params
 
     def ledger_entry(self, job_id: str, *, seeded: bool = False) -> dict:
-        """The one charge of the whole job (every round's release is covered by it)."""
+        """The one charge of the whole job (every round's release is covered by it); the accountant composes its
+        R + 1 Gaussian rounds (σ_std/Δ_r each, no subsampling)."""
         g = self.guarantee
         return {
             "protocol": "dpgd",
@@ -212,6 +214,7 @@ class DpgdPlan:
             "purpose": f"dp-gd {self.task.kind} model",
             "seeded": seeded,
             "plan": self.public(),
+            "accounting": ledger_accounting.gaussian([s.sigma_std / s.sensitivity for s in self.specs]),
         }
 
     def public(self) -> dict:

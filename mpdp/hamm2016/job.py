@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mpdp import limits
+from mpdp import accounting, limits
 from mpdp.dca.params import DcaParams
 from mpdp.hamm2016.labels import party_votes, vote_counts
 from mpdp.hamm2016.local import fit_local
@@ -120,6 +120,7 @@ def ledger_entry(job_id: str, spec: pb.EnsembleJobSpec, dca_job_id: str, n_aux: 
         "delta": 0.0,
         "method": spec.method,
         "seeded": bool(spec.simulation_seed),
+        "accounting": accounting.pure_epsilon("spherical Laplace output perturbation (whole party as the unit)"),
     }
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from scipy.special import log_ndtr
 
+from mpdp import accounting
 from mpdp.dca.mechanism import MECHANISM
 from mpdp.regression.config import STD_SHARE
 from mpdp.regression.statistics import RoundSpec
@@ -111,7 +112,8 @@ def round_guarantee(spec: RoundSpec, who: str = "the DCA sum") -> RoundGuarantee
 
 def ledger_entry(spec: RoundSpec, job_id: str, *, seeded: bool, protocol: str = "dca") -> dict:
     """The record a party keeps for one round (decision 9). ``epsilon`` is what the ledger composes: the nominal
-    ε in ``corrected`` mode, max(nominal, actual) in ``paper`` mode (its real cost)."""
+    ε in ``corrected`` mode, max(nominal, actual) in ``paper`` mode (its real cost). The accountant composes the
+    Gaussian σ_std / max(declared Δ₂, true Δ₂)."""
     g = round_guarantee(spec)
     spent = spec.epsilon if spec.mode == "corrected" else max(spec.epsilon, g.epsilon_actual)
     return {
@@ -130,6 +132,7 @@ def ledger_entry(spec: RoundSpec, job_id: str, *, seeded: bool, protocol: str = 
         "declared_sensitivity": spec.sensitivity,
         "true_sensitivity": spec.true_sensitivity,
         "seeded": seeded,
+        "accounting": accounting.gaussian(spec.sigma_std / max(spec.sensitivity, spec.true_sensitivity)),
     }
 
 

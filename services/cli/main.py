@@ -20,7 +20,7 @@ def experiment() -> None:
 
 def _register() -> None:
     # Subcommand modules; each exposes `command` (a click.Command).
-    from services.cli import dca, experiment_commands, health, jobs, provision, regress, serve
+    from services.cli import dca, experiment_commands, health, jobs, ledger, provision, regress, serve
 
     cli.add_command(serve.serve)
     cli.add_command(jobs.federation)
@@ -31,6 +31,7 @@ def _register() -> None:
     cli.add_command(regress.regress)
     cli.add_command(provision.provision)
     cli.add_command(health.health)
+    cli.add_command(ledger.ledger)
 
     for cmd in experiment_commands.COMMANDS:
         experiment.add_command(cmd)

@@ -73,7 +73,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         endpoints = Endpoints(cfg.curator.address, cfg.curator.name, tls)
         ann, params = await self._dca_job(party, request, context)
         charge = params.ledger_entry()
-        await party.precheck(context, charge["epsilon"], charge["delta"])
+        await party.precheck(context, charge["epsilon"], charge["delta"], charge.get("accounting"))
 
         def compute():
             X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
@@ -127,7 +127,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             if charged is not None and (charged.get("plan") != entry["plan"] or charged.get("seeded") != entry["seeded"]):
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: dp-gd job {shown(msg.job_id)} was charged for another plan")
             if charged is None:
-                await party.precheck(context, entry["epsilon"], entry["delta"])
+                await party.precheck(context, entry["epsilon"], entry["delta"], entry.get("accounting"))
 
             def compute():
                 X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import TYPE_CHECKING
 
-from mpdp import limits
+from mpdp import accounting, limits
 from mpdp.data.loaders import DatasetError, load, to_pm1
 from mpdp.ledger import FAILED, RELEASED
 from mpdp.math.dgk import DgkPublicKey
@@ -82,11 +83,18 @@ def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
 
 def pathak_entry(machine: PartyMachine) -> dict:
     """What a Pathak job charges: the guarantee the release really gives (:meth:`PathakCalibration.guarantee`;
-    in paper mode √d·ε/(2K), not the nominal ε), the same figures the machine's DONE record carries."""
+    in paper mode √d·ε/(2K), not the nominal ε), the same figures the machine's DONE record carries.
+    The accountant sees gaussian-distributed as a Gaussian with σ/Δ = σ₁ (``sigma_one``: the released noise is
+    rounded up from σ₁ times the fixed-point sensitivity) that differs from the ideal release w.p. ≤ τ
+    (the fixed point), and the smallest-party modes as pure ε (spherical or coordinate Laplace)."""
     cal = machine.params.calibration
     g = cal.guarantee(machine.d)
+    if cal.distributed:
+        record = accounting.gaussian(cal.sigma_one, tv=cal.fixed_point_delta(machine.d) / (1.0 + math.exp(min(cal.epsilon, 700.0))))
+    else:
+        record = accounting.pure_epsilon("spherical Laplace" if cal.mode == "corrected" else "coordinate Laplace (paper calibration)")
     return {"job_id": machine.job_id, "protocol": PROTOCOL, "mechanism": g.mechanism, "epsilon": g.epsilon, "nominal_epsilon": cal.epsilon,
-            "delta": g.delta, "mode": cal.mode, "dataset": machine.params.dataset}
+            "delta": g.delta, "mode": cal.mode, "dataset": machine.params.dataset, "accounting": record}
 
 
 class PathakParty(pb_grpc.PartyServicer):

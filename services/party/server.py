@@ -72,11 +72,12 @@ class Party:
         finally:
             self._claimed.discard(key)
 
-    async def precheck(self, context, epsilon: float, delta: float) -> None:
-        """Refuse early, before costly local work, a job that cannot fit (advisory: :meth:`spend` decides)."""
+    async def precheck(self, context, epsilon: float, delta: float, mechanism: dict | None = None) -> None:
+        """Refuse early, before costly local work, a job that cannot fit (advisory: :meth:`spend` decides).
+        ``mechanism``: the entry's ``accounting`` record, so that the check composes as the spend will."""
         try:
             led = await asyncio.to_thread(self.ledger.snapshot)
-            led.check(epsilon, delta)
+            await asyncio.to_thread(led.check, epsilon, delta, mechanism)
         except BudgetExceeded as e:
             await errors.refuse(context, Problem.BUDGET_EXCEEDED, f"party {self.cfg.name}: {e}")
         except (LedgerError, OSError) as e:
