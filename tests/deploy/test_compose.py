@@ -233,7 +233,8 @@ def test_down_and_up_keep_models_and_ledgers(compose):
         after = compose.ledger(p)
         failed_charge = sum(e["epsilon"] for e in after["entries"] if e["job_id"] == compose.failed_job)  # type: ignore[attr-defined]
         assert after["entries"] == before_ledgers[p]["entries"], (p, after)
-        assert after["spent_epsilon"] == pytest.approx(4.0 + failed_charge), (p, after)  # 1 + 2 (ensemble) + 1, plus a kept failed charge
+        assert after["spent_epsilon_basic"] == pytest.approx(4.0 + failed_charge), (p, after)  # 1 + 2 (ensemble) + 1, plus a kept failed charge
+        assert after["spent_epsilon"] <= after["spent_epsilon_basic"] + 1e-12, (p, after)  # the accountant: never above basic
     dca = compose.dca_release  # type: ignore[attr-defined]
     again = json.loads(compose.operator("mpdp", "dca", "release", "--endpoints", "/site", "--job", dca["job_id"]).stdout.strip().splitlines()[-1])
     assert again["values"] == dca["values"] and again["clients_included"] == DCA_N

@@ -4,7 +4,8 @@ One federation (curator, 3 parties with budget ε = 10, 2 compute nodes) over mu
 each protocol, jobs whose total ε exceeds what the parties have left are launched at once. Invariants:
 
 * every refused job is refused because a party answered RESOURCE_EXHAUSTED / BUDGET_EXCEEDED;
-* no party's ledger ever charges more than its budget (spent ε ≤ 10), and the ledger file is 0600;
+* no party's ledger ever charges more than its budget (the composed ε at the budget δ, mpdp.accounting, ≤ 10),
+  and the ledger file is 0600;
 * a release was published for exactly the jobs every party marked released (Pathak, LMGC), or spent on
   (HCB16 votes, DCA submissions): nothing is published without its charge, nothing charged twice;
 * paper mode is charged its true ε (√d·ε/(2K)), not the nominal one.
@@ -26,6 +27,7 @@ import numpy as np
 import pytest
 
 from mpdp.dca.params import DcaParams
+from mpdp.ledger import DEFAULT_BUDGET_DELTA, composition
 from mpdp.dp.pathak_paper import paper_mode_true_epsilon
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2
 from services.operator.pathak2010 import make_spec
@@ -79,15 +81,20 @@ def ledger(fed: LocalFederation, party: str) -> list[dict]:
     return json.loads(path.read_text())["entries"] if path.exists() else []
 
 
+def spent(fed: LocalFederation, party: str, extra: list[dict] = ()) -> float:
+    """The party's composed ε at its budget δ (what its refusal rule compares with the budget ε)."""
+    return composition([*ledger(fed, party), *extra], DEFAULT_BUDGET_DELTA).epsilon
+
+
 def left(fed: LocalFederation, parties: list[str]) -> float:
-    return min(BUDGET - sum(e["epsilon"] for e in ledger(fed, p)) for p in parties)
+    return min(BUDGET - spent(fed, p) for p in parties)
 
 
 def assert_within_budget(fed: LocalFederation) -> None:
     for p in PARTIES:
         path = fed.workdir / p / "state" / "ledger.json"
-        spent = sum(e["epsilon"] for e in ledger(fed, p))
-        assert spent <= BUDGET + 1e-9, (p, spent)
+        s = spent(fed, p)
+        assert s <= BUDGET + 1e-9, (p, s)
         assert not path.exists() or stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
@@ -205,9 +212,25 @@ def test_concurrent_ensemble_votes_never_overspend(fed):
 # -- DCA: `mpdp dca submit --site` from a party's site, sharing the party service's ledger -------------
 
 
+def two_fit(fed: LocalFederation, party: str) -> float:
+    """A DCA job's ε such that two more such jobs compose within the party's budget and three do not (bisection)."""
+
+    def entries(eps: float, k: int) -> list[dict]:
+        p = DcaParams(job_id="probe", dimension=2, clients=2, max_missing=0, epsilon=eps, delta=1e-6, sensitivity=2.0, nodes=tuple(NODES))
+        return [{**p.ledger_entry(), "job_id": f"probe-{i}"} for i in range(k)]
+
+    lo, hi = 1e-6, 2 * BUDGET
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(fed, party, entries(mid, 2)) <= BUDGET else (lo, mid)
+    eps = lo * 0.999  # two fit with room to spare ...
+    assert spent(fed, party, entries(eps, 2)) <= BUDGET < spent(fed, party, entries(eps, 3))  # ... three do not
+    return eps
+
+
 def test_concurrent_dca_submissions_from_a_party_site_never_overspend(fed):
     site = fed.workdir / "party-3"
-    eps = left(fed, ["party-3"]) / 2.5
+    eps = two_fit(fed, "party-3")
     ep = Endpoints.load(fed.workdir)
     with DcaOperator(ep) as op:
         spec = dca_pb2.DcaJobSpec(dimension=2, clients=2, max_missing=0, epsilon=eps, delta=1e-6, sensitivity=2.0, mode=common_pb2.CORRECTED,
