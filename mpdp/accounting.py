@@ -52,6 +52,8 @@ PLD, RDP, BASIC = "pld", "rdp", "basic"
 VALUE_DISCRETIZATION = 1e-3
 TRUNCATION = -40.0  # log of the Gaussian tail mass the PLD moves to loss +∞ (pessimistic: δ grows by ≤ e^-40)
 MAX_NOISE_MULTIPLIER = 1e6
+MAX_PLD_MU = 50.0  # Gaussian entries composing to μ above this (ε ≈ μ²/2 > 1000) are not put on a PLD grid
+MAX_PAIR_EPSILON = 100.0  # an (ε, δ) or pure entry above this: the accountants step aside, basic composition decides
 _EXP_CAP = 700.0
 
 
@@ -215,17 +217,29 @@ def compose(releases: Iterable[Release], delta: float, caps: Sequence[float] = (
     discrete = [r for r in rs if r.kind == DISCRETE]
     pld_pairs = pairs + Counter((r.epsilon, r.delta) for r in discrete)  # PLD: a discrete entry by its (ε, δ)
     cap_list = tuple(sorted({float(c) for c in (*caps, basic_eps) if math.isfinite(c) and c >= 0}))
-    pld_eps = _pld_epsilon(gauss, tuple(sorted(pld_pairs.items())), gauss_tv, delta, cap_list) if rs else 0.0
+    pld_eps = _bound(_pld_epsilon, gauss, tuple(sorted(pld_pairs.items())), gauss_tv, delta, cap_list) if rs else 0.0
     rdp_eps = math.inf
     if discrete:
         rhos = tuple(sorted(r.rho for r in discrete))
         tv = gauss_tv + math.fsum(r.tv for r in discrete)
-        rdp_eps = _rdp_epsilon(gauss, tuple(sorted(pairs.items())), rhos, tv, delta, cap_list)
+        rdp_eps = _bound(_rdp_epsilon, gauss, tuple(sorted(pairs.items())), rhos, tv, delta, cap_list)
     basic = basic_eps if basic_delta <= delta * (1 + 1e-12) else math.inf
     best = min((pld_eps, PLD), (rdp_eps, RDP), (basic, BASIC), key=lambda t: t[0])
     if not rs:
         best = (0.0, BASIC)
     return Composition(best[0], delta, best[1], pld_eps, rdp_eps, basic, basic_delta, len(rs))
+
+
+def _bound(fn, *args) -> float:
+    """An accountant's ε, or inf when it cannot give one (e.g. an entry of ε in the hundreds overflows the PLD's
+    e^ε): a missing bound only leaves the others (basic composition is always computed), never frees budget."""
+    if any(eps > MAX_PAIR_EPSILON for (eps, _), _ in args[1]):
+        return math.inf
+    try:
+        e = float(fn(*args))
+    except (ArithmeticError, ValueError):
+        return math.inf
+    return e if e >= 0 else math.inf
 
 
 def _solve(eps_at, inf_delta: float, tv: float, delta: float, caps: tuple[float, ...]) -> float:
@@ -272,6 +286,8 @@ def _pld_epsilon(gauss: tuple[float, ...], pairs: Pairs, tv: float, delta: float
         from mpdp.dpgd.accounting import gdp_epsilon  # here: mpdp.dpgd's plan imports this module
 
         return _solve(lambda d: gdp_epsilon(mu, d) if d < 1 else 0.0, 0.0, tv, delta, caps)
+    if mu > MAX_PLD_MU:
+        return math.inf  # a composed ε in the thousands: the grid would be huge; basic composition decides
     h = _interval(mu)
     pld = _pairs_pld(pairs, h)
     if gauss:

@@ -2,7 +2,9 @@
 §4.7 a, b, e, h; decisions 1 and 9).
 
 Composition is basic: the std round spends (ε₁, δ₁) = 0.3·(ε, δ), the main round (ε₂, δ₂) = (ε − ε₁, δ − δ₁),
-so (ε₁ + ε₂, δ₁ + δ₂) = (ε, δ) (§4.7 h: recorded explicitly, one ledger entry per round).
+so (ε₁ + ε₂, δ₁ + δ₂) = (ε, δ) (§4.7 h: recorded explicitly, one ledger entry per round). The split is planned
+by basic composition; a party's ledger composes the two Gaussian rounds with its accountant
+(docs/protocols/accounting.md), which states less than (ε, δ) for them.
 
 What each mode guarantees per round, at the requested δ (computed, not assumed: :func:`epsilon_for` inverts the
 exact Gaussian-mechanism δ(ε) of Balle & Wang 2018, Thm 8, at the σ actually used and the *true* Δ₂):

@@ -276,3 +276,12 @@ def test_secure_sums_and_markers_release_nothing():
     e = DcaParams(job_id="v", dimension=4, clients=3, max_missing=0, epsilon=0.0, delta=0.0, sensitivity=0.0, nodes=("a", "b"), secure_sum=True).ledger_entry()
     assert release_of(e).kind == "none"
     assert composition([e, e], 1e-5).epsilon == 0.0
+
+
+def test_huge_epsilons_leave_basic_composition_to_decide():
+    """An entry of ε = 1000 (a test federation's) overflows the PLD's e^ε; the accountants step aside, no error."""
+    entries = [{"protocol": "t", "job_id": "a", "epsilon": 1000.0, "delta": 0.0}, pure("b", 1.0),
+               {"protocol": "t", "job_id": "c", "epsilon": 5e3, "delta": 1e-6, "accounting": accounting.gaussian(1e-5)}]
+    c = composition(entries, 1e-3)
+    assert (c.epsilon, c.method, c.pld_epsilon) == (6001.0, "basic", math.inf)
+    PrivacyLedger(1e6, 1e-3, entries).check(1.0)
