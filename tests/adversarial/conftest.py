@@ -32,6 +32,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mpdp.ledger import composition
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from services.common import pki
 from services.common.rpc import TlsFiles
@@ -190,7 +191,8 @@ def ledger(fed: LocalFederation, party: str) -> dict:
 
 
 def spent(fed: LocalFederation, party: str) -> float:
-    return sum(float(e.get("epsilon", 0.0)) for e in ledger(fed, party)["entries"])
+    """The party's composed ε at its budget δ: what its refusal rule compares with the budget (accounting.md)."""
+    return composition(ledger(fed, party)["entries"], fed.budget_delta).epsilon
 
 
 def assert_ledgers_within_budget(fed: LocalFederation) -> None:

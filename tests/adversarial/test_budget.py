@@ -86,7 +86,9 @@ def test_concurrent_jobs_across_protocols_never_overspend(fed):
         outcomes = [f.result() for f in futures]
     published = [job for kind, job in outcomes if kind == "published"]
     assert_ledgers_within_budget(fed)
-    assert len(published) <= 2, f"{len(published)} jobs of ε = 4 published under a budget of {BUDGET}: {outcomes}"
+    # the ledger composes (docs/protocols/accounting.md): two Pathak jobs (Gaussian, δ = 1e-6) and one LMGC release
+    # (pure ε) of ε = 4 compose to 7.9 at δ = 1e-3; one Pathak job with two LMGC releases to 10.5; all four to 11.9
+    assert len(published) <= 3, f"{len(published)} jobs of ε = 4 published under a budget of {BUDGET}: {outcomes}"
     assert published, f"nothing fitted the budget: {outcomes}"
     for p in PARTIES:
         ids = {e["job_id"] for e in ledger(fed, p)["entries"]}
