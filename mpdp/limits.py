@@ -214,7 +214,8 @@ TABLE: dict[str, tuple[Limit, ...]] = {
     "EnsembleJobSpec": (
         _dataset("the parties' private dataset (each party's config)"),
         Limit("auxiliary", "id", None, None, "", "the curator's public auxiliary dataset"),
-        Limit("method", "choice", None, None, "", "Alg. 2 (soft labels) or Alg. 1 (majority vote)", choices=("soft", "vote"), choice_names=("soft", "vote")),
+        Limit("method", "choice", None, None, "", "Alg. 2 (soft labels), Alg. 1 (majority vote) or GNMax on noisy vote counts",
+              choices=("soft", "vote", "pate"), choice_names=("soft", "vote", "pate")),
         Limit("lam", "real", 0.0, MAX_REAL, "", "λ of the global ERM; Δ₂ = O(1/λ)", open_min=True),
         _eps("ε of the output perturbation; above the max the noise scale is no longer meaningful"),
         Limit("classes", "count", 2, MAX_CLASSES, "", "C labels; vote vectors have N·C entries", item="text"),
@@ -224,6 +225,8 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("local_lam", "real", 0.0, MAX_REAL, "", "λ of each party's local model (0 = the classifier's own)"),
         _seed(),
         _deadline(300.0),
+        Limit("delta", "real", 0.0, 1.0, "", "pate: δ of the (ε, δ) guarantee, in (0, 1); soft/vote: 0 (checked with the method)", open_max=True),
+        Limit("queries", "int", 0, MAX_AUX_ROWS, "", "pate: Q auxiliary points queried (0 = all); soft/vote: 0"),
     ),
     "VoteRequest": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and ledgers"),

@@ -19,6 +19,7 @@ services do the same steps, and for the same simulation seed both give the same 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,14 +27,19 @@ import numpy as np
 
 from mpdp import accounting, limits
 from mpdp.dca.params import DcaParams
-from mpdp.hamm2016.labels import party_votes, vote_counts
+from mpdp.dp.mechanisms import Guarantee
+from mpdp.hamm2016 import pate
+from mpdp.hamm2016.erm import DEFAULT_TOL, fit_soft
+from mpdp.hamm2016.labels import one_hot, party_votes, vote_counts
 from mpdp.hamm2016.local import fit_local
 from mpdp.hamm2016.mechanism import EnsembleParams, check_aux_rows, release_global
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2 as pb
 from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, ProtocolError, Publish, RemoteProtocolError, Send, row
 
-METHODS = ("soft", "vote")
+METHODS = ("soft", "vote", "pate")
+PATE = "pate"
+PATE_FRAC_BITS = 16  # the noisy counts' grid 2^-16: far below σ (≥ 1 count), no headroom concern for M ≤ 256
 DEFAULT_DEADLINE = 300.0
 AUX_CHUNK_ROWS = 2048
 MAX_AUX_ROWS = limits.MAX_AUX_ROWS
@@ -45,6 +51,14 @@ TRUST_MODEL = (
     "The curator sees the public auxiliary features, the summed vote counts per auxiliary point and the number of voters "
     "included; never a party's classifier, its votes or its dataset size. Compute nodes see uniformly random shares only. "
     "The published w_p = w_s + η is ε-DP with one whole party as the privacy unit (Thm 1 / Thm 3; §3.4 with protect_aux)."
+)
+TRUST_MODEL_PATE = (
+    "honest-but-curious parties, compute nodes and curator; at least one compute node does not collude with the curator; "
+    "at most T voters drop out or reveal their noise. Every voter adds its share of Gaussian noise to its vote vector inside "
+    "the DCA sum (DCA Thm 1: the N − T − 1 honest others' shares alone reach σ²), so the curator sees only noisy vote counts "
+    "per queried auxiliary point and the number of voters included; never a party's classifier, its votes, its dataset size "
+    "or an exact count. The labels are the noisy argmax (GNMax) and the published model is trained on them: post-processing "
+    "of an (ε, δ)-DP release with one whole party as the privacy unit."
 )
 
 
@@ -65,6 +79,13 @@ def validate_spec(spec: pb.EnsembleJobSpec) -> None:
         raise EnsembleJobError(str(e)) from None
     if not spec.max_missing + 2 <= len(spec.parties):
         raise EnsembleJobError(f"max_missing T = {spec.max_missing} leaves fewer than 2 voters of {len(spec.parties)}")
+    if spec.method == PATE:
+        if not 0 < spec.delta < 1:
+            raise EnsembleJobError(f"method pate needs delta in (0, 1) (its guarantee is (ε, δ)-DP), got {spec.delta!r}")
+        if spec.protect_aux:
+            raise EnsembleJobError("method pate labels public auxiliary points; protect_aux applies to soft/vote only")
+    elif spec.delta or spec.queries:
+        raise EnsembleJobError(f"delta and queries belong to method pate; method {spec.method} is pure ε-DP over all auxiliary points")
 
 def check_size(spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> None:
     """Refuse, before any party votes, a job whose vote vector or global fit would not fit in memory."""
@@ -81,8 +102,50 @@ def vote_dimension(n_aux: int, classes: int) -> int:
     return n_aux if classes == 2 else n_aux * classes
 
 
+def pate_sensitivity(n_aux: int, classes: int) -> float:
+    """Δ₂ of a voter's whole vote vector over Q = n_aux queried points: √Q·Δ (Δ = 1 binary, √2 one-hot multiclass).
+
+    One whole party is the privacy unit: its data, hence its classifier, may change and with it every vote; per
+    point its entry moves by at most 1 (binary n_j1) or its one-hot row by √2 (multiclass)."""
+    return math.sqrt(n_aux) * pate.query_sensitivity(classes)
+
+
+def pate_queries(spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> np.ndarray:
+    """The auxiliary points a pate job queries (public): the distinct rows of the public auxiliary set, or a
+    uniformly random subset of Q of them (a public choice: the OS CSPRNG, or the simulation seed in test mode).
+    Each distinct point costs one query, so duplicates are queried once."""
+    X = check_auxiliary(X_aux)
+    _, first = np.unique(X, axis=0, return_index=True)
+    first = np.sort(first)
+    if spec.queries and spec.queries < first.size:
+        rng = Drbg.from_seed(spec.simulation_seed).child("hamm2016/queries") if spec.simulation_seed else Drbg.from_os()
+        first = np.sort(first[np.asarray(rng.permutation(first.size)[: spec.queries], dtype=np.int64)])
+    return np.ascontiguousarray(X[first])
+
+
 def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
-    """The secure-sum DCA job that adds up the parties' vote vectors (entries 0/1, so clip bound 1)."""
+    """The DCA job that adds up the parties' vote vectors (entries 0/1, so clip bound 1).
+
+    soft/vote: a secure sum (no noise; the curator's output perturbation is the mechanism). pate: a DCA Gaussian
+    job with Δ₂ = √Q·Δ (:func:`pate_sensitivity`) at the job's (ε, δ): every voter adds N(0, σ_std²/(M − T − 1))
+    per entry (Thm 1), so the sum the curator receives is already (ε, δ)-DP."""
+    if spec.method == PATE:
+        return DcaParams(
+            job_id=job_id,
+            dimension=vote_dimension(n_aux, len(spec.classes)),
+            clients=len(spec.parties),
+            max_missing=spec.max_missing,
+            epsilon=spec.epsilon,
+            delta=spec.delta,
+            sensitivity=pate_sensitivity(n_aux, len(spec.classes)),
+            nodes=tuple(spec.compute_nodes),
+            frac_bits=PATE_FRAC_BITS,
+            clip_bounds=(1.0,),
+            deadline_seconds=spec.deadline_seconds or DEFAULT_DEADLINE,
+            simulation_seed=spec.simulation_seed,
+            roster=tuple(spec.parties),
+            purpose="hamm2016/pate-votes",
+        )
     return DcaParams(
         job_id=job_id,
         dimension=vote_dimension(n_aux, len(spec.classes)),
@@ -103,13 +166,23 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
 
 
 def ensemble_params(spec: pb.EnsembleJobSpec, n_aux: int, voters: int) -> EnsembleParams:
+    if spec.method == PATE:
+        raise EnsembleJobError("method pate has no output perturbation: its guarantee is the vote sum's (vote_job)")
     return EnsembleParams(
         method=spec.method, lam=spec.lam, epsilon=spec.epsilon, classes=len(spec.classes), n_aux=n_aux, parties=voters, protect_aux=spec.protect_aux
     )
 
 
 def ledger_entry(job_id: str, spec: pb.EnsembleJobSpec, dca_job_id: str, n_aux: int) -> dict:
-    """What a voter records: the release is ε-DP with the whole party as the unit (its votes may change arbitrarily)."""
+    """What a voter records: the release is ε-DP with the whole party as the unit (its votes may change arbitrarily).
+
+    pate: the noisy vote sum's (ε, δ) and its Gaussian record (σ_std/Δ₂ for the accountant), from the same
+    :func:`vote_job` the voter checked the announced DCA job against."""
+    if spec.method == PATE:
+        entry = vote_job(spec, dca_job_id, n_aux).ledger_entry()
+        entry.update({"protocol": "hamm2016", "job_id": job_id, "dca_job_id": dca_job_id, "method": PATE, "queries": n_aux,
+                      "mechanism": "GNMax on the DCA-noised vote sum (" + entry["mechanism"] + ")"})
+        return entry
     g = ensemble_params(spec, n_aux, len(spec.parties)).guarantee
     return {
         "protocol": "hamm2016",
@@ -227,6 +300,8 @@ def output_rng(spec: pb.EnsembleJobSpec) -> Drbg:
 
 def curator_release(job_id: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray, vote_sum: dca_pb2.DpSum) -> pb.EnsembleRelease:
     """Charlie's step: summed votes → counts → w_s (Alg. 1 or 2) → w_p = w_s + η, published with its guarantee."""
+    if spec.method == PATE:
+        return pate_release(job_id, spec, X_aux, vote_sum)
     if not vote_sum.secure_sum or vote_sum.dimension != vote_dimension(X_aux.shape[0], len(spec.classes)):
         raise EnsembleJobError("the vote sum is not the secure sum of this job's vote vectors")
     voters = int(vote_sum.clients_included)
@@ -247,6 +322,46 @@ def curator_release(job_id: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray, vo
         sensitivity=params.sensitivity,
         guarantee=common_pb2.Guarantee(**g.as_dict()),
         trust_model=TRUST_MODEL,
+        dca_job_id=vote_sum.job_id,
+        seeded=bool(spec.simulation_seed),
+    )
+
+
+def pate_release(job_id: str, spec: pb.EnsembleJobSpec, X_query: np.ndarray, vote_sum: dca_pb2.DpSum) -> pb.EnsembleRelease:
+    """Charlie's pate step: noisy counts → GNMax labels → student w = argmin (1/Q)·Σ l(w; x_j, label_j) + (λ/2)‖w‖².
+
+    The noisy sum is the DCA Gaussian release of :func:`vote_job` (already (ε, δ)-DP); everything here is
+    post-processing of it, so the model carries that guarantee with one whole party as the unit."""
+    C, n = len(spec.classes), X_query.shape[0]
+    params = vote_job(spec, vote_sum.job_id, n)
+    if vote_sum.secure_sum or vote_sum.dimension != params.dimension or len(vote_sum.values) != params.dimension:
+        raise EnsembleJobError("the vote sum is not the noisy DCA sum of this job's vote vectors")
+    voters = int(vote_sum.clients_included)
+    noisy = np.asarray(vote_sum.values, dtype=np.float64)
+    if not np.all(np.isfinite(noisy)):
+        raise EnsembleJobError("the noisy vote sum holds non-finite values")
+    labels = pate.noisy_argmax(noisy if C == 2 else noisy.reshape(n, C), voters)
+    w = fit_soft(X_query, one_hot(labels, C), spec.lam, tol=DEFAULT_TOL)
+    g = params.guarantee
+    guarantee = Guarantee(
+        mechanism=f"GNMax (Papernot et al. 2018) on the DCA-noised vote sum, Q = {n} queried points; student L2-LR = post-processing",
+        epsilon=g.epsilon, delta=g.delta, sensitivity=g.sensitivity, norm="l2 (√Q·Δ: Δ = 1 binary, √2 multiclass)",
+        statement=(f"{g.statement} The counts are labelled by their noisy argmax and the model is trained on those labels only "
+                   f"(post-processing): the released weights are ({g.epsilon:g}, {g.delta:.3g})-DP with one whole party as the unit."),
+    )
+    return pb.EnsembleRelease(
+        job_id=job_id,
+        method=PATE,
+        weights=np.asarray(w, dtype=np.float64).ravel().tolist(),
+        classes=list(spec.classes),
+        features=X_query.shape[1],
+        parties_included=voters,
+        auxiliary_rows=n,
+        lam=spec.lam,
+        epsilon=g.epsilon,
+        sensitivity=g.sensitivity,
+        guarantee=common_pb2.Guarantee(**guarantee.as_dict()),
+        trust_model=TRUST_MODEL_PATE,
         dca_job_id=vote_sum.job_id,
         seeded=bool(spec.simulation_seed),
     )
@@ -409,7 +524,7 @@ def run_inmemory(
     from mpdp.dca.driver import run_job
 
     validate_spec(spec)
-    X_aux = check_auxiliary(X_aux)
+    X_aux = pate_queries(spec, X_aux) if spec.method == PATE else check_auxiliary(X_aux)
     names = list(spec.parties)
     if set(party_data) != set(names):
         raise EnsembleJobError(f"party data for {sorted(party_data)} but the job lists {names}")

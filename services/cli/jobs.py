@@ -153,7 +153,10 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--ridge", type=float, default=1e-3, show_default=True, help="lmgc: ridge floor Δ")
 @click.option("--data-norm", type=float, default=1.0, show_default=True, help="lmgc: public row-norm bound r (rows are clipped to it)")
 @click.option("--auxiliary", default="", help="hamm2016: the curator's auxiliary dataset name (curator config `auxiliary:`)")
-@click.option("--method", type=click.Choice(["soft", "vote"]), default="soft", show_default=True, help="hamm2016: soft labels (Alg. 2) or majority votes (Alg. 1)")
+@click.option("--method", type=click.Choice(["soft", "vote", "pate"]), default="soft", show_default=True,
+              help="hamm2016: soft labels (Alg. 2), majority votes (Alg. 1), both ε-DP by output perturbation; or pate: the voters add Gaussian noise "
+                   "inside the vote sum, the curator sees only noisy counts and labels by their noisy argmax (GNMax), (ε, δ)-DP (δ from --delta, default 1e-6)")
+@click.option("--queries", type=click.IntRange(min=0), default=0, help="hamm2016 pate: Q auxiliary points queried (a public random subset; 0 = all distinct points)")
 @click.option("--classes", default="-1,1", show_default=True, help="hamm2016: the class labels, comma-separated (binary: the second is +1)")
 @click.option("--compute-nodes", default="", help="hamm2016: comma-separated compute nodes that sum the votes (default: all in endpoints.json)")
 @click.option("--max-missing", type=int, default=0, show_default=True, help="hamm2016: voters that may drop out")
@@ -165,7 +168,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float, colluders: int | None, model: str, ridge: float, data_norm: float,
-          auxiliary: str, method: str, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
+          auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
           dimension: int, total_records: int, records_per_party: int, rounds: int, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
     import grpc
@@ -187,7 +190,8 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         if not auxiliary:
             raise click.BadParameter("hamm2016 needs the curator's auxiliary dataset name", param_hint="--auxiliary")
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset, auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon, classes=classes.split(","),
-                                            parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam)
+                                            parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam,
+                                            delta=(delta or 1e-6) if method == "pate" else 0.0, queries=queries if method == "pate" else 0)
         try:
             with err.status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
                 rel = train_ensemble(Endpoints.load(endpoints), spec)

@@ -1,7 +1,7 @@
 """Charlie for HCB16 ensembles without a trusted collector (mpdp.hamm2016.job; spec hamm2016.md §3.7).
 
 TrainEnsemble runs one job to the end: publish the auxiliary features (GetAuxiliary, voters only), create the
-secure-sum DCA job for the votes, ask every voter to vote (EnsembleParty.Vote), close submissions once all
+DCA job for the votes (a secure sum; for method pate a Gaussian DCA job whose noise the voters add), ask every voter to vote (EnsembleParty.Vote), close submissions once all
 have answered, take the summed counts from the DCA aggregator in this process, train and perturb, publish.
 The summed counts never leave this process and are dropped as soon as w_p exists; releases persist in
 ``state_dir/ensembles`` (a restart keeps them).
@@ -69,9 +69,12 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             await errors.refuse(context, common_pb2.INVALID_JOB, f"auxiliary dataset {errors.shown(request.auxiliary)} cannot be loaded (see the curator's log)")
         job_id = "hm-" + pysecrets.token_hex(6)
         try:
+            if request.method == core.PATE:  # the queried points are the job's auxiliary set (a public choice)
+                X_aux = core.pate_queries(request, X_aux)
             core.check_size(request, X_aux)
             vote_params = core.vote_job(request, "pending", X_aux.shape[0])
-            core.ensemble_params(request, X_aux.shape[0], len(request.parties))
+            if request.method != core.PATE:
+                core.ensemble_params(request, X_aux.shape[0], len(request.parties))
         except ProtocolError as e:  # InvalidJob from the DCA parameters
             await errors.refuse(context, common_pb2.INVALID_JOB, e.detail)
         except ValueError as e:  # our own validation messages (core.EnsembleJobError and the size checks)

@@ -1,5 +1,6 @@
 """The party as an HCB16 voter (mpdp.hamm2016.job.VoterRole): train h_i, vote on the public auxiliary points,
-secret-share the votes to the compute nodes of the job's secure-sum DCA job, having spent ε in the ledger first.
+secret-share the votes to the compute nodes of the job's DCA vote sum (a secure sum; for method pate a Gaussian
+DCA job, so this party's share of the noise is added before sharing), having spent (ε, δ) in the ledger first.
 
 What leaves the party: additive shares of its vote vector (one per compute node, each uniformly random
 alone) and a receipt without votes, counts or sizes.
@@ -62,7 +63,7 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
         if cfg.local_classifier not in CLASSIFIERS:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} is configured with local_classifier {cfg.local_classifier!r}; use one of {sorted(CLASSIFIERS)}")
         async with party.claimed(context, PROTOCOL, request.job_id):
-            await party.precheck(context, spec.epsilon, 0.0)  # advisory, before the costly local fit
+            await party.precheck(context, spec.epsilon, spec.delta)  # advisory, before the costly local fit
             return await self._vote(party, request, context)
 
     async def _vote(self, party: "Party", request: pb.VoteRequest, context) -> pb.VoteReceipt:
@@ -79,9 +80,15 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not fetch vote sum {vote_sum} from its curator ({e.code().name})")
         except ValueError as e:
             await errors.refuse(context, Problem.INVALID_JOB, f"vote sum {vote_sum}: {e}")
-        if not params.secure_sum or (params.seeded and not cfg.test_mode) or params.seeded != bool(spec.simulation_seed):
-            await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {vote_sum} is not the ensemble's secure vote sum (or carries a simulation seed the job does not)")
-        expected_d = core.vote_dimension(request.auxiliary_rows, len(spec.classes))
+        if (params.seeded and not cfg.test_mode) or params.seeded != bool(spec.simulation_seed):
+            await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {vote_sum} carries a simulation seed the ensemble job does not (or is seeded outside test mode)")
+        try:  # the vote job this party accepts: exactly the one the ensemble spec implies (pate: its noise, Δ₂, ε, δ)
+            expected = core.vote_job(spec, request.dca_job_id, request.auxiliary_rows)
+        except ValueError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"vote sum {vote_sum}: {e}")
+        if not _same_noise(params, expected):
+            await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {vote_sum} is not the ensemble's vote sum (its noise, sensitivity or privacy parameters differ from the job's)")
+        expected_d = expected.dimension
         if params.dimension != expected_d or cfg.name not in params.roster or set(params.roster) != set(spec.parties) or params.nodes != tuple(spec.compute_nodes):
             await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {vote_sum} does not match the ensemble job (d = {params.dimension}, expected {expected_d}; roster and nodes must be the job's)")
         try:
@@ -126,3 +133,10 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
         async with grpc.aio.secure_channel(cfg.curator.address, tls.channel_credentials(), options=opts) as ch:
             async for c in pb_grpc.EnsembleCuratorStub(ch).GetAuxiliary(common_pb2.JobRef(job_id=job_id), timeout=120):
                 yield c
+
+
+def _same_noise(params: DcaParams, expected: DcaParams) -> bool:
+    """The announced vote sum adds the noise the ensemble job promises (none for soft/vote, pate's σ otherwise)."""
+    return (params.secure_sum == expected.secure_sum and params.mode == expected.mode and params.noise == expected.noise
+            and params.epsilon == expected.epsilon and params.delta == expected.delta and params.sensitivity == expected.sensitivity
+            and params.clients == expected.clients and params.max_missing == expected.max_missing and params.sigma_client >= expected.sigma_client)

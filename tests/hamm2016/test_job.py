@@ -232,3 +232,53 @@ def test_curator_role_never_quotes_the_vote_sum_in_its_failure():
     out = role.vote_sum(bad)
     assert isinstance(out[0], core.AbortVoteSum) and role.state == "FAILED"
     assert "2.5" not in out[0].detail and "not valid vote counts" in out[0].detail
+
+
+# ---------------------------------------------------------------- method pate (issue 13 §3)
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(classes):
+    parties, X_aux = _data(classes)
+    spec = _spec(classes, method="pate", epsilon=2.0, delta=1e-6, queries=50)
+    run = core.run_inmemory("hm-pate", "dca-pate", spec, parties, X_aux)
+    rel, vs = run.release, run.vote_sum
+    params = core.vote_job(spec, "dca-pate", 50)
+    assert rel.method == "pate" and rel.auxiliary_rows == 50 and not vs.secure_sum
+    assert rel.guarantee.epsilon == 2.0 and rel.guarantee.delta == 1e-6
+    assert params.sensitivity == pytest.approx(np.sqrt(50) * (1.0 if classes == 2 else np.sqrt(2)))
+    assert params.guarantee.epsilon == 2.0 and params.sigma_client > 0
+    X_q = core.pate_queries(spec, X_aux)
+    exact = sum(core.VoterRole(n).vote(spec, *parties[n], X_q) for n in NAMES)
+    noisy = np.asarray(vs.values)
+    assert not np.array_equal(noisy, exact)
+    labels = core.pate.noisy_argmax(noisy if classes == 2 else noisy.reshape(50, classes), len(NAMES))
+    w = core.fit_soft(X_q, core.one_hot(labels, classes), spec.lam, tol=core.DEFAULT_TOL)
+    assert np.allclose(np.asarray(rel.weights), np.ravel(w))
+    entry = core.ledger_entry("hm-pate", spec, "dca-pate", 50)
+    assert entry["epsilon"] == 2.0 and entry["delta"] == 1e-6 and entry["method"] == "pate"
+    assert entry["accounting"] == {"kind": "gaussian", "noise_multiplier": pytest.approx(params.sigma_std / params.sensitivity)}
+
+
+def test_pate_vote_sum_noise_has_the_calibrated_variance():
+    """The noise the curator's counts carry, over many in-memory vote sums: variance M·σ_client² per entry
+    (≥ σ_std², what Thm 1 needs from the M − T − 1 honest others), mean 0 (χ²-style bounds at 5 s.e.)."""
+    from mpdp.dca.driver import run_job
+    from mpdp.math.drbg import Drbg
+
+    spec = _spec(2, method="pate", epsilon=1.0, delta=1e-6, max_missing=1, simulation_seed=b"")
+    params = core.vote_job(spec, "dca-var", 40)
+    Z = np.zeros((len(NAMES), 40))  # all-zero votes: the sum is pure noise
+    draws = np.concatenate([np.asarray(run_job(params, Z, Drbg.from_os(), client_ids=NAMES).release.values) for _ in range(25)])
+    var = len(NAMES) * params.sigma_client**2
+    assert var >= params.sigma_std**2
+    n = draws.size  # 1000 entries
+    assert abs(draws.mean()) < 5 * np.sqrt(var / n)
+    assert abs(draws.var() / var - 1) < 5 * np.sqrt(2 / n)
+
+
+def test_pate_fields_are_checked():
+    for kw, words in (({"method": "pate"}, "delta"), ({"delta": 0.1}, "belong to method pate"), ({"queries": 3}, "belong to method pate"),
+                      ({"method": "pate", "delta": 1e-6, "protect_aux": True}, "protect_aux")):
+        with pytest.raises(core.EnsembleJobError, match=words):
+            core.validate_spec(_spec(2, **kw))

@@ -227,3 +227,54 @@ def test_a_failing_voter_within_T_is_left_out_and_M_shrinks(fed):
     assert rel.parties_included == 4 and rel.sensitivity == pytest.approx(2.0 / (4 * 1e-2))
     spent = {p: [e["job_id"] for e in json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]] for p in PARTIES}
     assert all(rel.job_id in spent[p] for p in PARTIES[:4]) and rel.job_id not in spent["party-5"]
+
+
+def test_pate_the_curator_sees_only_noisy_counts(fed):
+    """Method pate (issue 13 §3): the voters add Gaussian noise inside the vote sum; the curator labels the Q
+    queried points by the noisy argmax and trains on them; every voter spent the vote sum's (ε, δ) first."""
+    ep = Endpoints.load(fed.workdir)
+    s = spec(method="pate", epsilon=200.0, delta=1e-6, queries=60, simulation_seed=b"hamm-pate")
+    rel = train_ensemble(ep, s)
+    assert rel.method == "pate" and rel.auxiliary_rows == 60 and rel.parties_included == 5
+    assert rel.guarantee.epsilon == 200.0 and rel.guarantee.delta == 1e-6 and "GNMax" in rel.guarantee.mechanism
+    assert rel.sensitivity == pytest.approx(np.sqrt(60))  # √Q·Δ, Δ = 1 (binary)
+    assert "noisy vote counts" in rel.trust_model and "post-processing" in rel.guarantee.statement
+
+    # the Q queried points are a public choice (here fixed by the simulation seed): recompute them and the exact counts
+    X_aux = _load_auxiliary(DatasetConfig(**fed.aux["bc_aux"]))
+    X_q = core.pate_queries(s, X_aux)
+    assert X_q.shape == (60, X_aux.shape[1])
+    data = _party_data(fed, "bc")
+    exact = sum(core.VoterRole(p, LOCAL[p]).vote(s, *data[p], X_q) for p in PARTIES)
+    params = core.vote_job(s, rel.dca_job_id, 60)
+    with curator_channel(fed, site_tls(fed, "operator")) as ch:  # the noisy sum is a DP release: served like any DCA release
+        noisy = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30)
+    values = np.asarray(noisy.values)
+    assert not noisy.secure_sum and values.shape == exact.shape
+    assert not np.array_equal(values, exact) and not np.all(values == np.round(values))  # never the exact counts
+    # M = 5 voters each add N(0, σ_std²/(M − T − 1)): the sum's noise has variance (5/4)·σ_std²; all within 8 s.d.
+    sd = np.sqrt(5 / 4) * params.sigma_std
+    assert np.all(np.abs(values - exact) < 8 * sd), (values - exact, sd)
+    # the labels the model was trained on are the noisy argmax (GNMax); refit from the served noisy sum
+    labels = core.pate.noisy_argmax(values, 5)
+    w = core.fit_soft(X_q, core.one_hot(labels, 2), s.lam, tol=core.DEFAULT_TOL)
+    assert np.allclose(np.asarray(rel.weights), w)
+
+    for p in PARTIES:  # every voter spent the vote sum's (ε, δ), with its Gaussian record for the accountant
+        entries = json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]
+        e = [x for x in entries if x["job_id"] == rel.job_id]
+        assert len(e) == 1 and e[0]["protocol"] == "hamm2016" and e[0]["method"] == "pate"
+        assert e[0]["epsilon"] == 200.0 and e[0]["delta"] == 1e-6 and e[0]["accounting"]["kind"] == "gaussian"
+        assert e[0]["accounting"]["noise_multiplier"] == pytest.approx(params.sigma_std / params.sensitivity)
+
+    out = CliRunner().invoke(predict_cmd, ["--endpoints", str(fed.workdir), "--job", rel.job_id, "--data", fed.tests["bc"], "--format", "csv", "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["accuracy"] > 0.85
+
+
+def test_pate_fields_belong_to_pate(fed):
+    with curator_channel(fed, site_tls(fed, "operator")) as ch:
+        for bad, words in (({"method": "pate"}, "delta"), ({"delta": 1e-6}, "belong to method pate"), ({"method": "pate", "delta": 1e-6, "protect_aux": True}, "protect_aux")):
+            with pytest.raises(grpc.RpcError) as err:
+                pb_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec(**bad), timeout=60)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in err.value.details(), err.value.details()
