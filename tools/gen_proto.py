@@ -18,7 +18,12 @@ def generate(out_dir: Path) -> list[Path]:
 
     protos = sorted((ROOT / "proto").rglob("*.proto"))
     include = Path(grpc_tools.__file__).parent / "_proto"
-    args = ["protoc", f"-I{ROOT / 'proto'}", f"-I{include}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}"]
+    # Type stubs (.pyi) for the generated messages and stubs come from mypy-protobuf's plugins, installed beside
+    # this interpreter (the `dev` extra).
+    bindir = Path(sys.executable).parent
+    args = ["protoc", f"-I{ROOT / 'proto'}", f"-I{include}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}",
+            f"--plugin=protoc-gen-mypy={bindir / 'protoc-gen-mypy'}", f"--plugin=protoc-gen-mypy_grpc={bindir / 'protoc-gen-mypy_grpc'}",
+            f"--mypy_out={out_dir}", f"--mypy_grpc_out={out_dir}"]
     args += [str(p) for p in protos]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
