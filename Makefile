@@ -3,12 +3,12 @@ PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test proto
+.PHONY: setup demo test proto lint docs
 
 $(BIN)/mpdp: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,experiments]'
 	touch $(BIN)/mpdp
 
 setup: $(BIN)/mpdp
@@ -21,3 +21,12 @@ test: setup
 
 proto: setup
 	$(BIN)/python tools/gen_proto.py
+
+lint: setup
+	$(BIN)/ruff check mpdp services
+	$(BIN)/python -m mypy
+
+# API reference from the docstrings (pdoc), into build/api/ (not committed)
+docs: setup
+	$(BIN)/python -m pdoc --docformat restructuredtext -o build/api mpdp
+	@echo "API reference: build/api/index.html"

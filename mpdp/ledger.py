@@ -34,7 +34,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from mpdp import accounting
 from mpdp.accounting import Composition
@@ -151,7 +151,7 @@ class PrivacyLedger:
         accountant and under basic composition (JSON-ready: an ε with no valid bound is None)."""
         c = self.composition()
         num = lambda x: x if math.isfinite(x) else None  # noqa: E731
-        rows = []
+        rows: list[dict[str, Any]] = []
         for e in self.entries:
             r = release_of(e)
             rows.append({"protocol": str(e.get("protocol", "")), "job_id": str(e.get("job_id", "")), "status": str(e.get("status", SPENT)),
@@ -192,8 +192,8 @@ class PrivacyLedger:
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise LedgerError("the ledger file's entries are not a list of objects")
         led = cls(budget_epsilon, budget_delta, [dict(e) for e in entries])
-        for e in led.entries:
-            release_of(e)  # validates every entry's charge and accounting record
+        for entry in led.entries:
+            release_of(entry)  # validates every entry's charge and accounting record
         return led
 
 

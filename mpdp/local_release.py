@@ -135,7 +135,8 @@ def average_releases(job_id: str, releases: list[pb.LocalModelRelease]) -> tuple
     avg = pb.LocalModelRelease(
         job_id=job_id, party="average", theta=np.mean(np.stack(thetas), axis=0).ravel().tolist(), classes=releases[0].classes,
         dimension=releases[0].dimension, mode="corrected",
-        guarantee=common_pb2.Guarantee(mechanism="average of per-party DP LMGC releases (post-processing)", epsilon=eps, delta=0.0, sensitivity=sens, norm=releases[0].guarantee.norm, statement=statement),
+        guarantee=common_pb2.Guarantee(mechanism="average of per-party DP LMGC releases (post-processing)", epsilon=eps, delta=0.0, sensitivity=sens,
+        norm=releases[0].guarantee.norm, statement=statement),
     )
     return avg, statement
 

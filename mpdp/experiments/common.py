@@ -30,6 +30,16 @@ ExtraPoints = Mapping[tuple[str, str, float], tuple[float, float, str]]
 
 
 # -- statistics -----------------------------------------------------------------
+
+def agg_figure() -> tuple[Any, Any]:
+    """matplotlib's Figure and Agg canvas (no pyplot, no global state), or a clear error naming the extra."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise RuntimeError("plots need matplotlib, which the `experiments` extra installs: pip install 'mpdp[experiments]' (or pass no --plot)") from e
+    return Figure, FigureCanvasAgg
+
 def mean_sem(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """Sample mean and standard error of the mean (0 for fewer than two values)."""
     a = np.asarray(values, dtype=np.float64).ravel()
@@ -189,8 +199,7 @@ def plot_error_curves(
     error bars on the matching panel, labelled by their path, so results from another code path
     (e.g. the real cryptographic protocol) can be overlaid on the fast-path curves.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    Figure, FigureCanvasAgg = agg_figure()
 
     fig = Figure(figsize=(6.0 * len(panels), 5.4), layout="constrained")
     FigureCanvasAgg(fig)

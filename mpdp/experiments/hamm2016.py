@@ -263,8 +263,9 @@ _STYLE = {  # label, colour, line style, marker
 
 def plot_figure(result: dict[str, Any], path: str | Path, *, title: str | None = None, ylim: tuple[float, float] | None = None) -> Path:
     """One panel per M like the paper's Figure 3: accuracy (mean ± s.d.) against 1/ε on a categorical axis."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from mpdp.experiments.common import agg_figure
+
+    Figure, FigureCanvasAgg = agg_figure()
 
     Ms = result["config"]["parties"]
     grid = result["config"]["epsilons_inv"]

@@ -257,8 +257,9 @@ _STYLE = {
 
 def plot_accuracy(result: dict[str, Any], path: str | Path) -> Path:
     """Test accuracy (mean ± s.e.) against ε on a log axis; non-private methods as horizontal lines."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from mpdp.experiments.common import agg_figure
+
+    Figure, FigureCanvasAgg = agg_figure()
 
     fig = Figure(figsize=(7.5, 5.6), layout="constrained")
     FigureCanvasAgg(fig)

@@ -172,7 +172,8 @@ def run_diffprivlib(py: Path, ds: Dataset, epsilons: list[float], runs: int, see
     return np.asarray(json.loads(res.stdout.strip().splitlines()[-1]))
 
 
-def run(data_dir: str | Path, epsilons: list[float], runs: int, *, seed: int = 0, diffprivlib: bool = True, work: str | Path | None = None, datasets: tuple[str, ...] = ("a9a", "digits")) -> dict[str, Any]:
+def run(data_dir: str | Path, epsilons: list[float], runs: int, *, seed: int = 0, diffprivlib: bool = True, work: str | Path | None = None,
+        datasets: tuple[str, ...] = ("a9a", "digits")) -> dict[str, Any]:
     t0 = time.perf_counter()
     work = Path(work or Path.home() / ".cache" / "mpdp-price-of-distrust")
     work.mkdir(parents=True, exist_ok=True)
@@ -205,13 +206,13 @@ def run(data_dir: str | Path, epsilons: list[float], runs: int, *, seed: int = 0
 
 
 def plot(out: dict[str, Any], path: str | Path) -> Path:
-    import matplotlib
+    from mpdp.experiments.common import agg_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    Figure, FigureCanvasAgg = agg_figure()
     res = out["results"]
-    fig, axes = plt.subplots(1, len(res), figsize=(6 * len(res), 4.2), squeeze=False)
+    fig = Figure(figsize=(6 * len(res), 4.2))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(res), squeeze=False)
     for ax, r in zip(axes[0], res):
         for m, blk in r["errors"].items():
             xs = [float(k) for k in blk]
@@ -226,5 +227,4 @@ def plot(out: dict[str, Any], path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(p, dpi=120)
-    plt.close(fig)
     return p

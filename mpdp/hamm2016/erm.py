@@ -172,17 +172,17 @@ class _Multi:
         # data part: block (k, l) = Σ_j c_j/N·(p_jk δ_kl − p_jk p_jl)·x_j x_jᵀ. Its block rows sum to zero
         # (Σ_l (p_k δ_kl − p_k p_l) = p_k(1 − Σ_l p_l) = 0), so blocks involving the last class follow.
         H = np.zeros((C * d, C * d))
-        blk = lambda k, l: (slice(k * d, (k + 1) * d), slice(l * d, (l + 1) * d))  # noqa: E731
+        blk = lambda k, m: (slice(k * d, (k + 1) * d), slice(m * d, (m + 1) * d))  # noqa: E731
         for k in range(C - 1):
-            for l in range(k, C - 1):
-                s = self.wt * P[:, k] * ((1.0 if k == l else 0.0) - P[:, l])
+            for m in range(k, C - 1):
+                s = self.wt * P[:, k] * ((1.0 if k == m else 0.0) - P[:, m])
                 B = (X * s[:, None]).T @ X
-                H[blk(k, l)] = B
-                if l != k:
-                    H[blk(l, k)] = B
+                H[blk(k, m)] = B
+                if m != k:
+                    H[blk(m, k)] = B
         last = C - 1
         for k in range(C - 1):
-            B = -sum(H[blk(k, l)] for l in range(C - 1))
+            B = -sum(H[blk(k, m)] for m in range(C - 1))
             H[blk(k, last)] = B
             H[blk(last, k)] = B.T
         H[blk(last, last)] = -sum(H[blk(k, last)] for k in range(C - 1))

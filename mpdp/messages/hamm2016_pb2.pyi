@@ -44,12 +44,14 @@ class EnsembleJobSpec(_message.Message):
     LOCAL_LAM_FIELD_NUMBER: _builtins.int
     SIMULATION_SEED_FIELD_NUMBER: _builtins.int
     DEADLINE_SECONDS_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    QUERIES_FIELD_NUMBER: _builtins.int
     dataset: _builtins.str
     """the parties' private dataset name (each party's config)"""
     auxiliary: _builtins.str
     """the curator's public auxiliary dataset name (curator config); labels ignored"""
     method: _builtins.str
-    """"soft" (Alg. 2) or "vote" (Alg. 1)"""
+    """"soft" (Alg. 2), "vote" (Alg. 1) or "pate" (GNMax on noisy vote counts, ours)"""
     lam: _builtins.float
     """λ of the global ERM, (1/N)·Σ l^α + (λ/2)‖w‖² (eq. 17)"""
     epsilon: _builtins.float
@@ -64,6 +66,13 @@ class EnsembleJobSpec(_message.Message):
     """test mode only: seeds the output noise (non-private)"""
     deadline_seconds: _builtins.float
     """vote submissions close then (0 = default 300)"""
+    delta: _builtins.float
+    """method "pate" only: the voters add Gaussian noise inside the vote sum (a DCA Gaussian job, not a secure sum),
+    the curator labels the queried points by the noisy argmax and trains on those labels (post-processing).
+    δ of the (ε, δ) guarantee (0 for soft/vote, which are pure ε)
+    """
+    queries: _builtins.int
+    """Q: auxiliary points queried (a public random subset; 0 = all of them)"""
     @_builtins.property
     def classes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the class labels as text, C ≥ 2; class k ↔ classes[k] (binary: classes[1] is +1)"""
@@ -92,10 +101,12 @@ class EnsembleJobSpec(_message.Message):
         local_lam: _builtins.float = ...,
         simulation_seed: _builtins.bytes = ...,
         deadline_seconds: _builtins.float = ...,
+        delta: _builtins.float = ...,
+        queries: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auxiliary", b"auxiliary", "classes", b"classes", "compute_nodes", b"compute_nodes", "dataset", b"dataset", "deadline_seconds", b"deadline_seconds", "epsilon", b"epsilon", "lam", b"lam", "local_lam", b"local_lam", "max_missing", b"max_missing", "method", b"method", "parties", b"parties", "protect_aux", b"protect_aux", "simulation_seed", b"simulation_seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auxiliary", b"auxiliary", "classes", b"classes", "compute_nodes", b"compute_nodes", "dataset", b"dataset", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "epsilon", b"epsilon", "lam", b"lam", "local_lam", b"local_lam", "max_missing", b"max_missing", "method", b"method", "parties", b"parties", "protect_aux", b"protect_aux", "queries", b"queries", "simulation_seed", b"simulation_seed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from mpdp.dca.params import DcaParams
 from mpdp.messages import dca_pb2
-from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
+from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
 from mpdp.regression.grid import Multipliers
 from mpdp.regression.plan import MainRoundStep, RegressionPlan
 from mpdp.regression.posterior import Posterior

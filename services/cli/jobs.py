@@ -248,7 +248,7 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
         try:
             out = predict_ensemble(Endpoints.load(endpoints), job_id, data_path, fmt)
         except (grpc.RpcError, DatasetError, ValueError) as e:
-            raise click.ClickException(getattr(e, "details", lambda: str(e))())
+            raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
     if job_id.startswith("lm-"):
@@ -257,7 +257,7 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
         try:
             out = predict_local(Endpoints.load(endpoints), job_id, data_path, fmt, party)
         except (grpc.RpcError, DatasetError, ValueError) as e:
-            raise click.ClickException(getattr(e, "details", lambda: str(e))())
+            raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
     with OperatorClient(Endpoints.load(endpoints)) as client:

@@ -40,7 +40,8 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
         raise click.BadParameter(f"give 1 or d+1 = {dimension + 1} bounds", param_hint="--bounds")
     reps = tuple(int(v) for v in grid_repeats.split(","))
     try:
-        run = run_regression(Endpoints.load(endpoints), dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta, total_records, records_per_party, mode=mode, noise=noise, grid_repeats=reps)  # type: ignore[arg-type]
+        run = run_regression(Endpoints.load(endpoints), dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta,
+                             total_records, records_per_party, mode=mode, noise=noise, grid_repeats=reps)  # type: ignore[arg-type]
     except RoundFailed as e:
         raise click.ClickException(str(e))
     result = {

@@ -82,7 +82,9 @@ class PartyConfig(_Base):
     curator: Endpoint
     datasets: dict[str, DatasetConfig] = {}
     ledger: Path = Path("ledger.json")
-    budget_epsilon: float = Field(10.0, ge=0, allow_inf_nan=False, description="total ε this party may spend: the ledger's composed ε at budget_delta (PLD/RDP accountant, never above basic composition; docs/protocols/accounting.md)")
+    budget_epsilon: float = Field(10.0, ge=0, allow_inf_nan=False, description=(
+        "total ε this party may spend: the ledger's composed ε at budget_delta "
+        "(PLD/RDP accountant, never above basic composition; docs/protocols/accounting.md)"))
     budget_delta: float = Field(1e-3, ge=0, allow_inf_nan=False, description="the δ at which the ledger composes all this party's releases (and the most basic composition's Σδ may reach)")
     pool_target: int = Field(256, description="Paillier randomness factors kept precomputed for Charlie's key")
     local_classifier: str = Field("logreg", description="the party's own model in ensemble (hamm2016) jobs: any name of mpdp.hamm2016.local.CLASSIFIERS")

@@ -279,7 +279,8 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
     try:
         await register(cfg, port)
     except grpc.aio.AioRpcError as e:
-        hint = "this site does not trust the curator's certificate: check ca.crt and the curator's certificate" if tls_failure(e) else "is the curator up and reachable, and does it trust this site's certificate?"
+        hint = "this site does not trust the curator's certificate: check ca.crt and the curator's certificate" if tls_failure(e) \
+            else "is the curator up and reachable, and does it trust this site's certificate?"
         print(f"mpdp compute node {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}; {hint}", file=sys.stderr)
         await server.stop(0)
         raise SystemExit(2)

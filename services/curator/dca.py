@@ -139,7 +139,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
     # -- operator ---------------------------------------------------------------------------------------
     async def CreateJob(self, request: pb.DcaJobSpec, context) -> pb.DcaJobTicket:
         if request.secure_sum:
-            await errors.refuse(context, common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only (e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
+            await errors.refuse(context, common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only "
+                                "(e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
         try:
             job_id = await self.create(request)
         except DcaJobRefused as e:
@@ -238,7 +239,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         await _check_id(request.job_id, context)
         spec = self.store.spec(request.job_id)
         if spec is not None and spec.secure_sum:
-            await errors.refuse(context, common_pb2.WRONG_ROLE, f"DCA job {request.job_id} is a secure sum without noise; only the curator's own mechanism consumes it, and it publishes only its own DP output")
+            await errors.refuse(context, common_pb2.WRONG_ROLE, f"DCA job {request.job_id} is a secure sum without noise; only the curator's own mechanism consumes it, "
+                                "and it publishes only its own DP output")
         rel = self.store.release(request.job_id)
         if rel is not None:
             return rel

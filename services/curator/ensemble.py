@@ -59,7 +59,8 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
         aux_cfg = self.auxiliary.get(request.auxiliary)
         if aux_cfg is None:
-            await errors.refuse(context, common_pb2.INVALID_JOB, f"the curator has no auxiliary dataset {errors.shown(request.auxiliary)} ({len(self.auxiliary)} configured); add it under `auxiliary:` in the curator config")
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"the curator has no auxiliary dataset {errors.shown(request.auxiliary)} ({len(self.auxiliary)} configured); "
+                                "add it under `auxiliary:` in the curator config")
         try:
             X_aux = await asyncio.to_thread(_load_auxiliary, aux_cfg)
         except core.EnsembleJobError as e:

@@ -70,7 +70,8 @@ class LocalFederation:
         for p in self.parties:
             _write_yaml(
                 self.workdir / p / "party.yaml",
-                {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}), "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta,
+                {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}),
+                 "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta,
                  "local_classifier": self.local_classifiers.get(p, "logreg")},
             )
 

@@ -67,7 +67,6 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
 
     async def _contribute(self, party: "Party", request: contribution_pb2.StatisticRequest, round_name: str, context) -> contribution_pb2.ContributionReceipt:
         cfg = party.cfg
-        job = shown(request.dca_job_id)
         ds = await self._dataset(party, request, context)
         tls = cfg.tls.files()
         endpoints = Endpoints(cfg.curator.address, cfg.curator.name, tls)

@@ -140,7 +140,8 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         if tls_failure(e):
             hint = "this site does not trust the curator's certificate: check that ca.crt is this federation's CA and the curator's certificate is valid (`mpdp provision show ca.crt`)"
         elif e.code() == grpc.StatusCode.UNAVAILABLE:
-            hint = "is the curator up and the address/port open? If it is, it refused this site's certificate (another CA or federation, or expired): run `mpdp provision check` on this site's folder and read the curator's log"
+            hint = ("is the curator up and the address/port open? If it is, it refused this site's certificate (another CA or federation, or expired): "
+                    "run `mpdp provision check` on this site's folder and read the curator's log")
         else:
             hint = "see the curator's log"
         print(f"mpdp party {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}; {hint}", file=sys.stderr)

@@ -355,7 +355,8 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
         r = issue(o, "operator", [])
         write_atomic(
             r.folder / "endpoints.json",
-            json.dumps({"federation": spec.federation, "curator": {"address": cur.address, "name": cur.name}, "operator_tls": dict(TLS), "parties": {p.name: p.address for p in spec.parties}}, indent=2)
+            json.dumps({"federation": spec.federation, "curator": {"address": cur.address, "name": cur.name}, "operator_tls": dict(TLS),
+                        "parties": {p.name: p.address for p in spec.parties}}, indent=2)
             + "\n",
             PUBLIC,
         )
@@ -458,7 +459,8 @@ def describe(path: str | Path) -> dict:
             csr = x509.load_pem_x509_csr(data)
         except ValueError as e:
             raise ProvisionError(f"{p} is neither a PEM certificate nor a CSR") from e
-        return {"file": str(p), "kind": "csr", "role": _attr(csr.subject, NameOID.ORGANIZATIONAL_UNIT_NAME), "site": _attr(csr.subject, NameOID.COMMON_NAME), "federation": _attr(csr.subject, NameOID.ORGANIZATION_NAME)}
+        return {"file": str(p), "kind": "csr", "role": _attr(csr.subject, NameOID.ORGANIZATIONAL_UNIT_NAME), "site": _attr(csr.subject, NameOID.COMMON_NAME),
+                "federation": _attr(csr.subject, NameOID.ORGANIZATION_NAME)}
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         names = [str(n.value) for n in san]
