@@ -135,8 +135,11 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def spec_for(n: int, d: int, nodes: list[str]) -> pb.DcaJobSpec:
+def spec_for(n: int, d: int, nodes: list[str], roster: str = "range") -> pb.DcaJobSpec:
+    """The benchmark job; ``roster`` "range": the N client ids client-000000… are the job's roster (nodes agree by
+    roster index, docs/protocols/dca.md "Agreement"); "open": any N clients (nodes agree by id)."""
     return pb.DcaJobSpec(
+        roster_range=pb.RosterRange(prefix="client-", digits=6) if roster == "range" else None,
         dimension=d,
         clients=n,
         max_missing=0,
@@ -152,14 +155,14 @@ def spec_for(n: int, d: int, nodes: list[str]) -> pb.DcaJobSpec:
     )
 
 
-def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool, batch_bytes: int) -> dict:
+def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool, batch_bytes: int, roster: str = "range") -> dict:
     n, d = Z.shape
     ep = Endpoints.load(fed.workdir)
     pids = [fed.procs[x].popen.pid for x in nodes]
     ids = [f"client-{i:06d}" for i in range(n)]
     bs = batch_size_for(n, d, batch_bytes)
     with DcaOperator(ep) as op:
-        job = op.create(spec_for(n, d, nodes))
+        job = op.create(spec_for(n, d, nodes, roster))
         base = max(proc_status(p, "VmRSS") for p in pids)
         hwm_reset = all(reset_hwm(p) for p in pids)
         la0 = load_average()
@@ -189,6 +192,7 @@ def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool
         "M": len(nodes),
         "batched": batched,
         "batch_size": bs if batched else 1,
+        "roster": roster,
         "seconds": seconds,
         "client_seconds": rep.client_seconds,
         "node_seconds": seconds - rep.client_seconds,
@@ -293,6 +297,7 @@ def main() -> None:
     ap.add_argument("--budget-seconds", type=float, default=float("inf"), help="skip jobs that would end after this much wall time")
     ap.add_argument("--key-bits", type=int, default=1024, help="curator Paillier/DGK bits (test mode; DCA does not use them)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--roster", choices=("range", "open"), default="range", help="the job's clients: a roster range (agreement by index) or open (by id)")
     ap.add_argument("--json", dest="json_out", help="write every measured cell (and the skipped ones) to this JSON file")
     ap.add_argument("--update", action="store_true", help="merge into an existing --json file: cells measured (or skipped) now replace the same cells")
     ap.add_argument("--dry-run", action="store_true", help="print the plan with estimated times and stop")
@@ -398,7 +403,7 @@ def main() -> None:
                     if Z is None or Z.shape != (n, d):
                         Z = None
                         Z = np.random.default_rng([args.seed, n, d]).uniform(-1.0, 1.0, size=(n, d))
-                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes)
+                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster)
                     r["estimated_seconds"] = est
                     rows.append(r)
                     print(fmt_row(r), flush=True)

@@ -45,10 +45,11 @@ def share_u64(u: np.ndarray, parts: int, rng: Drbg) -> np.ndarray:
     u = np.asarray(u, dtype=np.uint64)
     if parts < 2:
         raise ValueError(f"additive sharing needs at least 2 parts (M ≥ 2), got {parts}")
-    masks = rng.uint64((parts - 1,) + u.shape)
     out = np.empty((parts,) + u.shape, dtype=np.uint64)
-    out[1:] = masks
-    out[0] = u - np.add.reduce(masks, axis=0, dtype=np.uint64)
+    out[1:] = rng.uint64((parts - 1,) + u.shape)
+    np.subtract(u, out[1], out=out[0])
+    for k in range(2, parts):  # r_0 = −Σ_{k≥1} r_k, accumulated in place (mod 2^64)
+        np.subtract(out[0], out[k], out=out[0])
     return out
 
 

@@ -182,8 +182,8 @@ async def submit_cohort(
 
             async def stream(k: int) -> pb.ShareReceipt:
                 async def it() -> AsyncIterator[pb.ClientShare]:
-                    while (batch := await queues[k].get()) is not None:
-                        for msg in _split(batch, params.dimension):
+                    while (item := await queues[k].get()) is not None:
+                        for msg in _split(item[1], params.dimension, item[0]):
                             yield msg
 
                 return await stubs[k].SubmitShares(it(), timeout=3600)
@@ -191,7 +191,7 @@ async def submit_cohort(
             tasks = [asyncio.ensure_future(stream(k)) for k in range(len(stubs))]
             for b in _timed_batches(cohort, batch_size, report):
                 for k, msg in enumerate(b.batches):
-                    await queues[k].put(msg)
+                    await queues[k].put((b.client_ids, msg))
             for q in queues:
                 await q.put(None)
             for r in await asyncio.gather(*tasks):
@@ -214,12 +214,14 @@ def _timed_batches(cohort: ClientCohort, batch_size: int, report: SubmitReport):
         yield b
 
 
-def _split(batch: pb.ShareBatch, d: int) -> Iterator[pb.ClientShare]:
-    """A ShareBatch as one ClientShare per client (unbatched submission).
+def _split(batch: pb.ShareBatch, d: int, ids: list[str] | None = None) -> Iterator[pb.ClientShare]:
+    """A ShareBatch as one ClientShare per client (unbatched submission); ``ids`` names the batch's clients when
+    it names them by roster index (a client's own share carries its id, the name on its certificate).
 
     The bytes field is read once: every read of a protobuf bytes field returns a fresh copy, so slicing
     ``batch.masked_vectors`` per client would copy the whole batch once per client (quadratic)."""
-    job_id, ids = batch.job_id, list(batch.client_ids)
+    job_id = batch.job_id
+    ids = list(batch.client_ids) if ids is None else ids
     if batch.WhichOneof("shares") == "mask_seeds":
         data = memoryview(batch.mask_seeds)
         for j, cid in enumerate(ids):
