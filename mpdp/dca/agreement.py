@@ -363,6 +363,10 @@ class ClientBook:
         self._seeds.clear()
         self.pending = 0
 
+    def reserve(self, n: int) -> None:
+        """Room for indices 0..n−1 (a worker's buffer, keyed by its coordinator's indices)."""
+        self._grow(n)
+
     # -- internals ---------------------------------------------------------------------------------------
     def _count_pending(self, added: int) -> None:
         self.pending += added

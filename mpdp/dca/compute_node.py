@@ -44,7 +44,7 @@ from mpdp.dca.agreement import ClientBook, decode_indices, encode_indices, is_ru
 from mpdp.dca.engine import DcaMachine
 from mpdp.dca.params import DcaParams, valid_client_id
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
+from mpdp.protocol import CURATOR, LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
 
 DEFAULT_REPORT_EVERY = 256
 MALFORMED, REPLAY, WRONG_ROLE, STEP_OUT_OF_ORDER = Problem.MALFORMED, Problem.REPLAY, Problem.WRONG_ROLE, Problem.STEP_OUT_OF_ORDER
@@ -63,7 +63,7 @@ class ComputeNodeMachine(DcaMachine):
     TERMINAL = ("RELEASED", states.FAILED)
     TABLE = states.COMPUTE_NODE_TABLE
 
-    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True) -> None:
+    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True, workers: int = 1) -> None:
         super().__init__(params.job_id, Peer("compute_node", name), record=record)
         self.params = params
         self.k = params.node_index(name)
@@ -87,6 +87,12 @@ class ComputeNodeMachine(DcaMachine):
         self._peer_done: set[int] = set()
         self._agreed: np.ndarray | None = None  # indices of A, once agreed
         self._partial: pb.PartialSum | None = None
+        # W worker processes (1 = this process takes every share): see "Workers" below
+        self.workers = max(1, workers)
+        self._owner = np.zeros(0, dtype=np.uint8)  # client index → worker holding its pending share (0 = here)
+        self._to_confirm: dict[int, list[np.ndarray]] = {w: [] for w in range(1, self.workers)}
+        self._expect: dict[int, int] = {w: 0 for w in range(1, self.workers)}  # clients of A summed at worker w
+        self._worker_sums: dict[int, pb.WorkerSum] = {}
 
     @classmethod
     def from_announcement(cls, name: str, announcement: pb.DcaJobAnnouncement, **kw: Any) -> "ComputeNodeMachine":
@@ -191,6 +197,8 @@ class ComputeNodeMachine(DcaMachine):
 
     # -- engine hooks ---------------------------------------------------------------------------------
     def _sender_kind(self, sender: Peer) -> str | None:
+        if sender.role == "worker":
+            return "worker" if sender.name.isdigit() and 1 <= int(sender.name) < self.workers else None
         if sender.role == "compute_node":
             return "node" if sender.name in self.params.nodes and sender.name != self.me.name else None
         return {"curator": "curator", "operator": "router", "party": "client"}.get(sender.role)
@@ -202,6 +210,8 @@ class ComputeNodeMachine(DcaMachine):
         if self.state == "AWAIT_SHARES" and self.received >= self.params.clients:
             return "close"
         if self.state == "AWAIT_RECEIVED_SETS" and len(self._peer_done) == len(self._peers):
+            return "agreement" if self.workers == 1 else "gather"
+        if self.state == "AWAIT_WORKER_SUMS" and len(self._worker_sums) == self.workers - 1:
             return "agreement"
         return None
 
@@ -408,12 +418,27 @@ class ComputeNodeMachine(DcaMachine):
             idx = look if self.by_index else self._book.admit(ids, look)
             confirmed = idx[self._book.mark(idx, bit)]
             if confirmed.size:
-                self._running += self._book.take(confirmed)
-                self.confirmed += confirmed.size
+                self._confirm(confirmed)
         if msg.final:
             self._peer_final[p] = msg
         self._check_complete(p, sender)
         return []
+
+    def _confirm(self, idx: np.ndarray) -> None:
+        """Clients that just became members of A: fold the shares held here, queue the others for their worker."""
+        self.confirmed += idx.size
+        if self.workers > 1:
+            self._grow_owner()
+            owner = self._owner[idx]
+            remote = owner != 0
+            if remote.any():
+                for w in np.unique(owner[remote]).tolist():
+                    mine = idx[owner == w]
+                    self._to_confirm[w].append(mine)
+                    self._expect[w] += mine.size
+                idx = idx[~remote]
+        if idx.size:
+            self._running += self._book.take(idx)
 
     def _check_complete(self, p: int, sender: Peer) -> None:
         final = self._peer_final.get(p)
@@ -422,6 +447,117 @@ class ComputeNodeMachine(DcaMachine):
         require(self._peer_count[p] == final.total, MALFORMED, f"{sender} said |R| = {final.total} but reported {self._peer_count[p]} clients")
         require(self._book.digest(1 << p) == final.digest, MALFORMED, f"the digest of {sender}'s received set does not match its reports")
         self._peer_done.add(p)
+
+    # -- workers ----------------------------------------------------------------------------------------
+    # A node may run W processes on one port (services/compute_node/worker.py). This machine lives in worker 0,
+    # the coordinator; workers 1..W−1 check shares' shapes and keep the shares, the machine accounts their clients
+    # (WorkerClaim: the same per-client checks as a ShareBatch, one bit per client, R_k and the reports as always),
+    # tells each worker which of its clients are confirmed (in A), and at agreement adds the workers' partial sums
+    # (WorkerSum) to its own: q_k = Σ_w Σ_{i ∈ A held by w} m_{i,k}, the same sum over the same A.
+    def _on_WorkerClaim(self, sender: Peer, msg: pb.WorkerClaim) -> list[Output]:
+        w = int(sender.name)
+        origin = Peer(msg.sender_role, msg.sender_name)
+        require(origin.role in ("party", "operator"), WRONG_ROLE, f"{origin} cannot submit shares")
+        ids: list[str] | None = list(msg.client_ids)
+        raw = msg.client_indices
+        if raw:
+            require(self.by_index and not ids, MALFORMED, "client_indices name roster indices (roster jobs only, not with client_ids)")
+            require(len(raw) % 4 == 0, MALFORMED, "client_indices must be packed 4-byte little-endian integers")
+            look = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+            ids = None
+        else:
+            assert ids is not None
+            look = self._book.lookup(ids)
+        n = look.size
+        reply = pb.WorkerClaimReply()
+        verdict = np.zeros(n, dtype=np.uint8)
+        room = self.params.clients - self.received
+        keep: list[int] = []
+        seen: set = set()
+        valid = np.where(look < self._book.size, look, -1) if ids is None else look
+        has = self._book.has(valid, self._bit)
+        if ids is None:
+            clean = bool((valid >= 0).all()) and (n < 2 or bool(np.all(look[1:] > look[:-1])))
+        else:
+            clean = len(set(ids)) == n and _short_ids(ids) and not (self.by_index and bool((look < 0).any()))
+        clean = clean and n <= room and not bool(has.any()) and (origin.role != "party" or (n == 1 and (ids[0] if ids else self._book.roster.name(int(look[0]))) == origin.name))
+        for j in ([] if clean else range(n)):
+            if ids is None:
+                i = int(look[j])
+                cid = self._book.roster.name(i) if i < self._book.size else f"#{i}"
+                key: object = i
+            else:
+                cid, key = ids[j], ids[j]
+            if origin.role == "party" and cid != origin.name:  # a client submits for itself only (as in ClientShare)
+                problem: tuple[int, str] | None = (WRONG_ROLE, f"{origin} cannot submit for client {cid!r}")
+            elif ids is None:
+                problem = None if int(look[j]) < self._book.size else (WRONG_ROLE, f"roster index {int(look[j])} is beyond N = {self.params.clients}")
+            else:
+                problem = self._client_problem(cid, int(look[j]))
+            if problem is None and has[j]:
+                problem = (REPLAY, f"client {cid!r} already submitted to node {self.me.name}")
+            if problem is None and key in seen:
+                problem = (REPLAY, f"client {cid!r} appears twice in one batch")
+            if problem is None and len(keep) >= room:
+                problem = (STEP_OUT_OF_ORDER, f"node {self.me.name} already holds N = {self.params.clients} clients' shares")
+            if problem is not None:
+                reply.rejected.add(client_id=cid, problem=problem[0], detail=problem[1])
+                continue
+            seen.add(key)
+            keep.append(j)
+        if clean:
+            keep = list(range(n))
+        idx = np.zeros(n, dtype=np.int64)
+        if keep:
+            kept = look[keep]
+            got = kept if self.by_index else self._book.admit([ids[j] for j in keep], kept)  # type: ignore[index]
+            full_now = self._book.mark(got, self._bit)
+            self.received += got.size
+            self._unreported.append(got)
+            self._unreported_n += got.size
+            self._grow_owner()
+            self._owner[got[~full_now]] = w
+            self.confirmed += int(full_now.sum())
+            self._expect[w] += int(full_now.sum())
+            idx[keep] = got
+            verdict[keep] = np.where(full_now, 2, 1)
+        reply.verdicts = verdict.tobytes()
+        reply.indices = idx.astype("<u4").tobytes()
+        queued = self._to_confirm[w]
+        if queued:
+            reply.confirmed = np.concatenate(queued).astype("<u4").tobytes()
+            self._to_confirm[w] = []
+        out: list[Output] = [Reply(reply)]
+        if self._unreported_n >= self.report_every:
+            out += self._report(final=False)
+        return out
+
+    def _on_gather(self) -> list[Output]:
+        """Every peer's set is in: ask every worker for its partial sum, with its last confirmations."""
+        out: list[Output] = []
+        for w in range(1, self.workers):
+            queued = self._to_confirm[w]
+            confirmed = np.concatenate(queued).astype("<u4").tobytes() if queued else b""
+            self._to_confirm[w] = []
+            out.append(Send(Peer("worker", str(w)), pb.WorkerFinish(job_id=self.job_id, confirmed=confirmed)))
+        return out
+
+    def _on_WorkerSum(self, sender: Peer, msg: pb.WorkerSum) -> list[Output]:
+        w = int(sender.name)
+        if w in self._worker_sums:
+            raise LocalProtocolError(Problem.INTERNAL, f"worker {w} sent two partial sums")
+        if msg.clients_summed != self._expect[w] or len(msg.partial_sum) != 8 * self.d:
+            raise LocalProtocolError(Problem.INTERNAL, f"worker {w} summed {msg.clients_summed} clients, {self._expect[w]} expected (or a wrong length)")
+        self._running += sharing.unpack_u64(msg.partial_sum, self.d)
+        self._worker_sums[w] = msg
+        return []
+
+    def _grow_owner(self) -> None:
+        n = self._book.size
+        if self._owner.size < n:
+            grown = np.zeros(max(n, 2 * self._owner.size), dtype=np.uint8)
+            grown[: self._owner.size] = self._owner
+            self._owner = grown
 
     # -- closing and step 3 ---------------------------------------------------------------------------
     def _on_close(self) -> list[Output]:

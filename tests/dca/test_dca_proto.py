@@ -43,6 +43,14 @@ MESSAGES = {
     "RosterRange": lambda: pb.RosterRange(prefix="client-", digits=6),
     "PartialSum": lambda: pb.PartialSum(job_id="j", partial_sum=VEC, clients_included=17, agreed_set_digest=b"\x03" * 32),
     "NodeRegistration": lambda: pb.NodeRegistration(address="node-a.example.org:7300"),
+    "WorkerClaim": lambda: pb.WorkerClaim(job_id="j", sender_role="operator", sender_name="router", client_ids=["c1"], client_indices=b"\x01\0\0\0"),
+    "WorkerClaimReply": lambda: pb.WorkerClaimReply(verdicts=b"\x00\x02", indices=b"\0" * 8, rejected=[pb.ShareRejection(client_id="c9", problem=common_pb2.REPLAY, detail="x")],
+                                                    confirmed=b"\x05\0\0\0"),
+    "WorkerFinish": lambda: pb.WorkerFinish(job_id="j", confirmed=b"\x05\0\0\0", drop=True),
+    "WorkerSum": lambda: pb.WorkerSum(job_id="j", partial_sum=VEC, clients_summed=3),
+    "WorkerHello": lambda: pb.WorkerHello(worker=1),
+    "RelayedCall": lambda: pb.RelayedCall(method="ReportReceivedClients", caller_certificate=b"pem", request=b"\x0a\x01j"),
+    "RelayedReply": lambda: pb.RelayedReply(response=b"r", code=7, details="PERMISSION_DENIED: no"),
 }
 
 
