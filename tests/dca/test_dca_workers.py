@@ -85,7 +85,7 @@ def run(p, W, Z, lost=(), batch=4):
             route(Peer("compute_node", to.name), others[to.name].receive(sender, msg))
 
     agg.announce()
-    cohort = ClientCohort(p, [p.roster_id(i) for i in range(Z.shape[0])], Z, Drbg.from_seed("workers"), keep_noise=True)
+    cohort = ClientCohort(p, [f"c{i:02d}" for i in range(Z.shape[0])], Z, Drbg.from_seed("workers"), keep_noise=True)
     clipped, noise = [], []
     for b in cohort.batches(batch, set(lost)):
         clipped.append(b.clipped)
@@ -101,10 +101,11 @@ def run(p, W, Z, lost=(), batch=4):
     return agg, node0, others, releases, np.concatenate(clipped) + np.concatenate(noise)
 
 
+@pytest.mark.parametrize("roster", [True, False])
 @pytest.mark.parametrize("seed_compressed", [False, True])
 @pytest.mark.parametrize("W", [2, 3])
-def test_workers_release_the_same_sum_over_the_same_agreed_set(W, seed_compressed):
-    p = make_params(clients=30, max_missing=4, roster_range=("c", 2), seed_compressed=seed_compressed)
+def test_workers_release_the_same_sum_over_the_same_agreed_set(W, seed_compressed, roster):
+    p = make_params(clients=30, max_missing=4, seed_compressed=seed_compressed, **({"roster_range": ("c", 2)} if roster else {}))
     lost = {(3, 0), (17, 0), (8, 2)}  # two clients lost at node 0 (on different processes), one at node 2
     agg, node0, others, releases, contrib = run(p, W, data(30, 4), lost)
     assert agg.error is None and len(releases) == 1, agg.error
