@@ -44,7 +44,6 @@ class _Job:
     def __init__(self, shares: WorkerShares) -> None:
         self.shares = shares
         self.lock = asyncio.Lock()
-        self.machine = shares  # SubmitShares reads hosted.machine.job_id
 
 
 class WorkerNode(ComputeNode):
