@@ -89,3 +89,25 @@ def test_two_workers_per_node_release_over_the_agreed_set(fed2):
         log = (fed2.workdir / node / "service.log").read_text()
         summed = [int(x) for x in re.findall(rf"job {job}: worker 1 summed (\d+) clients", log)]
         assert len(summed) == 1 and 0 < summed[0] < n - 1, (node, summed)
+
+
+def test_workers_die_with_their_node(fed2):
+    """A node's worker processes are its children and die with it, even when it is SIGKILLed (last test: kills node-3)."""
+    import signal
+    import time
+    from pathlib import Path
+
+    pid = fed2.procs["node-3"].popen.pid
+    kids = [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    assert len(kids) == 1  # W = 2: one worker besides the coordinator
+    fed2.kill("node-3", signal.SIGKILL)
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"  # a zombie is dead
+        except (OSError, IndexError):
+            return False
+
+    deadline = time.monotonic() + 30
+    while alive(kids[0]):  # the kernel's death signal, not a timer, ends it: poll for it
+        assert time.monotonic() < deadline, "the worker outlived its node"
+        time.sleep(0.05)
