@@ -136,11 +136,12 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def spec_for(n: int, d: int, nodes: list[str], roster: str = "range") -> pb.DcaJobSpec:
+def spec_for(n: int, d: int, nodes: list[str], roster: str = "range", seed_compressed: bool = False) -> pb.DcaJobSpec:
     """The benchmark job; ``roster`` "range": the N client ids client-000000… are the job's roster (nodes agree by
     roster index, docs/protocols/dca.md "Agreement"); "open": any N clients (nodes agree by id)."""
     return pb.DcaJobSpec(
         roster_range=pb.RosterRange(prefix="client-", digits=6) if roster == "range" else None,
+        seed_compressed=seed_compressed,
         dimension=d,
         clients=n,
         max_missing=0,
@@ -175,14 +176,15 @@ def node_pids(fed: LocalFederation, nodes: list[str]) -> list[int]:
     return pids
 
 
-def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool, batch_bytes: int, roster: str = "range", connections: int = 0) -> dict:
+def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool, batch_bytes: int, roster: str = "range", connections: int = 0,
+            seed_compressed: bool = False) -> dict:
     n, d = Z.shape
     ep = Endpoints.load(fed.workdir)
     pids = node_pids(fed, nodes)
     ids = [f"client-{i:06d}" for i in range(n)]
     bs = batch_size_for(n, d, batch_bytes)
     with DcaOperator(ep) as op:
-        job = op.create(spec_for(n, d, nodes, roster))
+        job = op.create(spec_for(n, d, nodes, roster, seed_compressed))
         base = max(proc_status(p, "VmRSS") for p in pids)
         hwm_reset = all(reset_hwm(p) for p in pids)
         la0 = load_average()
@@ -213,6 +215,7 @@ def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool
         "batched": batched,
         "batch_size": bs if batched else 1,
         "roster": roster,
+        "seed_compressed": seed_compressed,
         "workers": fed.node_workers,
         "connections": connections or default_connections(fed.node_workers),
         "seconds": seconds,
@@ -252,9 +255,10 @@ HEADER = (
 
 def markdown(res: dict) -> str:
     """The measured-vs-paper tables (one per M) and the skipped cells, as Markdown."""
-    cells = {(r["M"], r["N"], r["d"], r["batched"]): r for r in res["cells"] if r.get("workers", 1) == 1}
-    skipped = {(r["M"], r["N"], r["d"], r["batched"]): r for r in res["skipped"] if r.get("workers", 1) == 1}
-    multi = [r for r in res["cells"] if r.get("workers", 1) > 1]
+    plain = lambda r: r.get("workers", 1) == 1 and not r.get("seed_compressed")  # noqa: E731
+    cells = {(r["M"], r["N"], r["d"], r["batched"]): r for r in res["cells"] if plain(r)}
+    skipped = {(r["M"], r["N"], r["d"], r["batched"]): r for r in res["skipped"] if plain(r)}
+    multi = [r for r in res["cells"] if not plain(r)]
     Ms = sorted({k[0] for k in list(cells) + list(skipped)}, reverse=True)
     Ns = sorted({k[1] for k in list(cells) + list(skipped)})
     ds = sorted({k[2] for k in list(cells) + list(skipped)})
@@ -293,12 +297,17 @@ def markdown(res: dict) -> str:
                 )
         out.append("")
     if multi:
-        out += ["**W worker processes per compute node** (same cells; W = 1 from the tables above)", ""]
-        out += ["| M | d | N | mode | W | seconds | node s | node CPU s | W = 1 seconds |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(multi, key=lambda r: (-r["M"], r["d"], r["N"], not r["batched"], r["workers"])):
+        out += ["**Other configurations** (W processes per node, seed-compressed shares; the plain W = 1 cell from the tables above)", ""]
+        out += ["| M | d | N | mode | W | seed-compressed | seconds (speed-up) | client s | node s | node CPU s | plain seconds |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(multi, key=lambda r: (-r["M"], r["d"], r["N"], not r["batched"], r.get("workers", 1), r.get("seed_compressed", False))):
             one = cells.get((r["M"], r["N"], r["d"], r["batched"]))
-            out.append(f"| {r['M']} | {r['d']:g} | {r['N']:g} | {'batched' if r['batched'] else 'unbatched'} | {r['workers']} | {r['seconds']:.2f} | {r['node_seconds']:.2f}"
-                       f" | {r['cpu_seconds']['nodes']:.1f} | {one['seconds']:.2f} |" if one else f"| {r['M']} | {r['d']:g} | {r['N']:g} | {'batched' if r['batched'] else 'unbatched'} | {r['workers']} | {r['seconds']:.2f} | {r['node_seconds']:.2f} | {r['cpu_seconds']['nodes']:.1f} | – |")
+            paper = r["paper_seconds"]
+            sp = f" ({paper / r['seconds']:.1f}×)" if paper else ""
+            plain_s = f"{one['seconds']:.2f}" if one else "–"
+            out.append(
+                f"| {r['M']} | {r['d']:g} | {r['N']:g} | {'batched' if r['batched'] else 'unbatched'} | {r.get('workers', 1)} | {'yes' if r.get('seed_compressed') else 'no'}"
+                f" | {r['seconds']:.2f}{sp} | {r['client_seconds']:.2f} | {r['node_seconds']:.2f} | {r['cpu_seconds']['nodes']:.1f} | {plain_s} |"
+            )
         out.append("")
     for batched in (True, False):
         xs = [r["paper_seconds"] / r["seconds"] for r in res["cells"] if r["batched"] == batched and r["paper_seconds"] and r.get("workers", 1) == 1]
@@ -331,6 +340,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--roster", choices=("range", "open"), default="range", help="the job's clients: a roster range (agreement by index) or open (by id)")
     ap.add_argument("--workers", default="1", help="comma-separated W values: processes per compute node (each W gets its own federations)")
+    ap.add_argument("--seed-compressed", action="store_true", help="seed-compressed jobs: nodes k ≥ 1 get a 32-byte seed per client instead of the vector")
     ap.add_argument("--connections", type=int, default=0, help="TLS connections per node from the load generator (0 = 1 for W = 1, else 4·W so that every worker gets clients)")
     ap.add_argument("--json", dest="json_out", help="write every measured cell (and the skipped ones) to this JSON file")
     ap.add_argument("--update", action="store_true", help="merge into an existing --json file: cells measured (or skipped) now replace the same cells")
@@ -368,7 +378,7 @@ def main() -> None:
             return
         this_run = {"command": " ".join(["python", *sys.argv]), "load_average_at_start": load0, "load_average_at_end": load_average(),
                     "wall_seconds": time.perf_counter() - started, "federation_start_seconds": fed_seconds}
-        key = lambda c: (c["N"], c["d"], c["M"], c["batched"], c.get("workers", 1))  # noqa: E731
+        key = lambda c: (c["N"], c["d"], c["M"], c["batched"], c.get("workers", 1), c.get("seed_compressed", False))  # noqa: E731
         new_cells = [dict(r, run=run_index) for r in rows]
         new_skipped = [dict(r, run=run_index) for r in skipped]
         cells, skips, runs = new_cells, new_skipped, [this_run]
@@ -437,7 +447,7 @@ def main() -> None:
                     if Z is None or Z.shape != (n, d):
                         Z = None
                         Z = np.random.default_rng([args.seed, n, d]).uniform(-1.0, 1.0, size=(n, d))
-                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster, args.connections)
+                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster, args.connections, args.seed_compressed)
                     r["estimated_seconds"] = est
                     rows.append(r)
                     print(fmt_row(r), flush=True)
