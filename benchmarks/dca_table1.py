@@ -2,19 +2,23 @@
 
     python benchmarks/dca_table1.py [--clients 100,1000,10000,100000] [--dims 10,100,1000,10000]
         [--nodes 3,10] [--batching batched,unbatched] [--json FILE [--update]] [--max-seconds 600]
-        [--max-memory-gib 16] [--budget-seconds S] [--fresh nodes|dim|cell] [--workers 1,2] [--roster range|open] [--dry-run]
+        [--max-memory-gib 16] [--budget-seconds S] [--fresh nodes|dim|cell] [--workers 1,2] [--connections C]
+        [--roster range|open] [--seed-compressed] [--in-flight 2] [--warmup 1] [--dry-run]
     python benchmarks/dca_table1.py --markdown FILE      # the tables of docs/benchmarks.md from a results file
 
 A fresh :class:`~services.launcher.federation.LocalFederation` (the curator and M compute-node processes, throwaway CA,
 mutual TLS; test_mode with 1024-bit Paillier/DGK keys only so that the curator, whose keys DCA does not use,
 starts fast; TLS is unaffected) is started per (M, d) (``--fresh dim``, default), per M (``nodes``) or per
-cell, and per ``--workers`` W (each compute node W processes on one port, docs/deploy.md). The job's clients are
-a roster range (``--roster range``, default: nodes agree by roster index) or any N clients (``open``: by id). Then for every cell (N, d), in order of increasing size, and every batching mode, one job (T = 0, ε = 1,
+cell, and per ``--workers`` W (each compute node W processes on one port, docs/deploy.md); ``--warmup`` unmeasured
+small jobs (default 1) first set up the TLS connections between the processes. The job's clients are a roster range
+(``--roster range``, default: nodes agree by roster index) or any N clients (``open``: by id); ``--seed-compressed``
+gives nodes k ≥ 1 a 32-byte seed per client instead of the masked vector. Then for every cell (N, d), in order of increasing size, and every batching mode, one job (T = 0, ε = 1,
 δ = 1e−5, clip bounds ±1, f = 32) is created and N simulated clients submit from this process through
 :func:`services.dca_client.submit_cohort`: one long-lived TLS channel per node (never one per client),
 
 * ``batched``: ShareBatch messages of ``--batch-bytes`` of shares per node (each client still accounted on
-  its own by the node), one batch in flight;
+  its own by the node), ``--in-flight`` batches in flight (default 2: the next batch is built while the nodes take
+  the previous one);
 * ``unbatched``: one ClientShare message per client and node over one long-lived stream per node.
 
 Measured per job (see docs/benchmarks.md for the definitions):
@@ -177,7 +181,7 @@ def node_pids(fed: LocalFederation, nodes: list[str]) -> list[int]:
 
 
 def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool, batch_bytes: int, roster: str = "range", connections: int = 0,
-            seed_compressed: bool = False) -> dict:
+            seed_compressed: bool = False, in_flight: int = 1) -> dict:
     n, d = Z.shape
     ep = Endpoints.load(fed.workdir)
     pids = node_pids(fed, nodes)
@@ -190,7 +194,7 @@ def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool
         la0 = load_average()
         cpu0 = [cpu_seconds(p) for p in pids], cpu_seconds(fed.procs["curator"].popen.pid), os.times()
         t0 = time.perf_counter()
-        rep = asyncio.run(submit_cohort(ep, ep.tls, job, ids, Z, batched=batched, batch_size=bs, connections=connections or default_connections(fed.node_workers)))
+        rep = asyncio.run(submit_cohort(ep, ep.tls, job, ids, Z, batched=batched, batch_size=bs, connections=connections or default_connections(fed.node_workers), in_flight=in_flight))
         st = op.wait(job, timeout=3600)
         seconds = time.perf_counter() - t0
         me = os.times()
@@ -216,6 +220,7 @@ def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool
         "batch_size": bs if batched else 1,
         "roster": roster,
         "seed_compressed": seed_compressed,
+        "in_flight": in_flight,
         "workers": fed.node_workers,
         "connections": connections or default_connections(fed.node_workers),
         "seconds": seconds,
@@ -340,6 +345,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--roster", choices=("range", "open"), default="range", help="the job's clients: a roster range (agreement by index) or open (by id)")
     ap.add_argument("--workers", default="1", help="comma-separated W values: processes per compute node (each W gets its own federations)")
+    ap.add_argument("--in-flight", type=int, default=2, help="batches in flight per job (the load generator builds the next batch while the nodes take the previous)")
+    ap.add_argument("--warmup", type=int, default=1, help="unmeasured jobs (N = 10, d = 1) per federation first: the nodes' TLS mesh and the operator's channel are set up")
     ap.add_argument("--seed-compressed", action="store_true", help="seed-compressed jobs: nodes k ≥ 1 get a 32-byte seed per client instead of the vector")
     ap.add_argument("--connections", type=int, default=0, help="TLS connections per node from the load generator (0 = 1 for W = 1, else 4·W so that every worker gets clients)")
     ap.add_argument("--json", dest="json_out", help="write every measured cell (and the skipped ones) to this JSON file")
@@ -438,6 +445,8 @@ def main() -> None:
             t = time.perf_counter()
             with fed:
                 fed_seconds.append(time.perf_counter() - t)
+                for _ in range(args.warmup):  # not measured: first contact between the processes (TLS handshakes)
+                    run_job(fed, nodes, np.zeros((10, 1)), True, args.batch_bytes, args.roster, args.connections, args.seed_compressed, args.in_flight)
                 Z: np.ndarray | None = None
                 for n, d, mode, est in left:
                     elapsed = time.perf_counter() - started
@@ -447,7 +456,7 @@ def main() -> None:
                     if Z is None or Z.shape != (n, d):
                         Z = None
                         Z = np.random.default_rng([args.seed, n, d]).uniform(-1.0, 1.0, size=(n, d))
-                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster, args.connections, args.seed_compressed)
+                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster, args.connections, args.seed_compressed, args.in_flight)
                     r["estimated_seconds"] = est
                     rows.append(r)
                     print(fmt_row(r), flush=True)

@@ -164,10 +164,12 @@ async def submit_cohort(
     batch_size: int = 1000,
     rng: Drbg | None = None,
     connections: int = 1,
+    in_flight: int = 1,
 ) -> SubmitReport:
     """Simulate many clients over long-lived TLS channels (load generator, benchmarks, tests): ``connections``
-    connections per node (each its own TCP connection), batches spread over them round-robin, one batch in flight
-    per connection (batched) or one stream per connection (unbatched)."""
+    connections per node (each its own TCP connection), batches spread over them round-robin, up to
+    max(``in_flight``, ``connections``) batches in flight (batched: the next batch is built while the nodes take the
+    previous ones) or one stream per connection (unbatched)."""
     t0 = time.perf_counter()
     ann = await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
@@ -185,13 +187,13 @@ async def submit_cohort(
 
     try:
         if batched:
-            in_flight: list[asyncio.Future] = []
+            pending: list[asyncio.Future] = []
             for j, b in enumerate(_timed_batches(cohort, batch_size, report)):
                 ss = stubs[j % conns]
-                in_flight.append(asyncio.ensure_future(asyncio.gather(*(ss[k].SubmitShareBatch(msg, timeout=120) for k, msg in enumerate(b.batches)))))
-                if len(in_flight) >= conns:
-                    take(await in_flight.pop(0))
-            for f in in_flight:
+                pending.append(asyncio.ensure_future(asyncio.gather(*(ss[k].SubmitShareBatch(msg, timeout=120) for k, msg in enumerate(b.batches)))))
+                if len(pending) >= max(conns, in_flight):
+                    take(await pending.pop(0))
+            for f in pending:
                 take(await f)
         else:
             queues = [[asyncio.Queue(maxsize=4) for _ in ss] for ss in stubs]
