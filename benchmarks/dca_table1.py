@@ -2,18 +2,23 @@
 
     python benchmarks/dca_table1.py [--clients 100,1000,10000,100000] [--dims 10,100,1000,10000]
         [--nodes 3,10] [--batching batched,unbatched] [--json FILE [--update]] [--max-seconds 600]
-        [--max-memory-gib 16] [--budget-seconds S] [--fresh nodes|dim|cell] [--dry-run]
+        [--max-memory-gib 16] [--budget-seconds S] [--fresh nodes|dim|cell] [--workers 1,2] [--connections C]
+        [--roster range|open] [--seed-compressed] [--in-flight 2] [--warmup 1] [--dry-run]
     python benchmarks/dca_table1.py --markdown FILE      # the tables of docs/benchmarks.md from a results file
 
 A fresh :class:`~services.launcher.federation.LocalFederation` (the curator and M compute-node processes, throwaway CA,
 mutual TLS; test_mode with 1024-bit Paillier/DGK keys only so that the curator, whose keys DCA does not use,
 starts fast; TLS is unaffected) is started per (M, d) (``--fresh dim``, default), per M (``nodes``) or per
-cell. Then for every cell (N, d), in order of increasing size, and every batching mode, one job (T = 0, ε = 1,
+cell, and per ``--workers`` W (each compute node W processes on one port, docs/deploy.md); ``--warmup`` unmeasured
+small jobs (default 1) first set up the TLS connections between the processes. The job's clients are a roster range
+(``--roster range``, default: nodes agree by roster index) or any N clients (``open``: by id); ``--seed-compressed``
+gives nodes k ≥ 1 a 32-byte seed per client instead of the masked vector. Then for every cell (N, d), in order of increasing size, and every batching mode, one job (T = 0, ε = 1,
 δ = 1e−5, clip bounds ±1, f = 32) is created and N simulated clients submit from this process through
 :func:`services.dca_client.submit_cohort`: one long-lived TLS channel per node (never one per client),
 
 * ``batched``: ShareBatch messages of ``--batch-bytes`` of shares per node (each client still accounted on
-  its own by the node), one batch in flight;
+  its own by the node), ``--in-flight`` batches in flight (default 2: the next batch is built while the nodes take
+  the previous one);
 * ``unbatched``: one ClientShare message per client and node over one long-lived stream per node.
 
 Measured per job (see docs/benchmarks.md for the definitions):
@@ -135,8 +140,12 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def spec_for(n: int, d: int, nodes: list[str]) -> pb.DcaJobSpec:
+def spec_for(n: int, d: int, nodes: list[str], roster: str = "range", seed_compressed: bool = False) -> pb.DcaJobSpec:
+    """The benchmark job; ``roster`` "range": the N client ids client-000000… are the job's roster (nodes agree by
+    roster index, docs/protocols/dca.md "Agreement"); "open": any N clients (nodes agree by id)."""
     return pb.DcaJobSpec(
+        roster_range=pb.RosterRange(prefix="client-", digits=6) if roster == "range" else None,
+        seed_compressed=seed_compressed,
         dimension=d,
         clients=n,
         max_missing=0,
@@ -152,20 +161,40 @@ def spec_for(n: int, d: int, nodes: list[str]) -> pb.DcaJobSpec:
     )
 
 
-def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool, batch_bytes: int) -> dict:
+def default_connections(workers: int) -> int:
+    """Connections per node from the load generator: 1, or 4·W so that the kernel spreads them over all W processes
+    (with W = 2 and 8 connections, all land on one process with probability 2^-7)."""
+    return 1 if workers == 1 else 4 * workers
+
+
+def node_pids(fed: LocalFederation, nodes: list[str]) -> list[int]:
+    """Every process of the compute nodes: each node's coordinator and its worker processes (its children)."""
+    pids = []
+    for x in nodes:
+        pid = fed.procs[x].popen.pid
+        pids.append(pid)
+        try:
+            pids += [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+        except OSError:
+            pass
+    return pids
+
+
+def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool, batch_bytes: int, roster: str = "range", connections: int = 0,
+            seed_compressed: bool = False, in_flight: int = 1) -> dict:
     n, d = Z.shape
     ep = Endpoints.load(fed.workdir)
-    pids = [fed.procs[x].popen.pid for x in nodes]
+    pids = node_pids(fed, nodes)
     ids = [f"client-{i:06d}" for i in range(n)]
     bs = batch_size_for(n, d, batch_bytes)
     with DcaOperator(ep) as op:
-        job = op.create(spec_for(n, d, nodes))
+        job = op.create(spec_for(n, d, nodes, roster, seed_compressed))
         base = max(proc_status(p, "VmRSS") for p in pids)
         hwm_reset = all(reset_hwm(p) for p in pids)
         la0 = load_average()
         cpu0 = [cpu_seconds(p) for p in pids], cpu_seconds(fed.procs["curator"].popen.pid), os.times()
         t0 = time.perf_counter()
-        rep = asyncio.run(submit_cohort(ep, ep.tls, job, ids, Z, batched=batched, batch_size=bs))
+        rep = asyncio.run(submit_cohort(ep, ep.tls, job, ids, Z, batched=batched, batch_size=bs, connections=connections or default_connections(fed.node_workers), in_flight=in_flight))
         st = op.wait(job, timeout=3600)
         seconds = time.perf_counter() - t0
         me = os.times()
@@ -189,6 +218,11 @@ def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool
         "M": len(nodes),
         "batched": batched,
         "batch_size": bs if batched else 1,
+        "roster": roster,
+        "seed_compressed": seed_compressed,
+        "in_flight": in_flight,
+        "workers": fed.node_workers,
+        "connections": connections or default_connections(fed.node_workers),
         "seconds": seconds,
         "client_seconds": rep.client_seconds,
         "node_seconds": seconds - rep.client_seconds,
@@ -207,9 +241,10 @@ def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool
 
 def fmt_row(r: dict) -> str:
     paper = r["paper_seconds"]
+    w = r.get("workers", 1)
     sp = f"{paper / r['seconds']:7.1f}×" if paper else "       -"
     spn = f"{paper / r['node_seconds']:7.1f}×" if paper and r["node_seconds"] > 0 else "       -"
-    mode = "batched" if r["batched"] else "unbatched"
+    mode = ("batched" if r["batched"] else "unbatched") + (f"/W{w}" if w > 1 else "")
     return (
         f"{r['M']:>3} {r['N']:>7} {r['d']:>6} {mode:<10} {r['seconds']:>9.2f} {r['client_seconds']:>8.2f} {r['node_seconds']:>8.2f}"
         f" {(paper if paper else float('nan')):>9.2f} {sp} {spn} {r['node_peak_rss_mb']:>9.1f} {r['node_base_rss_mb']:>8.1f}"
@@ -225,8 +260,10 @@ HEADER = (
 
 def markdown(res: dict) -> str:
     """The measured-vs-paper tables (one per M) and the skipped cells, as Markdown."""
-    cells = {(r["M"], r["N"], r["d"], r["batched"]): r for r in res["cells"]}
-    skipped = {(r["M"], r["N"], r["d"], r["batched"]): r for r in res["skipped"]}
+    plain = lambda r: r.get("workers", 1) == 1 and not r.get("seed_compressed")  # noqa: E731
+    cells = {(r["M"], r["N"], r["d"], r["batched"]): r for r in res["cells"] if plain(r)}
+    skipped = {(r["M"], r["N"], r["d"], r["batched"]): r for r in res["skipped"] if plain(r)}
+    multi = [r for r in res["cells"] if not plain(r)]
     Ms = sorted({k[0] for k in list(cells) + list(skipped)}, reverse=True)
     Ns = sorted({k[1] for k in list(cells) + list(skipped)})
     ds = sorted({k[2] for k in list(cells) + list(skipped)})
@@ -264,8 +301,21 @@ def markdown(res: dict) -> str:
                     f" | {two('cpu_seconds', '{:.1f}', 'nodes')} | {two('node_peak_rss_mb', '{:.0f}')} |"
                 )
         out.append("")
+    if multi:
+        out += ["**Other configurations** (W processes per node, seed-compressed shares; the plain W = 1 cell from the tables above)", ""]
+        out += ["| M | d | N | mode | W | seed-compressed | seconds (speed-up) | client s | node s | node CPU s | plain seconds |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(multi, key=lambda r: (-r["M"], r["d"], r["N"], not r["batched"], r.get("workers", 1), r.get("seed_compressed", False))):
+            one = cells.get((r["M"], r["N"], r["d"], r["batched"]))
+            paper = r["paper_seconds"]
+            sp = f" ({paper / r['seconds']:.1f}×)" if paper else ""
+            plain_s = f"{one['seconds']:.2f}" if one else "–"
+            out.append(
+                f"| {r['M']} | {r['d']:g} | {r['N']:g} | {'batched' if r['batched'] else 'unbatched'} | {r.get('workers', 1)} | {'yes' if r.get('seed_compressed') else 'no'}"
+                f" | {r['seconds']:.2f}{sp} | {r['client_seconds']:.2f} | {r['node_seconds']:.2f} | {r['cpu_seconds']['nodes']:.1f} | {plain_s} |"
+            )
+        out.append("")
     for batched in (True, False):
-        xs = [r["paper_seconds"] / r["seconds"] for r in res["cells"] if r["batched"] == batched and r["paper_seconds"]]
+        xs = [r["paper_seconds"] / r["seconds"] for r in res["cells"] if r["batched"] == batched and r["paper_seconds"] and r.get("workers", 1) == 1]
         if xs:
             out.append(
                 f"{'Batched' if batched else 'Unbatched'}: {len(xs)} cells measured; {sum(x >= 5 for x in xs)} at least 5× and {sum(x >= 10 for x in xs)} at least 10× "
@@ -293,6 +343,12 @@ def main() -> None:
     ap.add_argument("--budget-seconds", type=float, default=float("inf"), help="skip jobs that would end after this much wall time")
     ap.add_argument("--key-bits", type=int, default=1024, help="curator Paillier/DGK bits (test mode; DCA does not use them)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--roster", choices=("range", "open"), default="range", help="the job's clients: a roster range (agreement by index) or open (by id)")
+    ap.add_argument("--workers", default="1", help="comma-separated W values: processes per compute node (each W gets its own federations)")
+    ap.add_argument("--in-flight", type=int, default=2, help="batches in flight per job (the load generator builds the next batch while the nodes take the previous)")
+    ap.add_argument("--warmup", type=int, default=1, help="unmeasured jobs (N = 10, d = 1) per federation first: the nodes' TLS mesh and the operator's channel are set up")
+    ap.add_argument("--seed-compressed", action="store_true", help="seed-compressed jobs: nodes k ≥ 1 get a 32-byte seed per client instead of the vector")
+    ap.add_argument("--connections", type=int, default=0, help="TLS connections per node from the load generator (0 = 1 for W = 1, else 4·W so that every worker gets clients)")
     ap.add_argument("--json", dest="json_out", help="write every measured cell (and the skipped ones) to this JSON file")
     ap.add_argument("--update", action="store_true", help="merge into an existing --json file: cells measured (or skipped) now replace the same cells")
     ap.add_argument("--dry-run", action="store_true", help="print the plan with estimated times and stop")
@@ -301,7 +357,7 @@ def main() -> None:
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return
-    Ns, ds, Ms = parse_ints(args.clients), parse_ints(args.dims), parse_ints(args.nodes)
+    Ns, ds, Ms, Ws = parse_ints(args.clients), parse_ints(args.dims), parse_ints(args.nodes), parse_ints(args.workers)
     modes = [m.strip() for m in args.batching.split(",") if m.strip()]
     if not set(modes) <= {"batched", "unbatched"}:
         raise SystemExit("--batching takes batched and/or unbatched")
@@ -312,8 +368,8 @@ def main() -> None:
     load0 = load_average()
     print(f"machine: {os.cpu_count()} cores, {mem_gib('MemTotal'):.1f} GiB, {platform.platform()}, Python {platform.python_version()}; load average {load0}", flush=True)
 
-    def skip(n: int, d: int, m: int, mode: str, why: str) -> None:
-        skipped.append({"N": n, "d": d, "M": m, "batched": mode == "batched", "reason": why, "paper_seconds": PAPER_SECONDS.get(d, {}).get(n)})
+    def skip(n: int, d: int, m: int, mode: str, why: str, w: int = 1) -> None:
+        skipped.append({"N": n, "d": d, "M": m, "batched": mode == "batched", "workers": w, "reason": why, "paper_seconds": PAPER_SECONDS.get(d, {}).get(n)})
         print(f"{m:>3} {n:>7} {d:>6} {mode:<10} skipped: {why}", flush=True)
 
     previous: dict | None = None
@@ -329,7 +385,7 @@ def main() -> None:
             return
         this_run = {"command": " ".join(["python", *sys.argv]), "load_average_at_start": load0, "load_average_at_end": load_average(),
                     "wall_seconds": time.perf_counter() - started, "federation_start_seconds": fed_seconds}
-        key = lambda c: (c["N"], c["d"], c["M"], c["batched"])  # noqa: E731
+        key = lambda c: (c["N"], c["d"], c["M"], c["batched"], c.get("workers", 1), c.get("seed_compressed", False))  # noqa: E731
         new_cells = [dict(r, run=run_index) for r in rows]
         new_skipped = [dict(r, run=run_index) for r in skipped]
         cells, skips, runs = new_cells, new_skipped, [this_run]
@@ -349,8 +405,8 @@ def main() -> None:
 
     # the plan: per M (in the order given), cells by increasing d then N; one federation per group
     mem_limit = min(args.max_memory_gib, 0.75 * mem_gib("MemAvailable"))
-    groups: list[tuple[int, list[tuple[int, int, str, float]]]] = []
-    for M in Ms:
+    groups: list[tuple[int, int, list[tuple[int, int, str, float]]]] = []
+    for M, W in ((m, w) for m in Ms for w in Ws):
         cells = sorted(((n, d) for d in ds for n in Ns), key=lambda c: (c[1], c[0]))
         keyf = {"nodes": lambda c: 0, "dim": lambda c: c[1], "cell": lambda c: c}[args.fresh]
         for key in dict.fromkeys(keyf(c) for c in cells):
@@ -361,44 +417,46 @@ def main() -> None:
                     mem = estimate_client_bytes(n, d, M, batch_size_for(n, d, args.batch_bytes))
                     est = estimate_seconds(n, d, M, batched)
                     if mem > mem_limit * GIB:
-                        skip(n, d, M, mode, f"memory: the client needs ≈ {mem / GIB:.1f} GiB (Z = N·d·8 B = {8 * n * d / GIB:.1f} GiB plus one batch of shares) > {mem_limit:.1f} GiB")
+                        skip(n, d, M, mode, w=W, why=f"memory: the client needs ≈ {mem / GIB:.1f} GiB (Z = N·d·8 B = {8 * n * d / GIB:.1f} GiB plus one batch of shares) > {mem_limit:.1f} GiB")
                     elif est > args.max_seconds:
-                        skip(n, d, M, mode, f"time: estimated {est:.0f} s > {args.max_seconds:g} s")
+                        skip(n, d, M, mode, f"time: estimated {est:.0f} s > {args.max_seconds:g} s", W)
                     else:
                         plan.append((n, d, mode, est))
             if plan:
-                groups.append((M, plan))
-    total_est = sum(e for _, plan in groups for *_, e in plan)
-    print(f"plan: {sum(len(p) for _, p in groups)} jobs in {len(groups)} federations, estimated {total_est:.0f} s of jobs (pessimistic model)", flush=True)
+                groups.append((M, W, plan))
+    total_est = sum(e for _, _, plan in groups for *_, e in plan)
+    print(f"plan: {sum(len(p) for _, _, p in groups)} jobs in {len(groups)} federations, estimated {total_est:.0f} s of jobs (pessimistic model)", flush=True)
     if args.dry_run:
-        for M, plan in groups:
+        for M, W, plan in groups:
             for n, d, mode, est in plan:
-                print(f"{M:>3} {n:>7} {d:>6} {mode:<10} ≈ {est:8.1f} s")
+                print(f"{M:>3} {n:>7} {d:>6} {mode:<10} W={W} ≈ {est:8.1f} s")
         return
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="mpdp-dca-bench-") as tmp:
-        for gi, (M, plan) in enumerate(groups):
+        for gi, (M, W, plan) in enumerate(groups):
             nodes = [f"node-{i + 1}" for i in range(M)]
             left = [job for job in plan if time.perf_counter() - started + job[3] <= args.budget_seconds]
             for n, d, mode, est in plan:
                 if (n, d, mode, est) not in left:
-                    skip(n, d, M, mode, f"wall-time budget: estimated {est:.0f} s, {time.perf_counter() - started:.0f} s of {args.budget_seconds:g} s used")
+                    skip(n, d, M, mode, f"wall-time budget: estimated {est:.0f} s, {time.perf_counter() - started:.0f} s of {args.budget_seconds:g} s used", W)
             if not left:
                 continue
-            fed = LocalFederation(Path(tmp) / f"fed-{gi}-M{M}", [], {}, test_mode=True, paillier_bits=args.key_bits, dgk_bits=args.key_bits, compute_nodes=nodes)
+            fed = LocalFederation(Path(tmp) / f"fed-{gi}-M{M}", [], {}, test_mode=True, paillier_bits=args.key_bits, dgk_bits=args.key_bits, compute_nodes=nodes, node_workers=W)
             t = time.perf_counter()
             with fed:
                 fed_seconds.append(time.perf_counter() - t)
+                for _ in range(args.warmup):  # not measured: first contact between the processes (TLS handshakes)
+                    run_job(fed, nodes, np.zeros((10, 1)), True, args.batch_bytes, args.roster, args.connections, args.seed_compressed, args.in_flight)
                 Z: np.ndarray | None = None
                 for n, d, mode, est in left:
                     elapsed = time.perf_counter() - started
                     if elapsed + est > args.budget_seconds:
-                        skip(n, d, M, mode, f"wall-time budget: estimated {est:.0f} s, {elapsed:.0f} s of {args.budget_seconds:g} s used")
+                        skip(n, d, M, mode, f"wall-time budget: estimated {est:.0f} s, {elapsed:.0f} s of {args.budget_seconds:g} s used", W)
                         continue
                     if Z is None or Z.shape != (n, d):
                         Z = None
                         Z = np.random.default_rng([args.seed, n, d]).uniform(-1.0, 1.0, size=(n, d))
-                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes)
+                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster, args.connections, args.seed_compressed, args.in_flight)
                     r["estimated_seconds"] = est
                     rows.append(r)
                     print(fmt_row(r), flush=True)

@@ -46,6 +46,7 @@ MAX_DCA_DIMENSION = 1 << 20  # 8 MiB per packed vector; the ensemble's vote vect
 MAX_DCA_CLIENTS = 1_000_000  # 10× the largest benchmark (N = 10⁵); nodes keep per-client state
 MAX_NODES = 63  # per-client node bitmasks are int64 (mpdp.dca.agreement)
 MAX_CLIENT_ID_BYTES = 256
+MAX_ROSTER_DIGITS = 12  # DcaJobSpec.roster_range: ids prefix + a zero-padded decimal index
 MAX_CLASSES = 64
 MAX_AUX_ROWS = 1 << 20
 MAX_AUX_FEATURES = 4096
@@ -178,6 +179,15 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("purpose", "text", 0, 128, "", "a label copied into ledgers and releases"),
         Limit("noise", "choice", None, None, "", "how clients draw η: floating-point Gaussian, or exact integer discrete Gaussian (mode CORRECTED)",
               choices=(dca_pb2.GAUSSIAN, dca_pb2.DISCRETE_GAUSSIAN), choice_names=("GAUSSIAN", "DISCRETE_GAUSSIAN")),
+    ),
+    "RosterRange": (  # DcaJobSpec.roster_range: client i is prefix + i zero-padded to `digits` (digits ≥ those of N − 1)
+        Limit("prefix", "text", 0, MAX_ID, "", "the common start of the N client ids"),
+        Limit("digits", "int", 1, MAX_ROSTER_DIGITS, "", "width of the decimal index; N ≤ 10^6 needs at most 6"),
+    ),
+    "ReceivedClients": (  # node → node, roster jobs name clients by index (mpdp.dca.agreement); also checked against N
+        Limit("index_runs", "count", 0, 2 * MAX_DCA_CLIENTS, "", "(start, length) pairs of roster indices"),
+        Limit("bitmap", "bytes", 0, MAX_DCA_CLIENTS // 8 + 1, "", "one bit per roster index from bitmap_start"),
+        Limit("bitmap_start", "int", 0, MAX_DCA_CLIENTS, "", "first index of the bitmap, a multiple of 8"),
     ),
     "DcaJobAnnouncement": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and file names"),
@@ -372,11 +382,15 @@ def check_job_acceptance(msg: Any) -> None:
 
 def check_dca_job_spec(msg: Any) -> None:
     check_message("DcaJobSpec", msg)
+    if msg.HasField("roster_range"):
+        check_message("RosterRange", msg.roster_range, "roster_range.")
 
 
 def check_dca_job_announcement(msg: Any) -> None:
     check_message("DcaJobAnnouncement", msg)
     check_message("DcaJobSpec", msg.spec, "spec.")
+    if msg.spec.HasField("roster_range"):
+        check_message("RosterRange", msg.spec.roster_range, "spec.roster_range.")
 
 
 def check_statistic_request(msg: Any) -> None:

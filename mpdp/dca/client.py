@@ -19,6 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from mpdp.dca import discrete, mechanism, sharing, states
+from mpdp.dca.agreement import roster_for
 from mpdp.dca.engine import DcaMachine
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams, valid_client_id
@@ -87,7 +88,7 @@ class ClientMachine(DcaMachine):
         super().__init__(params.job_id, Peer("party", client_id), record=record)
         if not valid_client_id(client_id):
             raise InvalidJob(f"client id must be 1..256 UTF-8 bytes, got {client_id!r}")
-        if params.roster and client_id not in set(params.roster):
+        if params.has_roster and _roster_index(params, [client_id])[0] < 0:
             raise InvalidJob(f"client {client_id!r} is not on the roster of job {params.job_id}")
         check_seeding(params, rng)
         self.params = params
@@ -152,6 +153,12 @@ class ClientCohort:
             raise InvalidJob("client ids must be distinct")
         self.params = params
         self.client_ids = list(client_ids)
+        # a roster job's batches name clients by roster index (4 bytes each, no id strings for the nodes to map)
+        self.indices: np.ndarray | None = None
+        if params.has_roster:
+            self.indices = _roster_index(params, self.client_ids)
+            if self.indices.size and int(self.indices.min()) < 0:
+                raise InvalidJob(f"a client of the cohort is not on the roster of job {params.job_id}")
         self.Z = Z
         self.rng = rng.child(f"dca/{params.job_id}/cohort")
         self.keep_noise = keep_noise
@@ -163,19 +170,20 @@ class ClientCohort:
         for start in range(0, len(self.client_ids), batch_size):
             stop = min(start + batch_size, len(self.client_ids))
             ids = self.client_ids[start:stop]
+            named = self._namer(start, stop)
             clipped, eta, u = contributions(prm, self.Z[start:stop], self.rng.child(f"noise/{start}"))
             masks_rng = self.rng.child(f"masks/{start}")
             msgs: list[pb.ShareBatch] = []
             if prm.seed_compressed:
                 m0, seeds = sharing.share_u64_seeded(u, prm.M, masks_rng)
                 keep = _kept(start, stop, 0, lost)
-                msgs.append(pb.ShareBatch(job_id=prm.job_id, client_ids=[ids[j] for j in keep], masked_vectors=sharing.pack_u64(m0[keep])))
+                msgs.append(pb.ShareBatch(job_id=prm.job_id, masked_vectors=sharing.pack_u64(m0[keep]), **named(keep)))
                 for k in range(1, prm.M):
                     keep = _kept(start, stop, k, lost)
-                    msgs.append(pb.ShareBatch(job_id=prm.job_id, client_ids=[ids[j] for j in keep], mask_seeds=b"".join(seeds[k - 1][j] for j in keep)))
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, mask_seeds=b"".join(seeds[k - 1][j] for j in keep), **named(keep)))
             elif not lost:
                 shares = sharing.share_u64(u, prm.M, masks_rng)
-                template = pb.ShareBatch(job_id=prm.job_id, client_ids=ids)  # ids converted once, copied M times in C
+                template = pb.ShareBatch(job_id=prm.job_id, **named(None))  # ids converted once, copied M times in C
                 for k in range(prm.M):
                     msg = pb.ShareBatch()
                     msg.CopyFrom(template)
@@ -185,8 +193,21 @@ class ClientCohort:
                 shares = sharing.share_u64(u, prm.M, masks_rng)
                 for k in range(prm.M):
                     keep = _kept(start, stop, k, lost)
-                    msgs.append(pb.ShareBatch(job_id=prm.job_id, client_ids=[ids[j] for j in keep], masked_vectors=sharing.pack_u64(shares[k][keep])))
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, masked_vectors=sharing.pack_u64(shares[k][keep]), **named(keep)))
             yield CohortBatch(ids, msgs, clipped if self.keep_noise else None, eta if self.keep_noise else None, u if self.keep_noise else None)
+
+
+    def _namer(self, start: int, stop: int):
+        """keep (positions in the batch, None = all) → the ShareBatch fields naming those clients."""
+        if self.indices is not None:
+            packed = self.indices[start:stop].astype("<u4")
+            return lambda keep: {"client_indices": (packed if keep is None else packed[keep]).tobytes()}
+        ids = self.client_ids[start:stop]
+        return lambda keep: {"client_ids": ids if keep is None else [ids[j] for j in keep]}
+
+
+def _roster_index(params: DcaParams, ids: list[str]) -> np.ndarray:
+    return roster_for(params).lookup(ids)
 
 
 def _kept(start: int, stop: int, k: int, lost: set[tuple[int, int]]) -> list[int]:

@@ -8,21 +8,23 @@ fall short; :class:`~mpdp.dca.errors.InsufficientNoise`).
 Agreement (ours). Each node reports R_k to every other node as disjoint deltas
 (:class:`~mpdp.messages.dca_pb2.ReceivedClients`, numbered), after every ShareBatch and every
 ``report_every`` single shares, and a final report when it closes (deadline, the curator's
-SubmissionsClose, or N clients received). A node tracks, per client id, the bitmask of nodes known to hold
-that client's message. A client whose bitmask is full is in A for good (sets only grow, and a node's final
-set contains all it reported), so its share is folded into the O(d) running sum at once. Shares of clients
-not yet confirmed wait in a pending buffer; at agreement the buffer holds exactly R_k \\ A, which is
-discarded. The final report carries |R_k| and a digest of R_k; the receiver checks both, and the partial
-sum carries a digest of A, which the aggregator compares across nodes.
+SubmissionsClose, or N clients received). In a job with a roster a delta names clients by roster index, as
+runs or a bitmap; otherwise by id (:mod:`mpdp.dca.agreement`). A node keeps, per client index, the mask of
+nodes known to hold that client's message. A client whose mask is full is in A for good (sets only grow, and
+a node's final set contains all it reported), so its share is folded into the O(d) running sum at once.
+Shares of clients not yet confirmed wait in a pending buffer; at agreement the buffer holds exactly
+R_k \\ A, which is discarded. The final report carries |R_k| and a digest of R_k; the receiver checks both,
+and the partial sum carries a digest of A, which the aggregator compares across nodes.
 
-Memory per job (the trade-off, stated): O(d) for the running sum; O(N) client ids with their bitmasks
-(needed for replay detection and for A); plus the pending buffer — 8·d bytes per unconfirmed client
-holding a full vector, 32 bytes per unconfirmed client holding a seed (seed-compressed jobs, nodes k ≥ 1).
-Unconfirmed = received here, not yet reported by every other node, so with timely reports the buffer holds
-about one reporting window of clients, not N; ``peak_pending`` records its high-water mark. If peers never
-report before closing, the buffer degrades to O(N·d) (or O(32·N) on seed nodes). Alternatives rejected:
-keeping every share until the end (always O(N·d)); folding at once and subtracting excluded clients later
-(impossible on the full-vector node: it cannot re-derive u_i + r_{i,0}).
+Memory per job (the trade-off, stated): O(d) for the running sum; one node mask and one pending-row slot per
+client index (2 + 4 bytes at M = 10; with a roster nothing else per client — no id, no object — and without one the id map needed to
+refuse replays); plus the pending buffer — 8·d bytes per unconfirmed client holding a full vector, 32 bytes
+per unconfirmed client holding a seed (seed-compressed jobs, nodes k ≥ 1). Unconfirmed = received here, not
+yet reported by every other node, so with timely reports the buffer holds about one reporting window of
+clients, not N; ``peak_pending`` records its high-water mark. If peers never report before closing, the
+buffer degrades to O(N·d) (or O(32·N) on seed nodes). Alternatives rejected: keeping every share until the
+end (always O(N·d)); folding at once and subtracting excluded clients later (impossible on the full-vector
+node: it cannot re-derive u_i + r_{i,0}).
 
 Submissions from clients and routers are validated per client: a bad one is rejected (REPLAY, MALFORMED
 for a wrong length — i.e. wrong dimension — or the wrong share kind, WRONG_ROLE for a client not on the
@@ -37,11 +39,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from mpdp.dca import mechanism, sharing, states
-from mpdp.dca.agreement import ClientBook
+from mpdp import limits
+from mpdp.dca.agreement import ClientBook, decode_indices, encode_indices, is_run, roster_for
 from mpdp.dca.engine import DcaMachine
 from mpdp.dca.params import DcaParams, valid_client_id
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
+from mpdp.protocol import CURATOR, LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
 
 DEFAULT_REPORT_EVERY = 256
 MALFORMED, REPLAY, WRONG_ROLE, STEP_OUT_OF_ORDER = Problem.MALFORMED, Problem.REPLAY, Problem.WRONG_ROLE, Problem.STEP_OUT_OF_ORDER
@@ -60,7 +63,7 @@ class ComputeNodeMachine(DcaMachine):
     TERMINAL = ("RELEASED", states.FAILED)
     TABLE = states.COMPUTE_NODE_TABLE
 
-    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True) -> None:
+    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True, workers: int = 1) -> None:
         super().__init__(params.job_id, Peer("compute_node", name), record=record)
         self.params = params
         self.k = params.node_index(name)
@@ -69,19 +72,27 @@ class ComputeNodeMachine(DcaMachine):
         self.takes_seeds = params.node_gets_seed(self.k)
         self._bit = 1 << self.k
         self._peers = [p for p in range(params.M) if p != self.k]
-        self._book = ClientBook(params.M, self.k, self.d, params.roster)
+        self._book = ClientBook(params.M, self.k, self.d, roster_for(params))
+        self.by_index = self._book.closed  # a roster job: nodes name clients by roster index
         self.received = 0  # |R_k|
         self.confirmed = 0  # clients folded into the running sum (every node holds them)
         self._running = np.zeros(self.d, dtype=np.uint64)
-        self._unreported: list[str] = []
+        self._unreported: list[np.ndarray] = []  # indices received since the last report
+        self._unreported_n = 0
         self._sent_seq = 0
         # peers' reports of their received sets
         self._peer_seqs: dict[int, set[int]] = {p: set() for p in self._peers}
         self._peer_count: dict[int, int] = {p: 0 for p in self._peers}
         self._peer_final: dict[int, pb.ReceivedClients] = {}
         self._peer_done: set[int] = set()
-        self.agreed_ids: tuple[str, ...] | None = None
+        self._agreed: np.ndarray | None = None  # indices of A, once agreed
         self._partial: pb.PartialSum | None = None
+        # W worker processes (1 = this process takes every share): see "Workers" below
+        self.workers = max(1, workers)
+        self._owner = np.zeros(0, dtype=np.uint8)  # client index → worker holding its pending share (0 = here)
+        self._to_confirm: dict[int, list[np.ndarray]] = {w: [] for w in range(1, self.workers)}
+        self._expect: dict[int, int] = {w: 0 for w in range(1, self.workers)}  # clients of A summed at worker w
+        self._worker_sums: dict[int, pb.WorkerSum] = {}
 
     @classmethod
     def from_announcement(cls, name: str, announcement: pb.DcaJobAnnouncement, **kw: Any) -> "ComputeNodeMachine":
@@ -146,7 +157,7 @@ class ComputeNodeMachine(DcaMachine):
         if any(len(b) != width for b in blobs):
             return None
         look = self._book.lookup(ids)
-        if (self._book.closed_roster and bool((look < 0).any())) or bool((self._book.bits(look) & self._bit).any()):
+        if (self.by_index and bool((look < 0).any())) or bool(self._book.has(look, self._bit).any()):
             return None
         if self.transcript is not None:
             self.transcript.extend((sender, s) for s in shares)
@@ -155,7 +166,7 @@ class ComputeNodeMachine(DcaMachine):
         else:
             self._accept(ids, look, sharing.unpack_u64(b"".join(blobs), self.d, n, copy=False), None)
         out: list[Output] = [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=n))]
-        if len(self._unreported) >= self.report_every:
+        if self._unreported_n >= self.report_every:
             out += self._report(final=False)
         self._move(row)
         return out + self._run_joint_events()
@@ -169,6 +180,13 @@ class ComputeNodeMachine(DcaMachine):
         raise RemoteProtocolError(STEP_OUT_OF_ORDER, f"node {self.me.name} has not released q_k yet (state {self.state})")
 
     @property
+    def agreed_ids(self) -> tuple[str, ...] | None:
+        """The ids of A, sorted, once agreed (computed on demand: a node keeps only indices)."""
+        if self._agreed is None:
+            return None
+        return tuple(sorted(self._book.roster.names(self._agreed)))
+
+    @property
     def pending(self) -> int:
         """Shares held back: received here, not yet known to be held by every node."""
         return self._book.pending
@@ -179,6 +197,8 @@ class ComputeNodeMachine(DcaMachine):
 
     # -- engine hooks ---------------------------------------------------------------------------------
     def _sender_kind(self, sender: Peer) -> str | None:
+        if sender.role == "worker":
+            return "worker" if sender.name.isdigit() and 1 <= int(sender.name) < self.workers else None
         if sender.role == "compute_node":
             return "node" if sender.name in self.params.nodes and sender.name != self.me.name else None
         return {"curator": "curator", "operator": "router", "party": "client"}.get(sender.role)
@@ -190,6 +210,8 @@ class ComputeNodeMachine(DcaMachine):
         if self.state == "AWAIT_SHARES" and self.received >= self.params.clients:
             return "close"
         if self.state == "AWAIT_RECEIVED_SETS" and len(self._peer_done) == len(self._peers):
+            return "agreement" if self.workers == 1 else "gather"
+        if self.state == "AWAIT_WORKER_SUMS" and len(self._worker_sums) == self.workers - 1:
             return "agreement"
         return None
 
@@ -220,22 +242,32 @@ class ComputeNodeMachine(DcaMachine):
             )
             self._accept([cid], look, sharing.unpack_u64(msg.masked_vector, self.d)[None, :], None)
         out: list[Output] = [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=1))]
-        if len(self._unreported) >= self.report_every:
+        if self._unreported_n >= self.report_every:
             out += self._report(final=False)
         return out
 
     def _client_problem(self, cid: str, index: int) -> tuple[int, str] | None:
         if not valid_client_id(cid):
             return MALFORMED, "client id must be 1..256 UTF-8 bytes"
-        if index < 0 and self._book.closed_roster:
+        if index < 0 and self.by_index:
             return WRONG_ROLE, f"client {cid!r} is not on the roster of job {self.job_id}"
-        if index >= 0 and self._book.bits(np.array([index]))[0] & self._bit:
+        if index >= 0 and self._book.has(np.array([index]), self._bit)[0]:
             return REPLAY, f"client {cid!r} already submitted to node {self.me.name}"
         return None
 
     def _on_ShareBatch(self, sender: Peer, msg: pb.ShareBatch) -> list[Output]:
-        ids = list(msg.client_ids)
-        n = len(ids)
+        ids: list[str] | None = list(msg.client_ids)
+        raw_idx = msg.client_indices
+        look: np.ndarray | None = None
+        if raw_idx:
+            require(self.by_index, MALFORMED, "client_indices name roster indices: this job has no roster")
+            require(not ids, MALFORMED, "a batch names its clients by client_ids or by client_indices, not both")
+            require(len(raw_idx) % 4 == 0, MALFORMED, "client_indices must be packed 4-byte little-endian integers")
+            look = np.frombuffer(raw_idx, dtype="<u4").astype(np.int64)
+            ids = None
+            n = look.size
+        else:
+            n = len(ids)
         kind = msg.WhichOneof("shares")
         rows: np.ndarray | None = None
         seeds: list[bytes] | None = None
@@ -255,37 +287,45 @@ class ComputeNodeMachine(DcaMachine):
             )
             rows = sharing.unpack_u64(data, self.d, n, copy=False)  # read-only view of ``data``: only summed or copied
         elif msg.masked_vectors or msg.mask_seeds:
-            raise RemoteProtocolError(MALFORMED, "a batch without client ids must carry no shares")
+            raise RemoteProtocolError(MALFORMED, "a batch without clients must carry no shares")
         room = self.params.clients - self.received
-        look = self._book.lookup(ids)
         receipt = pb.ShareReceipt(job_id=self.job_id)
-        clean = (
-            n <= room
-            and len(set(ids)) == n
-            and _short_ids(ids)
-            and not (self._book.closed_roster and bool((look < 0).any()))
-            and not bool((self._book.bits(look) & self._bit).any())
-        )
+        if look is None:
+            assert ids is not None
+            look = self._book.lookup(ids)
+            clean = n <= room and len(set(ids)) == n and _short_ids(ids) and not (self.by_index and bool((look < 0).any()))
+        else:
+            in_range = look < self._book.size
+            increasing = n < 2 or bool(np.all(look[1:] > look[:-1]))  # distinct without a sort (batches come in roster order)
+            clean = n <= room and bool(in_range.all()) and (increasing or np.unique(look).size == n)
+            if not clean:
+                look = np.where(in_range, look, -1)
+        clean = clean and not bool(self._book.has(look, self._bit).any())
         if clean:
             keep = list(range(n))
         else:  # per-client accounting
             keep = []
-            in_batch: set[str] = set()
-            for j, cid in enumerate(ids):
-                problem = self._client_problem(cid, int(look[j]))
-                if problem is None and cid in in_batch:
+            in_batch: set = set()
+            for j in range(n):
+                cid = ids[j] if ids is not None else (self._book.roster.name(int(look[j])) if look[j] >= 0 else f"#{int(np.frombuffer(raw_idx, dtype='<u4')[j])}")
+                key = cid if ids is not None else int(look[j])
+                if ids is None and look[j] < 0:
+                    problem: tuple[int, str] | None = (WRONG_ROLE, f"roster index {cid[1:]} is beyond N = {self.params.clients}")
+                else:
+                    problem = self._client_problem(cid, int(look[j]))
+                if problem is None and key in in_batch:
                     problem = (REPLAY, f"client {cid!r} appears twice in one batch")
                 if problem is None and len(keep) >= room:
                     problem = (STEP_OUT_OF_ORDER, f"node {self.me.name} already holds N = {self.params.clients} clients' shares")
                 if problem is not None:
                     receipt.rejected.add(client_id=cid, problem=problem[0], detail=problem[1])
                     continue
-                in_batch.add(cid)
+                in_batch.add(key)
                 keep.append(j)
         if keep:
             whole = len(keep) == n
             self._accept(
-                ids if whole else [ids[j] for j in keep],
+                None if ids is None else (ids if whole else [ids[j] for j in keep]),
                 look if whole else look[keep],
                 None if rows is None else (rows if whole else rows[keep]),
                 None if seeds is None else (seeds if whole else [seeds[j] for j in keep]),
@@ -293,18 +333,21 @@ class ComputeNodeMachine(DcaMachine):
         receipt.accepted = len(keep)
         return [Reply(receipt)] + self._report(final=False)
 
-    def _accept(self, cids: list[str], look: np.ndarray, rows: np.ndarray | None, seeds: list[bytes] | None) -> None:
-        """Commit accepted shares: fold those every node already holds, hold back the rest."""
-        idx = self._book.admit(cids, look)
+    def _accept(self, cids: list[str] | None, look: np.ndarray, rows: np.ndarray | None, seeds: list[bytes] | None) -> None:
+        """Commit accepted shares (``cids`` may be None in a roster job): fold those every node already holds,
+        hold back the rest."""
+        idx = look if self.by_index else self._book.admit(cids, look)  # type: ignore[arg-type]
         full_now = self._book.mark(idx, self._bit)
         now = np.flatnonzero(full_now)
         later = np.flatnonzero(~full_now)
-        self.received += len(cids)
-        self._unreported.extend(cids)
+        n = idx.size
+        self.received += n
+        self._unreported.append(idx)
+        self._unreported_n += n
         if now.size:
             self.confirmed += now.size
             if rows is not None:
-                self._running += sharing.ring_sum(rows if now.size == len(cids) else rows[now])
+                self._running += sharing.ring_sum(rows if now.size == n else rows[now])
             else:
                 assert seeds is not None
                 self._running += sharing.ring_sum(sharing.expand_seeds([seeds[j] for j in now.tolist()], self.d))
@@ -317,14 +360,21 @@ class ComputeNodeMachine(DcaMachine):
 
     # -- fault tolerance: received sets -------------------------------------------------------------
     def _report(self, *, final: bool) -> list[Output]:
-        if not final and (not self._unreported or (self.state == "AWAIT_SHARES" and self.received >= self.params.clients)):
+        if not final and (not self._unreported_n or (self.state == "AWAIT_SHARES" and self.received >= self.params.clients)):
             return []  # nothing new, or N clients are in: the final report, sent in this same step, carries them
-        msg = pb.ReceivedClients(job_id=self.job_id, sequence=self._sent_seq, client_ids=self._unreported, final=final)
+        idx = np.concatenate(self._unreported) if self._unreported else np.empty(0, dtype=np.int64)
+        msg = pb.ReceivedClients(job_id=self.job_id, sequence=self._sent_seq, final=final)
+        if self.by_index:
+            runs, start, bitmap = encode_indices(idx)
+            msg.index_runs.extend(runs)
+            msg.bitmap_start, msg.bitmap = start, bitmap
+        else:
+            msg.client_ids.extend(self._book.roster.names(idx))
         if final:
             msg.total = self.received
-            msg.digest = self._book.sorted_holders(self._bit)[1]
+            msg.digest = self._book.digest(self._bit)
         self._sent_seq += 1
-        self._unreported = []
+        self._unreported, self._unreported_n = [], 0
         return [Send(Peer("compute_node", self.params.nodes[p]), msg) for p in self._peers]
 
     def _on_ReceivedClients(self, sender: Peer, msg: pb.ReceivedClients) -> list[Output]:
@@ -338,43 +388,176 @@ class ComputeNodeMachine(DcaMachine):
             require(final is None, MALFORMED, f"{sender} sent two final sets")
             require(not seqs or max(seqs) < msg.sequence, MALFORMED, f"{sender}'s final set must carry the last sequence number")
             require(len(msg.digest) == 32, MALFORMED, "a final received set needs a 32-byte digest")
-        ids = list(msg.client_ids)
         bit = 1 << p
         # validate everything before committing anything
-        look = self._book.lookup(ids)
-        if not ClientBook.is_run(look):  # a run of consecutive known slots is distinct, valid ids already
-            if len(set(ids)) != len(ids):
-                raise RemoteProtocolError(MALFORMED, f"{sender} repeated a client id in one report")
-            if not _short_ids(ids):
-                bad = [cid for cid in ids if not valid_client_id(cid)]
-                if bad:
-                    raise RemoteProtocolError(MALFORMED, f"{sender} reported an invalid client id {bad[0]!r}")
-        if self._book.closed_roster and bool((look < 0).any()):
-            raise RemoteProtocolError(MALFORMED, f"{sender} reported a client who is not on the roster")
-        if bool((self._book.bits(look) & bit).any()):
+        ids: list[str] = []
+        if self.by_index:
+            require(not msg.client_ids, MALFORMED, f"{sender} named clients by id in a roster job (roster indices expected)")
+            try:
+                limits.check_message("ReceivedClients", msg)
+                look = decode_indices(msg.index_runs, msg.bitmap_start, msg.bitmap, self._book.size)
+            except (limits.SpecError, ValueError) as e:
+                raise RemoteProtocolError(MALFORMED, f"{sender}'s received-set report: {e}") from None
+        else:
+            require(not (msg.index_runs or msg.bitmap or msg.bitmap_start), MALFORMED, f"{sender} named clients by roster index in a job without a roster")
+            ids = list(msg.client_ids)
+            look = self._book.lookup(ids)
+            if not is_run(look):  # a run of consecutive known indices is distinct, valid ids already
+                if len(set(ids)) != len(ids):
+                    raise RemoteProtocolError(MALFORMED, f"{sender} repeated a client id in one report")
+                if not _short_ids(ids):
+                    bad = [cid for cid in ids if not valid_client_id(cid)]
+                    if bad:
+                        raise RemoteProtocolError(MALFORMED, f"{sender} reported an invalid client id {bad[0]!r}")
+        if bool(self._book.has(look, bit).any()):
             raise RemoteProtocolError(MALFORMED, f"{sender} reported a client twice")
         # commit
         seqs.add(msg.sequence)
-        self._peer_count[p] += len(ids)
-        if ids:
-            idx = self._book.admit(ids, look)
+        self._peer_count[p] += look.size
+        if look.size:
+            idx = look if self.by_index else self._book.admit(ids, look)
             confirmed = idx[self._book.mark(idx, bit)]
             if confirmed.size:
-                self._running += self._book.take(confirmed)
-                self.confirmed += confirmed.size
+                self._confirm(confirmed)
         if msg.final:
             self._peer_final[p] = msg
         self._check_complete(p, sender)
         return []
+
+    def _confirm(self, idx: np.ndarray) -> None:
+        """Clients that just became members of A: fold the shares held here, queue the others for their worker."""
+        self.confirmed += idx.size
+        if self.workers > 1:
+            self._grow_owner()
+            owner = self._owner[idx]
+            remote = owner != 0
+            if remote.any():
+                for w in np.unique(owner[remote]).tolist():
+                    mine = idx[owner == w]
+                    self._to_confirm[w].append(mine)
+                    self._expect[w] += mine.size
+                idx = idx[~remote]
+        if idx.size:
+            self._running += self._book.take(idx)
 
     def _check_complete(self, p: int, sender: Peer) -> None:
         final = self._peer_final.get(p)
         if final is None or len(self._peer_seqs[p]) != final.sequence + 1:
             return
         require(self._peer_count[p] == final.total, MALFORMED, f"{sender} said |R| = {final.total} but reported {self._peer_count[p]} clients")
-        digest = self._book.sorted_holders(1 << p)[1]
-        require(digest == final.digest, MALFORMED, f"the digest of {sender}'s received set does not match its reports")
+        require(self._book.digest(1 << p) == final.digest, MALFORMED, f"the digest of {sender}'s received set does not match its reports")
         self._peer_done.add(p)
+
+    # -- workers ----------------------------------------------------------------------------------------
+    # A node may run W processes on one port (services/compute_node/worker.py). This machine lives in worker 0,
+    # the coordinator; workers 1..W−1 check shares' shapes and keep the shares, the machine accounts their clients
+    # (WorkerClaim: the same per-client checks as a ShareBatch, one bit per client, R_k and the reports as always),
+    # tells each worker which of its clients are confirmed (in A), and at agreement adds the workers' partial sums
+    # (WorkerSum) to its own: q_k = Σ_w Σ_{i ∈ A held by w} m_{i,k}, the same sum over the same A.
+    def _on_WorkerClaim(self, sender: Peer, msg: pb.WorkerClaim) -> list[Output]:
+        w = int(sender.name)
+        origin = Peer(msg.sender_role, msg.sender_name)
+        require(origin.role in ("party", "operator"), WRONG_ROLE, f"{origin} cannot submit shares")
+        ids: list[str] | None = list(msg.client_ids)
+        raw = msg.client_indices
+        if raw:
+            require(self.by_index and not ids, MALFORMED, "client_indices name roster indices (roster jobs only, not with client_ids)")
+            require(len(raw) % 4 == 0, MALFORMED, "client_indices must be packed 4-byte little-endian integers")
+            look = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+            ids = None
+        else:
+            assert ids is not None
+            look = self._book.lookup(ids)
+        n = look.size
+        reply = pb.WorkerClaimReply()
+        verdict = np.zeros(n, dtype=np.uint8)
+        room = self.params.clients - self.received
+        keep: list[int] = []
+        seen: set = set()
+        valid = np.where(look < self._book.size, look, -1) if ids is None else look
+        has = self._book.has(valid, self._bit)
+        if ids is None:
+            clean = bool((valid >= 0).all()) and (n < 2 or bool(np.all(look[1:] > look[:-1])))
+        else:
+            clean = len(set(ids)) == n and _short_ids(ids) and not (self.by_index and bool((look < 0).any()))
+        clean = clean and n <= room and not bool(has.any()) and (origin.role != "party" or (n == 1 and (ids[0] if ids else self._book.roster.name(int(look[0]))) == origin.name))
+        for j in ([] if clean else range(n)):
+            if ids is None:
+                i = int(look[j])
+                cid = self._book.roster.name(i) if i < self._book.size else f"#{i}"
+                key: object = i
+            else:
+                cid, key = ids[j], ids[j]
+            if origin.role == "party" and cid != origin.name:  # a client submits for itself only (as in ClientShare)
+                problem: tuple[int, str] | None = (WRONG_ROLE, f"{origin} cannot submit for client {cid!r}")
+            elif ids is None:
+                problem = None if int(look[j]) < self._book.size else (WRONG_ROLE, f"roster index {int(look[j])} is beyond N = {self.params.clients}")
+            else:
+                problem = self._client_problem(cid, int(look[j]))
+            if problem is None and has[j]:
+                problem = (REPLAY, f"client {cid!r} already submitted to node {self.me.name}")
+            if problem is None and key in seen:
+                problem = (REPLAY, f"client {cid!r} appears twice in one batch")
+            if problem is None and len(keep) >= room:
+                problem = (STEP_OUT_OF_ORDER, f"node {self.me.name} already holds N = {self.params.clients} clients' shares")
+            if problem is not None:
+                reply.rejected.add(client_id=cid, problem=problem[0], detail=problem[1])
+                continue
+            seen.add(key)
+            keep.append(j)
+        if clean:
+            keep = list(range(n))
+        idx = np.zeros(n, dtype=np.int64)
+        if keep:
+            kept = look[keep]
+            got = kept if self.by_index else self._book.admit([ids[j] for j in keep], kept)  # type: ignore[index]
+            full_now = self._book.mark(got, self._bit)
+            self.received += got.size
+            self._unreported.append(got)
+            self._unreported_n += got.size
+            self._grow_owner()
+            self._owner[got[~full_now]] = w
+            self.confirmed += int(full_now.sum())
+            self._expect[w] += int(full_now.sum())
+            idx[keep] = got
+            verdict[keep] = np.where(full_now, 2, 1)
+        reply.verdicts = verdict.tobytes()
+        reply.indices = idx.astype("<u4").tobytes()
+        queued = self._to_confirm[w]
+        if queued:
+            reply.confirmed = np.concatenate(queued).astype("<u4").tobytes()
+            self._to_confirm[w] = []
+        out: list[Output] = [Reply(reply)]
+        if self._unreported_n >= self.report_every:
+            out += self._report(final=False)
+        return out
+
+    def _on_gather(self) -> list[Output]:
+        """Every peer's set is in: ask every worker for its partial sum, with its last confirmations."""
+        out: list[Output] = []
+        for w in range(1, self.workers):
+            queued = self._to_confirm[w]
+            confirmed = np.concatenate(queued).astype("<u4").tobytes() if queued else b""
+            self._to_confirm[w] = []
+            out.append(Send(Peer("worker", str(w)), pb.WorkerFinish(job_id=self.job_id, confirmed=confirmed)))
+        return out
+
+    def _on_WorkerSum(self, sender: Peer, msg: pb.WorkerSum) -> list[Output]:
+        w = int(sender.name)
+        if w in self._worker_sums:
+            raise LocalProtocolError(Problem.INTERNAL, f"worker {w} sent two partial sums")
+        if msg.clients_summed != self._expect[w] or len(msg.partial_sum) != 8 * self.d:
+            raise LocalProtocolError(Problem.INTERNAL, f"worker {w} summed {msg.clients_summed} clients, {self._expect[w]} expected (or a wrong length)")
+        self._running += sharing.unpack_u64(msg.partial_sum, self.d)
+        self._worker_sums[w] = msg
+        return []
+
+    def _grow_owner(self) -> None:
+        n = self._book.size
+        if self._owner.size < n:
+            grown = np.zeros(max(n, 2 * self._owner.size), dtype=np.uint8)
+            grown[: self._owner.size] = self._owner
+            self._owner = grown
 
     # -- closing and step 3 ---------------------------------------------------------------------------
     def _on_close(self) -> list[Output]:
@@ -387,15 +570,15 @@ class ComputeNodeMachine(DcaMachine):
 
     def _on_agreement(self) -> list[Output]:
         """A = {i : every node holds m_{i,·}}; q_k = Σ_{i∈A} m_{i,k}; refuse when |A| < N − T."""
-        agreed, digest = self._book.sorted_holders(self._book.full)
-        assert len(agreed) == self.confirmed, (len(agreed), self.confirmed)
-        mechanism.require_enough_clients(len(agreed), self.params.clients, self.params.max_missing)
-        self.agreed_ids = tuple(agreed)
+        agreed = np.flatnonzero(self._book.selection(self._book.full))
+        assert agreed.size == self.confirmed, (agreed.size, self.confirmed)
+        mechanism.require_enough_clients(agreed.size, self.params.clients, self.params.max_missing)
+        self._agreed = agreed
         self._partial = pb.PartialSum(
             job_id=self.job_id,
             partial_sum=sharing.pack_u64(self._running),
-            clients_included=len(agreed),
-            agreed_set_digest=digest,
+            clients_included=agreed.size,
+            agreed_set_digest=self._book.digest(self._book.full),
         )
         self._book.drop_pending()  # R_k \ A: never summed
         return [Send(CURATOR, self._partial)]

@@ -69,6 +69,7 @@ class DcaParams:
     purpose: str = ""
     secure_sum: bool = False  # no noise: the sum is not DP and may only be consumed inside the curator (see below)
     noise: str = "gaussian"  # or "discrete-gaussian": exact integer noise, accounted in mpdp.dca.discrete
+    roster_range: tuple[str, int] | None = None  # (prefix, digits): client i is prefix + i zero-padded (instead of ``roster``)
     sigma_std: float = field(init=False)
     sigma_client: float = field(init=False)
     guarantee: Guarantee = field(init=False)
@@ -107,6 +108,8 @@ class DcaParams:
             raise InvalidJob(f"clip_bounds must hold 1 or d = {self.dimension} values, got {len(self.clip_bounds)}")
         if self.roster and len(self.roster) != self.clients:
             raise InvalidJob(f"a roster must list exactly N = {self.clients} distinct client ids, got {len(self.roster)}")
+        if self.roster_range is not None:
+            self._check_roster_range()
         if self.secure_sum:
             if self.noise != "gaussian":
                 raise InvalidJob("a secure-sum job adds no noise: leave noise at GAUSSIAN")
@@ -137,6 +140,20 @@ class DcaParams:
             check_sum_headroom(self.clients, self.value_bound, self.frac_bits, U64_MODULUS)
         except EncodingOverflow as e:
             raise InvalidJob(f"headroom: N·(max c + 8σ_client)·2^f must stay below 2^63: {e}") from None
+
+    def _check_roster_range(self) -> None:
+        prefix, digits = self.roster_range  # type: ignore[misc]
+        object.__setattr__(self, "roster_range", (str(prefix), int(digits)))
+        try:
+            limits.check_fields("RosterRange", prefix=prefix, digits=digits)
+        except limits.SpecError as e:
+            raise InvalidJob(f"roster_range.{e}") from None
+        if self.roster:
+            raise InvalidJob("a job has a roster list or a roster range, not both")
+        if digits < len(str(self.clients - 1)):
+            raise InvalidJob(f"roster_range.digits must be at least {len(str(self.clients - 1))} for N = {self.clients}")
+        if not valid_client_id(prefix + "0" * digits):
+            raise InvalidJob("roster_range: the client ids would be longer than 256 UTF-8 bytes")
 
     def _init_secure_sum(self) -> None:
         """A secure sum (DCA without the Gaussian noise, ours): the clients' masks hide each vector from every
@@ -201,6 +218,18 @@ class DcaParams:
         if self.discrete is not None:
             return float(self.discrete.sigma2) / 4.0**self.frac_bits
         return self.sigma_client**2
+
+    @property
+    def has_roster(self) -> bool:
+        """Whether the job names its N clients in advance (``roster`` or ``roster_range``): clients then have roster
+        indices 0..N−1 and the nodes agree by index (:mod:`mpdp.dca.agreement`)."""
+        return bool(self.roster) or self.roster_range is not None
+
+    def roster_id(self, i: int) -> str:
+        """The client id with roster index ``i``."""
+        if self.roster_range is not None:
+            return f"{self.roster_range[0]}{i:0{self.roster_range[1]}d}"
+        return self.roster[i]
 
     @property
     def seeded(self) -> bool:
@@ -291,6 +320,7 @@ class DcaParams:
             purpose=spec.purpose,
             secure_sum=spec.secure_sum,
             noise=NOISE_NAMES[spec.noise],
+            roster_range=(spec.roster_range.prefix, spec.roster_range.digits) if spec.HasField("roster_range") else None,
         )
 
     def to_spec(self) -> dca_pb2.DcaJobSpec:
@@ -312,6 +342,7 @@ class DcaParams:
             purpose=self.purpose,
             secure_sum=self.secure_sum,
             noise=NOISE_ENUM[self.noise],
+            roster_range=dca_pb2.RosterRange(prefix=self.roster_range[0], digits=self.roster_range[1]) if self.roster_range is not None else None,
         )
 
 

@@ -10,7 +10,8 @@ state, is STEP_OUT_OF_ORDER. States are named for what the role awaits or must d
 
 Sender kinds: ``client`` (a PARTY certificate whose name is the share's client id), ``router`` (an
 OPERATOR relaying shares for one node), ``node`` (a compute node of the job), ``curator`` (Charlie,
-the job owner and aggregator), ``self`` (a local event).
+the job owner and aggregator), ``worker`` (another process of the same node, over its local socket: a
+node may run W workers, see :mod:`mpdp.dca.compute_node`), ``self`` (a local event).
 
 Participants (who can fail a job): ``node`` and ``curator``; clients and routers cannot.
 ``python tools/render_tables.py`` writes the tables into docs/protocols/dca.md.
@@ -31,10 +32,11 @@ CLIENT_TABLE: tuple[Row, ...] = (
 )
 
 # compute node k (§4.3 step 3 and fault tolerance)
-COMPUTE_NODE_STATES: tuple[str, ...] = ("AWAIT_SHARES", "AWAIT_RECEIVED_SETS", "RELEASED", FAILED)
+COMPUTE_NODE_STATES: tuple[str, ...] = ("AWAIT_SHARES", "AWAIT_RECEIVED_SETS", "AWAIT_WORKER_SUMS", "RELEASED", FAILED)
 COMPUTE_NODE_TABLE: tuple[Row, ...] = (
     row("AWAIT_SHARES", "ClientShare", "client|router", "AWAIT_SHARES"),
     row("AWAIT_SHARES", "ShareBatch", "router", "AWAIT_SHARES"),
+    row("AWAIT_SHARES", "WorkerClaim", "worker", "AWAIT_SHARES"),
     row("AWAIT_SHARES", "ReceivedClients", "node", "AWAIT_SHARES"),
     row("AWAIT_SHARES", "SubmissionsClose", "curator", "AWAIT_RECEIVED_SETS"),
     row("AWAIT_SHARES", "close", "self", "AWAIT_RECEIVED_SETS"),
@@ -42,6 +44,11 @@ COMPUTE_NODE_TABLE: tuple[Row, ...] = (
     row("AWAIT_RECEIVED_SETS", "SubmissionsClose", "curator", "AWAIT_RECEIVED_SETS"),
     row("AWAIT_RECEIVED_SETS", "close", "self", "AWAIT_RECEIVED_SETS"),
     row("AWAIT_RECEIVED_SETS", "agreement", "self", "RELEASED"),
+    row("AWAIT_RECEIVED_SETS", "gather", "self", "AWAIT_WORKER_SUMS"),
+    row("AWAIT_WORKER_SUMS", "WorkerSum", "worker", "AWAIT_WORKER_SUMS"),
+    row("AWAIT_WORKER_SUMS", "SubmissionsClose", "curator", "AWAIT_WORKER_SUMS"),
+    row("AWAIT_WORKER_SUMS", "close", "self", "AWAIT_WORKER_SUMS"),
+    row("AWAIT_WORKER_SUMS", "agreement", "self", "RELEASED"),
     row("RELEASED", "SubmissionsClose", "curator", "RELEASED"),
     row(ANY, "JobAbort", "node|curator", FAILED),
 )

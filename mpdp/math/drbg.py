@@ -64,17 +64,20 @@ class Drbg:
 
     # -- raw bits ------------------------------------------------------------
     def random_bytes(self, n: int) -> bytes:
+        """The next ``n`` keystream bytes. The rest of the current block first, then as many whole blocks as needed
+        from one AES call (the same keystream as block by block; the last block stays buffered)."""
         if n < 0:
             raise ValueError("n must be >= 0")
-        out = bytearray()
-        while len(out) < n:
-            if self._pos >= len(self._buf):
-                self._buf = self._enc.update(b"\x00" * _BLOCK)
-                self._pos = 0
-            take = min(n - len(out), len(self._buf) - self._pos)
-            out += self._buf[self._pos : self._pos + take]
-            self._pos += take
-        return bytes(out)
+        head = self._buf[self._pos : self._pos + n]
+        self._pos += len(head)
+        rest = n - len(head)
+        if rest == 0:
+            return bytes(head)
+        blocks = -(-rest // _BLOCK)
+        stream = self._enc.update(bytes(blocks * _BLOCK))
+        self._buf = stream[(blocks - 1) * _BLOCK :]
+        self._pos = rest - (blocks - 1) * _BLOCK
+        return head + stream[:rest] if head else stream[:rest]
 
     def randbits(self, k: int) -> int:
         """Uniform integer in [0, 2^k)."""

@@ -75,6 +75,7 @@ class DcaJobSpec(_message.Message):
     PURPOSE_FIELD_NUMBER: _builtins.int
     SECURE_SUM_FIELD_NUMBER: _builtins.int
     NOISE_FIELD_NUMBER: _builtins.int
+    ROSTER_RANGE_FIELD_NUMBER: _builtins.int
     dimension: _builtins.int
     """d"""
     clients: _builtins.int
@@ -116,6 +117,12 @@ class DcaJobSpec(_message.Message):
     def roster(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """optional: exactly N client ids allowed to submit (empty = any N clients)"""
 
+    @_builtins.property
+    def roster_range(self) -> Global___RosterRange:
+        """optional, instead of `roster`: the N client ids are prefix + the index 0..N−1 in decimal, zero-padded to
+        `digits` (e.g. "client-000042"); index i is client i's roster index (docs/protocols/dca.md, "Roster indices")
+        """
+
     def __init__(
         self,
         *,
@@ -136,14 +143,40 @@ class DcaJobSpec(_message.Message):
         purpose: _builtins.str = ...,
         secure_sum: _builtins.bool = ...,
         noise: Global___NoiseKind.ValueType = ...,
+        roster_range: Global___RosterRange | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["roster_range", b"roster_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients", b"clients", "clip_bounds", b"clip_bounds", "compute_nodes", b"compute_nodes", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "purpose", b"purpose", "roster", b"roster", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "sensitivity", b"sensitivity", "simulation_seed", b"simulation_seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients", b"clients", "clip_bounds", b"clip_bounds", "compute_nodes", b"compute_nodes", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "purpose", b"purpose", "roster", b"roster", "roster_range", b"roster_range", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "sensitivity", b"sensitivity", "simulation_seed", b"simulation_seed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DcaJobSpec: _TypeAlias = DcaJobSpec  # noqa: Y015
+
+@_typing.final
+class RosterRange(_message.Message):
+    """A roster given by a rule: client i (0 ≤ i < N) is `prefix` followed by i in decimal with exactly `digits` digits."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREFIX_FIELD_NUMBER: _builtins.int
+    DIGITS_FIELD_NUMBER: _builtins.int
+    prefix: _builtins.str
+    digits: _builtins.int
+    """≥ the digits of N − 1"""
+    def __init__(
+        self,
+        *,
+        prefix: _builtins.str = ...,
+        digits: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digits", b"digits", "prefix", b"prefix"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RosterRange: _TypeAlias = RosterRange  # noqa: Y015
 
 @_typing.final
 class DcaJobTicket(_message.Message):
@@ -265,7 +298,7 @@ class DpSum(_message.Message):
     """true when a simulation seed was used: not a private release"""
     trust_model: _builtins.str
     agreed_set_digest: _builtins.bytes
-    """SHA-256 of the sorted agreed client ids (see ReceivedClients)"""
+    """names the agreed set A (see ReceivedClients.digest)"""
     seed_compressed: _builtins.bool
     purpose: _builtins.str
     secure_sum: _builtins.bool
@@ -457,6 +490,7 @@ Global___ClientShare: _TypeAlias = ClientShare  # noqa: Y015
 class ShareBatch(_message.Message):
     """DCA step 2 in bulk, message router → node k: many clients' m_{i,k}, each accepted or rejected on its own.
     A router must serve one node only (or forward sealed envelopes): whoever sees all M messages of a client sees u_i.
+    The clients are named by `client_ids`, or (a job with a roster only) by `client_indices`; never both.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -465,11 +499,14 @@ class ShareBatch(_message.Message):
     CLIENT_IDS_FIELD_NUMBER: _builtins.int
     MASKED_VECTORS_FIELD_NUMBER: _builtins.int
     MASK_SEEDS_FIELD_NUMBER: _builtins.int
+    CLIENT_INDICES_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     masked_vectors: _builtins.bytes
-    """len(client_ids)·8·d bytes, row j = m_{client_ids[j],k}"""
+    """n·8·d bytes, row j = the share of the j-th client named"""
     mask_seeds: _builtins.bytes
-    """len(client_ids)·32 bytes"""
+    """n·32 bytes"""
+    client_indices: _builtins.bytes
+    """roster jobs: n roster indices, packed little-endian uint32"""
     @_builtins.property
     def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -479,10 +516,11 @@ class ShareBatch(_message.Message):
         client_ids: _abc.Iterable[_builtins.str] | None = ...,
         masked_vectors: _builtins.bytes = ...,
         mask_seeds: _builtins.bytes = ...,
+        client_indices: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "job_id", b"job_id", "mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "client_indices", b"client_indices", "job_id", b"job_id", "mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_shares: _TypeAlias = _typing.Literal["masked_vectors", "mask_seeds"]  # noqa: Y015
     _WhichOneofArgType_shares: _TypeAlias = _typing.Literal["shares", b"shares"]  # noqa: Y015
@@ -547,7 +585,9 @@ Global___ShareRejection: _TypeAlias = ShareRejection  # noqa: Y015
 class ReceivedClients(_message.Message):
     """DCA fault tolerance (§4.3), node k → node l: R_k, the clients whose m_{i,k} reached node k, sent as
     disjoint deltas numbered 0, 1, …; the message with final = true closes R_k: its sequence equals the
-    number of deltas before it, `total` = |R_k| and `digest` = SHA-256 of the sorted R_k.
+    number of deltas before it, `total` = |R_k| and `digest` names R_k (docs/protocols/dca.md, "Agreement").
+    A job without a roster names the delta's clients by `client_ids`; a job with a roster by roster index,
+    as `index_runs` or as `bitmap` (whichever is shorter; at most one of the two is non-empty).
     The agreed set is A = ∩_k R_k; every node sums over A only.
     """
 
@@ -559,6 +599,9 @@ class ReceivedClients(_message.Message):
     FINAL_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
     DIGEST_FIELD_NUMBER: _builtins.int
+    INDEX_RUNS_FIELD_NUMBER: _builtins.int
+    BITMAP_START_FIELD_NUMBER: _builtins.int
+    BITMAP_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     sequence: _builtins.int
     final: _builtins.bool
@@ -566,8 +609,18 @@ class ReceivedClients(_message.Message):
     """with final"""
     digest: _builtins.bytes
     """with final"""
+    bitmap_start: _builtins.int
+    """roster jobs: bit j of `bitmap` (LSB first in each byte) is index bitmap_start + j;"""
+    bitmap: _builtins.bytes
+    """  bitmap_start is a multiple of 8, bits at N and beyond are 0"""
     @_builtins.property
-    def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """jobs without a roster"""
+
+    @_builtins.property
+    def index_runs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """roster jobs: (start, length) pairs, starts increasing, runs disjoint, within [0, N)"""
+
     def __init__(
         self,
         *,
@@ -577,10 +630,13 @@ class ReceivedClients(_message.Message):
         final: _builtins.bool = ...,
         total: _builtins.int = ...,
         digest: _builtins.bytes = ...,
+        index_runs: _abc.Iterable[_builtins.int] | None = ...,
+        bitmap_start: _builtins.int = ...,
+        bitmap: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "digest", b"digest", "final", b"final", "job_id", b"job_id", "sequence", b"sequence", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitmap", b"bitmap", "bitmap_start", b"bitmap_start", "client_ids", b"client_ids", "digest", b"digest", "final", b"final", "index_runs", b"index_runs", "job_id", b"job_id", "sequence", b"sequence", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -602,7 +658,7 @@ class PartialSum(_message.Message):
     clients_included: _builtins.int
     """|A|"""
     agreed_set_digest: _builtins.bytes
-    """SHA-256 of the sorted A; all M nodes must agree"""
+    """names A (as ReceivedClients.digest names R_k); all M nodes must agree"""
     def __init__(
         self,
         *,
@@ -618,3 +674,221 @@ class PartialSum(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartialSum: _TypeAlias = PartialSum  # noqa: Y015
+
+@_typing.final
+class WorkerClaim(_message.Message):
+    """---------------------------------------------------------------- inside one compute node (ours)
+    A node may run W worker processes sharing its port (docs/deploy.md, "Scaling a compute node"). Worker 0 is the
+    node's coordinator: it holds the job's ComputeNodeMachine (accounting, agreement, q_k). Workers 1..W−1 take
+    shares: they check each share's shape, ask the coordinator to account its client (WorkerClaim), sum the shares
+    of confirmed clients and hand their partial sum over at agreement (WorkerSum). Every other RPC a worker gets is
+    relayed to the coordinator with the caller's verified certificate (RelayedCall). These messages travel only over
+    the node's Unix socket (a 0700 directory: the node's own OS user), never over the network.
+
+    worker → coordinator: account these clients (one stream run or one ShareBatch) for the caller that sent them.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    SENDER_ROLE_FIELD_NUMBER: _builtins.int
+    SENDER_NAME_FIELD_NUMBER: _builtins.int
+    CLIENT_IDS_FIELD_NUMBER: _builtins.int
+    CLIENT_INDICES_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    sender_role: _builtins.str
+    """the caller's certificate role and name, as the worker verified them"""
+    sender_name: _builtins.str
+    client_indices: _builtins.bytes
+    @_builtins.property
+    def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """or, roster jobs, client_indices as in ShareBatch"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        sender_role: _builtins.str = ...,
+        sender_name: _builtins.str = ...,
+        client_ids: _abc.Iterable[_builtins.str] | None = ...,
+        client_indices: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "client_indices", b"client_indices", "job_id", b"job_id", "sender_name", b"sender_name", "sender_role", b"sender_role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerClaim: _TypeAlias = WorkerClaim  # noqa: Y015
+
+@_typing.final
+class WorkerClaimReply(_message.Message):
+    """coordinator → worker: per claimed client (in order) its verdict and index; clients confirmed since."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERDICTS_FIELD_NUMBER: _builtins.int
+    INDICES_FIELD_NUMBER: _builtins.int
+    REJECTED_FIELD_NUMBER: _builtins.int
+    CONFIRMED_FIELD_NUMBER: _builtins.int
+    verdicts: _builtins.bytes
+    """one byte per claimed client: 0 rejected, 1 accepted (hold), 2 accepted (sum now)"""
+    indices: _builtins.bytes
+    """packed little-endian uint32 per claimed client: the coordinator's client index"""
+    confirmed: _builtins.bytes
+    """packed uint32: earlier held clients of this worker now in A for good (sum them)"""
+    @_builtins.property
+    def rejected(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareRejection]:
+        """the rejected ones, in order"""
+
+    def __init__(
+        self,
+        *,
+        verdicts: _builtins.bytes = ...,
+        indices: _builtins.bytes = ...,
+        rejected: _abc.Iterable[Global___ShareRejection] | None = ...,
+        confirmed: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "indices", b"indices", "rejected", b"rejected", "verdicts", b"verdicts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerClaimReply: _TypeAlias = WorkerClaimReply  # noqa: Y015
+
+@_typing.final
+class WorkerFinish(_message.Message):
+    """coordinator → worker (on the worker's Link stream): the job is agreed; sum these confirmed clients, drop the rest,
+    send the partial sum. With drop = true: forget the job (it failed).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    CONFIRMED_FIELD_NUMBER: _builtins.int
+    DROP_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    confirmed: _builtins.bytes
+    """packed uint32"""
+    drop: _builtins.bool
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        confirmed: _builtins.bytes = ...,
+        drop: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "drop", b"drop", "job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerFinish: _TypeAlias = WorkerFinish  # noqa: Y015
+
+@_typing.final
+class WorkerSum(_message.Message):
+    """worker → coordinator: Σ of the shares this worker summed for the job (mod 2^64) and how many clients that is."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    PARTIAL_SUM_FIELD_NUMBER: _builtins.int
+    CLIENTS_SUMMED_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    partial_sum: _builtins.bytes
+    """8·d bytes"""
+    clients_summed: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        partial_sum: _builtins.bytes = ...,
+        clients_summed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients_summed", b"clients_summed", "job_id", b"job_id", "partial_sum", b"partial_sum"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerSum: _TypeAlias = WorkerSum  # noqa: Y015
+
+@_typing.final
+class WorkerHello(_message.Message):
+    """worker → coordinator at start-up: the worker's number (1..W−1)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_FIELD_NUMBER: _builtins.int
+    worker: _builtins.int
+    def __init__(
+        self,
+        *,
+        worker: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker", b"worker"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerHello: _TypeAlias = WorkerHello  # noqa: Y015
+
+@_typing.final
+class RelayedCall(_message.Message):
+    """worker → coordinator: one public RPC, relayed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METHOD_FIELD_NUMBER: _builtins.int
+    CALLER_CERTIFICATE_FIELD_NUMBER: _builtins.int
+    REQUEST_FIELD_NUMBER: _builtins.int
+    method: _builtins.str
+    """the ComputeNode method name, e.g. "ReportReceivedClients" """
+    caller_certificate: _builtins.bytes
+    """the caller's PEM certificate, verified by the worker's TLS and role gate"""
+    request: _builtins.bytes
+    """the serialised request"""
+    def __init__(
+        self,
+        *,
+        method: _builtins.str = ...,
+        caller_certificate: _builtins.bytes = ...,
+        request: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller_certificate", b"caller_certificate", "method", b"method", "request", b"request"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RelayedCall: _TypeAlias = RelayedCall  # noqa: Y015
+
+@_typing.final
+class RelayedReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    response: _builtins.bytes
+    """the serialised response (code 0)"""
+    code: _builtins.int
+    """gRPC status code of a refusal"""
+    details: _builtins.str
+    def __init__(
+        self,
+        *,
+        response: _builtins.bytes = ...,
+        code: _builtins.int = ...,
+        details: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RelayedReply: _TypeAlias = RelayedReply  # noqa: Y015

@@ -707,3 +707,250 @@ class DcaCurator:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ComputeNodeLocalStub:
+    """The coordinator's local service (Unix socket; callers are the node's own workers).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Link = channel.unary_stream(
+                '/mpdp.messages.ComputeNodeLocal/Link',
+                request_serializer=mpdp_dot_messages_dot_dca__pb2.WorkerHello.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_dca__pb2.WorkerFinish.FromString,
+                _registered_method=True)
+        self.Attach = channel.unary_unary(
+                '/mpdp.messages.ComputeNodeLocal/Attach',
+                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_dca__pb2.DcaJobAnnouncement.FromString,
+                _registered_method=True)
+        self.Claim = channel.unary_unary(
+                '/mpdp.messages.ComputeNodeLocal/Claim',
+                request_serializer=mpdp_dot_messages_dot_dca__pb2.WorkerClaim.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_dca__pb2.WorkerClaimReply.FromString,
+                _registered_method=True)
+        self.Sum = channel.unary_unary(
+                '/mpdp.messages.ComputeNodeLocal/Sum',
+                request_serializer=mpdp_dot_messages_dot_dca__pb2.WorkerSum.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+                _registered_method=True)
+        self.Relay = channel.unary_unary(
+                '/mpdp.messages.ComputeNodeLocal/Relay',
+                request_serializer=mpdp_dot_messages_dot_dca__pb2.RelayedCall.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_dca__pb2.RelayedReply.FromString,
+                _registered_method=True)
+
+
+class ComputeNodeLocalServicer:
+    """The coordinator's local service (Unix socket; callers are the node's own workers).
+    """
+
+    def Link(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Attach(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Claim(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Sum(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Relay(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ComputeNodeLocalServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Link': grpc.unary_stream_rpc_method_handler(
+                    servicer.Link,
+                    request_deserializer=mpdp_dot_messages_dot_dca__pb2.WorkerHello.FromString,
+                    response_serializer=mpdp_dot_messages_dot_dca__pb2.WorkerFinish.SerializeToString,
+            ),
+            'Attach': grpc.unary_unary_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
+                    response_serializer=mpdp_dot_messages_dot_dca__pb2.DcaJobAnnouncement.SerializeToString,
+            ),
+            'Claim': grpc.unary_unary_rpc_method_handler(
+                    servicer.Claim,
+                    request_deserializer=mpdp_dot_messages_dot_dca__pb2.WorkerClaim.FromString,
+                    response_serializer=mpdp_dot_messages_dot_dca__pb2.WorkerClaimReply.SerializeToString,
+            ),
+            'Sum': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sum,
+                    request_deserializer=mpdp_dot_messages_dot_dca__pb2.WorkerSum.FromString,
+                    response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
+            ),
+            'Relay': grpc.unary_unary_rpc_method_handler(
+                    servicer.Relay,
+                    request_deserializer=mpdp_dot_messages_dot_dca__pb2.RelayedCall.FromString,
+                    response_serializer=mpdp_dot_messages_dot_dca__pb2.RelayedReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'mpdp.messages.ComputeNodeLocal', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('mpdp.messages.ComputeNodeLocal', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ComputeNodeLocal:
+    """The coordinator's local service (Unix socket; callers are the node's own workers).
+    """
+
+    @staticmethod
+    def Link(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mpdp.messages.ComputeNodeLocal/Link',
+            mpdp_dot_messages_dot_dca__pb2.WorkerHello.SerializeToString,
+            mpdp_dot_messages_dot_dca__pb2.WorkerFinish.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.ComputeNodeLocal/Attach',
+            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
+            mpdp_dot_messages_dot_dca__pb2.DcaJobAnnouncement.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Claim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.ComputeNodeLocal/Claim',
+            mpdp_dot_messages_dot_dca__pb2.WorkerClaim.SerializeToString,
+            mpdp_dot_messages_dot_dca__pb2.WorkerClaimReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sum(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.ComputeNodeLocal/Sum',
+            mpdp_dot_messages_dot_dca__pb2.WorkerSum.SerializeToString,
+            mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Relay(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.ComputeNodeLocal/Relay',
+            mpdp_dot_messages_dot_dca__pb2.RelayedCall.SerializeToString,
+            mpdp_dot_messages_dot_dca__pb2.RelayedReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

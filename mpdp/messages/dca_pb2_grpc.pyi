@@ -241,3 +241,67 @@ class DcaCuratorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_common_pb2.Ack, _abc.Awaitable[_common_pb2.Ack]]: ...
 
 def add_DcaCuratorServicer_to_server(servicer: DcaCuratorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ComputeNodeLocalStub:
+    """The coordinator's local service (Unix socket; callers are the node's own workers)."""
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ComputeNodeLocalAsyncStub: ...
+    Link: _grpc.UnaryStreamMultiCallable[_dca_pb2.WorkerHello, _dca_pb2.WorkerFinish]
+    Attach: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.DcaJobAnnouncement]
+    Claim: _grpc.UnaryUnaryMultiCallable[_dca_pb2.WorkerClaim, _dca_pb2.WorkerClaimReply]
+    Sum: _grpc.UnaryUnaryMultiCallable[_dca_pb2.WorkerSum, _common_pb2.Ack]
+    Relay: _grpc.UnaryUnaryMultiCallable[_dca_pb2.RelayedCall, _dca_pb2.RelayedReply]
+
+@_typing.type_check_only
+class ComputeNodeLocalAsyncStub(ComputeNodeLocalStub):
+    """The coordinator's local service (Unix socket; callers are the node's own workers)."""
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Link: _aio.UnaryStreamMultiCallable[_dca_pb2.WorkerHello, _dca_pb2.WorkerFinish]  # type: ignore[assignment]
+    Attach: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.DcaJobAnnouncement]  # type: ignore[assignment]
+    Claim: _aio.UnaryUnaryMultiCallable[_dca_pb2.WorkerClaim, _dca_pb2.WorkerClaimReply]  # type: ignore[assignment]
+    Sum: _aio.UnaryUnaryMultiCallable[_dca_pb2.WorkerSum, _common_pb2.Ack]  # type: ignore[assignment]
+    Relay: _aio.UnaryUnaryMultiCallable[_dca_pb2.RelayedCall, _dca_pb2.RelayedReply]  # type: ignore[assignment]
+
+class ComputeNodeLocalServicer(metaclass=_abc_1.ABCMeta):
+    """The coordinator's local service (Unix socket; callers are the node's own workers)."""
+
+    @_abc_1.abstractmethod
+    def Link(
+        self,
+        request: _dca_pb2.WorkerHello,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_dca_pb2.WorkerFinish], _abc.AsyncIterator[_dca_pb2.WorkerFinish]]: ...
+
+    @_abc_1.abstractmethod
+    def Attach(
+        self,
+        request: _common_pb2.JobRef,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dca_pb2.DcaJobAnnouncement, _abc.Awaitable[_dca_pb2.DcaJobAnnouncement]]: ...
+
+    @_abc_1.abstractmethod
+    def Claim(
+        self,
+        request: _dca_pb2.WorkerClaim,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dca_pb2.WorkerClaimReply, _abc.Awaitable[_dca_pb2.WorkerClaimReply]]: ...
+
+    @_abc_1.abstractmethod
+    def Sum(
+        self,
+        request: _dca_pb2.WorkerSum,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Ack, _abc.Awaitable[_common_pb2.Ack]]: ...
+
+    @_abc_1.abstractmethod
+    def Relay(
+        self,
+        request: _dca_pb2.RelayedCall,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dca_pb2.RelayedReply, _abc.Awaitable[_dca_pb2.RelayedReply]]: ...
+
+def add_ComputeNodeLocalServicer_to_server(servicer: ComputeNodeLocalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -96,8 +96,9 @@ def federation() -> None:
 @click.option("--auxiliary", "auxiliary", multiple=True, metavar="NAME=PATH", help="give the curator a public auxiliary dataset for hamm2016 jobs (repeatable)")
 @click.option("--budget-epsilon", type=click.FloatRange(min=0.0), default=100.0, show_default=True, help="every party's privacy budget ε (its ledger refuses jobs beyond it)")
 @click.option("--budget-delta", type=click.FloatRange(min=0.0, max=1.0), default=1e-3, show_default=True, help="every party's privacy budget δ")
+@click.option("--workers", "node_workers", type=click.IntRange(1, 64), default=1, show_default=True, help="processes per compute node, sharing its port (docs/deploy.md)")
 def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
-                  budget_epsilon: float, budget_delta: float) -> None:
+                  budget_epsilon: float, budget_delta: float, node_workers: int) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from services.launcher.federation import LocalFederation
 
@@ -118,7 +119,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
             raise click.BadParameter(f"{item!r}: use NAME=PATH", param_hint="--auxiliary")
         aux[name] = {"path": str(Path(path).resolve())}
     fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes, auxiliary=aux,
-                          budget_epsilon=budget_epsilon, budget_delta=budget_delta)
+                          budget_epsilon=budget_epsilon, budget_delta=budget_delta, node_workers=node_workers)
     with err.status("starting curator, parties and compute nodes"):
         fed.start()
     err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")

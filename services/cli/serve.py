@@ -21,7 +21,7 @@ def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-def _run(cfg_cls, config_path: str, quiet: bool, server_module: str) -> None:
+def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, **overrides) -> None:
     """Load a role's config and run its server until a signal; config and start-up errors become CLI errors."""
     import importlib
 
@@ -29,7 +29,7 @@ def _run(cfg_cls, config_path: str, quiet: bool, server_module: str) -> None:
     # every idle connection costs a descriptor: let the hard limit, not the default soft one, bound them
     logging.getLogger("mpdp.serve").info("open-descriptor limit %d", raise_fd_limit())
     try:
-        cfg = cfgmod.load(cfg_cls, config_path)
+        cfg = cfgmod.load(cfg_cls, config_path, **overrides)
     except cfgmod.ConfigError as e:
         raise click.ClickException(str(e))
     run = importlib.import_module(server_module).serve
@@ -61,6 +61,7 @@ def serve_party(config_path: str, quiet: bool) -> None:
 @serve.command("compute-node")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help=f"compute node {_CONFIG_HELP}")
 @click.option("--quiet", is_flag=True, help="log warnings only")
-def serve_compute_node(config_path: str, quiet: bool) -> None:
+@click.option("--workers", type=click.IntRange(1, 64), default=None, help="processes sharing the node's port (overrides the config's `workers`; docs/deploy.md)")
+def serve_compute_node(config_path: str, quiet: bool, workers: int | None) -> None:
     """Run a DCA compute node: sums clients' shares and agrees with the other nodes before releasing."""
-    _run(cfgmod.ComputeNodeConfig, config_path, quiet, "services.compute_node.server")
+    _run(cfgmod.ComputeNodeConfig, config_path, quiet, "services.compute_node.server", **({"workers": workers} if workers else {}))

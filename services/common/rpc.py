@@ -281,8 +281,11 @@ async def start_server(
     interceptor: RoleInterceptor,
     add_servicers: Callable[[grpc.aio.Server], None],
     service_names: list[str],
+    *,
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    server = grpc.aio.server(interceptors=[interceptor], options=SERVER_OPTIONS)
+    """``reuse_port``: other processes may listen on the same port (SO_REUSEPORT; a compute node's workers)."""
+    server = grpc.aio.server(interceptors=[interceptor], options=SERVER_OPTIONS + ([("grpc.so_reuseport", 1)] if reuse_port else []))
     add_servicers(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -55,6 +55,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         self.jobs: jobs.JobTable[Hosted] = jobs.JobTable("dca-node", jobs.machine_outcome, retention=retention, max_live=max_live)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.channels = PeerChannels(cfg.tls.files())
+        self.coordinator = None  # with cfg.workers > 1: the local service of this node's worker processes (workers.py)
 
     async def _sender(self, context) -> Peer:
         """The caller as a peer of the machine; a curator-role certificate that is not *our* curator is refused."""
@@ -86,7 +87,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         if request.job_id in self.jobs:
             await errors.refuse(context, common_pb2.REPLAY, f"job {request.job_id} was already announced")
         try:
-            machine = ComputeNodeMachine.from_announcement(self.cfg.name, request, report_every=self.cfg.report_every, record=False)
+            machine = ComputeNodeMachine.from_announcement(self.cfg.name, request, report_every=self.cfg.report_every, record=False, workers=self.cfg.workers)
         except InvalidJob as e:
             await errors.refuse(context, common_pb2.INVALID_JOB, e.detail)
         except ValueError:
@@ -95,6 +96,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
             await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; this node is not in test mode")
         hosted = Hosted(machine, self._route)
         hosted.addresses = dict(request.node_addresses)  # type: ignore[attr-defined]
+        hosted.announcement = request  # type: ignore[attr-defined]  # what this node's workers attach to
         deadline = machine.params.deadline_seconds
         try:  # the node's last word comes after the curator's (which fails the job at its own hard deadline)
             self.jobs.admit(request.job_id, hosted, jobs.hard_deadline(jobs.hard_deadline(deadline)))
@@ -221,8 +223,13 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
     # -- outputs and timers -------------------------------------------------------------------------------
     async def _route(self, hosted: Hosted, outputs) -> None:
         wire: dict[int, _Wire] = {}  # a received-set report goes to M − 1 peers: serialise it once
+        if self.coordinator is not None and hosted.machine.failed and not getattr(hosted, "dropped", False):
+            hosted.dropped = True  # type: ignore[attr-defined]
+            self.coordinator.drop(hosted.machine.job_id)  # the workers forget the job's shares
         for o in outputs:
-            if isinstance(o, Send):
+            if isinstance(o, Send) and o.to.role == "worker":
+                self.coordinator.send(int(o.to.name), o.message)  # type: ignore[union-attr]
+            elif isinstance(o, Send):
                 w = wire.get(id(o.message))
                 if w is None:
                     w = wire[id(o.message)] = _Wire(o.message)
@@ -271,19 +278,41 @@ async def register(cfg: cfgmod.ComputeNodeConfig, port: int) -> None:
     )
 
 
+def interceptor(cfg: cfgmod.ComputeNodeConfig) -> RoleInterceptor:
+    return RoleInterceptor(ROLES, cfg.federation or None, pinned={"curator": cfg.curator.name})
+
+
 async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
     node = ComputeNode(cfg, retention=cfg.job_retention_seconds, max_live=cfg.max_live_jobs)
     server, port, health = await start_server(
-        cfg.tls.files(), cfg.listen, RoleInterceptor(ROLES, cfg.federation or None, pinned={"curator": cfg.curator.name}), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE]
+        cfg.tls.files(), cfg.listen, interceptor(cfg), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE], reuse_port=cfg.workers > 1
     )
+    local = None
+    if cfg.workers > 1:  # W processes on this port, this one the coordinator (workers.py)
+        from services.compute_node.workers import Coordinator
+
+        node.coordinator = Coordinator(node, cfg.workers)
+        try:
+            local = await node.coordinator.start(cfg, port)
+        except OSError:
+            node.coordinator.stop()
+            await server.stop(0)
+            raise
     try:
         await register(cfg, port)
     except grpc.aio.AioRpcError as e:
         hint = "this site does not trust the curator's certificate: check ca.crt and the curator's certificate" if tls_failure(e) \
             else "is the curator up and reachable, and does it trust this site's certificate?"
+        if node.coordinator is not None:
+            node.coordinator.stop()
         print(f"mpdp compute node {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}; {hint}", file=sys.stderr)
         await server.stop(0)
         raise SystemExit(2)
     log.info("compute node %s listening on port %d", cfg.name, port)
-    await serve_until_signal(server, health, port, ready_fd)
+    try:
+        await serve_until_signal(server, health, port, ready_fd)
+    finally:
+        if node.coordinator is not None:
+            node.coordinator.stop()
+            await local.stop(0)  # type: ignore[union-attr]
     await node.channels.close()

@@ -83,10 +83,13 @@ async def fetch_job(curator_address: str, curator_name: str, tls: TlsFiles, job_
 _fetch_job = fetch_job
 
 
-def _node_channels(ann: pb.DcaJobAnnouncement, tls: TlsFiles) -> list[grpc.aio.Channel]:
+def _node_channels(ann: pb.DcaJobAnnouncement, tls: TlsFiles, own_connection: bool = False) -> list[grpc.aio.Channel]:
+    """One channel per node; ``own_connection``: never share a TCP connection with another channel (so that a node
+    of W processes on one port may take each connection in another process)."""
     creds = tls.channel_credentials()
+    extra = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
     return [
-        grpc.aio.secure_channel(ann.node_addresses[n], creds, options=CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", n)])
+        grpc.aio.secure_channel(ann.node_addresses[n], creds, options=CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", n)] + extra)
         for n in ann.spec.compute_nodes
     ]
 
@@ -160,45 +163,59 @@ async def submit_cohort(
     batched: bool = True,
     batch_size: int = 1000,
     rng: Drbg | None = None,
+    connections: int = 1,
+    in_flight: int = 1,
 ) -> SubmitReport:
-    """Simulate many clients over one long-lived TLS channel per node (load generator, benchmarks, tests)."""
+    """Simulate many clients over long-lived TLS channels (load generator, benchmarks, tests): ``connections``
+    connections per node (each its own TCP connection), batches spread over them round-robin, up to
+    max(``in_flight``, ``connections``) batches in flight (batched: the next batch is built while the nodes take the
+    previous ones) or one stream per connection (unbatched)."""
     t0 = time.perf_counter()
     ann = await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())
     cohort = ClientCohort(params, client_ids, Z, rng)
-    channels = _node_channels(ann, tls)
-    stubs = [pb_grpc.ComputeNodeStub(c) for c in channels]
+    conns = max(1, connections)
+    channel_sets = [_node_channels(ann, tls, own_connection=conns > 1) for _ in range(conns)]
+    stubs = [[pb_grpc.ComputeNodeStub(c) for c in channels] for channels in channel_sets]
     report = SubmitReport()
+
+    def take(receipts) -> None:
+        for r in receipts:
+            report.accepted += r.accepted
+            report.rejected.extend(r.rejected)
+
     try:
         if batched:
-            for b in _timed_batches(cohort, batch_size, report):
-                receipts = await asyncio.gather(*(stubs[k].SubmitShareBatch(msg, timeout=120) for k, msg in enumerate(b.batches)))
-                for r in receipts:
-                    report.accepted += r.accepted
-                    report.rejected.extend(r.rejected)
+            pending: list[asyncio.Future] = []
+            for j, b in enumerate(_timed_batches(cohort, batch_size, report)):
+                ss = stubs[j % conns]
+                pending.append(asyncio.ensure_future(asyncio.gather(*(ss[k].SubmitShareBatch(msg, timeout=120) for k, msg in enumerate(b.batches)))))
+                if len(pending) >= max(conns, in_flight):
+                    take(await pending.pop(0))
+            for f in pending:
+                take(await f)
         else:
-            queues: list[asyncio.Queue] = [asyncio.Queue(maxsize=4) for _ in stubs]
+            queues = [[asyncio.Queue(maxsize=4) for _ in ss] for ss in stubs]
 
-            async def stream(k: int) -> pb.ShareReceipt:
+            async def stream(c: int, k: int) -> pb.ShareReceipt:
                 async def it() -> AsyncIterator[pb.ClientShare]:
-                    while (batch := await queues[k].get()) is not None:
-                        for msg in _split(batch, params.dimension):
+                    while (item := await queues[c][k].get()) is not None:
+                        for msg in _split(item[1], params.dimension, item[0]):
                             yield msg
 
-                return await stubs[k].SubmitShares(it(), timeout=3600)
+                return await stubs[c][k].SubmitShares(it(), timeout=3600)
 
-            tasks = [asyncio.ensure_future(stream(k)) for k in range(len(stubs))]
-            for b in _timed_batches(cohort, batch_size, report):
+            tasks = [asyncio.ensure_future(stream(c, k)) for c in range(conns) for k in range(len(stubs[c]))]
+            for j, b in enumerate(_timed_batches(cohort, batch_size, report)):
                 for k, msg in enumerate(b.batches):
-                    await queues[k].put(msg)
-            for q in queues:
-                await q.put(None)
-            for r in await asyncio.gather(*tasks):
-                report.accepted += r.accepted
-                report.rejected.extend(r.rejected)
+                    await queues[j % conns][k].put((b.client_ids, msg))
+            for qs in queues:
+                for q in qs:
+                    await q.put(None)
+            take(await asyncio.gather(*tasks))
     finally:
-        await asyncio.gather(*(c.close() for c in channels))
+        await asyncio.gather(*(c.close() for channels in channel_sets for c in channels))
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -214,12 +231,14 @@ def _timed_batches(cohort: ClientCohort, batch_size: int, report: SubmitReport):
         yield b
 
 
-def _split(batch: pb.ShareBatch, d: int) -> Iterator[pb.ClientShare]:
-    """A ShareBatch as one ClientShare per client (unbatched submission).
+def _split(batch: pb.ShareBatch, d: int, ids: list[str] | None = None) -> Iterator[pb.ClientShare]:
+    """A ShareBatch as one ClientShare per client (unbatched submission); ``ids`` names the batch's clients when
+    it names them by roster index (a client's own share carries its id, the name on its certificate).
 
     The bytes field is read once: every read of a protobuf bytes field returns a fresh copy, so slicing
     ``batch.masked_vectors`` per client would copy the whole batch once per client (quadratic)."""
-    job_id, ids = batch.job_id, list(batch.client_ids)
+    job_id = batch.job_id
+    ids = list(batch.client_ids) if ids is None else ids
     if batch.WhichOneof("shares") == "mask_seeds":
         data = memoryview(batch.mask_seeds)
         for j, cid in enumerate(ids):

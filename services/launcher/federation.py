@@ -49,6 +49,7 @@ class LocalFederation:
     budget_delta: float = 1e-3
     federation: str = "local"
     compute_nodes: list[str] = field(default_factory=list)
+    node_workers: int = 1  # processes per compute node (ComputeNodeConfig.workers)
     auxiliary: dict[str, dict] = field(default_factory=dict)  # curator: public auxiliary dataset name → DatasetConfig dict
     local_classifiers: dict[str, str] = field(default_factory=dict)  # party → its local model for ensemble jobs
     procs: dict[str, Proc] = field(default_factory=dict)
@@ -76,7 +77,7 @@ class LocalFederation:
             )
 
         for n in self.compute_nodes:
-            _write_yaml(self.workdir / n / "compute_node.yaml", {**common, "name": n, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}})
+            _write_yaml(self.workdir / n / "compute_node.yaml", {**common, "name": n, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "workers": self.node_workers})
 
     # -- processes --------------------------------------------------------------------------------
     def start(self, timeout: float = 180.0) -> None:

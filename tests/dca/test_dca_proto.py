@@ -17,6 +17,7 @@ def spec() -> pb.DcaJobSpec:
     s = make_params(dimension=3, clip_bounds=(1.0, 2.0, 3.0), roster=tuple(f"c{i}" for i in range(20)), seed_compressed=True, purpose="p").to_spec()
     s.secure_sum = True  # wire round trip only (a real secure-sum spec leaves ε, δ, Δ₂ unset)
     s.noise = pb.DISCRETE_GAUSSIAN  # likewise (a secure sum has no noise)
+    s.roster_range.prefix, s.roster_range.digits = "c", 2  # likewise (a job has a roster list or a range)
     return s
 
 
@@ -34,12 +35,22 @@ MESSAGES = {
     "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"}),
     "SubmissionsClose": lambda: pb.SubmissionsClose(job_id="j"),
     "ClientShare": lambda: pb.ClientShare(job_id="j", client_id="c1", masked_vector=VEC),
-    "ShareBatch": lambda: pb.ShareBatch(job_id="j", client_ids=["c1", "c2"], mask_seeds=b"\x01" * 64),
+    "ShareBatch": lambda: pb.ShareBatch(job_id="j", client_ids=["c1", "c2"], mask_seeds=b"\x01" * 64, client_indices=b"\x01\0\0\0"),
     "ShareReceipt": lambda: pb.ShareReceipt(job_id="j", accepted=3, rejected=[pb.ShareRejection(client_id="c9", problem=common_pb2.REPLAY, detail="again")]),
     "ShareRejection": lambda: pb.ShareRejection(client_id="c9", problem=common_pb2.MALFORMED, detail="short"),
-    "ReceivedClients": lambda: pb.ReceivedClients(job_id="j", sequence=4, client_ids=["a", "b"], final=True, total=9, digest=b"\x02" * 32),
+    "ReceivedClients": lambda: pb.ReceivedClients(job_id="j", sequence=4, client_ids=["a", "b"], final=True, total=9, digest=b"\x02" * 32,
+                                                  index_runs=[3, 5, 100, 2], bitmap_start=8, bitmap=b"\x81"),
+    "RosterRange": lambda: pb.RosterRange(prefix="client-", digits=6),
     "PartialSum": lambda: pb.PartialSum(job_id="j", partial_sum=VEC, clients_included=17, agreed_set_digest=b"\x03" * 32),
     "NodeRegistration": lambda: pb.NodeRegistration(address="node-a.example.org:7300"),
+    "WorkerClaim": lambda: pb.WorkerClaim(job_id="j", sender_role="operator", sender_name="router", client_ids=["c1"], client_indices=b"\x01\0\0\0"),
+    "WorkerClaimReply": lambda: pb.WorkerClaimReply(verdicts=b"\x00\x02", indices=b"\0" * 8, rejected=[pb.ShareRejection(client_id="c9", problem=common_pb2.REPLAY, detail="x")],
+                                                    confirmed=b"\x05\0\0\0"),
+    "WorkerFinish": lambda: pb.WorkerFinish(job_id="j", confirmed=b"\x05\0\0\0", drop=True),
+    "WorkerSum": lambda: pb.WorkerSum(job_id="j", partial_sum=VEC, clients_summed=3),
+    "WorkerHello": lambda: pb.WorkerHello(worker=1),
+    "RelayedCall": lambda: pb.RelayedCall(method="ReportReceivedClients", caller_certificate=b"pem", request=b"\x0a\x01j"),
+    "RelayedReply": lambda: pb.RelayedReply(response=b"r", code=7, details="PERMISSION_DENIED: no"),
 }
 
 

@@ -55,6 +55,11 @@ def chunked(m, sender, shares):
     return accepted, [(j, e.problem) for j, e in rejected], [o.message for o in out if isinstance(o, Send)]
 
 
+def unreported(m):
+    """Ids of the clients a node received but has not reported yet."""
+    return [c for idx in m._unreported for c in m._book.roster.names(idx)]
+
+
 def both(p, node, sender, runs, outcomes=None):
     """Feed ``runs`` both ways and check they agree; ``outcomes`` collects each run's (accepted, [(position, Problem)])."""
     a, b = ComputeNodeMachine(p, node, report_every=3), ComputeNodeMachine(p, node, report_every=3)
@@ -68,7 +73,7 @@ def both(p, node, sender, runs, outcomes=None):
         reported_a += [c for m in ra[2] if isinstance(m, pb.ReceivedClients) for c in m.client_ids]
         reported_b += [c for m in rb[2] if isinstance(m, pb.ReceivedClients) for c in m.client_ids]
         # the same clients reported or awaiting report (a run's reports may be cut differently)
-        assert sorted(reported_a + a._unreported * 2) == sorted(reported_b + b._unreported * 2)
+        assert sorted(reported_a + unreported(a) * 2) == sorted(reported_b + unreported(b) * 2)
     return a, b
 
 

@@ -1,0 +1,186 @@
+"""The share-taking side of a compute-node worker (one node, W processes; spec dca.md §4.3 step 3; ours).
+
+A compute node may run W worker processes on one port (services/compute_node/worker.py). Worker 0, the
+coordinator, holds the job's :class:`~mpdp.dca.compute_node.ComputeNodeMachine`. A worker w ≥ 1 holds one
+:class:`WorkerShares` per job: it checks the *shape* of each share it receives (kind, length — what needs the
+bytes), asks the coordinator to account the clients (a :class:`~mpdp.messages.dca_pb2.WorkerClaim`: roster,
+replay, room, sender — what needs the node-wide view), then keeps the accepted shares exactly as the machine keeps
+its own: a share whose client is already in A is folded into the worker's running sum at once, the others wait
+in a pending buffer until the coordinator confirms them (in a claim reply or in the final WorkerFinish). At
+WorkerFinish the worker folds the last confirmations, drops the rest (R_k \\ A at this worker) and returns its
+partial sum and the number of clients in it (:class:`~mpdp.messages.dca_pb2.WorkerSum`); the coordinator checks
+that number against the clients of A it assigned to this worker and adds the sum to its own.
+
+Memory: O(d) running sum plus the pending buffer (no per-client state once a share is summed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpdp.dca import sharing
+from mpdp.dca.agreement import ClientBook
+from mpdp.dca.params import DcaParams
+from mpdp.messages import dca_pb2 as pb
+from mpdp.protocol import Problem, RemoteProtocolError, require
+
+MALFORMED = Problem.MALFORMED
+
+
+@dataclass
+class Parsed:
+    """Shares whose shape is right, ready to claim: ``names`` (ids, or a roster job's packed indices) and the data;
+    ``rejected`` are (position in the input, ShareRejection) for shares refused on shape alone."""
+
+    claim: pb.WorkerClaim
+    positions: list[int]  # position in the input of each claimed share
+    rows: np.ndarray | None
+    seeds: list[bytes] | None
+    rejected: list[tuple[int, pb.ShareRejection]]
+
+
+class WorkerShares:
+    """One job at one worker: parse, claim, keep, fold, finish."""
+
+    def __init__(self, params: DcaParams, node: str) -> None:
+        self.params = params
+        self.job_id = params.job_id
+        self.k = params.node_index(node)
+        self.node = node
+        self.d = params.dimension
+        self.takes_seeds = params.node_gets_seed(self.k)
+        self.running = np.zeros(self.d, dtype=np.uint64)
+        self.summed = 0
+        # the pending buffer, keyed by the coordinator's client index (a ClientBook used for its buffer only)
+        self._held = ClientBook(max(2, params.M), 0, self.d)
+        self.finished = False
+
+    # -- shape -----------------------------------------------------------------------------------------
+    def parse_batch(self, sender_role: str, sender_name: str, msg: pb.ShareBatch) -> Parsed:
+        """A ShareBatch: refused as a whole (RemoteProtocolError) when its shape is wrong, as at the coordinator."""
+        require(msg.job_id == self.job_id, Problem.UNKNOWN_JOB, "a batch names another job")
+        claim = pb.WorkerClaim(job_id=self.job_id, sender_role=sender_role, sender_name=sender_name)
+        raw = msg.client_indices
+        if raw:
+            require(not msg.client_ids, MALFORMED, "a batch names its clients by client_ids or by client_indices, not both")
+            require(len(raw) % 4 == 0, MALFORMED, "client_indices must be packed 4-byte little-endian integers")
+            n = len(raw) // 4
+            claim.client_indices = raw
+        else:
+            ids = list(msg.client_ids)
+            n = len(ids)
+            claim.client_ids.extend(ids)
+        kind = msg.WhichOneof("shares")
+        rows: np.ndarray | None = None
+        seeds: list[bytes] | None = None
+        if n and self.takes_seeds:
+            require(kind == "mask_seeds", MALFORMED, f"node {self.node} takes mask seeds in this job, got {kind}")
+            data = msg.mask_seeds
+            require(len(data) == sharing.SEED_BYTES * n, MALFORMED, f"{n} mask seeds must be {sharing.SEED_BYTES * n} bytes, got {len(data)}")
+            seeds = sharing.split_seeds(data, n)
+        elif n:
+            require(kind == "masked_vectors", MALFORMED, f"node {self.node} takes masked vectors in this job, got {kind}")
+            data = msg.masked_vectors
+            require(len(data) == 8 * self.d * n, MALFORMED, f"wrong dimension: {n} vectors of d = {self.d} must be {8 * self.d * n} bytes, got {len(data)}")
+            rows = sharing.unpack_u64(data, self.d, n, copy=False)
+        elif msg.masked_vectors or msg.mask_seeds:
+            raise RemoteProtocolError(MALFORMED, "a batch without clients must carry no shares")
+        return Parsed(claim, list(range(n)), rows, seeds, [])
+
+    def parse_shares(self, sender_role: str, sender_name: str, shares: list[pb.ClientShare]) -> Parsed:
+        """A run of ClientShare messages: each share of the wrong kind or length is rejected on its own."""
+        claim = pb.WorkerClaim(job_id=self.job_id, sender_role=sender_role, sender_name=sender_name)
+        field, width = ("mask_seed", sharing.SEED_BYTES) if self.takes_seeds else ("masked_vector", 8 * self.d)
+        positions: list[int] = []
+        blobs: list[bytes] = []
+        rejected: list[tuple[int, pb.ShareRejection]] = []
+        for j, s in enumerate(shares):
+            kind = s.WhichOneof("share")
+            blob = getattr(s, field) if kind == field else b""
+            if kind != field:
+                why = f"node {self.node} takes {field.replace('_', ' ')}s in this job, got {kind}"
+            elif len(blob) != width:
+                why = f"wrong dimension: m_(i,k) must be {width} bytes (d = {self.d}), got {len(blob)}" if field == "masked_vector" else f"a mask seed must be {width} bytes, got {len(blob)}"
+            else:
+                positions.append(j)
+                blobs.append(blob)
+                claim.client_ids.append(s.client_id)
+                continue
+            rejected.append((j, pb.ShareRejection(client_id=s.client_id, problem=MALFORMED, detail=why)))
+        if self.takes_seeds:
+            return Parsed(claim, positions, None, blobs, rejected)
+        rows = sharing.unpack_u64(b"".join(blobs), self.d, len(blobs), copy=False) if blobs else None
+        return Parsed(claim, positions, rows, None, rejected)
+
+    # -- the coordinator's answer ------------------------------------------------------------------------
+    def apply(self, parsed: Parsed, reply: pb.WorkerClaimReply) -> tuple[int, list[tuple[int, pb.ShareRejection]]]:
+        """Keep the accepted shares (fold or hold) and the confirmations; returns (accepted, rejections by position)."""
+        n = len(parsed.positions)
+        verdict = np.frombuffer(reply.verdicts, dtype=np.uint8)
+        idx = np.frombuffer(reply.indices, dtype="<u4").astype(np.int64)
+        if verdict.size != n or idx.size != n or (verdict > 2).any() or int((verdict == 0).sum()) != len(reply.rejected):
+            raise ValueError("the coordinator's claim reply does not match the claim")
+        now, hold = np.flatnonzero(verdict == 2), np.flatnonzero(verdict == 1)
+        if now.size:
+            self._fold_rows(parsed, now)
+        if hold.size:
+            self._held.reserve(int(idx[hold].max()) + 1)
+            if parsed.rows is not None:
+                self._held.hold_rows(idx[hold], parsed.rows[hold])
+            else:
+                assert parsed.seeds is not None
+                self._held.hold_seeds(idx[hold], [parsed.seeds[j] for j in hold.tolist()])
+        self.confirm(reply.confirmed)
+        refused = [parsed.positions[j] for j in np.flatnonzero(verdict == 0).tolist()]
+        return int(now.size + hold.size), parsed.rejected + list(zip(refused, reply.rejected))
+
+    @staticmethod
+    def refused(parsed: Parsed, problem: int, detail: str) -> list[tuple[int, pb.ShareRejection]]:
+        """The coordinator refused the whole claim (e.g. submissions closed): every claimed client is rejected."""
+        names = list(parsed.claim.client_ids) or [f"#{i}" for i in np.frombuffer(parsed.claim.client_indices, dtype="<u4").tolist()]
+        return parsed.rejected + [(pos, pb.ShareRejection(client_id=c, problem=problem, detail=detail)) for pos, c in zip(parsed.positions, names)]
+
+    def confirm(self, packed: bytes) -> None:
+        """Fold the held shares of clients the coordinator confirmed (members of A)."""
+        if packed:
+            idx = np.frombuffer(packed, dtype="<u4").astype(np.int64)
+            self.running += self._held.take(idx)
+            self.summed += idx.size
+
+    def finish(self, order: pb.WorkerFinish) -> pb.WorkerSum:
+        """The last confirmations, then the partial sum; every share still held (R_k \\ A here) is dropped."""
+        self.confirm(order.confirmed)
+        self._held.drop_pending()
+        self.finished = True
+        out = pb.WorkerSum(job_id=self.job_id, partial_sum=sharing.pack_u64(self.running), clients_summed=self.summed)
+        self.running = np.zeros(self.d, dtype=np.uint64)
+        return out
+
+    def drop(self) -> None:
+        self._held.drop_pending()
+        self.running = np.zeros(self.d, dtype=np.uint64)
+        self.finished = True
+
+    @property
+    def pending(self) -> int:
+        return self._held.pending
+
+    def _fold_rows(self, parsed: Parsed, pos: np.ndarray) -> None:
+        if parsed.rows is not None:
+            self.running += sharing.ring_sum(parsed.rows if pos.size == parsed.rows.shape[0] else parsed.rows[pos])
+        else:
+            assert parsed.seeds is not None
+            self.running += sharing.ring_sum(sharing.expand_seeds([parsed.seeds[j] for j in pos.tolist()], self.d))
+        self.summed += pos.size
+
+
+def rejection_receipt(job_id: str, accepted: int, rejected: list[tuple[int, pb.ShareRejection]]) -> pb.ShareReceipt:
+    """The ShareReceipt a worker answers with (rejections in input order)."""
+    r = pb.ShareReceipt(job_id=job_id, accepted=accepted)
+    for _, rej in sorted(rejected, key=lambda x: x[0]):
+        r.rejected.append(rej)
+    return r
+
+

@@ -1,0 +1,113 @@
+"""A compute node of W = 2 processes over real processes (services/compute_node/workers.py, worker.py): every node
+of a 3-node federation runs a coordinator and one worker on one port (SO_REUSEPORT). Clients connect many times,
+so the kernel spreads them over both processes of each node; one client reaches only two nodes (a dropout at the
+third). The job releases the exact ring sum of the agreed clients' noisy encodings (seeded run, recomputed in
+memory), A excludes the dropout, and both processes of the nodes summed clients."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import numpy as np
+import pytest
+
+from mpdp.dca.client import ClientCohort, ClientMachine
+from mpdp.dca.params import DcaParams
+from mpdp.math.drbg import Drbg
+from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
+from mpdp.protocol import Send
+from services.common.endpoints import Endpoints
+from services.dca_client.client import DcaOperator, _node_channels, fetch_job, submit_cohort
+from services.launcher.federation import LocalFederation
+
+pytestmark = pytest.mark.integration
+NODES = ["node-1", "node-2", "node-3"]
+GROUPS, PER = 12, 5  # 12 cohorts of 5 clients, each over its own connections
+
+
+@pytest.fixture(scope="module")
+def fed2(tmp_path_factory):
+    fed = LocalFederation(tmp_path_factory.mktemp("dcaw") / "fed", [], {}, test_mode=True, paillier_bits=768, dgk_bits=768, compute_nodes=NODES, node_workers=2)
+    fed.start()
+    yield fed
+    fed.stop()
+
+
+async def _submit(ep, job, Z, seed):
+    async def group(g):
+        ids = [f"c{i:02d}" for i in range(g * PER, (g + 1) * PER)]
+        return await submit_cohort(ep, ep.tls, job, ids, Z[g * PER : (g + 1) * PER], batched=g % 2 == 0, batch_size=2, rng=Drbg.from_seed(seed).child(f"group/{g}"))
+
+    reports = await asyncio.gather(*(group(g) for g in range(GROUPS)))
+    # the last client: its own machine, shares to nodes 1 and 2 only (lost at node 3)
+    ann = await fetch_job(ep.curator_address, ep.curator_name, ep.tls, job)
+    params = DcaParams.from_spec(job, ann.spec)
+    last = ClientMachine(params, f"c{GROUPS * PER:02d}", Z[-1], Drbg.from_seed(seed).child("last"), keep_noise=True)
+    outs = [o for o in last.submit() if isinstance(o, Send)]
+    channels = _node_channels(ann, ep.tls)
+    try:
+        for o in outs[:2]:
+            async def one(msg=o.message):
+                yield msg
+            r = await pb_grpc.ComputeNodeStub(channels[params.node_index(o.to.name)]).SubmitShares(one(), timeout=60)
+            assert r.accepted == 1
+    finally:
+        await asyncio.gather(*(c.close() for c in channels))
+    return reports
+
+
+def test_two_workers_per_node_release_over_the_agreed_set(fed2):
+    n, d = GROUPS * PER + 1, 5
+    Z = np.random.default_rng(5).uniform(-1, 1, size=(n, d))
+    seed = b"workers"
+    spec = pb.DcaJobSpec(dimension=d, clients=n, max_missing=3, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(d), mode=common_pb2.CORRECTED,
+                         clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=6.0, simulation_seed=seed, roster_range=pb.RosterRange(prefix="c", digits=2))
+    ep = Endpoints.load(fed2.workdir)
+    with DcaOperator(ep) as op:
+        job = op.create(spec)
+        reports = asyncio.run(_submit(ep, job, Z, seed))
+        assert all(r.accepted == 3 * PER and not r.rejected for r in reports)
+        status = op.wait(job, timeout=120)  # node 3 never gets the last client: the nodes close at the deadline
+        assert status.state == "RELEASED", status.detail
+        rel = op.release(job)
+    assert rel.clients_included == n - 1
+    # the same clients in memory: Σ_i u_i mod 2^64 over the 60 who reached every node
+    params = DcaParams.from_spec(job, spec)
+    enc = np.zeros(d, dtype=np.uint64)
+    for g in range(GROUPS):
+        ids = [f"c{i:02d}" for i in range(g * PER, (g + 1) * PER)]
+        cohort = ClientCohort(params, ids, Z[g * PER : (g + 1) * PER], Drbg.from_seed(seed).child(f"group/{g}"), keep_noise=True)
+        for b in cohort.batches(2):
+            enc += b.encoded.sum(axis=0, dtype=np.uint64)
+    assert np.frombuffer(rel.encoded_sum, dtype="<u8").tolist() == enc.tolist()
+    # within noise of the true sum, too
+    err = np.asarray(rel.values) - Z[:-1].clip(-1, 1).sum(axis=0)
+    assert np.max(np.abs(err)) < 8 * np.sqrt(rel.noise_variance)
+    # every node's second process summed some of the clients (and the coordinator the rest)
+    for node in NODES:
+        log = (fed2.workdir / node / "service.log").read_text()
+        summed = [int(x) for x in re.findall(rf"job {job}: worker 1 summed (\d+) clients", log)]
+        assert len(summed) == 1 and 0 < summed[0] < n - 1, (node, summed)
+
+
+def test_workers_die_with_their_node(fed2):
+    """A node's worker processes are its children and die with it, even when it is SIGKILLed (last test: kills node-3)."""
+    import signal
+    import time
+    from pathlib import Path
+
+    pid = fed2.procs["node-3"].popen.pid
+    kids = [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    assert len(kids) == 1  # W = 2: one worker besides the coordinator
+    fed2.kill("node-3", signal.SIGKILL)
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"  # a zombie is dead
+        except (OSError, IndexError):
+            return False
+
+    deadline = time.monotonic() + 30
+    while alive(kids[0]):  # the kernel's death signal, not a timer, ends it: poll for it
+        assert time.monotonic() < deadline, "the worker outlived its node"
+        time.sleep(0.05)
