@@ -544,7 +544,9 @@ def run_inmemory(
         outs += curator.receipt(name, pb.VoteReceipt(job_id=job_id, party=name, local_model=local_models.get(name, "logreg")))
     if any(isinstance(o, AbortVoteSum) for o in outs):
         raise EnsembleJobError(curator.error.detail if curator.error else "the job failed")
-    rng = Drbg.from_seed(spec.simulation_seed).child("dca-clients") if spec.simulation_seed else Drbg.from_os()
+    # the services' derivation (services/dca_client.submit_vector: child client/<id> of the job's seed), so a seeded
+    # pate job's noise — and with it the release — is the same bit for bit in memory and over sockets
+    rng = Drbg.from_seed(spec.simulation_seed) if spec.simulation_seed else Drbg.from_os()
     full = np.zeros((len(names), params.dimension))  # dropped voters never submit (run_job's drop)
     for name, z in zip(voters, Z):
         full[names.index(name)] = z

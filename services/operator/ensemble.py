@@ -30,7 +30,7 @@ def summary(r: pb.EnsembleRelease) -> dict:
         "lambda": r.lam,
         "epsilon": r.epsilon,
         "sensitivity": r.sensitivity,
-        "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "statement": r.guarantee.statement},
+        "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "statement": r.guarantee.statement},
         "trust_model": r.trust_model,
         "vote_sum_job": r.dca_job_id,
         "seeded": r.seeded,

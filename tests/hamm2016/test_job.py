@@ -282,3 +282,58 @@ def test_pate_fields_are_checked():
                       ({"method": "pate", "delta": 1e-6, "protect_aux": True}, "protect_aux")):
         with pytest.raises(core.EnsembleJobError, match=words):
             core.validate_spec(_spec(2, **kw))
+
+
+@pytest.mark.parametrize("eps,Q,C,delta", [(1.0, 1000, 2, 1e-6), (0.1, 1000, 2, 1e-6), (2.0, 50, 3, 1e-6), (20.0, 60, 2, 1e-7)])
+def test_pate_guarantee_against_the_simulations_rdp_accounting(eps, Q, C, delta):
+    """The federation calibrates σ_std exactly (Balle & Wang, Δ₂ = √Q·Δ): the Q GNMax queries with per-query Δ and that
+    σ are one Gaussian mechanism. mpdp.hamm2016.pate's RDP account of the same σ is a valid but looser bound (ε_RDP ≥ ε),
+    so at equal (ε, δ) the simulation's σ is at least the federation's: the experiment never flatters the federation."""
+    from mpdp.dp.mechanisms import gaussian_delta
+    from mpdp.hamm2016 import pate
+
+    spec = _spec(C, method="pate", epsilon=eps, delta=delta, queries=Q)
+    p = core.vote_job(spec, "dca-acc", Q)
+    Delta = 1.0 if C == 2 else np.sqrt(2.0)
+    assert p.sensitivity == pytest.approx(np.sqrt(Q) * Delta, rel=1e-15) and p.sensitivity == pytest.approx(np.sqrt(Q) * pate.query_sensitivity(C))
+    assert gaussian_delta(p.sigma_std, p.sensitivity, eps) <= delta  # the stated (ε, δ), exactly
+    rdp = pate.account(p.sigma_std, queries=Q, classes=C, parties=len(NAMES), delta=delta)
+    assert rdp.rho == pytest.approx(Q * Delta**2 / (2 * p.sigma_std**2), rel=1e-12)
+    assert eps <= rdp.epsilon <= 1.15 * eps  # the RDP conversion of the same noise: never tighter, within 8 % here
+    sim = pate.calibrate(eps, queries=Q, classes=C, parties=len(NAMES), delta=delta)
+    assert p.sigma_std <= sim.sigma <= 1.1 * p.sigma_std  # e.g. Q = 1000, ε = 1: 133.6 vs 143.3
+    entry = core.ledger_entry("hm-acc", spec, "dca-acc", Q)
+    from mpdp import accounting
+
+    assert accounting.single_epsilon(accounting.release_of(entry), delta) <= eps * (1 + 2e-3)  # the ledger's accountant agrees
+
+
+@pytest.mark.parametrize("dropped", [0, 2])
+def test_pate_noise_inside_the_sum_is_gaussian_and_dropouts_within_T_keep_sigma(dropped):
+    """One vote sum over Q·C = 6000 counts: residual = noisy sum − exact votes is N(0, |A|·σ_client²) (χ² on the
+    variance at quantile 10⁻⁶, Kolmogorov–Smirnov on the shape); a voter that drops out takes its share of the noise
+    with it, yet with |A| ≥ M − T the variance (M − m)·σ_std²/(M − T − 1) stays ≥ σ_std² (DCA Thm 1)."""
+    from scipy import stats
+
+    from mpdp.dca.driver import run_job
+    from mpdp.hamm2016.labels import party_votes
+    from mpdp.math.drbg import Drbg
+
+    M, T, Q, C = 9, 2, 2000, 3
+    names = [f"v{i}" for i in range(M)]
+    spec = _spec(C, method="pate", parties=names, max_missing=T, queries=Q, epsilon=3.0, delta=1e-6, simulation_seed=b"pate-noise")
+    params = core.vote_job(spec, "dca-var", Q)
+    g = np.random.default_rng(5)  # public simulation data: the voters' predictions
+    Z = np.stack([party_votes(g.integers(0, C, size=Q), C) for _ in range(M)])
+    drop = list(range(dropped))
+    run = run_job(params, Z, Drbg.from_seed(b"pate-noise"), client_ids=names, drop=drop, batch_size=4)
+    assert run.release is not None and run.release.clients_included == M - dropped
+    resid = np.asarray(run.release.values) - np.delete(Z, drop, axis=0).sum(axis=0)
+    var = (M - dropped) * params.sigma_client**2
+    assert run.release.noise_variance == pytest.approx(var, rel=1e-12) and var >= params.sigma_std**2
+    t = float(np.sum(resid**2)) / var
+    assert stats.chi2.ppf(1e-6, resid.size) <= t <= stats.chi2.ppf(1 - 1e-6, resid.size)
+    assert stats.kstest(resid / np.sqrt(var), "norm").pvalue > 1e-4
+    # T + 1 dropouts: the honest noise could fall short of σ_std², so nothing is released
+    short = run_job(params, Z, Drbg.from_seed(b"pate-noise"), client_ids=names, drop=list(range(T + 1)), batch_size=4)
+    assert short.release is None and "cannot reach σ²_std" in short.error.detail

@@ -252,6 +252,16 @@ def test_pate_the_curator_sees_only_noisy_counts(fed):
     values = np.asarray(noisy.values)
     assert not noisy.secure_sum and values.shape == exact.shape
     assert not np.array_equal(values, exact) and not np.all(values == np.round(values))  # never the exact counts
+    assert np.all(values != exact)  # not one count is exact
+    # what reached the curator process: the nodes' partial sums, whose ring sum is the noisy sum, not the exact counts
+    seen = transcript.read(fed.transcripts / "curator.jsonl")
+    partials = [r["message"] for r in seen if r["type"] == "mpdp.messages.PartialSum" and r["message"].job_id == rel.dca_job_id]
+    total = sharing.ring_sum(np.stack([sharing.unpack_u64(q.partial_sum, 60) for q in partials]))
+    assert len(partials) == 3 and sharing.pack_u64(total) == noisy.encoded_sum
+    assert not np.array_equal(total, encode_u64(exact, core.PATE_FRAC_BITS, 2.0**46))
+    # the same seeded job in memory: the voters' noise is derived as over sockets, so the sum and model match bit for bit
+    mem = core.run_inmemory(rel.job_id, rel.dca_job_id, s, data, X_aux, local_models=LOCAL)
+    assert np.array_equal(np.asarray(mem.vote_sum.values), values) and np.array_equal(np.asarray(mem.release.weights), np.asarray(rel.weights))
     # M = 5 voters each add N(0, σ_std²/(M − T − 1)): the sum's noise has variance (5/4)·σ_std²; all within 8 s.d.
     sd = np.sqrt(5 / 4) * params.sigma_std
     assert np.all(np.abs(values - exact) < 8 * sd), (values - exact, sd)
@@ -266,6 +276,7 @@ def test_pate_the_curator_sees_only_noisy_counts(fed):
         assert len(e) == 1 and e[0]["protocol"] == "hamm2016" and e[0]["method"] == "pate"
         assert e[0]["epsilon"] == 200.0 and e[0]["delta"] == 1e-6 and e[0]["accounting"]["kind"] == "gaussian"
         assert e[0]["accounting"]["noise_multiplier"] == pytest.approx(params.sigma_std / params.sensitivity)
+        assert not [x for x in entries if x["job_id"] == rel.dca_job_id]  # charged once, as the ensemble job
 
     out = CliRunner().invoke(predict_cmd, ["--endpoints", str(fed.workdir), "--job", rel.job_id, "--data", fed.tests["bc"], "--format", "csv", "--json"])
     assert out.exit_code == 0, out.output
@@ -278,3 +289,19 @@ def test_pate_fields_belong_to_pate(fed):
             with pytest.raises(grpc.RpcError) as err:
                 pb_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec(**bad), timeout=60)
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in err.value.details(), err.value.details()
+
+
+def test_cli_trains_a_pate_ensemble(fed):
+    """`mpdp train --model hamm2016 --method pate` as an operator runs it (OS noise): `--help` offers it, the summary
+    states the (ε, δ) guarantee."""
+    from services.cli.jobs import train as train_cmd
+
+    help_text = CliRunner().invoke(train_cmd, ["--help"]).output
+    assert "pate" in help_text and "--queries" in help_text
+    args = ["--endpoints", str(fed.workdir), "--model", "hamm2016", "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "pate", "--queries", "40",
+            "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "30", "--delta", "1e-7", "--lambda", "0.01", "--json"]
+    out = CliRunner().invoke(train_cmd, args)
+    assert out.exit_code == 0, out.output
+    s = json.loads(out.output)
+    assert s["method"] == "pate" and not s["seeded"] and s["auxiliary_rows"] == 40 and s["parties_included"] == 5
+    assert s["guarantee"]["epsilon"] == 30.0 and s["guarantee"]["delta"] == 1e-7 and "GNMax" in s["guarantee"]["mechanism"]
