@@ -24,7 +24,7 @@ proto: setup
 
 lint: setup
 	$(BIN)/ruff check mpdp services
-	$(BIN)/python -m mypy
+	$(BIN)/python tools/typecheck.py
 
 # API reference from the docstrings (pdoc), into build/api/ (not committed)
 docs: setup

@@ -6,7 +6,7 @@
         [--roster range|open] [--seed-compressed] [--in-flight 2] [--warmup 1] [--dry-run]
     python benchmarks/dca_table1.py --markdown FILE      # the tables of docs/benchmarks.md from a results file
 
-A fresh :class:`~services.launcher.federation.LocalFederation` (the curator and M compute-node processes, throwaway CA,
+A fresh :class:`~mpdp_services.launcher.federation.LocalFederation` (the curator and M compute-node processes, throwaway CA,
 mutual TLS; test_mode with 1024-bit Paillier/DGK keys only so that the curator, whose keys DCA does not use,
 starts fast; TLS is unaffected) is started per (M, d) (``--fresh dim``, default), per M (``nodes``) or per
 cell, and per ``--workers`` W (each compute node W processes on one port, docs/deploy.md); ``--warmup`` unmeasured
@@ -14,7 +14,7 @@ small jobs (default 1) first set up the TLS connections between the processes. T
 (``--roster range``, default: nodes agree by roster index) or any N clients (``open``: by id); ``--seed-compressed``
 gives nodes k ≥ 1 a 32-byte seed per client instead of the masked vector. Then for every cell (N, d), in order of increasing size, and every batching mode, one job (T = 0, ε = 1,
 δ = 1e−5, clip bounds ±1, f = 32) is created and N simulated clients submit from this process through
-:func:`services.dca_client.submit_cohort`: one long-lived TLS channel per node (never one per client),
+:func:`mpdp_services.dca_client.submit_cohort`: one long-lived TLS channel per node (never one per client),
 
 * ``batched``: ShareBatch messages of ``--batch-bytes`` of shares per node (each client still accounted on
   its own by the node), ``--in-flight`` batches in flight (default 2: the next batch is built while the nodes take
@@ -60,9 +60,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mpdp.messages import common_pb2, dca_pb2 as pb  # noqa: E402
-from services.common.endpoints import Endpoints  # noqa: E402
-from services.dca_client.client import DcaOperator, submit_cohort  # noqa: E402
-from services.launcher.federation import LocalFederation  # noqa: E402
+from mpdp_services.common.endpoints import Endpoints  # noqa: E402
+from mpdp_services.dca_client.client import DcaOperator, submit_cohort  # noqa: E402
+from mpdp_services.launcher.federation import LocalFederation  # noqa: E402
 
 # Heikkilä et al. 2017, Table 1: seconds, M = 10 compute nodes, 5 repeats, encryption excluded.
 PAPER_SECONDS: dict[int, dict[int, float]] = {

@@ -81,7 +81,7 @@ def show(sites: tuple[Path, ...], ledger_path: Path | None, budget_epsilon: floa
     """Per party: each entry (protocol, job, status, mechanism, its (ε, δ)), ε spent under the accountant (at the
     budget δ) and under basic composition, and what is left."""
     from mpdp.ledger import DEFAULT_BUDGET_DELTA
-    from services.common import config as cfgmod
+    from mpdp_services.common import config as cfgmod
 
     reports: list[dict] = []
     if ledger_path is not None:

@@ -1,6 +1,6 @@
 """A worker process of a compute node (w = 1..W−1; started by the node's coordinator, see workers.py).
 
-    python -m services.compute_node.worker --config-json FILE --worker W --port P --socket PATH
+    python -m mpdp_services.compute_node.worker --config-json FILE --worker W --port P --socket PATH
 
 It serves the node's public ComputeNode service on the node's port (SO_REUSEPORT) with the node's certificate
 and the same role gate. Shares (SubmitShares, SubmitShareBatch) are taken here: their shape is checked and the
@@ -27,12 +27,12 @@ from mpdp.dca.params import DcaParams
 from mpdp.dca.worker import Parsed, WorkerShares, rejection_receipt
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError
-from services.common import config as cfgmod
-from services.common import errors, jobs
-from services.common.processes import raise_fd_limit
-from services.common.rpc import start_server
-from services.compute_node.server import SERVICE, ComputeNode, interceptor
-from services.compute_node.workers import RELAYED, WORKER_HEADER
+from mpdp_services.common import config as cfgmod
+from mpdp_services.common import errors, jobs
+from mpdp_services.common.processes import raise_fd_limit
+from mpdp_services.common.rpc import start_server
+from mpdp_services.compute_node.server import SERVICE, ComputeNode, interceptor
+from mpdp_services.compute_node.workers import RELAYED, WORKER_HEADER
 
 log = logging.getLogger("mpdp.compute_node.worker")
 LOCAL_SECONDS = 120.0  # deadline of a call on the local socket

@@ -1,7 +1,7 @@
 """A compute node of W processes: the coordinator's side (worker 0; docs/deploy.md "Scaling a compute node").
 
 With ``workers: W > 1`` the node process (the coordinator) binds its port with SO_REUSEPORT and spawns W − 1
-worker processes (:mod:`services.compute_node.worker`, each through :func:`services.common.processes.spawn`, so
+worker processes (:mod:`mpdp_services.compute_node.worker`, each through :func:`mpdp_services.common.processes.spawn`, so
 they die with it) that listen on the same port with the same certificate; the kernel spreads incoming connections
 over the W listening processes. Each job's :class:`~mpdp.dca.compute_node.ComputeNodeMachine` lives here. A worker
 checks and keeps the shares it receives and asks this process to account their clients (``Claim``); every other
@@ -30,8 +30,8 @@ import grpc
 
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError
-from services.common import errors
-from services.common.processes import spawn
+from mpdp_services.common import errors
+from mpdp_services.common.processes import spawn
 
 log = logging.getLogger("mpdp.compute_node")
 
@@ -148,7 +148,7 @@ class Coordinator(pb_grpc.ComputeNodeLocalServicer):
             f.write(json.dumps(cfg.model_dump(mode="json")))
         for w in range(1, self.workers):
             self.procs.append(spawn(
-                [sys.executable, "-m", "services.compute_node.worker", "--config-json", str(conf), "--worker", str(w), "--port", str(port), "--socket", str(sock)],
+                [sys.executable, "-m", "mpdp_services.compute_node.worker", "--config-json", str(conf), "--worker", str(w), "--port", str(port), "--socket", str(sock)],
                 stdout=subprocess.PIPE,
             ))
         for p in self.procs:

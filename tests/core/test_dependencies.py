@@ -11,7 +11,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-OURS = {"mpdp", "services", "tests", "tools"}
+OURS = {"mpdp", "mpdp_services", "tests", "tools"}
 
 
 def _imports() -> set[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FORBIDDEN = {"grpc", "socket", "asyncio", "ssl", "http", "urllib", "requests", "services"}
+FORBIDDEN = {"grpc", "socket", "asyncio", "ssl", "http", "urllib", "requests", "services", "mpdp_services"}
 
 
 def test_core_has_no_network_imports():
@@ -56,14 +56,14 @@ def test_services_rooms():
         tree = ast.parse(path.read_text())
         for n in _imports(path):
             parts = n.split(".")
-            if parts[0] != "services" or len(parts) < 2:
+            if parts[0] != "mpdp_services" or len(parts) < 2:
                 continue
             if parts[1] == "cli" and room != "cli":
                 offenders.append(f"{path.relative_to(REPO)} imports the CLI ({n})")
             if room in SERVERS and parts[1] in {"operator", "launcher", "provisioning", "cli"}:
                 offenders.append(f"{path.relative_to(REPO)} (a server) imports {n}")
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("services.") and node.module.split(".")[1] != room:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mpdp_services.") and node.module.split(".")[1] != room:
                 offenders += [f"{path.relative_to(REPO)} imports private {a.name} from {node.module}" for a in node.names if a.name.startswith("_")]
     assert not offenders, offenders
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from mpdp.dca.params import DcaParams
 from mpdp.ledger import Ledger, composition
-from services.cli.ledger import ledger as ledger_cli
+from mpdp_services.cli.ledger import ledger as ledger_cli
 
 
 def _fill(path, budget=(10.0, 1e-5)) -> Ledger:

@@ -17,9 +17,9 @@ from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Send
-from services.common.endpoints import Endpoints
-from services.dca_client.client import DcaOperator, _node_channels, fetch_job, submit_cohort
-from services.launcher.federation import LocalFederation
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.dca_client.client import DcaOperator, _node_channels, fetch_job, submit_cohort
+from mpdp_services.launcher.federation import LocalFederation
 
 pytestmark = pytest.mark.integration
 NODES = ["node-1", "node-2", "node-3"]
