@@ -1,44 +1,52 @@
-"""The `mpdp` command. Each subcommand lives in its own module and is registered here."""
+"""The `mpdp` command. Each subcommand lives in its own module, imported only when it runs (services/cli/lazy.py)."""
 
 from __future__ import annotations
 
 import click
 
 from mpdp import __version__
+from mpdp_services.cli.lazy import Lazy, LazyGroup
+
+_CLI = "mpdp_services.cli."
+
+COMMANDS = {
+    "dca": Lazy(_CLI + "dca:dca", "Distributed Compute Algorithm (Heikkilä et al."),
+    "demo": Lazy(_CLI + "jobs:demo", "Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."),
+    "federation": Lazy(_CLI + "jobs:federation", "Start a local federation (curator + parties as separate processes, throwaway CA, mutual TLS)."),
+    "health": Lazy(_CLI + "health:health", "Exit 0 if the service at ADDRESS reports SERVING over mutual TLS, else 1 with the reason."),
+    "ledger": Lazy(_CLI + "ledger:ledger", "Read a party's privacy ledger."),
+    "predict": Lazy(_CLI + "jobs:predict", "Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."),
+    "provision": Lazy(_CLI + "provision:provision", "Provision a federation: a CA, a certificate per site, each site's config and README."),
+    "regress": Lazy(_CLI + "regress:regress", "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al."),
+    "serve": Lazy(_CLI + "serve:serve", "Run one role of the federation as a service (one OS process per role)."),
+    "train": Lazy(_CLI + "jobs:train", "Run a training job across the parties and print the published model's summary."),
+}
+
+EXPERIMENTS = {
+    "hamm2016": Lazy(_CLI + "experiment_hamm:command",
+                     "Hamm, Cao & Belkin 2016 Fig. 3: private ensembles (soft/vote/avg/avg-tight/pate) vs batch/indiv on KDD-99."),
+    "heikkila2017": Lazy(_CLI + "experiment_heikkila:command", "Heikkilä et al. 2017 Fig. 2: BLR test MAE vs ε on UCI data (TA, DDP via DCA, projection)."),
+    "lmgc": Lazy(_CLI + "experiment_lmgc:command", "Accuracy vs ε: non-private and DP LMGC (corrected and paper modes) against (DP) multinomial LR."),
+    "pathak2010": Lazy(_CLI + "experiment_pathak:command",
+                       "PRR10 Figure 2: test error of the DP aggregate classifier on a9a vs ε (K=5, three splits, both modes)."),
+    "price-of-distrust": Lazy(_CLI + "experiment_price:command",
+                              ("Test error of multiparty DP-GD (DCA), Pathak 2010 (both modes), central output and objective "
+                               "perturbation, and diffprivlib, on a9a (K = 5) and digits, at the same (ε, δ = 1e-6).")),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="mpdp")
 def cli() -> None:
     """mpdp: multiparty differentially private learning over mutually authenticated gRPC."""
 
 
-@cli.group()
+@cli.group(cls=LazyGroup, lazy=EXPERIMENTS)
 def experiment() -> None:
     """Reproduce the papers' experiments (fast mechanism path, optional real-protocol spot checks)."""
 
 
-def _register() -> None:
-    # Subcommand modules; each exposes `command` (a click.Command).
-    from mpdp_services.cli import dca, experiment_commands, health, jobs, ledger, provision, regress, serve
-
-    cli.add_command(serve.serve)
-    cli.add_command(jobs.federation)
-    cli.add_command(jobs.train)
-    cli.add_command(jobs.predict)
-    cli.add_command(jobs.demo)
-    cli.add_command(dca.dca)
-    cli.add_command(regress.regress)
-    cli.add_command(provision.provision)
-    cli.add_command(health.health)
-    cli.add_command(ledger.ledger)
-
-    for cmd in experiment_commands.COMMANDS:
-        experiment.add_command(cmd)
-
-
 def main() -> None:
-    _register()
     cli()
 
 

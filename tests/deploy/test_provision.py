@@ -23,12 +23,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp_services.provisioning import provision as pv
 from mpdp_services.cli.health import probe
-from mpdp_services.cli.main import _register, cli
+from mpdp_services.cli.main import cli
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common import config as cfgmod
 from mpdp_services.common import pki
 
-_register()
 
 SPEC = {
     "federation": "test-fed",

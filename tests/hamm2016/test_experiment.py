@@ -119,9 +119,8 @@ def test_large_privacy_cost_drops_below_indiv(reduced: dict) -> None:
 
 
 def _cli():
-    from mpdp_services.cli.main import _register, cli
+    from mpdp_services.cli.main import cli
 
-    _register()
     return cli
 
 

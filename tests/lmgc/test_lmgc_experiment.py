@@ -99,9 +99,8 @@ def test_seeded_runs_reproduce() -> None:
 
 
 def _cli():
-    from mpdp_services.cli.main import _register, cli
+    from mpdp_services.cli.main import cli
 
-    _register()
     return cli
 
 

@@ -1,0 +1,50 @@
+"""`mpdp --help` answers without importing protocol code: subcommands load lazily (mpdp_services/cli/lazy.py).
+
+The listing's short helps are written in main.py; these tests keep them equal to each command's own and check
+what `mpdp --help` imports. The time itself is measured by benchmarks/cli_startup.py, not asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mpdp_services.cli import main
+
+
+@pytest.mark.parametrize("group, table", [(main.cli, main.COMMANDS), (main.experiment, main.EXPERIMENTS)], ids=["mpdp", "experiment"])
+def test_static_short_helps_match_the_commands(group, table):
+    for name, lazy in table.items():
+        cmd = lazy.load()
+        assert cmd.name == name or name in {"price-of-distrust"}, name
+        assert lazy.short_help == (cmd.short_help or cmd.get_short_help_str(1000)), name
+
+
+def test_every_command_module_is_registered():
+    from pathlib import Path
+
+    folder = Path(main.__file__).parent
+    targets = {lz.target.split(":")[0].rsplit(".", 1)[1] for lz in [*main.COMMANDS.values(), *main.EXPERIMENTS.values()]}
+    helpers = {"__init__", "main", "lazy"}
+    modules = {p.stem for p in folder.glob("*.py")} - helpers
+    # every module under cli/ either is a command's home or is imported by one (none today)
+    assert modules == targets, sorted(modules ^ targets)
+
+
+def test_help_imports_no_heavy_module():
+    code = ("import sys, runpy; sys.argv = ['mpdp', '--help']\n"
+            "try:\n    runpy.run_module('mpdp_services.cli.main', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "import json; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "{'numpy', 'grpc', 'sklearn', 'scipy', 'cryptography', 'phe', 'gmpy2', 'rich', 'dp_accounting'})), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "Commands:" in r.stdout and "train" in r.stdout
+    assert json.loads(r.stderr.strip().splitlines()[-1]) == []
+
+
+def test_a_lazy_command_runs_and_shows_its_own_help():
+    r = subprocess.run([sys.executable, "-m", "mpdp_services.cli.main", "ledger", "show", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--json" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "mpdp_services.cli.main", "no-such-command"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "No such command" in r.stderr
