@@ -140,7 +140,7 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     except grpc.RpcError as e:
         raise click.ClickException(f"{e.code().name}: {e.details()}")
     out = {"client_id": cid, "accepted": rep.accepted, "rejected": [r.detail for r in rep.rejected], "seconds": rep.seconds}
-    print(json.dumps(out) if as_json else out)
+    _show(out, as_json)
 
 
 def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, budget_delta: float | None):
@@ -186,4 +186,14 @@ def loadgen(endpoints, job_id, clients, batched, batch_size, seed, as_json) -> N
     Z = np.random.default_rng(seed).uniform(-clip, clip, size=(clients, d))  # public simulation data
     rep = asyncio.run(submit_cohort(ep, ep.tls, job_id, [f"client-{i}" for i in range(clients)], Z, batched=batched, batch_size=batch_size))
     out = {"job_id": job_id, "clients": clients, "accepted_shares": rep.accepted, "rejected": len(rep.rejected), "seconds": rep.seconds, "client_seconds": rep.client_seconds, "batched": batched}
-    print(json.dumps(out) if as_json else out)
+    _show(out, as_json)
+
+
+def _show(out: dict, as_json: bool) -> None:
+    """One JSON object with --json; otherwise one `key: value` line per field (never a Python repr)."""
+    if as_json:
+        print(json.dumps(out))
+        return
+    for key, value in out.items():
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else (f"{value:.3f}" if isinstance(value, float) else value)
+        print(f"{key}: {shown if shown != '' else '-'}")
