@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import click
+
+from mpdp_services.cli.options import endpoints_option
 import grpc
 import numpy as np
 from rich.console import Console
@@ -29,7 +31,7 @@ def dca() -> None:
 
 
 @dca.command("create")
-@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@endpoints_option
 @click.option("--dimension", "-d", type=int, required=True, help="d, the length of every client's vector")
 @click.option("--clients", "-n", type=int, required=True, help="N, the number of clients expected")
 @click.option("--max-missing", "-t", type=int, default=0, show_default=True, help="T, clients that may collude or drop out")
@@ -63,7 +65,7 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
 
 
 @dca.command("watch")
-@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@endpoints_option
 @click.option("--job", "job_id", required=True, help="DCA job id")
 @click.option("--json", "as_json", is_flag=True, help="print the final status as one JSON object")
 def watch(endpoints, job_id, as_json) -> None:
@@ -83,7 +85,7 @@ def watch(endpoints, job_id, as_json) -> None:
 
 
 @dca.command("release")
-@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@endpoints_option
 @click.option("--job", "job_id", required=True, help="DCA job id")
 def release(endpoints, job_id) -> None:
     """Print the released DP sum and its guarantee as JSON (ρ-zCDP too for the discrete-gaussian noise)."""
@@ -104,7 +106,7 @@ def release(endpoints, job_id) -> None:
 
 
 @dca.command("submit")
-@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir (for the curator's address)")
+@endpoints_option
 @click.option("--site", type=click.Path(file_okay=False), required=True, help="this client's site folder (site.crt, site.key, ca.crt); its name is the client id")
 @click.option("--job", "job_id", required=True, help="DCA job id")
 @click.option("--values", required=True, help="comma-separated vector, or @FILE with one number per line")
@@ -166,7 +168,7 @@ def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, bu
 
 
 @dca.command("loadgen")
-@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@endpoints_option
 @click.option("--job", "job_id", required=True, help="DCA job id")
 @click.option("--clients", "-n", type=int, required=True, help="simulated clients")
 @click.option("--batched/--unbatched", default=True, show_default=True, help="ShareBatch messages, or one ClientShare per client on a stream")

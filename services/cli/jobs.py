@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import click
+
+from mpdp_services.cli.options import endpoints_option
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -139,7 +141,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 
 
 @click.command()
-@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@endpoints_option
 @click.option("--dataset", required=True, help="dataset name every party maps to its own file")
 @click.option("--parties", required=True, help="comma-separated party names; the first is P1")
 @click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
@@ -227,7 +229,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 
 
 @click.command()
-@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@endpoints_option
 @click.option("--job", "job_id", required=True, help="job id of a published model")
 @click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), help="records to classify (CSV or LIBSVM)")
 @click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm"]), default="auto", show_default=True, help="file format")

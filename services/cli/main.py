@@ -47,7 +47,10 @@ def experiment() -> None:
 
 
 def main() -> None:
-    cli()
+    try:
+        cli()
+    except FileNotFoundError as e:  # e.g. no endpoints.json (EndpointsError says what to do): the message, no traceback
+        raise SystemExit(f"Error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 import click
+
+from mpdp_services.cli.options import endpoints_option
 import numpy as np
 
 
 @click.command()
-@click.option("--endpoints", type=click.Path(), default="runs/federation", show_default=True, help="endpoints.json or the federation workdir")
+@endpoints_option
 @click.option("--dataset", required=True, help="dataset name every party maps to its own CSV (last column = target)")
 @click.option("--parties", required=True, help="comma-separated party names (each is one DCA client)")
 @click.option("--nodes", required=True, help="comma-separated compute node names")

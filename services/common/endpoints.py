@@ -11,6 +11,10 @@ from pathlib import Path
 from mpdp_services.common.rpc import TlsFiles
 
 
+class EndpointsError(FileNotFoundError):
+    """No usable endpoints file: says where it looked and what to do."""
+
+
 @dataclass
 class Endpoints:
     curator_address: str
@@ -23,8 +27,13 @@ class Endpoints:
         if p.is_dir():
             p = p / "endpoints.json"
         if not p.exists():
-            raise FileNotFoundError(f"{p} not found: start a federation with `mpdp federation up` or pass --endpoints")
-        d = json.loads(p.read_text())
-        t = d["operator_tls"]
+            raise EndpointsError(f"{p} not found: start a federation with `mpdp federation up`, or pass --endpoints "
+                                 "(or set MPDP_ENDPOINTS) to the endpoints.json of yours")
+        try:
+            d = json.loads(p.read_text())
+            t = d["operator_tls"]
+            d["curator"]["address"], d["curator"]["name"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise EndpointsError(f"{p} is not an endpoints file (JSON with curator and operator_tls): {e}") from None
         here = p.resolve().parent  # relative TLS paths (as `mpdp provision` writes them) are relative to this file
         return cls(d["curator"]["address"], d["curator"]["name"], TlsFiles(*(here / t[k] for k in ("cert", "key", "ca"))))
