@@ -48,3 +48,16 @@ def test_a_lazy_command_runs_and_shows_its_own_help():
     assert r.returncode == 0 and "--json" in r.stdout
     r = subprocess.run([sys.executable, "-m", "mpdp_services.cli.main", "no-such-command"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "No such command" in r.stderr
+
+
+def test_cli_reference_is_current():
+    """docs/cli.md is generated from the commands: `python tools/gen_cli_docs.py > docs/cli.md`."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo / "tools"))
+    try:
+        import gen_cli_docs
+    finally:
+        sys.path.remove(str(repo / "tools"))
+    assert (repo / "docs" / "cli.md").read_text() == gen_cli_docs.render(), "run `python tools/gen_cli_docs.py > docs/cli.md`"

@@ -1,0 +1,65 @@
+"""Render docs/cli.md from the click commands themselves (`python tools/gen_cli_docs.py > docs/cli.md`).
+
+tests/core/test_cli_startup.py keeps the committed page equal to this output, so the reference cannot drift from
+the code. The grammar and the conventions at the top are written here once.
+"""
+
+from __future__ import annotations
+
+import click
+
+from mpdp_services.cli.main import cli
+
+WIDTH = 100  # fixed, so the page does not depend on the terminal
+
+HEADER = """# The `mpdp` command line
+
+Generated from the commands by `python tools/gen_cli_docs.py > docs/cli.md` (a test keeps it current).
+
+## Grammar and conventions
+
+* `mpdp NOUN [VERB] [OPTIONS]`: a noun names what you act on (`federation`, `dca`, `ledger`, `provision`,
+  `experiment`), a verb what you do to it (`up`, `create`, `submit`, `watch`, `show`, ...). The protocol runs that
+  publish a model are verbs of their own: `train`, `regress`, `predict`; `demo` runs everything once.
+* Every command that prints a result takes `--json` and then prints exactly one JSON object on standard output;
+  progress and notices go to standard error.
+* Commands that talk to a running federation take `--endpoints PATH` (the `endpoints.json` written by
+  `mpdp federation up` or `mpdp provision`, or its folder). Without it they read the environment variable
+  `MPDP_ENDPOINTS`, then fall back to `runs/federation`.
+* Exit codes: 0 success; 1 the operation failed (the message says why and what to do: a refused job carries the
+  gRPC status and the problem, e.g. `RESOURCE_EXHAUSTED: BUDGET_EXCEEDED`); 2 a usage error (unknown command or
+  option, a value out of range).
+* `mpdp --help` answers without loading any protocol code (about 0.1 s); each command's `--help` lists all options.
+"""
+
+
+def _section(cmd: click.Command, path: list[str], out: list[str]) -> None:
+    ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=WIDTH, max_content_width=WIDTH)
+    if isinstance(cmd, click.Group):
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            if sub is not None and not sub.hidden:
+                if isinstance(sub, click.Group):
+                    _section(sub, [*path, name], out)
+                else:
+                    _command(sub, [*path, name], out)
+        return
+    _command(cmd, path, out)
+
+
+def _command(cmd: click.Command, path: list[str], out: list[str]) -> None:
+    ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=WIDTH, max_content_width=WIDTH)
+    out.append(f"## `{' '.join(path)}`\n")
+    out.append("```text")
+    out.append(cmd.get_help(ctx).rstrip())
+    out.append("```\n")
+
+
+def render() -> str:
+    out = [HEADER]
+    _section(cli, ["mpdp"], out)
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
