@@ -59,6 +59,7 @@ class _Base(BaseSettings):
     name: str
     federation: str = ""
     listen: str = "127.0.0.1:0"
+    http_listen: str = Field("127.0.0.1:0", description="host:port of the metrics endpoint (GET /metrics); loopback by default, \"\" disables it")
     advertise: str | None = None
     tls: TlsConfig
     test_mode: bool = Field(False, description="allow small keys and simulation seeds: never in production")

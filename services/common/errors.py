@@ -17,6 +17,7 @@ import grpc
 from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import ProtocolError
+from mpdp_services.common import metrics
 
 P = common_pb2.Problem
 log = logging.getLogger("mpdp.refusal")
@@ -83,6 +84,7 @@ async def refuse(context: grpc.aio.ServicerContext, problem: int, detail: str) -
     """Refuse the RPC: the table's status, bounded details, one WARNING log line. Never returns."""
     text = details_for(problem, detail)
     log.warning("refused %s: %s", method_of(context), text)
+    metrics.refused(method_of(context), problem_name(problem), status_for(problem).name)
     await context.abort(status_for(problem), text)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 

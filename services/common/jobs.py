@@ -26,6 +26,7 @@ from typing import Awaitable, Callable, Generic, TypeVar
 from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import RemoteProtocolError
+from mpdp_services.common import metrics
 
 log = logging.getLogger("mpdp.jobs")
 
@@ -106,6 +107,7 @@ class JobTable(Generic[T]):
         if max_live < 1 or retention < 0 or max_retained < 0 or max_records < 1:
             raise ValueError("max_live and max_records must be ≥ 1, retention and max_retained ≥ 0")
         self.protocol = protocol
+        metrics.watch_live_jobs(protocol, self.live_count)
         self._outcome = outcome
         self.max_live, self.retention, self.max_retained, self.max_records = max_live, retention, max_retained, max_records
         self._clock = clock
@@ -127,6 +129,12 @@ class JobTable(Generic[T]):
         record = JobRecord(job_id, self.protocol, "", P.PROBLEM_UNSPECIFIED, now, lifecycle=RUNNING if running else CREATED)
         self._jobs[job_id] = _Live(entry, record, now + deadline_seconds)
         return record
+
+    def observe(self, job_id: str) -> None:
+        """Note now whether a held job became terminal (its outcome function), so records and metrics follow at once."""
+        live = self._jobs.get(job_id)
+        if live is not None:
+            self._observe(job_id, live)
 
     def start(self, job_id: str) -> None:
         live = self._jobs.get(job_id)
@@ -218,6 +226,7 @@ class JobTable(Generic[T]):
         r = live.record
         r.state, r.problem, r.lifecycle, r.ended = state, problem, TERMINAL, self._clock()
         self._retained[job_id] = None
+        metrics.job_ended(self.protocol, state, r.ended - r.created)
 
     def _forget(self, job_id: str) -> None:
         live = self._jobs.pop(job_id)

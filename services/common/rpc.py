@@ -24,7 +24,7 @@ from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2
-from mpdp_services.common import errors
+from mpdp_services.common import errors, metrics
 from mpdp_services.common.pki import Identity, identity_from_pem
 from mpdp_services.common.transcript import Transcript
 
@@ -199,7 +199,9 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
-                    return await guarded(context, lambda: inner(request, context))
+                    response = await guarded(context, lambda: inner(request, context))
+                    metrics.rpc_done(method, "OK")  # refusals are counted where they are made (errors.refuse)
+                    return response
                 finally:
                     gate._leave(ident)
 
@@ -215,6 +217,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                     try:
                         async for item in inner_s(request, context):
                             yield item
+                        metrics.rpc_done(method, "OK")
                     except (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit):
                         raise
                     except Exception:  # noqa: BLE001 - see guarded()
@@ -232,7 +235,9 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     requests = _parsed(raw_iterator, deserialize, lambda r: seen(context, r))
                     try:
-                        return await guarded(context, lambda: inner_su(requests, context))
+                        response = await guarded(context, lambda: inner_su(requests, context))
+                        metrics.rpc_done(method, "OK")
+                        return response
                     except _Undecodable:
                         await errors.refuse(context, P.MALFORMED, "a streamed message is not a valid message for this method")
                 finally:
@@ -303,15 +308,21 @@ async def stop_server(server: grpc.aio.Server, health_servicer: health.aio.Healt
     await server.stop(grace)
 
 
-async def serve_until_signal(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, port: int, ready_fd) -> None:
-    """Announce readiness (``MPDP-READY <port>``, read by LocalFederation), then serve until SIGTERM or
-    SIGINT; health goes NOT_SERVING before the graceful stop."""
-    print(f"MPDP-READY {port}", file=ready_fd, flush=True)
+async def serve_until_signal(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, port: int, ready_fd, http_listen: str = "") -> None:
+    """Start the metrics endpoint (``http_listen``, services/common/metrics.py; "" = none), announce readiness
+    (``MPDP-READY <port> [http=<port>]``, read by LocalFederation), then serve until SIGTERM or SIGINT; health
+    goes NOT_SERVING before the graceful stop."""
+    http_port = None
+    if http_listen:
+        http_server, http_port = metrics.serve_http(http_listen)
+    print(f"MPDP-READY {port}" + (f" http={http_port}" if http_port else ""), file=ready_fd, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if http_port:
+        http_server.shutdown()
     await stop_server(server, health_servicer)
 
 

@@ -34,6 +34,7 @@ class Hosted:
         self._tasks: set[asyncio.Task] = set()
         self.deadline_task: asyncio.Task | None = None
         self.version = 0  # bumped on every change; watchers wait for it to move
+        self.on_change: Callable[[str], None] | None = None  # e.g. the job table noting a terminal state at once
 
     async def deliver(self, sender: Peer, message: Any, context: grpc.aio.ServicerContext | None = None, *, inline: bool = False) -> list[Any]:
         """Feed one message; returns the machine's replies to this RPC (``Reply`` outputs), routes the rest.
@@ -85,6 +86,8 @@ class Hosted:
         await self.notify()
 
     async def notify(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self.machine.job_id)
         async with self.changed:
             self.version += 1
             self.changed.notify_all()

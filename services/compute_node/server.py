@@ -95,6 +95,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         if machine.params.seeded and not self.cfg.test_mode:
             await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; this node is not in test mode")
         hosted = Hosted(machine, self._route)
+        hosted.on_change = self.jobs.observe
         hosted.addresses = dict(request.node_addresses)  # type: ignore[attr-defined]
         hosted.announcement = request  # type: ignore[attr-defined]  # what this node's workers attach to
         deadline = machine.params.deadline_seconds
@@ -310,7 +311,7 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
         raise SystemExit(2)
     log.info("compute node %s listening on port %d", cfg.name, port)
     try:
-        await serve_until_signal(server, health, port, ready_fd)
+        await serve_until_signal(server, health, port, ready_fd, cfg.http_listen)
     finally:
         if node.coordinator is not None:
             node.coordinator.stop()

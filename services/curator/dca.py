@@ -125,6 +125,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             machine = AggregatorMachine(params, node_addresses={n: self.nodes.get(n, "") for n in params.nodes})
             machine.announce()  # the nodes already have the job: skip re-sending it
             hosted = Hosted(machine, self._route)
+            hosted.on_change = self.jobs.observe
             try:
                 self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds) + 30.0)
             except ProtocolError as e:
@@ -164,6 +165,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             raise DcaJobRefused(common_pb2.INVALID_JOB, f"compute nodes {names} are not registered with the curator ({len(self.nodes)} are)")
         machine = AggregatorMachine(params, node_addresses={n: self.nodes[n] for n in params.nodes}, record=False)
         hosted = Hosted(machine, self._route)
+        hosted.on_change = self.jobs.observe
         try:
             self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds) + 5.0)
         except ProtocolError as e:

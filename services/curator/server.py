@@ -109,6 +109,7 @@ class Curator(pb_grpc.CuratorServicer):
             await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {_names(unknown)} are not registered with the curator; start them or fix their names ({len(self.addresses)} are registered)")
         machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode))
         hosted = Hosted(machine, self._route)
+        hosted.on_change = self.jobs.observe
         try:
             self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds))
         except ProtocolError as e:
@@ -290,7 +291,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript), add, services)
     await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
-    await serve_until_signal(server, health, port, ready_fd)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen)
     await curator.channels.close()
 
 

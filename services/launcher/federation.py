@@ -35,6 +35,7 @@ class Proc:
     popen: subprocess.Popen
     port: int
     log: Path
+    http_port: int = 0  # the metrics endpoint (GET /metrics), 0 if the role serves none
 
 
 @dataclass
@@ -101,6 +102,8 @@ class LocalFederation:
         cfg = self.workdir / name / _CONFIG[old.role]
         data = yaml.safe_load(cfg.read_text())
         data["listen"] = f"127.0.0.1:{old.port}"
+        if old.http_port:
+            data["http_listen"] = f"127.0.0.1:{old.http_port}"
         _write_yaml(cfg, data)
         proc = self._spawn(name, old.role, cfg, [])
         self.procs[name] = proc
@@ -138,7 +141,9 @@ class LocalFederation:
                     if not line:
                         raise RuntimeError(f"{p.name} exited during start-up (code {p.popen.wait()}); log:\n{p.log.read_text()[-3000:]}")
                     if line.startswith("MPDP-READY "):
-                        p.port = int(line.split()[1])
+                        words = line.split()
+                        p.port = int(words[1])
+                        p.http_port = next((int(w[5:]) for w in words[2:] if w.startswith("http=")), 0)
                         sel.unregister(p.popen.stdout)  # type: ignore[arg-type]
                         pending.pop(p.popen.stdout.fileno())  # type: ignore[union-attr]
         finally:
@@ -152,6 +157,7 @@ class LocalFederation:
             "compute_nodes": {n: f"127.0.0.1:{self.procs[n].port}" for n in self.compute_nodes if n in self.procs},
             "operator_tls": {k: str(self.workdir / "operator" / v) for k, v in {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}.items()},
             "pids": {n: pr.popen.pid for n, pr in self.procs.items()},
+            "http": {n: f"http://127.0.0.1:{pr.http_port}" for n, pr in self.procs.items() if pr.http_port},  # URL/metrics
         }
         path = self.workdir / "endpoints.json"
         write_atomic(path, json.dumps(data, indent=2), PUBLIC)

@@ -23,7 +23,7 @@ from mpdp.ledger import BudgetExceeded, Ledger, LedgerError
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, contribution_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.resources import CuratorPublicKeys
-from mpdp_services.common import config as cfgmod, errors
+from mpdp_services.common import config as cfgmod, errors, metrics
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, register_at_curator, serve_until_signal, start_server, tls_failure
 from mpdp_services.party import contribution, ensemble, local, pathak2010
@@ -45,6 +45,7 @@ class Party:
         self.rng = Drbg.from_os()
         self.channels = PeerChannels(cfg.tls.files())
         self.ledger = Ledger(cfg.ledger, cfg.budget_epsilon, cfg.budget_delta)
+        metrics.watch_ledger(self._ledger_figures)
         self.registered = False
         self._claimed: set[tuple[str, str]] = set()  # (protocol, job id) being started in this process
 
@@ -82,6 +83,11 @@ class Party:
             await errors.refuse(context, Problem.BUDGET_EXCEEDED, f"party {self.cfg.name}: {e}")
         except (LedgerError, OSError) as e:
             await self.ledger_broken(context, e)
+
+    def _ledger_figures(self) -> tuple[float, float, int]:
+        """(composed ε spent, ε budget, entries) for this party's own metrics endpoint."""
+        led = self.ledger.snapshot()
+        return led.composition().epsilon, self.ledger.budget_epsilon, len(led.entries)
 
     async def spend(self, context, entry: dict) -> dict:
         """Spend the entry's true (ε, δ) in one durable step, or refuse the RPC with BUDGET_EXCEEDED."""
@@ -151,6 +157,6 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
     party.registered = True
     await health.set(pathak2010.SERVICE, health_pb2.HealthCheckResponse.SERVING)
     log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
-    await serve_until_signal(server, health, port, ready_fd)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen)
     pathak.stop()
     await party.channels.close()

@@ -1,0 +1,111 @@
+"""Prometheus metrics of one role process, served over HTTP on a separate port (issue 15 §1, first part).
+
+Each role is its own OS process, so this module's registry is that role's. What is exported (names prefixed
+``mpdp_``): RPCs served by method and final gRPC status, refusals by Problem, jobs that ended by protocol and state,
+job durations (histogram), live jobs by protocol, process metrics, and at a party its ledger (composed ε spent,
+budget). Nothing a role must not reveal leaves through here: no dataset size, no value, no job content; a party's
+ledger figures only at that party's own endpoint.
+
+The HTTP server binds loopback by default (``http_listen`` in the role's config, ``""`` disables it). It serves
+``GET /metrics`` (Prometheus text format) and nothing else; requests are small and time out after 10 s. To let an
+institution's Prometheus scrape it, bind the address of an internal interface (docs/deploy.md) — never a public one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+
+log = logging.getLogger("mpdp.metrics")
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+
+RPCS = Counter("mpdp_rpcs", "RPCs this role served, by method and final gRPC status", ["method", "code"], registry=REGISTRY)
+REFUSALS = Counter("mpdp_refusals", "RPCs this role refused, by Problem (services/common/errors.py)", ["problem"], registry=REGISTRY)
+JOBS = Counter("mpdp_jobs", "jobs that reached a terminal state at this role, by protocol and state", ["protocol", "state"], registry=REGISTRY)
+JOB_SECONDS = Histogram("mpdp_job_seconds", "seconds from a job's admission to its terminal state", ["protocol", "state"],
+                        buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600), registry=REGISTRY)
+_LEDGER: list[Gauge] = []  # created by watch_ledger, at a party only
+JOBS_LIVE = Gauge("mpdp_jobs_live", "jobs admitted and not yet terminal, by protocol", ["protocol"], registry=REGISTRY)
+
+
+def rpc_done(method: str, code: str) -> None:
+    RPCS.labels(method, code).inc()
+
+
+def refused(method: str, problem: str, code: str) -> None:
+    REFUSALS.labels(problem).inc()
+    RPCS.labels(method, code).inc()
+
+
+def job_ended(protocol: str, state: str, seconds: float) -> None:
+    JOBS.labels(protocol, state).inc()
+    JOB_SECONDS.labels(protocol, state).observe(max(0.0, seconds))
+
+
+def watch_live_jobs(protocol: str, count: Callable[[], int]) -> None:
+    JOBS_LIVE.labels(protocol).set_function(count)
+
+
+def watch_ledger(read: Callable[[], tuple[float, float, int]]) -> None:
+    """``read()`` → (composed ε spent, ε budget, entries), evaluated at each scrape; a failing read exports NaN."""
+
+    def part(i: int) -> Callable[[], float]:
+        def value() -> float:
+            try:
+                return float(read()[i])
+            except Exception:  # noqa: BLE001 - a ledger that cannot be read must not break the scrape
+                log.warning("metrics: the ledger could not be read")
+                return float("nan")
+        return value
+
+    # registered only at a party (the process that calls this): other roles export no ledger figures at all
+    if not _LEDGER:
+        _LEDGER.extend([
+            Gauge("mpdp_ledger_spent_epsilon", "this party's composed ε spent (accountant, at the budget δ)", registry=REGISTRY),
+            Gauge("mpdp_ledger_budget_epsilon", "this party's ε budget", registry=REGISTRY),
+            Gauge("mpdp_ledger_entries", "entries in this party's ledger", registry=REGISTRY),
+        ])
+    for i, gauge in enumerate(_LEDGER):
+        gauge.set_function(part(i))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    timeout = 10
+    server_version = "mpdp"
+    sys_version = ""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.split("?", 1)[0] != "/metrics":
+            self._send(404, b"not found: this endpoint serves /metrics\n", "text/plain; charset=utf-8")
+            return
+        self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._send(405, b"read-only\n", "text/plain; charset=utf-8")
+
+    do_PUT = do_DELETE = do_POST
+
+    def _send(self, status: int, body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
+        log.debug("http %s", format % args)
+
+
+def serve_http(listen: str) -> tuple[ThreadingHTTPServer, int]:
+    """Serve /metrics on ``host:port`` (port 0: any free port) in a daemon thread; returns the server and its port."""
+    host, _, port = listen.rpartition(":")
+    server = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), _Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="mpdp-metrics-http", daemon=True).start()
+    return server, server.server_address[1]
