@@ -99,8 +99,10 @@ def federation() -> None:
 @click.option("--budget-epsilon", type=click.FloatRange(min=0.0), default=100.0, show_default=True, help="every party's privacy budget ε (its ledger refuses jobs beyond it)")
 @click.option("--budget-delta", type=click.FloatRange(min=0.0, max=1.0), default=1e-3, show_default=True, help="every party's privacy budget δ")
 @click.option("--workers", "node_workers", type=click.IntRange(1, 64), default=1, show_default=True, help="processes per compute node, sharing its port (docs/deploy.md)")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, envvar="MPDP_LOG_FORMAT",
+              help="each role's WORKDIR/<site>/service.log: text, or one JSON object per line")
 def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
-                  budget_epsilon: float, budget_delta: float, node_workers: int) -> None:
+                  budget_epsilon: float, budget_delta: float, node_workers: int, log_format: str) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from mpdp_services.launcher.federation import LocalFederation
 
@@ -121,7 +123,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
             raise click.BadParameter(f"{item!r}: use NAME=PATH", param_hint="--auxiliary")
         aux[name] = {"path": str(Path(path).resolve())}
     fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes, auxiliary=aux,
-                          budget_epsilon=budget_epsilon, budget_delta=budget_delta, node_workers=node_workers)
+                          budget_epsilon=budget_epsilon, budget_delta=budget_delta, node_workers=node_workers, log_format=log_format)
     with err.status("starting curator, parties and compute nodes"):
         fed.start()
     err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 
 import click
 
-from mpdp_services.common import config as cfgmod
+from mpdp_services.common import config as cfgmod, logs
 from mpdp_services.common.processes import raise_fd_limit
 
 
@@ -17,21 +16,20 @@ def serve() -> None:
     """Run one role of the federation as a service (one OS process per role)."""
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+_ROLES = {"CuratorConfig": "curator", "PartyConfig": "party", "ComputeNodeConfig": "compute-node"}
 
 
-def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, **overrides) -> None:
+def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, log_format: str = "text", **overrides) -> None:
     """Load a role's config and run its server until a signal; config and start-up errors become CLI errors."""
     import importlib
 
-    _logging(not quiet)
-    # every idle connection costs a descriptor: let the hard limit, not the default soft one, bound them
-    logging.getLogger("mpdp.serve").info("open-descriptor limit %d", raise_fd_limit())
     try:
         cfg = cfgmod.load(cfg_cls, config_path, **overrides)
     except cfgmod.ConfigError as e:
         raise click.ClickException(str(e))
+    logs.setup(log_format, not quiet, _ROLES.get(cfg_cls.__name__, cfg_cls.__name__), cfg.name)
+    # every idle connection costs a descriptor: let the hard limit, not the default soft one, bound them
+    logging.getLogger("mpdp.serve").info("open-descriptor limit %d", raise_fd_limit())
     run = importlib.import_module(server_module).serve
     try:
         asyncio.run(run(cfg))
@@ -40,28 +38,33 @@ def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, **overrides
 
 
 _CONFIG_HELP = "YAML config (env MPDP_* overrides fields)"
+log_format_option = click.option("--log-format", type=click.Choice(logs.FORMATS), default="text", show_default=True, envvar="MPDP_LOG_FORMAT",
+                                 help="text for a terminal, or json: one object per line (time, level, role, site, job_id, protocol, stage, event)")
 
 
 @serve.command("curator")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help=f"curator {_CONFIG_HELP}")
 @click.option("--quiet", is_flag=True, help="log warnings only")
-def serve_curator(config_path: str, quiet: bool) -> None:
+@log_format_option
+def serve_curator(config_path: str, quiet: bool, log_format: str) -> None:
     """Run Charlie, the curator: job submission, protocol steps, model registry."""
-    _run(cfgmod.CuratorConfig, config_path, quiet, "mpdp_services.curator.server")
+    _run(cfgmod.CuratorConfig, config_path, quiet, "mpdp_services.curator.server", log_format)
 
 
 @serve.command("party")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help=f"party {_CONFIG_HELP}")
 @click.option("--quiet", is_flag=True, help="log warnings only")
-def serve_party(config_path: str, quiet: bool) -> None:
+@log_format_option
+def serve_party(config_path: str, quiet: bool, log_format: str) -> None:
     """Run a party P_j: trains locally on its own data and takes part in jobs."""
-    _run(cfgmod.PartyConfig, config_path, quiet, "mpdp_services.party.server")
+    _run(cfgmod.PartyConfig, config_path, quiet, "mpdp_services.party.server", log_format)
 
 
 @serve.command("compute-node")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help=f"compute node {_CONFIG_HELP}")
 @click.option("--quiet", is_flag=True, help="log warnings only")
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="processes sharing the node's port (overrides the config's `workers`; docs/deploy.md)")
-def serve_compute_node(config_path: str, quiet: bool, workers: int | None) -> None:
+@log_format_option
+def serve_compute_node(config_path: str, quiet: bool, workers: int | None, log_format: str) -> None:
     """Run a DCA compute node: sums clients' shares and agrees with the other nodes before releasing."""
-    _run(cfgmod.ComputeNodeConfig, config_path, quiet, "mpdp_services.compute_node.server", **({"workers": workers} if workers else {}))
+    _run(cfgmod.ComputeNodeConfig, config_path, quiet, "mpdp_services.compute_node.server", log_format, **({"workers": workers} if workers else {}))

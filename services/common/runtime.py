@@ -17,7 +17,7 @@ import grpc
 
 from mpdp.messages import common_pb2
 from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply
-from mpdp_services.common import errors
+from mpdp_services.common import errors, logs
 
 log = logging.getLogger("mpdp")
 
@@ -35,12 +35,15 @@ class Hosted:
         self.deadline_task: asyncio.Task | None = None
         self.version = 0  # bumped on every change; watchers wait for it to move
         self.on_change: Callable[[str], None] | None = None  # e.g. the job table noting a terminal state at once
+        self._protocol = type(machine).__module__.split(".")[1]  # mpdp.<protocol>.…: names the job in log lines
+        logs.in_job(machine.job_id, self._protocol, str(machine.state))  # the creating call's own log lines name the job
 
     async def deliver(self, sender: Peer, message: Any, context: grpc.aio.ServicerContext | None = None, *, inline: bool = False) -> list[Any]:
         """Feed one message; returns the machine's replies to this RPC (``Reply`` outputs), routes the rest.
 
         ``inline`` runs the step on the event loop (for cheap, frequent steps such as one DCA share).
         """
+        logs.in_job(self.machine.job_id, self._protocol, str(self.machine.state))
         async with self.lock:
             try:
                 if inline:
@@ -54,6 +57,7 @@ class Hosted:
                 if context is not None:
                     await errors.abort(context, e)
                 raise
+        logs.in_job(self.machine.job_id, self._protocol, str(self.machine.state))
         replies = [o.message for o in outputs if isinstance(o, Reply)]
         outputs = [o for o in outputs if not isinstance(o, Reply)]
         if log.isEnabledFor(logging.DEBUG) or not inline:

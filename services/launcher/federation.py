@@ -53,6 +53,7 @@ class LocalFederation:
     node_workers: int = 1  # processes per compute node (ComputeNodeConfig.workers)
     auxiliary: dict[str, dict] = field(default_factory=dict)  # curator: public auxiliary dataset name → DatasetConfig dict
     local_classifiers: dict[str, str] = field(default_factory=dict)  # party → its local model for ensemble jobs
+    log_format: str = "text"  # each role's service.log: text, or json lines (services/common/logs.py)
     procs: dict[str, Proc] = field(default_factory=dict)
 
     # -- PKI and configs ----------------------------------------------------------------------
@@ -115,7 +116,7 @@ class LocalFederation:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE), "ab") as stderr:
             popen = spawn(
-                [sys.executable, "-m", "mpdp_services.cli.main", "serve", role, "--config", str(config), *extra],
+                [sys.executable, "-m", "mpdp_services.cli.main", "serve", role, "--config", str(config), "--log-format", self.log_format, *extra],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 env=env,

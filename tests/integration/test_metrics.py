@@ -77,3 +77,36 @@ def test_the_endpoint_serves_metrics_only(federation):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=10)
     assert e.value.code == 405
+
+
+def test_json_logs_name_the_role_site_and_job(tmp_path):
+    """`mpdp serve … --log-format json`: every line of every role's log is one JSON object; a DCA job's steps at a
+    compute node carry its job_id, protocol and stage."""
+    import asyncio
+
+    import numpy as np
+
+    from mpdp.messages import common_pb2, dca_pb2
+    from mpdp_services.dca_client.client import DcaOperator, submit_cohort
+    from mpdp_services.launcher.federation import LocalFederation
+
+    nodes = ["node-1", "node-2"]
+    fed = LocalFederation(tmp_path / "fed", [], {}, test_mode=True, paillier_bits=768, dgk_bits=768, compute_nodes=nodes, log_format="json")
+    fed.start()
+    try:
+        ep = Endpoints.load(fed.workdir)
+        spec = dca_pb2.DcaJobSpec(dimension=3, clients=4, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(3), mode=common_pb2.CORRECTED,
+                                  clip_bounds=[1.0], compute_nodes=nodes, deadline_seconds=60)
+        with DcaOperator(ep) as op:
+            job = op.create(spec)
+            asyncio.run(submit_cohort(ep, ep.tls, job, [f"c{i}" for i in range(4)], np.zeros((4, 3)), batched=False))
+            assert op.wait(job, timeout=120).state == "RELEASED"
+    finally:
+        fed.stop()
+    lines = [json.loads(line) for line in (fed.workdir / "node-1" / "service.log").read_text().splitlines() if line.strip()]
+    assert lines and all({"time", "level", "role", "site", "event"} <= set(x) for x in lines)
+    assert {x["role"] for x in lines} == {"compute-node"} and {x["site"] for x in lines} == {"node-1"}
+    mine = [x for x in lines if x.get("job_id") == job]
+    assert mine and all(x["protocol"] == "dca" and x["stage"] for x in mine)
+    curator = [json.loads(line) for line in (fed.workdir / "curator" / "service.log").read_text().splitlines() if line.strip()]
+    assert any(x.get("job_id") == job for x in curator)
