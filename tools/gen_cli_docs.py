@@ -6,6 +6,8 @@ the code. The grammar and the conventions at the top are written here once.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from mpdp_services.cli.main import cli
@@ -48,6 +50,7 @@ def _section(cmd: click.Command, path: list[str], out: list[str]) -> None:
 
 
 def _command(cmd: click.Command, path: list[str], out: list[str]) -> None:
+    _relative_defaults(cmd)
     ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=WIDTH, max_content_width=WIDTH)
     out.append(f"## `{' '.join(path)}`\n")
     out.append("```text")
@@ -59,6 +62,20 @@ def render() -> str:
     out = [HEADER]
     _section(cli, ["mpdp"], out)
     return "\n".join(out).rstrip() + "\n"
+
+
+_SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def _relative_defaults(cmd: click.Command) -> None:
+    """Defaults resolved against this checkout (the shared data beside it) show as the relative path they mean,
+    before the help is wrapped, so the page is the same wherever the repository is cloned."""
+    for param in cmd.params:
+        text = str(param.default) if isinstance(param.default, (str, Path)) else ""
+        for prefix in (str(_SHARED), str(_SHARED.resolve())):
+            if text.startswith(prefix):
+                param.show_default = "../shared" + text[len(prefix):]  # type: ignore[attr-defined]
+                break
 
 
 if __name__ == "__main__":
