@@ -5,12 +5,12 @@
         [--max-memory-gib 16] [--budget-seconds S] [--fresh nodes|dim|cell] [--dry-run]
     python benchmarks/dca_table1.py --markdown FILE      # the tables of docs/benchmarks.md from a results file
 
-A fresh :class:`~services.launcher.federation.LocalFederation` (the curator and M compute-node processes, throwaway CA,
+A fresh :class:`~mpdp_services.launcher.federation.LocalFederation` (the curator and M compute-node processes, throwaway CA,
 mutual TLS; test_mode with 1024-bit Paillier/DGK keys only so that the curator, whose keys DCA does not use,
 starts fast; TLS is unaffected) is started per (M, d) (``--fresh dim``, default), per M (``nodes``) or per
 cell. Then for every cell (N, d), in order of increasing size, and every batching mode, one job (T = 0, ε = 1,
 δ = 1e−5, clip bounds ±1, f = 32) is created and N simulated clients submit from this process through
-:func:`services.dca_client.submit_cohort`: one long-lived TLS channel per node (never one per client),
+:func:`mpdp_services.dca_client.submit_cohort`: one long-lived TLS channel per node (never one per client),
 
 * ``batched``: ShareBatch messages of ``--batch-bytes`` of shares per node (each client still accounted on
   its own by the node), one batch in flight;
@@ -55,9 +55,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mpdp.messages import common_pb2, dca_pb2 as pb  # noqa: E402
-from services.common.endpoints import Endpoints  # noqa: E402
-from services.dca_client.client import DcaOperator, submit_cohort  # noqa: E402
-from services.launcher.federation import LocalFederation  # noqa: E402
+from mpdp_services.common.endpoints import Endpoints  # noqa: E402
+from mpdp_services.dca_client.client import DcaOperator, submit_cohort  # noqa: E402
+from mpdp_services.launcher.federation import LocalFederation  # noqa: E402
 
 # Heikkilä et al. 2017, Table 1: seconds, M = 10 compute nodes, 5 repeats, encryption excluded.
 PAPER_SECONDS: dict[int, dict[int, float]] = {

@@ -28,9 +28,9 @@ from sklearn.datasets import load_svmlight_file
 from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.erm import predict
 from mpdp.messages import hamm2016_pb2 as pb
-from services.common.endpoints import Endpoints
-from services.operator.ensemble import train_ensemble
-from services.launcher.federation import LocalFederation
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.ensemble import train_ensemble
+from mpdp_services.launcher.federation import LocalFederation
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "a9a"
 NODES = ["node-1", "node-2", "node-3"]

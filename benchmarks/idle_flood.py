@@ -2,12 +2,12 @@
 
     python benchmarks/idle_flood.py [--connections 20000] [--deadline 180] [--reconnect] [--json FILE]
 
-Starts a fresh :class:`~services.launcher.federation.LocalFederation` (curator and 3 parties, test mode, 1024-bit keys,
+Starts a fresh :class:`~mpdp_services.launcher.federation.LocalFederation` (curator and 3 parties, test mode, 1024-bit keys,
 small synthetic data), then, all on loopback:
 
 1. baseline: a legitimate client (a fresh ``mpdp`` process, so a fresh TCP connection and TLS handshake) asks
    the curator's health service, then runs a small Pathak job (``mpdp train``), each under ``--deadline``;
-2. flood: holder processes (started with :func:`services.common.processes.spawn`, so they die with this one)
+2. flood: holder processes (started with :func:`mpdp_services.common.processes.spawn`, so they die with this one)
    open ``--connections`` TCP connections to the curator's port and send nothing (no TLS handshake), each
    holder bounded by its descriptor limit (``--reconnect``: a connection the curator closes is reopened at once);
 3. under flood: the same health check and job again, while every connection is held.
@@ -36,8 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.common.processes import raise_fd_limit, spawn  # noqa: E402
-from services.launcher.federation import LocalFederation  # noqa: E402
+from mpdp_services.common.processes import raise_fd_limit, spawn  # noqa: E402
+from mpdp_services.launcher.federation import LocalFederation  # noqa: E402
 
 PARTIES = ["party-1", "party-2", "party-3"]
 HEADROOM = 128  # descriptors a holder keeps for itself (interpreter, pipes)
@@ -179,7 +179,7 @@ class Outcome:
 def run_client(args: list[str], deadline: float) -> Outcome:
     """One fresh ``mpdp`` process (fresh TCP connection and TLS handshake) with a deadline."""
     t0 = time.monotonic()
-    p = spawn([sys.executable, "-m", "services.cli.main", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = spawn([sys.executable, "-m", "mpdp_services.cli.main", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
               cwd=Path(__file__).resolve().parents[1])
     try:
         out, err = p.communicate(timeout=deadline)

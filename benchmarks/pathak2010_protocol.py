@@ -21,10 +21,10 @@ import numpy as np
 
 from mpdp.pathak2010 import driver
 from mpdp.pathak2010.resources import CuratorSecrets
-from services.operator.pathak2010 import make_spec
-from services.common.endpoints import Endpoints
-from services.operator.pathak2010 import OperatorClient
-from services.launcher.federation import LocalFederation
+from mpdp_services.operator.pathak2010 import make_spec
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.pathak2010 import OperatorClient
+from mpdp_services.launcher.federation import LocalFederation
 
 
 def parts(K: int, d: int, n: int = 400, seed: int = 0):

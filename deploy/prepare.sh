@@ -23,10 +23,10 @@ SITE_UID=10001   # the image's mpdp user
 "$HERE/build-image.sh"
 
 if [ ! -d "$OUT/sites/curator" ] || [ -n "${MPDP_REPROVISION:-}" ]; then
-  "$PY" -m services.cli.main provision sites "$HERE/federation.yaml" --out "$OUT/sites" --ca "$OUT/ca" --force
+  "$PY" -m mpdp_services.cli.main provision sites "$HERE/federation.yaml" --out "$OUT/sites" --ca "$OUT/ca" --force
 fi
 parties="$("$PY" -c 'import sys, yaml; print(",".join(p["name"] for p in yaml.safe_load(open(sys.argv[1]))["parties"]))' "$HERE/federation.yaml")"
-"$PY" -m services.cli.main provision demo-data --parties "$parties" --out "$OUT/data" >/dev/null
+"$PY" -m mpdp_services.cli.main provision demo-data --parties "$parties" --out "$OUT/data" >/dev/null
 
 # The containers run as uid $SITE_UID: they must read their site folder (site.key is 0600) and data.
 if [ "$(id -u)" = 0 ]; then

@@ -40,7 +40,7 @@ ENSEMBLE_METHODS = ("soft", "vote")
 ENDPOINTS_ENV = "MPDP_ENDPOINTS"
 # The one bridge from the network-free core to the services: the live backend is the operator room's, found by
 # name when connecting (the core imports no network code, tests/core/test_layout.py).
-LIVE_BACKEND = "services.operator.federation"
+LIVE_BACKEND = "mpdp_services.operator.federation"
 
 
 class Backend(Protocol):

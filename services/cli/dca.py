@@ -17,8 +17,8 @@ err = Console(stderr=True)
 
 
 def _operator(endpoints: str):
-    from services.common.endpoints import Endpoints
-    from services.dca_client.client import DcaOperator
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.dca_client.client import DcaOperator
 
     return DcaOperator(Endpoints.load(endpoints))
 
@@ -122,9 +122,9 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     from cryptography import x509
 
     from mpdp.ledger import BudgetExceeded, LedgerError
-    from services.common.endpoints import Endpoints
-    from services.common.rpc import TlsFiles
-    from services.dca_client.client import submit_vector
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.common.rpc import TlsFiles
+    from mpdp_services.dca_client.client import submit_vector
 
     folder = Path(site)
     tls = TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
@@ -146,7 +146,7 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
 def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, budget_delta: float | None):
     """The ledger a DCA client spends from: the options, else what SITE/party.yaml configures."""
     from mpdp.ledger import DEFAULT_BUDGET_DELTA, Ledger
-    from services.common import config as cfgmod
+    from mpdp_services.common import config as cfgmod
 
     party_yaml = site / "party.yaml"
     if party_yaml.exists():
@@ -175,8 +175,8 @@ def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, bu
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def loadgen(endpoints, job_id, clients, batched, batch_size, seed, as_json) -> None:
     """Simulate many clients against real compute nodes over TLS (operator certificate, per-client accounting)."""
-    from services.common.endpoints import Endpoints
-    from services.dca_client.client import DcaOperator, submit_cohort
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.dca_client.client import DcaOperator, submit_cohort
 
     ep = Endpoints.load(endpoints)
     with DcaOperator(ep) as op:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from services.cli import experiment_pathak
-from services.cli import experiment_lmgc
-from services.cli import experiment_heikkila
-from services.cli import experiment_hamm
-from services.cli import experiment_price
+from mpdp_services.cli import experiment_pathak
+from mpdp_services.cli import experiment_lmgc
+from mpdp_services.cli import experiment_heikkila
+from mpdp_services.cli import experiment_hamm
+from mpdp_services.cli import experiment_price
 
 COMMANDS: list[click.Command] = [
     experiment_pathak.command,

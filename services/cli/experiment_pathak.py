@@ -116,7 +116,7 @@ def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: st
     extra = None
     spot: dict = {}
     if protocol:
-        from services.operator.spotcheck import protocol_points
+        from mpdp_services.operator.spotcheck import protocol_points
 
         wanted = [lab.strip() for lab in protocol_epsilons.split(",")] if protocol_epsilons else [config.labels[0], config.labels[-1]]
         unknown = [w for w in wanted if w not in config.labels]

@@ -1,7 +1,7 @@
 """`mpdp health`: ask a service's standard gRPC health service, over mutual TLS, whether it serves.
 
 Exit status 0 when the service answers SERVING, 1 otherwise (with the reason on stderr), so it works as
-a container health check. Runnable as ``python -m services.cli.health`` too: it imports only grpc and
+a container health check. Runnable as ``python -m mpdp_services.cli.health`` too: it imports only grpc and
 cryptography, which keeps a health probe cheap.
 """
 

@@ -19,7 +19,7 @@ from mpdp.learn import logreg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010 import tester
 
-from services.operator.pathak2010 import MODES, make_spec
+from mpdp_services.operator.pathak2010 import MODES, make_spec
 
 err = Console(stderr=True)
 STAGES = ["setup", "stage1", "stage2", "stage3"]
@@ -99,7 +99,7 @@ def federation() -> None:
 def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
                   budget_epsilon: float, budget_delta: float) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
-    from services.launcher.federation import LocalFederation
+    from mpdp_services.launcher.federation import LocalFederation
 
     names = [f"party-{i + 1}" for i in range(n_parties)]
     ds: dict[str, dict[str, dict]] = {}
@@ -170,8 +170,8 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
     """Run a training job across the parties and print the published model's summary."""
     import grpc
 
-    from services.common.endpoints import Endpoints
-    from services.operator.pathak2010 import OperatorClient
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.pathak2010 import OperatorClient
 
     if model == "dp-gd":
         dpgd_mode = "corrected" if mode == "gaussian-distributed" else mode  # dp-gd's own calibrations; the Pathak default names the provable one
@@ -181,7 +181,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 
     if model == "hamm2016":
         from mpdp.messages import hamm2016_pb2
-        from services.operator.ensemble import summary as ens_summary, train_ensemble
+        from mpdp_services.operator.ensemble import summary as ens_summary, train_ensemble
 
         nodes = [n for n in compute_nodes.split(",") if n] or _endpoint_nodes(endpoints)
         if not auxiliary:
@@ -198,7 +198,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         return
 
     if model == "lmgc":
-        from services.operator.local import submit_local
+        from mpdp_services.operator.local import submit_local
 
         if mode == "gaussian-distributed":
             mode = "corrected"  # lmgc has its own two calibrations; the Pathak default names the provable one
@@ -232,14 +232,14 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
     """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."""
     import grpc
 
-    from services.common.endpoints import Endpoints
-    from services.operator.pathak2010 import OperatorClient
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.pathak2010 import OperatorClient
 
     if job_id.startswith("dp-"):
         _predict_dpgd(endpoints, job_id, data_path, fmt, as_json)
         return
     if job_id.startswith("hm-"):
-        from services.operator.ensemble import predict_ensemble
+        from mpdp_services.operator.ensemble import predict_ensemble
 
         try:
             out = predict_ensemble(Endpoints.load(endpoints), job_id, data_path, fmt)
@@ -248,7 +248,7 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
     if job_id.startswith("lm-"):
-        from services.operator.local import predict_local
+        from mpdp_services.operator.local import predict_local
 
         try:
             out = predict_local(Endpoints.load(endpoints), job_id, data_path, fmt, party)
@@ -291,9 +291,9 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
     """Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."""
     from sklearn.datasets import load_breast_cancer
 
-    from services.common.endpoints import Endpoints
-    from services.operator.pathak2010 import OperatorClient
-    from services.launcher.federation import LocalFederation
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.pathak2010 import OperatorClient
+    from mpdp_services.launcher.federation import LocalFederation
 
     if n_parties < 3:
         raise click.BadParameter("the demo needs at least 3 parties", param_hint="--parties")
@@ -354,8 +354,8 @@ def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes:
     """`mpdp train --model dp-gd`: run the job, store the model for `mpdp predict`, print its summary."""
     from mpdp.dpgd.model import Task
     from mpdp.dpgd.plan import DpgdPlan, auto_rounds
-    from services.common.endpoints import Endpoints
-    from services.operator.dpgd import RoundFailed, run_dpgd, save_model
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.dpgd import RoundFailed, run_dpgd, save_model
 
     for name, v in (("--dimension", dimension), ("--total-records", total_records), ("--records-per-party", records_per_party)):
         if v < 1:
@@ -381,7 +381,7 @@ def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes:
 def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
     """Classify with a stored dp-gd model (rows scaled onto the unit ball, as the parties trained on them)."""
     from mpdp.dpgd.model import Task, party_rows, prepare
-    from services.operator.dpgd import load_model
+    from mpdp_services.operator.dpgd import load_model
 
     try:
         m = load_model(endpoints, job_id)

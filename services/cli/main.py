@@ -20,7 +20,7 @@ def experiment() -> None:
 
 def _register() -> None:
     # Subcommand modules; each exposes `command` (a click.Command).
-    from services.cli import dca, experiment_commands, health, jobs, provision, regress, serve
+    from mpdp_services.cli import dca, experiment_commands, health, jobs, provision, regress, serve
 
     cli.add_command(serve.serve)
     cli.add_command(jobs.federation)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from services.common import pki
+from mpdp_services.common import pki
 
 
 class _DefaultGroup(click.Group):
@@ -50,8 +50,8 @@ def provision() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def sites(federation_yaml: str, out: str, ca_dir: str | None, force: bool, as_json: bool) -> None:
     """Write a folder per site (certificate, key, CA certificate, config, README) from FEDERATION_YAML."""
-    from services.provisioning.provision import ProvisionError, load_spec
-    from services.provisioning.provision import provision as run
+    from mpdp_services.provisioning.provision import ProvisionError, load_spec
+    from mpdp_services.provisioning.provision import provision as run
 
     try:
         result = run(load_spec(federation_yaml), out, ca_dir, force)
@@ -77,7 +77,7 @@ def sites(federation_yaml: str, out: str, ca_dir: str | None, force: bool, as_js
 @click.option("--force", is_flag=True, help="replace an existing site.key")
 def csr(role: str, site: str, federation: str, out: str, force: bool) -> None:
     """At the institution: make a private key and a certificate signing request (the key never leaves)."""
-    from services.provisioning.provision import ProvisionError, make_csr_files
+    from mpdp_services.provisioning.provision import ProvisionError, make_csr_files
 
     try:
         key_p, csr_p = make_csr_files(role, site, out, federation, force)
@@ -96,7 +96,7 @@ def csr(role: str, site: str, federation: str, out: str, force: bool) -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="folder for site.crt and ca.crt (send both back)")
 def sign(ca_dir: str, csr_path: str, hosts: tuple[str, ...], role: str | None, days: int, out: str) -> None:
     """At the federation operator: sign a site's CSR; role and site name come from the CSR."""
-    from services.provisioning.provision import ProvisionError, describe, sign_csr_file
+    from mpdp_services.provisioning.provision import ProvisionError, describe, sign_csr_file
 
     names = [h.strip() for item in hosts for h in item.split(",") if h.strip()]
     try:
@@ -113,7 +113,7 @@ def sign(ca_dir: str, csr_path: str, hosts: tuple[str, ...], role: str | None, d
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per file")
 def show(files: tuple[str, ...], as_json: bool) -> None:
     """Print what a certificate or CSR says: role, site, federation, SAN, validity, SHA-256 fingerprint."""
-    from services.provisioning.provision import ProvisionError, describe
+    from mpdp_services.provisioning.provision import ProvisionError, describe
 
     for f in files:
         try:
@@ -133,7 +133,7 @@ def show(files: tuple[str, ...], as_json: bool) -> None:
 @click.argument("folder", type=click.Path(file_okay=False))
 def check(folder: str) -> None:
     """Check a site folder: files present, key matches certificate, signed by ca.crt, not expired."""
-    from services.provisioning.provision import verify_site
+    from mpdp_services.provisioning.provision import verify_site
 
     problems = verify_site(folder)
     if problems:
@@ -146,7 +146,7 @@ def check(folder: str) -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="folder: OUT/<party>/breast_cancer.csv, OUT/operator/breast_cancer_test.csv, OUT/curator/breast_cancer_aux.csv")
 def demo_data(parties: str, out: str) -> None:
     """Split scikit-learn's bundled breast-cancer data into per-party CSVs (demo only; never commit them)."""
-    from services.provisioning.provision import ProvisionError, write_demo_data
+    from mpdp_services.provisioning.provision import ProvisionError, write_demo_data
 
     try:
         paths = write_demo_data(out, [p.strip() for p in parties.split(",") if p.strip()])

@@ -30,8 +30,8 @@ import numpy as np
 def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delta, total_records, records_per_party, mode, noise, grid_repeats, test_data, out, as_json) -> None:
     """Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2)."""
     from mpdp.data.loaders import load
-    from services.common.endpoints import Endpoints
-    from services.operator.regression import RoundFailed, run_regression
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.regression import RoundFailed, run_regression
 
     b = [float(v) for v in bounds.split(",")]
     if len(b) == 1:

@@ -8,8 +8,8 @@ import sys
 
 import click
 
-from services.common import config as cfgmod
-from services.common.processes import raise_fd_limit
+from mpdp_services.common import config as cfgmod
+from mpdp_services.common.processes import raise_fd_limit
 
 
 @click.group()
@@ -47,7 +47,7 @@ _CONFIG_HELP = "YAML config (env MPDP_* overrides fields)"
 @click.option("--quiet", is_flag=True, help="log warnings only")
 def serve_curator(config_path: str, quiet: bool) -> None:
     """Run Charlie, the curator: job submission, protocol steps, model registry."""
-    _run(cfgmod.CuratorConfig, config_path, quiet, "services.curator.server")
+    _run(cfgmod.CuratorConfig, config_path, quiet, "mpdp_services.curator.server")
 
 
 @serve.command("party")
@@ -55,7 +55,7 @@ def serve_curator(config_path: str, quiet: bool) -> None:
 @click.option("--quiet", is_flag=True, help="log warnings only")
 def serve_party(config_path: str, quiet: bool) -> None:
     """Run a party P_j: trains locally on its own data and takes part in jobs."""
-    _run(cfgmod.PartyConfig, config_path, quiet, "services.party.server")
+    _run(cfgmod.PartyConfig, config_path, quiet, "mpdp_services.party.server")
 
 
 @serve.command("compute-node")
@@ -63,4 +63,4 @@ def serve_party(config_path: str, quiet: bool) -> None:
 @click.option("--quiet", is_flag=True, help="log warnings only")
 def serve_compute_node(config_path: str, quiet: bool) -> None:
     """Run a DCA compute node: sums clients' shares and agrees with the other nodes before releasing."""
-    _run(cfgmod.ComputeNodeConfig, config_path, quiet, "services.compute_node.server")
+    _run(cfgmod.ComputeNodeConfig, config_path, quiet, "mpdp_services.compute_node.server")

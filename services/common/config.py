@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from services.common.rpc import TlsFiles
+from mpdp_services.common.rpc import TlsFiles
 
 
 class ConfigError(ValueError):

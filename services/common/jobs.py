@@ -258,7 +258,7 @@ class Reaper:
 
 
 def machine_outcome(hosted) -> tuple[str, bool, int]:
-    """(state, terminal, problem) of a hosted role machine (``Hosted`` in :mod:`services.common.runtime`)."""
+    """(state, terminal, problem) of a hosted role machine (``Hosted`` in :mod:`mpdp_services.common.runtime`)."""
     m = hosted.machine
     error = getattr(m, "error", None)
     return m.state, bool(m.terminal), (error.problem if error is not None else P.PROBLEM_UNSPECIFIED)

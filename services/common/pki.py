@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from services.common.durable import PRIVATE, PUBLIC, write_atomic
+from mpdp_services.common.durable import PRIVATE, PUBLIC, write_atomic
 
 ROLES = ("party", "curator", "compute_node", "operator")
 DEFAULT_DAYS = 365

@@ -24,9 +24,9 @@ from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2
-from services.common import errors
-from services.common.pki import Identity, identity_from_pem
-from services.common.transcript import Transcript
+from mpdp_services.common import errors
+from mpdp_services.common.pki import Identity, identity_from_pem
+from mpdp_services.common.transcript import Transcript
 
 log = logging.getLogger("mpdp.rpc")
 P = common_pb2.Problem
@@ -98,7 +98,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
     3. the caller may have at most ``per_caller`` RPCs in flight (OVERLOADED otherwise);
     4. only then is the body parsed; an undecodable body is MALFORMED (INVALID_ARGUMENT).
 
-    Every refusal goes through :func:`services.common.errors.refuse`. An exception a servicer did not
+    Every refusal goes through :func:`mpdp_services.common.errors.refuse`. An exception a servicer did not
     turn into a refusal is a bug: it is logged once with its traceback and the caller gets INTERNAL
     with no detail about it.
     """

@@ -17,7 +17,7 @@ import grpc
 
 from mpdp.messages import common_pb2
 from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply
-from services.common import errors
+from mpdp_services.common import errors
 
 log = logging.getLogger("mpdp")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from services.common.durable import PRIVATE, write_atomic
+from mpdp_services.common.durable import PRIVATE, write_atomic
 
 M = TypeVar("M")
 

@@ -1,7 +1,7 @@
 """What a process received, message by message: the evidence for "this role never sees X" tests.
 
 Test mode only (``MPDP_TRANSCRIPT=<folder>``, one ``<site>.jsonl`` per process; refused otherwise): the role interceptor records every request
-that passes its role check (refused ones never reach a servicer) and :class:`~services.common.rpc.PeerChannels` every response to a call it makes, as
+that passes its role check (refused ones never reach a servicer) and :class:`~mpdp_services.common.rpc.PeerChannels` every response to a call it makes, as
 one JSON line each (direction, method, peer site, message type, serialized bytes in base64).
 """
 

@@ -21,10 +21,10 @@ from mpdp.dca.engine import Reply
 from mpdp.dca.errors import InvalidJob
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
-from services.common import config as cfgmod
-from services.common import errors, jobs
-from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
-from services.common.runtime import Hosted
+from mpdp_services.common import config as cfgmod
+from mpdp_services.common import errors, jobs
+from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
+from mpdp_services.common.runtime import Hosted
 
 log = logging.getLogger("mpdp.compute_node")
 

@@ -12,8 +12,8 @@ from mpdp import limits
 from mpdp.contribution import INTERNAL_FAILURE, ContributionRound
 from mpdp.messages import common_pb2, contribution_pb2 as pb, contribution_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from services.common import errors, jobs
-from services.common.rpc import PeerChannels, roles_by_method
+from mpdp_services.common import errors, jobs
+from mpdp_services.common.rpc import PeerChannels, roles_by_method
 
 log = logging.getLogger("mpdp.curator.contribution")
 

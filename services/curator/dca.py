@@ -21,10 +21,10 @@ from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
-from services.common.durable import write_atomic
-from services.common import errors, jobs
-from services.common.rpc import PeerChannels, caller, method_for_message, roles_by_method
-from services.common.runtime import Hosted
+from mpdp_services.common.durable import write_atomic
+from mpdp_services.common import errors, jobs
+from mpdp_services.common.rpc import PeerChannels, caller, method_for_message, roles_by_method
+from mpdp_services.common.runtime import Hosted
 
 log = logging.getLogger("mpdp.curator.dca")
 

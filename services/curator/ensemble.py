@@ -22,11 +22,11 @@ from mpdp.data.loaders import DatasetError, load
 from mpdp.hamm2016 import job as core
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from services.common import errors, jobs
-from services.common.config import DatasetConfig
-from services.common.rpc import PeerChannels, caller, roles_by_method
-from services.common.store import MessageStore
-from services.curator.dca import DcaCurator, DcaJobRefused
+from mpdp_services.common import errors, jobs
+from mpdp_services.common.config import DatasetConfig
+from mpdp_services.common.rpc import PeerChannels, caller, roles_by_method
+from mpdp_services.common.store import MessageStore
+from mpdp_services.curator.dca import DcaCurator, DcaJobRefused
 
 log = logging.getLogger("mpdp.curator.ensemble")
 

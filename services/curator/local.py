@@ -18,9 +18,9 @@ import grpc
 from mpdp.local_release import LocalReleaseCurator, ReleaseError, validate_spec
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from services.common import errors, jobs
-from services.common.rpc import PeerChannels, roles_by_method
-from services.common.store import MessageStore
+from mpdp_services.common import errors, jobs
+from mpdp_services.common.rpc import PeerChannels, roles_by_method
+from mpdp_services.common.store import MessageStore
 
 log = logging.getLogger("mpdp.curator.local")
 

@@ -23,18 +23,18 @@ from mpdp.pathak2010.curator import CuratorMachine
 from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
-from services.common.durable import write_atomic
-from services.common import config as cfgmod
-from services.common import errors, jobs
-from services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
-from services.common.runtime import SEND_RETRIES, Hosted
-from services.common.store import MessageStore
-from services.common.transcript import from_env as transcript_from_env
-from services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
+from mpdp_services.common.durable import write_atomic
+from mpdp_services.common import config as cfgmod
+from mpdp_services.common import errors, jobs
+from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
+from mpdp_services.common.runtime import SEND_RETRIES, Hosted
+from mpdp_services.common.store import MessageStore
+from mpdp_services.common.transcript import from_env as transcript_from_env
+from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
 from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc
-from services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
-from services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
-from services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
+from mpdp_services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
+from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
+from mpdp_services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
 
 log = logging.getLogger("mpdp.curator")
 

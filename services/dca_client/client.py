@@ -25,8 +25,8 @@ from mpdp.ledger import FAILED, Ledger
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Send
-from services.common.endpoints import Endpoints
-from services.common.rpc import CHANNEL_OPTIONS, TlsFiles
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common.rpc import CHANNEL_OPTIONS, TlsFiles
 
 
 class DcaOperator:

@@ -4,9 +4,9 @@ Used by `mpdp federation up`, `mpdp demo`, the integration tests and the benchma
 process binds port 0 and prints ``MPDP-READY <port>`` once it serves, so starting never
 relies on sleeps. ``endpoints.json`` in the work folder tells clients where everything is.
 
-Every service is started by :func:`services.common.processes.spawn`, so it dies with the process that started
+Every service is started by :func:`mpdp_services.common.processes.spawn`, so it dies with the process that started
 the federation (the CLI, a benchmark, a test), even when that process is killed with SIGKILL. Private keys are
-born 0600 and every file is written durably (:mod:`services.common.durable`).
+born 0600 and every file is written durably (:mod:`mpdp_services.common.durable`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from services.common import pki
-from services.common.durable import PRIVATE, PUBLIC, make_private_dir, write_atomic
-from services.common.processes import spawn
+from mpdp_services.common import pki
+from mpdp_services.common.durable import PRIVATE, PUBLIC, make_private_dir, write_atomic
+from mpdp_services.common.processes import spawn
 
 
 @dataclass
@@ -110,7 +110,7 @@ class LocalFederation:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE), "ab") as stderr:
             popen = spawn(
-                [sys.executable, "-m", "services.cli.main", "serve", role, "--config", str(config), *extra],
+                [sys.executable, "-m", "mpdp_services.cli.main", "serve", role, "--config", str(config), *extra],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 env=env,
@@ -160,7 +160,7 @@ class LocalFederation:
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-        from services.common.rpc import TlsFiles
+        from mpdp_services.common.rpc import TlsFiles
 
         tls = TlsFiles(self.workdir / "operator" / "site.crt", self.workdir / "operator" / "site.key", self.workdir / "operator" / "ca.crt")
         creds = tls.channel_credentials()

@@ -26,9 +26,9 @@ from mpdp.dpgd.plan import DpgdPlan
 from mpdp.dpgd.role import DpgdRole, DpgdRun, RoundFailed, RunRound, drive
 from mpdp.dpgd.wire import STATISTIC
 from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc, dca_pb2 as pb
-from services.common.endpoints import Endpoints
-from services.common.rpc import CHANNEL_OPTIONS
-from services.dca_client.client import DcaOperator
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.dca_client.client import DcaOperator
 
 __all__ = ["DpgdRun", "RoundFailed", "load_model", "model_path", "new_job_id", "run_dpgd", "save_model"]
 JOB_PREFIX = "dp-"

@@ -9,8 +9,8 @@ from mpdp.data.loaders import load
 from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.erm import predict
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
-from services.common.endpoints import Endpoints
-from services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common.rpc import CHANNEL_OPTIONS
 
 
 def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.EnsembleCuratorStub]:

@@ -1,10 +1,10 @@
 """The live federation behind :meth:`mpdp.Federation.connect`: each protocol through its operator client.
 
-Pathak jobs go through :class:`~services.operator.pathak2010.OperatorClient`, DCA sums through
-:class:`~services.dca_client.client.DcaOperator` and :func:`~services.dca_client.client.submit_cohort` (the
+Pathak jobs go through :class:`~mpdp_services.operator.pathak2010.OperatorClient`, DCA sums through
+:class:`~mpdp_services.dca_client.client.DcaOperator` and :func:`~mpdp_services.dca_client.client.submit_cohort` (the
 operator's certificate submits the caller's vectors as a simulated cohort, as `mpdp dca loadgen`), regression
-and dp-gd through their drivers (:func:`~services.operator.regression.run_regression`,
-:func:`~services.operator.dpgd.run_dpgd`), ensembles and LMGC through theirs. The core objects that come back
+and dp-gd through their drivers (:func:`~mpdp_services.operator.regression.run_regression`,
+:func:`~mpdp_services.operator.dpgd.run_dpgd`), ensembles and LMGC through theirs. The core objects that come back
 (PublishedModel, DpSum, RegressionRun, …) become a :class:`mpdp.results.Result` exactly as in-process
 (:mod:`mpdp.results`), so both modes return the same fields.
 """
@@ -21,7 +21,7 @@ import grpc
 import numpy as np
 
 from mpdp.results import LIVE, JobFailed, Result, label_text
-from services.common.endpoints import Endpoints
+from mpdp_services.common.endpoints import Endpoints
 
 DEFAULT_CLASSES = (-1.0, 1.0)  # the parties map binary labels to ±1, the larger label positive
 
@@ -71,7 +71,7 @@ class LiveBackend:
     def logistic_regression(self, *, epsilon: float, lam: float, noise: str, delta: float | None, colluders: int | None,
                             classes: tuple[Any, ...] | None, dataset: str | None, parties: tuple[str, ...] | None) -> Result:
         from mpdp.results import pathak_result
-        from services.operator.pathak2010 import OperatorClient, make_spec
+        from mpdp_services.operator.pathak2010 import OperatorClient, make_spec
 
         t0 = time.perf_counter()
         spec = make_spec(self._dataset(dataset), self._names(parties), epsilon, lam, noise, delta=delta or 0.0, colluders=colluders)
@@ -92,7 +92,7 @@ class LiveBackend:
         from mpdp.dca.errors import InvalidJob
         from mpdp.dca.params import DcaParams
         from mpdp.results import dca_sum_result
-        from services.dca_client.client import DcaOperator, submit_cohort
+        from mpdp_services.dca_client.client import DcaOperator, submit_cohort
 
         t0 = time.perf_counter()
         try:
@@ -124,7 +124,7 @@ class LiveBackend:
     def linear_regression(self, *, bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int | None, records_per_party: int | None,
                           noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None) -> Result:
         from mpdp.results import regression_result
-        from services.operator.regression import RoundFailed, run_regression
+        from mpdp_services.operator.regression import RoundFailed, run_regression
 
         self._required(total_records=total_records, records_per_party=records_per_party)
         t0 = time.perf_counter()
@@ -142,7 +142,7 @@ class LiveBackend:
         from mpdp.dpgd.model import Task
         from mpdp.dpgd.plan import DpgdPlan, auto_rounds
         from mpdp.results import dpgd_result
-        from services.operator.dpgd import RoundFailed, run_dpgd, save_model
+        from mpdp_services.operator.dpgd import RoundFailed, run_dpgd, save_model
 
         self._required(total_records=total_records, records_per_party=records_per_party, dimension=dimension)
         classes = classes or DEFAULT_CLASSES
@@ -165,7 +165,7 @@ class LiveBackend:
                  local_lam: float, protect_aux: bool, dataset: str | None, parties: tuple[str, ...] | None) -> Result:
         from mpdp.messages import hamm2016_pb2
         from mpdp.results import ensemble_result
-        from services.operator.ensemble import train_ensemble
+        from mpdp_services.operator.ensemble import train_ensemble
 
         if not isinstance(auxiliary, str):
             raise TypeError("a live federation's auxiliary data live at the curator: pass the name of its auxiliary dataset")
@@ -185,7 +185,7 @@ class LiveBackend:
     def lmgc(self, *, epsilon: float, lam: float, ridge: float, data_norm: float, release: str, dataset: str | None,
              parties: tuple[str, ...] | None) -> Result:
         from mpdp.results import lmgc_result
-        from services.operator.local import fetch, submit_local
+        from mpdp_services.operator.local import fetch, submit_local
 
         t0 = time.perf_counter()
         try:

@@ -11,8 +11,8 @@ from typing import Iterator
 import grpc
 
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
-from services.common.endpoints import Endpoints
-from services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common.rpc import CHANNEL_OPTIONS
 
 
 MODES = ("gaussian-distributed", "corrected", "paper")  # the first is the default (docs/experiments/pathak2010.md)

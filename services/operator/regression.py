@@ -17,9 +17,9 @@ import grpc
 from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc, dca_pb2 as pb
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import RegressionRole, RegressionRun, RoundFailed, RunRound, drive
-from services.common.endpoints import Endpoints
-from services.common.rpc import CHANNEL_OPTIONS
-from services.dca_client.client import DcaOperator
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.dca_client.client import DcaOperator
 
 __all__ = ["RegressionRun", "RoundFailed", "run_regression"]
 

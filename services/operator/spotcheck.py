@@ -15,10 +15,10 @@ import numpy as np
 
 from mpdp.experiments import pathak2010 as exp
 from mpdp.pathak2010 import tester
-from services.operator.pathak2010 import make_spec
-from services.common.endpoints import Endpoints
-from services.operator.pathak2010 import OperatorClient
-from services.launcher.federation import LocalFederation
+from mpdp_services.operator.pathak2010 import make_spec
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.pathak2010 import OperatorClient
+from mpdp_services.launcher.federation import LocalFederation
 
 Point = tuple[str, str, str, float]  # split, mode, ε label, ε (results are keyed by the float ε, as the plot needs)
 

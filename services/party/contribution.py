@@ -25,14 +25,14 @@ from mpdp.dpgd.plan import party_vector, round_job_id
 from mpdp.ledger import FAILED, BudgetExceeded, LedgerError
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2
 from mpdp.regression.statistics import party_statistics
-from services.common.endpoints import Endpoints
-from services.common import errors
-from services.common.errors import shown
-from services.common.rpc import caller, roles_by_method
-from services.dca_client.client import fetch_job, submit_vector
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common import errors
+from mpdp_services.common.errors import shown
+from mpdp_services.common.rpc import caller, roles_by_method
+from mpdp_services.dca_client.client import fetch_job, submit_vector
 
 if TYPE_CHECKING:
-    from services.party.server import Party
+    from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party")
 Problem = common_pb2.Problem

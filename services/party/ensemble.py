@@ -19,14 +19,14 @@ from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.local import CLASSIFIERS
 from mpdp.ledger import FAILED
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
-from services.common.endpoints import Endpoints
-from services.common import errors
-from services.common.errors import shown
-from services.common.rpc import CHANNEL_OPTIONS, caller, roles_by_method
-from services.dca_client.client import fetch_job, submit_vector
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common import errors
+from mpdp_services.common.errors import shown
+from mpdp_services.common.rpc import CHANNEL_OPTIONS, caller, roles_by_method
+from mpdp_services.dca_client.client import fetch_job, submit_vector
 
 if TYPE_CHECKING:
-    from services.party.server import Party
+    from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party.ensemble")
 

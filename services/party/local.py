@@ -13,12 +13,12 @@ from mpdp.local_release import PROTOCOL, ReleaseError, ledger_entry, party_relea
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc
 from mpdp.protocol import ProtocolError
-from services.common import config as cfgmod, errors, jobs
-from services.common.errors import shown
-from services.common.rpc import caller, roles_by_method
+from mpdp_services.common import config as cfgmod, errors, jobs
+from mpdp_services.common.errors import shown
+from mpdp_services.common.rpc import caller, roles_by_method
 
 if TYPE_CHECKING:
-    from services.party.server import Party
+    from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party")
 Problem = common_pb2.Problem

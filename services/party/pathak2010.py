@@ -1,7 +1,7 @@
 """P_j in a Pathak 2010 job: receives Charlie's and other parties' steps, forwards what its machine sends.
 
 Servicer methods only check the caller, look up the job, feed its machine and forward what comes out;
-the protocol lives in :mod:`mpdp.pathak2010.party`. The ledger is the site's (:class:`services.party.server.Party`):
+the protocol lives in :mod:`mpdp.pathak2010.party`. The ledger is the site's (:class:`mpdp_services.party.server.Party`):
 the job's true guarantee is spent before JobAcceptance leaves and marked released or failed when it ends.
 """
 
@@ -21,14 +21,14 @@ from mpdp.pathak2010.params import InvalidJob
 from mpdp.pathak2010.party import PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send
-from services.common import config as cfgmod, errors, jobs
-from services.common.errors import shown
-from services.common.rpc import caller, method_for_message, roles_by_method
-from services.common.runtime import Hosted
-from services.party.precompute import Precompute
+from mpdp_services.common import config as cfgmod, errors, jobs
+from mpdp_services.common.errors import shown
+from mpdp_services.common.rpc import caller, method_for_message, roles_by_method
+from mpdp_services.common.runtime import Hosted
+from mpdp_services.party.precompute import Precompute
 
 if TYPE_CHECKING:
-    from services.party.server import Party
+    from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party")
 Problem = common_pb2.Problem

@@ -1,10 +1,10 @@
 """P_j as a gRPC service: the site (config, privacy ledger, peer channels) and one servicer per flow.
 
 Data never travels: the party loads its own records from the paths in its config when a job names a
-dataset. Each flow has its own module: :mod:`services.party.pathak2010` (the Pathak 2010 protocol, with
-:mod:`services.party.precompute` keeping its pools), :mod:`services.party.local` (LMGC local releases),
-:mod:`services.party.contribution` (regression statistics contributed to DCA sums) and
-:mod:`services.party.ensemble` (HCB16 votes). They share one :class:`Party`: its ledger is the one place
+dataset. Each flow has its own module: :mod:`mpdp_services.party.pathak2010` (the Pathak 2010 protocol, with
+:mod:`mpdp_services.party.precompute` keeping its pools), :mod:`mpdp_services.party.local` (LMGC local releases),
+:mod:`mpdp_services.party.contribution` (regression statistics contributed to DCA sums) and
+:mod:`mpdp_services.party.ensemble` (HCB16 votes). They share one :class:`Party`: its ledger is the one place
 where this party spends ε.
 """
 
@@ -23,12 +23,12 @@ from mpdp.ledger import BudgetExceeded, Ledger, LedgerError
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, contribution_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.resources import CuratorPublicKeys
-from services.common import config as cfgmod, errors
-from services.common.errors import shown
-from services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, register_at_curator, serve_until_signal, start_server, tls_failure
-from services.party import contribution, ensemble, local, pathak2010
-from services.party.pathak2010 import CURATOR_SERVICE, PathakParty, curator_keys_from
-from services.party.precompute import PRECOMPUTE_HEALTH
+from mpdp_services.common import config as cfgmod, errors
+from mpdp_services.common.errors import shown
+from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, register_at_curator, serve_until_signal, start_server, tls_failure
+from mpdp_services.party import contribution, ensemble, local, pathak2010
+from mpdp_services.party.pathak2010 import CURATOR_SERVICE, PathakParty, curator_keys_from
+from mpdp_services.party.precompute import PRECOMPUTE_HEALTH
 
 log = logging.getLogger("mpdp.party")
 Problem = common_pb2.Problem

@@ -11,7 +11,7 @@ datasets) and the protocol defaults. :func:`provision` turns it into::
       operator/                site.crt site.key ca.crt endpoints.json README.md
     CA/                        ca.key ca.crt      (a separate folder that stays on the provisioning host)
 
-Certificates come from :mod:`services.common.pki`: role in OU, site name in CN, federation in O, the
+Certificates come from :mod:`mpdp_services.common.pki`: role in OU, site name in CN, federation in O, the
 site's host names in the SAN. A site that keeps its key at home sends a CSR instead (``csr:`` in the
 description, or ``mpdp provision csr`` / ``mpdp provision sign``); its folder then gets no key.
 
@@ -35,9 +35,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from services.common import pki
-from services.common.config import DatasetConfig
-from services.common.durable import PRIVATE, PUBLIC, make_private_dir, write_atomic
+from mpdp_services.common import pki
+from mpdp_services.common.config import DatasetConfig
+from mpdp_services.common.durable import PRIVATE, PUBLIC, make_private_dir, write_atomic
 
 SITE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 TLS = {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}

@@ -4,7 +4,7 @@ Every attack talks to real processes over mutual TLS on loopback with the genera
 ``mpdp/messages`` (no client library of the product), as an outside checker would. The federation is
 the one ``mpdp federation up --test-mode --parties 3 --compute-nodes 3`` starts (LocalFederation, in
 process), plus small datasets so that legitimate jobs can run. Certificates for attackers are minted
-here from the federation's CA key (``<workdir>/ca/ca.key``) with :mod:`services.common.pki`.
+here from the federation's CA key (``<workdir>/ca/ca.key``) with :mod:`mpdp_services.common.pki`.
 
 Checks shared by every attack module:
 
@@ -33,9 +33,9 @@ from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
-from services.common import pki
-from services.common.rpc import TlsFiles
-from services.launcher.federation import LocalFederation
+from mpdp_services.common import pki
+from mpdp_services.common.rpc import TlsFiles
+from mpdp_services.launcher.federation import LocalFederation
 
 PARTIES = ["party-1", "party-2", "party-3"]
 NODES = ["node-1", "node-2", "node-3"]
@@ -279,8 +279,8 @@ def submit_clients(fed: LocalFederation, job_id: str, clients: list[str], nodes=
     """Legitimate clients (an OPERATOR router) submit shares of small vectors to every node of the job."""
     import asyncio
 
-    from services.common.endpoints import Endpoints
-    from services.dca_client.client import submit_cohort
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.dca_client.client import submit_cohort
 
     ep = Endpoints.load(fed.workdir)
     d = _job_dimension(fed, job_id)

@@ -140,8 +140,8 @@ def test_dca_client_off_the_roster_is_rejected_and_the_round_releases(fed):
 
     import numpy as np
 
-    from services.common.endpoints import Endpoints
-    from services.dca_client.client import submit_vector
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.dca_client.client import submit_vector
 
     job = create_dca(fed, dca_spec(n=3, d=3, nodes=NODES, roster=PARTIES, deadline=30.0))
     for node in NODES:

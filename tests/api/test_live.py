@@ -13,7 +13,7 @@ from sklearn.datasets import load_breast_cancer
 
 import mpdp
 from mpdp.results import DpSumRelease, LinearClassifier, LinearRegressor, LmgcClassifier, Result
-from services.launcher.federation import LocalFederation
+from mpdp_services.launcher.federation import LocalFederation
 
 pytestmark = pytest.mark.integration
 PARTIES = ["party-1", "party-2", "party-3"]

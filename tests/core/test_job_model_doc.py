@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from services.common import errors
+from mpdp_services.common import errors
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocols" / "job-model.md"
 

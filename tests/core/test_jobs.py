@@ -6,7 +6,7 @@ import pytest
 
 from mpdp.messages import common_pb2
 from mpdp.protocol import ProtocolError
-from services.common import jobs
+from mpdp_services.common import jobs
 
 P = common_pb2
 

@@ -152,7 +152,7 @@ def test_every_write_is_fsynced_file_then_folder(tmp_path, monkeypatch):
 
 def test_paper_mode_spends_the_true_epsilon_not_the_nominal_one(tmp_path):
     """Budget 10, K = 2, nominal ε = 8, d = 30: the guarantee is √30·8/4 ≈ 10.95 > 10, so the job is refused."""
-    from services.party.pathak2010 import pathak_entry
+    from mpdp_services.party.pathak2010 import pathak_entry
 
     cal = PathakCalibration("paper", 8.0, 0.05, 2)
     machine = SimpleNamespace(job_id="pk-paper", d=30, params=SimpleNamespace(calibration=cal, dataset="synthetic"))
@@ -220,7 +220,7 @@ def test_processes_sharing_one_ledger_file_never_overspend(tmp_path):
 def test_party_config_budget_delta_defaults_to_the_old_value_and_is_checked(tmp_path):
     from pydantic import ValidationError
 
-    from services.common.config import PartyConfig
+    from mpdp_services.common.config import PartyConfig
 
     base = {"name": "p", "tls": {"cert": "c", "key": "k", "ca": "a"}, "curator": {"address": "x:1", "name": "curator"}}
     assert PartyConfig(**base).budget_delta == 1e-3
@@ -233,7 +233,7 @@ def test_party_config_budget_delta_defaults_to_the_old_value_and_is_checked(tmp_
 def test_dca_submit_spends_from_the_sites_party_ledger_or_explicit_options(tmp_path):
     import click
 
-    from services.cli.dca import client_ledger
+    from mpdp_services.cli.dca import client_ledger
 
     site = tmp_path / "site"
     site.mkdir()

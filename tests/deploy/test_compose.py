@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.common.processes import spawn
+from mpdp_services.common.processes import spawn
 
 from .conftest import PY, REPO, need_root, run
 
@@ -45,9 +45,9 @@ TIMINGS: dict[str, float] = {}
 # Runs inside the operator container: submit a job, print every status change as one JSON line.
 WATCH_JOB = """
 import json, sys
-from services.operator.pathak2010 import make_spec
-from services.common.endpoints import Endpoints
-from services.operator.pathak2010 import OperatorClient
+from mpdp_services.operator.pathak2010 import make_spec
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.pathak2010 import OperatorClient
 with OperatorClient(Endpoints.load("/site")) as c:
     job = c.submit(make_spec("breast_cancer", sys.argv[1].split(","), 1.0, 0.1, "corrected", 300))
     for st in c.watch(job, timeout=300):
@@ -126,7 +126,7 @@ def test_compose_file_passes_the_real_compose_config(compose):
         assert not svc.get("ports"), f"{name} publishes ports"
         assert list(svc["networks"]) == ["federation"], name
         if name != "operator":
-            assert "services.cli.health" in svc["healthcheck"]["test"], name
+            assert "mpdp_services.cli.health" in svc["healthcheck"]["test"], name
     assert cfg["networks"]["federation"]["internal"] is True
     assert {v["source"] for v in services["curator"]["volumes"] if v["type"] == "volume"} == {"curator-state"}
     for p in PARTIES:
@@ -206,7 +206,7 @@ def test_stopped_party_fails_the_job_naming_it_then_restart_and_resubmit(compose
     failed = final["job_id"]
     p = compose.operator("mpdp", "predict", "--endpoints", "/site", "--job", failed, "--data", "/data/breast_cancer_test.csv", check=False)
     assert p.returncode != 0 and "JOB_FAILED" in p.stderr and "party-3" in p.stderr, p.stderr
-    listed = compose.operator("python", "-c", "from services.common.endpoints import Endpoints; from services.operator.pathak2010 import OperatorClient; print(' '.join(OperatorClient(Endpoints.load('/site')).models()))").stdout.split()
+    listed = compose.operator("python", "-c", "from mpdp_services.common.endpoints import Endpoints; from mpdp_services.operator.pathak2010 import OperatorClient; print(' '.join(OperatorClient(Endpoints.load('/site')).models()))").stdout.split()
     assert failed not in listed
     # restart the party and resubmit
     _timed("restart party-3 (up --wait)", compose, "up", "-d", "--wait", "--wait-timeout", "120", "party-3")
@@ -223,7 +223,7 @@ def test_stopped_party_fails_the_job_naming_it_then_restart_and_resubmit(compose
 
 def test_down_and_up_keep_models_and_ledgers(compose):
     jobs = [compose.first_job, compose.second_job]  # type: ignore[attr-defined]
-    get_models = "import sys; from services.common.endpoints import Endpoints; from services.operator.pathak2010 import OperatorClient; c = OperatorClient(Endpoints.load('/site')); print(*[c.model(j).SerializeToString(deterministic=True).hex() for j in sys.argv[1:]])"
+    get_models = "import sys; from mpdp_services.common.endpoints import Endpoints; from mpdp_services.operator.pathak2010 import OperatorClient; c = OperatorClient(Endpoints.load('/site')); print(*[c.model(j).SerializeToString(deterministic=True).hex() for j in sys.argv[1:]])"
     before_models = compose.operator("python", "-c", get_models, *jobs).stdout.split()
     before_ledgers = {p: compose.ledger(p) for p in PARTIES}
     _timed("compose down", compose, "down", "--timeout", "20")

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.common import processes
+from mpdp_services.common import processes
 
 from .conftest import PY, REPO, need_root, run
 
@@ -82,7 +82,7 @@ class Lab:
 
     def spawn(self, site: str, args: list[str], cwd: Path) -> subprocess.Popen:
         p = processes.spawn(
-            ["ip", "netns", "exec", self.hosts[site], PY, "-m", "services.cli.main", *args],
+            ["ip", "netns", "exec", self.hosts[site], PY, "-m", "mpdp_services.cli.main", *args],
             cwd=cwd, stdout=subprocess.PIPE, stderr=open(cwd / "service.log", "ab"), env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
         )
         self.procs.append(p)
@@ -169,7 +169,7 @@ def lab():
 
 
 def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path):
-    from services.provisioning.provision import load_spec, provision, write_demo_data
+    from mpdp_services.provisioning.provision import load_spec, provision, write_demo_data
 
     sites = ["curator", *PARTIES, *NODES, "operator"]
     for i, s in enumerate(sites):
@@ -207,7 +207,7 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
     for f in ("site.crt", "site.key"):
         (mixed / f).write_bytes((other / f).read_bytes())
     (mixed / "ca.crt").write_bytes((out / "operator" / "ca.crt").read_bytes())
-    refused = run(["ip", "netns", "exec", lab.hosts["intruder"], PY, "-m", "services.cli.health", "--address", f"{lab.addresses['curator']}:{CURATOR_PORT}", "--tls-dir", str(mixed), "--server-name", "curator"], check=False, cwd=REPO)
+    refused = run(["ip", "netns", "exec", lab.hosts["intruder"], PY, "-m", "mpdp_services.cli.health", "--address", f"{lab.addresses['curator']}:{CURATOR_PORT}", "--tls-dir", str(mixed), "--server-name", "curator"], check=False, cwd=REPO)
     assert refused.returncode == 1 and "UNAVAILABLE" in refused.stderr, refused.stderr
 
     # The job, from the operator's namespace, while every namespace's connections are sampled.
@@ -223,7 +223,7 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     def operator(*args: str) -> str:
-        return run(["ip", "netns", "exec", lab.hosts["operator"], PY, "-m", "services.cli.main", *args], timeout=240, cwd=REPO).stdout.strip().splitlines()[-1]
+        return run(["ip", "netns", "exec", lab.hosts["operator"], PY, "-m", "mpdp_services.cli.main", *args], timeout=240, cwd=REPO).stdout.strip().splitlines()[-1]
 
     ep = str(out / "operator")
     try:

@@ -21,12 +21,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.provisioning import provision as pv
-from services.cli.health import probe
-from services.cli.main import _register, cli
-from services.common.endpoints import Endpoints
-from services.common import config as cfgmod
-from services.common import pki
+from mpdp_services.provisioning import provision as pv
+from mpdp_services.cli.health import probe
+from mpdp_services.cli.main import _register, cli
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common import config as cfgmod
+from mpdp_services.common import pki
 
 _register()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from services.cli.experiment_price import command
+from mpdp_services.cli.experiment_price import command
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 

@@ -222,7 +222,7 @@ def test_reproducible_and_fresh_streams(data: exp.A9a) -> None:
 
 
 def test_cli_json_and_files(tmp_path: Path) -> None:
-    from services.cli.experiment_pathak import pathak2010
+    from mpdp_services.cli.experiment_pathak import pathak2010
 
     out = tmp_path / "out"
     res = CliRunner().invoke(pathak2010, ["--data", str(A9A), "--lambda", "1e-3", "--epsilons", "0.1,0.40", "--runs", "2",

@@ -119,7 +119,7 @@ def test_large_privacy_cost_drops_below_indiv(reduced: dict) -> None:
 
 
 def _cli():
-    from services.cli.main import _register, cli
+    from mpdp_services.cli.main import _register, cli
 
     _register()
     return cli
@@ -149,7 +149,7 @@ def test_cli_json_smoke(tmp_path) -> None:
 
 
 def test_cli_help_and_bad_input(tmp_path) -> None:
-    from services.cli.experiment_hamm import command
+    from mpdp_services.cli.experiment_hamm import command
 
     for p in command.params:
         assert getattr(p, "help", None), f"option {p.name} has no --help text"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
-from services.common import pki
-from services.common.rpc import TlsFiles
-from services.launcher.federation import LocalFederation
+from mpdp_services.common import pki
+from mpdp_services.common.rpc import TlsFiles
+from mpdp_services.launcher.federation import LocalFederation
 
 PARTIES = ["party-1", "party-2", "party-3"]
 D = 4

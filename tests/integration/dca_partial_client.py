@@ -13,8 +13,8 @@ from mpdp.dca.client import ClientCohort
 from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb, dca_pb2_grpc as pb_grpc
-from services.common.endpoints import Endpoints
-from services.dca_client.client import _fetch_job, _node_channels, _split
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.dca_client.client import _fetch_job, _node_channels, _split
 
 
 async def main(endpoints: str, job_id: str, full: int) -> None:

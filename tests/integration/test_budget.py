@@ -28,13 +28,13 @@ import pytest
 from mpdp.dca.params import DcaParams
 from mpdp.dp.pathak_paper import paper_mode_true_epsilon
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2
-from services.operator.pathak2010 import make_spec
-from services.common.endpoints import Endpoints
-from services.operator.pathak2010 import OperatorClient
-from services.dca_client.client import DcaOperator, submit_cohort
-from services.operator.ensemble import train_ensemble
-from services.launcher.federation import LocalFederation
-from services.operator.local import submit_local
+from mpdp_services.operator.pathak2010 import make_spec
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.pathak2010 import OperatorClient
+from mpdp_services.dca_client.client import DcaOperator, submit_cohort
+from mpdp_services.operator.ensemble import train_ensemble
+from mpdp_services.launcher.federation import LocalFederation
+from mpdp_services.operator.local import submit_local
 
 pytestmark = pytest.mark.integration
 PARTIES = ["party-1", "party-2", "party-3"]
@@ -218,7 +218,7 @@ def test_concurrent_dca_submissions_from_a_party_site_never_overspend(fed):
         asyncio.run(submit_cohort(ep, ep.tls, j, ["other-client"], np.array([[0.1, 0.2]])))
 
     def submit(job: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "services.cli.main", "dca", "submit", "--endpoints", str(fed.workdir), "--site", str(site),
+        return subprocess.run([sys.executable, "-m", "mpdp_services.cli.main", "dca", "submit", "--endpoints", str(fed.workdir), "--site", str(site),
                                "--job", job, "--values", "0.5,-0.25", "--json"], capture_output=True, text=True, timeout=300)
 
     runs = at_once(submit, [(j,) for j in jobs])  # four client processes and the party service, one ledger file

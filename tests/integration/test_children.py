@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 
-from services.common.processes import spawn
+from mpdp_services.common.processes import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 ENDED_WITHIN = 30.0  # seconds for the kernel to deliver SIGKILL to every orphan
@@ -100,7 +100,7 @@ def kill_launcher_and_check(launcher: subprocess.Popen, services: set[int]) -> N
 def test_federation_up_services_die_with_it(tmp_path):
     workdir = tmp_path / "fed"
     launcher = spawn(
-        [sys.executable, "-m", "services.cli.main", "federation", "up", "--workdir", str(workdir), "--parties", "2", "--compute-nodes", "1", "--test-mode", "--key-bits", "1024"],
+        [sys.executable, "-m", "mpdp_services.cli.main", "federation", "up", "--workdir", str(workdir), "--parties", "2", "--compute-nodes", "1", "--test-mode", "--key-bits", "1024"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
     try:
@@ -152,7 +152,7 @@ def test_spawn_refuses_other_threads():
 def test_child_of_a_killed_parent_dies(tmp_path):
     """Direct: a spawned child's child (armed by spawn) ends when its parent is SIGKILLed mid-life."""
     code = (
-        "import sys, time; from services.common.processes import spawn; "
+        "import sys, time; from mpdp_services.common.processes import spawn; "
         "c = spawn([sys.executable, '-c', 'import time; time.sleep(600)']); print(c.pid, flush=True); time.sleep(600)"
     )
     parent = spawn([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(REPO)))

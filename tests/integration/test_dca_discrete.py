@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from services.launcher.federation import LocalFederation
+from mpdp_services.launcher.federation import LocalFederation
 
 pytestmark = pytest.mark.integration
 NODES = ["node-1", "node-2", "node-3"]
@@ -32,7 +32,7 @@ def fed(tmp_path_factory):
 
 
 def mpdp(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], check=False, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "mpdp_services.cli.main", *args], check=False, capture_output=True, text=True, timeout=300)
 
 
 def test_cli_discrete_gaussian_job_releases_with_rho_and_epsilon_delta(fed):

@@ -23,10 +23,10 @@ from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg
 from mpdp.math.fixedpoint import decode_u64
 from mpdp.messages import common_pb2, dca_pb2 as pb
-from services.common.endpoints import Endpoints
-from services.common.processes import spawn
-from services.dca_client.client import DcaOperator, submit_cohort
-from services.launcher.federation import LocalFederation
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common.processes import spawn
+from mpdp_services.dca_client.client import DcaOperator, submit_cohort
+from mpdp_services.launcher.federation import LocalFederation
 
 pytestmark = pytest.mark.integration
 NODES = ["node-1", "node-2", "node-3"]

@@ -23,11 +23,11 @@ from mpdp.dpgd.plan import DpgdPlan, round_job_id
 from mpdp.dpgd.role import run_inmemory
 from mpdp.dpgd.wire import STATISTIC, round_request
 from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc
-from services.common.endpoints import Endpoints
-from services.common.rpc import CHANNEL_OPTIONS
-from services.dca_client.client import DcaOperator
-from services.launcher.federation import LocalFederation
-from services.operator.dpgd import run_dpgd
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.dca_client.client import DcaOperator
+from mpdp_services.launcher.federation import LocalFederation
+from mpdp_services.operator.dpgd import run_dpgd
 
 pytestmark = pytest.mark.integration
 PARTIES = ["party-1", "party-2", "party-3"]
@@ -113,7 +113,7 @@ def test_dpgd_job_over_sockets(tmp_path):
             assert _ledger(fed, p) == before[p]
 
         # the CLI: train (unseeded), store, predict
-        from services.cli.jobs import predict, train
+        from mpdp_services.cli.jobs import predict, train
 
         args = ["--endpoints", str(fed.workdir), "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lambda", "0.01",
                 "--model", "dp-gd", "--dimension", str(D), "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--rounds", "1", "--json"]

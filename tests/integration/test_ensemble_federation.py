@@ -22,13 +22,13 @@ from mpdp.dca import sharing
 from mpdp.hamm2016 import job as core
 from mpdp.math.fixedpoint import encode_u64
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
-from services.common.endpoints import Endpoints
-from services.cli.jobs import predict as predict_cmd
-from services.common import transcript
-from services.common.config import DatasetConfig
-from services.curator.ensemble import _load_auxiliary
-from services.operator.ensemble import fetch, train_ensemble
-from services.launcher.federation import LocalFederation
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.cli.jobs import predict as predict_cmd
+from mpdp_services.common import transcript
+from mpdp_services.common.config import DatasetConfig
+from mpdp_services.curator.ensemble import _load_auxiliary
+from mpdp_services.operator.ensemble import fetch, train_ensemble
+from mpdp_services.launcher.federation import LocalFederation
 from tests.integration.conftest import curator_channel, site_tls
 
 pytestmark = pytest.mark.integration
@@ -207,7 +207,7 @@ def test_roles_are_enforced(fed):
 
 def test_cli_train_and_predict(fed):
     """`mpdp train --model hamm2016` (private: OS noise) and `mpdp predict` as an operator would run them."""
-    from services.cli.jobs import train as train_cmd
+    from mpdp_services.cli.jobs import train as train_cmd
 
     args = ["--endpoints", str(fed.workdir), "--model", "hamm2016", "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "vote",
             "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "2000", "--lambda", "0.01", "--json"]

@@ -16,9 +16,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from mpdp.messages import common_pb2, dca_pb2, pathak2010_pb2 as pb
-from services.common import pki
-from services.common.rpc import TlsFiles
-from services.launcher.federation import LocalFederation
+from mpdp_services.common import pki
+from mpdp_services.common.rpc import TlsFiles
+from mpdp_services.launcher.federation import LocalFederation
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks.idle_flood import open_idle
 from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pb_grpc
-from services.operator.pathak2010 import make_spec
-from services.common.endpoints import Endpoints
-from services.operator.pathak2010 import OperatorClient
-from services.launcher.federation import LocalFederation
+from mpdp_services.operator.pathak2010 import make_spec
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.pathak2010 import OperatorClient
+from mpdp_services.launcher.federation import LocalFederation
 
 from .conftest import PARTIES, site_tls
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_wine
 
-from services.common.endpoints import Endpoints
-from services.launcher.federation import LocalFederation
-from services.operator.local import fetch, predict_local, submit_local
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.launcher.federation import LocalFederation
+from mpdp_services.operator.local import fetch, predict_local, submit_local
 
 pytestmark = pytest.mark.integration
 PARTIES = ["party-1", "party-2", "party-3"]

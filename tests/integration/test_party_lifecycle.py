@@ -20,12 +20,12 @@ import yaml
 from sklearn.datasets import load_wine
 
 from mpdp.messages import pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
-from services.operator.pathak2010 import make_spec
-from services.common.endpoints import Endpoints
-from services.operator.pathak2010 import OperatorClient
-from services.common import pki
-from services.launcher.federation import LocalFederation
-from services.operator.local import submit_local
+from mpdp_services.operator.pathak2010 import make_spec
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.pathak2010 import OperatorClient
+from mpdp_services.common import pki
+from mpdp_services.launcher.federation import LocalFederation
+from mpdp_services.operator.local import submit_local
 
 from .conftest import MockParty, curator_channel, site_tls, synthetic_parts
 

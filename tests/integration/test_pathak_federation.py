@@ -15,10 +15,10 @@ from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010 import driver, tester
 from tests.pathak_helpers import run_test_job, small_curator_secrets
-from services.operator.pathak2010 import make_spec
-from services.common.endpoints import Endpoints
-from services.operator.pathak2010 import OperatorClient
-from services.common import pki
+from mpdp_services.operator.pathak2010 import make_spec
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.pathak2010 import OperatorClient
+from mpdp_services.common import pki
 
 from .conftest import PARTIES, curator_channel, site_tls
 
@@ -91,7 +91,7 @@ def test_refused_without_client_certificate_or_with_foreign_ca(federation, tmp_p
     other_key, other_ca = pki.make_ca("other-federation")
     key, cert = pki.issue(other_key, other_ca, "operator", "intruder", ["127.0.0.1"])
     pki.write_site(tmp_path / "intruder", key, cert, other_ca)
-    from services.common.rpc import TlsFiles
+    from mpdp_services.common.rpc import TlsFiles
 
     tls = TlsFiles(tmp_path / "intruder" / "site.crt", tmp_path / "intruder" / "site.key", federation.workdir / "ca" / "ca.crt")
     ch = curator_channel(federation, tls)
@@ -183,8 +183,8 @@ def test_party_disconnecting_mid_protocol_fails_job_naming_it(federation, mock_p
 
 
 def test_production_curator_refuses_seeded_jobs_and_small_keys(tmp_path):
-    from services.common import config as cfgmod
-    from services.curator.server import load_secrets
+    from mpdp_services.common import config as cfgmod
+    from mpdp_services.curator.server import load_secrets
 
     cfg = cfgmod.CuratorConfig(name="c", tls={"cert": "a", "key": "b", "ca": "c"}, paillier_bits=1024)
     with pytest.raises(ValueError, match="2048"):

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from mpdp.pathak2010 import tester
-from services.operator.pathak2010 import make_spec
-from services.common.endpoints import Endpoints
-from services.operator.pathak2010 import OperatorClient
-from services.launcher.federation import LocalFederation
+from mpdp_services.operator.pathak2010 import make_spec
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.operator.pathak2010 import OperatorClient
+from mpdp_services.launcher.federation import LocalFederation
 
 from .conftest import PARTIES, synthetic_parts, write_parts
 

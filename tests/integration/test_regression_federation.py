@@ -14,9 +14,9 @@ from mpdp.math.drbg import Drbg
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import run_inmemory
 from mpdp.regression.statistics import party_statistics
-from services.common.endpoints import Endpoints
-from services.launcher.federation import LocalFederation
-from services.operator.regression import run_regression
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.launcher.federation import LocalFederation
+from mpdp_services.operator.regression import run_regression
 
 pytestmark = pytest.mark.integration
 PARTIES = ["party-1", "party-2", "party-3"]

@@ -3,7 +3,7 @@
 A federation is provisioned under umask 0 (so no mode comes from the umask: the code must ask for it), started,
 and its work folder walked: every private key, and every file whose name says it is a secret, is 0600; the CA
 folder is 0700; nothing is group- or world-writable. The same holds for ``mpdp provision`` (CA, site keys and
-the CSR flow), and for :func:`services.common.durable.write_atomic` and the message store directly.
+the CSR flow), and for :func:`mpdp_services.common.durable.write_atomic` and the message store directly.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from mpdp.messages import common_pb2
-from services.provisioning import provision as pv
-from services.common.durable import PRIVATE, PUBLIC, write_atomic
-from services.common.store import MessageStore
-from services.launcher.federation import LocalFederation
+from mpdp_services.provisioning import provision as pv
+from mpdp_services.common.durable import PRIVATE, PUBLIC, write_atomic
+from mpdp_services.common.store import MessageStore
+from mpdp_services.launcher.federation import LocalFederation
 
 
 @contextmanager

@@ -23,11 +23,11 @@ from cryptography.hazmat.primitives import serialization
 
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.messages import hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2_grpc
-from services.common.endpoints import Endpoints
-from services.common import pki
-from services.common.rpc import TlsFiles
-from services.dca_client.client import DcaOperator, submit_cohort
-from services.launcher.federation import LocalFederation
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.common import pki
+from mpdp_services.common.rpc import TlsFiles
+from mpdp_services.dca_client.client import DcaOperator, submit_cohort
+from mpdp_services.launcher.federation import LocalFederation
 
 pytestmark = pytest.mark.integration
 NODES = ["node-1", "node-2", "node-3"]

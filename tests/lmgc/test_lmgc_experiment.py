@@ -99,7 +99,7 @@ def test_seeded_runs_reproduce() -> None:
 
 
 def _cli():
-    from services.cli.main import _register, cli
+    from mpdp_services.cli.main import _register, cli
 
     _register()
     return cli
@@ -119,7 +119,7 @@ def test_cli_prints_one_json_object(tmp_path) -> None:
 
 
 def test_cli_help_documents_every_option() -> None:
-    from services.cli.experiment_lmgc import command
+    from mpdp_services.cli.experiment_lmgc import command
 
     for p in command.params:
         assert getattr(p, "help", None), f"option {p.name} has no --help text"

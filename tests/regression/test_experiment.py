@@ -12,7 +12,7 @@ from scipy.stats import mannwhitneyu
 
 from mpdp.data.loaders import DatasetError
 from mpdp.experiments import heikkila2017 as exp
-from services.cli.experiment_heikkila import command
+from mpdp_services.cli.experiment_heikkila import command
 
 from tests.conftest import SHARED_DATA, shared_file
 
