@@ -19,8 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from mpdp.math.dgk import DgkKeyPair
-from mpdp.math.paillier import KeyPair
 from mpdp.pathak2010 import driver
 from mpdp.pathak2010.resources import CuratorSecrets
 from mpdp_services.operator.pathak2010 import make_spec
@@ -69,7 +67,7 @@ def socket_run(K: int, d: int, bits: int, repeats: int) -> list[dict]:
 
 
 def memory_run(K: int, d: int, bits: int) -> dict:
-    secrets = CuratorSecrets(KeyPair.generate(bits), DgkKeyPair.generate(bits))
+    secrets = CuratorSecrets.generate(bits, bits)
     data = {f"party-{i + 1}": p for i, p in enumerate(parts(K, d))}
     t0 = time.perf_counter()
     r = driver.run_job(data, make_spec("bench", list(data), 1.0, 0.01, "corrected"), secrets, party_key_bits=bits, test_mode=bits < 2048)

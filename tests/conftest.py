@@ -20,9 +20,9 @@ def shared_file(*parts: str) -> Path:
 
 @pytest.fixture(scope="session")
 def small_secrets():
-    from mpdp.pathak2010.driver import test_curator_secrets
+    from tests.pathak_helpers import small_curator_secrets
 
-    return test_curator_secrets(768, 768)
+    return small_curator_secrets(768, 768)
 
 
 @pytest.fixture(scope="session")

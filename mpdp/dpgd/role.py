@@ -193,12 +193,13 @@ def drive(role: DpgdRole, run_round: Callable[[RunRound], tuple[str, dca_pb2.DpS
 
 
 def run_inmemory(plan: DpgdPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], records_per_party: int, *,
-                 job_id: str, dca_job_ids: Sequence[str], seed: bytes = b"", max_missing: int = 0, deadline: float = 600.0) -> DpgdRun:
+                 job_id: str, dca_job_ids: Sequence[str], seed: bytes = b"", max_missing: int = 0, deadline: float = 600.0,
+                 observe: Callable[[Any], None] | None = None) -> DpgdRun:
     """The whole job in one process through :class:`DpgdRole`: each round's DCA job on the one in-memory driver,
     every party a DCA client machine contributing :func:`party_vector` of its rows (already on the unit ball and
     labelled as the party service labels them, :func:`mpdp.dpgd.model.party_rows`). ``dca_job_ids`` name the
     R + 1 DCA jobs (the federation's curator chooses them); a seeded run with the federation's ids reproduces
-    its releases and model bit for bit."""
+    its releases and model bit for bit. ``observe`` sees each round's :class:`~mpdp.dca.driver.DcaRun`."""
     from mpdp.dca.driver import run_job
     from mpdp.math.drbg import Drbg
 
@@ -215,6 +216,8 @@ def run_inmemory(plan: DpgdPlan, party_data: dict[str, tuple[np.ndarray, np.ndar
         W = iterate_of(ask.request, plan)
         Z = np.stack([party_vector(plan, ask.round, W, X, y) for X, y in party_data.values()])
         run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines")
+        if observe is not None:
+            observe(run)
         if run.release is None:
             raise RoundFailed(f"round {ask.round} ({dca_job}) failed: {run.error.detail if run.error else 'nothing released'}")
         return dca_job, run.release

@@ -1,6 +1,6 @@
 """scikit-learn estimator for (DP) large-margin Gaussian classifiers (spec lmgc.md §2.2–§2.5).
 
-Modes:
+Modes (the default is ``corrected``: DP unless the non-private baseline is asked for by name):
 
 ``nonprivate``  Sha & Saul's large-margin Gaussian classifier with the Huber loss: the SDP
                 min L_H + λ·Σ tr(Ψ_c) + (Δ/2)·Σ‖Φ_c‖² s.t. Φ_c ⪰ 0 (``psd="constrain"``, default),
@@ -62,7 +62,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    mode : "nonprivate" | "corrected" | "paper"
+    mode : "corrected" (default, ε-DP) | "nonprivate" (the non-private baseline, only when asked for by name) | "paper"
     epsilon : total privacy budget ε (required for the DP modes).
     lam : λ, weight of the trace regulariser Σ_c tr(Ψ_c) (eq. (5)). Without PSD constraints it only
         moves the class-mean direction, which the decision rule ignores.
@@ -86,7 +86,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         the generator object (it is never copied: a copy would replay the same noise).
     """
 
-    def __init__(self, mode: str = "nonprivate", epsilon: float | None = None, lam: float = 1e-3,
+    def __init__(self, mode: str = "corrected", epsilon: float | None = None, lam: float = 1e-3,
                  huber_h: float = 0.5, ridge: float = 1e-3, data_norm: float = 1.0, jacobian_share: float = 0.5,
                  psd: str = "auto", tol: float | None = None, max_iter: int = 5000, warm_start: bool = False,
                  rng: Drbg | None = None) -> None:

@@ -1,4 +1,4 @@
-"""In-memory driver: a whole Pathak job in one process (tests, simulations with many parties).
+"""In-memory driver: a whole Pathak job in one process (the in-process :class:`mpdp.Federation`, tests, simulations).
 
 The network is the one in-memory :class:`~mpdp.driver.Wire`: it routes every outgoing Send to its
 recipient's machine, optionally in a random order (to exercise early arrival); each machine's
@@ -15,9 +15,7 @@ import numpy as np
 
 from mpdp.dp.pathak_noise import GAUSSIAN, MODES
 from mpdp.driver import Wire
-from mpdp.math.dgk import DgkKeyPair
 from mpdp.math.drbg import Drbg
-from mpdp.math.paillier import KeyPair
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010.curator import CuratorMachine
 from mpdp.pathak2010.params import PathakParams
@@ -58,25 +56,22 @@ def make_spec(parties: list[str], epsilon: float, lam: float, mode: str = "corre
     return spec
 
 
-def test_curator_secrets(paillier_bits: int = 1024, dgk_bits: int = 1024) -> CuratorSecrets:
-    """Small keys for fast tests (test mode only)."""
-    return CuratorSecrets(KeyPair.generate(paillier_bits), DgkKeyPair.generate(dgk_bits))
-
-
 def run_job(
     data: dict[str, tuple[np.ndarray, np.ndarray]],
     spec: pb.PathakJobSpec,
     secrets: CuratorSecrets,
     *,
-    party_key_bits: int = 1024,
+    party_key_bits: int = 2048,
     job_id: str = "job-1",
     order: Drbg | None = None,
     tamper: Callable[[Peer, Peer, object], object | None] | None = None,
     before_each: Callable[[JobResult], None] | None = None,
-    test_mode: bool = True,
+    test_mode: bool = False,
     clock: Callable[[], float] = time.perf_counter,
 ) -> JobResult:
-    """Run one job to completion or failure. ``tamper(sender, recipient, msg)`` may replace or drop (None) a message;
+    """Run one job to completion or failure. ``secrets``: the curator's keys (:meth:`CuratorSecrets.generate`);
+    ``test_mode`` allows keys below 2048 bits and simulation seeds, as a federation's test mode does (never for real data).
+    ``tamper(sender, recipient, msg)`` may replace or drop (None) a message;
     ``before_each(result)`` runs before every delivery and sees the machines built so far (tests: messages from outsiders)."""
     params = PathakParams.from_spec(job_id, spec)
     root = Drbg.from_os() if not spec.simulation_seed else Drbg.from_seed(spec.simulation_seed)

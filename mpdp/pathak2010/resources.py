@@ -34,6 +34,11 @@ class CuratorSecrets:
     def public(self) -> CuratorPublicKeys:
         return CuratorPublicKeys(self.paillier.public, self.dgk.public)
 
+    @classmethod
+    def generate(cls, paillier_bits: int = 2048, dgk_bits: int = 2048) -> "CuratorSecrets":
+        """Fresh key pairs from the OS CSPRNG (moduli below 2048 bits are refused outside test mode by the roles)."""
+        return cls(KeyPair.generate(paillier_bits), DgkKeyPair.generate(dgk_bits))
+
 
 @dataclass
 class PartyResources:

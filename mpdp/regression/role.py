@@ -191,11 +191,13 @@ def drive(role: RegressionRole, run_round: Callable[[RunRound], tuple[str, dca_p
 
 
 def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], total_records: int,
-                 records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0, noise: str = "gaussian") -> RegressionRun:
+                 records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0, noise: str = "gaussian",
+                 observe: Callable[[Any], None] | None = None) -> RegressionRun:
     """The whole regression in one process through :class:`RegressionRole`: each round's DCA job runs on the
     one in-memory driver, every party a DCA client machine contributing what ``services/party/contribution.py``
     would (its records clipped to the round's bounds, summed). ``job_ids`` name the two DCA jobs (the federation's
-    curator chooses them); a seeded run with the federation's ids reproduces its releases bit for bit."""
+    curator chooses them); a seeded run with the federation's ids reproduces its releases bit for bit. ``observe`` sees
+    each round's :class:`~mpdp.dca.driver.DcaRun` (messages, ledger entries, times)."""
     from mpdp.dca.driver import run_job
     from mpdp.math.drbg import Drbg
     from mpdp.regression.statistics import party_statistics
@@ -212,6 +214,8 @@ def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, n
                 raise RoundFailed(f"{ask.statistic} round ({job_id}): party {name} has more rows than the job's public bound of {ask.records_per_party}")
         Z = np.stack([party_statistics(X, y, ask.spec.round, ask.bounds) for X, y in party_data.values()])
         run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines")
+        if observe is not None:
+            observe(run)
         if run.release is None:
             raise RoundFailed(f"{ask.statistic} round ({job_id}) failed: {run.error.detail if run.error else 'nothing released'}")
         return job_id, run.release

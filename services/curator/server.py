@@ -16,9 +16,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2
 
-from mpdp.math.dgk import DgkKeyPair
 from mpdp.math.drbg import Drbg
-from mpdp.math.paillier import KeyPair, check_key_bits
+from mpdp.math.paillier import check_key_bits
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.curator import CuratorMachine
 from mpdp.pathak2010.params import InvalidJob, PathakParams
@@ -265,7 +264,7 @@ class Curator(pb_grpc.CuratorServicer):
 def load_secrets(cfg: cfgmod.CuratorConfig) -> CuratorSecrets:
     check_key_bits(cfg.paillier_bits, test_mode=cfg.test_mode)
     check_key_bits(cfg.dgk_bits, test_mode=cfg.test_mode)
-    return CuratorSecrets(KeyPair.generate(cfg.paillier_bits), DgkKeyPair.generate(cfg.dgk_bits))
+    return CuratorSecrets.generate(cfg.paillier_bits, cfg.dgk_bits)
 
 
 async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:

@@ -21,7 +21,8 @@ from mpdp.dca.compute_node import ComputeNodeMachine
 from mpdp.dca.driver import run_job as run_dca
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, pathak2010_pb2 as pb
-from mpdp.pathak2010.driver import JobResult, make_spec, run_job
+from mpdp.pathak2010.driver import JobResult, make_spec
+from tests.pathak_helpers import run_test_job as run_job
 from mpdp.protocol import CURATOR, Machine, Peer, Problem, ProtocolError, Publish, Send
 from tests.dca.helpers import NODES, data, make_params
 

@@ -21,6 +21,7 @@ from mpdp.dp.pathak_noise import PathakCalibration
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010 import driver, mechanism, tester
+from tests.pathak_helpers import run_test_job, small_curator_secrets
 from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.protocol import Peer, ProtocolError
 
@@ -43,7 +44,7 @@ def _data(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def secrets():
-    return driver.test_curator_secrets(1024, 1024)
+    return small_curator_secrets(1024, 1024)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def runs(secrets):
     out = []
     for k in range(RUNS):
         spec = driver.make_spec(NAMES, 1.0, 0.5, mode="gaussian-distributed", seed=f"dist-{k}".encode())
-        r = driver.run_job(_data(k), spec, secrets, job_id=f"job-{k}")
+        r = run_test_job(_data(k), spec, secrets, job_id=f"job-{k}")
         assert r.error is None and r.model is not None, r.error
         out.append((r, tester.rebuild(r.model)))
     return out
@@ -149,7 +150,7 @@ def test_noise_units_round_up_and_overflow_fails_loudly():
 
 def test_overflowing_noise_fails_the_job_without_a_release(secrets):
     spec = driver.make_spec(NAMES, 1e-9, 0.5, mode="gaussian-distributed", seed=b"overflow", delta=1e-12)
-    r = driver.run_job(_data(0), spec, secrets)
+    r = run_test_job(_data(0), spec, secrets)
     assert r.model is None and r.error is not None and r.error.problem == common_pb2.INSUFFICIENT_NOISE
     assert all(m.failed for m in r.parties.values()) and r.curator.failed
     assert all(not entries for entries in r.ledger.values())  # no party recorded a release
@@ -202,7 +203,7 @@ def test_spec_resolution_and_refusals():
 
 def _tampered(secrets, tamper) -> driver.JobResult:
     spec = driver.make_spec(NAMES, 1.0, 0.5, mode="gaussian-distributed", seed=b"tamper")
-    return driver.run_job(_data(0), spec, secrets, tamper=tamper)
+    return run_test_job(_data(0), spec, secrets, tamper=tamper)
 
 
 def _failed_closed(r: driver.JobResult, problem: int) -> None:
@@ -233,7 +234,7 @@ def test_noise_scale_from_a_party_other_than_p1_fails_the_job(secrets):
                 seen.append(e.problem)
 
     spec = driver.make_spec(NAMES, 1.0, 0.5, mode="gaussian-distributed", seed=b"tamper")
-    r = driver.run_job(_data(0), spec, secrets, before_each=inject)
+    r = run_test_job(_data(0), spec, secrets, before_each=inject)
     assert seen == [common_pb2.WRONG_ROLE]
     assert r.model is None and r.parties["p3"].failed and all(not entries for entries in r.ledger.values())
 
@@ -255,7 +256,7 @@ def test_noise_scale_messages_in_a_smallest_party_job_are_refused(secrets):
             return pb.NoiseScaleShare(job_id=msg.job_id, ciphertext=b"\x01")
         return msg
 
-    r = driver.run_job(_data(0), spec, secrets, tamper=inject)
+    r = run_test_job(_data(0), spec, secrets, tamper=inject)
     _failed_closed(r, common_pb2.WRONG_ROLE)
 
 
@@ -264,7 +265,7 @@ def test_one_and_two_parties_release_what_the_mechanism_draws(secrets, K):
     names = NAMES[:K]
     data = {n: _data(3)[n] for n in names}
     spec = driver.make_spec(names, 1.0, 0.5, mode="gaussian-distributed", seed=f"small-{K}".encode())
-    r = driver.run_job(data, spec, secrets)
+    r = run_test_job(data, spec, secrets)
     assert r.error is None and r.model is not None
     assert r.model.colluders == K - 1  # K = 1: nobody to collude with; K = 2: the other party
     root = Drbg.from_seed(f"small-{K}".encode())
@@ -276,8 +277,8 @@ def test_one_and_two_parties_release_what_the_mechanism_draws(secrets, K):
 
 def test_a_curator_key_too_small_for_the_noise_plaintext_is_refused():
     """σ̄·Σz̄ + s needs e + κ + 3 bits; a test-mode ζ below that would wrap, so every party refuses the job."""
-    small = driver.test_curator_secrets(256, 1024)
+    small = small_curator_secrets(256, 1024)
     spec = driver.make_spec(NAMES, 10.0, 0.5, mode="gaussian-distributed", seed=b"small-zeta")  # fz = 118
     assert PathakParams.from_spec("job-1", spec).min_paillier_bits() > 256
-    r = driver.run_job(_data(0), spec, small)
+    r = run_test_job(_data(0), spec, small)
     assert r.model is None and r.error is not None and r.error.problem == common_pb2.INVALID_JOB and "too small" in r.error.detail

@@ -22,7 +22,8 @@ from mpdp.learn import logreg
 from mpdp.math import sharing
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
-from mpdp.pathak2010.driver import make_spec, run_job
+from mpdp.pathak2010.driver import make_spec
+from tests.pathak_helpers import run_test_job as run_job
 from mpdp.pathak2010.mechanism import draw_aggregate, local_model, party_rng
 from mpdp.pathak2010.tester import rebuild
 from mpdp.protocol import Peer

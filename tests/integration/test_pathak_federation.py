@@ -14,6 +14,7 @@ import pytest
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010 import driver, tester
+from tests.pathak_helpers import run_test_job, small_curator_secrets
 from mpdp_services.operator.pathak2010 import make_spec
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.operator.pathak2010 import OperatorClient
@@ -38,7 +39,7 @@ def test_full_job_matches_in_memory_driver(federation):
         model = client.model(job)
         assert job in client.models()
     w_socket = tester.rebuild(model)
-    mem = driver.run_job(federation.parts, _seeded_spec(PARTIES, b"socket-vs-memory"), driver.test_curator_secrets(768, 768), party_key_bits=768)
+    mem = run_test_job(federation.parts, _seeded_spec(PARTIES, b"socket-vs-memory"), small_curator_secrets(768, 768), party_key_bits=768)
     w_mem = tester.rebuild(mem.model)
     assert np.max(np.abs(w_socket - w_mem)) < 1e-12
     X = np.random.default_rng(5).normal(size=(200, 4))
@@ -73,7 +74,7 @@ def test_gaussian_distributed_job_releases_and_charges_epsilon_delta(federation)
     assert (g.epsilon, g.delta, g.norm) == (0.9, 1e-6, "l2")
     assert g.statement.startswith("(0.9, 1e-06)-DP") and "any 1 colluding party" in g.statement
     assert "knows the noise it contributed" not in model.trust_model and "no party knows it" in model.trust_model
-    mem = driver.run_job(federation.parts, spec(), driver.test_curator_secrets(768, 768), party_key_bits=768)
+    mem = run_test_job(federation.parts, spec(), small_curator_secrets(768, 768), party_key_bits=768)
     assert np.max(np.abs(tester.rebuild(model) - tester.rebuild(mem.model))) < 1e-12
     for p in PARTIES:
         entries = json.loads((federation.workdir / p / "state" / "ledger.json").read_text())["entries"]

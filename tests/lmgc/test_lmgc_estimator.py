@@ -41,7 +41,7 @@ def test_sklearn_params_roundtrip_and_clone_shares_rng() -> None:
 def test_nonprivate_fit_predict_decision_function(data) -> None:
     Xtr, ytr, Xte, yte = data
     labels = np.array(["a", "b", "c"])
-    est = LargeMarginGaussianClassifier().fit(Xtr, labels[ytr])
+    est = LargeMarginGaussianClassifier(mode="nonprivate").fit(Xtr, labels[ytr])
     assert list(est.classes_) == ["a", "b", "c"]
     scores = est.decision_function(Xte)
     assert scores.shape == (len(Xte), 3)
@@ -50,7 +50,7 @@ def test_nonprivate_fit_predict_decision_function(data) -> None:
     assert est.accounting_ is None and est.guarantee_ is None
     assert np.linalg.eigvalsh(est.theta_).min() >= -1e-9  # the SDP keeps Φ_c ⪰ 0
     with pytest.raises(NotFittedError):
-        LargeMarginGaussianClassifier().predict(Xte)
+        LargeMarginGaussianClassifier(mode="nonprivate").predict(Xte)
     with pytest.raises(ValueError):
         est.predict(Xte[:, :1])
 
@@ -58,7 +58,7 @@ def test_nonprivate_fit_predict_decision_function(data) -> None:
 def test_binary_decision_function_is_one_dimensional(data) -> None:
     Xtr, ytr, Xte, _ = data
     keep = ytr < 2
-    est = LargeMarginGaussianClassifier().fit(Xtr[keep], ytr[keep])
+    est = LargeMarginGaussianClassifier(mode="nonprivate").fit(Xtr[keep], ytr[keep])
     s = est.decision_function(Xte)
     assert s.shape == (len(Xte),)
     assert np.array_equal(est.predict(Xte), np.where(s > 0, 1, 0))
@@ -82,6 +82,9 @@ def test_corrected_mode_reports_accounting_and_draws_fresh_noise(data) -> None:
 
 def test_modes_reject_bad_configuration(data) -> None:
     Xtr, ytr, _, _ = data
+    assert LargeMarginGaussianClassifier().mode == "corrected"  # DP by default: the non-private fit only when asked for by name
+    with pytest.raises(ValueError):
+        LargeMarginGaussianClassifier().fit(Xtr, ytr)  # the default is DP and needs ε
     with pytest.raises(ValueError):
         LargeMarginGaussianClassifier(mode="corrected").fit(Xtr, ytr)  # no ε
     with pytest.raises(ValueError):
@@ -165,7 +168,7 @@ def test_nonprivate_mode_passes_sklearn_estimator_checks() -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        results = check_estimator(LargeMarginGaussianClassifier(psd="none", ridge=1e-2, tol=1e-6), on_fail=None)
+        results = check_estimator(LargeMarginGaussianClassifier(mode="nonprivate", psd="none", ridge=1e-2, tol=1e-6), on_fail=None)
     failed = [r["check_name"] for r in results if r["status"] == "failed"]
     assert len(results) > 40 and failed == []
 

@@ -1,0 +1,309 @@
+"""One object per federation: :class:`Federation` runs every protocol with the same call, in-process or live.
+
+* :meth:`Federation.in_process` — every role (curator, parties, DCA compute nodes) is a machine in this
+  process, on the same sans-IO core the services run (:mod:`mpdp.pathak2010`, :mod:`mpdp.dca`, …), with real
+  keys (2048-bit Paillier and DGK by default) and the OS CSPRNG. Data stay in the arrays you pass.
+* :meth:`Federation.connect` — a live federation (`mpdp federation up` or `mpdp provision`): the calls go
+  through the operator clients (``services/operator``) over mutual TLS; the parties' data stay at the parties
+  and are named by the dataset each party maps to its own file.
+
+Every method is differentially private and returns a :class:`mpdp.results.Result` (model with
+``predict``/``score``, guarantee, trust model, timings, operation counts, ``to_json()``). Non-private
+baselines exist only by name, in :mod:`mpdp.baselines`.
+
+>>> import numpy as np, mpdp
+>>> g = np.random.default_rng(0)                                   # public simulation data
+>>> parts = [(X, np.where(X[:, 0] > 0, "yes", "no")) for X in (g.normal(size=(n, 3)) for n in (40, 50, 60))]
+>>> fed = mpdp.Federation.in_process(parties=parts, key_bits=1024, seed=b"doc")  # seeded: reproducible, not private
+>>> r = fed.logistic_regression(epsilon=1.0, lam=0.1)
+>>> r.guarantee.epsilon, r.protocol, sorted(r.model.classes)
+(1.0, 'pathak2010', ['no', 'yes'])
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from mpdp.results import JobFailed, Result
+
+__all__ = ["Federation", "JobFailed", "PATHAK_NOISE", "DCA_NOISE"]
+
+PATHAK_NOISE = ("gaussian-distributed", "corrected", "paper")  # the first is the default (docs/experiments/pathak2010.md)
+DCA_NOISE = ("gaussian", "discrete-gaussian")
+ENSEMBLE_METHODS = ("soft", "vote")
+ENDPOINTS_ENV = "MPDP_ENDPOINTS"
+# The one bridge from the network-free core to the services: the live backend is the operator room's, found by
+# name when connecting (the core imports no network code, tests/core/test_layout.py).
+LIVE_BACKEND = "mpdp_services.operator.federation"
+
+
+class Backend(Protocol):
+    """What a federation mode implements; :class:`Federation` checks the arguments first."""
+
+    mode: str
+    parties: tuple[str, ...]
+    compute_nodes: tuple[str, ...]
+
+    def logistic_regression(self, **kw: Any) -> Result: ...
+    def dp_gd(self, **kw: Any) -> Result: ...
+    def dca_sum(self, vectors: np.ndarray, **kw: Any) -> Result: ...
+    def linear_regression(self, **kw: Any) -> Result: ...
+    def ensemble(self, **kw: Any) -> Result: ...
+    def lmgc(self, **kw: Any) -> Result: ...
+    def close(self) -> None: ...
+
+
+def _positive(name: str, v: Any, *, upper: float | None = None) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(v).__name__}") from None
+    if not (math.isfinite(f) and f > 0) or (upper is not None and not f < upper):
+        raise ValueError(f"{name} must be finite and > 0{'' if upper is None else f' and < {upper:g}'}, got {v!r}")
+    return f
+
+
+def _choice(name: str, v: str, options: Sequence[str]) -> str:
+    if v not in options:
+        raise ValueError(f"{name} must be one of {', '.join(options)}; got {v!r}")
+    return v
+
+
+class Federation:
+    """A federation of parties (and, for DCA protocols, compute nodes) that trains with DP.
+
+    Build one with :meth:`in_process` or :meth:`connect`; call a protocol; read the :class:`~mpdp.results.Result`.
+
+    >>> import numpy as np, mpdp
+    >>> g = np.random.default_rng(1)
+    >>> fed = mpdp.Federation.in_process(parties=[(g.normal(size=(30, 2)), g.normal(size=30)) for _ in range(3)], seed=b"s")
+    >>> s = fed.dca_sum(np.clip(g.normal(size=(20, 2)), -1, 1), epsilon=1.0, delta=1e-5)
+    >>> s.model.values.shape, s.model.clients_included
+    ((2,), 20)
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    # -- construction ------------------------------------------------------------------------------
+    @classmethod
+    def in_process(cls, parties: Sequence[tuple[Any, Any]], *, compute_nodes: int = 3, key_bits: int = 2048,
+                   seed: bytes | str | int | None = None, names: Sequence[str] | None = None) -> "Federation":
+        """All roles as machines in this process. ``parties``: one (X, y) per party (X of shape (n_j, d)).
+
+        ``compute_nodes``: M DCA compute nodes (DCA sums, regression, ensembles, dp-gd). ``key_bits``: the
+        Paillier and DGK moduli of the Pathak protocol (below 2048 only as a test federation). ``seed``: fix every
+        random choice for a reproducible **simulation** (releases are marked ``seeded`` and are not private);
+        None (default) draws from the OS CSPRNG. ``names``: party names (default ``party-1`` … ``party-K``).
+        """
+        from mpdp.inprocess import InProcessBackend
+
+        return cls(InProcessBackend(parties, compute_nodes=compute_nodes, key_bits=key_bits, seed=seed, names=names))
+
+    @classmethod
+    def connect(cls, endpoints: str | os.PathLike | None = None, *, dataset: str | None = None) -> "Federation":
+        """A live federation: ``endpoints`` is its ``endpoints.json`` or the folder holding it (default: the
+        ``MPDP_ENDPOINTS`` environment variable). ``dataset``: the dataset name the parties map to their files,
+        used by every call that does not name one.
+
+        >>> fed = mpdp.Federation.connect("runs/federation", dataset="breast_cancer")  # doctest: +SKIP
+        >>> fed.logistic_regression(epsilon=1.0, lam=0.01).guarantee.statement          # doctest: +SKIP
+        """
+        if endpoints is None:
+            endpoints = os.environ.get(ENDPOINTS_ENV)
+            if not endpoints:
+                raise ValueError(f"name the federation's endpoints.json (or its folder), or set {ENDPOINTS_ENV}")
+        live = importlib.import_module(LIVE_BACKEND)  # grpc and the operator clients load only when connecting
+        return cls(live.LiveBackend(Path(endpoints), dataset=dataset))
+
+    @property
+    def mode(self) -> str:
+        """``in-process`` or ``live``."""
+        return self._backend.mode
+
+    @property
+    def parties(self) -> tuple[str, ...]:
+        return self._backend.parties
+
+    @property
+    def compute_nodes(self) -> tuple[str, ...]:
+        return self._backend.compute_nodes
+
+    def __repr__(self) -> str:
+        return f"Federation({self.mode}, parties={list(self.parties)}, compute_nodes={list(self.compute_nodes)})"
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def __enter__(self) -> "Federation":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- protocols -----------------------------------------------------------------------------------
+    def logistic_regression(self, *, epsilon: float, lam: float = 0.01, noise: str = PATHAK_NOISE[0], delta: float | None = None,
+                            colluders: int | None = None, classes: Sequence[Any] | None = None, dataset: str | None = None,
+                            parties: Sequence[str] | None = None) -> Result:
+        """Pathak, Rane & Raj (2010): every party trains an L2-regularised logistic regression on its rows (scaled
+        onto ‖x‖ ≤ 1), and the secure protocol (Paillier, DGK comparisons, secret shares) publishes their average
+        plus noise calibrated to the smallest party, without anyone learning the sizes or the other models.
+
+        ``noise``: ``gaussian-distributed`` (default: every party draws a share of Gaussian noise; (ε, δ)-DP
+        against ``colluders`` pooling parties, δ default 1e-6), ``corrected`` (ε-DP spherical Laplace of the
+        smallest party, which knows its noise) or ``paper`` (as published). ``classes``: the two labels, the
+        second one positive (in-process default: the labels found, the larger positive; live default (−1, +1)).
+
+        >>> r = fed.logistic_regression(epsilon=1.0, lam=0.01)       # doctest: +SKIP
+        >>> r.score(X_test, y_test), r.guarantee.delta                # doctest: +SKIP
+        """
+        _positive("epsilon", epsilon)
+        _positive("lam", lam)
+        _choice("noise", noise, PATHAK_NOISE)
+        if delta is not None:
+            _positive("delta", delta, upper=1.0)
+            if noise != "gaussian-distributed":
+                raise ValueError(f"delta applies to gaussian-distributed noise only; {noise} is pure ε-DP")
+        if colluders is not None and (int(colluders) != colluders or colluders < 0):
+            raise ValueError(f"colluders must be a non-negative integer, got {colluders!r}")
+        return self._backend.logistic_regression(epsilon=float(epsilon), lam=float(lam), noise=noise, delta=delta, colluders=colluders,
+                                                 classes=_classes_arg(classes, 2), dataset=dataset, parties=_parties_arg(parties))
+
+    def dp_gd(self, *, epsilon: float, delta: float = 1e-6, lam: float = 0.01, rounds: int | None = None, classes: Sequence[Any] | None = None,
+              total_records: int | None = None, records_per_party: int | None = None, dimension: int | None = None, max_missing: int = 0,
+              dataset: str | None = None, parties: Sequence[str] | None = None) -> Result:
+        """Multiparty DP gradient descent (docs/protocols/dpgd.md): R + 1 DCA rounds of clipped gradient sums, the
+        curator steps on the noisy sums; binary (two classes) or softmax logistic regression, (ε, δ)-DP per record.
+
+        ``total_records`` (N) and ``records_per_party`` are public bounds: required live; in-process they default to
+        the arrays' sizes. ``dimension``: d, required live. ``rounds``: R (default: 0 when N·ε ≥ 10⁴, else 4).
+        """
+        _positive("epsilon", epsilon)
+        _positive("delta", delta, upper=1.0)
+        _positive("lam", lam)
+        for name, v in (("rounds", rounds), ("total_records", total_records), ("records_per_party", records_per_party), ("dimension", dimension)):
+            if v is not None and (int(v) != v or v < (0 if name == "rounds" else 1)):
+                raise ValueError(f"{name} must be a {'non-negative' if name == 'rounds' else 'positive'} integer, got {v!r}")
+        return self._backend.dp_gd(epsilon=float(epsilon), delta=float(delta), lam=float(lam), rounds=rounds, classes=_classes_arg(classes, None),
+                                   total_records=total_records, records_per_party=records_per_party, dimension=dimension,
+                                   max_missing=_nonneg("max_missing", max_missing), dataset=dataset, parties=_parties_arg(parties))
+
+    def dca_sum(self, vectors: Any, *, epsilon: float, delta: float, clip: float = 1.0, sensitivity: float | None = None, max_missing: int = 0,
+                noise: str = DCA_NOISE[0], client_ids: Sequence[str] | None = None) -> Result:
+        """The Distributed Compute Algorithm (Heikkilä et al. 2017): the (ε, δ)-DP sum of N client vectors.
+
+        Each row of ``vectors`` is one client's vector; every client clips each entry to ±``clip``, adds its slice
+        of the Gaussian noise and secret-shares the result across the M compute nodes, which add up and release only
+        the noisy sum. ``sensitivity``: Δ₂ of one client's vector (default 2·clip·√d: any client replaced).
+        ``max_missing``: T clients that may drop out or collude. ``noise``: ``gaussian`` or ``discrete-gaussian``.
+        Live, the vectors are submitted with the operator's certificate as a simulated cohort (as `mpdp dca loadgen`).
+
+        >>> fed.dca_sum(np.ones((10, 3)) * 0.5, epsilon=1.0, delta=1e-5).model.values   # doctest: +SKIP
+        """
+        Z = np.asarray(vectors, dtype=np.float64)
+        if Z.ndim != 2 or Z.shape[0] < 2 or Z.shape[1] < 1:
+            raise ValueError(f"vectors must be a 2-D array of N ≥ 2 client vectors, got shape {Z.shape}")
+        if not np.all(np.isfinite(Z)):
+            raise ValueError("vectors must be finite")
+        _positive("epsilon", epsilon)
+        _positive("delta", delta, upper=1.0)
+        _positive("clip", clip)
+        sens = 2.0 * float(clip) * math.sqrt(Z.shape[1]) if sensitivity is None else _positive("sensitivity", sensitivity)
+        _choice("noise", noise, DCA_NOISE)
+        ids = list(client_ids) if client_ids is not None else [f"client-{i:06d}" for i in range(Z.shape[0])]
+        if len(ids) != Z.shape[0] or len(set(ids)) != len(ids):
+            raise ValueError(f"client_ids must be {Z.shape[0]} distinct names, one per row")
+        return self._backend.dca_sum(Z, epsilon=float(epsilon), delta=float(delta), clip=float(clip), sensitivity=sens,
+                                     max_missing=_nonneg("max_missing", max_missing), noise=noise, client_ids=ids)
+
+    sum = dca_sum
+
+    def linear_regression(self, *, bounds: Sequence[float], epsilon: float, delta: float = 1e-4, total_records: int | None = None,
+                          records_per_party: int | None = None, noise: str = DCA_NOISE[0], grid_repeats: tuple[int, int] = (20, 20),
+                          dataset: str | None = None, parties: Sequence[str] | None = None) -> Result:
+        """DP Bayesian linear regression (Heikkilä et al. 2017, Algorithm 2) over the DCA, every party one client.
+
+        ``bounds``: public clip bounds c, d + 1 values (the d features, then the target). Two rounds: the std round
+        (squares clipped to c) sets the thresholds B, the main round releases XᵀX and Xᵀy clipped to B; the model is
+        the posterior mean. ``total_records`` (N) and ``records_per_party`` are public: required live; in-process
+        they default to the arrays' sizes. ``grid_repeats``: simulations of the public threshold search.
+        """
+        b = tuple(_positive("bounds", v) for v in bounds)
+        if len(b) < 2:
+            raise ValueError("bounds needs d + 1 ≥ 2 values: one per feature, then the target's")
+        _positive("epsilon", epsilon)
+        _positive("delta", delta, upper=1.0)
+        _choice("noise", noise, DCA_NOISE)
+        return self._backend.linear_regression(bounds=b, epsilon=float(epsilon), delta=float(delta), total_records=total_records,
+                                               records_per_party=records_per_party, noise=noise, grid_repeats=tuple(grid_repeats),
+                                               dataset=dataset, parties=_parties_arg(parties))
+
+    def ensemble(self, *, auxiliary: Any, epsilon: float, lam: float = 0.01, classes: Sequence[Any] | None = None, method: str = "soft",
+                 max_missing: int = 0, local_lam: float = 0.0, protect_aux: bool = False, dataset: str | None = None,
+                 parties: Sequence[str] | None = None) -> Result:
+        """Hamm, Cao & Belkin (2016) without a trusted collector: every party votes with its local classifier on
+        the curator's public ``auxiliary`` points, the compute nodes add the votes (secure sum), the curator trains
+        a global logistic regression on the vote counts and releases it with ε-DP output noise (a party is the unit).
+
+        ``auxiliary``: in-process, the public feature matrix (rows scaled onto ‖x‖ ≤ 1); live, the name of the
+        curator's auxiliary dataset. ``method``: ``soft`` (Alg. 2) or ``vote`` (Alg. 1).
+        """
+        _positive("epsilon", epsilon)
+        _positive("lam", lam)
+        _choice("method", method, ENSEMBLE_METHODS)
+        if local_lam:
+            _positive("local_lam", local_lam)
+        return self._backend.ensemble(auxiliary=auxiliary, epsilon=float(epsilon), lam=float(lam), classes=_classes_arg(classes, None),
+                                      method=method, max_missing=_nonneg("max_missing", max_missing), local_lam=float(local_lam),
+                                      protect_aux=bool(protect_aux), dataset=dataset, parties=_parties_arg(parties))
+
+    def lmgc(self, *, epsilon: float, lam: float = 1e-3, ridge: float = 1e-3, data_norm: float = 1.0, release: str = "average",
+             dataset: str | None = None, parties: Sequence[str] | None = None) -> Result:
+        """Pathak & Raj's large-margin Gaussian classifier (multiclass), released locally: each party trains an
+        ε-DP classifier (corrected objective perturbation) on its rows clipped to ``data_norm`` and releases it; the
+        curator publishes all releases and their average (post-processing, parallel composition: ε-DP).
+
+        ``release``: the model to return, ``average`` (default) or a party's name (all are in ``details``).
+        """
+        _positive("epsilon", epsilon)
+        _positive("lam", lam)
+        _positive("ridge", ridge)
+        _positive("data_norm", data_norm)
+        return self._backend.lmgc(epsilon=float(epsilon), lam=float(lam), ridge=float(ridge), data_norm=float(data_norm), release=release,
+                                  dataset=dataset, parties=_parties_arg(parties))
+
+
+def _nonneg(name: str, v: Any) -> int:
+    if int(v) != v or v < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    return int(v)
+
+
+def _parties_arg(parties: Sequence[str] | None) -> tuple[str, ...] | None:
+    if parties is None:
+        return None
+    if isinstance(parties, str):
+        raise TypeError("parties must be a list of party names, not one string")
+    out = tuple(parties)
+    if not out or len(set(out)) != len(out):
+        raise ValueError("parties must be distinct names, at least one")
+    return out
+
+
+def _classes_arg(classes: Sequence[Any] | None, exactly: int | None) -> tuple[Any, ...] | None:
+    if classes is None:
+        return None
+    if isinstance(classes, str):
+        raise TypeError("classes must be a list of labels, not one string")
+    out = tuple(classes)
+    if len({str(c) for c in out}) != len(out) or len(out) < 2:
+        raise ValueError(f"classes must be at least two distinct labels, got {list(out)}")
+    if exactly is not None and len(out) != exactly:
+        raise ValueError(f"this protocol is binary: classes must name {exactly} labels (negative, positive), got {list(out)}")
+    return out

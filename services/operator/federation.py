@@ -1,0 +1,197 @@
+"""The live federation behind :meth:`mpdp.Federation.connect`: each protocol through its operator client.
+
+Pathak jobs go through :class:`~mpdp_services.operator.pathak2010.OperatorClient`, DCA sums through
+:class:`~mpdp_services.dca_client.client.DcaOperator` and :func:`~mpdp_services.dca_client.client.submit_cohort` (the
+operator's certificate submits the caller's vectors as a simulated cohort, as `mpdp dca loadgen`), regression
+and dp-gd through their drivers (:func:`~mpdp_services.operator.regression.run_regression`,
+:func:`~mpdp_services.operator.dpgd.run_dpgd`), ensembles and LMGC through theirs. The core objects that come back
+(PublishedModel, DpSum, RegressionRun, …) become a :class:`mpdp.results.Result` exactly as in-process
+(:mod:`mpdp.results`), so both modes return the same fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from mpdp.results import LIVE, JobFailed, Result, label_text
+from mpdp_services.common.endpoints import Endpoints
+
+DEFAULT_CLASSES = (-1.0, 1.0)  # the parties map binary labels to ±1, the larger label positive
+
+
+class LiveBackend:
+    mode = LIVE
+
+    def __init__(self, endpoints: Path, *, dataset: str | None) -> None:
+        self.endpoints_path = endpoints
+        self.endpoints = Endpoints.load(endpoints)  # FileNotFoundError names the file
+        p = endpoints / "endpoints.json" if endpoints.is_dir() else endpoints
+        doc = json.loads(p.read_text())
+        self.parties = tuple(doc.get("parties", {}))
+        self.compute_nodes = tuple(sorted(doc.get("compute_nodes", {})))
+        self.dataset = dataset
+
+    def close(self) -> None:
+        pass
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def _dataset(self, dataset: str | None) -> str:
+        ds = dataset or self.dataset
+        if not ds:
+            raise ValueError("a live federation trains on a dataset the parties name: pass dataset=... here or to Federation.connect")
+        return ds
+
+    def _names(self, parties: tuple[str, ...] | None) -> list[str]:
+        if parties is not None:
+            return list(parties)
+        if not self.parties:
+            raise ValueError(f"{self.endpoints_path} lists no parties: pass parties=[...]")
+        return list(self.parties)
+
+    def _nodes(self) -> list[str]:
+        if len(self.compute_nodes) < 2:
+            raise ValueError(f"{self.endpoints_path} lists {len(self.compute_nodes)} compute nodes; DCA protocols need at least 2 "
+                             "(start the federation with --compute-nodes)")
+        return list(self.compute_nodes)
+
+    @staticmethod
+    def _required(**kw: Any) -> None:
+        for name, v in kw.items():
+            if v is None:
+                raise ValueError(f"a live federation needs {name} (a public bound the parties check); in-process it defaults to the data's size")
+
+    # -- Pathak 2010 -------------------------------------------------------------------------------------
+    def logistic_regression(self, *, epsilon: float, lam: float, noise: str, delta: float | None, colluders: int | None,
+                            classes: tuple[Any, ...] | None, dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+        from mpdp.results import pathak_result
+        from mpdp_services.operator.pathak2010 import OperatorClient, make_spec
+
+        t0 = time.perf_counter()
+        spec = make_spec(self._dataset(dataset), self._names(parties), epsilon, lam, noise, delta=delta or 0.0, colluders=colluders)
+        with OperatorClient(self.endpoints) as client:
+            try:
+                job_id = client.submit(spec)
+                status = client.wait(job_id, timeout=1800)
+            except grpc.RpcError as e:
+                raise JobFailed(f"the curator refused the Pathak job: {e.details()}") from None
+            if status.state != "PUBLISHED":
+                raise JobFailed(f"Pathak job {job_id} published nothing ({status.state}): {status.detail}")
+            model = client.model(job_id)
+        return pathak_result(model, mode=self.mode, classes=classes or DEFAULT_CLASSES, noise=noise, total=time.perf_counter() - t0)
+
+    # -- DCA --------------------------------------------------------------------------------------------
+    def dca_sum(self, Z: np.ndarray, *, epsilon: float, delta: float, clip: float, sensitivity: float, max_missing: int, noise: str,
+                client_ids: list[str]) -> Result:
+        from mpdp.dca.errors import InvalidJob
+        from mpdp.dca.params import DcaParams
+        from mpdp.results import dca_sum_result
+        from mpdp_services.dca_client.client import DcaOperator, submit_cohort
+
+        t0 = time.perf_counter()
+        try:
+            params = DcaParams("pending", Z.shape[1], Z.shape[0], max_missing, epsilon, delta, sensitivity, self._nodes(), clip_bounds=(clip,), noise=noise)
+        except InvalidJob as e:
+            raise ValueError(str(e)) from None
+        ep = self.endpoints
+        with DcaOperator(ep) as op:
+            try:
+                job = op.create(params.to_spec())
+                t1 = time.perf_counter()
+                rep = asyncio.run(submit_cohort(ep, ep.tls, job, client_ids, Z))
+                t2 = time.perf_counter()
+                status = op.wait(job, timeout=max(60.0, params.deadline_seconds + 60.0))
+            except grpc.RpcError as e:
+                raise JobFailed(f"the DCA job failed: {e.details()}") from None
+            if status.state != "RELEASED":
+                raise JobFailed(f"DCA job {job} released nothing ({status.state}): {status.detail}")
+            release = op.release(job)
+        timings = {"create": t1 - t0, "clients": t2 - t1, "agreement+release": time.perf_counter() - t2}
+        return dca_sum_result(release, mode=self.mode, total=time.perf_counter() - t0, timings=timings,
+                              operations={"accepted_shares": rep.accepted, "rejected_shares": len(rep.rejected), "dca_jobs": 1,
+                                          "clients_included": int(release.clients_included)})
+
+    @staticmethod
+    def _rounds(releases: list[Any]) -> dict[str, int]:
+        return {"dca_jobs": len(releases), "clients_included": sum(int(r.clients_included) for r in releases)}
+
+    def linear_regression(self, *, bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int | None, records_per_party: int | None,
+                          noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+        from mpdp.results import regression_result
+        from mpdp_services.operator.regression import RoundFailed, run_regression
+
+        self._required(total_records=total_records, records_per_party=records_per_party)
+        t0 = time.perf_counter()
+        try:
+            run = run_regression(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), bounds, epsilon, delta, int(total_records),
+                                 int(records_per_party), noise=noise, grid_repeats=grid_repeats)
+        except RoundFailed as e:
+            raise JobFailed(f"the regression job failed: {e}") from None
+        except grpc.RpcError as e:
+            raise JobFailed(f"the curator refused the regression job: {e.details()}") from None
+        return regression_result(run, mode=self.mode, total=time.perf_counter() - t0, operations=self._rounds([run.std_release, run.main_release]))
+
+    def dp_gd(self, *, epsilon: float, delta: float, lam: float, rounds: int | None, classes: tuple[Any, ...] | None, total_records: int | None,
+              records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+        from mpdp.dpgd.model import Task
+        from mpdp.dpgd.plan import DpgdPlan, auto_rounds
+        from mpdp.results import dpgd_result
+        from mpdp_services.operator.dpgd import RoundFailed, run_dpgd, save_model
+
+        self._required(total_records=total_records, records_per_party=records_per_party, dimension=dimension)
+        classes = classes or DEFAULT_CLASSES
+        task = Task("binary") if len(classes) == 2 else Task("softmax", len(classes))
+        try:
+            plan = DpgdPlan(task, int(dimension), epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, int(total_records)) if rounds is None else int(rounds),
+                            total_records=int(total_records))
+        except ValueError as e:
+            raise ValueError(f"not a valid dp-gd plan: {e}") from None
+        t0 = time.perf_counter()
+        try:
+            run = run_dpgd(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), plan, int(records_per_party), max_missing=max_missing)
+        except RoundFailed as e:
+            raise JobFailed(f"the dp-gd job failed: {e}") from None
+        save_model(self.endpoints_path, run)  # where `mpdp predict --job dp-…` finds it
+        return dpgd_result(run, mode=self.mode, classes=classes, total=time.perf_counter() - t0, operations=self._rounds(run.releases))
+
+    # -- Hamm 2016 ---------------------------------------------------------------------------------------
+    def ensemble(self, *, auxiliary: Any, epsilon: float, lam: float, classes: tuple[Any, ...] | None, method: str, max_missing: int,
+                 local_lam: float, protect_aux: bool, dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+        from mpdp.messages import hamm2016_pb2
+        from mpdp.results import ensemble_result
+        from mpdp_services.operator.ensemble import train_ensemble
+
+        if not isinstance(auxiliary, str):
+            raise TypeError("a live federation's auxiliary data live at the curator: pass the name of its auxiliary dataset")
+        classes = classes or DEFAULT_CLASSES
+        spec = hamm2016_pb2.EnsembleJobSpec(dataset=self._dataset(dataset), auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon,
+                                            classes=[label_text(c) for c in classes], parties=self._names(parties), compute_nodes=self._nodes(),
+                                            max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam)
+        t0 = time.perf_counter()
+        try:
+            rel = train_ensemble(self.endpoints, spec)
+        except grpc.RpcError as e:
+            raise JobFailed(f"the ensemble job failed: {e.details()}") from None
+        return ensemble_result(rel, mode=self.mode, classes=classes, total=time.perf_counter() - t0,
+                               operations={"voters": int(rel.parties_included)})
+
+    # -- LMGC local releases -----------------------------------------------------------------------------
+    def lmgc(self, *, epsilon: float, lam: float, ridge: float, data_norm: float, release: str, dataset: str | None,
+             parties: tuple[str, ...] | None) -> Result:
+        from mpdp.results import lmgc_result
+        from mpdp_services.operator.local import fetch, submit_local
+
+        t0 = time.perf_counter()
+        try:
+            summary = submit_local(self.endpoints, self._dataset(dataset), self._names(parties), epsilon, lam, "corrected", ridge, data_norm)
+            models = fetch(self.endpoints, summary["job_id"])
+        except grpc.RpcError as e:
+            raise JobFailed(f"the LMGC job failed: {e.details()}") from None
+        return lmgc_result(models, mode=self.mode, release=release, classes={}, data_norm=data_norm, total=time.perf_counter() - t0,
+                           operations={"releases": len(models.releases)})
