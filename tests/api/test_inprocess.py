@@ -132,10 +132,11 @@ def test_dp_gd_binary_and_softmax(cancer):
 
 def test_ensemble(cancer):
     fed, Xte, yte = cancer
-    r = fed.ensemble(auxiliary=Xte[:80], epsilon=5.0, lam=0.05)
+    # M = 3 voters: Δ₂ = 2/(Mλ) ≈ 13, so only a large ε leaves a useful model (at ε = 5 the score is a coin flip)
+    r = fed.ensemble(auxiliary=Xte[:80], epsilon=1e4, lam=0.05)
     _check_common(r, "hamm2016")
     assert r.model.classes == ("benign", "malignant") and r.details["parties_included"] == 3 and r.guarantee.delta == 0.0
-    assert r.score(Xte[80:], yte[80:]) > 0.5
+    assert r.score(Xte[80:], yte[80:]) > 0.8
     with pytest.raises(TypeError, match="feature matrix"):
         fed.ensemble(auxiliary="aux-name", epsilon=1.0)
 
