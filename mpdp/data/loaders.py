@@ -30,19 +30,39 @@ def load_libsvm(path: str | Path, n_features: int | None = None) -> tuple[np.nda
     return np.asarray(X.todense(), dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
-def load_csv(path: str | Path, label_column: str | int = -1) -> tuple[np.ndarray, np.ndarray]:
+def read_rows(path: str | Path) -> list[list[str]]:
+    """Every row of a delimited text file (comma, semicolon or tab, sniffed; ``.gz`` decompressed), as text cells."""
     p = Path(path)
     if not p.exists():
         raise DatasetError(f"dataset file {p} does not exist; check the path in your party config")
     opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rt", newline="") as fh:
-        sample = fh.read(4096)
-        fh.seek(0)
-        try:
-            dialect = csv.Sniffer().sniff(sample, delimiters=",;\t") if sample else csv.excel
-        except csv.Error:  # the sniffer gives up on long numeric rows cut by the sample: comma is the default
-            dialect = csv.excel
-        rows = list(csv.reader(fh, dialect))
+    try:
+        with opener(p, "rt", newline="") as fh:
+            sample = fh.read(4096)
+            fh.seek(0)
+            try:
+                dialect = csv.Sniffer().sniff(sample, delimiters=",;\t") if sample else csv.excel
+            except csv.Error:  # the sniffer gives up on long numeric rows cut by the sample: comma is the default
+                dialect = csv.excel
+            return list(csv.reader(fh, dialect))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise DatasetError(f"{p} is not readable delimited text: {e}") from e
+
+
+def first_lines(path: str | Path, n: int) -> list[str]:
+    """The first ``n`` lines of a text file (``.gz`` decompressed); none if it cannot be read."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rt", errors="replace") as fh:
+            return [line for _, line in zip(range(n), fh)]
+    except OSError:
+        return []
+
+
+def load_csv(path: str | Path, label_column: str | int = -1) -> tuple[np.ndarray, np.ndarray]:
+    p = Path(path)
+    rows = read_rows(p)
     if not rows:
         raise DatasetError(f"{p} is empty")
     header = rows[0]
