@@ -18,6 +18,7 @@ Kinds of row:
 * ``count``: a repeated field or map with min..max entries; ``item`` says what each entry must be
   (``id`` entries must also be distinct: a duplicate party or node is refused).
 * ``choice``: one of ``choices``.
+* ``sha256``: empty, or 64 lowercase hex characters (a SHA-256 digest as text, e.g. ``schema_sha256``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from mpdp.messages import common_pb2, dca_pb2, pathak2010_pb2
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _ID = re.compile(ID_PATTERN)
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+_SHA256 = re.compile(SHA256_PATTERN)
 MAX_ID = 64
 
 # Shared bounds (one name per concept; params modules import these).
@@ -89,6 +92,8 @@ class Limit:
             return "one of " + ", ".join(self.choice_names or tuple(str(c) for c in self.choices))
         if self.kind == "id":
             return f"an id matching {ID_PATTERN}"
+        if self.kind == "sha256":
+            return "empty, or 64 lowercase hex characters"
         lo = "(" if self.open_min else "["
         hi = ")" if self.open_max else "]"
         rng = f"{lo}{_num(self.min)}, {_num(self.max)}{hi}"
@@ -138,6 +143,10 @@ def _dataset(why: str = "a dataset named in every party's config") -> Limit:
     return Limit("dataset", "id", None, None, "", why)
 
 
+def _schema() -> Limit:
+    return Limit("schema_sha256", "sha256", None, None, "", "the federation schema's hash (docs/schema.md); a party whose dataset has another schema refuses; empty = no check")
+
+
 TABLE: dict[str, tuple[Limit, ...]] = {
     "PathakJobSpec": (
         _dataset(),
@@ -154,6 +163,7 @@ TABLE: dict[str, tuple[Limit, ...]] = {
               choices=PATHAK_NOISES, choice_names=PATHAK_NOISE_NAMES),
         Limit("colluders", "int", 0, MAX_PATHAK_PARTIES - 1, "", "DISTRIBUTED_GAUSSIAN: t ≤ K − 1 parties may pool their noise (checked with K; unset = max(1, K − 2))"),
         Limit("delta", "real", 0.0, 1.0, "", "DISTRIBUTED_GAUSSIAN: δ of the guarantee; SMALLEST_PARTY: 0", open_max=True, default=1e-6),
+        _schema(),
     ),
     "JobAnnouncement": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and file names"),
@@ -199,6 +209,7 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("statistic", "text", 1, 32, "", "a statistic name the parties know (linreg/std, linreg/main, dpgd/round)"),
         Limit("bounds", "count", 0, MAX_REGRESSION_D + 1, "", "linreg: the clip box, d + 1 values (features, then target); dpgd: none", item="real+"),
         Limit("records_per_client", "int", 1, (1 << 32) - 1, "", "public bound on one party's row count"),
+        _schema(),
     ),
     "DpgdRound": (  # StatisticRequest.dpgd (statistic dpgd/round); the party rebuilds and checks the whole plan
         Limit("job_id", "id", None, None, "", "the dp-gd job: one ledger charge covers all its rounds"),
@@ -237,6 +248,7 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         _deadline(300.0),
         Limit("delta", "real", 0.0, 1.0, "", "pate: δ of the (ε, δ) guarantee, in (0, 1); soft/vote: 0 (checked with the method)", open_max=True),
         Limit("queries", "int", 0, MAX_AUX_ROWS, "", "pate: Q auxiliary points queried (0 = all); soft/vote: 0"),
+        _schema(),
     ),
     "VoteRequest": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and ledgers"),
@@ -256,6 +268,7 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("data_norm", "real", 0.0, MAX_REAL, "", "public row-norm bound r", default=1.0),
         Limit("huber_h", "real", 0.0, 1.0, "", "h of the Huber loss (h ≤ 1 keeps its curvature bound)", default=0.5),
         _seed(),
+        _schema(),
     ),
     "LocalModelRequest": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and ledgers"),
@@ -320,6 +333,10 @@ def check_row(row: Limit, value: Any, where: str = "", *, resolved: bool = False
     name = where + row.field
     if row.kind == "id":
         check_id(value, name)
+        return
+    if row.kind == "sha256":
+        if not (isinstance(value, str) and (value == "" or _SHA256.match(value))):
+            raise SpecError(name, f"must be {row.allowed()}")
         return
     if row.kind == "choice":
         if value not in row.choices:

@@ -72,6 +72,16 @@ class _Loader(yaml.SafeLoader):
     """YAML without implicit booleans: ``yes``, ``no``, ``on`` stay the words a file contains."""
 
 
+class _Dumper(yaml.SafeDumper):
+    """Lists of scalars in flow style (``bounds: [17, 90]``), everything else in block style."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = all(not isinstance(x, (dict, list)) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
 _Loader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"] for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 
@@ -231,7 +241,10 @@ class Schema(_Model):
         return hashlib.sha256(self.canonical()).hexdigest()
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True, width=200)
+        """The schema as YAML (defaults left out, short lists on one line); loads back to an equal schema."""
+        body = self.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+        head = {"mpdp_schema": self.mpdp_schema, "version": self.version}
+        return yaml.dump({**head, **body}, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=200)
 
     @property
     def dimension(self) -> int:

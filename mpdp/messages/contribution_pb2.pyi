@@ -35,12 +35,15 @@ class StatisticRequest(_message.Message):
     BOUNDS_FIELD_NUMBER: _builtins.int
     RECORDS_PER_CLIENT_FIELD_NUMBER: _builtins.int
     DPGD_FIELD_NUMBER: _builtins.int
+    SCHEMA_SHA256_FIELD_NUMBER: _builtins.int
     dca_job_id: _builtins.str
     dataset: _builtins.str
     statistic: _builtins.str
     """"linreg/std" (squares), "linreg/main" (unique XᵀX and Xᵀy entries), "dpgd/round" """
     records_per_client: _builtins.int
     """public bound on a party's row count (the DCA clip box scales with it)"""
+    schema_sha256: _builtins.str
+    """the federation schema's sha256 (docs/schema.md); "" = no check"""
     @_builtins.property
     def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """linreg: clip box (c for the std round, B for the main round), d + 1 values; dpgd: empty"""
@@ -58,10 +61,11 @@ class StatisticRequest(_message.Message):
         bounds: _abc.Iterable[_builtins.float] | None = ...,
         records_per_client: _builtins.int = ...,
         dpgd: Global___DpgdRound | None = ...,
+        schema_sha256: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "dataset", b"dataset", "dca_job_id", b"dca_job_id", "dpgd", b"dpgd", "records_per_client", b"records_per_client", "statistic", b"statistic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "dataset", b"dataset", "dca_job_id", b"dca_job_id", "dpgd", b"dpgd", "records_per_client", b"records_per_client", "schema_sha256", b"schema_sha256", "statistic", b"statistic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

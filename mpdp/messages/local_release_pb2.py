@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mpdp.messages import common_pb2 as mpdp_dot_messages_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!mpdp/messages/local_release.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\xd9\x01\n\x11LocalModelJobSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\x0f\n\x07parties\x18\x04 \x03(\t\x12&\n\x04mode\x18\x05 \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x0e\n\x06lambda\x18\x06 \x01(\x01\x12\r\n\x05ridge\x18\x07 \x01(\x01\x12\x11\n\tdata_norm\x18\x08 \x01(\x01\x12\x0f\n\x07huber_h\x18\t \x01(\x01\x12\x17\n\x0fsimulation_seed\x18\n \x01(\x0c\"S\n\x11LocalModelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12.\n\x04spec\x18\x02 \x01(\x0b\x32 .mpdp.messages.LocalModelJobSpec\"\xa0\x01\n\x11LocalModelRelease\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05party\x18\x02 \x01(\t\x12\r\n\x05theta\x18\x03 \x03(\x01\x12\x0f\n\x07\x63lasses\x18\x04 \x03(\t\x12\x11\n\tdimension\x18\x05 \x01(\r\x12+\n\tguarantee\x18\x06 \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x0c\n\x04mode\x18\x07 \x01(\t\"\xb5\x01\n\rLocalModelSet\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x32\n\x08releases\x18\x02 \x03(\x0b\x32 .mpdp.messages.LocalModelRelease\x12\x33\n\taggregate\x18\x03 \x01(\x0b\x32 .mpdp.messages.LocalModelRelease\x12\x1b\n\x13\x61ggregate_statement\x18\x04 \x01(\t\x12\x0e\n\x06seeded\x18\x05 \x01(\x08\x32\xac\x01\n\x11LocalModelCurator\x12P\n\x0eSubmitLocalJob\x12 .mpdp.messages.LocalModelJobSpec\x1a\x1c.mpdp.messages.LocalModelSet\x12\x45\n\x0eGetLocalModels\x12\x15.mpdp.messages.JobRef\x1a\x1c.mpdp.messages.LocalModelSet2h\n\x0fLocalModelParty\x12U\n\x0fTrainLocalModel\x12 .mpdp.messages.LocalModelRequest\x1a .mpdp.messages.LocalModelReleaseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!mpdp/messages/local_release.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\xf0\x01\n\x11LocalModelJobSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\x0f\n\x07parties\x18\x04 \x03(\t\x12&\n\x04mode\x18\x05 \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x0e\n\x06lambda\x18\x06 \x01(\x01\x12\r\n\x05ridge\x18\x07 \x01(\x01\x12\x11\n\tdata_norm\x18\x08 \x01(\x01\x12\x0f\n\x07huber_h\x18\t \x01(\x01\x12\x17\n\x0fsimulation_seed\x18\n \x01(\x0c\x12\x15\n\rschema_sha256\x18\x0b \x01(\t\"S\n\x11LocalModelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12.\n\x04spec\x18\x02 \x01(\x0b\x32 .mpdp.messages.LocalModelJobSpec\"\xa0\x01\n\x11LocalModelRelease\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05party\x18\x02 \x01(\t\x12\r\n\x05theta\x18\x03 \x03(\x01\x12\x0f\n\x07\x63lasses\x18\x04 \x03(\t\x12\x11\n\tdimension\x18\x05 \x01(\r\x12+\n\tguarantee\x18\x06 \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x0c\n\x04mode\x18\x07 \x01(\t\"\xb5\x01\n\rLocalModelSet\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x32\n\x08releases\x18\x02 \x03(\x0b\x32 .mpdp.messages.LocalModelRelease\x12\x33\n\taggregate\x18\x03 \x01(\x0b\x32 .mpdp.messages.LocalModelRelease\x12\x1b\n\x13\x61ggregate_statement\x18\x04 \x01(\t\x12\x0e\n\x06seeded\x18\x05 \x01(\x08\x32\xac\x01\n\x11LocalModelCurator\x12P\n\x0eSubmitLocalJob\x12 .mpdp.messages.LocalModelJobSpec\x1a\x1c.mpdp.messages.LocalModelSet\x12\x45\n\x0eGetLocalModels\x12\x15.mpdp.messages.JobRef\x1a\x1c.mpdp.messages.LocalModelSet2h\n\x0fLocalModelParty\x12U\n\x0fTrainLocalModel\x12 .mpdp.messages.LocalModelRequest\x1a .mpdp.messages.LocalModelReleaseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,15 +33,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mpdp.messages.local_release
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LOCALMODELJOBSPEC']._serialized_start=81
-  _globals['_LOCALMODELJOBSPEC']._serialized_end=298
-  _globals['_LOCALMODELREQUEST']._serialized_start=300
-  _globals['_LOCALMODELREQUEST']._serialized_end=383
-  _globals['_LOCALMODELRELEASE']._serialized_start=386
-  _globals['_LOCALMODELRELEASE']._serialized_end=546
-  _globals['_LOCALMODELSET']._serialized_start=549
-  _globals['_LOCALMODELSET']._serialized_end=730
-  _globals['_LOCALMODELCURATOR']._serialized_start=733
-  _globals['_LOCALMODELCURATOR']._serialized_end=905
-  _globals['_LOCALMODELPARTY']._serialized_start=907
-  _globals['_LOCALMODELPARTY']._serialized_end=1011
+  _globals['_LOCALMODELJOBSPEC']._serialized_end=321
+  _globals['_LOCALMODELREQUEST']._serialized_start=323
+  _globals['_LOCALMODELREQUEST']._serialized_end=406
+  _globals['_LOCALMODELRELEASE']._serialized_start=409
+  _globals['_LOCALMODELRELEASE']._serialized_end=569
+  _globals['_LOCALMODELSET']._serialized_start=572
+  _globals['_LOCALMODELSET']._serialized_end=753
+  _globals['_LOCALMODELCURATOR']._serialized_start=756
+  _globals['_LOCALMODELCURATOR']._serialized_end=928
+  _globals['_LOCALMODELPARTY']._serialized_start=930
+  _globals['_LOCALMODELPARTY']._serialized_end=1034
 # @@protoc_insertion_point(module_scope)

@@ -38,6 +38,7 @@ class LocalModelJobSpec(_message.Message):
     DATA_NORM_FIELD_NUMBER: _builtins.int
     HUBER_H_FIELD_NUMBER: _builtins.int
     SIMULATION_SEED_FIELD_NUMBER: _builtins.int
+    SCHEMA_SHA256_FIELD_NUMBER: _builtins.int
     dataset: _builtins.str
     model: _builtins.str
     """"lmgc" """
@@ -52,6 +53,8 @@ class LocalModelJobSpec(_message.Message):
     """h of the Huber loss"""
     simulation_seed: _builtins.bytes
     """test mode only (non-private)"""
+    schema_sha256: _builtins.str
+    """the federation schema's sha256 (docs/schema.md); "" = no check"""
     @_builtins.property
     def parties(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -66,10 +69,11 @@ class LocalModelJobSpec(_message.Message):
         data_norm: _builtins.float = ...,
         huber_h: _builtins.float = ...,
         simulation_seed: _builtins.bytes = ...,
+        schema_sha256: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_norm", b"data_norm", "dataset", b"dataset", "epsilon", b"epsilon", "huber_h", b"huber_h", "lambda", b"lambda", "mode", b"mode", "model", b"model", "parties", b"parties", "ridge", b"ridge", "simulation_seed", b"simulation_seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_norm", b"data_norm", "dataset", b"dataset", "epsilon", b"epsilon", "huber_h", b"huber_h", "lambda", b"lambda", "mode", b"mode", "model", b"model", "parties", b"parties", "ridge", b"ridge", "schema_sha256", b"schema_sha256", "simulation_seed", b"simulation_seed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -72,6 +72,7 @@ class PathakJobSpec(_message.Message):
     NOISE_FIELD_NUMBER: _builtins.int
     COLLUDERS_FIELD_NUMBER: _builtins.int
     DELTA_FIELD_NUMBER: _builtins.int
+    SCHEMA_SHA256_FIELD_NUMBER: _builtins.int
     dataset: _builtins.str
     epsilon: _builtins.float
     mode: _common_pb2.NoiseMode.ValueType
@@ -91,6 +92,8 @@ class PathakJobSpec(_message.Message):
     """DISTRIBUTED_GAUSSIAN: t, the parties that may pool their noise (unset = max(1, K−2), at most K−1)"""
     delta: _builtins.float
     """DISTRIBUTED_GAUSSIAN: δ of the guarantee (0 = default 1e-6); SMALLEST_PARTY: must be 0"""
+    schema_sha256: _builtins.str
+    """the federation schema's sha256 (docs/schema.md): a party whose dataset has another schema refuses; "" = no check"""
     @_builtins.property
     def parties(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """site names; P1 = parties[0]"""
@@ -110,10 +113,11 @@ class PathakJobSpec(_message.Message):
         noise: Global___PathakNoise.ValueType = ...,
         colluders: _builtins.int | None = ...,
         delta: _builtins.float = ...,
+        schema_sha256: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_colluders", b"_colluders", "colluders", b"colluders"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_colluders", b"_colluders", "colluders", b"colluders", "dataset", b"dataset", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "kappa", b"kappa", "lambda", b"lambda", "mode", b"mode", "noise", b"noise", "parties", b"parties", "simulation_seed", b"simulation_seed", "size_bits", b"size_bits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_colluders", b"_colluders", "colluders", b"colluders", "dataset", b"dataset", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "kappa", b"kappa", "lambda", b"lambda", "mode", b"mode", "noise", b"noise", "parties", b"parties", "schema_sha256", b"schema_sha256", "simulation_seed", b"simulation_seed", "size_bits", b"size_bits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__colluders: _TypeAlias = _typing.Literal["colluders"]  # noqa: Y015
     _WhichOneofArgType__colluders: _TypeAlias = _typing.Literal["_colluders", b"_colluders"]  # noqa: Y015

@@ -92,6 +92,8 @@ def federation() -> None:
 @click.option("--workdir", type=click.Path(file_okay=False), default="runs/federation", show_default=True, help="folder for certificates, configs, logs and endpoints.json")
 @click.option("--parties", "n_parties", type=int, default=3, show_default=True, help="number of parties")
 @click.option("--dataset", "datasets", multiple=True, metavar="NAME=PARTY:PATH", help="give PARTY a dataset file (repeatable), e.g. adult=party-1:/data/a.libsvm")
+@click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="the federation's data schema (docs/schema.md): every --dataset is validated and encoded by it (LIBSVM parts read with its d)")
 @click.option("--test-mode", is_flag=True, help="allow small keys and simulation seeds (never for real data)")
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier and DGK modulus size")
 @click.option("--compute-nodes", "n_nodes", type=int, default=0, show_default=True, help="also start M DCA compute nodes")
@@ -101,7 +103,7 @@ def federation() -> None:
 @click.option("--workers", "node_workers", type=click.IntRange(1, 64), default=1, show_default=True, help="processes per compute node, sharing its port (docs/deploy.md)")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, envvar="MPDP_LOG_FORMAT",
               help="each role's WORKDIR/<site>/service.log: text, or one JSON object per line")
-def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
+def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schema_file: str | None, test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
                   budget_epsilon: float, budget_delta: float, node_workers: int, log_format: str) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from mpdp_services.launcher.federation import LocalFederation
@@ -115,6 +117,8 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
         except ValueError:
             raise click.BadParameter(f"{item!r}: use NAME=PARTY:PATH")
         ds.setdefault(party, {})[name] = {"path": str(Path(path).resolve())}
+        if schema_file:
+            ds[party][name]["schema"] = str(_schema(schema_file)[0])
     nodes = [f"node-{k + 1}" for k in range(n_nodes)]
     aux: dict[str, dict] = {}
     for item in auxiliary:
@@ -174,12 +178,16 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
 @click.option("--total-records", type=int, default=0, help="dp-gd: the public total row count N (replace-one adjacency)")
 @click.option("--records-per-party", type=int, default=0, help="dp-gd: public bound on one party's row count")
 @click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
+@click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float, colluders: int | None, model: str, ridge: float, data_norm: float,
           auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
-          dimension: int, total_records: int, records_per_party: int, rounds: int, as_json: bool) -> None:
+          dimension: int, total_records: int, records_per_party: int, rounds: int, schema_file: str | None, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
     import grpc
+
+    schema_sha256 = _schema(schema_file)[1] if schema_file else ""
 
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.pathak2010 import OperatorClient
@@ -187,7 +195,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
     if model == "dp-gd":
         dpgd_mode = "corrected" if mode == "gaussian-distributed" else mode  # dp-gd's own calibrations; the Pathak default names the provable one
         _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta or 1e-6, lam, dpgd_mode, classes.split(","), dimension, total_records,
-                    records_per_party, rounds, max_missing, as_json)
+                    records_per_party, rounds, max_missing, as_json, schema_sha256)
         return
 
     if model == "hamm2016":
@@ -199,7 +207,8 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
             raise click.BadParameter("hamm2016 needs the curator's auxiliary dataset name", param_hint="--auxiliary")
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset, auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon, classes=classes.split(","),
                                             parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam,
-                                            delta=(delta or 1e-6) if method == "pate" else 0.0, queries=queries if method == "pate" else 0)
+                                            delta=(delta or 1e-6) if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
+                                            schema_sha256=schema_sha256)
         try:
             with err.status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
                 rel = train_ensemble(Endpoints.load(endpoints), spec)
@@ -215,7 +224,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         if mode == "gaussian-distributed":
             mode = "corrected"  # lmgc has its own two calibrations; the Pathak default names the provable one
         try:
-            summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm)
+            summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
         except grpc.RpcError as e:
             raise click.ClickException(e.details())
         if as_json:
@@ -224,7 +233,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
             Console().print_json(json.dumps(summary))
         return
     with OperatorClient(Endpoints.load(endpoints)) as client:
-        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta, colluders=colluders), as_json)
+        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta, colluders=colluders, schema_sha256=schema_sha256), as_json)
         _fail_if_failed(status)
         summary = model_summary(client.model(job_id))
     if as_json:
@@ -239,8 +248,10 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 @click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), help="records to classify (CSV or LIBSVM)")
 @click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm"]), default="auto", show_default=True, help="file format")
 @click.option("--party", default="average", show_default=True, help="lmgc jobs: whose release to use (a party name or 'average')")
+@click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="logreg jobs: encode the records by the federation's data schema, as the parties did (labels ±1)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, as_json: bool) -> None:
+def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, schema_file: str | None, as_json: bool) -> None:
     """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."""
     import grpc
 
@@ -275,7 +286,11 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
             raise click.ClickException(e.details())
     w = tester.rebuild(m)
     try:
-        X, y = load(data_path, fmt, n_features=m.dimension)
+        if schema_file:
+            enc = _schema(schema_file)[2].encode_file(data_path, fmt)
+            X, y = enc.X, enc.y
+        else:
+            X, y = load(data_path, fmt, n_features=m.dimension)
     except DatasetError as e:
         raise click.ClickException(str(e))
     if X.shape[1] != m.dimension:
@@ -362,7 +377,8 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
 
 
 def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes: str, epsilon: float, delta: float, lam: float, mode: str,
-                classes: list[str], dimension: int, total_records: int, records_per_party: int, rounds: int, max_missing: int, as_json: bool) -> None:
+                classes: list[str], dimension: int, total_records: int, records_per_party: int, rounds: int, max_missing: int, as_json: bool,
+                schema_sha256: str = "") -> None:
     """`mpdp train --model dp-gd`: run the job, store the model for `mpdp predict`, print its summary."""
     from mpdp.dpgd.model import Task
     from mpdp.dpgd.plan import DpgdPlan, auto_rounds
@@ -381,7 +397,7 @@ def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes:
         raise click.ClickException(f"not a valid dp-gd plan: {e}")
     try:
         with err.status(f"dp-gd job: {plan.rounds + 1} rounds, {len(parties)} parties as DCA clients, {len(nodes)} compute nodes") if not as_json else _null():
-            run = run_dpgd(Endpoints.load(endpoints), dataset, parties, nodes, plan, records_per_party, max_missing=max_missing)
+            run = run_dpgd(Endpoints.load(endpoints), dataset, parties, nodes, plan, records_per_party, max_missing=max_missing, schema_sha256=schema_sha256)
     except RoundFailed as e:
         raise click.ClickException(f"the dp-gd job failed: {e}. Nothing was published.")
     path = save_model(endpoints, run)
@@ -415,6 +431,17 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
     except ValueError:
         pass  # unlabelled or other labels: no accuracy
     print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+
+
+def _schema(path: str):
+    """(resolved path, sha256, Schema) of a schema file, or a usage error naming what is wrong with it."""
+    from mpdp.schema import Schema, SchemaError
+
+    try:
+        s = Schema.load(path)
+    except SchemaError as e:
+        raise click.BadParameter(str(e), param_hint="--schema")
+    return Path(path).resolve(), s.sha256(), s
 
 
 def _interrupt(signum, frame) -> None:

@@ -18,6 +18,7 @@ COMMANDS = {
     "predict": Lazy(_CLI + "jobs:predict", "Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."),
     "provision": Lazy(_CLI + "provision:provision", "Provision a federation: a CA, a certificate per site, each site's config and README."),
     "regress": Lazy(_CLI + "regress:regress", "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al."),
+    "schema": Lazy(_CLI + "schema:schema", "Check a data file against the federation's schema, or draft a schema from a file (docs/schema.md)."),
     "serve": Lazy(_CLI + "serve:serve", "Run one role of the federation as a service (one OS process per role)."),
     "train": Lazy(_CLI + "jobs:train", "Run a training job across the parties and print the published model's summary."),
 }

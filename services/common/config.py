@@ -8,7 +8,7 @@ Example party config::
     tls: {cert: site.crt, key: site.key, ca: ca.crt}
     curator: {address: curator.example.org:7000, name: curator}
     datasets:
-      adult: {path: /data/adult.libsvm, format: libsvm, n_features: 123}
+      adult: {path: /data/adult.csv, format: csv, schema: /etc/mpdp/adult-schema.yaml}
     ledger: state/ledger.json
     budget_epsilon: 10.0
     budget_delta: 0.001
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mpdp_services.common.rpc import TlsFiles
@@ -51,6 +51,10 @@ class DatasetConfig(BaseModel):
     format: Literal["libsvm", "csv", "auto"] = "auto"
     n_features: int | None = None
     label_column: str | int = -1
+    # "schema" in YAML; the attribute is schema_file because pydantic's BaseModel already has a ``schema`` method
+    schema_file: Path | None = Field(None, alias="schema", description="the federation's data schema (docs/schema.md): the file is validated and encoded by it")
+
+    model_config = ConfigDict(populate_by_name=True)
 
 
 class _Base(BaseSettings):

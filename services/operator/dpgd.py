@@ -38,7 +38,7 @@ def new_job_id() -> str:
     return JOB_PREFIX + secrets.token_hex(6)
 
 
-def _round(ep: Endpoints, op: DcaOperator, dataset: str, parties: list[str], ask: RunRound) -> tuple[str, pb.DpSum]:
+def _round(ep: Endpoints, op: DcaOperator, dataset: str, parties: list[str], ask: RunRound, schema_sha256: str = "") -> tuple[str, pb.DpSum]:
     name = f"round {ask.round} of {ask.request.job_id}"
     try:
         job = op.create(ask.params.to_spec())
@@ -47,7 +47,8 @@ def _round(ep: Endpoints, op: DcaOperator, dataset: str, parties: list[str], ask
     opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", ep.curator_name)]
     with grpc.secure_channel(ep.curator_address, ep.tls.channel_credentials(), options=opts) as ch:
         stub = cpb_grpc.ContributionCuratorStub(ch)
-        req = cpb.StatisticRequest(dca_job_id=job, dataset=dataset, statistic=STATISTIC, records_per_client=ask.records_per_party, dpgd=ask.request)
+        req = cpb.StatisticRequest(dca_job_id=job, dataset=dataset, statistic=STATISTIC, records_per_client=ask.records_per_party, dpgd=ask.request,
+                                   schema_sha256=schema_sha256)
         try:
             stub.RequestContributions(cpb.ContributionRound(request=req, parties=parties), timeout=900)
         except grpc.RpcError as e:
@@ -59,13 +60,14 @@ def _round(ep: Endpoints, op: DcaOperator, dataset: str, parties: list[str], ask
 
 
 def run_dpgd(ep: Endpoints, dataset: str, parties: list[str], nodes: list[str], plan: DpgdPlan, records_per_party: int, *,
-             job_id: str | None = None, max_missing: int = 0, seed: bytes = b"", deadline: float = 600.0) -> DpgdRun:
-    """Run the whole job; raises :class:`RoundFailed` naming the round that released nothing."""
+             job_id: str | None = None, max_missing: int = 0, seed: bytes = b"", deadline: float = 600.0, schema_sha256: str = "") -> DpgdRun:
+    """Run the whole job; raises :class:`RoundFailed` naming the round that released nothing. ``schema_sha256``: the
+    federation schema every party's dataset must have ("" = no check)."""
     job_id = job_id or new_job_id()
     limits.check_id(job_id, "job_id")
     role = DpgdRole(plan, parties, nodes, records_per_party, job_id=job_id, max_missing=max_missing, seed=seed, deadline=deadline)
     with DcaOperator(ep) as op:
-        return drive(role, lambda ask: _round(ep, op, dataset, parties, ask))
+        return drive(role, lambda ask: _round(ep, op, dataset, parties, ask, schema_sha256))
 
 
 def models_dir(endpoints: str | Path) -> Path:

@@ -19,13 +19,14 @@ MODES = ("gaussian-distributed", "corrected", "paper")  # the first is the defau
 
 
 def make_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, deadline: float = 0.0,
-              delta: float = 0.0, colluders: int | None = None) -> pb.PathakJobSpec:
+              delta: float = 0.0, colluders: int | None = None, schema_sha256: str = "") -> pb.PathakJobSpec:
     """A Pathak job; ``delta`` (0 = default 1e-6) and ``colluders`` (None = default) apply to gaussian-distributed only."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     spec = pb.PathakJobSpec(
         dataset=dataset, epsilon=epsilon, parties=parties, mode=common_pb2.PAPER if mode == "paper" else common_pb2.CORRECTED,
         noise=pb.DISTRIBUTED_GAUSSIAN if mode == "gaussian-distributed" else pb.SMALLEST_PARTY, deadline_seconds=deadline, delta=delta,
+        schema_sha256=schema_sha256,
     )
     if colluders is not None:
         spec.colluders = colluders

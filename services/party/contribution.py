@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from mpdp.data.loaders import DatasetError, load
+from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
+from mpdp.data.loaders import DatasetError
 from mpdp import limits
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd import wire as dpgd_wire
@@ -75,7 +76,8 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         await party.precheck(context, charge["epsilon"], charge["delta"], charge.get("accounting"))
 
         def compute():
-            X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
+            data = load_dataset(ds, name=request.dataset)
+            X, y = data.X, data.y
             if len(y) > max(1, request.records_per_client):
                 raise ValueError(f"{len(y)} rows exceed the job's public bound of {request.records_per_client} records per party")
             return party_statistics(X, y, round_name, tuple(request.bounds))
@@ -129,7 +131,8 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
                 await party.precheck(context, entry["epsilon"], entry["delta"], entry.get("accounting"))
 
             def compute():
-                X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
+                data = load_dataset(ds, name=request.dataset)
+                X, y = data.X, data.y
                 if len(y) > max(1, request.records_per_client):
                     raise ValueError(f"{len(y)} rows exceed the job's public bound of {request.records_per_client} records per party")
                 if X.shape[1] != plan.dimension:
@@ -171,6 +174,10 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         ds = cfg.datasets.get(request.dataset)
         if ds is None:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(request.dataset)} (configured: {sorted(cfg.datasets)})")
+        try:
+            require_schema(ds, request.schema_sha256)
+        except SchemaMismatch as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(request.dataset)}: {e}")
         return ds
 
     async def _dca_job(self, party: "Party", request: contribution_pb2.StatisticRequest, context) -> tuple[dca_pb2.DcaJobAnnouncement, DcaParams]:

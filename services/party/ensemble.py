@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from mpdp.data.loaders import DatasetError, load
+from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
+from mpdp.data.loaders import DatasetError
 from mpdp.dca.params import DcaParams
 from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.local import CLASSIFIERS
@@ -60,6 +61,10 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
         if spec.dataset not in cfg.datasets:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(spec.dataset)} (configured: {sorted(cfg.datasets)})")
+        try:
+            require_schema(cfg.datasets[spec.dataset], spec.schema_sha256)
+        except SchemaMismatch as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(spec.dataset)}: {e}")
         if cfg.local_classifier not in CLASSIFIERS:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} is configured with local_classifier {cfg.local_classifier!r}; use one of {sorted(CLASSIFIERS)}")
         async with party.claimed(context, PROTOCOL, request.job_id):
@@ -100,8 +105,8 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             await errors.refuse(context, Problem.MALFORMED, str(e))
 
         def compute():
-            X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
-            return core.VoterRole(cfg.name, cfg.local_classifier).vote(spec, X, y, X_aux)
+            data = load_dataset(ds, name=spec.dataset)
+            return core.VoterRole(cfg.name, cfg.local_classifier).vote(spec, data.X, data.y, X_aux)
 
         ds = cfg.datasets[spec.dataset]
         try:

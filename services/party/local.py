@@ -7,7 +7,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mpdp.data.loaders import DatasetError, load
+from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
+from mpdp.data.loaders import DatasetError
 from mpdp.ledger import FAILED, RELEASED
 from mpdp.local_release import PROTOCOL, ReleaseError, ledger_entry, party_release
 from mpdp.math.drbg import Drbg
@@ -68,6 +69,10 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
         ds = cfg.datasets.get(request.spec.dataset)
         if ds is None:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(request.spec.dataset)} (configured: {sorted(cfg.datasets)})")
+        try:
+            require_schema(ds, request.spec.schema_sha256)
+        except SchemaMismatch as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(request.spec.dataset)}: {e}")
         if request.job_id in self.jobs:
             await errors.refuse(context, Problem.REPLAY, f"party {cfg.name}: job {shown(request.job_id)} was already requested")
         job = LocalJob()
@@ -91,8 +96,8 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
         rng = Drbg.from_seed(request.spec.simulation_seed).child(f"party/{cfg.name}") if request.spec.simulation_seed else party.rng.child(f"local/{request.job_id}")
 
         def train():
-            X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
-            return party_release(cfg.name, request, X, y, rng)
+            data = load_dataset(ds, name=request.spec.dataset)
+            return party_release(cfg.name, request, data.X, data.y, rng)
 
         try:
             async with asyncio.timeout(cfg.job_deadline_seconds):  # the job's deadline, counted from the spend

@@ -13,7 +13,8 @@ import math
 from typing import TYPE_CHECKING
 
 from mpdp import accounting, limits
-from mpdp.data.loaders import DatasetError, load, to_pm1
+from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
+from mpdp.data.loaders import DatasetError, to_pm1
 from mpdp.ledger import FAILED, RELEASED
 from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.paillier import PublicKey
@@ -156,6 +157,10 @@ class PathakParty(pb_grpc.PartyServicer):
                 raise limits.SpecError("curator_keys", "DGK u must be a small prime and r_bits at most 1024")
         except limits.SpecError as e:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name}: {e}")
+        try:
+            require_schema(ds, request.spec.schema_sha256)
+        except SchemaMismatch as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {name} refuses: dataset {shown(request.spec.dataset)}: {e}")
         if announced.paillier.n != self.keys.paillier.n or announced.dgk.n != self.keys.dgk.n:
             self.start(announced)  # the curator restarted with new keys
         try:
@@ -183,8 +188,8 @@ class PathakParty(pb_grpc.PartyServicer):
         await hosted.start(machine.start())
 
     def _build(self, request: pb.JobAnnouncement, ds: cfgmod.DatasetConfig) -> PartyMachine:
-        X, y = load(ds.path, ds.format, ds.n_features, ds.label_column)
-        return PartyMachine(self.cfg.name, request, X, to_pm1(y), self.resources)
+        data = load_dataset(ds, name=request.spec.dataset)
+        return PartyMachine(self.cfg.name, request, data.X, to_pm1(data.y), self.resources)
 
     # -- every other step ------------------------------------------------------------------------
     async def _deliver(self, request, context) -> common_pb2.Ack:

@@ -366,8 +366,10 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
 
 
 def _dataset_dict(ds: DatasetConfig) -> dict:
-    d = ds.model_dump(exclude_defaults=True)
+    d = ds.model_dump(exclude_defaults=True, by_alias=True)
     d["path"] = str(ds.path)
+    if ds.schema_file is not None:
+        d["schema"] = str(ds.schema_file)
     return d
 
 

@@ -85,6 +85,8 @@ def _edges(row: limits.Limit) -> tuple[list, list]:
         return good, bad
     if row.kind == "id":
         return ["a", "A" * 64, "pk-0123456789ab", "site_1.x-y"], ["", "a" * 65, "x" * 20_000, "-a", "a/b", "../etc", "a b", "é"]
+    if row.kind == "sha256":
+        return ["", "0" * 64, "0123456789abcdef" * 4], ["0" * 63, "0" * 65, "A" * 64, "g" * 64, "x" * 20_000, " " + "0" * 63]
     if row.kind == "text":
         return ["a" * max(row.min, 1), "a" * row.max], ["a" * (row.max + 1)] + ([""] if row.min > 0 else [])
     if row.kind == "bytes":
