@@ -117,7 +117,7 @@ MEANING: dict[int, str] = {
     P.BUDGET_EXCEEDED: "a party's privacy budget cannot pay the job's true (ε, δ)",
     P.JOB_FAILED: "the job has failed; its failure names the cause",
     P.INTERNAL: "a bug on the refusing side; its log has the cause",
-    P.INVALID_JOB: "a job specification that can never run (unknown dataset, duplicate names, bad parameters)",
+    P.INVALID_JOB: "a job specification that can never run (unknown dataset, another data schema, duplicate names, bad parameters)",
     P.NOT_READY: "the service is starting up; retry",
     P.OVERLOADED: "a per-caller or per-service limit is reached; retry later",
 }
