@@ -107,10 +107,12 @@ class Federation:
         return cls(InProcessBackend(parties, compute_nodes=compute_nodes, key_bits=key_bits, seed=seed, names=names))
 
     @classmethod
-    def connect(cls, endpoints: str | os.PathLike | None = None, *, dataset: str | None = None) -> "Federation":
+    def connect(cls, endpoints: str | os.PathLike | None = None, *, dataset: str | None = None,
+                schema: str | os.PathLike | None = None) -> "Federation":
         """A live federation: ``endpoints`` is its ``endpoints.json`` or the folder holding it (default: the
         ``MPDP_ENDPOINTS`` environment variable). ``dataset``: the dataset name the parties map to their files,
-        used by every call that does not name one.
+        used by every call that does not name one. ``schema``: the federation's data schema file (docs/schema.md);
+        its sha256 goes in every classification job's spec, and a party whose dataset has another schema refuses.
 
         >>> fed = mpdp.Federation.connect("runs/federation", dataset="breast_cancer")  # doctest: +SKIP
         >>> fed.logistic_regression(epsilon=1.0, lam=0.01).guarantee.statement          # doctest: +SKIP
@@ -120,7 +122,12 @@ class Federation:
             if not endpoints:
                 raise ValueError(f"name the federation's endpoints.json (or its folder), or set {ENDPOINTS_ENV}")
         live = importlib.import_module(LIVE_BACKEND)  # grpc and the operator clients load only when connecting
-        return cls(live.LiveBackend(Path(endpoints), dataset=dataset))
+        schema_sha256 = ""
+        if schema is not None:
+            from mpdp.schema import Schema
+
+            schema_sha256 = Schema.load(schema).sha256()
+        return cls(live.LiveBackend(Path(endpoints), dataset=dataset, schema_sha256=schema_sha256))
 
     @property
     def mode(self) -> str:

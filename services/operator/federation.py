@@ -29,7 +29,7 @@ DEFAULT_CLASSES = (-1.0, 1.0)  # the parties map binary labels to ±1, the large
 class LiveBackend:
     mode = LIVE
 
-    def __init__(self, endpoints: Path, *, dataset: str | None) -> None:
+    def __init__(self, endpoints: Path, *, dataset: str | None, schema_sha256: str = "") -> None:
         self.endpoints_path = endpoints
         self.endpoints = Endpoints.load(endpoints)  # FileNotFoundError names the file
         p = endpoints / "endpoints.json" if endpoints.is_dir() else endpoints
@@ -37,6 +37,7 @@ class LiveBackend:
         self.parties = tuple(doc.get("parties", {}))
         self.compute_nodes = tuple(sorted(doc.get("compute_nodes", {})))
         self.dataset = dataset
+        self.schema_sha256 = schema_sha256  # in every classification spec ("" = no check)
 
     def close(self) -> None:
         pass
@@ -74,7 +75,8 @@ class LiveBackend:
         from mpdp_services.operator.pathak2010 import OperatorClient, make_spec
 
         t0 = time.perf_counter()
-        spec = make_spec(self._dataset(dataset), self._names(parties), epsilon, lam, noise, delta=delta or 0.0, colluders=colluders)
+        spec = make_spec(self._dataset(dataset), self._names(parties), epsilon, lam, noise, delta=delta or 0.0, colluders=colluders,
+                         schema_sha256=self.schema_sha256)
         with OperatorClient(self.endpoints) as client:
             try:
                 job_id = client.submit(spec)
@@ -154,7 +156,8 @@ class LiveBackend:
             raise ValueError(f"not a valid dp-gd plan: {e}") from None
         t0 = time.perf_counter()
         try:
-            run = run_dpgd(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), plan, int(records_per_party), max_missing=max_missing)
+            run = run_dpgd(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), plan, int(records_per_party), max_missing=max_missing,
+                           schema_sha256=self.schema_sha256)
         except RoundFailed as e:
             raise JobFailed(f"the dp-gd job failed: {e}") from None
         save_model(self.endpoints_path, run)  # where `mpdp predict --job dp-…` finds it
@@ -172,7 +175,7 @@ class LiveBackend:
         classes = classes or DEFAULT_CLASSES
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=self._dataset(dataset), auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon,
                                             classes=[label_text(c) for c in classes], parties=self._names(parties), compute_nodes=self._nodes(),
-                                            max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam)
+                                            max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam, schema_sha256=self.schema_sha256)
         t0 = time.perf_counter()
         try:
             rel = train_ensemble(self.endpoints, spec)
@@ -189,7 +192,8 @@ class LiveBackend:
 
         t0 = time.perf_counter()
         try:
-            summary = submit_local(self.endpoints, self._dataset(dataset), self._names(parties), epsilon, lam, "corrected", ridge, data_norm)
+            summary = submit_local(self.endpoints, self._dataset(dataset), self._names(parties), epsilon, lam, "corrected", ridge, data_norm,
+                                   schema_sha256=self.schema_sha256)
             models = fetch(self.endpoints, summary["job_id"])
         except grpc.RpcError as e:
             raise JobFailed(f"the LMGC job failed: {e.details()}") from None

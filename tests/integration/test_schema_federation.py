@@ -85,3 +85,13 @@ def test_party_without_a_schema_refuses_and_an_empty_hash_checks_nothing(schema_
     assert "party-1" in e.value.details() and "requires a schema" in e.value.details()
     out = submit_local(ep, "toy", PARTIES, 10.0, 1e-3, "corrected", 1e-3, 1.0)  # no hash: each party encodes by its own schema
     assert len(out["releases"]) == 3
+
+
+def test_python_api_puts_the_schema_in_the_spec(schema_fed, tmp_path):
+    import mpdp
+
+    v2 = tmp_path / "v2.yaml"
+    v2.write_text(SCHEMA.format(version=2))
+    fed = mpdp.Federation.connect(schema_fed.workdir, dataset="toy", schema=v2)
+    with pytest.raises(mpdp.JobFailed, match="schema"):  # party-1 and party-2 were configured with version 1
+        fed.logistic_regression(epsilon=1.0, lam=0.05, noise="corrected", parties=PARTIES[:2])
