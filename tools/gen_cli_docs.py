@@ -20,7 +20,7 @@ Generated from the commands by `python tools/gen_cli_docs.py > docs/cli.md` (a t
 
 ## Grammar and conventions
 
-* `mpdp NOUN [VERB] [OPTIONS]`: a noun names what you act on (`federation`, `dca`, `ledger`, `provision`,
+* `mpdp NOUN [VERB] [OPTIONS]`: a noun names what you act on (`federation`, `jobs`, `dca`, `ledger`, `provision`,
   `experiment`), a verb what you do to it (`up`, `create`, `submit`, `watch`, `show`, ...). The protocol runs that
   publish a model are verbs of their own: `train`, `regress`, `predict`; `demo` runs everything once.
 * Every command that prints a result takes `--json` and then prints exactly one JSON object on standard output;

@@ -237,6 +237,15 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
             await self._route(hosted, [])
 
+    async def cancel(self, job_id: str) -> bool:
+        """The operator's `mpdp jobs cancel`: fail a running job with CANCELLED (the nodes are told), recorded."""
+        hosted = self.jobs.get(job_id)
+        if hosted is None or hosted.machine.terminal:
+            return False
+        await hosted.fail(common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator in state {hosted.machine.state}")
+        await self._route(hosted, [])
+        return True
+
     async def GetRelease(self, request: common_pb2.JobRef, context) -> pb.DpSum:
         await _check_id(request.job_id, context)
         spec = self.store.spec(request.job_id)
