@@ -247,10 +247,11 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.pathak2010 import OperatorClient
 
-    if job_id.startswith("dp-"):
+    protocol = _protocol_of(endpoints, job_id)
+    if protocol == "dp-gd":
         _predict_dpgd(endpoints, job_id, data_path, fmt, as_json)
         return
-    if job_id.startswith("hm-"):
+    if protocol == "hamm2016":
         from mpdp_services.operator.ensemble import predict_ensemble
 
         try:
@@ -259,7 +260,7 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
             raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
-    if job_id.startswith("lm-"):
+    if protocol == "lmgc":
         from mpdp_services.operator.local import predict_local
 
         try:
@@ -268,6 +269,8 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, a
             raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
+    if protocol != "pathak2010":
+        raise click.ClickException(f"job {job_id} is a {protocol} job: it released a sum, not a model (`mpdp dca release --job {job_id}`)")
     with OperatorClient(Endpoints.load(endpoints)) as client:
         try:
             m = client.model(job_id)
@@ -388,6 +391,26 @@ def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes:
     out = {k: v for k, v in run.summary().items() if k != "weights"}
     out["stored"] = str(path)
     print(json.dumps(out)) if as_json else Console().print_json(json.dumps(out))
+
+
+def _protocol_of(endpoints: str, job_id: str) -> str:
+    """Which protocol published ``job_id``: a dp-gd model stored beside the endpoints, else the curator's record
+    of the job (`mpdp jobs show`), never a guess from the id."""
+    import grpc
+
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.dpgd import load_model
+    from mpdp_services.operator.jobs import get_job
+
+    try:
+        load_model(endpoints, job_id)
+        return "dp-gd"
+    except (FileNotFoundError, ValueError):
+        pass
+    try:
+        return str(get_job(Endpoints.load(endpoints), job_id)["protocol"])
+    except grpc.RpcError as e:
+        raise click.ClickException(f"{e.details()} (`mpdp jobs ls` lists the jobs this curator knows)")
 
 
 def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:

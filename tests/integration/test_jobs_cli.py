@@ -112,3 +112,21 @@ def test_only_the_operator_may_list_or_cancel(fed):
             stub.ListJobs(pb.JobQuery(protocol="nope"), timeout=10)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert stub.ListJobs(pb.JobQuery(limit=1), timeout=10).jobs is not None
+
+
+def test_predict_reads_the_protocol_from_the_curator(fed):
+    """`mpdp predict` asks the curator which protocol published a job (no guess from the id's prefix)."""
+    from mpdp_services.cli.jobs import predict as predict_cmd
+
+    ep = Endpoints.load(fed.workdir)
+    lm = submit_local(ep, "bc", PARTIES[:3], 1000.0, 1e-3, "corrected", 1e-3, 1.0, seed=b"jobs-predict")["job_id"]
+    args = ["--endpoints", str(fed.workdir), "--data", fed.tests["bc"], "--format", "csv", "--json"]
+    out = CliRunner().invoke(predict_cmd, ["--job", lm, *args])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["accuracy"] > 0.8
+    dca = _waiting_dca_job(ep)
+    _cli(fed, "cancel", dca)
+    out = CliRunner().invoke(predict_cmd, ["--job", dca, *args])
+    assert out.exit_code != 0 and "released a sum, not a model" in out.output
+    out = CliRunner().invoke(predict_cmd, ["--job", "pk-000000000000", *args])
+    assert out.exit_code != 0 and "mpdp jobs ls" in out.output
