@@ -17,6 +17,7 @@ COMMANDS = {
     "health": Lazy(_CLI + "health:health", "Exit 0 if the service at ADDRESS reports SERVING over mutual TLS, else 1 with the reason."),
     "ledger": Lazy(_CLI + "ledger:ledger", "Read a party's privacy ledger."),
     "predict": Lazy(_CLI + "jobs:predict", "Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."),
+    "profile": Lazy(_CLI + "profile:profile", "Connection profiles: named endpoints files, chosen with --profile or MPDP_PROFILE."),
     "provision": Lazy(_CLI + "provision:provision", "Provision a federation: a CA, a certificate per site, each site's config and README."),
     "regress": Lazy(_CLI + "regress:regress", "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al."),
     "serve": Lazy(_CLI + "serve:serve", "Run one role of the federation as a service (one OS process per role)."),
