@@ -277,6 +277,7 @@ class JobTable(Generic[T]):
         r.note(state, problem)
         self._retained[job_id] = None
         metrics.job_ended(self.protocol, state, r.ended - r.created)
+        metrics.stages_ended(self.protocol, state_seconds(r))
 
     def _forget(self, job_id: str) -> None:
         live = self._jobs.pop(job_id)
@@ -285,6 +286,15 @@ class JobTable(Generic[T]):
         self._records[job_id] = live.record
         while len(self._records) > self.max_records:
             self._records.popitem(last=False)
+
+
+def state_seconds(record: JobRecord) -> dict[str, float]:
+    """Seconds a job spent in each state, from its state log (the terminal state has none)."""
+    log = record.log()
+    out: dict[str, float] = {}
+    for event, after in zip(log, log[1:]):
+        out[event.state] = out.get(event.state, 0.0) + max(0.0, after.at - event.at)
+    return out
 
 
 class Reaper:

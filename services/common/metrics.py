@@ -30,7 +30,12 @@ REFUSALS = Counter("mpdp_refusals", "RPCs this role refused, by Problem (service
 JOBS = Counter("mpdp_jobs", "jobs that reached a terminal state at this role, by protocol and state", ["protocol", "state"], registry=REGISTRY)
 JOB_SECONDS = Histogram("mpdp_job_seconds", "seconds from a job's admission to its terminal state", ["protocol", "state"],
                         buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600), registry=REGISTRY)
+STAGE_SECONDS = Histogram("mpdp_stage_seconds", "seconds a job spent in each state at this role (observed when it ends)", ["protocol", "stage"],
+                          buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900), registry=REGISTRY)
+DCA_RECEIVED = Counter("mpdp_dca_clients_received", "DCA clients whose shares this compute node received, over its ended jobs", registry=REGISTRY)
+DCA_INCLUDED = Counter("mpdp_dca_clients_included", "DCA clients this compute node included in a released partial sum (the agreed set)", registry=REGISTRY)
 _LEDGER: list[Gauge] = []  # created by watch_ledger, at a party only
+_POOLS: list[Gauge] = []  # created by watch_pools, at a party only
 JOBS_LIVE = Gauge("mpdp_jobs_live", "jobs admitted and not yet terminal, by protocol", ["protocol"], registry=REGISTRY)
 
 
@@ -46,6 +51,31 @@ def refused(method: str, problem: str, code: str) -> None:
 def job_ended(protocol: str, state: str, seconds: float) -> None:
     JOBS.labels(protocol, state).inc()
     JOB_SECONDS.labels(protocol, state).observe(max(0.0, seconds))
+
+
+def stages_ended(protocol: str, seconds: dict[str, float]) -> None:
+    for stage, secs in seconds.items():
+        STAGE_SECONDS.labels(protocol, stage).observe(max(0.0, secs))
+
+
+def dca_node_job_ended(received: int, included: int) -> None:
+    DCA_RECEIVED.inc(max(0, received))
+    DCA_INCLUDED.inc(max(0, included))
+
+
+def watch_pools(levels: Callable[[], dict[str, int]], targets: Callable[[], dict[str, int]]) -> None:
+    """A party's precomputed-randomness pools (services/party/precompute.py): level and target per kind."""
+    if not _POOLS:
+        _POOLS.extend([
+            Gauge("mpdp_precompute_pool", "precomputed items ready at this party, by kind", ["kind"], registry=REGISTRY),
+            Gauge("mpdp_precompute_pool_target", "the level this party's precompute thread fills each pool to, by kind", ["kind"], registry=REGISTRY),
+        ])
+    def reader(read: Callable[[], dict[str, int]], kind: str) -> Callable[[], float]:
+        return lambda: float(read().get(kind, 0))
+
+    for kind in levels():
+        _POOLS[0].labels(kind).set_function(reader(levels, kind))
+        _POOLS[1].labels(kind).set_function(reader(targets, kind))
 
 
 def watch_live_jobs(protocol: str, count: Callable[[], int]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 from mpdp.messages import common_pb2
 from mpdp.messages import operations_pb2 as pb
-from mpdp_services.common.jobs import JobRecord, JobTable, valid_id
+from mpdp_services.common.jobs import JobRecord, JobTable, state_seconds, valid_id
 
 P = common_pb2.Problem
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
@@ -100,18 +100,9 @@ class Catalog:
             detail, stages = source.live(entry)
             if record.problem != P.PROBLEM_UNSPECIFIED:
                 s.detail = detail[:240]
-        s.stage_seconds.update(stages or _stage_seconds(record))
+        s.stage_seconds.update(stages or state_seconds(record))
         s.released = record.terminal and record.problem == P.PROBLEM_UNSPECIFIED and source.released(record.job_id)
         return s
-
-
-def _stage_seconds(record: JobRecord) -> dict[str, float]:
-    """Seconds spent in each state, from the state log (the terminal state has none)."""
-    log = record.log()
-    out: dict[str, float] = {}
-    for event, after in zip(log, log[1:]):
-        out[event.state] = out.get(event.state, 0.0) + max(0.0, after.at - event.at)
-    return out
 
 
 def _stored(source: Source, job_id: str, state: str, at: float) -> pb.JobSummary:

@@ -60,8 +60,10 @@ def test_every_role_serves_metrics_and_the_counters_move(federation):
     names = {k.split("{")[0] for k in cur}  # metric names (an RPC's name in a label is not data)
     assert not [n for n in names if any(w in n for w in ("size", "records", "rows", "value"))]  # nothing about data sizes or values
 
+    assert cur.get('mpdp_stage_seconds_count{protocol="pathak2010",stage="ADMITTED"}', 0) >= 1  # stage histograms
     for p in PARTIES:
         party = after[p]
+        assert party.get('mpdp_precompute_pool_target{kind="dgk"}', 0) > 0 and 'mpdp_precompute_pool{kind="paillier_zeta"}' in party
         assert party["mpdp_ledger_entries"] >= 1 and party["mpdp_ledger_spent_epsilon"] > 0
         assert party["mpdp_ledger_budget_epsilon"] > party["mpdp_ledger_spent_epsilon"]
         assert any(k.startswith('mpdp_rpcs_total{code="OK"') for k in party)
