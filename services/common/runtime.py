@@ -10,8 +10,9 @@ notices go to everyone else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 import grpc
 
@@ -55,8 +56,7 @@ class Hosted:
                     outputs = await asyncio.to_thread(self.machine.receive, sender, message)
             except ProtocolError as e:
                 log.warning("job %s: %s from %s refused: %s", self.machine.job_id, type(message).__name__, sender, errors.details(e))
-                self._traced()
-                with self.trace.use():
+                with self.traced():
                     self.spawn(self._route(self, e.notices))
                 await self.notify()
                 if context is not None:
@@ -69,7 +69,7 @@ class Hosted:
         if log.isEnabledFor(logging.DEBUG) or not inline:
             log.info("job %s: %s received %s from %s, now %s", self.machine.job_id, self.machine.me.role, type(message).__name__, sender, self.machine.state)
         if outputs:
-            with self.trace.use():
+            with self.traced():
                 await self._route(self, outputs)
         await self.notify()
         return replies
@@ -81,14 +81,12 @@ class Hosted:
                 outputs = action()
             except ProtocolError as e:
                 outputs = e.notices
-        self._traced()
-        with self.trace.use():
+        with self.traced():
             await self._route(self, outputs)
         await self.notify()
 
     async def start(self, outputs: list[Output]) -> None:
-        self._traced()
-        with self.trace.use():
+        with self.traced():
             await self._route(self, outputs)
         await self.notify()
 
@@ -97,10 +95,17 @@ class Hosted:
             notices = self.machine.fail(problem, detail)
         if notices:
             log.warning("job %s failed: %s", self.machine.job_id, detail)
-        self._traced()
-        with self.trace.use():
+        with self.traced():
             await self._route(self, notices)
         await self.notify()
+
+    @contextlib.contextmanager
+    def traced(self) -> Iterator[None]:
+        """Bring the job's spans up to the machine's state and make its stage span current: calls made meanwhile
+        carry it to their peers, tasks spawned meanwhile inherit it (for sends a service makes outside ``route``)."""
+        self._traced()
+        with self.trace.use():
+            yield
 
     def _traced(self) -> None:
         """Move the job's stage span to the machine's state (a terminal state ends the job's spans at this role)."""

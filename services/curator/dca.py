@@ -177,7 +177,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         # announce synchronously: when the ticket returns, every node knows the job and clients may submit
         async with hosted.lock:
             outputs = machine.announce()
-        await asyncio.gather(*(self._send(hosted, o.to, o.message) for o in outputs if isinstance(o, Send)))
+        with hosted.traced():  # the nodes' spans of the job join its trace
+            await asyncio.gather(*(self._send(hosted, o.to, o.message) for o in outputs if isinstance(o, Send)))
         await hosted.notify()
         if machine.failed and machine.error is not None:
             self.forget(job_id)  # never announced everywhere: nothing will ever arrive for it
