@@ -86,7 +86,7 @@ def setup(spec: str | None, role: str, site: str) -> bool:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
     except ImportError:
         raise ValueError("traces are on (MPDP_TRACES) but the OpenTelemetry SDK is not installed: pip install 'mpdp[traces]'") from None
-    processors = []
+    processors: list[Any] = []
     for e in exporters:
         if e == "console":
             processors.append(SimpleSpanProcessor(JsonLinesExporter(stream=sys.stderr)))
@@ -105,7 +105,7 @@ def _otlp_exporter() -> Any:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     except ImportError:
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
             raise ValueError("traces: otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp") from None
     return OTLPSpanExporter()
@@ -286,22 +286,45 @@ def job(job_id: str, protocol: str, role: str, parent: otel_context.Context | No
     return JobTrace(tracer, job_id, protocol, role, parent)
 
 
+class _Outcome:
+    """What :func:`job_span` yields: ``done(state, problem)`` records how the job ended at this role."""
+
+    def __init__(self, span: Any = None) -> None:
+        self._span = span
+        self.problem = ""
+
+    def done(self, state: str, problem: str = "") -> None:
+        if self._span is None:
+            return
+        self._span.set_attribute("mpdp.state", state)
+        if problem:
+            self.problem = problem
+            self._span.set_attribute("mpdp.problem", problem)
+            self._span.set_status(trace.Status(trace.StatusCode.ERROR, problem))
+
+
+_NO_OUTCOME = _Outcome()
+
+
 @contextlib.contextmanager
-def job_span(job_id: str, protocol: str, role: str, name: str | None = None) -> Iterator[None]:
+def job_span(job_id: str, protocol: str, role: str, parent: otel_context.Context | None = None) -> Iterator[_Outcome]:
     """One span for a whole job at this role, current while the block runs (flows without a hosted machine:
-    local-release, ensemble, contribution rounds). An exception leaves the span with an error status naming its type."""
+    local release, ensemble, contribution rounds). Its parent: ``parent``, else the current context (a caller's
+    span at a party). An exception leaves an error status naming its type only."""
     tracer = _S.tracer
     if tracer is None:
-        yield
+        yield _NO_OUTCOME
         return
     attrs = {"mpdp.job_id": job_id, "mpdp.protocol": protocol, "mpdp.role": role}
     if _S.site:
         attrs["mpdp.site"] = _S.site
-    with tracer.start_as_current_span(name or f"{protocol} job", attributes=attrs, record_exception=False, set_status_on_exception=False) as span:
+    with tracer.start_as_current_span(f"{protocol} job", context=parent, attributes=attrs, record_exception=False, set_status_on_exception=False) as span:
+        outcome = _Outcome(span)
         try:
-            yield
+            yield outcome
         except BaseException as e:
-            span.set_status(trace.Status(trace.StatusCode.ERROR, type(e).__name__))
+            if not outcome.problem:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, type(e).__name__))
             raise
 
 

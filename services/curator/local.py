@@ -18,7 +18,7 @@ import grpc
 from mpdp.local_release import LocalReleaseCurator, ReleaseError, validate_spec
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels, roles_by_method
 from mpdp_services.common.store import MessageStore
 
@@ -54,7 +54,10 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         except ProtocolError as e:
             await errors.abort(context, e)
         try:
-            return await self._run(job_id, request, context)
+            with tracing.job_span(job_id, "lmgc", "curator") as span:  # the parties' spans join it (their requests carry it)
+                published = await self._run(job_id, request, context)
+                span.done("PUBLISHED")
+                return published
         finally:
             self.jobs.finish(job_id, "PUBLISHED" if self.store.get(job_id) is not None else "FAILED",
                              common_pb2.PROBLEM_UNSPECIFIED if self.store.get(job_id) is not None else common_pb2.JOB_FAILED, keep=False)

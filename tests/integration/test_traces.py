@@ -125,3 +125,18 @@ def test_a_dca_job_is_one_trace_across_curator_and_compute_nodes(traced):
     by_site = _ended(traced.spans, job, ["curator", *NODES])
     _check_one_tree(by_site, ["curator", *NODES], "dca", {"curator": "RELEASED", "compute-node": "RELEASED"})
     assert not [p for p in PARTIES if p in by_site]
+
+
+def test_a_local_release_job_joins_the_parties_to_the_curators_span(traced):
+    """A flow without a hosted machine (services/curator/local.py, services/party/local.py): one span per role."""
+    from mpdp_services.operator.local import submit_local
+
+    s = submit_local(Endpoints.load(traced.workdir), "synthetic", PARTIES, 1.0, 1e-3, "corrected", 1e-3, 1.0, seed=b"traces")
+    by_site = _spans(traced.spans, s["job_id"])  # the curator answered after every party's span ended, and after its own
+    assert set(by_site) == {"curator", *PARTIES}
+    [root] = by_site["curator"]
+    assert root["parent_id"] is None and root["attributes"]["mpdp.state"] == "PUBLISHED"
+    for p in PARTIES:
+        [mine] = by_site[p]
+        assert mine["trace_id"] == root["trace_id"] and mine["parent_id"] == root["span_id"] and mine["parent_remote"]
+        assert mine["attributes"]["mpdp.state"] == "RELEASED" and set(mine["attributes"]) <= ALLOWED
