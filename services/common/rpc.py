@@ -201,7 +201,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
                     # an admitted caller's span (traceparent) is the current context while served: a job it creates joins its trace
-                    with tracing.incoming(metadata if tracing.enabled() else None):
+                    with tracing.incoming(metadata):
                         response = await guarded(context, lambda: inner(request, context))
                     metrics.rpc_done(method, "OK")  # refusals are counted where they are made (errors.refuse)
                     return response

@@ -169,14 +169,18 @@ def extract(metadata: Sequence[tuple[str, Any]] | None) -> otel_context.Context 
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
 
 
-@contextlib.contextmanager
-def incoming(metadata: Sequence[tuple[str, Any]] | None) -> Iterator[None]:
+_NULL = contextlib.nullcontext()
+
+
+def incoming(metadata: Sequence[tuple[str, Any]] | None) -> contextlib.AbstractContextManager[Any]:
     """While serving a call: its caller's span (from ``traceparent``) is the current context, so a job the call
-    creates joins the caller's trace."""
+    creates joins the caller's trace. Traces off or no ``traceparent``: a shared no-op context."""
     ctx = extract(metadata)
-    if ctx is None:
-        yield
-        return
+    return _NULL if ctx is None else _attached(ctx)
+
+
+@contextlib.contextmanager
+def _attached(ctx: otel_context.Context) -> Iterator[None]:
     token = otel_context.attach(ctx)
     try:
         yield
@@ -245,14 +249,9 @@ class JobTrace:
         stage = self._stage
         return trace.set_span_in_context(stage) if stage is not None else self._root_ctx
 
-    @contextlib.contextmanager
-    def use(self) -> Iterator[None]:
+    def use(self) -> contextlib.AbstractContextManager[Any]:
         """Make the current stage the current span (calls made meanwhile carry it; tasks spawned inherit it)."""
-        token = otel_context.attach(self.context())
-        try:
-            yield
-        finally:
-            _detach(token)
+        return _attached(self.context())
 
 
 class _NoTrace:
@@ -270,9 +269,8 @@ class _NoTrace:
     def context(self) -> otel_context.Context | None:
         return None
 
-    @contextlib.contextmanager
-    def use(self) -> Iterator[None]:
-        yield
+    def use(self) -> contextlib.AbstractContextManager[Any]:
+        return _NULL
 
 
 NO_TRACE = _NoTrace()
