@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from mpdp_services.common import tracing
 from mpdp_services.common.rpc import TlsFiles
 
 
@@ -66,6 +67,15 @@ class _Base(BaseSettings):
     paillier_bits: int = 2048
     job_retention_seconds: float = Field(600.0, ge=0, description="a finished job's state stays in memory this long, then only a value-free record")
     max_live_jobs: int = Field(256, ge=1, description="jobs of one protocol running at once at this site; more are refused OVERLOADED")
+    traces: str = Field("off", description=(
+        "OpenTelemetry traces of jobs (services/common/tracing.py): off, console, otlp or file:PATH ({role}, {site}, {pid} replaced), "
+        "comma-separated; anything but off needs the SDK (pip install 'mpdp[traces]')"))
+
+    @field_validator("traces")
+    @classmethod
+    def _traces(cls, v: str) -> str:
+        tracing.parse(v)  # ValueError names the unknown exporter
+        return v
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:

@@ -22,7 +22,7 @@ from mpdp.data.loaders import DatasetError, load
 from mpdp.hamm2016 import job as core
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.config import DatasetConfig
 from mpdp_services.common.rpc import PeerChannels, caller, roles_by_method
 from mpdp_services.common.store import MessageStore
@@ -95,6 +95,12 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             self.running.admit(job_id, (request, core.auxiliary_chunks(X_aux)), float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0)
         except ProtocolError as e:
             await errors.abort(context, e)
+        with tracing.job_span(job_id, "hamm2016", "curator") as span:  # its vote-sum DCA job and the parties' votes are children
+            release = await self._train(job_id, request, vote_params, X_aux, context)
+            span.done("PUBLISHED")
+            return release
+
+    async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray, context) -> pb.EnsembleRelease:
         try:
             dca_job = await self.dca.create(vote_params.to_spec())
         except DcaJobRefused as e:

@@ -18,7 +18,7 @@ import grpc
 from mpdp.local_release import LocalReleaseCurator, ReleaseError, validate_spec
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels, roles_by_method
 from mpdp_services.common.store import MessageStore
 
@@ -68,7 +68,10 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         if task is not None:
             self._tasks[job_id] = task
         try:
-            return await self._run(job_id, request, context)
+            with tracing.job_span(job_id, "lmgc", "curator") as span:  # the parties' spans join it (their requests carry it)
+                published_set = await self._run(job_id, request, context)
+                span.done("PUBLISHED")
+                return published_set
         except asyncio.CancelledError:
             if job_id in self._cancelled:
                 await errors.refuse(context, common_pb2.CANCELLED, f"local-release job {job_id} was cancelled by the operator")
