@@ -52,9 +52,9 @@ def render(site: str, report: dict) -> str:
     ]
     dl = "<dl id=\"summary\">" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in summary) + "</dl>"
     rows = "".join(
-        f"<tr><td>{esc(e['protocol'])}</td><td>{esc(e['job_id'])}</td><td>{esc(e['status'])}</td><td>{esc(e['accounted_as'])}</td>"
+        f"<tr><td>{esc(e['protocol'])}</td><td>{esc(e['job_id'])}</td><td>{esc(e['status'])}</td><td>{esc(e['mechanism'])}</td><td>{esc(e['accounted_as'])}</td>"
         f"<td class=n>{_num(e['epsilon'])}</td><td class=n>{_num(e['delta'], '.3g')}</td></tr>" for e in report["entries"])
-    table = ('<table id="entries"><tr><th>protocol</th><th>job</th><th>status</th><th>mechanism</th><th>ε</th><th>δ</th></tr>'
+    table = ('<table id="entries"><tr><th>protocol</th><th>job</th><th>status</th><th>mechanism</th><th>accounted as</th><th>ε</th><th>δ</th></tr>'
              f"{rows}</table>") if rows else '<p class=muted id="entries">No entries: this party has spent nothing.</p>'
     return (f"<h1>Privacy ledger of {esc(site)}</h1>{dl}<h2>Entries</h2>{table}"
             "<p class=muted>Each entry was charged before the job's first data-dependent message; a failed job keeps its charge.</p>")
