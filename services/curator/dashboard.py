@@ -88,13 +88,17 @@ class Dashboard:
         job = self._read(lambda: self.catalog.job(rest))
         if job is None:
             return None
-        facts = [("protocol", esc(job.protocol)), ("state", _state(job)), ("problem", _problem(job.problem)),
+        facts = [("protocol", esc(job.protocol)), ("state", _state(job)), ("problem", _problem(job.problem, "none")),
                  ("created", _when(job.created_unix)), ("ended", _when(job.ended_unix) if job.ended_unix else "running"),
                  ("duration", _duration(job)), ("published", "yes" if job.released else "no")]
         if job.detail:
             facts.append(("detail", esc(job.detail)))
         release, stages = self._release(job)
         stages = dict(job.stage_seconds) or stages
+        first: dict[str, int] = {}  # stages named after states in the order the job passed them, other stage names (stage1, …) sorted
+        for i, e in enumerate(job.events):
+            first.setdefault(e.state, i)
+        stages = dict(sorted(stages.items(), key=lambda kv: (first.get(kv[0], len(first)), kv[0])))
         body = (f"<h1>Job {esc(job.job_id)}</h1>{_dl(facts)}<h2>State timeline at the curator</h2>{_timeline(job)}"
                 f"<h2>Per-stage times</h2>{_stage_table(stages)}{release}")
         return self._doc(f"Job {job.job_id}", body, 0 if job.terminal else REFRESH_SECONDS)
@@ -223,8 +227,8 @@ def _state(job: operations_pb2.JobSummary) -> str:
     return f'<span class="s {cls}">{esc(job.state)}</span>'
 
 
-def _problem(problem: int) -> str:
-    return "" if not problem else f'<span class="s bad">{_enum(common_pb2.Problem, problem)}</span>'
+def _problem(problem: int, none: str = "") -> str:
+    return none if not problem else f'<span class="s bad">{_enum(common_pb2.Problem, problem)}</span>'
 
 
 def _enum(enum: Any, value: int) -> str:

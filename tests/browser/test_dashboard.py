@@ -138,6 +138,14 @@ def jobs(fed) -> dict[str, str]:
 
 
 # -- what a user sees ----------------------------------------------------------------------------------------
+def _shot(driver, path: Path) -> None:
+    """A screenshot of the whole page (the window grows to the page's height for it)."""
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(WINDOW[0], max(WINDOW[1], min(int(height) + 140, 4000)))
+    driver.save_screenshot(str(path))
+    driver.set_window_size(*WINDOW)
+
+
 def _same_origin_only(driver, origin: str) -> None:
     """Every link and resource on the page is this server's (relative URLs resolve to ``origin``)."""
     urls = driver.execute_script(
@@ -158,7 +166,7 @@ def test_job_list_links_to_the_job_timeline(browser, fed, jobs, shots):
     assert "pathak2010" in row.text and "PUBLISHED" in row.text
     assert jobs["dca"] in table.text
     _same_origin_only(browser, origin)
-    browser.save_screenshot(str(shots / "dashboard-jobs.png"))
+    _shot(browser, shots / "dashboard-jobs.png")
 
     row.find_element(By.LINK_TEXT, jobs["pathak"]).click()
     assert browser.current_url == f"{origin}/jobs/{jobs['pathak']}"
@@ -175,7 +183,7 @@ def test_job_list_links_to_the_job_timeline(browser, fed, jobs, shots):
     guarantee = browser.find_element(By.ID, "guarantee").text
     assert "trust model" in guarantee and "mechanism" in guarantee
     _same_origin_only(browser, origin)
-    browser.save_screenshot(str(shots / "dashboard-job.png"))
+    _shot(browser, shots / "dashboard-job.png")
 
 
 def test_dca_job_shows_node_agreement_and_the_dropout(browser, fed, jobs, shots):
@@ -189,7 +197,7 @@ def test_dca_job_shows_node_agreement_and_the_dropout(browser, fed, jobs, shots)
     row.find_element(By.LINK_TEXT, jobs["dca"]).click()
     page = browser.find_element(By.TAG_NAME, "main").text
     assert "compute nodes agreeing\n2" in page and "clients included |A|\n4" in page and "dropouts N − |A|\n1" in page
-    browser.save_screenshot(str(shots / "dashboard-dca.png"))
+    _shot(browser, shots / "dashboard-dca.png")
 
 
 def test_a_party_page_shows_its_ledger(browser, fed, jobs, shots):
@@ -202,4 +210,4 @@ def test_a_party_page_shows_its_ledger(browser, fed, jobs, shots):
     assert 0 < spent < 100  # federation up's default budget
     assert jobs["pathak"] in browser.find_element(By.ID, "entries").text
     _same_origin_only(browser, origin)
-    browser.save_screenshot(str(shots / "party-ledger.png"))
+    _shot(browser, shots / "party-ledger.png")
