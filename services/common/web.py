@@ -187,6 +187,8 @@ class _Handler(BaseHTTPRequestHandler):
         handler, rest = found
         try:
             response = handler(rest, query)
+        except TimeoutError:  # the role's event loop did not answer in time (on_loop)
+            response = Response(503, b"busy; try again\n", TEXT, {"Retry-After": "5"})
         except Exception:  # noqa: BLE001 - a page that fails must not reveal why to the client
             log.exception("http: the page handler failed")
             response = text(500, "internal error; see the role's log\n")

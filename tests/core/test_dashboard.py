@@ -200,6 +200,27 @@ def test_known_paths_only_read_only_and_hardened_headers(served):
     conn.close()
 
 
+def test_a_failing_or_busy_page_says_nothing_about_why(tmp_path):
+    routes = web.Routes()
+
+    def boom(rest: str, q: dict) -> web.Response:
+        raise RuntimeError("secret detail /etc/passwd")
+
+    def busy(rest: str, q: dict) -> web.Response:
+        raise TimeoutError
+
+    routes.add("/boom", boom)
+    routes.add("/busy", busy)
+    server, port = web.serve_http("127.0.0.1:0", None, routes)
+    try:
+        status, _, body = _get(f"http://127.0.0.1:{port}/boom")
+        assert status == 500 and b"secret" not in body
+        assert _get(f"http://127.0.0.1:{port}/busy")[0] == 503
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_token_guards_every_page_and_a_browser_logs_in_with_a_cookie(served, tmp_path):
     token = "t0k3n-" + "a" * 40
     (tmp_path / "http.token").write_text(token + "\n")
