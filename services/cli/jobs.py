@@ -131,7 +131,8 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], test_
         err.print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
     cur_http = fed.procs["curator"].http_port
     if cur_http:
-        err.print(f"metrics: http://127.0.0.1:{cur_http}/metrics (curator; every role's URL is under \"http\" in endpoints.json)")
+        err.print(f"dashboard: http://127.0.0.1:{cur_http}/", soft_wrap=True)
+        err.print("(each role's HTTP base URL is under \"http\" in endpoints.json: URL/metrics, and URL/ is a party's ledger page)")
     err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C or SIGTERM stops everything)")
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop must not orphan the child processes
     try:

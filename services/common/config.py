@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mpdp_services.common import tracing
@@ -60,7 +60,8 @@ class _Base(BaseSettings):
     name: str
     federation: str = ""
     listen: str = "127.0.0.1:0"
-    http_listen: str = Field("127.0.0.1:0", description="host:port of the metrics endpoint (GET /metrics); loopback by default, \"\" disables it")
+    http_listen: str = Field("127.0.0.1:0", description="host:port of the HTTP endpoint (GET /metrics, the curator's dashboard, a party's ledger page); loopback by default, \"\" disables it")
+    http_token_file: Path | None = Field(None, description="a file holding the token the HTTP endpoint requires (Bearer header or /login cookie); required unless http_listen is loopback")
     advertise: str | None = None
     tls: TlsConfig
     test_mode: bool = Field(False, description="allow small keys and simulation seeds: never in production")
@@ -80,6 +81,17 @@ class _Base(BaseSettings):
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
         return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _http_exposure(self) -> "_Base":
+        from mpdp_services.common import web
+
+        if self.http_listen:
+            host, _ = web.split_listen(self.http_listen)
+            if not self.http_token_file and not web.is_loopback(host or "0.0.0.0"):
+                raise ValueError(f"http_listen {self.http_listen} is not a loopback address: set http_token_file (or MPDP_HTTP_TOKEN_FILE) to a file "
+                                 "holding a random token (`openssl rand -hex 32 > http.token`, docs/deploy.md §4), or bind 127.0.0.1")
+        return self
 
     @field_validator("paillier_bits")
     @classmethod

@@ -6,19 +6,20 @@ job durations (histogram), live jobs by protocol, process metrics, and at a part
 budget). Nothing a role must not reveal leaves through here: no dataset size, no value, no job content; a party's
 ledger figures only at that party's own endpoint.
 
-The HTTP server binds loopback by default (``http_listen`` in the role's config, ``""`` disables it). It serves
-``GET /metrics`` (Prometheus text format) and nothing else; requests are small and time out after 10 s. To let an
-institution's Prometheus scrape it, bind the address of an internal interface (docs/deploy.md) — never a public one.
+The role's HTTP endpoint (:mod:`mpdp_services.common.web`: loopback by default, ``http_listen`` in the role's
+config, ``""`` disables it; a token when bound elsewhere) serves ``GET /metrics`` in the Prometheus text format beside
+the role's pages. To let an institution's Prometheus scrape it, bind the address of an internal interface with
+``http_token_file`` set (docs/deploy.md §4) — never a public one.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+
+from mpdp_services.common import web
 
 log = logging.getLogger("mpdp.metrics")
 
@@ -105,37 +106,8 @@ def watch_ledger(read: Callable[[], tuple[float, float, int]]) -> None:
         gauge.set_function(part(i))
 
 
-class _Handler(BaseHTTPRequestHandler):
-    timeout = 10
-    server_version = "mpdp"
-    sys_version = ""
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if self.path.split("?", 1)[0] != "/metrics":
-            self._send(404, b"not found: this endpoint serves /metrics\n", "text/plain; charset=utf-8")
-            return
-        self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._send(405, b"read-only\n", "text/plain; charset=utf-8")
-
-    do_PUT = do_DELETE = do_POST
-
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
-        log.debug("http %s", format % args)
+def _metrics_page(rest: str, query: dict[str, str]) -> web.Response:
+    return web.Response(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
 
 
-def serve_http(listen: str) -> tuple[ThreadingHTTPServer, int]:
-    """Serve /metrics on ``host:port`` (port 0: any free port) in a daemon thread; returns the server and its port."""
-    host, _, port = listen.rpartition(":")
-    server = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), _Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="mpdp-metrics-http", daemon=True).start()
-    return server, server.server_address[1]
+web.add_page("/metrics", _metrics_page)

@@ -319,7 +319,7 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
         raise SystemExit(2)
     log.info("compute node %s listening on port %d", cfg.name, port)
     try:
-        await serve_until_signal(server, health, port, ready_fd, cfg.http_listen)
+        await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
     finally:
         if node.coordinator is not None:
             node.coordinator.stop()

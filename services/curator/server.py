@@ -33,6 +33,7 @@ from mpdp_services.common.transcript import from_env as transcript_from_env
 from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
 from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, operations_pb2_grpc
 from mpdp_services.curator import catalog as catalogs
+from mpdp_services.curator.dashboard import Dashboard
 from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE as OPERATIONS_SERVICE, JobOperations
 from mpdp_services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
 from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
@@ -287,6 +288,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs)
     catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble)
     operations = JobOperations(catalog, {"pathak2010": curator.cancel, "dca": dca.cancel, "lmgc": local.cancel, "hamm2016": ensemble.cancel})
+    Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()
 
     def add(server) -> None:
         pb_grpc.add_CuratorServicer_to_server(curator, server)
@@ -303,7 +305,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript), add, services)
     await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
-    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
     await curator.channels.close()
 
 
