@@ -107,20 +107,25 @@ class Federation:
         return cls(InProcessBackend(parties, compute_nodes=compute_nodes, key_bits=key_bits, seed=seed, names=names))
 
     @classmethod
-    def connect(cls, endpoints: str | os.PathLike | None = None, *, dataset: str | None = None,
+    def connect(cls, endpoints: str | os.PathLike | None = None, *, profile: str | None = None, dataset: str | None = None,
                 schema: str | os.PathLike | None = None) -> "Federation":
-        """A live federation: ``endpoints`` is its ``endpoints.json`` or the folder holding it (default: the
-        ``MPDP_ENDPOINTS`` environment variable). ``dataset``: the dataset name the parties map to their files,
+        """A live federation: ``endpoints`` is its ``endpoints.json`` or the folder holding it; else the
+        ``MPDP_ENDPOINTS`` environment variable, else the connection ``profile`` (or ``MPDP_PROFILE``, or the
+        profiles file's default: `mpdp profile ls`). ``dataset``: the dataset name the parties map to their files,
         used by every call that does not name one. ``schema``: the federation's data schema file (docs/schema.md);
         its sha256 goes in every classification job's spec, and a party whose dataset has another schema refuses.
 
         >>> fed = mpdp.Federation.connect("runs/federation", dataset="breast_cancer")  # doctest: +SKIP
         >>> fed.logistic_regression(epsilon=1.0, lam=0.01).guarantee.statement          # doctest: +SKIP
+        >>> fed = mpdp.Federation.connect(profile="hospital-a")                          # doctest: +SKIP
         """
         if endpoints is None:
             endpoints = os.environ.get(ENDPOINTS_ENV)
-            if not endpoints:
-                raise ValueError(f"name the federation's endpoints.json (or its folder), or set {ENDPOINTS_ENV}")
+        if not endpoints:
+            profiles = importlib.import_module("mpdp_services.common.profiles")
+            if not (profile or os.environ.get(profiles.PROFILE_ENV) or profiles.load().default):
+                raise ValueError(f"name the federation's endpoints.json (or its folder) or a profile, or set {ENDPOINTS_ENV}")
+            endpoints = profiles.resolve(None, profile)
         live = importlib.import_module(LIVE_BACKEND)  # grpc and the operator clients load only when connecting
         schema_sha256 = ""
         if schema is not None:

@@ -20,14 +20,15 @@ Generated from the commands by `python tools/gen_cli_docs.py > docs/cli.md` (a t
 
 ## Grammar and conventions
 
-* `mpdp NOUN [VERB] [OPTIONS]`: a noun names what you act on (`federation`, `dca`, `ledger`, `provision`,
+* `mpdp NOUN [VERB] [OPTIONS]`: a noun names what you act on (`federation`, `jobs`, `dca`, `ledger`, `profile`, `provision`,
   `experiment`), a verb what you do to it (`up`, `create`, `submit`, `watch`, `show`, ...). The protocol runs that
   publish a model are verbs of their own: `train`, `regress`, `predict`; `demo` runs everything once.
 * Every command that prints a result takes `--json` and then prints exactly one JSON object on standard output;
   progress and notices go to standard error.
 * Commands that talk to a running federation take `--endpoints PATH` (the `endpoints.json` written by
   `mpdp federation up` or `mpdp provision`, or its folder). Without it they read the environment variable
-  `MPDP_ENDPOINTS`, then fall back to `runs/federation`.
+  `MPDP_ENDPOINTS`, then a connection profile (`--profile NAME`, `MPDP_PROFILE`, else the default of
+  `~/.config/mpdp/profiles.yaml`; `mpdp profile add NAME PATH`), then fall back to `runs/federation`.
 * Exit codes: 0 success; 1 the operation failed (the message says why and what to do: a refused job carries the
   gRPC status and the problem, e.g. `RESOURCE_EXHAUSTED: BUDGET_EXCEEDED`); 2 a usage error (unknown command or
   option, a value out of range).

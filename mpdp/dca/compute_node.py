@@ -180,6 +180,11 @@ class ComputeNodeMachine(DcaMachine):
         raise RemoteProtocolError(STEP_OUT_OF_ORDER, f"node {self.me.name} has not released q_k yet (state {self.state})")
 
     @property
+    def clients_included(self) -> int:
+        """|A| once agreed, else 0."""
+        return 0 if self._agreed is None else int(self._agreed.size)
+
+    @property
     def agreed_ids(self) -> tuple[str, ...] | None:
         """The ids of A, sorted, once agreed (computed on demand: a node keeps only indices)."""
         if self._agreed is None:

@@ -80,6 +80,8 @@ class _ProblemEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Problem.Value
     """UNAVAILABLE (the service is starting up; try again)"""
     OVERLOADED: _Problem.ValueType  # 13
     """RESOURCE_EXHAUSTED (a per-caller or per-service limit; try later)"""
+    CANCELLED: _Problem.ValueType  # 14
+    """ABORTED (the federation's operator cancelled the job: `mpdp jobs cancel`)"""
 
 class Problem(_Problem, metaclass=_ProblemEnumTypeWrapper):
     """Our error table (janus problem_type.rs). Each Problem maps to exactly one gRPC status code,
@@ -113,6 +115,8 @@ NOT_READY: Problem.ValueType  # 12
 """UNAVAILABLE (the service is starting up; try again)"""
 OVERLOADED: Problem.ValueType  # 13
 """RESOURCE_EXHAUSTED (a per-caller or per-service limit; try later)"""
+CANCELLED: Problem.ValueType  # 14
+"""ABORTED (the federation's operator cancelled the job: `mpdp jobs cancel`)"""
 Global___Problem: _TypeAlias = Problem  # noqa: Y015
 
 class _NoiseMode:

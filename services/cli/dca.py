@@ -87,7 +87,8 @@ def watch(endpoints, job_id, as_json) -> None:
 @dca.command("release")
 @endpoints_option
 @click.option("--job", "job_id", required=True, help="DCA job id")
-def release(endpoints, job_id) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (the only output of this command; accepted for a uniform grammar)")
+def release(endpoints, job_id, as_json: bool) -> None:
     """Print the released DP sum and its guarantee as JSON (ρ-zCDP too for the discrete-gaussian noise)."""
     from mpdp.dca.params import NOISE_NAMES
 

@@ -7,6 +7,7 @@ cryptography, which keeps a health probe cheap.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -45,7 +46,8 @@ def probe(address: str, tls_dir: Path, server_name: str | None, service: str, ti
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="seconds per attempt")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="keep asking for up to this many seconds until SERVING")
 @click.option("--quiet", is_flag=True, help="print nothing when healthy")
-def health(address: str, tls_dir: str, server_name: str | None, service: str, timeout: float, wait: float, quiet: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (healthy or not; the exit code still says which)")
+def health(address: str, tls_dir: str, server_name: str | None, service: str, timeout: float, wait: float, quiet: bool, as_json: bool) -> None:
     """Exit 0 if the service at ADDRESS reports SERVING over mutual TLS, else 1 with the reason."""
     deadline = time.monotonic() + wait
     while True:
@@ -53,6 +55,9 @@ def health(address: str, tls_dir: str, server_name: str | None, service: str, ti
         if ok or time.monotonic() >= deadline:
             break
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # polling a remote service: nothing to wait on locally
+    if as_json:
+        click.echo(json.dumps({"address": address, "service": service or None, "healthy": ok, "status": what}))
+        sys.exit(0 if ok else 1)
     if ok:
         if not quiet:
             click.echo(what)

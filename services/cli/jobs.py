@@ -135,7 +135,8 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         err.print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
     cur_http = fed.procs["curator"].http_port
     if cur_http:
-        err.print(f"metrics: http://127.0.0.1:{cur_http}/metrics (curator; every role's URL is under \"http\" in endpoints.json)")
+        err.print(f"dashboard: http://127.0.0.1:{cur_http}/", soft_wrap=True)
+        err.print("(each role's HTTP base URL is under \"http\" in endpoints.json: URL/metrics, and URL/ is a party's ledger page)")
     err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C or SIGTERM stops everything)")
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop must not orphan the child processes
     try:
@@ -258,10 +259,11 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.pathak2010 import OperatorClient
 
-    if job_id.startswith("dp-"):
+    protocol = _protocol_of(endpoints, job_id)
+    if protocol == "dp-gd":
         _predict_dpgd(endpoints, job_id, data_path, fmt, as_json)
         return
-    if job_id.startswith("hm-"):
+    if protocol == "hamm2016":
         from mpdp_services.operator.ensemble import predict_ensemble
 
         try:
@@ -270,7 +272,7 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
             raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
-    if job_id.startswith("lm-"):
+    if protocol == "lmgc":
         from mpdp_services.operator.local import predict_local
 
         try:
@@ -279,6 +281,8 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
             raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
+    if protocol != "pathak2010":
+        raise click.ClickException(f"job {job_id} is a {protocol} job: it released a sum, not a model (`mpdp dca release --job {job_id}`)")
     with OperatorClient(Endpoints.load(endpoints)) as client:
         try:
             m = client.model(job_id)
@@ -404,6 +408,26 @@ def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes:
     out = {k: v for k, v in run.summary().items() if k != "weights"}
     out["stored"] = str(path)
     print(json.dumps(out)) if as_json else Console().print_json(json.dumps(out))
+
+
+def _protocol_of(endpoints: str, job_id: str) -> str:
+    """Which protocol published ``job_id``: a dp-gd model stored beside the endpoints, else the curator's record
+    of the job (`mpdp jobs show`), never a guess from the id."""
+    import grpc
+
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.dpgd import load_model
+    from mpdp_services.operator.jobs import get_job
+
+    try:
+        load_model(endpoints, job_id)
+        return "dp-gd"
+    except (FileNotFoundError, ValueError):
+        pass
+    try:
+        return str(get_job(Endpoints.load(endpoints), job_id)["protocol"])
+    except grpc.RpcError as e:
+        raise click.ClickException(f"{e.details()} (`mpdp jobs ls` lists the jobs this curator knows)")
 
 
 def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:

@@ -131,11 +131,17 @@ def show(files: tuple[str, ...], as_json: bool) -> None:
 
 @provision.command("check")
 @click.argument("folder", type=click.Path(file_okay=False))
-def check(folder: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (ok or not; the exit code still says which)")
+def check(folder: str, as_json: bool) -> None:
     """Check a site folder: files present, key matches certificate, signed by ca.crt, not expired."""
     from mpdp_services.provisioning.provision import verify_site
 
     problems = verify_site(folder)
+    if as_json:
+        click.echo(json.dumps({"folder": folder, "ok": not problems, "problems": problems}))
+        if problems:
+            raise SystemExit(1)
+        return
     if problems:
         raise click.ClickException(f"{folder}: " + "; ".join(problems))
     click.echo(f"{folder}: ok")
@@ -144,7 +150,8 @@ def check(folder: str) -> None:
 @provision.command("demo-data")
 @click.option("--parties", required=True, help="comma-separated party names")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="folder: OUT/<party>/breast_cancer.csv, OUT/operator/breast_cancer_test.csv, OUT/curator/breast_cancer_aux.csv")
-def demo_data(parties: str, out: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object: each site's file")
+def demo_data(parties: str, out: str, as_json: bool) -> None:
     """Split scikit-learn's bundled breast-cancer data into per-party CSVs (demo only; never commit them)."""
     from mpdp_services.provisioning.provision import ProvisionError, write_demo_data
 
@@ -152,5 +159,8 @@ def demo_data(parties: str, out: str) -> None:
         paths = write_demo_data(out, [p.strip() for p in parties.split(",") if p.strip()])
     except ProvisionError as e:
         raise _fail(e)
+    if as_json:
+        click.echo(json.dumps({name: str(p) for name, p in paths.items()}))
+        return
     for name, p in paths.items():
         click.echo(f"{name}: {p}")

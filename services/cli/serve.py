@@ -7,7 +7,7 @@ import logging
 
 import click
 
-from mpdp_services.common import config as cfgmod, logs
+from mpdp_services.common import config as cfgmod, logs, tracing
 from mpdp_services.common.processes import raise_fd_limit
 
 
@@ -27,7 +27,12 @@ def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, log_format:
         cfg = cfgmod.load(cfg_cls, config_path, **overrides)
     except cfgmod.ConfigError as e:
         raise click.ClickException(str(e))
-    logs.setup(log_format, not quiet, _ROLES.get(cfg_cls.__name__, cfg_cls.__name__), cfg.name)
+    role = _ROLES.get(cfg_cls.__name__, cfg_cls.__name__)
+    logs.setup(log_format, not quiet, role, cfg.name)
+    try:
+        tracing.setup(cfg.traces, role, cfg.name)  # off by default (MPDP_TRACES / the config's `traces`)
+    except ValueError as e:
+        raise click.ClickException(f"{cfg.name}: {e}")
     # every idle connection costs a descriptor: let the hard limit, not the default soft one, bound them
     logging.getLogger("mpdp.serve").info("open-descriptor limit %d", raise_fd_limit())
     run = importlib.import_module(server_module).serve
@@ -35,6 +40,8 @@ def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, log_format:
         asyncio.run(run(cfg))
     except (ValueError, OSError) as e:
         raise click.ClickException(f"{cfg.name}: {e}")
+    finally:
+        tracing.shutdown()  # flush batched spans (otlp)
 
 
 _CONFIG_HELP = "YAML config (env MPDP_* overrides fields)"

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from mpdp_services.common import tracing
 from mpdp_services.common.rpc import TlsFiles
 
 
@@ -63,17 +64,38 @@ class _Base(BaseSettings):
     name: str
     federation: str = ""
     listen: str = "127.0.0.1:0"
-    http_listen: str = Field("127.0.0.1:0", description="host:port of the metrics endpoint (GET /metrics); loopback by default, \"\" disables it")
+    http_listen: str = Field("127.0.0.1:0", description="host:port of the HTTP endpoint (GET /metrics, the curator's dashboard, a party's ledger page); loopback by default, \"\" disables it")
+    http_token_file: Path | None = Field(None, description="a file holding the token the HTTP endpoint requires (Bearer header or /login cookie); required unless http_listen is loopback")
     advertise: str | None = None
     tls: TlsConfig
     test_mode: bool = Field(False, description="allow small keys and simulation seeds: never in production")
     paillier_bits: int = 2048
     job_retention_seconds: float = Field(600.0, ge=0, description="a finished job's state stays in memory this long, then only a value-free record")
     max_live_jobs: int = Field(256, ge=1, description="jobs of one protocol running at once at this site; more are refused OVERLOADED")
+    traces: str = Field("off", description=(
+        "OpenTelemetry traces of jobs (services/common/tracing.py): off, console, otlp or file:PATH ({role}, {site}, {pid} replaced), "
+        "comma-separated; anything but off needs the SDK (pip install 'mpdp[traces]')"))
+
+    @field_validator("traces")
+    @classmethod
+    def _traces(cls, v: str) -> str:
+        tracing.parse(v)  # ValueError names the unknown exporter
+        return v
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
         return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _http_exposure(self) -> "_Base":
+        from mpdp_services.common import web
+
+        if self.http_listen:
+            host, _ = web.split_listen(self.http_listen)
+            if not self.http_token_file and not web.is_loopback(host or "0.0.0.0"):
+                raise ValueError(f"http_listen {self.http_listen} is not a loopback address: set http_token_file (or MPDP_HTTP_TOKEN_FILE) to a file "
+                                 "holding a random token (`openssl rand -hex 32 > http.token`, docs/deploy.md §4), or bind 127.0.0.1")
+        return self
 
     @field_validator("paillier_bits")
     @classmethod

@@ -36,6 +36,7 @@ STATUS: dict[int, grpc.StatusCode] = {
     P.INVALID_JOB: grpc.StatusCode.INVALID_ARGUMENT,
     P.NOT_READY: grpc.StatusCode.UNAVAILABLE,
     P.OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    P.CANCELLED: grpc.StatusCode.ABORTED,
     P.PROBLEM_UNSPECIFIED: grpc.StatusCode.UNKNOWN,
 }
 
@@ -120,6 +121,7 @@ MEANING: dict[int, str] = {
     P.INVALID_JOB: "a job specification that can never run (unknown dataset, another data schema, duplicate names, bad parameters)",
     P.NOT_READY: "the service is starting up; retry",
     P.OVERLOADED: "a per-caller or per-service limit is reached; retry later",
+    P.CANCELLED: "the federation's operator cancelled the job (`mpdp jobs cancel`); charges already made are kept",
 }
 
 

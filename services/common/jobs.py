@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Generic, TypeVar
 
 from mpdp import limits
@@ -38,6 +38,7 @@ RETENTION_SECONDS = 600.0
 MAX_LIVE = 256
 MAX_RETAINED = 64
 MAX_RECORDS = 10_000
+MAX_EVENTS = 16  # per job: the states it passed through (the first and the last always kept)
 SWEEP_SECONDS = 1.0
 
 
@@ -59,9 +60,22 @@ def hard_deadline(seconds: float) -> float:
     return seconds + max(10.0, 0.2 * seconds)
 
 
+@dataclass(frozen=True)
+class JobEvent:
+    """One step of a job's life as this role saw it: wall-clock time and the state it entered (no values)."""
+
+    at: float  # Unix time
+    state: str
+    problem: int = P.PROBLEM_UNSPECIFIED
+
+
 @dataclass
 class JobRecord:
-    """What is left of a job once it leaves memory: no values, no peer text."""
+    """What is left of a job once it leaves memory: no values, no peer text.
+
+    ``events`` is the job's state log at this role (at most :data:`MAX_EVENTS`: the admission, then the latest
+    states; the terminal one is always last), the source of ``mpdp jobs logs`` and the dashboard's timeline.
+    """
 
     job_id: str
     protocol: str
@@ -70,6 +84,28 @@ class JobRecord:
     created: float
     ended: float | None = None
     lifecycle: str = CREATED
+    created_at: float = field(default_factory=time.time)  # Unix time of admission (``created`` is the table's clock)
+    events: deque[JobEvent] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS - 1))
+    first: JobEvent | None = None
+
+    def note(self, state: str, problem: int = P.PROBLEM_UNSPECIFIED) -> None:
+        """Log a state this job entered (a repeat of the last state is not logged)."""
+        event = JobEvent(time.time(), state, problem)
+        if self.first is None:
+            self.first = event
+        elif not self.events or self.events[-1].state != state or self.events[-1].problem != problem:
+            self.events.append(event)
+
+    def log(self) -> list[JobEvent]:
+        """The state log, oldest first."""
+        return ([self.first] if self.first is not None else []) + list(self.events)
+
+    @property
+    def ended_at(self) -> float | None:
+        """Unix time the job became terminal at this role."""
+        if self.ended is None:
+            return None
+        return self.created_at + (self.ended - self.created)
 
     @property
     def terminal(self) -> bool:
@@ -127,6 +163,7 @@ class JobTable(Generic[T]):
             raise RemoteProtocolError(P.OVERLOADED, f"{self.max_live} {self.protocol} jobs are running; try again later")
         now = self._clock()
         record = JobRecord(job_id, self.protocol, "", P.PROBLEM_UNSPECIFIED, now, lifecycle=RUNNING if running else CREATED)
+        record.note("ADMITTED")
         self._jobs[job_id] = _Live(entry, record, now + deadline_seconds)
         return record
 
@@ -165,6 +202,16 @@ class JobTable(Generic[T]):
 
     def held(self) -> list[str]:
         return list(self._jobs)
+
+    def records(self) -> list[JobRecord]:
+        """Every job this table knows (held and forgotten), as value-free records, oldest first."""
+        self.sweep_states()
+        return list(self._records.values()) + [live.record for live in self._jobs.values()]
+
+    def sweep_states(self) -> None:
+        """Note the current state of every held job (its outcome function), without forgetting or expiring any."""
+        for job_id, live in list(self._jobs.items()):
+            self._observe(job_id, live)
 
     def entries(self) -> list[T]:
         return [live.entry for live in self._jobs.values() if live.entry is not None]
@@ -219,14 +266,18 @@ class JobTable(Generic[T]):
             return
         state, terminal, problem = self._outcome(live.entry)
         live.record.state = state
+        if not terminal and state:
+            live.record.note(state)
         if terminal:
             self._end(job_id, live, state, problem)
 
     def _end(self, job_id: str, live: _Live[T], state: str, problem: int) -> None:
         r = live.record
         r.state, r.problem, r.lifecycle, r.ended = state, problem, TERMINAL, self._clock()
+        r.note(state, problem)
         self._retained[job_id] = None
         metrics.job_ended(self.protocol, state, r.ended - r.created)
+        metrics.stages_ended(self.protocol, state_seconds(r))
 
     def _forget(self, job_id: str) -> None:
         live = self._jobs.pop(job_id)
@@ -235,6 +286,15 @@ class JobTable(Generic[T]):
         self._records[job_id] = live.record
         while len(self._records) > self.max_records:
             self._records.popitem(last=False)
+
+
+def state_seconds(record: JobRecord) -> dict[str, float]:
+    """Seconds a job spent in each state, from its state log (the terminal state has none)."""
+    log = record.log()
+    out: dict[str, float] = {}
+    for event, after in zip(log, log[1:]):
+        out[event.state] = out.get(event.state, 0.0) + max(0.0, after.at - event.at)
+    return out
 
 
 class Reaper:

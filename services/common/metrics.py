@@ -6,19 +6,20 @@ job durations (histogram), live jobs by protocol, process metrics, and at a part
 budget). Nothing a role must not reveal leaves through here: no dataset size, no value, no job content; a party's
 ledger figures only at that party's own endpoint.
 
-The HTTP server binds loopback by default (``http_listen`` in the role's config, ``""`` disables it). It serves
-``GET /metrics`` (Prometheus text format) and nothing else; requests are small and time out after 10 s. To let an
-institution's Prometheus scrape it, bind the address of an internal interface (docs/deploy.md) — never a public one.
+The role's HTTP endpoint (:mod:`mpdp_services.common.web`: loopback by default, ``http_listen`` in the role's
+config, ``""`` disables it; a token when bound elsewhere) serves ``GET /metrics`` in the Prometheus text format beside
+the role's pages. To let an institution's Prometheus scrape it, bind the address of an internal interface with
+``http_token_file`` set (docs/deploy.md §4) — never a public one.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+
+from mpdp_services.common import web
 
 log = logging.getLogger("mpdp.metrics")
 
@@ -30,7 +31,12 @@ REFUSALS = Counter("mpdp_refusals", "RPCs this role refused, by Problem (service
 JOBS = Counter("mpdp_jobs", "jobs that reached a terminal state at this role, by protocol and state", ["protocol", "state"], registry=REGISTRY)
 JOB_SECONDS = Histogram("mpdp_job_seconds", "seconds from a job's admission to its terminal state", ["protocol", "state"],
                         buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600), registry=REGISTRY)
+STAGE_SECONDS = Histogram("mpdp_stage_seconds", "seconds a job spent in each state at this role (observed when it ends)", ["protocol", "stage"],
+                          buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900), registry=REGISTRY)
+DCA_RECEIVED = Counter("mpdp_dca_clients_received", "DCA clients whose shares this compute node received, over its ended jobs", registry=REGISTRY)
+DCA_INCLUDED = Counter("mpdp_dca_clients_included", "DCA clients this compute node included in a released partial sum (the agreed set)", registry=REGISTRY)
 _LEDGER: list[Gauge] = []  # created by watch_ledger, at a party only
+_POOLS: list[Gauge] = []  # created by watch_pools, at a party only
 JOBS_LIVE = Gauge("mpdp_jobs_live", "jobs admitted and not yet terminal, by protocol", ["protocol"], registry=REGISTRY)
 
 
@@ -46,6 +52,31 @@ def refused(method: str, problem: str, code: str) -> None:
 def job_ended(protocol: str, state: str, seconds: float) -> None:
     JOBS.labels(protocol, state).inc()
     JOB_SECONDS.labels(protocol, state).observe(max(0.0, seconds))
+
+
+def stages_ended(protocol: str, seconds: dict[str, float]) -> None:
+    for stage, secs in seconds.items():
+        STAGE_SECONDS.labels(protocol, stage).observe(max(0.0, secs))
+
+
+def dca_node_job_ended(received: int, included: int) -> None:
+    DCA_RECEIVED.inc(max(0, received))
+    DCA_INCLUDED.inc(max(0, included))
+
+
+def watch_pools(levels: Callable[[], dict[str, int]], targets: Callable[[], dict[str, int]]) -> None:
+    """A party's precomputed-randomness pools (services/party/precompute.py): level and target per kind."""
+    if not _POOLS:
+        _POOLS.extend([
+            Gauge("mpdp_precompute_pool", "precomputed items ready at this party, by kind", ["kind"], registry=REGISTRY),
+            Gauge("mpdp_precompute_pool_target", "the level this party's precompute thread fills each pool to, by kind", ["kind"], registry=REGISTRY),
+        ])
+    def reader(read: Callable[[], dict[str, int]], kind: str) -> Callable[[], float]:
+        return lambda: float(read().get(kind, 0))
+
+    for kind in levels():
+        _POOLS[0].labels(kind).set_function(reader(levels, kind))
+        _POOLS[1].labels(kind).set_function(reader(targets, kind))
 
 
 def watch_live_jobs(protocol: str, count: Callable[[], int]) -> None:
@@ -75,37 +106,8 @@ def watch_ledger(read: Callable[[], tuple[float, float, int]]) -> None:
         gauge.set_function(part(i))
 
 
-class _Handler(BaseHTTPRequestHandler):
-    timeout = 10
-    server_version = "mpdp"
-    sys_version = ""
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if self.path.split("?", 1)[0] != "/metrics":
-            self._send(404, b"not found: this endpoint serves /metrics\n", "text/plain; charset=utf-8")
-            return
-        self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._send(405, b"read-only\n", "text/plain; charset=utf-8")
-
-    do_PUT = do_DELETE = do_POST
-
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
-        log.debug("http %s", format % args)
+def _metrics_page(rest: str, query: dict[str, str]) -> web.Response:
+    return web.Response(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
 
 
-def serve_http(listen: str) -> tuple[ThreadingHTTPServer, int]:
-    """Serve /metrics on ``host:port`` (port 0: any free port) in a daemon thread; returns the server and its port."""
-    host, _, port = listen.rpartition(":")
-    server = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), _Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="mpdp-metrics-http", daemon=True).start()
-    return server, server.server_address[1]
+web.add_page("/metrics", _metrics_page)

@@ -24,7 +24,7 @@ from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2
-from mpdp_services.common import errors, metrics
+from mpdp_services.common import errors, metrics, tracing, web
 from mpdp_services.common.pki import Identity, identity_from_pem
 from mpdp_services.common.transcript import Transcript
 
@@ -162,6 +162,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
             roles = None  # a streaming kind nobody authorises: refused below, whoever calls
         gate = self
         transcript = self._transcript
+        metadata = handler_call_details.invocation_metadata
 
         async def admit(context) -> Identity:
             ident = caller(context)
@@ -199,7 +200,9 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
-                    response = await guarded(context, lambda: inner(request, context))
+                    # an admitted caller's span (traceparent) is the current context while served: a job it creates joins its trace
+                    with tracing.incoming(metadata):
+                        response = await guarded(context, lambda: inner(request, context))
                     metrics.rpc_done(method, "OK")  # refusals are counted where they are made (errors.refuse)
                     return response
                 finally:
@@ -308,13 +311,15 @@ async def stop_server(server: grpc.aio.Server, health_servicer: health.aio.Healt
     await server.stop(grace)
 
 
-async def serve_until_signal(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, port: int, ready_fd, http_listen: str = "") -> None:
-    """Start the metrics endpoint (``http_listen``, services/common/metrics.py; "" = none), announce readiness
+async def serve_until_signal(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, port: int, ready_fd, http_listen: str = "",
+                             http_token_file: str | Path | None = None) -> None:
+    """Start the HTTP endpoint (``http_listen``: /metrics and the role's pages, services/common/web.py; "" = none;
+    ``http_token_file``: the token it requires, needed unless it binds loopback), announce readiness
     (``MPDP-READY <port> [http=<port>]``, read by LocalFederation), then serve until SIGTERM or SIGINT; health
     goes NOT_SERVING before the graceful stop."""
     http_port = None
     if http_listen:
-        http_server, http_port = metrics.serve_http(http_listen)
+        http_server, http_port = web.serve_http(http_listen, http_token_file)
     print(f"MPDP-READY {port}" + (f" http={http_port}" if http_port else ""), file=ready_fd, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -361,7 +366,7 @@ class PeerChannels:
             response_deserializer=response_type.FromString,
         )
         try:
-            response = await rpc(request, timeout=timeout)
+            response = await rpc(request, timeout=timeout, metadata=tracing.outgoing())  # the current span, when traces are on
             if self.transcript is not None:
                 self.transcript.record("response", f"/{service_full_name}/{method}", site, response)
             return response

@@ -10,6 +10,7 @@ notices go to everyone else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -17,7 +18,7 @@ import grpc
 
 from mpdp.messages import common_pb2
 from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply
-from mpdp_services.common import errors, logs
+from mpdp_services.common import errors, logs, tracing
 
 log = logging.getLogger("mpdp")
 
@@ -37,6 +38,9 @@ class Hosted:
         self.on_change: Callable[[str], None] | None = None  # e.g. the job table noting a terminal state at once
         self._protocol = type(machine).__module__.split(".")[1]  # mpdp.<protocol>.…: names the job in log lines
         logs.in_job(machine.job_id, self._protocol, str(machine.state))  # the creating call's own log lines name the job
+        # the job's spans at this role (services/common/tracing.py): a child of the caller's span, if it sent one
+        self.trace = tracing.job(machine.job_id, self._protocol, machine.me.role)
+        self._traced()
 
     async def deliver(self, sender: Peer, message: Any, context: grpc.aio.ServicerContext | None = None, *, inline: bool = False) -> list[Any]:
         """Feed one message; returns the machine's replies to this RPC (``Reply`` outputs), routes the rest.
@@ -52,18 +56,21 @@ class Hosted:
                     outputs = await asyncio.to_thread(self.machine.receive, sender, message)
             except ProtocolError as e:
                 log.warning("job %s: %s from %s refused: %s", self.machine.job_id, type(message).__name__, sender, errors.details(e))
-                self.spawn(self._route(self, e.notices))
+                with self.traced():
+                    self.spawn(self._route(self, e.notices))
                 await self.notify()
                 if context is not None:
                     await errors.abort(context, e)
                 raise
         logs.in_job(self.machine.job_id, self._protocol, str(self.machine.state))
+        self._traced()
         replies = [o.message for o in outputs if isinstance(o, Reply)]
         outputs = [o for o in outputs if not isinstance(o, Reply)]
         if log.isEnabledFor(logging.DEBUG) or not inline:
             log.info("job %s: %s received %s from %s, now %s", self.machine.job_id, self.machine.me.role, type(message).__name__, sender, self.machine.state)
         if outputs:
-            await self._route(self, outputs)
+            with self.traced():
+                await self._route(self, outputs)
         await self.notify()
         return replies
 
@@ -74,11 +81,13 @@ class Hosted:
                 outputs = action()
             except ProtocolError as e:
                 outputs = e.notices
-        await self._route(self, outputs)
+        with self.traced():
+            await self._route(self, outputs)
         await self.notify()
 
     async def start(self, outputs: list[Output]) -> None:
-        await self._route(self, outputs)
+        with self.traced():
+            await self._route(self, outputs)
         await self.notify()
 
     async def fail(self, problem: int, detail: str) -> None:
@@ -86,10 +95,35 @@ class Hosted:
             notices = self.machine.fail(problem, detail)
         if notices:
             log.warning("job %s failed: %s", self.machine.job_id, detail)
-        await self._route(self, notices)
+        with self.traced():
+            await self._route(self, notices)
         await self.notify()
 
+    def traced(self) -> contextlib.AbstractContextManager[Any]:
+        """Bring the job's spans up to the machine's state and make its stage span current: calls made meanwhile
+        carry it to their peers, tasks spawned meanwhile inherit it (for sends a service makes outside ``route``).
+        Traces off: a shared no-op context."""
+        self._traced()
+        return self.trace.use()
+
+    def _traced(self) -> None:
+        """Move the job's stage span to the machine's state (a terminal state ends the job's spans at this role)."""
+        t = self.trace
+        if t.ended:
+            return
+        m = self.machine
+        state = str(m.state)
+        if state == t.state:
+            return
+        if m.terminal:
+            error = getattr(m, "error", None)
+            t.end(state, errors.problem_name(error.problem) if error is not None and error.problem else "")
+        else:
+            stage = getattr(m, "stage", None)
+            t.enter(state, stage if isinstance(stage, str) else None)
+
     async def notify(self) -> None:
+        self._traced()
         if self.on_change is not None:
             self.on_change(self.machine.job_id)
         async with self.changed:

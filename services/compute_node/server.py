@@ -22,7 +22,7 @@ from mpdp.dca.errors import InvalidJob
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
 from mpdp_services.common import config as cfgmod
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import errors, jobs, metrics
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
 from mpdp_services.common.runtime import Hosted
 
@@ -95,7 +95,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         if machine.params.seeded and not self.cfg.test_mode:
             await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; this node is not in test mode")
         hosted = Hosted(machine, self._route)
-        hosted.on_change = self.jobs.observe
+        hosted.on_change = lambda job_id: self._changed(hosted)
         hosted.addresses = dict(request.node_addresses)  # type: ignore[attr-defined]
         hosted.announcement = request  # type: ignore[attr-defined]  # what this node's workers attach to
         deadline = machine.params.deadline_seconds
@@ -222,6 +222,14 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         return common_pb2.Ack()
 
     # -- outputs and timers -------------------------------------------------------------------------------
+    def _changed(self, hosted: Hosted) -> None:
+        """Note a state change in the job table; once terminal, count the job's clients (metrics, once)."""
+        m = hosted.machine
+        self.jobs.observe(m.job_id)
+        if m.terminal and not getattr(hosted, "counted", False):
+            hosted.counted = True  # type: ignore[attr-defined]
+            metrics.dca_node_job_ended(m.received, m.clients_included if m.state == "RELEASED" else 0)
+
     async def _route(self, hosted: Hosted, outputs) -> None:
         wire: dict[int, _Wire] = {}  # a received-set report goes to M − 1 peers: serialise it once
         if self.coordinator is not None and hosted.machine.failed and not getattr(hosted, "dropped", False):
@@ -311,7 +319,7 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
         raise SystemExit(2)
     log.info("compute node %s listening on port %d", cfg.name, port)
     try:
-        await serve_until_signal(server, health, port, ready_fd, cfg.http_listen)
+        await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
     finally:
         if node.coordinator is not None:
             node.coordinator.stop()

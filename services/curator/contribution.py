@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any, Callable
 
 import grpc
 
@@ -12,7 +13,7 @@ from mpdp import limits
 from mpdp.contribution import INTERNAL_FAILURE, ContributionRound
 from mpdp.messages import common_pb2, contribution_pb2 as pb, contribution_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels, roles_by_method
 
 log = logging.getLogger("mpdp.curator.contribution")
@@ -23,9 +24,10 @@ ROLES = roles_by_method(SERVICE, {"RequestContributions": ("operator",)})
 
 
 class ContributionCurator(pb_grpc.ContributionCuratorServicer):
-    def __init__(self, channels: PeerChannels, addresses: dict[str, str]) -> None:
+    def __init__(self, channels: PeerChannels, addresses: dict[str, str], trace_parent: Callable[[str], Any] | None = None) -> None:
         self.channels = channels
         self.addresses = addresses
+        self._trace_parent = trace_parent  # DCA job id → its span at this curator (the round joins the job's trace)
 
     async def RequestContributions(self, request: pb.ContributionRound, context) -> pb.ContributionSummary:
         if not jobs.valid_id(request.request.dca_job_id):
@@ -42,6 +44,13 @@ class ContributionCurator(pb_grpc.ContributionCuratorServicer):
         if unknown:
             await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
 
+        job_id = request.request.dca_job_id
+        with tracing.job_span(job_id, "contribution", "curator", self._trace_parent(job_id) if self._trace_parent else None) as span:
+            summary = await self._round(request, context)
+            span.done("PUBLISHED")
+            return summary
+
+    async def _round(self, request: pb.ContributionRound, context) -> pb.ContributionSummary:
         role = ContributionRound(request)  # decides; this servicer only moves its messages
         outs: list = []
 

@@ -113,6 +113,11 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         self.jobs: jobs.JobTable[Hosted] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
 
+    def trace_context(self, job_id: str):
+        """The job's current span at this curator (services/common/tracing.py), for work that belongs to the job; None if not held."""
+        hosted = self.jobs.get(job_id)
+        return hosted.trace.context() if hosted is not None else None
+
     async def recover(self) -> None:
         """Rebuild unfinished jobs after a restart and pull the partial sums nodes already released."""
         for job_id, spec in self.store.specs().items():
@@ -177,7 +182,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         # announce synchronously: when the ticket returns, every node knows the job and clients may submit
         async with hosted.lock:
             outputs = machine.announce()
-        await asyncio.gather(*(self._send(hosted, o.to, o.message) for o in outputs if isinstance(o, Send)))
+        with hosted.traced():  # the nodes' spans of the job join its trace
+            await asyncio.gather(*(self._send(hosted, o.to, o.message) for o in outputs if isinstance(o, Send)))
         await hosted.notify()
         if machine.failed and machine.error is not None:
             self.forget(job_id)  # never announced everywhere: nothing will ever arrive for it
@@ -236,6 +242,15 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         if hosted is not None and not hosted.machine.terminal:
             await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
             await self._route(hosted, [])
+
+    async def cancel(self, job_id: str) -> bool:
+        """The operator's `mpdp jobs cancel`: fail a running job with CANCELLED (the nodes are told), recorded."""
+        hosted = self.jobs.get(job_id)
+        if hosted is None or hosted.machine.terminal:
+            return False
+        await hosted.fail(common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator in state {hosted.machine.state}")
+        await self._route(hosted, [])
+        return True
 
     async def GetRelease(self, request: common_pb2.JobRef, context) -> pb.DpSum:
         await _check_id(request.job_id, context)

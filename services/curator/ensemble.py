@@ -22,7 +22,7 @@ from mpdp.data.loaders import DatasetError, load
 from mpdp.hamm2016 import job as core
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.config import DatasetConfig
 from mpdp_services.common.rpc import PeerChannels, caller, roles_by_method
 from mpdp_services.common.store import MessageStore
@@ -46,6 +46,17 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         self.test_mode = test_mode
         # running jobs' (spec, auxiliary chunks); a finished job leaves at once, its value-free record stays
         self.running: jobs.JobTable[tuple[pb.EnsembleJobSpec, list[pb.AuxiliaryChunk]]] = jobs.JobTable("hamm2016", max_live=max_live)
+        self._tasks: dict[str, asyncio.Task] = {}  # running jobs' handler tasks (`mpdp jobs cancel`)
+        self._cancelled: set[str] = set()
+
+    async def cancel(self, job_id: str) -> bool:
+        """The operator's `mpdp jobs cancel`: stop the job; its vote sum is aborted at the nodes, nothing is published."""
+        task = self._tasks.get(job_id)
+        if task is None or task.done():
+            return False
+        self._cancelled.add(job_id)
+        task.cancel()
+        return True
 
     async def TrainEnsemble(self, request: pb.EnsembleJobSpec, context) -> pb.EnsembleRelease:
         try:
@@ -84,6 +95,12 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             self.running.admit(job_id, (request, core.auxiliary_chunks(X_aux)), float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0)
         except ProtocolError as e:
             await errors.abort(context, e)
+        with tracing.job_span(job_id, "hamm2016", "curator") as span:  # its vote-sum DCA job and the parties' votes are children
+            release = await self._train(job_id, request, vote_params, X_aux, context)
+            span.done("PUBLISHED")
+            return release
+
+    async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray, context) -> pb.EnsembleRelease:
         try:
             dca_job = await self.dca.create(vote_params.to_spec())
         except DcaJobRefused as e:
@@ -93,13 +110,25 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
                  job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
         release = None
         failure = common_pb2.JOB_FAILED
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[job_id] = task
         try:
             release = await self._run(job_id, dca_job, request, X_aux)
         except _JobFailed as e:
             log.warning("ensemble job %s failed: %s", job_id, e.detail)
             failure = e.problem
             await errors.refuse(context, e.problem, e.detail)
+        except asyncio.CancelledError:
+            if job_id not in self._cancelled:
+                raise
+            failure = common_pb2.CANCELLED
+            await errors.refuse(context, common_pb2.CANCELLED, f"ensemble job {job_id} was cancelled by the operator")
         finally:
+            self._tasks.pop(job_id, None)
+            if job_id in self._cancelled:
+                failure = common_pb2.CANCELLED
+                self._cancelled.discard(job_id)
             self.running.finish(job_id, "PUBLISHED" if release is not None else "FAILED", common_pb2.PROBLEM_UNSPECIFIED if release is not None else failure, keep=False)
             if release is None:  # failed, cancelled or crashed: the nodes must drop the vote shares
                 await asyncio.shield(self.dca.abort(dca_job, f"ensemble job {job_id} ended without a release"))

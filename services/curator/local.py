@@ -18,7 +18,7 @@ import grpc
 from mpdp.local_release import LocalReleaseCurator, ReleaseError, validate_spec
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels, roles_by_method
 from mpdp_services.common.store import MessageStore
 
@@ -37,6 +37,17 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         self.channels = channels
         self.addresses = addresses  # shared with the Pathak curator's registry (parties register once)
         self.test_mode = test_mode
+        self._tasks: dict[str, asyncio.Task] = {}  # running jobs' handler tasks (`mpdp jobs cancel`)
+        self._cancelled: set[str] = set()
+
+    async def cancel(self, job_id: str) -> bool:
+        """The operator's `mpdp jobs cancel`: stop asking the parties; the job ends CANCELLED and publishes nothing."""
+        task = self._tasks.get(job_id)
+        if task is None or task.done():
+            return False
+        self._cancelled.add(job_id)
+        task.cancel()
+        return True
 
     async def SubmitLocalJob(self, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:
         try:
@@ -53,11 +64,24 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
             self.jobs.admit(job_id, None, PARTY_TIMEOUT + 60.0)
         except ProtocolError as e:
             await errors.abort(context, e)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[job_id] = task
         try:
-            return await self._run(job_id, request, context)
+            with tracing.job_span(job_id, "lmgc", "curator") as span:  # the parties' spans join it (their requests carry it)
+                published_set = await self._run(job_id, request, context)
+                span.done("PUBLISHED")
+                return published_set
+        except asyncio.CancelledError:
+            if job_id in self._cancelled:
+                await errors.refuse(context, common_pb2.CANCELLED, f"local-release job {job_id} was cancelled by the operator")
+            raise
         finally:
-            self.jobs.finish(job_id, "PUBLISHED" if self.store.get(job_id) is not None else "FAILED",
-                             common_pb2.PROBLEM_UNSPECIFIED if self.store.get(job_id) is not None else common_pb2.JOB_FAILED, keep=False)
+            self._tasks.pop(job_id, None)
+            published = self.store.get(job_id) is not None
+            problem = common_pb2.CANCELLED if job_id in self._cancelled else common_pb2.JOB_FAILED
+            self._cancelled.discard(job_id)
+            self.jobs.finish(job_id, "PUBLISHED" if published else "FAILED", common_pb2.PROBLEM_UNSPECIFIED if published else problem, keep=False)
 
     async def _run(self, job_id: str, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:
         """Move Charlie's messages (LocalReleaseCurator decides): requests out, each party's answer in."""

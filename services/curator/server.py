@@ -31,7 +31,10 @@ from mpdp_services.common.runtime import SEND_RETRIES, Hosted
 from mpdp_services.common.store import MessageStore
 from mpdp_services.common.transcript import from_env as transcript_from_env
 from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
-from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc
+from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, operations_pb2_grpc
+from mpdp_services.curator import catalog as catalogs
+from mpdp_services.curator.dashboard import Dashboard
+from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE as OPERATIONS_SERVICE, JobOperations
 from mpdp_services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
 from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
 from mpdp_services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
@@ -208,6 +211,14 @@ class Curator(pb_grpc.CuratorServicer):
         if hosted is not None and not hosted.machine.terminal:
             await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
 
+    async def cancel(self, job_id: str) -> bool:
+        """The operator's `mpdp jobs cancel`: fail a running job with CANCELLED (the parties are told)."""
+        hosted = self.jobs.get(job_id)
+        if hosted is None or hosted.machine.terminal:
+            return False
+        await hosted.fail(common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator in state {hosted.machine.state}")
+        return True
+
     async def _deadline(self, hosted: Hosted, seconds: float) -> None:
         await asyncio.sleep(seconds)
         if not hosted.machine.terminal:
@@ -273,8 +284,11 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     curator = Curator(cfg, secrets, **limits)
     dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), **limits)
     local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs)
-    contribution = ContributionCurator(curator.channels, curator.addresses)
+    contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context)
     ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs)
+    catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble)
+    operations = JobOperations(catalog, {"pathak2010": curator.cancel, "dca": dca.cancel, "lmgc": local.cancel, "hamm2016": ensemble.cancel})
+    Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()
 
     def add(server) -> None:
         pb_grpc.add_CuratorServicer_to_server(curator, server)
@@ -282,16 +296,33 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
         local_release_pb2_grpc.add_LocalModelCuratorServicer_to_server(local, server)
         contribution_pb2_grpc.add_ContributionCuratorServicer_to_server(contribution, server)
         hamm2016_pb2_grpc.add_EnsembleCuratorServicer_to_server(ensemble, server)
+        operations_pb2_grpc.add_JobOperationsServicer_to_server(operations, server)
 
-    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES}
-    services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE]
+    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES, **OPERATIONS_ROLES}
+    services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE]
     transcript = transcript_from_env(cfg.test_mode, cfg.name)
     curator.channels.transcript = transcript
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript), add, services)
     await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
-    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
     await curator.channels.close()
+
+
+def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: LocalCurator, ensemble: EnsembleCurator) -> catalogs.Catalog:
+    """Every protocol's jobs at this curator, for `mpdp jobs` and the dashboard."""
+    files = catalogs.files
+    dca_dir = state_dir / "dca"
+    return catalogs.Catalog([
+        catalogs.Source("pathak2010", curator.jobs, lambda j: curator.registry.get(j) is not None,
+                        lambda: files(state_dir / "models", ".binpb", "PUBLISHED"), catalogs.hosted_live),
+        catalogs.Source("dca", dca.jobs, lambda j: dca.store.release(j) is not None or dca.store.consumed(j) is not None,
+                        lambda: [*files(dca_dir, ".release.binpb", "RELEASED"), *files(dca_dir, ".consumed.json", "RELEASED"),
+                                 *files(dca_dir, ".failed.json", "FAILED")], catalogs.hosted_live),
+        catalogs.Source("lmgc", local.jobs, lambda j: local.store.get(j) is not None, lambda: files(state_dir / "local", ".binpb", "PUBLISHED")),
+        catalogs.Source("hamm2016", ensemble.running, lambda j: ensemble.store.get(j) is not None,
+                        lambda: files(state_dir / "ensembles", ".binpb", "PUBLISHED")),
+    ])
 
 
 async def _check_id(job_id: str, context) -> None:

@@ -27,7 +27,7 @@ from mpdp.ledger import FAILED, BudgetExceeded, LedgerError
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2
 from mpdp.regression.statistics import party_statistics
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common import errors
+from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, roles_by_method
 from mpdp_services.dca_client.client import fetch_job, submit_vector
@@ -59,12 +59,16 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         round_name = STATISTICS.get(request.statistic)
         if round_name is None:
             await errors.refuse(context, Problem.MALFORMED, f"unknown statistic {shown(request.statistic)}; use one of {sorted(STATISTICS)}")
-        if round_name == "dpgd":
-            return await self._dpgd_round(party, request, context)
-        if request.HasField("dpgd"):
-            await errors.refuse(context, Problem.MALFORMED, "only a dpgd/round request carries a dp-gd round")
-        async with party.claimed(context, PROTOCOL, request.dca_job_id):
-            return await self._contribute(party, request, round_name, context)
+        with tracing.job_span(request.dca_job_id, "contribution", "party") as span:  # a child of the curator's round
+            if round_name == "dpgd":
+                receipt = await self._dpgd_round(party, request, context)
+            else:
+                if request.HasField("dpgd"):
+                    await errors.refuse(context, Problem.MALFORMED, "only a dpgd/round request carries a dp-gd round")
+                async with party.claimed(context, PROTOCOL, request.dca_job_id):
+                    receipt = await self._contribute(party, request, round_name, context)
+            span.done("SUBMITTED")
+            return receipt
 
     async def _contribute(self, party: "Party", request: contribution_pb2.StatisticRequest, round_name: str, context) -> contribution_pb2.ContributionReceipt:
         cfg = party.cfg

@@ -22,7 +22,7 @@ from mpdp.hamm2016.local import CLASSIFIERS
 from mpdp.ledger import FAILED
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common import errors
+from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import CHANNEL_OPTIONS, caller, roles_by_method
 from mpdp_services.dca_client.client import fetch_job, submit_vector
@@ -67,9 +67,12 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(spec.dataset)}: {e}")
         if cfg.local_classifier not in CLASSIFIERS:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} is configured with local_classifier {cfg.local_classifier!r}; use one of {sorted(CLASSIFIERS)}")
-        async with party.claimed(context, PROTOCOL, request.job_id):
-            await party.precheck(context, spec.epsilon, spec.delta)  # advisory, before the costly local fit
-            return await self._vote(party, request, context)
+        with tracing.job_span(request.job_id, PROTOCOL, "party") as span:  # a child of the curator's span that asked
+            async with party.claimed(context, PROTOCOL, request.job_id):
+                await party.precheck(context, spec.epsilon, spec.delta)  # advisory, before the costly local fit
+                receipt = await self._vote(party, request, context)
+            span.done("VOTED")
+            return receipt
 
     async def _vote(self, party: "Party", request: pb.VoteRequest, context) -> pb.VoteReceipt:
         cfg, spec = party.cfg, request.spec

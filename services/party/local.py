@@ -14,7 +14,7 @@ from mpdp.local_release import PROTOCOL, ReleaseError, ledger_entry, party_relea
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc
 from mpdp.protocol import ProtocolError
-from mpdp_services.common import config as cfgmod, errors, jobs
+from mpdp_services.common import config as cfgmod, errors, jobs, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, roles_by_method
 
@@ -81,9 +81,13 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
         except ProtocolError as e:
             await errors.abort(context, e)
         try:
-            async with party.claimed(context, PROTOCOL, request.job_id):
-                await party.spend(context, entry)  # before training: the release is the first data-dependent message
-                return await self._release(party, request, ds, job, context)
+            with tracing.job_span(request.job_id, PROTOCOL, "party") as span:  # a child of the curator's span that asked
+                try:
+                    async with party.claimed(context, PROTOCOL, request.job_id):
+                        await party.spend(context, entry)  # before training: the release is the first data-dependent message
+                        return await self._release(party, request, ds, job, context)
+                finally:
+                    span.done(job.state if job.state != TRAINING else "FAILED", errors.problem_name(job.problem) if job.problem else "")
         finally:
             if job.state == TRAINING:  # refused, cancelled or out of time
                 job.state, job.problem = "FAILED", job.problem or Problem.JOB_FAILED

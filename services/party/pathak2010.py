@@ -23,7 +23,7 @@ from mpdp.pathak2010.params import InvalidJob
 from mpdp.pathak2010.party import PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send
-from mpdp_services.common import config as cfgmod, errors, jobs
+from mpdp_services.common import config as cfgmod, errors, jobs, metrics
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, method_for_message, roles_by_method
 from mpdp_services.common.runtime import Hosted
@@ -118,6 +118,7 @@ class PathakParty(pb_grpc.PartyServicer):
         if self.precompute is not None:
             self.precompute.stop()
         self.precompute = Precompute(self.resources, self.cfg.paillier_bits, self.cfg.pool_target, self._on_precompute)
+        metrics.watch_pools(self.precompute.levels, self.precompute.targets)
 
     def stop(self) -> None:
         self.reaper.stop()

@@ -57,6 +57,13 @@ class Precompute:
         self._idle.set()
         self._wake.set()
 
+    def levels(self) -> dict[str, int]:
+        """Items ready per pool (the metrics endpoint reads this; sizes only, never an item)."""
+        return {"paillier_zeta": len(self.res.zeta_pool), "dgk": len(self.res.dgk_pool), "spare_keys": len(self._spare)}
+
+    def targets(self) -> dict[str, int]:
+        return {"paillier_zeta": self.zeta_target, "dgk": self.dgk_target, "spare_keys": 1}
+
     def _full(self) -> bool:
         return bool(self._spare) and len(self.res.zeta_pool) >= self.zeta_target and len(self.res.dgk_pool) >= self.dgk_target
 

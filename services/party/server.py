@@ -28,6 +28,7 @@ from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, register_at_curator, serve_until_signal, start_server, tls_failure
 from mpdp_services.party import contribution, ensemble, local, pathak2010
 from mpdp_services.party.pathak2010 import CURATOR_SERVICE, PathakParty, curator_keys_from
+from mpdp_services.party.ledger_page import LedgerPage
 from mpdp_services.party.precompute import PRECOMPUTE_HEALTH
 
 log = logging.getLogger("mpdp.party")
@@ -46,6 +47,7 @@ class Party:
         self.channels = PeerChannels(cfg.tls.files())
         self.ledger = Ledger(cfg.ledger, cfg.budget_epsilon, cfg.budget_delta)
         metrics.watch_ledger(self._ledger_figures)
+        LedgerPage(cfg.name, self.ledger).install()
         self.registered = False
         self._claimed: set[tuple[str, str]] = set()  # (protocol, job id) being started in this process
 
@@ -157,6 +159,6 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
     party.registered = True
     await health.set(pathak2010.SERVICE, health_pb2.HealthCheckResponse.SERVING)
     log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
-    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
     pathak.stop()
     await party.channels.close()

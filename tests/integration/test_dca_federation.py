@@ -10,6 +10,7 @@ survive a curator restart.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 
@@ -72,6 +73,22 @@ def test_release_equals_exact_sum_of_noisy_encodings(dca_fed, batched):
     assert np.frombuffer(rel.encoded_sum, dtype="<u8").tolist() == enc.tolist()
     assert np.allclose(rel.values, decode_u64(enc, params.frac_bits))
     assert rel.clients_included == n and rel.seeded
+
+
+def test_nodes_count_received_and_included_clients(dca_fed):
+    """issue 15 §1: each compute node's metrics endpoint counts the clients it received and included."""
+    from tests.integration.test_metrics import _metrics
+
+    urls = json.loads((dca_fed.workdir / "endpoints.json").read_text())["http"]
+    before = {n: _metrics(urls[n]) for n in NODES}
+    n, d = 40, 3
+    _, _, status, rel = _run(dca_fed, _spec(n, d, 0, seed=b"metrics"), np.zeros((n, d)))
+    assert status.state == "RELEASED" and rel.clients_included == n
+    for node in NODES:
+        after, was = _metrics(urls[node]), before[node]
+        for name in ("mpdp_dca_clients_received_total", "mpdp_dca_clients_included_total"):
+            assert after[name] - was.get(name, 0.0) == n, (node, name)
+        assert after.get('mpdp_stage_seconds_count{protocol="dca-node",stage="AWAIT_SHARES"}', 0) >= 1
 
 
 def test_noise_variance_across_runs(dca_fed):

@@ -60,23 +60,32 @@ def test_every_role_serves_metrics_and_the_counters_move(federation):
     names = {k.split("{")[0] for k in cur}  # metric names (an RPC's name in a label is not data)
     assert not [n for n in names if any(w in n for w in ("size", "records", "rows", "value"))]  # nothing about data sizes or values
 
+    assert cur.get('mpdp_stage_seconds_count{protocol="pathak2010",stage="ADMITTED"}', 0) >= 1  # stage histograms
     for p in PARTIES:
         party = after[p]
+        assert party.get('mpdp_precompute_pool_target{kind="dgk"}', 0) > 0 and 'mpdp_precompute_pool{kind="paillier_zeta"}' in party
         assert party["mpdp_ledger_entries"] >= 1 and party["mpdp_ledger_spent_epsilon"] > 0
         assert party["mpdp_ledger_budget_epsilon"] > party["mpdp_ledger_spent_epsilon"]
         assert any(k.startswith('mpdp_rpcs_total{code="OK"') for k in party)
         assert "mpdp_ledger_spent_epsilon" not in after["curator"]  # a party's ledger only at its own endpoint
 
 
-def test_the_endpoint_serves_metrics_only(federation):
-    url = json.loads((federation.workdir / "endpoints.json").read_text())["http"]["curator"]
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(url + "/", timeout=10)
-    assert e.value.code == 404
-    req = urllib.request.Request(url + "/metrics", data=b"x", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(req, timeout=10)
-    assert e.value.code == 405
+def test_the_endpoint_serves_metrics_and_pages_only(federation):
+    """/ is the dashboard (curator) or the ledger page (party); any other path is 404; nothing but GET (405)."""
+    urls = json.loads((federation.workdir / "endpoints.json").read_text())["http"]
+    with urllib.request.urlopen(urls["curator"] + "/", timeout=10) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/html") and r.headers["X-Frame-Options"] == "DENY"
+        assert "Jobs" in r.read().decode()
+    with urllib.request.urlopen(urls[PARTIES[0]] + "/", timeout=10) as r:
+        assert "Privacy ledger of party-1" in r.read().decode()
+    for url in (urls["curator"], urls[PARTIES[0]]):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url + "/no-such-page", timeout=10)
+        assert e.value.code == 404 and b"no-such-page" not in e.value.read()
+        req = urllib.request.Request(url + "/metrics", data=b"x", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        assert e.value.code == 405
 
 
 def test_json_logs_name_the_role_site_and_job(tmp_path):

@@ -1,0 +1,281 @@
+"""Each role's read-only HTTP endpoint: a small routing table, the token check and the response headers.
+
+One server per role process (a daemon thread beside the gRPC server). Pages are registered by the role that
+serves them: :mod:`mpdp_services.common.metrics` adds ``/metrics`` in every role, the curator adds its dashboard
+(:mod:`mpdp_services.curator.dashboard`), a party its ledger page (:mod:`mpdp_services.party.ledger_page`).
+
+What every response obeys:
+
+* **Read-only.** GET only; POST, PUT, DELETE, PATCH, HEAD → 405. A request line longer than
+  :data:`MAX_TARGET` → 414; a request that sends a body → 405 before the body is read.
+* **Known paths only.** Anything not registered → 404 with a short fixed body (the path is never echoed).
+* **No network fetch, no script.** Pages are server-rendered HTML; every response carries a Content-Security-Policy
+  that allows inline styles and ``data:`` images only, ``nosniff`` and ``X-Frame-Options: DENY``.
+* **Authentication when exposed.** Bound to loopback, no token is needed (only this host can connect). Bound to any
+  other address, a token is required (``http_token_file``; a role refuses to start without one): each request must
+  carry ``Authorization: Bearer <token>`` (Prometheus: ``authorization: credentials_file``) or the cookie set by
+  ``GET /login?token=<token>`` (a browser). Tokens are compared in constant time; a wrong one gets 401, never a hint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import html
+import ipaddress
+import logging
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+log = logging.getLogger("mpdp.web")
+
+MAX_TARGET = 2048  # bytes of a request target (path and query)
+COOKIE = "mpdp_token"
+MIN_TOKEN = 16  # characters: a token file with less is refused (`openssl rand -hex 32` gives 64)
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+TEXT, HTML = "text/plain; charset=utf-8", "text/html; charset=utf-8"
+
+
+class WebConfigError(ValueError):
+    """The HTTP endpoint's configuration is unsafe or unusable (raised before anything listens)."""
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    content_type: str = HTML
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def page(status: int, body: str) -> Response:
+    return Response(status, body.encode(), HTML)
+
+
+def text(status: int, body: str) -> Response:
+    return Response(status, body.encode(), TEXT)
+
+
+NOT_FOUND = text(404, "not found\n")
+
+# A handler gets the rest of the path after its prefix ("" for an exact page) and the query (name → first value);
+# it returns a Response, or None for "no such page" (404).
+Handler = Callable[[str, dict[str, str]], "Response | None"]
+
+
+@dataclass
+class Routes:
+    """Exact paths and prefixes ("/jobs/" matches "/jobs/<rest>"), longest prefix first."""
+
+    exact: dict[str, Handler] = field(default_factory=dict)
+    prefixes: dict[str, Handler] = field(default_factory=dict)
+
+    def add(self, path: str, handler: Handler) -> None:
+        if not path.startswith("/"):
+            raise ValueError(f"a page path starts with '/', got {path!r}")
+        (self.prefixes if path.endswith("/") and path != "/" else self.exact)[path] = handler
+
+    def find(self, path: str) -> tuple[Handler, str] | None:
+        if path in self.exact:
+            return self.exact[path], ""
+        for prefix in sorted(self.prefixes, key=len, reverse=True):
+            if path.startswith(prefix) and len(path) > len(prefix):
+                return self.prefixes[prefix], path[len(prefix):]
+        return None
+
+
+ROUTES = Routes()  # this process's pages (one role per process)
+
+
+def add_page(path: str, handler: Handler) -> None:
+    """Serve ``handler`` at ``path`` (exact), or under it when ``path`` ends with ``/`` (``"/"`` itself is exact)."""
+    ROUTES.add(path, handler)
+
+
+# -- authentication -----------------------------------------------------------------------------------------
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and "localhost"; an empty host, a wildcard or any other name is not loopback."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise WebConfigError(f"http_listen must be host:port, got {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def read_token(path: str | Path) -> str:
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as e:
+        raise WebConfigError(f"cannot read http_token_file {path}: {e.strerror or e}") from e
+    if len(token) < MIN_TOKEN or not token.isprintable() or any(c.isspace() for c in token) or ";" in token or "," in token:
+        raise WebConfigError(f"http_token_file {path} must hold one token of at least {MIN_TOKEN} printable characters without spaces, ';' or ',' "
+                             "(e.g. `openssl rand -hex 32`)")
+    return token
+
+
+def check_exposure(listen: str, token_file: str | Path | None) -> str | None:
+    """The token the endpoint requires (None: none), or WebConfigError if ``listen`` is not loopback and no token is set."""
+    host, _ = split_listen(listen)
+    if token_file:
+        return read_token(token_file)
+    if not is_loopback(host or "0.0.0.0"):
+        raise WebConfigError(f"http_listen {listen} is not a loopback address: set http_token_file (or MPDP_HTTP_TOKEN_FILE) to a file holding "
+                             "a random token, e.g. `openssl rand -hex 32 > http.token` (docs/deploy.md §4), or bind 127.0.0.1")
+    return None
+
+
+def authorized(token: str | None, authorization: str | None, cookie: str | None) -> bool:
+    """The request carries ``token`` (Bearer header or the login cookie); no token configured: everyone (loopback)."""
+    if token is None:
+        return True
+    want = token.encode()
+    offered: list[str] = []
+    if authorization and authorization[:7].lower() == "bearer ":
+        offered.append(authorization[7:].strip())
+    for part in (cookie or "").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == COOKIE:
+            offered.append(value)
+    ok = False
+    for candidate in offered:
+        ok |= hmac.compare_digest(candidate.encode(), want)
+    return ok
+
+
+# -- the server ----------------------------------------------------------------------------------------------
+class _Handler(BaseHTTPRequestHandler):
+    timeout = 10
+    server_version = "mpdp"
+    sys_version = ""
+    routes: Routes = ROUTES
+    token: str | None = None
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if len(self.path) > MAX_TARGET:
+            return self._send(text(414, "request target too long\n"))
+        if self.headers.get("Content-Length") not in (None, "0") or self.headers.get("Transfer-Encoding"):
+            return self._send(text(405, "read-only: GET without a body\n"))
+        parts = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query, max_num_fields=16).items()} if parts.query else {}
+        if parts.path == "/login":
+            return self._send(self._login(query.get("token", "")))
+        if not authorized(self.token, self.headers.get("Authorization"), self.headers.get("Cookie")):
+            return self._send(Response(401, b"unauthorized: send Authorization: Bearer <token>, or open /login?token=<token>\n", TEXT,
+                                       {"WWW-Authenticate": 'Bearer realm="mpdp"'}))
+        found = self.routes.find(parts.path)
+        if found is None:
+            return self._send(NOT_FOUND)
+        handler, rest = found
+        try:
+            response = handler(rest, query)
+        except TimeoutError:  # the role's event loop did not answer in time (on_loop)
+            response = Response(503, b"busy; try again\n", TEXT, {"Retry-After": "5"})
+        except Exception:  # noqa: BLE001 - a page that fails must not reveal why to the client
+            log.exception("http: the page handler failed")
+            response = text(500, "internal error; see the role's log\n")
+        self._send(response or NOT_FOUND)
+
+    def _login(self, offered: str) -> Response:
+        """A browser's way in: the cookie carries the token (HttpOnly, SameSite=Strict); then to the role's front page."""
+        if self.token is None:
+            return Response(303, b"", TEXT, {"Location": "/"})
+        if not hmac.compare_digest(offered.encode(), self.token.encode()):
+            return text(401, "unauthorized: wrong token\n")
+        return Response(303, b"", TEXT, {"Location": "/", "Set-Cookie": f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.close_connection = True  # a body, if any, is never read
+        self._send(Response(405, b"read-only\n", TEXT, {"Allow": "GET"}))
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_POST
+
+    def _send(self, r: Response) -> None:
+        self.send_response(r.status)
+        for name, value in {**HEADERS, "Content-Type": r.content_type, "Content-Length": str(len(r.body)), **r.headers}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(r.body)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
+        log.debug("http %s", format % args)
+
+
+def serve_http(listen: str, token_file: str | Path | None = None, routes: Routes | None = None) -> tuple[ThreadingHTTPServer, int]:
+    """Serve this role's pages on ``host:port`` (port 0: any free port) in a daemon thread; returns the server and its port.
+
+    Raises :class:`WebConfigError` before binding when ``listen`` is not loopback and no token file is given."""
+    token = check_exposure(listen, token_file)
+    host, port = split_listen(listen)
+    handler = type("Handler", (_Handler,), {"routes": routes or ROUTES, "token": token})
+    server = ThreadingHTTPServer((host or "0.0.0.0", port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="mpdp-http", daemon=True).start()
+    return server, server.server_address[1]
+
+
+# -- helpers for pages ---------------------------------------------------------------------------------------
+R = TypeVar("R")
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], R], timeout: float = 5.0) -> R:
+    """Run ``fn`` on the role's event loop (whose thread owns the job tables) and wait for its result."""
+
+    async def call() -> R:
+        return fn()
+
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout)
+
+
+def esc(value: object) -> str:
+    """Text for HTML (element content and quoted attributes)."""
+    return html.escape(str(value), quote=True)
+
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2b45;color:#fff;padding:10px 24px;display:flex;gap:24px;align-items:baseline}
+header b{font-size:16px}header a{color:#cfe0ff;text-decoration:none}header a:hover{text-decoration:underline}
+main{padding:16px 24px;max-width:1200px}h1{font-size:20px;margin:8px 0 12px}h2{font-size:16px;margin:20px 0 8px}
+table{border-collapse:collapse;background:#fff;width:100%;margin-bottom:12px}
+th,td{border:1px solid #dde1e7;padding:4px 8px;text-align:left;vertical-align:top}th{background:#eef1f5;font-weight:600}
+td.n{text-align:right;font-variant-numeric:tabular-nums}dl{display:grid;grid-template-columns:max-content auto;gap:2px 16px;background:#fff;
+padding:8px 12px;border:1px solid #dde1e7}dt{font-weight:600}dd{margin:0}
+.s{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;font-weight:600;background:#e3e7ee}
+.ok{background:#d6f0dc;color:#17612b}.bad{background:#f8d7d7;color:#8a1c1c}.run{background:#dbe8fb;color:#1b4a8f}
+.tl{display:flex;height:26px;border:1px solid #c9ced6;background:#fff;margin:6px 0}.tl div{overflow:hidden;white-space:nowrap;
+font-size:11px;line-height:26px;padding:0 3px;color:#fff;border-right:1px solid #fff}
+.bar{background:#6b8cc7;height:12px;display:inline-block;vertical-align:middle}.muted{color:#6a7280}.warn{color:#8a1c1c;font-weight:600}
+"""
+
+
+def document(title: str, site: str, nav: list[tuple[str, str]], body: str, refresh: int = 0) -> Response:
+    """One page: escaped title and site, a nav bar of local links, ``body`` (already-escaped HTML), no script."""
+    links = "".join(f'<a href="{esc(href)}">{esc(label)}</a>' for href, label in nav)
+    meta = f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh > 0 else ""
+    return page(200, f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">{meta}
+<title>{esc(title)} · mpdp {esc(site)}</title><style>{CSS}</style></head>
+<body><header><b>mpdp · {esc(site)}</b>{links}</header><main>
+{body}
+</main></body></html>
+""")

@@ -1,0 +1,131 @@
+"""The curator's jobs of every protocol, as value-free summaries: what `mpdp jobs` and the dashboard show.
+
+Each protocol's servicer keeps its own :class:`~mpdp_services.common.JobTable` (the one job lifecycle) and its
+own store of what it published. A :class:`Catalog` reads them all and answers one :class:`JobSummary` per job: id,
+protocol, state, failure, its state log at the curator and per-stage seconds. Nothing else: no data, dataset
+sizes, keys or released values (an operator fetches a release from the protocol's own service).
+
+Jobs this process ran come from the tables (their records outlive the job's memory); jobs of an earlier run of the
+curator come from the stores (what was published or failed survives a restart, its state log does not).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from mpdp.messages import common_pb2
+from mpdp.messages import operations_pb2 as pb
+from mpdp_services.common.jobs import JobRecord, JobTable, state_seconds, valid_id
+
+P = common_pb2.Problem
+DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
+
+
+@dataclass
+class Source:
+    """One protocol's jobs at the curator.
+
+    ``released(job_id)`` says whether something was published; ``stored()`` lists (job_id, state, Unix time) of
+    jobs on disk (an earlier run's too); ``live(entry)`` reads a held entry's (failure detail, stage seconds).
+    """
+
+    protocol: str
+    table: JobTable
+    released: Callable[[str], bool]
+    stored: Callable[[], Iterable[tuple[str, str, float]]] = lambda: ()
+    live: Callable[[Any], tuple[str, dict[str, float]]] | None = None
+
+
+@dataclass
+class Catalog:
+    sources: list[Source] = field(default_factory=list)
+
+    def add(self, source: Source) -> None:
+        self.sources.append(source)
+
+    def protocols(self) -> list[str]:
+        return [s.protocol for s in self.sources]
+
+    def jobs(self, protocol: str = "", live_only: bool = False, limit: int = DEFAULT_LIMIT) -> list[pb.JobSummary]:
+        """Summaries, newest first, at most ``limit`` (≤ :data:`MAX_LIMIT`)."""
+        limit = min(max(limit, 0) or DEFAULT_LIMIT, MAX_LIMIT)
+        out: list[pb.JobSummary] = []
+        for source in self.sources:
+            if protocol and source.protocol != protocol:
+                continue
+            seen: set[str] = set()
+            for record in source.table.records():
+                seen.add(record.job_id)
+                out.append(self._summary(source, record))
+            if not live_only:
+                out.extend(_stored(source, job_id, state, at) for job_id, state, at in source.stored() if job_id not in seen)
+        if live_only:
+            out = [s for s in out if not s.terminal]
+        out.sort(key=lambda s: s.created_unix, reverse=True)
+        return out[:limit]
+
+    def job(self, job_id: str) -> pb.JobSummary | None:
+        if not valid_id(job_id):
+            return None
+        for source in self.sources:
+            record = source.table.record(job_id)
+            if record is not None:
+                return self._summary(source, record)
+        for source in self.sources:
+            for stored_id, state, at in source.stored():
+                if stored_id == job_id:
+                    return _stored(source, job_id, state, at)
+        return None
+
+    def source_of(self, job_id: str) -> Source | None:
+        """The source whose table holds the job in memory (only those can be cancelled)."""
+        for source in self.sources:
+            if source.table.get(job_id) is not None:
+                return source
+        return None
+
+    def _summary(self, source: Source, record: JobRecord) -> pb.JobSummary:
+        s = pb.JobSummary(
+            job_id=record.job_id, protocol=source.protocol, state=record.state or "ADMITTED", terminal=record.terminal,
+            problem=P.ValueType(record.problem), created_unix=record.created_at, ended_unix=record.ended_at or 0.0,
+        )
+        s.events.extend(pb.JobEvent(at_unix=e.at, state=e.state, problem=P.ValueType(e.problem)) for e in record.log())
+        entry = source.table.get(record.job_id)
+        s.held = entry is not None
+        stages: dict[str, float] = {}
+        if entry is not None and source.live is not None:
+            detail, stages = source.live(entry)
+            if record.problem != P.PROBLEM_UNSPECIFIED:
+                s.detail = detail[:240]
+        s.stage_seconds.update(stages or state_seconds(record))
+        s.released = record.terminal and record.problem == P.PROBLEM_UNSPECIFIED and source.released(record.job_id)
+        return s
+
+
+def _stored(source: Source, job_id: str, state: str, at: float) -> pb.JobSummary:
+    failed = state == "FAILED"
+    return pb.JobSummary(job_id=job_id, protocol=source.protocol, state=state, terminal=True, created_unix=at, ended_unix=at,
+                         problem=P.JOB_FAILED if failed else P.PROBLEM_UNSPECIFIED, released=not failed)
+
+
+def files(folder: Path, suffix: str, state: str) -> Iterable[tuple[str, str, float]]:
+    """(job_id, state, mtime) of ``folder/<job_id><suffix>`` files: the jobs a store holds."""
+    if not folder.is_dir():
+        return
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.endswith(suffix) and entry.is_file():
+                job_id = entry.name[: -len(suffix)]
+                if valid_id(job_id):
+                    yield job_id, state, entry.stat().st_mtime
+
+
+def hosted_live(hosted: Any) -> tuple[str, dict[str, float]]:
+    """A hosted role machine's failure detail and stage seconds (machines with a StageClock)."""
+    m = hosted.machine
+    detail = m.error.detail if getattr(m, "error", None) is not None else ""
+    stages = getattr(m, "stages", None)
+    return detail, dict(stages.seconds) if stages is not None else {}
