@@ -315,9 +315,9 @@ class Schema(_Model):
                 drop_missing |= miss
             if self.unknown == "drop":
                 drop_unknown |= unknown
-            imputed = (miss if self.missing == "impute" else 0) | (unknown if self.unknown == "impute" else 0)
-            if np.any(imputed):
-                report.imputed[f.name] = int(np.sum(imputed))
+            imputed = int(np.sum(miss)) * (self.missing == "impute") + int(np.sum(unknown)) * (self.unknown == "impute")
+            if imputed:
+                report.imputed[f.name] = imputed
             if isinstance(f, Numeric):
                 lo, hi = f.bounds
                 raw = block[:, 0]
