@@ -154,3 +154,25 @@ def test_adult_example_schema_encodes_adult_test(tmp_path):
     assert enc.report.dropped == {"malformed": 1}  # the junk first line
     assert enc.report.used == 16281 and enc.report.positive == 3846
     assert np.all(np.linalg.norm(enc.X, axis=1) <= 1.0 + 1e-12)
+
+
+def test_cli_check_prints_the_local_report_and_draft_warns_on_stderr(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from mpdp_services.cli.schema import schema as group
+
+    s = _write(tmp_path / "s.yaml", SCHEMA)
+    good = _write(tmp_path / "good.csv", "30,red,no,1,well\n130,blue,yes,2,sick\n")
+    out = CliRunner().invoke(group, ["check", str(s), str(good), "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert doc["ok"] and doc["used"] == 2 and doc["clipped"] == {"age": 1} and doc["schema_sha256"] == Schema.load(s).sha256()
+    bad = _write(tmp_path / "bad.csv", "30,purple,no,1,well\n")
+    out = CliRunner().invoke(group, ["check", str(s), str(bad), "--json"])
+    assert out.exit_code == 1 and "colour" in json.loads(out.output)["error"]
+    data = _write(tmp_path / "d.csv", "age,colour,outcome\n30,red,sick\n70,blue,well\n45,green,well\n")
+    out = CliRunner().invoke(group, ["draft", str(data), "-o", str(tmp_path / "draft.yaml")])
+    assert out.exit_code == 0 and "NOT public" in out.stderr
+    assert Schema.load(tmp_path / "draft.yaml").label.column == "outcome"
