@@ -7,7 +7,7 @@
 #   MPDP_DATA=/path/to/data bash examples/adult/run.sh
 #
 # Environment: PYTHON (default python3) must import mpdp and mpdp_services (pip install -e . in the repository);
-# EPSILON (default 1), LAMBDA (default 1e-3), KEY_BITS (default 2048; below 2048 the federation runs in test mode,
+# EPSILON (default 1), LAMBDA (default 1.5e-3), KEY_BITS (default 2048; below 2048 the federation runs in test mode,
 # which only tests should do: small keys are not secure). Everything else lives in a temporary
 # folder removed at the end (KEEP=1 keeps it and prints where).
 set -euo pipefail
@@ -17,7 +17,7 @@ REPO="$(cd "$HERE/../.." && pwd)"
 DATA="${MPDP_DATA:-$REPO/../shared/data}/adult"
 PYTHON="${PYTHON:-python3}"
 EPSILON="${EPSILON:-1}"
-LAMBDA="${LAMBDA:-1e-3}"
+LAMBDA="${LAMBDA:-1.5e-3}"   # over 30 in-process runs at ε = 1: accuracy ≥ 0.826, mean 0.836 (1e-3: mean 0.835, but down to 0.804)
 KEY_BITS="${KEY_BITS:-2048}"
 SCHEMA="$HERE/schema.yaml"
 PARTIES=(party-1 party-2 party-3)
