@@ -29,7 +29,7 @@ from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError
 from mpdp_services.common import config as cfgmod
 from mpdp_services.common import errors, jobs
-from mpdp_services.common.processes import raise_fd_limit
+from mpdp_services.common.processes import exit_if_orphaned, raise_fd_limit
 from mpdp_services.common.rpc import start_server
 from mpdp_services.compute_node.server import SERVICE, ComputeNode, interceptor
 from mpdp_services.compute_node.workers import RELAYED, WORKER_HEADER
@@ -191,6 +191,7 @@ def main() -> None:
     ap.add_argument("--socket", required=True)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format=f"%(asctime)s %(name)s[{args.worker}] %(levelname)s %(message)s")
+    exit_if_orphaned()
     raise_fd_limit()
     cfg = cfgmod.ComputeNodeConfig(**json.loads(Path(args.config_json).read_text()))
     asyncio.run(run(cfg, args.worker, args.port, args.socket))
