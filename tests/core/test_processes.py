@@ -7,6 +7,7 @@ spawn() arms the parent-death signal in a trampoline the child runs instead (vfo
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -28,7 +29,7 @@ def test_spawned_children_survive_an_active_grpc_channel():
 def test_the_child_is_armed_and_told_its_parent():
     code = "import ctypes, os; v = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0); print(v.value, os.environ['MPDP_PARENT_PID'])"
     out = processes.spawn([sys.executable, "-c", code], stdout=subprocess.PIPE).communicate(timeout=60)[0].decode().split()
-    assert out == [str(int(processes.signal.SIGKILL)), str(os.getpid())]  # PR_GET_PDEATHSIG: SIGKILL
+    assert out == [str(int(signal.SIGKILL)), str(os.getpid())]  # PR_GET_PDEATHSIG: SIGKILL
 
 
 def test_an_orphan_exits_at_once():
