@@ -85,7 +85,7 @@ class WorkerNode(ComputeNode):
             try:
                 reply = await self.local.Claim(parsed.claim, timeout=LOCAL_SECONDS, metadata=self.md)
             except grpc.aio.AioRpcError as e:
-                return 0, job.shares.refused(parsed, errors.problem_from_status(e.code(), e.details()), (e.details() or "").split(": ", 1)[-1])
+                return 0, job.shares.refused(parsed, common_pb2.Problem.ValueType(errors.problem_from_status(e.code(), e.details())), (e.details() or "").split(": ", 1)[-1])
             return job.shares.apply(parsed, reply)
 
     async def _take_shares(self, hosted, sender: Peer, shares, receipt: pb.ShareReceipt, context) -> None:  # type: ignore[override]
