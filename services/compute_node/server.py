@@ -228,7 +228,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
     # -- outputs and timers -------------------------------------------------------------------------------
     def _changed(self, hosted: Hosted) -> None:
         """Note a state change in the job table; once terminal, count the job's clients (metrics, once)."""
-        m = hosted.machine
+        m = _node(hosted)
         self.jobs.observe(m.job_id)
         if m.terminal and not getattr(hosted, "counted", False):
             hosted.counted = True  # type: ignore[attr-defined]
