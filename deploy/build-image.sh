@@ -4,9 +4,12 @@
 #      mirror, imported with `docker import`;
 #   2. wheels: the project and its dependencies, pinned to this checkout's .venv (pip freeze), into
 #      build/deploy/context/wheels;
-#   3. `docker build --network none -f deploy/Dockerfile`: pip installs from those wheels with --no-index.
+#   3. `docker build --network none -f deploy/Dockerfile`: pip installs from those wheels with --no-index;
+#   4. the Prometheus image mpdp-prometheus:bookworm (once): Debian's own `prometheus` package, debootstrapped
+#      the same way (compose's `prometheus` service scrapes every role; docs/deploy.md §4).
 # Usage: deploy/build-image.sh            (env: MPDP_IMAGE=mpdp:local, MPDP_BASE_IMAGE=mpdp-base:bookworm,
-#                                          MPDP_REBUILD_BASE=1 to redo step 1)
+#                                          MPDP_PROMETHEUS_IMAGE=mpdp-prometheus:bookworm,
+#                                          MPDP_REBUILD_BASE=1 to redo steps 1 and 4)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -14,6 +17,7 @@ ROOT="$(cd "$HERE/.." && pwd)"
 PY="${PY:-$ROOT/.venv/bin/python}"
 IMAGE="${MPDP_IMAGE:-mpdp:local}"
 BASE="${MPDP_BASE_IMAGE:-mpdp-base:bookworm}"
+PROM_IMAGE="${MPDP_PROMETHEUS_IMAGE:-mpdp-prometheus:bookworm}"
 BUILD="$ROOT/build/deploy"
 t0=$SECONDS
 mkdir -p "$BUILD"
@@ -59,3 +63,22 @@ DOCKER_BUILDKIT=0 docker build --network none --build-arg BASE="$BASE" --label o
   -f "$HERE/Dockerfile" -t "$IMAGE" "$ctx" >"$BUILD/docker-build.log" 2>&1 \
   || { echo "build-image: docker build failed; last lines of $BUILD/docker-build.log:" >&2; tail -n 30 "$BUILD/docker-build.log" >&2; exit 1; }
 echo "build-image: $IMAGE built (wheels $((t1 - tw)) s, docker build $((SECONDS - t1)) s, total $((SECONDS - t0)) s)" >&2
+
+# 4. Prometheus from Debian's package: the binary runs as the image's uid 10001 (the token file's owner).
+if [ -n "${MPDP_REBUILD_BASE:-}" ] || ! docker image inspect "$PROM_IMAGE" >/dev/null 2>&1; then
+  command -v debootstrap >/dev/null || { echo "build-image: debootstrap missing; run deploy/host-setup.sh" >&2; exit 1; }
+  tp=$SECONDS
+  promfs="$(mktemp -d /var/tmp/mpdp-promfs.XXXXXX)"
+  trap 'rm -rf "$promfs"' EXIT
+  echo "build-image: debootstrap bookworm with prometheus (about a minute)" >&2
+  if ! debootstrap --variant=minbase --include=prometheus bookworm "$promfs" "$(debian_mirror)" >"$BUILD/debootstrap-prometheus.log" 2>&1; then
+    echo "build-image: debootstrap (prometheus) failed; last lines of $BUILD/debootstrap-prometheus.log:" >&2; tail -n 20 "$BUILD/debootstrap-prometheus.log" >&2; exit 1
+  fi
+  rm -rf "$promfs"/var/cache/apt/archives/*.deb "$promfs"/var/cache/apt/*.bin "$promfs"/var/lib/apt/lists/* "$promfs"/usr/share/doc/* "$promfs"/usr/share/man/*
+  tar -C "$promfs" -c . | docker import --change 'USER 10001:10001' --change 'WORKDIR /tmp' \
+    --change 'ENTRYPOINT ["/usr/bin/prometheus"]' --change 'CMD ["--config.file=/etc/mpdp/prometheus.yml", "--storage.tsdb.path=/tmp/prometheus"]' \
+    - "$PROM_IMAGE" >/dev/null
+  rm -rf "$promfs"
+  trap - EXIT
+  echo "build-image: $PROM_IMAGE imported ($((SECONDS - tp)) s)" >&2
+fi

@@ -28,11 +28,18 @@ fi
 parties="$("$PY" -c 'import sys, yaml; print(",".join(p["name"] for p in yaml.safe_load(open(sys.argv[1]))["parties"]))' "$HERE/federation.yaml")"
 "$PY" -m mpdp_services.cli.main provision demo-data --parties "$parties" --out "$OUT/data" >/dev/null
 
-# The containers run as uid $SITE_UID: they must read their site folder (site.key is 0600) and data.
+# The federation's HTTP token: every role's metrics endpoint (and the dashboard) asks for it, Prometheus sends it.
+mkdir -p "$OUT/metrics"
+if [ ! -s "$OUT/metrics/token" ] || [ -n "${MPDP_REPROVISION:-}" ]; then
+  (umask 077 && "$PY" -c 'import secrets; print(secrets.token_urlsafe(32))' > "$OUT/metrics/token")
+fi
+chmod 0700 "$OUT/metrics" && chmod 0600 "$OUT/metrics/token"
+
+# The containers run as uid $SITE_UID: they must read their site folder (site.key is 0600), data and token.
 if [ "$(id -u)" = 0 ]; then
-  chown -R "$SITE_UID:$SITE_UID" "$OUT/sites" "$OUT/data"
+  chown -R "$SITE_UID:$SITE_UID" "$OUT/sites" "$OUT/data" "$OUT/metrics"
 else
-  echo "prepare: not root; run: sudo chown -R $SITE_UID:$SITE_UID $OUT/sites $OUT/data" >&2
+  echo "prepare: not root; run: sudo chown -R $SITE_UID:$SITE_UID $OUT/sites $OUT/data $OUT/metrics" >&2
 fi
 chmod 0700 "$OUT/ca"
 echo "prepare: ready. Next: docker compose up -d --wait && docker compose run --rm operator" >&2

@@ -300,7 +300,7 @@ def _gaussian_pld(z: float, h: float):
     return pld_lib.from_gaussian_mechanism(standard_deviation=z, value_discretization_interval=h, log_mass_truncation_bound=TRUNCATION)
 
 
-_PAIRS: "OrderedDict[tuple[Pairs, float], object]" = OrderedDict()
+_PAIRS: "OrderedDict[tuple[Pairs, float], pld_lib.PrivacyLossDistribution]" = OrderedDict()
 _PAIRS_LOCK = threading.Lock()
 _PAIRS_MAX = 64
 

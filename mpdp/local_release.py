@@ -256,7 +256,7 @@ def predict(release: pb.LocalModelRelease, X: np.ndarray, data_norm: float = 1.0
 
 
 def _jsonable(d: dict) -> dict:
-    out = {}
+    out: dict = {}
     for k, v in d.items():
         if isinstance(v, dict):
             out[k] = _jsonable(v)

@@ -91,7 +91,7 @@ Output = Send | Publish | Record | Reply
 class ProtocolError(Exception):
     """Base: a Problem kind (maps to one gRPC status) and a message that says what happened."""
 
-    def __init__(self, problem: int, detail: str) -> None:
+    def __init__(self, problem: Problem.ValueType, detail: str) -> None:
         super().__init__(detail)
         self.problem = problem
         self.detail = detail
@@ -198,7 +198,7 @@ class Machine:
             return r.state == state and not r.kept
         if r.state == ANY:
             return True
-        if r.kept:
+        if r.until is not None:  # r.kept
             return cls._ORDER[r.state] <= cls._ORDER[state] <= cls._ORDER[r.until]
         return r.state == state
 
@@ -285,7 +285,7 @@ class Machine:
         """Fail the job from outside (deadline, unreachable peer); returns the abort notices."""
         if self.terminal:
             return []
-        e = LocalProtocolError(problem, detail)
+        e = LocalProtocolError(Problem.ValueType(problem), detail)
         self._fail(e)
         return e.notices
 
@@ -433,7 +433,7 @@ def render_table(machine: type[Machine]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def require(condition: bool, problem: int, detail: str) -> None:
+def require(condition: bool, problem: Problem.ValueType, detail: str) -> None:
     """Raise a RemoteProtocolError unless ``condition`` holds (peer-supplied input checks)."""
     if not condition:
         raise RemoteProtocolError(problem, detail)

@@ -30,7 +30,7 @@ MAX_NODES = 63  # node masks live in at most 64 bits
 _DIGEST_TAG = b"mpdp-dca-roster-set\x00"
 
 
-def mask_dtype(nodes: int) -> type:
+def mask_dtype(nodes: int) -> type[np.unsignedinteger]:
     """The narrowest unsigned integer holding one bit per node."""
     for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
         if nodes <= 8 * np.dtype(dt).itemsize:
@@ -236,7 +236,7 @@ class ClientBook:
         self._seeds: dict[int, bytes] = {}  # client index → pending seed (seed nodes; a dict entry lives only while pending)
         self.pending = 0
         self.peak_pending = 0
-        self._digests: dict[tuple[int, int], bytes] = {}  # (bit, count) → digest, open jobs (a sort of N ids)
+        self._digests: dict[tuple[int, int], tuple[bytes, bytes]] = {}  # (bit, count) → (members, digest), open jobs (a sort of N ids)
 
     @property
     def closed(self) -> bool:
@@ -307,13 +307,13 @@ class ClientBook:
         key = (bit, int(np.count_nonzero(sel)))
         members = sel.tobytes()
         hit = self._digests.get(key)
-        if hit is None or hit[0] != members:  # type: ignore[index]
+        if hit is None or hit[0] != members:
             ordered = sorted(self.roster.names(np.flatnonzero(sel)))
-            hit = (members, sharing.set_digest(ordered, presorted=True))  # type: ignore[assignment]
+            hit = (members, sharing.set_digest(ordered, presorted=True))
             if len(self._digests) >= 4:
                 self._digests.clear()
-            self._digests[key] = hit  # type: ignore[assignment]
-        return hit[1]  # type: ignore[index]
+            self._digests[key] = hit
+        return hit[1]
 
     # -- pending shares -----------------------------------------------------------------------------------
     def hold_rows(self, idx: np.ndarray, rows: np.ndarray) -> None:

@@ -251,7 +251,7 @@ class ComputeNodeMachine(DcaMachine):
             out += self._report(final=False)
         return out
 
-    def _client_problem(self, cid: str, index: int) -> tuple[int, str] | None:
+    def _client_problem(self, cid: str, index: int) -> tuple[Problem.ValueType, str] | None:
         if not valid_client_id(cid):
             return MALFORMED, "client id must be 1..256 UTF-8 bytes"
         if index < 0 and self.by_index:
@@ -272,7 +272,7 @@ class ComputeNodeMachine(DcaMachine):
             ids = None
             n = look.size
         else:
-            n = len(ids)
+            n = len(msg.client_ids)  # = len(ids)
         kind = msg.WhichOneof("shares")
         rows: np.ndarray | None = None
         seeds: list[bytes] | None = None

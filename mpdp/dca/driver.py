@@ -106,12 +106,13 @@ def run_job(
     route(CURATOR, agg.announce())
     pump()
     t_setup = time.perf_counter()
-    seconds = collections.Counter()
+    seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
 
     if keep_noise:
-        run.clipped = np.full(Z.shape, np.nan)
-        run.noise = np.full(Z.shape, np.nan)
-        run.encoded = np.zeros(Z.shape, dtype=np.uint64)
+        clipped: np.ndarray = np.full(Z.shape, np.nan)
+        noise: np.ndarray = np.full(Z.shape, np.nan)
+        encoded: np.ndarray = np.zeros(Z.shape, dtype=np.uint64)
+        run.clipped, run.noise, run.encoded = clipped, noise, encoded
     if client_mode == "machines":
         for i, cid in enumerate(ids):
             if i in drop_set:
@@ -122,8 +123,8 @@ def run_job(
             outs = c.submit()
             seconds["clients"] += time.perf_counter() - t
             if keep_noise:
-                run.noise[i], run.encoded[i] = c.noise, c.encoded
-                run.clipped[i] = np.clip(Z[i], -params.clip_vector(), params.clip_vector())
+                noise[i], encoded[i] = c.noise, c.encoded
+                clipped[i] = np.clip(Z[i], -params.clip_vector(), params.clip_vector())
             kept = [o for o in outs if not (isinstance(o, Send) and (i, params.node_index(o.to.name)) in lost_set)]
             route(c.me, kept)
             t = time.perf_counter()
@@ -145,7 +146,7 @@ def run_job(
                 break
             if keep_noise:
                 rows = alive[start : start + len(b.client_ids)]
-                run.clipped[rows], run.noise[rows], run.encoded[rows] = b.clipped, b.noise, b.encoded
+                clipped[rows], noise[rows], encoded[rows] = b.clipped, b.noise, b.encoded
             start += len(b.client_ids)
             t = time.perf_counter()
             for k, msg in enumerate(b.batches):

@@ -137,7 +137,7 @@ class WorkerShares:
         return int(now.size + hold.size), parsed.rejected + list(zip(refused, reply.rejected))
 
     @staticmethod
-    def refused(parsed: Parsed, problem: int, detail: str) -> list[tuple[int, pb.ShareRejection]]:
+    def refused(parsed: Parsed, problem: Problem.ValueType, detail: str) -> list[tuple[int, pb.ShareRejection]]:
         """The coordinator refused the whole claim (e.g. submissions closed): every claimed client is rejected."""
         names = list(parsed.claim.client_ids) or [f"#{i}" for i in np.frombuffer(parsed.claim.client_indices, dtype="<u4").tolist()]
         return parsed.rejected + [(pos, pb.ShareRejection(client_id=c, problem=problem, detail=detail)) for pos, c in zip(parsed.positions, names)]

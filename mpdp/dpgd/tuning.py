@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import numpy as np
 
@@ -44,16 +45,16 @@ def select(runs: int = 3, seed: int = 0) -> dict:
     task = Task("binary")
     base = task.error(fit_nonprivate(task, Xtr, ytr, 1e-3), Xte, yte)
     parts = [(Xtr[i::5], ytr[i::5]) for i in range(5)]
-    scores = {}
+    scores: dict[str, float] = {}
     for values in itertools.product(*GRID.values()):
-        hp = dict(zip(GRID, values))
+        hp: dict[str, Any] = dict(zip(GRID, values))  # ints and floats by name
         total = 0.0
         for eps in EPSILONS:
             plan = DpgdPlan(task, X.shape[1], eps, 1e-6, total_records=len(ytr), **hp)
             errs = [task.error(learner.fit(plan, parts, seed=f"tune/{r}/{eps}".encode()).model, Xte, yte) for r in range(runs)]
             total += float(np.mean(errs)) - base
         scores[json.dumps(hp)] = total
-    best = min(scores, key=scores.get)
+    best = min(scores, key=scores.__getitem__)
     return {"nonprivate": base, "best": json.loads(best), "scores": scores}
 
 

@@ -168,7 +168,7 @@ class Curve:
     label: str
     x: Sequence[float]
     y: Sequence[float]
-    yerr: Sequence[float] | None = None
+    yerr: Sequence[float] | Sequence[Sequence[float]] | None = None  # symmetric, or (below, above) rows
     color: str | None = None
     linestyle: str = "-"
     marker: str | None = "o"

@@ -172,8 +172,8 @@ def run_hamm2016(config: Hamm2016Config, *, rng: Drbg | None = None, progress: P
                 info["diagnostics"].append(res.diagnostics)
                 for key, s in res.seconds.items():
                     info["seconds"][key] = info["seconds"].get(key, 0.0) + s
-                for key, p in res.privacy.items():
-                    info["privacy"].setdefault(key, []).append(p)
+                for cell, p in res.privacy.items():
+                    info["privacy"].setdefault(cell, []).append(p)
     wall = time.perf_counter() - t_start
     return summarise(config, task, cells, per_m, seeded=root.seeded, wall=wall, load_seconds=t_load, prep_seconds=prep_seconds,
                      n_test_rows=float(test_weight.sum()), n_test_distinct=int(test_raw.size))

@@ -541,7 +541,7 @@ def _run(data: UciData, config: Heikkila2017Config, progress: ProgressCallback |
         config=config,
         data_summary=data.summary(),
         mae={k: np.stack([o.mae[k] for o in outcomes]) for k in keys},
-        multipliers=multipliers,  # type: ignore[arg-type]
+        multipliers=multipliers,
         thresholds={k: np.stack([o.thresholds[k] for o in outcomes]) for k in cells},
         floored={k: np.array([o.floored[k] for o in outcomes]) for k in cells},
         zero_mae=np.array([o.zero_mae for o in outcomes]),

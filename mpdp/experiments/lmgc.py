@@ -120,7 +120,7 @@ def _run_once(config: LMGCExperimentConfig, split: Split, rng: Drbg, cells: dict
     """One run: every method on one split. Yields after each unit of work (for progress)."""
     R = math.sqrt(2.0)  # rows have ‖x‖ ≤ 1, so ‖(x, 1)‖ ≤ √2
     A_tr, A_te = augment(split.X_train), augment(split.X_test)
-    common = dict(lam=config.lam, huber_h=config.huber_h, data_norm=1.0)
+    common: dict[str, Any] = dict(lam=config.lam, huber_h=config.huber_h, data_norm=1.0)
 
     def cell(method: str, eps: float | None) -> _Cell:
         return cells.setdefault((method, eps), _Cell())
@@ -165,6 +165,8 @@ def _run_once(config: LMGCExperimentConfig, split: Split, rng: Drbg, cells: dict
             yield "lmgc_corrected", 1
         if "lmgc_paper" in config.methods:
             t0 = time.perf_counter()
+            if base_lmgc is None:
+                raise RuntimeError("lmgc_paper warm-starts from the non-private fit, which did not run")
             est = copy.copy(base_lmgc)  # warm start from the non-private SDP solution (paper mode is not private anyway)
             est.set_params(mode="paper", epsilon=eps, warm_start=True, rng=rng.child(f"{tag}/paper"))
             c = cell("lmgc_paper", eps)

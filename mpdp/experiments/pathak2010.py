@@ -494,8 +494,8 @@ def _run(data: A9a, config: Pathak2010Config, progress: ProgressCallback | None)
         raise DatasetError(f"a9a training data must be {A9A_TRAIN_ROWS}×{A9A_FEATURES}, got {data.X.shape}")
     t0 = time.perf_counter()
     full = {mode: _fit(data.X, data.y, config.lam_for(mode), mode) for mode in config.modes}
-    full_models = {m: w for m, (w, _) in full.items()}
-    nonprivate_all = {m: logreg.error_rate(w, data.X_test, data.y_test) for m, w in full_models.items()}
+    full_models: dict[str, np.ndarray] = {m: w for m, (w, _) in full.items()}
+    nonprivate_all: dict[str, float] = {m: logreg.error_rate(w, data.X_test, data.y_test) for m, w in full_models.items()}
     gmax = max(g for _, g in full.values())
     total = config.runs
     if progress:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from mpdp.dp.pathak_noise import PathakCalibration
+from mpdp.dp.pathak_noise import Mode, PathakCalibration
 from mpdp.dpgd import learner, reference
 from mpdp.dpgd.model import BINARY, SOFTMAX, Task, fit_nonprivate, prepare
 from mpdp.dpgd.plan import DpgdPlan, auto_rounds
@@ -86,7 +86,8 @@ def run_dataset(ds: Dataset, epsilons: list[float], runs: int, seed: int) -> dic
     methods = ["dpgd", "dpgd_r4", "functional", "objective"] + (["pathak_corrected", "pathak_paper", "central_output"] if binary else [])
     errs = {m: np.zeros((runs, len(epsilons))) for m in methods}
     W_np = fit_nonprivate(task, ds.X, ds.y, LAMBDA)
-    full = {m: logreg.fit(ds.X, ds.y, LAMBDA, PathakCalibration(m, 1.0, LAMBDA, 1).convention) for m in ("corrected", "paper")} if binary else {}
+    pathak_modes: tuple[Mode, ...] = ("corrected", "paper")
+    full = {m: logreg.fit(ds.X, ds.y, LAMBDA, PathakCalibration(m, 1.0, LAMBDA, 1).convention) for m in pathak_modes} if binary else {}
     rng_ref = Drbg.from_seed(f"price-of-distrust/{seed}/objective")  # the central reference's noise: CSPRNG like every mechanism
     for run in range(runs):
         idx = _split(n, run, seed)

@@ -182,7 +182,7 @@ class _Multi:
                     H[blk(m, k)] = B
         last = C - 1
         for k in range(C - 1):
-            B = -sum(H[blk(k, m)] for m in range(C - 1))
+            B = -np.asarray(sum(H[blk(k, m)] for m in range(C - 1)))  # asarray: for the type (sum may start at 0)
             H[blk(k, last)] = B
             H[blk(last, k)] = B.T
         H[blk(last, last)] = -sum(H[blk(k, last)] for k in range(C - 1))
@@ -240,6 +240,7 @@ def fit_soft(X: np.ndarray, alpha: np.ndarray, lam: float, *, tol: float = DEFAU
     c = np.ones(X.shape[0])
     if merge:
         X, a, c = merge_duplicates(X, a)
+    prob: _Binary | _Multi
     if a.shape[1] == 2:
         prob = _Binary(X, a[:, 1], c, n_total, float(lam))
     else:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -368,7 +368,7 @@ def run_trial(data: TrialData, config: SimulationConfig, rng: Drbg, gen: np.rand
         res.diagnostics["mean_alpha_true_class"] = float(np.mean(soft_labels(counts, M)[np.arange(N), data.y_aux]))
     report("votes")
 
-    def record(method: str, eps_inv: float, accs: Sequence[float]) -> None:
+    def record(method: str, eps_inv: float, accs: Iterable[float]) -> None:
         res.accuracies.setdefault((method, eps_inv), []).extend(float(a) for a in accs)
 
     if "batch" in config.methods:
@@ -407,17 +407,17 @@ def run_trial(data: TrialData, config: SimulationConfig, rng: Drbg, gen: np.rand
             for e in grid:
                 eps = epsilon_of(e)
                 draws = 1 if math.isinf(eps) else config.noise_draws
-                rels = [release_pate(data.X_aux, rows, distinct[1], counts, lam=config.lam, epsilon=eps, parties=M,
-                                     rng=mrng.child(f"{e!r}/{k}"), delta=config.pate_delta, fits=fits) for k in range(draws)]
-                record(method, e, linear_accuracies(np.stack([r.weights for r in rels]), Xt, yt, tw))
+                pate_rels = [release_pate(data.X_aux, rows, distinct[1], counts, lam=config.lam, epsilon=eps, parties=M,
+                                          rng=mrng.child(f"{e!r}/{k}"), delta=config.pate_delta, fits=fits) for k in range(draws)]
+                record(method, e, linear_accuracies(np.stack([r.weights for r in pate_rels]), Xt, yt, tw))
                 extra: dict = {"queries": queried}
-                if rels[0].account is not None:
-                    extra.update(sigma=rels[0].account.sigma, rho=rels[0].account.rho)
+                if pate_rels[0].account is not None:
+                    extra.update(sigma=pate_rels[0].account.sigma, rho=pate_rels[0].account.rho)
                 if data.y_aux is not None:
                     first = np.unique(distinct[1][rows], return_index=True)[1]
                     truth = data.y_aux[rows[first]]
-                    extra["label_accuracy_mean"] = float(np.mean([np.mean(r.labels == truth) for r in rels]))
-                res.privacy[(method, e)] = rels[0].guarantee.as_dict() | extra  # the noise is on the counts, not the weights
+                    extra["label_accuracy_mean"] = float(np.mean([np.mean(r.labels == truth) for r in pate_rels]))
+                res.privacy[(method, e)] = pate_rels[0].guarantee.as_dict() | extra  # the noise is on the counts, not the weights
         else:
             base = EnsembleParams(method, config.lam, math.inf, C, N, M, config.protect_aux)
             # ε = ∞: release_global returns the exact noise-free minimiser w_s (guarantee "none") — the fit the

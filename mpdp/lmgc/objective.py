@@ -160,7 +160,7 @@ class Problem:
         for c in range(self.n_classes):
             if c == label:
                 continue
-            a = np.zeros((self.n_classes, Ds))
+            a: np.ndarray = np.zeros((self.n_classes, Ds))
             a[label] = xx
             a[c] = -xx
             a = a.reshape(-1)

@@ -249,7 +249,7 @@ class CuratorMachine(Machine):
             seeded=prm.seeded,
             dataset=prm.dataset,
             trust_model=trust_model(prm),
-            noise=prm.noise,
+            noise=pb.PathakNoise.ValueType(prm.noise),
             colluders=prm.calibration.colluders,
         )
         setattr(model, "lambda", prm.calibration.lam)

@@ -91,7 +91,7 @@ class PartyMachine(Machine):
         if state == "AWAIT_SIZE_SHARE":
             assert self.pi1 is not None
             src = p[self.pi1.index(self.j)]
-            need = [(pb.SizeShare, src)]
+            need: list[tuple[type, str]] = [(pb.SizeShare, src)]
             if self.j == 0:
                 need += [(pb.SealedSizeRemainder, name) for name in p]
             return need
@@ -112,7 +112,9 @@ class PartyMachine(Machine):
                 need.append((pb.NoiseChain, p[self.j + 1]))
             return need
         if state == "AWAIT_RESHARE_PIECES":
-            return [(pb.ResharePiece, CURATOR.name)] + [(pb.ResharePiece, n) for n in p if n != self.me.name]
+            need = [(pb.ResharePiece, CURATOR.name)]
+            need += [(pb.ResharePiece, n) for n in p if n != self.me.name]
+            return need
         raise AssertionError(state)
 
     def _check_shape(self, message: Any) -> None:
@@ -377,7 +379,7 @@ def round_scaled(x: float, bits: int) -> int:
     return (2 * num * (1 << bits) + den) // (2 * den)
 
 
-def raise_remote(problem: int, detail: str) -> None:
+def raise_remote(problem: Problem.ValueType, detail: str) -> None:
     from mpdp.protocol import RemoteProtocolError
 
     raise RemoteProtocolError(problem, detail)

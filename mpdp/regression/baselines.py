@@ -24,6 +24,7 @@ from mpdp.dp.mechanisms import gaussian
 from mpdp.math.drbg import Drbg
 from mpdp.regression.config import PAPER_SENSITIVITY_BOUND, VARIANCE_FLOOR
 from mpdp.regression.statistics import (
+    Floats,
     RoundSpec,
     StdEstimate,
     SuffStats,
@@ -42,7 +43,7 @@ def nonprivate(X: np.ndarray, y: np.ndarray) -> SuffStats:
     return SuffStats(X.T @ X, X.T @ y)
 
 
-def projected_nonprivate(X: np.ndarray, y: np.ndarray, thresholds: Sequence[float]) -> SuffStats:
+def projected_nonprivate(X: np.ndarray, y: np.ndarray, thresholds: Floats) -> SuffStats:
     """proj NP: exact statistics of the data clipped to ``thresholds`` (the code uses the proj-DDP thresholds)."""
     Xc, yc = clip_records(X, y, thresholds)
     return SuffStats(Xc.T @ Xc, Xc.T @ yc)

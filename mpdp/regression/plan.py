@@ -20,7 +20,6 @@ at most Δ₂.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from mpdp.regression.grid import Multipliers, choose_multipliers
 from mpdp.regression.posterior import Posterior, posterior
 from mpdp.regression.privacy import Budget, budget_split
 from mpdp.regression.statistics import (
+    Floats,
     RoundSpec,
     StdEstimate,
     SuffStats,
@@ -79,7 +79,7 @@ class RegressionPlan:
         """Round 1 (§4.4 step 2): squares of the data clipped to c, budget 0.3·(ε, δ)."""
         return std_round_spec(self.bounds, *self.budget.std, self.mode)
 
-    def main_round(self, std_values: Sequence[float], n_total: int, *, multipliers: Multipliers | tuple[float, float] | None = None) -> MainRoundStep:
+    def main_round(self, std_values: Floats, n_total: int, *, multipliers: Multipliers | tuple[float, float] | None = None) -> MainRoundStep:
         """Between the rounds (§4.4 step 3): decode σ̂ from the std release, choose (p_x, p_y) on auxiliary data
         (unless given), B = min(p·σ̂, c), and the main round's spec with budget 0.7·(ε, δ)."""
         est = std_estimate(std_values, n_total)
@@ -91,9 +91,9 @@ class RegressionPlan:
         B = thresholds(est.std, self.bounds, p_x, p_y)
         return MainRoundStep(est, multipliers, B, main_round_spec(B, *self.budget.main, self.mode))
 
-    def finish(self, main_values: Sequence[float]) -> Posterior:
+    def finish(self, main_values: Floats) -> Posterior:
         """After the main release (§4.4 steps 4–5): rebuild (A, b), PD fix, posterior."""
         return posterior(suff_stats(main_values, self.d))
 
-    def stats(self, main_values: Sequence[float]) -> SuffStats:
+    def stats(self, main_values: Floats) -> SuffStats:
         return suff_stats(main_values, self.d)

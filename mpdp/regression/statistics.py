@@ -34,6 +34,7 @@ from mpdp.regression.config import VARIANCE_FLOOR
 
 Round = Literal["std", "main"]
 ROUNDS: tuple[str, ...] = ("std", "main")
+Floats = Sequence[float] | np.ndarray  # a float vector, read with np.asarray
 MODES: tuple[str, ...] = mechanism.MODES
 
 
@@ -50,19 +51,19 @@ def round_dimension(round: Round, d: int) -> int:
 
 
 # -- sensitivities -------------------------------------------------------------------------------------
-def std_sensitivity(bounds: Sequence[float], mode: str) -> float:
+def std_sensitivity(bounds: Floats, mode: str) -> float:
     """Declared Δ₂ of the std round: sqrt(Σ c_j⁴) in ``corrected``, the code's sqrt(Σ c_j²) in ``paper`` (§4.7 b)."""
     c = _bounds(bounds)
     _check_mode(mode)
     return float(np.sqrt(np.sum(c**4))) if mode == "corrected" else float(np.sqrt(np.sum(c**2)))
 
 
-def std_true_sensitivity(bounds: Sequence[float]) -> float:
+def std_true_sensitivity(bounds: Floats) -> float:
     """The real Δ₂ of (x², y²) over the box [−c, c]: sqrt(Σ c_j⁴) (x_j = c_j against x'_j = 0 attains it)."""
     return float(np.sqrt(np.sum(_bounds(bounds) ** 4)))
 
 
-def main_sensitivity(thresholds: Sequence[float]) -> float:
+def main_sensitivity(thresholds: Floats) -> float:
     """Δ₂ of the main round over the box [−B, B]: sqrt(Σ B_j⁴ + Σ_{j<k}(2B_jB_k)² + Σ_j(2B_jB_y)²)."""
     B = _bounds(thresholds)
     bx, by = B[:-1], B[-1]
@@ -83,7 +84,7 @@ def record_value_bounds(round: Round, bounds: Sequence[float]) -> np.ndarray:
 
 
 # -- contributions ----------------------------------------------------------------------------------------
-def clip_records(X: np.ndarray, y: np.ndarray, bounds: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def clip_records(X: np.ndarray, y: np.ndarray, bounds: Floats) -> tuple[np.ndarray, np.ndarray]:
     """Coordinate-wise projection onto [−b_j, b_j] (features) and [−b_y, b_y] (target)."""
     X, y = _records(X, y)
     b = _bounds(bounds)
@@ -129,7 +130,7 @@ class StdEstimate:
         return np.sqrt(self.variance)
 
 
-def std_estimate(values: Sequence[float], n: int, *, floor: float = VARIANCE_FLOOR) -> StdEstimate:
+def std_estimate(values: Floats, n: int, *, floor: float = VARIANCE_FLOOR) -> StdEstimate:
     """Decode a released std-round sum (``DpSum.values``) over ``n`` records. The data are assumed centred."""
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1 or v.size < 2 or not np.all(np.isfinite(v)):
@@ -155,7 +156,7 @@ class SuffStats:
         return int(self.b.size)
 
 
-def suff_stats(values: Sequence[float], d: int) -> SuffStats:
+def suff_stats(values: Floats, d: int) -> SuffStats:
     """Rebuild (A, b) from a main-round vector (a release's ``DpSum.values`` or a noiseless sum)."""
     v = np.asarray(values, dtype=np.float64)
     if v.shape != (round_dimension("main", d),) or not np.all(np.isfinite(v)):
@@ -168,7 +169,7 @@ def suff_stats(values: Sequence[float], d: int) -> SuffStats:
     return SuffStats(A, v[m:].copy())
 
 
-def thresholds(std: Sequence[float], bounds: Sequence[float], p_x: float, p_y: float, *, cap: bool = True) -> np.ndarray:
+def thresholds(std: Floats, bounds: Floats, p_x: float, p_y: float, *, cap: bool = True) -> np.ndarray:
     """B_j = min(p_x·σ̂_j, c_j), B_y = min(p_y·σ̂_y, c_y) (§4.4 step 3). ``cap=False`` only for the code's proj TA."""
     s = np.asarray(std, dtype=np.float64)
     c = _bounds(bounds)
@@ -272,12 +273,12 @@ def std_round_spec(bounds: Sequence[float], epsilon: float, delta: float, mode: 
 
 
 def main_round_spec(
-    thresholds_: Sequence[float],
+    thresholds_: Floats,
     epsilon: float,
     delta: float,
     mode: str,
     *,
-    declared_bounds: Sequence[float] | None = None,
+    declared_bounds: Floats | None = None,
     purpose: str = "heikkila2017 main round",
 ) -> RoundSpec:
     """The main round on data clipped to ``thresholds_`` with budget (ε₂, δ₂).
@@ -293,7 +294,7 @@ def main_round_spec(
 
 
 # -- validation --------------------------------------------------------------------------------------------
-def _bounds(bounds: Sequence[float]) -> np.ndarray:
+def _bounds(bounds: Floats) -> np.ndarray:
     b = np.asarray(bounds, dtype=np.float64).ravel()
     if b.size < 2 or not np.all(np.isfinite(b)) or not np.all(b > 0):
         raise ValueError(f"bounds must be d + 1 ≥ 2 finite positive values, got {b.tolist()[:8]}")

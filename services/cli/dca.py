@@ -131,7 +131,7 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
 
     folder = Path(site)
     tls = TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
-    cid = x509.load_pem_x509_certificate(tls.cert.read_bytes()).subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value
+    cid = str(x509.load_pem_x509_certificate(tls.cert.read_bytes()).subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value)  # a CN is a str
     ledger = client_ledger(folder, ledger_path, budget_epsilon, budget_delta)
     z = np.loadtxt(values[1:]) if values.startswith("@") else np.array([float(v) for v in values.split(",")])
     try:

@@ -116,13 +116,13 @@ def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: st
     extra = None
     spot: dict = {}
     if protocol:
-        from mpdp_services.operator.spotcheck import protocol_points
+        from mpdp_services.operator.spotcheck import Point, protocol_points
 
         wanted = [lab.strip() for lab in protocol_epsilons.split(",")] if protocol_epsilons else [config.labels[0], config.labels[-1]]
         unknown = [w for w in wanted if w not in config.labels]
         if unknown:
             raise click.BadParameter(f"{unknown} are not in --epsilons", param_hint="--protocol-epsilons")
-        pts = [(sp, m, lab, config.epsilons[config.labels.index(lab)]) for sp in config.splits for m in config.modes for lab in dict.fromkeys(wanted)]
+        pts: list[Point] = [(sp, m, lab, config.epsilons[config.labels.index(lab)]) for sp in config.splits for m in config.modes for lab in dict.fromkeys(wanted)]
         with rich_progress("protocol spot check", enabled=not as_json) as progress:
             extra, info = protocol_points(data, config, pts, runs=protocol_runs, key_bits=protocol_key_bits, progress=progress)
         spot = {"settings": info, "points": {f"{sp}/{m}/{eps:g}": {"mean": v[0], "sem": v[1], "path": v[2]} for (sp, m, eps), v in extra.items()}}

@@ -8,7 +8,7 @@ import logging
 import click
 
 from mpdp_services.common import config as cfgmod, logs, tracing
-from mpdp_services.common.processes import raise_fd_limit
+from mpdp_services.common.processes import exit_if_orphaned, raise_fd_limit
 
 
 @click.group()
@@ -33,6 +33,7 @@ def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, log_format:
         tracing.setup(cfg.traces, role, cfg.name)  # off by default (MPDP_TRACES / the config's `traces`)
     except ValueError as e:
         raise click.ClickException(f"{cfg.name}: {e}")
+    exit_if_orphaned()  # started by a parent that is already gone: nobody would ever stop this service
     # every idle connection costs a descriptor: let the hard limit, not the default soft one, bound them
     logging.getLogger("mpdp.serve").info("open-descriptor limit %d", raise_fd_limit())
     run = importlib.import_module(server_module).serve

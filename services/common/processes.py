@@ -2,8 +2,15 @@
 
 ``spawn`` is the one way the project starts a process that outlives a single call (the services of a local
 federation, a benchmark's federation, a test's helper process). On Linux every child is armed with
-``prctl(PR_SET_PDEATHSIG, SIGKILL)`` between fork and exec, so the kernel kills it when its parent dies for
+``prctl(PR_SET_PDEATHSIG, SIGKILL)`` before it runs its program, so the kernel kills it when its parent dies for
 any reason, SIGKILL included: killing ``mpdp federation up`` or a benchmark leaves no service behind.
+
+The arming is done by a small Python trampoline that the child runs first (prctl, check that the parent is still
+the spawner, report "armed" on a pipe, then exec the program), not by a ``preexec_fn``: a ``preexec_fn`` makes
+CPython fork() instead of vfork(), which runs gRPC's fork handlers in the child; with a gRPC channel active in the
+parent, gRPC (≥ 1.81) then restarts its poller in the child, whose epoll descriptor ``close_fds`` has just
+closed, and the child aborts before exec (grpc/grpc#43055; ≈ 3 % of spawns here). ``spawn`` returns once the
+child is armed (about 20 ms). The child also gets ``MPDP_PARENT_PID`` (:func:`exit_if_orphaned`).
 
 The kernel ties the death signal to the *thread* that forked, not the process: a child spawned from a worker
 thread would be killed when that thread ends. ``spawn`` therefore refuses to run anywhere but the main thread.
@@ -14,57 +21,68 @@ that connections, not an arbitrary default of 1,024 descriptors, bound what it c
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
-import signal
+import select
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-_PR_SET_PDEATHSIG = 1
-_SIGKILL = int(signal.SIGKILL)
+PARENT_ENV = "MPDP_PARENT_PID"
+_LINUX = sys.platform.startswith("linux")
 
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
-
-
-_prctl = _load_prctl()  # resolved once here: the child between fork and exec only calls it
-
-
-def _die_with(parent: int) -> Callable[[], None]:
-    """The child's first act after fork: ask for SIGKILL when the parent dies, then check it has not already."""
-
-    def arm() -> None:
-        if _prctl is None:
-            return
-        if _prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0:
-            os._exit(127)  # a child we could not tie to its parent must not start
-        if os.getppid() != parent:  # the parent died between fork and prctl: nobody will signal us
-            os.kill(os.getpid(), _SIGKILL)
-
-    return arm
+# Runs in the child (python -I -S): arm the death signal (prctl(PR_SET_PDEATHSIG = 1, SIGKILL = 9)), check the parent is still the spawner, report "armed"
+# on the inherited pipe, then become the program. argv: parent pid, pipe fd, program, arguments.
+_TRAMPOLINE = """\
+import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0 or os.getppid() != int(sys.argv[1]):
+    os._exit(127)
+os.write(int(sys.argv[2]), b"1")
+os.close(int(sys.argv[2]))
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
+ARM_TIMEOUT = 60.0
 
 
 def spawn(args: Sequence[str | os.PathLike[str]], **popen: Any) -> subprocess.Popen:
     """``subprocess.Popen(args, **popen)`` whose child is killed by the kernel when this process dies.
 
-    Call it from the main thread (see the module docstring). ``preexec_fn`` is this module's to set.
+    Returns once the child is armed. Call it from the main thread (see the module docstring). ``preexec_fn`` and
+    ``pass_fds`` are this module's to set.
     """
-    if "preexec_fn" in popen:
-        raise TypeError("spawn sets preexec_fn itself")
+    if "preexec_fn" in popen or "pass_fds" in popen:
+        raise TypeError("spawn sets preexec_fn and pass_fds itself")
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("spawn from the main thread: the kernel kills the child when the thread that forked it ends")
-    return subprocess.Popen(list(args), preexec_fn=_die_with(os.getpid()), **popen)
+    env = dict(popen.pop("env", None) or os.environ)
+    env[PARENT_ENV] = str(os.getpid())
+    argv = [os.fspath(a) for a in args]
+    if not _LINUX:  # no death signal to arm
+        return subprocess.Popen(argv, env=env, **popen)
+    r, w = os.pipe()
+    try:
+        child = subprocess.Popen([sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), str(w), *argv], env=env, pass_fds=(w,), **popen)
+    finally:
+        os.close(w)
+    try:  # vfork + exec (no preexec_fn): no fork handlers run in the child (module docstring)
+        ready, _, _ = select.select([r], [], [], ARM_TIMEOUT)
+        armed = bool(ready) and os.read(r, 1) == b"1"
+    finally:
+        os.close(r)
+    if not armed and child.poll() is None:  # neither armed nor gone: never leave an unarmed child running
+        child.kill()
+        child.wait()
+    return child
+
+
+def exit_if_orphaned() -> None:
+    """For a process started by :func:`spawn`: exit now if the parent that spawned it is gone (it died before the
+    death signal was armed, so nobody would stop this process)."""
+    expected = os.environ.pop(PARENT_ENV, None)  # not inherited by this process's own children
+    if expected and expected.isdigit() and os.getppid() != int(expected):
+        os._exit(1)
 
 
 def raise_fd_limit() -> int:

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -25,6 +26,9 @@ from mpdp_services.common import config as cfgmod
 from mpdp_services.common import errors, jobs, metrics
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
 from mpdp_services.common.runtime import Hosted
+
+if TYPE_CHECKING:
+    from mpdp_services.compute_node.workers import Coordinator
 
 log = logging.getLogger("mpdp.compute_node")
 
@@ -55,7 +59,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         self.jobs: jobs.JobTable[Hosted] = jobs.JobTable("dca-node", jobs.machine_outcome, retention=retention, max_live=max_live)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.channels = PeerChannels(cfg.tls.files())
-        self.coordinator = None  # with cfg.workers > 1: the local service of this node's worker processes (workers.py)
+        self.coordinator: Coordinator | None = None  # with cfg.workers > 1: the local service of this node's worker processes (workers.py)
 
     async def _sender(self, context) -> Peer:
         """The caller as a peer of the machine; a curator-role certificate that is not *our* curator is refused."""
@@ -77,7 +81,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
             if record is not None:
                 await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"job {job_id} ended {record.state}; it is no longer held")
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"compute node {errors.shown(self.cfg.name)} has no job {errors.shown(job_id)}")
-        return hosted  # type: ignore[return-value]
+        return hosted
 
     # -- curator → node ------------------------------------------------------------------------------
     async def AnnounceJob(self, request: pb.DcaJobAnnouncement, context) -> common_pb2.Ack:
@@ -121,7 +125,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         await self._sender(context)
         hosted = await self._job(request.job_id, context)
         try:
-            return hosted.machine.partial_sum()
+            return _node(hosted).partial_sum()
         except ProtocolError as e:
             await errors.abort(context, e)
 
@@ -181,7 +185,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
 
     async def _take_shares(self, hosted: Hosted, sender: Peer, shares: list[pb.ClientShare], receipt: pb.ShareReceipt, context) -> None:
         async with hosted.lock:
-            outputs, rejected = hosted.machine.receive_shares(sender, shares)
+            outputs, rejected = _node(hosted).receive_shares(sender, shares)
         for j, e in rejected:
             log.warning("job %s: ClientShare from %s for %s refused: %s", hosted.machine.job_id, sender, errors.shown(shares[j].client_id), errors.details(e))
             if e.notices:
@@ -224,7 +228,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
     # -- outputs and timers -------------------------------------------------------------------------------
     def _changed(self, hosted: Hosted) -> None:
         """Note a state change in the job table; once terminal, count the job's clients (metrics, once)."""
-        m = hosted.machine
+        m = _node(hosted)
         self.jobs.observe(m.job_id)
         if m.terminal and not getattr(hosted, "counted", False):
             hosted.counted = True  # type: ignore[attr-defined]
@@ -237,7 +241,9 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
             self.coordinator.drop(hosted.machine.job_id)  # the workers forget the job's shares
         for o in outputs:
             if isinstance(o, Send) and o.to.role == "worker":
-                self.coordinator.send(int(o.to.name), o.message)  # type: ignore[union-attr]
+                if self.coordinator is None:
+                    raise RuntimeError(f"job {hosted.machine.job_id} sent to worker {o.to.name}, but this node runs no worker processes")
+                self.coordinator.send(int(o.to.name), o.message)
             elif isinstance(o, Send):
                 w = wire.get(id(o.message))
                 if w is None:
@@ -259,9 +265,16 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         while not hosted.machine.terminal and loop.time() < end:
             await asyncio.sleep(min(FLUSH_SECONDS, max(0.0, end - loop.time())))
             if hosted.machine.state == "AWAIT_SHARES":
-                await hosted.local(hosted.machine.flush_reports)
+                await hosted.local(_node(hosted).flush_reports)
         if not hosted.machine.terminal:
-            await hosted.local(hosted.machine.close)
+            await hosted.local(_node(hosted).close)
+
+
+def _node(hosted: Hosted) -> ComputeNodeMachine:
+    """The machine of a job this service hosts (always a compute node's)."""
+    if not isinstance(hosted.machine, ComputeNodeMachine):
+        raise TypeError(f"job {hosted.machine.job_id} runs a {type(hosted.machine).__name__}, not a ComputeNodeMachine")
+    return hosted.machine
 
 
 class _Wire:
@@ -296,7 +309,7 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
     server, port, health = await start_server(
         cfg.tls.files(), cfg.listen, interceptor(cfg), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE], reuse_port=cfg.workers > 1
     )
-    local = None
+    local: grpc.aio.Server | None = None
     if cfg.workers > 1:  # W processes on this port, this one the coordinator (workers.py)
         from mpdp_services.compute_node.workers import Coordinator
 
@@ -323,5 +336,6 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
     finally:
         if node.coordinator is not None:
             node.coordinator.stop()
-            await local.stop(0)  # type: ignore[union-attr]
+            if local is not None:  # set whenever the coordinator is
+                await local.stop(0)
     await node.channels.close()

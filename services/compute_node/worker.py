@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import Message
 
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
@@ -29,7 +30,7 @@ from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError
 from mpdp_services.common import config as cfgmod
 from mpdp_services.common import errors, jobs
-from mpdp_services.common.processes import raise_fd_limit
+from mpdp_services.common.processes import exit_if_orphaned, raise_fd_limit
 from mpdp_services.common.rpc import start_server
 from mpdp_services.compute_node.server import SERVICE, ComputeNode, interceptor
 from mpdp_services.compute_node.workers import RELAYED, WORKER_HEADER
@@ -85,10 +86,10 @@ class WorkerNode(ComputeNode):
             try:
                 reply = await self.local.Claim(parsed.claim, timeout=LOCAL_SECONDS, metadata=self.md)
             except grpc.aio.AioRpcError as e:
-                return 0, job.shares.refused(parsed, errors.problem_from_status(e.code(), e.details()), (e.details() or "").split(": ", 1)[-1])
+                return 0, job.shares.refused(parsed, common_pb2.Problem.ValueType(errors.problem_from_status(e.code(), e.details())), (e.details() or "").split(": ", 1)[-1])
             return job.shares.apply(parsed, reply)
 
-    async def _take_shares(self, hosted, sender: Peer, shares, receipt: pb.ShareReceipt, context) -> None:  # type: ignore[override]
+    async def _take_shares(self, hosted, sender: Peer, shares, receipt: pb.ShareReceipt, context) -> None:
         parsed = hosted.shares.parse_shares(sender.role, sender.name, [s for s in shares])
         accepted, rejected = await self._claim(hosted, parsed)
         receipt.accepted += accepted
@@ -159,7 +160,7 @@ class WorkerNode(ComputeNode):
                 log.warning("job %s: the coordinator refused worker %d's partial sum: %s", order.job_id, self.worker, e.details())
 
 
-RELAYED_RESPONSES = {"AnnounceJob": common_pb2.Ack, "ReportReceivedClients": common_pb2.Ack, "CloseSubmissions": common_pb2.Ack,
+RELAYED_RESPONSES: dict[str, type[Message]] = {"AnnounceJob": common_pb2.Ack, "ReportReceivedClients": common_pb2.Ack, "CloseSubmissions": common_pb2.Ack,
                      "GetPartialSum": pb.PartialSum, "AbortJob": common_pb2.Ack}
 assert set(RELAYED_RESPONSES) == set(RELAYED)
 
@@ -191,6 +192,7 @@ def main() -> None:
     ap.add_argument("--socket", required=True)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format=f"%(asctime)s %(name)s[{args.worker}] %(levelname)s %(message)s")
+    exit_if_orphaned()
     raise_fd_limit()
     cfg = cfgmod.ComputeNodeConfig(**json.loads(Path(args.config_json).read_text()))
     asyncio.run(run(cfg, args.worker, args.port, args.socket))

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError
@@ -36,7 +37,7 @@ from mpdp_services.common.processes import spawn
 log = logging.getLogger("mpdp.compute_node")
 
 WORKER_HEADER = "mpdp-worker"  # metadata naming the calling worker (1..W−1) on the local socket
-RELAYED = {  # the ComputeNode RPCs a worker relays: method → request type
+RELAYED: dict[str, type[Message]] = {  # the ComputeNode RPCs a worker relays: method → request type
     "AnnounceJob": pb.DcaJobAnnouncement,
     "ReportReceivedClients": pb.ReceivedClients,
     "CloseSubmissions": pb.SubmissionsClose,

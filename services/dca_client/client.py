@@ -196,7 +196,7 @@ async def submit_cohort(
             for f in pending:
                 take(await f)
         else:
-            queues = [[asyncio.Queue(maxsize=4) for _ in ss] for ss in stubs]
+            queues: list[list[asyncio.Queue[tuple[list[str], pb.ShareBatch] | None]]] = [[asyncio.Queue(maxsize=4) for _ in ss] for ss in stubs]
 
             async def stream(c: int, k: int) -> pb.ShareReceipt:
                 async def it() -> AsyncIterator[pb.ClientShare]:

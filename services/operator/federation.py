@@ -63,10 +63,10 @@ class LiveBackend:
         return list(self.compute_nodes)
 
     @staticmethod
-    def _required(**kw: Any) -> None:
-        for name, v in kw.items():
-            if v is None:
-                raise ValueError(f"a live federation needs {name} (a public bound the parties check); in-process it defaults to the data's size")
+    def _required(name: str, v: int | None) -> int:
+        if v is None:
+            raise ValueError(f"a live federation needs {name} (a public bound the parties check); in-process it defaults to the data's size")
+        return v
 
     # -- Pathak 2010 -------------------------------------------------------------------------------------
     def logistic_regression(self, *, epsilon: float, lam: float, noise: str, delta: float | None, colluders: int | None,
@@ -98,7 +98,7 @@ class LiveBackend:
 
         t0 = time.perf_counter()
         try:
-            params = DcaParams("pending", Z.shape[1], Z.shape[0], max_missing, epsilon, delta, sensitivity, self._nodes(), clip_bounds=(clip,), noise=noise)
+            params = DcaParams("pending", Z.shape[1], Z.shape[0], max_missing, epsilon, delta, sensitivity, tuple(self._nodes()), clip_bounds=(clip,), noise=noise)
         except InvalidJob as e:
             raise ValueError(str(e)) from None
         ep = self.endpoints
@@ -128,7 +128,8 @@ class LiveBackend:
         from mpdp.results import regression_result
         from mpdp_services.operator.regression import RoundFailed, run_regression
 
-        self._required(total_records=total_records, records_per_party=records_per_party)
+        total_records = self._required("total_records", total_records)
+        records_per_party = self._required("records_per_party", records_per_party)
         t0 = time.perf_counter()
         try:
             run = run_regression(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), bounds, epsilon, delta, int(total_records),
@@ -146,7 +147,9 @@ class LiveBackend:
         from mpdp.results import dpgd_result
         from mpdp_services.operator.dpgd import RoundFailed, run_dpgd, save_model
 
-        self._required(total_records=total_records, records_per_party=records_per_party, dimension=dimension)
+        total_records = self._required("total_records", total_records)
+        records_per_party = self._required("records_per_party", records_per_party)
+        dimension = self._required("dimension", dimension)
         classes = classes or DEFAULT_CLASSES
         task = Task("binary") if len(classes) == 2 else Task("softmax", len(classes))
         try:

@@ -32,6 +32,7 @@ import yaml
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -112,14 +113,14 @@ class OperatorSpec(_Strict):
 
 
 class Defaults(_Strict):
-    paillier_bits: int = Field(2048, ge=256)
-    dgk_bits: int = Field(2048, ge=256)
-    budget_epsilon: float = Field(10.0, gt=0)
-    test_mode: bool = Field(False, description="small keys and seeds allowed: never with real data")
+    paillier_bits: int = Field(default=2048, ge=256)
+    dgk_bits: int = Field(default=2048, ge=256)
+    budget_epsilon: float = Field(default=10.0, gt=0)
+    test_mode: bool = Field(default=False, description="small keys and seeds allowed: never with real data")
     mode: Literal["corrected", "paper"] = "corrected"
-    epsilon: float = Field(1.0, gt=0, description="suggested ε per job (printed in the operator's README)")
-    lam: float = Field(0.01, gt=0, alias="lambda", description="suggested λ per job")
-    dataset: str | None = Field(None, description="suggested dataset name for jobs")
+    epsilon: float = Field(default=1.0, gt=0, description="suggested ε per job (printed in the operator's README)")
+    lam: float = Field(default=0.01, gt=0, alias="lambda", description="suggested λ per job")
+    dataset: str | None = Field(default=None, description="suggested dataset name for jobs")
 
     @model_validator(mode="after")
     def _keys(self) -> "Defaults":
@@ -194,7 +195,7 @@ def load_spec(path: str | Path) -> FederationSpec:
 @dataclass
 class CertificateAuthority:
     folder: Path
-    key: object
+    key: ec.EllipticCurvePrivateKey
     cert: x509.Certificate
     created: bool
 
@@ -214,6 +215,8 @@ def open_ca(folder: str | Path) -> CertificateAuthority:
         cert = x509.load_pem_x509_certificate(crt_p.read_bytes())
     except ValueError as e:
         raise ProvisionError(f"{f}: cannot read the CA key or certificate ({e})") from e
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ProvisionError(f"{f}: the CA key is not an elliptic-curve key (the CA that `mpdp provision` makes)")
     if cert.not_valid_after_utc <= dt.datetime.now(dt.timezone.utc):
         raise ProvisionError(f"the CA certificate in {f} expired on {cert.not_valid_after_utc:%Y-%m-%d}; make a new CA (new --ca folder) and re-provision every site")
     return CertificateAuthority(f, key, cert, created=False)

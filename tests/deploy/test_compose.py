@@ -57,6 +57,27 @@ with OperatorClient(Endpoints.load("/site")) as c:
 """
 
 
+# Runs inside the curator container (python is there; nothing is published to the host): ask Prometheus,
+# polling its own state until the condition holds or the deadline passes; prints one JSON object.
+PROMETHEUS = """
+import json, sys, time, urllib.parse, urllib.request
+def get(path):
+    with urllib.request.urlopen("http://prometheus:9090" + path, timeout=5) as r:
+        return json.load(r)["data"]
+deadline, need = time.monotonic() + 90, int(sys.argv[1])
+while True:
+    targets = get("/api/v1/targets")["activeTargets"]
+    up = {t["labels"]["instance"]: t["health"] for t in targets}
+    q = 'sum(mpdp_jobs_total{role="curator",protocol="pathak2010",state="PUBLISHED"})'
+    res = get("/api/v1/query?query=" + urllib.parse.quote(q))["result"]
+    jobs = float(res[0]["value"][1]) if res else 0.0
+    if (all(h == "up" for h in up.values()) and len(up) == 7 and jobs >= need) or time.monotonic() > deadline:
+        print(json.dumps({"targets": up, "jobs": jobs}))
+        break
+    time.sleep(1)  # polling an external service's state, with a deadline
+"""
+
+
 class Compose:
     def __init__(self, workdir: Path) -> None:
         self.env = dict(os.environ, MPDP_COMPOSE_DIR=str(workdir), MPDP_IMAGE=IMAGE, COMPOSE_PROJECT_NAME=PROJECT, PY=PY)
@@ -120,13 +141,15 @@ def test_compose_file_passes_the_real_compose_config(compose):
     compose("--profile", "operator", "config", "--quiet")
     cfg = json.loads(compose("--profile", "operator", "config", "--format", "json").stdout)
     services = cfg["services"]
-    assert {"curator", *PARTIES, *NODES, "operator"} <= set(services)
+    assert {"curator", *PARTIES, *NODES, "operator", "prometheus"} <= set(services)
     for name, svc in services.items():
         assert svc.get("init") is True and svc.get("pull_policy") == "never", name
         assert not svc.get("ports"), f"{name} publishes ports"
         assert list(svc["networks"]) == ["federation"], name
-        if name != "operator":
+        if name not in ("operator", "prometheus"):
             assert "mpdp_services.cli.health" in svc["healthcheck"]["test"], name
+            assert svc["environment"]["MPDP_HTTP_LISTEN"] == "0.0.0.0:9100" and svc["environment"]["MPDP_HTTP_TOKEN_FILE"]
+    assert "promtool" in services["prometheus"]["healthcheck"]["test"]
     assert cfg["networks"]["federation"]["internal"] is True
     assert {v["source"] for v in services["curator"]["volumes"] if v["type"] == "volume"} == {"curator-state"}
     for p in PARTIES:
@@ -149,6 +172,20 @@ def test_training_job_across_containers(compose):
     for party in PARTIES:
         assert [e["job_id"] for e in compose.ledger(party)["entries"]] == [summary["job_id"]]
     compose.first_job = summary["job_id"]  # type: ignore[attr-defined]
+
+
+def test_prometheus_scrapes_every_role_and_counts_the_job(compose):
+    """issue 15 §5: the compose Prometheus (Debian's package) has every role as an up target, and the curator's
+    job counter rose after the training job (test_training_job_across_containers ran one)."""
+    jobs = 1 if getattr(compose, "first_job", None) else 0
+    seen = json.loads(compose("exec", "-T", "curator", "python", "-c", PROMETHEUS, str(jobs), timeout=150).stdout)
+    assert seen["targets"] == {f"{n}:9100": "up" for n in ["curator", *PARTIES, *NODES]}, seen
+    assert seen["jobs"] >= max(jobs, 1), seen
+    # the endpoints ask for the federation's token (bound beyond loopback): without it a scrape is refused
+    anon = compose("exec", "-T", "curator", "python", "-c",
+                   "import urllib.request, urllib.error\ntry:\n    urllib.request.urlopen('http://party-1:9100/metrics', timeout=5); print(200)\n"
+                   "except urllib.error.HTTPError as e:\n    print(e.code)")
+    assert anon.stdout.strip() == "401"
 
 
 def test_dca_job_across_compute_nodes(compose):
