@@ -137,7 +137,7 @@ class Federation:
         if schema is not None:
             from mpdp.schema import Schema
 
-            schema_sha256 = Schema.load(schema).sha256()
+            schema_sha256 = Schema.load(Path(schema)).sha256()
         return cls(live.LiveBackend(Path(endpoints), dataset=dataset, schema_sha256=schema_sha256))
 
     @property
