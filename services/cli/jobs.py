@@ -7,6 +7,7 @@ import signal
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -362,7 +363,7 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
             tmp.cleanup()
     w_dp = tester.rebuild(model)
     Xtr = logreg.clip_rows(X[train_idx])
-    conv = "full" if mode == "paper" else "half"
+    conv: Literal["half", "full"] = "full" if mode == "paper" else "half"
     w_np = logreg.fit(Xtr, y[train_idx], lam, conv)
     Xte = logreg.clip_rows(X[test])
     summary = model_summary(model)

@@ -61,7 +61,7 @@ def bounded(detail: str) -> str:
 
 def problem_name(problem: int) -> str:
     try:
-        return P.Name(problem)
+        return P.Name(P.ValueType(problem))
     except ValueError:
         return "PROBLEM_UNSPECIFIED"
 
@@ -76,7 +76,7 @@ def details(e: ProtocolError) -> str:
 
 def method_of(context: grpc.aio.ServicerContext) -> str:
     try:
-        return context._rpc_event.call_details.method.decode()  # type: ignore[attr-defined]
+        return context._rpc_event.call_details.method.decode()
     except Exception:  # noqa: BLE001 - the method name only decorates the log line
         return "?"
 

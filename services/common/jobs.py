@@ -114,7 +114,7 @@ class JobRecord:
     @property
     def problem_name(self) -> str:
         try:
-            return P.Name(self.problem)
+            return P.Name(P.ValueType(self.problem))
         except ValueError:
             return "PROBLEM_UNSPECIFIED"
 

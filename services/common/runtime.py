@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 import grpc
 
@@ -22,13 +22,14 @@ from mpdp_services.common import errors, logs, tracing
 
 log = logging.getLogger("mpdp")
 
-Route = Callable[["Hosted", list[Output]], Awaitable[None]]
+Route = Callable[["Hosted[Any]", list[Output]], Awaitable[None]]
 SEND_RETRIES = 3
+M = TypeVar("M", bound=Machine)
 
 
-class Hosted:
-    def __init__(self, machine: Machine, route: Route) -> None:
-        self.machine = machine
+class Hosted(Generic[M]):
+    def __init__(self, machine: M, route: Route) -> None:
+        self.machine: M = machine
         self.lock = asyncio.Lock()
         self.changed = asyncio.Condition()
         self._route = route

@@ -110,7 +110,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         self.nodes: dict[str, str] = dict(static_nodes)
         if self._nodes_file.exists():
             self.nodes.update(json.loads(self._nodes_file.read_text()))
-        self.jobs: jobs.JobTable[Hosted] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live)
+        self.jobs: jobs.JobTable[Hosted[AggregatorMachine]] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
 
     def trace_context(self, job_id: str):
@@ -310,7 +310,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         return common_pb2.Ack()
 
     # -- outputs ----------------------------------------------------------------------------------------------
-    async def _route(self, hosted: Hosted, outputs) -> None:
+    async def _route(self, hosted: Hosted[AggregatorMachine], outputs) -> None:
         for o in outputs:
             if isinstance(o, Send):
                 hosted.spawn(self._send(hosted, o.to, o.message))
@@ -325,7 +325,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         if m.failed and m.error is not None and self.store.failure(m.job_id) is None:
             self.store.put_failure(m.job_id, m.error.problem, m.error.detail)
 
-    async def _send(self, hosted: Hosted, to: Peer, message) -> None:
+    async def _send(self, hosted: Hosted[AggregatorMachine], to: Peer, message) -> None:
         address = self.nodes.get(to.name, "")
         method = NODE_METHODS[message.DESCRIPTOR.full_name]
         await hosted.send(to, message, lambda: self.channels.call(address, to.name, NODE_SERVICE, method, message, common_pb2.Ack))
@@ -333,7 +333,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         if m.failed and m.error is not None and self.store.failure(m.job_id) is None:
             self.store.put_failure(m.job_id, m.error.problem, m.error.detail)
 
-    async def _pull(self, hosted: Hosted, node: str) -> None:
+    async def _pull(self, hosted: Hosted[AggregatorMachine], node: str) -> None:
         try:
             ps = await self.channels.call(self.nodes.get(node, ""), node, NODE_SERVICE, "GetPartialSum", common_pb2.JobRef(job_id=hosted.machine.job_id), pb.PartialSum, timeout=30)
         except grpc.aio.AioRpcError as e:
@@ -353,7 +353,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         except ProtocolError:
             pass
 
-    async def _deadline(self, hosted: Hosted, seconds: float) -> None:
+    async def _deadline(self, hosted: Hosted[AggregatorMachine], seconds: float) -> None:
         await asyncio.sleep(seconds)
         if hosted.machine.terminal:
             return

@@ -109,7 +109,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         log.info("ensemble job %s (%s, ε=%g): %d voters, N=%d auxiliary points, d=%d, votes summed by DCA job %s",
                  job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
         release = None
-        failure = common_pb2.JOB_FAILED
+        failure: int = common_pb2.JOB_FAILED
         task = asyncio.current_task()
         if task is not None:
             self._tasks[job_id] = task

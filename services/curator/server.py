@@ -87,7 +87,7 @@ class Curator(pb_grpc.CuratorServicer):
         self.addresses: dict[str, str] = dict(cfg.parties)
         if self._parties_file.exists():  # registrations survive a restart
             self.addresses.update(json.loads(self._parties_file.read_text()))
-        self.jobs: jobs.JobTable[Hosted] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live)
+        self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.channels = PeerChannels(cfg.tls.files())
         pub = secrets.public
@@ -132,7 +132,7 @@ class Curator(pb_grpc.CuratorServicer):
                 return
             record = self.jobs.record(request.job_id)
             if record is not None:  # ended and left memory: its value-free record still answers
-                yield pb.JobStatus(job_id=record.job_id, state=record.state, stage=record.state.lower(), terminal=record.terminal, problem=record.problem,
+                yield pb.JobStatus(job_id=record.job_id, state=record.state, stage=record.state.lower(), terminal=record.terminal, problem=common_pb2.Problem.ValueType(record.problem),
                                    detail=f"{record.problem_name}: the job's details are no longer held" if record.problem else "")
                 return
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no job {errors.shown(request.job_id)} at this curator")
@@ -192,7 +192,7 @@ class Curator(pb_grpc.CuratorServicer):
     SendBlindedComparisons = SendMaskedNoise = SendResharePiece = PublishShare = AbortJob = _deliver
 
     # -- outputs ------------------------------------------------------------------------------
-    async def _route(self, hosted: Hosted, outputs) -> None:
+    async def _route(self, hosted: Hosted[CuratorMachine], outputs) -> None:
         for o in outputs:
             if isinstance(o, Send):
                 hosted.spawn(self._send(hosted, o.to, o.message))
@@ -200,8 +200,8 @@ class Curator(pb_grpc.CuratorServicer):
                 self.registry.put(o.release)
                 log.info("job %s published (%d shares)", o.release.job_id, len(o.release.shares))
 
-    async def _send(self, hosted: Hosted, to: Peer, message) -> None:
-        address = hosted.machine.addresses.get(to.name) or self.addresses.get(to.name)
+    async def _send(self, hosted: Hosted[CuratorMachine], to: Peer, message) -> None:
+        address = hosted.machine.addresses.get(to.name) or self.addresses.get(to.name) or ""  # "" fails the send, naming the peer
         method = PARTY_METHODS[message.DESCRIPTOR.full_name]
         await hosted.send(to, message, lambda: self.channels.call(address, to.name, PARTY_SERVICE, method, message, common_pb2.Ack))
 
@@ -219,12 +219,12 @@ class Curator(pb_grpc.CuratorServicer):
         await hosted.fail(common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator in state {hosted.machine.state}")
         return True
 
-    async def _deadline(self, hosted: Hosted, seconds: float) -> None:
+    async def _deadline(self, hosted: Hosted[CuratorMachine], seconds: float) -> None:
         await asyncio.sleep(seconds)
         if not hosted.machine.terminal:
             await hosted.fail(common_pb2.JOB_FAILED, f"deadline of {seconds:g} s passed in state {hosted.machine.state}")
 
-    async def _watch_parties(self, hosted: Hosted) -> None:
+    async def _watch_parties(self, hosted: Hosted[CuratorMachine]) -> None:
         """While the job runs, follow each party's health stream; a party that stops serving fails the job, named.
 
         Without this, a party that dies while the others wait for its next message would stall the job
@@ -238,8 +238,8 @@ class Curator(pb_grpc.CuratorServicer):
             for w in watchers:
                 w.cancel()
 
-    async def _watch_party(self, hosted: Hosted, name: str) -> None:
-        address = hosted.machine.addresses.get(name) or self.addresses.get(name)
+    async def _watch_party(self, hosted: Hosted[CuratorMachine], name: str) -> None:
+        address = hosted.machine.addresses.get(name) or self.addresses.get(name) or ""
         watch = self.channels.channel(address, name).unary_stream(
             "/grpc.health.v1.Health/Watch", request_serializer=lambda m: m.SerializeToString(), response_deserializer=health_pb2.HealthCheckResponse.FromString
         )
@@ -264,7 +264,7 @@ class Curator(pb_grpc.CuratorServicer):
         if reason and not hosted.machine.terminal:
             await hosted.fail(common_pb2.PEER_UNREACHABLE, f"party {name} is unreachable ({reason})")
 
-    def _status(self, hosted: Hosted) -> pb.JobStatus:
+    def _status(self, hosted: Hosted[CuratorMachine]) -> pb.JobStatus:
         m = hosted.machine
         st = pb.JobStatus(job_id=m.job_id, state=m.state, stage=m.stage, stage_seconds=m.stages.seconds, terminal=m.terminal)
         if m.error is not None:
@@ -280,9 +280,9 @@ def load_secrets(cfg: cfgmod.CuratorConfig) -> CuratorSecrets:
 
 async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     secrets = await asyncio.to_thread(load_secrets, cfg)
-    limits = {"retention": cfg.job_retention_seconds, "max_live": cfg.max_live_jobs}
-    curator = Curator(cfg, secrets, **limits)
-    dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), **limits)
+    retention, max_live = cfg.job_retention_seconds, cfg.max_live_jobs
+    curator = Curator(cfg, secrets, retention=retention, max_live=max_live)
+    dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=retention, max_live=max_live)
     local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs)
     contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context)
     ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs)

@@ -137,16 +137,18 @@ class LocalFederation:
                 if left <= 0:
                     raise TimeoutError(f"{', '.join(p.name for p in pending.values())} did not become ready in {timeout:g} s; see their service.log")
                 for key, _ in sel.select(left):
-                    p: Proc = key.data
-                    line = p.popen.stdout.readline().decode()  # type: ignore[union-attr]
+                    ready: Proc = key.data
+                    out = ready.popen.stdout
+                    assert out is not None  # spawned with stdout=PIPE
+                    line = out.readline().decode()
                     if not line:
-                        raise RuntimeError(f"{p.name} exited during start-up (code {p.popen.wait()}); log:\n{p.log.read_text()[-3000:]}")
+                        raise RuntimeError(f"{ready.name} exited during start-up (code {ready.popen.wait()}); log:\n{ready.log.read_text()[-3000:]}")
                     if line.startswith("MPDP-READY "):
                         words = line.split()
-                        p.port = int(words[1])
-                        p.http_port = next((int(w[5:]) for w in words[2:] if w.startswith("http=")), 0)
-                        sel.unregister(p.popen.stdout)  # type: ignore[arg-type]
-                        pending.pop(p.popen.stdout.fileno())  # type: ignore[union-attr]
+                        ready.port = int(words[1])
+                        ready.http_port = next((int(w[5:]) for w in words[2:] if w.startswith("http=")), 0)
+                        sel.unregister(out)
+                        pending.pop(out.fileno())
         finally:
             sel.close()
 

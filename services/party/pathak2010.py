@@ -67,7 +67,7 @@ def curator_keys_from(msg: pb.CuratorKeys) -> CuratorPublicKeys:
     return CuratorPublicKeys(PublicKey(n(msg.paillier_n)), DgkPublicKey(n(msg.dgk_n), n(msg.dgk_g), n(msg.dgk_h), msg.dgk_u, msg.dgk_r_bits))
 
 
-class PathakJob(Hosted):
+class PathakJob(Hosted[PartyMachine]):
     """One Pathak job at this party: its machine, the peers' addresses, whether its ledger entry is settled."""
 
     def __init__(self, machine: PartyMachine, route, addresses: dict[str, str]) -> None:
@@ -120,6 +120,11 @@ class PathakParty(pb_grpc.PartyServicer):
         self.precompute = Precompute(self.resources, self.cfg.paillier_bits, self.cfg.pool_target, self._on_precompute)
         metrics.watch_pools(self.precompute.levels, self.precompute.targets)
 
+    def _pool(self) -> Precompute:
+        if self.precompute is None:
+            raise RuntimeError("the party has no curator keys yet (it registers before it takes jobs)")
+        return self.precompute
+
     def stop(self) -> None:
         self.reaper.stop()
         if self.precompute is not None:
@@ -162,7 +167,7 @@ class PathakParty(pb_grpc.PartyServicer):
             require_schema(ds, request.spec.schema_sha256)
         except SchemaMismatch as e:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name} refuses: dataset {shown(request.spec.dataset)}: {e}")
-        if announced.paillier.n != self.keys.paillier.n or announced.dgk.n != self.keys.dgk.n:
+        if self.keys is None or announced.paillier.n != self.keys.paillier.n or announced.dgk.n != self.keys.dgk.n:
             self.start(announced)  # the curator restarted with new keys
         try:
             machine = await asyncio.to_thread(self._build, request, ds)
@@ -184,7 +189,7 @@ class PathakParty(pb_grpc.PartyServicer):
         except BaseException:
             self.jobs.forget(request.job_id)  # refused: nothing left this party; the id stays a record
             raise
-        self.precompute.pause()
+        self._pool().pause()
         log.info("job %s announced: dataset %s, %d rows, d=%d", request.job_id, request.spec.dataset, machine.n, machine.d)
         await hosted.start(machine.start())
 
@@ -248,7 +253,7 @@ class PathakParty(pb_grpc.PartyServicer):
         held = self.jobs.held()
         log.info("party %s: %s jobs in memory: %d running, %d held", self.cfg.name, PROTOCOL, self.jobs.live_count(), len(held))
         if all(h.machine.terminal for h in self.jobs.entries()):
-            self.precompute.resume(getattr(m, "d", None), len(m.params.pairs) * m.params.compare_bits)
+            self._pool().resume(getattr(m, "d", None), len(m.params.pairs) * m.params.compare_bits)
 
     async def _settle(self, hosted: PathakJob) -> None:
         """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message."""
@@ -269,7 +274,7 @@ class PathakParty(pb_grpc.PartyServicer):
             address, site = self.cfg.curator.address, self.cfg.curator.name
             call = lambda: channels.call(address, site, CURATOR_SERVICE, CURATOR_METHODS[message.DESCRIPTOR.full_name], message, common_pb2.Ack)  # noqa: E731
         else:
-            address = hosted.addresses.get(to.name)
+            address = hosted.addresses.get(to.name) or ""
             if not address:
                 await hosted.fail(Problem.PEER_UNREACHABLE, f"no address for party {to.name}")
                 return

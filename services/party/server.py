@@ -14,7 +14,7 @@ import asyncio
 import logging
 import sys
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import AsyncIterator, NoReturn
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -107,7 +107,7 @@ class Party:
         except (LedgerError, OSError) as e:
             log.error("ledger %s: cannot mark job %s %s: %s", self.ledger.path, shown(job_id), status, e)
 
-    async def ledger_broken(self, context, e: Exception):
+    async def ledger_broken(self, context, e: Exception) -> NoReturn:
         log.error("ledger %s: %s", self.ledger.path, e)
         await errors.refuse(context, Problem.INTERNAL, f"party {self.cfg.name} cannot use its privacy ledger; see its log")
 
