@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import signal
 import tempfile
 import time
@@ -104,8 +105,9 @@ def federation() -> None:
 @click.option("--workers", "node_workers", type=click.IntRange(1, 64), default=1, show_default=True, help="processes per compute node, sharing its port (docs/deploy.md)")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, envvar="MPDP_LOG_FORMAT",
               help="each role's WORKDIR/<site>/service.log: text, or one JSON object per line")
+@click.option("--json", "as_json", is_flag=True, help="once everything is up, print one JSON object (endpoints file, addresses, HTTP URLs, dashboard) on stdout")
 def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schema_file: str | None, test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
-                  budget_epsilon: float, budget_delta: float, node_workers: int, log_format: str) -> None:
+                  budget_epsilon: float, budget_delta: float, node_workers: int, log_format: str, as_json: bool) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from mpdp_services.launcher.federation import LocalFederation
 
@@ -139,6 +141,12 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         err.print(f"dashboard: http://127.0.0.1:{cur_http}/", soft_wrap=True)
         err.print("(each role's HTTP base URL is under \"http\" in endpoints.json: URL/metrics, and URL/ is a party's ledger page)")
     err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C or SIGTERM stops everything)")
+    if as_json:
+        endpoints_file = Path(workdir).resolve() / "endpoints.json"
+        urls = json.loads(endpoints_file.read_text()).get("http", {})
+        click.echo(json.dumps({"endpoints": str(endpoints_file), "ports": {n: p.port for n, p in fed.procs.items()}, "http": urls,
+                               "dashboard": urls["curator"] + "/" if "curator" in urls else None}), nl=True)
+        sys.stdout.flush()
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop must not orphan the child processes
     try:
         while all(p.popen.poll() is None for p in fed.procs.values()):

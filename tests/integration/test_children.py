@@ -100,11 +100,15 @@ def kill_launcher_and_check(launcher: subprocess.Popen, services: set[int]) -> N
 def test_federation_up_services_die_with_it(tmp_path):
     workdir = tmp_path / "fed"
     launcher = spawn(
-        [sys.executable, "-m", "mpdp_services.cli.main", "federation", "up", "--workdir", str(workdir), "--parties", "2", "--compute-nodes", "1", "--test-mode", "--key-bits", "1024"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        [sys.executable, "-m", "mpdp_services.cli.main", "federation", "up", "--workdir", str(workdir), "--parties", "2", "--compute-nodes", "1", "--test-mode", "--key-bits", "1024",
+         "--json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
     try:
-        endpoints = json.loads(wait_for_file("endpoints.json", workdir, launcher, 240).read_text())
+        up = json.loads(launcher.stdout.readline())  # type: ignore[union-attr]  # --json: one object once everything is up
+        endpoints = json.loads((workdir / "endpoints.json").read_text())
+        assert up["endpoints"] == str(workdir / "endpoints.json") and up["http"] == endpoints["http"]
+        assert up["dashboard"] == endpoints["http"]["curator"] + "/" and set(up["ports"]) == {"curator", "party-1", "party-2", "node-1"}
         services = set(endpoints["pids"].values())
         assert len(services) == 4  # curator, 2 parties, 1 compute node
         assert services <= descendants(launcher.pid)
