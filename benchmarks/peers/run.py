@@ -1,7 +1,7 @@
 """Peers side by side, in one script and one run: Flower SecAgg+ vs mpdp's DCA sum, diffprivlib vs Pathak's mechanism.
 
     python benchmarks/peers/run.py [--clients 10,100,1000] [--dims 1000,10000] [--repeats 2] [--deploy-clients 5,10]
-        [--epsilons 0.1,0.5,1] [--seeds 0,1,2] [--json FILE] [--quick] [--cache DIR] [--parts sum,lr]
+        [--epsilons 0.1,0.5,1] [--seeds 0,1,2,3,4] [--json FILE] [--quick] [--cache DIR] [--parts sum,lr]
     python benchmarks/peers/run.py --markdown FILE      # the tables of docs/benchmarks.md from a results file
 
 **(a) sum** — for every cell (N, d), ``--repeats`` times, interleaved (Flower, mpdp, Flower, mpdp, …):
@@ -54,6 +54,8 @@ PY311 = "python3.11"
 M_NODES = 3
 LAMBDA = 1e-3
 PARTIES = 5
+PATHAK_DELTA = 1e-6  # the protocol's default δ and t for its default gaussian-distributed mode
+PATHAK_COLLUDERS = max(1, PARTIES - 2)
 
 
 # -- virtualenvs -------------------------------------------------------------------------------
@@ -285,7 +287,7 @@ class Mpdp:
 def pathak_errors(data: Path, eps: float, seeds: list[int], data_cache: dict) -> list[dict]:
     import numpy as np
 
-    from mpdp.dp.pathak_noise import PathakCalibration
+    from mpdp.dp.pathak_noise import GAUSSIAN, PathakCalibration
     from mpdp.experiments.pathak2010 import load_a9a
     from mpdp.learn import logreg
     from mpdp.math.drbg import Drbg
@@ -303,11 +305,14 @@ def pathak_errors(data: Path, eps: float, seeds: list[int], data_cache: dict) ->
             conv = PathakCalibration("corrected", 1.0, LAMBDA, PARTIES).convention
             data_cache[key] = (idx, [logreg.fit(a.X[i], a.y[i], LAMBDA, conv) for i in idx])
         idx, local = data_cache[key]
-        cal = PathakCalibration("corrected", eps, LAMBDA, PARTIES)
-        root = Drbg.from_seed(f"peers/pathak/{seed}/{eps:g}")
-        agg = draw_aggregate(local, [len(i) for i in idx], cal, [party_rng(root, f"P{k}") for k in range(PARTIES)])
-        err = float(np.mean(np.where(a.X_test @ agg.weights >= 0, 1.0, -1.0) != a.y_test))
-        rows.append({"epsilon": eps, "seed": seed, "test_error": err, "seconds": time.perf_counter() - t})
+        row = {"epsilon": eps, "seed": seed}
+        for mode, cal in (("corrected", PathakCalibration("corrected", eps, LAMBDA, PARTIES)),
+                          ("gaussian", PathakCalibration(GAUSSIAN, eps, LAMBDA, PARTIES, delta=PATHAK_DELTA, colluders=PATHAK_COLLUDERS))):
+            root = Drbg.from_seed(f"peers/pathak/{mode}/{seed}/{eps:g}")
+            agg = draw_aggregate(local, [len(i) for i in idx], cal, [party_rng(root, f"P{k}") for k in range(PARTIES)])
+            row["test_error" if mode == "corrected" else "test_error_gaussian"] = float(np.mean(np.where(a.X_test @ agg.weights >= 0, 1.0, -1.0) != a.y_test))
+        row["seconds"] = time.perf_counter() - t
+        rows.append(row)
     return rows
 
 
@@ -347,9 +352,10 @@ def lr_rows(res: dict) -> list[dict]:
     for c in res.get("lr", []):
         dp = [r["test_error"] for r in c["diffprivlib"]]
         pk = [r["test_error"] for r in c["pathak"]]
-        md, mk = (statistics.fmean(dp) if dp else None), (statistics.fmean(pk) if pk else None)
-        out.append({"epsilon": c["epsilon"], "diffprivlib": md, "pathak": mk, "ratio": ratio(mk, md), "seeds": len(pk),
-                    "diffprivlib_each": dp, "pathak_each": pk})
+        pg = [r["test_error_gaussian"] for r in c["pathak"] if "test_error_gaussian" in r]
+        md, mk, mg = (statistics.fmean(x) if x else None for x in (dp, pk, pg))
+        out.append({"epsilon": c["epsilon"], "diffprivlib": md, "pathak": mk, "ratio": ratio(mk, md), "pathak_gaussian": mg, "ratio_gaussian": ratio(mg, md),
+                    "seeds": len(pk), "diffprivlib_each": dp, "pathak_each": pk, "pathak_gaussian_each": pg})
     return out
 
 
@@ -361,9 +367,10 @@ def print_tables(res: dict) -> None:
         print(f"{r['engine']:<18} {r['N']:>6} {r['d']:>6} {fmt(r['flower_s'], '9.3f')} {fmt(r['flower_first_round_s'], '9.2f')} {fmt(r['mpdp_s'], '8.3f')} {fmt(r['ratio'], '6.1f')}×{note}")
     if res.get("lr"):
         print(f"\n(b) a9a test error, λ = {LAMBDA:g}: diffprivlib central DP vs Pathak's mechanism (K = {PARTIES}), mean over seeds; non-private {fmt(res.get('nonprivate_error'), '.4f')}")
-        print(f"{'ε':>5} {'diffprivlib':>11} {'pathak':>8} {'ratio':>7}")
+        print(f"pathak: corrected ℓ2-Laplace noise, pure ε-DP like diffprivlib; gauss: the protocol's default mode, δ = {PATHAK_DELTA:g}, t = {PATHAK_COLLUDERS}")
+        print(f"{'ε':>5} {'diffprivlib':>11} {'pathak':>8} {'ratio':>7} {'pathak-gauss':>12} {'ratio':>7}")
         for r in lr_rows(res):
-            print(f"{r['epsilon']:>5g} {fmt(r['diffprivlib'], '11.4f')} {fmt(r['pathak'], '8.4f')} {fmt(r['ratio'], '6.2f')}×")
+            print(f"{r['epsilon']:>5g} {fmt(r['diffprivlib'], '11.4f')} {fmt(r['pathak'], '8.4f')} {fmt(r['ratio'], '6.2f')}× {fmt(r['pathak_gaussian'], '12.4f')} {fmt(r['ratio_gaussian'], '6.2f')}×")
 
 
 def markdown(res: dict) -> str:
@@ -372,9 +379,11 @@ def markdown(res: dict) -> str:
         fs = fmt(r["flower_s"], ".3f") if r["flower_s"] is not None else f"failed: {r['flower_error'][:60]}" if r["flower_error"] else "–"
         out.append(f"| {r['engine']} | {r['N']:,} | {r['d']:,} | {fs} | {fmt(r['flower_first_round_s'], '.2f')} | {fmt(r['mpdp_s'], '.3f')} | {fmt(r['ratio'], '.1f')}× |")
     if res.get("lr"):
-        out += ["", "| ε | diffprivlib (central, trusted curator) | Pathak mechanism (K = 5, no trusted party) | ratio Pathak / diffprivlib |", "|---|---|---|---|"]
+        out += ["", "| ε | diffprivlib (central ε-DP, trusted curator) | Pathak, corrected (ε-DP, K = 5) | ratio Pathak / diffprivlib | Pathak, gaussian-distributed (δ = 1e-6, t = 3) | ratio |",
+                "|---|---|---|---|---|---|"]
         for r in lr_rows(res):
-            out.append(f"| {r['epsilon']:g} | {fmt(r['diffprivlib'], '.4f')} | {fmt(r['pathak'], '.4f')} | {fmt(r['ratio'], '.2f')}× |")
+            g = f"{fmt(r.get('pathak_gaussian'), '.4f')} | {fmt(r.get('ratio_gaussian'), '.2f')}×"
+            out.append(f"| {r['epsilon']:g} | {fmt(r['diffprivlib'], '.4f')} | {fmt(r['pathak'], '.4f')} | {fmt(r['ratio'], '.2f')}× | {g} |")
     return "\n".join(out)
 
 
@@ -393,7 +402,7 @@ def main() -> None:
     ap.add_argument("--deploy-dim", type=int, default=1000)
     ap.add_argument("--deploy-repeats", type=int, default=1, help="Flower deployment runs per N (each ≈ 2 × 45–100 s)")
     ap.add_argument("--epsilons", default="0.1,0.5,1")
-    ap.add_argument("--seeds", default="0,1,2", help="seeds of (b) per ε")
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="seeds of (b) per ε (party split and noise)")
     ap.add_argument("--data", type=Path, default=REPO.parents[1] / "shared" / "data" / "a9a" if (REPO.parents[1] / "shared").is_dir() else Path("/work/shared/data/a9a"),
                     help="folder with a9a.gz and a9a.t.gz")
     ap.add_argument("--parts", default="sum,lr", help="sum, lr or both")
@@ -472,7 +481,8 @@ def main() -> None:
             res["versions_diffprivlib"] = {k: dp[k] for k in ("diffprivlib", "sklearn", "numpy", "python")}
             pk = pathak_errors(args.data, eps, seeds, cache)
             res["lr"].append({"epsilon": eps, "diffprivlib": dp["rows"], "pathak": pk})
-            print(f"  ε={eps:g}: diffprivlib {statistics.fmean(x['test_error'] for x in dp['rows']):.4f}  Pathak {statistics.fmean(x['test_error'] for x in pk):.4f}", flush=True)
+            print(f"  ε={eps:g}: diffprivlib {statistics.fmean(x['test_error'] for x in dp['rows']):.4f}  Pathak {statistics.fmean(x['test_error'] for x in pk):.4f}"
+                  f" (gaussian-distributed {statistics.fmean(x['test_error_gaussian'] for x in pk):.4f})", flush=True)
             save()
         res["nonprivate_error"] = nonprivate_error(cache)
     save()
