@@ -105,7 +105,7 @@ def median(xs: list[float]) -> float | None:
 def flower_simulation(py: Path, n: int, d: int, rounds: int, timeout: float) -> dict:
     cmd = [str(py), str(HERE / "flower_secagg.py"), "--clients", str(n), "--dim", str(d), "--rounds", str(rounds)]
     t = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env(py), cwd=HERE)
+    res = run_group(cmd, timeout, clean_env(py), HERE)
     wall = time.perf_counter() - t
     try:
         out = tagged_json(res.stdout, "FLOWER_RESULT")
@@ -115,6 +115,21 @@ def flower_simulation(py: Path, n: int, d: int, rounds: int, timeout: float) -> 
         raise RuntimeError(f"Flower simulation N={n} d={d}: a SecAgg+ round did not complete: {out}")
     out.update(process_wall_seconds=wall, seconds=out["rounds"][-1], first_round_seconds=out["rounds"][0])
     return out
+
+
+def run_group(cmd: list[str], timeout: float, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own session; on a timeout or an interrupt kill its whole process group (Ray's helpers too)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except BaseException:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def free_port() -> int:
