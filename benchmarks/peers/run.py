@@ -350,6 +350,10 @@ def fmt(x: float | None, spec: str = ".3f") -> str:
     return "–" if x is None else format(x, spec)
 
 
+def fmt_ratio(x: float | None) -> str:
+    return "–" if x is None else f"{x:.0f}×" if x >= 100 else f"{x:.1f}×"
+
+
 def sum_rows(res: dict) -> list[dict]:
     """One row per (engine, N, d): median Flower warm round, median mpdp job, ratio."""
     out = []
@@ -379,7 +383,7 @@ def print_tables(res: dict) -> None:
     print(f"{'engine':<18} {'N':>6} {'d':>6} {'flower s':>9} {'(1st rnd)':>9} {'mpdp s':>8} {'ratio':>7}")
     for r in sum_rows(res):
         note = f"  Flower failed: {r['flower_error'][:80]}" if r["flower_s"] is None and r["flower_error"] else ""
-        print(f"{r['engine']:<18} {r['N']:>6} {r['d']:>6} {fmt(r['flower_s'], '9.3f')} {fmt(r['flower_first_round_s'], '9.2f')} {fmt(r['mpdp_s'], '8.3f')} {fmt(r['ratio'], '6.1f')}×{note}")
+        print(f"{r['engine']:<18} {r['N']:>6} {r['d']:>6} {fmt(r['flower_s'], '9.3f')} {fmt(r['flower_first_round_s'], '9.2f')} {fmt(r['mpdp_s'], '8.3f')} {fmt_ratio(r['ratio']):>7}{note}")
     if res.get("lr"):
         print(f"\n(b) a9a test error, λ = {LAMBDA:g}: diffprivlib central DP vs Pathak's mechanism (K = {PARTIES}), mean over seeds; non-private {fmt(res.get('nonprivate_error'), '.4f')}")
         print(f"pathak: corrected ℓ2-Laplace noise, pure ε-DP like diffprivlib; gauss: the protocol's default mode, δ = {PATHAK_DELTA:g}, t = {PATHAK_COLLUDERS}")
@@ -392,7 +396,7 @@ def markdown(res: dict) -> str:
     out = ["| engine | N | d | Flower SecAgg+ s (warm round) | Flower 1st round s | mpdp DCA s (M = 3, mTLS) | ratio Flower / mpdp |", "|---|---|---|---|---|---|---|"]
     for r in sum_rows(res):
         fs = fmt(r["flower_s"], ".3f") if r["flower_s"] is not None else f"failed: {r['flower_error'][:60]}" if r["flower_error"] else "–"
-        out.append(f"| {r['engine']} | {r['N']:,} | {r['d']:,} | {fs} | {fmt(r['flower_first_round_s'], '.2f')} | {fmt(r['mpdp_s'], '.3f')} | {fmt(r['ratio'], '.1f')}× |")
+        out.append(f"| {r['engine']} | {r['N']:,} | {r['d']:,} | {fs} | {fmt(r['flower_first_round_s'], '.2f')} | {fmt(r['mpdp_s'], '.3f')} | {fmt_ratio(r['ratio'])} |")
     if res.get("lr"):
         out += ["", "| ε | diffprivlib (central ε-DP, trusted curator) | Pathak, corrected (ε-DP, K = 5) | ratio Pathak / diffprivlib | Pathak, gaussian-distributed (δ = 1e-6, t = 3) | ratio |",
                 "|---|---|---|---|---|---|"]
