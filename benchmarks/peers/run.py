@@ -24,7 +24,9 @@ The ratio per cell is Flower seconds / mpdp seconds (medians over the repeats): 
 the Pathak et al. (2010) protocol's mechanism with K = 5 parties (``mpdp.pathak2010.mechanism.draw_aggregate``, the
 mechanism fast path proved equal to the protocol's output; "corrected" calibration, as the protocol's jobs use), both
 on a9a (rows scaled to unit norm, λ = 1e−3, test on a9a.t), ``--seeds`` seeds each. The ratio is Pathak's mean test
-error / diffprivlib's: the price of not trusting a curator.
+error / diffprivlib's: the price of not trusting a curator. Then (``--no-pathak-protocol`` to skip) one real Pathak job
+per ε over sockets — K = 5 party processes and the curator, mutual TLS, 2048-bit Paillier/DGK keys — on the seed-0
+split: its wall time and its published model's test error.
 
 Virtualenvs are created with ``python3.11 -m venv`` under ``--cache`` (default ``.venv-peers/`` at the repository
 root, gitignored) and the pinned ``requirements-*.txt`` pip-installed when missing or changed. ``--quick``: N ∈ {10},
@@ -331,6 +333,49 @@ def pathak_errors(data: Path, eps: float, seeds: list[int], data_cache: dict) ->
     return rows
 
 
+def pathak_protocol(data_cache: dict, eps_list: list[float], workdir: Path, key_bits: int = 2048, timeout: float = 900.0) -> list[dict]:
+    """The real protocol over sockets: K = 5 party processes, the curator, mutual TLS, production-size keys, on the
+    seed-0 split of a9a (the same parties as the mechanism's seed 0). One unmeasured warm-up job, then one corrected job
+    per ε; wall time from submission to publication and the published model's test error (one noise draw each)."""
+    import numpy as np
+
+    from mpdp.pathak2010.tester import rebuild
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.launcher.federation import LocalFederation
+    from mpdp_services.operator.pathak2010 import OperatorClient, make_spec
+
+    a = data_cache["a9a"]
+    idx, _ = data_cache[("local", 0)]
+    names = [f"party-{k + 1}" for k in range(PARTIES)]
+    ds = {}
+    for name, i in zip(names, idx):
+        f = workdir / "data" / f"{name}.csv"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        np.savetxt(f, np.column_stack([a.X[i], a.y[i]]), delimiter=",", fmt="%.17g")
+        ds[name] = {"a9a": {"path": str(f), "format": "csv"}}
+    fed = LocalFederation(workdir / "fed", names, ds, test_mode=key_bits < 2048, paillier_bits=key_bits, dgk_bits=key_bits, budget_epsilon=1e9)
+    rows = []
+    t = time.perf_counter()
+    with fed, OperatorClient(Endpoints.load(fed.workdir)) as client:
+        start = time.perf_counter() - t
+        for j, eps in enumerate([1.0, *eps_list]):
+            fed.wait_precomputed()
+            t0 = time.perf_counter()
+            job = client.submit(make_spec("a9a", names, eps, LAMBDA, "corrected"))
+            st = client.wait(job, timeout=timeout)
+            wall = time.perf_counter() - t0
+            if st.state != "PUBLISHED":
+                raise RuntimeError(f"Pathak job at ε = {eps:g} ended {st.state}: {st.detail}")
+            m = client.model(job)
+            if j == 0:
+                continue  # warm-up
+            w = rebuild(m)
+            err = float(np.mean(np.where(a.X_test @ w >= 0, 1.0, -1.0) != a.y_test))
+            rows.append({"epsilon": eps, "seconds": wall, "test_error": err, "stage_seconds": dict(m.stage_seconds), "key_bits": key_bits,
+                         "federation_start_seconds": start, "load_before": load_average(), "job": job})
+    return rows
+
+
 def nonprivate_error(data_cache: dict) -> float:
     import numpy as np
 
@@ -403,6 +448,10 @@ def markdown(res: dict) -> str:
         for r in lr_rows(res):
             g = f"{fmt(r.get('pathak_gaussian'), '.4f')} | {fmt(r.get('ratio_gaussian'), '.2f')}×"
             out.append(f"| {r['epsilon']:g} | {fmt(r['diffprivlib'], '.4f')} | {fmt(r['pathak'], '.4f')} | {fmt(r['ratio'], '.2f')}× | {g} |")
+    if res.get("pathak_protocol"):
+        out += ["", "| ε | Pathak protocol over sockets: seconds (submission → publication) | its test error (one draw) |", "|---|---|---|"]
+        for r in res["pathak_protocol"]:
+            out.append(f"| {r['epsilon']:g} | {r['seconds']:.2f} | {r['test_error']:.4f} |")
     return "\n".join(out)
 
 
@@ -425,6 +474,9 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=REPO.parents[1] / "shared" / "data" / "a9a" if (REPO.parents[1] / "shared").is_dir() else Path("/work/shared/data/a9a"),
                     help="folder with a9a.gz and a9a.t.gz")
     ap.add_argument("--parts", default="sum,lr", help="sum, lr or both")
+    ap.add_argument("--pathak-protocol", action=argparse.BooleanOptionalAction, default=True,
+                    help="after (b), also time one real Pathak job per ε over sockets (K = 5 processes, mutual TLS) on the seed-0 split")
+    ap.add_argument("--pathak-key-bits", type=int, default=2048, help="Paillier/DGK bits of that run (< 2048: test mode)")
     ap.add_argument("--cache", type=Path, default=REPO / ".venv-peers", help="virtualenvs and scratch")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per Flower process")
     ap.add_argument("--quick", action="store_true", help="N = 10, d = 1000, 1 repeat, deployment at N = 5, one seed")
@@ -504,6 +556,15 @@ def main() -> None:
                   f" (gaussian-distributed {statistics.fmean(x['test_error_gaussian'] for x in pk):.4f})", flush=True)
             save()
         res["nonprivate_error"] = nonprivate_error(cache)
+        if args.pathak_protocol:
+            with tempfile.TemporaryDirectory(prefix="mpdp-peers-pathak-") as tmp:
+                try:
+                    res["pathak_protocol"] = pathak_protocol(cache, eps_list, Path(tmp), args.pathak_key_bits, args.timeout)
+                    for r in res["pathak_protocol"]:
+                        print(f"  Pathak protocol over sockets (K = {PARTIES}, {r['key_bits']}-bit keys, mTLS) ε={r['epsilon']:g}: {r['seconds']:.2f} s, test error {r['test_error']:.4f}", flush=True)
+                except (RuntimeError, OSError, TimeoutError) as e:
+                    res["pathak_protocol_error"] = f"{type(e).__name__}: {e}"
+                    print(f"  Pathak protocol over sockets failed: {res['pathak_protocol_error']}", flush=True)
     save()
     print_tables(res)
     print(f"\n{time.perf_counter() - t_start:.0f} s wall; load average {res['load_average_at_start']} at start, {load_average()} now")
