@@ -297,6 +297,40 @@ def state_seconds(record: JobRecord) -> dict[str, float]:
     return out
 
 
+class CallJobs:
+    """Jobs that run inside one RPC handler (LMGC releases, ensembles): their handler tasks, so the operator can
+    cancel one (`mpdp jobs cancel`). The handler calls :meth:`track` when it starts the job and :meth:`end` in its
+    ``finally``; a cancelled handler sees ``CancelledError`` and :meth:`cancelled` tells it the operator asked."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._cancelled: set[str] = set()
+
+    def track(self, job_id: str) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[job_id] = task
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel the job's handler; False if no handler of that job is running."""
+        task = self._tasks.get(job_id)
+        if task is None or task.done():
+            return False
+        self._cancelled.add(job_id)
+        task.cancel()
+        return True
+
+    def cancelled(self, job_id: str) -> bool:
+        return job_id in self._cancelled
+
+    def end(self, job_id: str) -> bool:
+        """Forget the job's handler; True if the operator had cancelled it."""
+        self._tasks.pop(job_id, None)
+        was = job_id in self._cancelled
+        self._cancelled.discard(job_id)
+        return was
+
+
 class Reaper:
     """The asyncio side of a :class:`JobTable`: sweep it every ``every`` seconds and fail the jobs past their
     deadline with ``expire(job_id)``. Started on first use (it needs the running loop)."""

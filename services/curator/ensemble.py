@@ -46,17 +46,11 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         self.test_mode = test_mode
         # running jobs' (spec, auxiliary chunks); a finished job leaves at once, its value-free record stays
         self.running: jobs.JobTable[tuple[pb.EnsembleJobSpec, list[pb.AuxiliaryChunk]]] = jobs.JobTable("hamm2016", max_live=max_live)
-        self._tasks: dict[str, asyncio.Task] = {}  # running jobs' handler tasks (`mpdp jobs cancel`)
-        self._cancelled: set[str] = set()
+        self.calls = jobs.CallJobs()  # running jobs' handlers (`mpdp jobs cancel`)
 
     async def cancel(self, job_id: str) -> bool:
         """The operator's `mpdp jobs cancel`: stop the job; its vote sum is aborted at the nodes, nothing is published."""
-        task = self._tasks.get(job_id)
-        if task is None or task.done():
-            return False
-        self._cancelled.add(job_id)
-        task.cancel()
-        return True
+        return self.calls.cancel(job_id)
 
     async def TrainEnsemble(self, request: pb.EnsembleJobSpec, context) -> pb.EnsembleRelease:
         try:
@@ -110,9 +104,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
                  job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
         release = None
         failure: int = common_pb2.JOB_FAILED
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks[job_id] = task
+        self.calls.track(job_id)
         try:
             release = await self._run(job_id, dca_job, request, X_aux)
         except _JobFailed as e:
@@ -120,15 +112,13 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             failure = e.problem
             await errors.refuse(context, e.problem, e.detail)
         except asyncio.CancelledError:
-            if job_id not in self._cancelled:
+            if not self.calls.cancelled(job_id):
                 raise
             failure = common_pb2.CANCELLED
             await errors.refuse(context, common_pb2.CANCELLED, f"ensemble job {job_id} was cancelled by the operator")
         finally:
-            self._tasks.pop(job_id, None)
-            if job_id in self._cancelled:
+            if self.calls.end(job_id):
                 failure = common_pb2.CANCELLED
-                self._cancelled.discard(job_id)
             self.running.finish(job_id, "PUBLISHED" if release is not None else "FAILED", common_pb2.PROBLEM_UNSPECIFIED if release is not None else failure, keep=False)
             if release is None:  # failed, cancelled or crashed: the nodes must drop the vote shares
                 await asyncio.shield(self.dca.abort(dca_job, f"ensemble job {job_id} ended without a release"))

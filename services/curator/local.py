@@ -37,17 +37,11 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         self.channels = channels
         self.addresses = addresses  # shared with the Pathak curator's registry (parties register once)
         self.test_mode = test_mode
-        self._tasks: dict[str, asyncio.Task] = {}  # running jobs' handler tasks (`mpdp jobs cancel`)
-        self._cancelled: set[str] = set()
+        self.calls = jobs.CallJobs()  # running jobs' handlers (`mpdp jobs cancel`)
 
     async def cancel(self, job_id: str) -> bool:
         """The operator's `mpdp jobs cancel`: stop asking the parties; the job ends CANCELLED and publishes nothing."""
-        task = self._tasks.get(job_id)
-        if task is None or task.done():
-            return False
-        self._cancelled.add(job_id)
-        task.cancel()
-        return True
+        return self.calls.cancel(job_id)
 
     async def SubmitLocalJob(self, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:
         try:
@@ -64,23 +58,19 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
             self.jobs.admit(job_id, None, PARTY_TIMEOUT + 60.0)
         except ProtocolError as e:
             await errors.abort(context, e)
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks[job_id] = task
+        self.calls.track(job_id)
         try:
             with tracing.job_span(job_id, "lmgc", "curator") as span:  # the parties' spans join it (their requests carry it)
                 published_set = await self._run(job_id, request, context)
                 span.done("PUBLISHED")
                 return published_set
         except asyncio.CancelledError:
-            if job_id in self._cancelled:
+            if self.calls.cancelled(job_id):
                 await errors.refuse(context, common_pb2.CANCELLED, f"local-release job {job_id} was cancelled by the operator")
             raise
         finally:
-            self._tasks.pop(job_id, None)
             published = self.store.get(job_id) is not None
-            problem = common_pb2.CANCELLED if job_id in self._cancelled else common_pb2.JOB_FAILED
-            self._cancelled.discard(job_id)
+            problem = common_pb2.CANCELLED if self.calls.end(job_id) else common_pb2.JOB_FAILED
             self.jobs.finish(job_id, "PUBLISHED" if published else "FAILED", common_pb2.PROBLEM_UNSPECIFIED if published else problem, keep=False)
 
     async def _run(self, job_id: str, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:

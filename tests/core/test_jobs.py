@@ -166,3 +166,41 @@ def test_hard_deadline_leaves_a_grace_period():
 def test_bad_bounds_are_refused():
     with pytest.raises(ValueError):
         jobs.JobTable("x", max_live=0)
+
+
+def test_call_jobs_cancel_a_running_handler_and_say_so():
+    """CallJobs (LMGC and ensemble jobs run inside one handler): cancel reaches the handler, which learns it was the
+    operator; an unknown or finished job cannot be cancelled; nothing is kept after the handler ends."""
+    import asyncio
+
+    from mpdp_services.common.jobs import CallJobs
+
+    calls = CallJobs()
+    seen: list[str] = []
+
+    async def handler(job_id: str, started: asyncio.Event) -> None:
+        calls.track(job_id)
+        try:
+            started.set()
+            await asyncio.Event().wait()  # a job waiting on its parties
+        except asyncio.CancelledError:
+            seen.append("cancelled by the operator" if calls.cancelled(job_id) else "cancelled otherwise")
+            raise
+        finally:
+            seen.append(f"ended, operator={calls.end(job_id)}")
+
+    async def main() -> None:
+        started = asyncio.Event()
+        task = asyncio.ensure_future(handler("lm-1", started))
+        await started.wait()
+        assert not calls.cancel("lm-2")  # no such handler
+        assert calls.cancel("lm-1")
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        assert not calls.cancel("lm-1")  # finished: nothing left to cancel
+        assert not calls.cancelled("lm-1")
+
+    asyncio.run(main())
+    assert seen == ["cancelled by the operator", "ended, operator=True"]
