@@ -112,7 +112,7 @@ class WorkerNode(ComputeNode):
         try:
             reply = await self.local.Relay(call, timeout=LOCAL_SECONDS, metadata=self.md)
         except grpc.aio.AioRpcError as e:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"PEER_UNREACHABLE: the node's coordinator is unreachable ({e.code().name})")
+            await errors.refuse(context, common_pb2.PEER_UNREACHABLE, f"the node's coordinator is unreachable ({e.code().name})")
         if reply.code:
             code = next((c for c in grpc.StatusCode if c.value[0] == reply.code), grpc.StatusCode.UNKNOWN)
             await context.abort(code, reply.details)
