@@ -3,7 +3,7 @@
     python benchmarks/dca_table1.py [--clients 100,1000,10000,100000] [--dims 10,100,1000,10000]
         [--nodes 3,10] [--batching batched,unbatched] [--json FILE [--update]] [--max-seconds 600]
         [--max-memory-gib 16] [--budget-seconds S] [--fresh nodes|dim|cell] [--workers 1,2] [--connections C]
-        [--roster range|open] [--seed-compressed] [--in-flight 2] [--warmup 1] [--dry-run]
+        [--roster range|open] [--seed-compressed] [--in-flight 2] [--warmup 1] [--repeats R] [--dry-run]
     python benchmarks/dca_table1.py --markdown FILE      # the tables of docs/benchmarks.md from a results file
 
 A fresh :class:`~mpdp_services.launcher.federation.LocalFederation` (the curator and M compute-node processes, throwaway CA,
@@ -12,7 +12,8 @@ starts fast; TLS is unaffected) is started per (M, d) (``--fresh dim``, default)
 cell, and per ``--workers`` W (each compute node W processes on one port, docs/deploy.md); ``--warmup`` unmeasured
 small jobs (default 1) first set up the TLS connections between the processes. The job's clients are a roster range
 (``--roster range``, default: nodes agree by roster index) or any N clients (``open``: by id); ``--seed-compressed``
-gives nodes k ≥ 1 a 32-byte seed per client instead of the masked vector. Then for every cell (N, d), in order of increasing size, and every batching mode, one job (T = 0, ε = 1,
+gives nodes k ≥ 1 a 32-byte seed per client instead of the masked vector. Then for every cell (N, d), in order of increasing size, and every batching mode,
+``--repeats`` R jobs (default 1; the cell is the median job, every job's seconds kept in ``repeats``), each job (T = 0, ε = 1,
 δ = 1e−5, clip bounds ±1, f = 32) is created and N simulated clients submit from this process through
 :func:`mpdp_services.dca_client.submit_cohort`: one long-lived TLS channel per node (never one per client),
 
@@ -239,6 +240,18 @@ def run_job(fed: LocalFederation, nodes: list[str], Z: np.ndarray, batched: bool
     }
 
 
+def median_job(runs: list[dict]) -> dict:
+    """One cell from R repeated jobs: the job with the median seconds (the lower middle one for even R), with every
+    job's seconds, their mean and the CPU seconds of every job kept beside it."""
+    order = sorted(runs, key=lambda r: r["seconds"])
+    r = dict(order[(len(order) - 1) // 2])
+    r["repeats"] = [x["seconds"] for x in runs]
+    r["seconds_mean"] = float(np.mean(r["repeats"]))
+    r["cpu_seconds_each"] = [x["cpu_seconds"] for x in runs]
+    r["load_before_each"] = [x["load_before"] for x in runs]
+    return r
+
+
 def fmt_row(r: dict) -> str:
     paper = r["paper_seconds"]
     w = r.get("workers", 1)
@@ -347,6 +360,7 @@ def main() -> None:
     ap.add_argument("--workers", default="1", help="comma-separated W values: processes per compute node (each W gets its own federations)")
     ap.add_argument("--in-flight", type=int, default=2, help="batches in flight per job (the load generator builds the next batch while the nodes take the previous)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured jobs (N = 10, d = 1) per federation first: the nodes' TLS mesh and the operator's channel are set up")
+    ap.add_argument("--repeats", type=int, default=1, help="jobs per cell (the paper: mean of 5); the cell reports the median job, every job's seconds in `repeats`")
     ap.add_argument("--seed-compressed", action="store_true", help="seed-compressed jobs: nodes k ≥ 1 get a 32-byte seed per client instead of the vector")
     ap.add_argument("--connections", type=int, default=0, help="TLS connections per node from the load generator (0 = 1 for W = 1, else 4·W so that every worker gets clients)")
     ap.add_argument("--json", dest="json_out", help="write every measured cell (and the skipped ones) to this JSON file")
@@ -456,10 +470,12 @@ def main() -> None:
                     if Z is None or Z.shape != (n, d):
                         Z = None
                         Z = np.random.default_rng([args.seed, n, d]).uniform(-1.0, 1.0, size=(n, d))
-                    r = run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster, args.connections, args.seed_compressed, args.in_flight)
+                    runs = [run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster, args.connections, args.seed_compressed, args.in_flight)
+                            for _ in range(max(1, args.repeats))]
+                    r = median_job(runs)
                     r["estimated_seconds"] = est
                     rows.append(r)
-                    print(fmt_row(r), flush=True)
+                    print(fmt_row(r) + (f"  (median of {len(runs)}: {', '.join(f'{x:.2f}' for x in r['repeats'])})" if len(runs) > 1 else ""), flush=True)
                     write_json()
                 Z = None
     write_json()

@@ -74,16 +74,23 @@ class RangeRoster(Roster):
 
     def lookup(self, ids: list[str]) -> np.ndarray:
         n = len(ids)
-        if n >= 16:  # fast path: a run of consecutive roster ids (a batch in roster order)
-            start = self._one(ids[0])
-            if 0 <= start and start + n <= self.size and list(ids) == self.run(start, n):
-                return np.arange(start, start + n, dtype=np.int64)
+        if n >= 16 and self.digits <= 18 and set(map(len, ids)) == {self._width}:
+            raw = "".join(ids).encode("utf-8")
+            if len(raw) == n * self._width:  # all ASCII, all of the roster's width: parse the digits as one array
+                return self._parse(np.frombuffer(raw, dtype=np.uint8).reshape(n, self._width))
         return np.fromiter(map(self._one, ids), dtype=np.int64, count=n)
 
-    def run(self, start: int, n: int) -> list[str]:
-        """The ids of indices start..start+n−1."""
-        p, w = self.prefix, self.digits
-        return [f"{p}{i:0{w}d}" for i in range(start, start + n)]
+    def _parse(self, rows: np.ndarray) -> np.ndarray:
+        """:meth:`_one` for n ASCII ids of the roster's width at once (rows: n × width bytes)."""
+        p, prefix = len(self.prefix), self.prefix.encode("utf-8")
+        if len(prefix) != p:  # a non-ASCII prefix cannot match ASCII ids
+            return np.full(len(rows), -1, dtype=np.int64)
+        ok = (rows[:, :p] == np.frombuffer(prefix, dtype=np.uint8)).all(axis=1)
+        digits = rows[:, p:] - np.uint8(48)  # bytes below '0' wrap above 9
+        ok &= (digits <= 9).all(axis=1)
+        value = digits.astype(np.int64) @ (10 ** np.arange(self.digits - 1, -1, -1, dtype=np.int64))
+        ok &= value < self.size
+        return np.where(ok, value, -1)
 
     def name(self, i: int) -> str:
         return f"{self.prefix}{i:0{self.digits}d}"

@@ -68,6 +68,23 @@ def test_roster_maps():
     assert agreement.mask_dtype(10) is np.uint16 and agreement.mask_dtype(8) is np.uint8 and agreement.mask_dtype(63) is np.uint64
 
 
+def test_range_roster_batch_lookup_is_the_per_id_rule():
+    """The vectorised path (≥ 16 ids of the roster's width) agrees with the per-id parse on hostile ids."""
+    r = RangeRoster("c-", 3, 120)
+    hostile = ["c-000", "c-119", "c-120", "c-999", "x-001", "c-+12", "c- 12", "c-1 2", "c-/00", "c-:00", "C-001", "cc001",
+               "c-\u0661\u0662\u0663", "c-0\u00e9", "c-07", "c-0070", "", "c-042", "c-\x0012", "-c-01"]
+    rng = np.random.default_rng(5)
+    five = [c for c in hostile if len(c) == 5]  # the roster's width: these take the vectorised path
+    assert len(five) >= 12
+    for pool in (hostile, five):
+        for _ in range(50):
+            ids = [pool[i] for i in rng.integers(0, len(pool), size=int(rng.integers(16, 40)))]
+            assert r.lookup(ids).tolist() == [r._one(c) for c in ids]
+    same_width = [f"c-{i:03d}" for i in range(100, 120)] + ["c-1a0", "d-100", "c-\u00e90"[:5]]
+    assert r.lookup(same_width).tolist() == [r._one(c) for c in same_width] == list(range(100, 120)) + [-1, -1, -1]
+    assert RangeRoster("\u00e9-", 2, 50).lookup(["ab-01"] * 16).tolist() == [-1] * 16
+
+
 @pytest.mark.parametrize("kind", list(ROSTERS))
 @pytest.mark.parametrize("client_mode", ["machines", "cohort"])
 def test_partial_loss_and_dropouts_give_the_same_agreed_set(kind, client_mode):
