@@ -343,6 +343,39 @@ def markdown(res: dict) -> str:
     return "\n".join(out)
 
 
+def grid_markdown(res: dict) -> str:
+    """Batched W = 1 cells, one table per M: full vectors and seed-compressed side by side, the faster one in bold,
+    with the repeats (median of R) and the CPU split of the faster one; then how many cells reach 10×."""
+    out: list[str] = []
+    key = lambda r: (r["M"], r["d"], r["N"], bool(r.get("seed_compressed")))  # noqa: E731
+    cells = {key(r): r for r in res["cells"] if r["batched"] and r.get("workers", 1) == 1}
+    best_x: list[float] = []
+
+    def show(r: dict | None, bold: bool) -> str:
+        if r is None:
+            return "–"
+        x = r["paper_seconds"] / r["seconds"]
+        txt = f"{r['seconds']:.2f} ({x:.0f}×)" if x >= 10 else f"{r['seconds']:.2f} ({x:.1f}×)"
+        return f"**{txt}**" if bold else txt
+
+    for M in sorted({k[0] for k in cells}, reverse=True):
+        out += [f"**M = {M}, batched, TLS on** — end-to-end seconds, median of R jobs (speed-up vs the paper's Spark seconds, M = 10)", ""]
+        out += ["| d | N | paper | full vectors | seed-compressed | R | CPU s, client / nodes (faster) | peak node RSS MiB |", "|---|---|---|---|---|---|---|---|"]
+        for d, n in sorted({(k[1], k[2]) for k in cells if k[0] == M}):
+            full, seed = cells.get((M, d, n, False)), cells.get((M, d, n, True))
+            fast = min((r for r in (full, seed) if r), key=lambda r: r["seconds"])
+            best_x.append(fast["paper_seconds"] / fast["seconds"])
+            cpu = fast["cpu_seconds"]
+            out.append(
+                f"| {d:g} | {n:g} | {fast['paper_seconds']} | {show(full, fast is full and seed is not None)} | {show(seed, fast is seed and full is not None)}"
+                f" | {len(fast.get('repeats', [fast['seconds']]))} | {cpu['client_process']:.2f} / {cpu['nodes']:.2f} | {fast['node_peak_rss_mb']:.0f} |"
+            )
+        out.append("")
+    if best_x:
+        out.append(f"{len(best_x)} cells; {sum(x >= 10 for x in best_x)} at least 10× faster than the paper (min {min(best_x):.1f}×, median {float(np.median(best_x)):.1f}×).")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="100,1000,10000,100000", help="comma-separated N values")
@@ -367,7 +400,11 @@ def main() -> None:
     ap.add_argument("--update", action="store_true", help="merge into an existing --json file: cells measured (or skipped) now replace the same cells")
     ap.add_argument("--dry-run", action="store_true", help="print the plan with estimated times and stop")
     ap.add_argument("--markdown", metavar="JSON", help="print the tables of docs/benchmarks.md from a results file and stop")
+    ap.add_argument("--grid-markdown", metavar="JSON", help="print the batched grid (full vectors beside seed-compressed, median of R) from a results file and stop")
     args = ap.parse_args()
+    if args.grid_markdown:
+        print(grid_markdown(json.loads(Path(args.grid_markdown).read_text())))
+        return
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return
