@@ -46,9 +46,8 @@ def share_u64(u: np.ndarray, parts: int, rng: Drbg) -> np.ndarray:
     u = np.asarray(u, dtype=np.uint64)
     if parts < 2:
         raise ValueError(f"additive sharing needs at least 2 parts (M ≥ 2), got {parts}")
-    out = np.empty((parts,) + u.shape, dtype=np.uint64)
-    count = (parts - 1) * int(np.prod(u.shape))  # the masks straight from the keystream (Drbg.uint64 without its copy)
-    out[1:] = np.frombuffer(rng.random_bytes(8 * count), dtype="<u8").reshape((parts - 1,) + u.shape)
+    out = np.empty((parts,) + u.shape, dtype=U64)
+    rng.random_into(out[1:])  # the masks r_1..r_{parts−1}: keystream written straight into the shares (C order, little-endian)
     np.subtract(u, out[1], out=out[0])
     for k in range(2, parts):  # r_0 = −Σ_{k≥1} r_k, accumulated in place (mod 2^64)
         np.subtract(out[0], out[k], out=out[0])
