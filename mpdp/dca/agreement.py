@@ -357,8 +357,8 @@ class ClientBook:
             self._row[idx[has_row]] = -1
         seeded = idx[~has_row]
         if seeded.size:
-            seeds = [self._seeds.pop(i) for i in seeded.tolist()]
-            total += sharing.ring_sum(sharing.expand_seeds(seeds, self.d))
+            seeds = list(map(self._seeds.pop, seeded.tolist()))
+            sharing.sum_expanded(seeds, self.d, total)
         self.pending -= idx.size
         return total
 

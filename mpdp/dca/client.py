@@ -51,7 +51,10 @@ def contributions(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.ndarr
     if not np.all(np.isfinite(z)):
         raise InvalidJob("z holds NaN or infinite values")
     c = params.clip_vector()
-    clipped = np.clip(z, -c, c)
+    if c.size and bool(np.all(c == c[0])):  # one bound for every coordinate: a scalar clip (same values, ~10× faster)
+        clipped = np.clip(z, -float(c[0]), float(c[0]))
+    else:
+        clipped = np.clip(z, -c, c)
     if params.discrete is not None:
         return discrete_contributions(params, clipped, rng)
     # a secure-sum job adds no noise (DcaParams.secure_sum); every other job must (client_noise refuses σ = 0)
@@ -114,10 +117,10 @@ class ClientMachine(DcaMachine):
         masks_rng = self._rng.child("masks")
         out: list[Output] = []
         if prm.seed_compressed:
-            m0, seeds = sharing.share_u64_seeded(u, prm.M, masks_rng)
+            m0, seeds = sharing.share_u64_seeded_packed(u, prm.M, masks_rng)
             out.append(Send(node_peer(prm.nodes[0]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(m0))))
             for k in range(1, prm.M):
-                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, mask_seed=seeds[k - 1][0])))
+                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, mask_seed=seeds[k - 1])))
         else:
             shares = sharing.share_u64(u, prm.M, masks_rng)
             for k in range(prm.M):
@@ -175,12 +178,17 @@ class ClientCohort:
             masks_rng = self.rng.child(f"masks/{start}")
             msgs: list[pb.ShareBatch] = []
             if prm.seed_compressed:
-                m0, seeds = sharing.share_u64_seeded(u, prm.M, masks_rng)
-                keep = _kept(start, stop, 0, lost)
-                msgs.append(pb.ShareBatch(job_id=prm.job_id, masked_vectors=sharing.pack_u64(m0[keep]), **named(keep)))
-                for k in range(1, prm.M):
-                    keep = _kept(start, stop, k, lost)
-                    msgs.append(pb.ShareBatch(job_id=prm.job_id, mask_seeds=b"".join(seeds[k - 1][j] for j in keep), **named(keep)))
+                m0, seeds = sharing.share_u64_seeded_packed(u, prm.M, masks_rng)  # seeds[k−1]: node k's seeds, packed
+                if not lost:
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, masked_vectors=sharing.pack_u64(m0), **named(None)))
+                    msgs += [pb.ShareBatch(job_id=prm.job_id, mask_seeds=seeds[k - 1], **named(None)) for k in range(1, prm.M)]
+                else:
+                    keep = _kept(start, stop, 0, lost)
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, masked_vectors=sharing.pack_u64(m0[keep]), **named(keep)))
+                    for k in range(1, prm.M):
+                        keep = _kept(start, stop, k, lost)
+                        blob = seeds[k - 1]
+                        msgs.append(pb.ShareBatch(job_id=prm.job_id, mask_seeds=b"".join(blob[sharing.SEED_BYTES * j : sharing.SEED_BYTES * (j + 1)] for j in keep), **named(keep)))
             elif not lost:
                 shares = sharing.share_u64(u, prm.M, masks_rng)
                 template = pb.ShareBatch(job_id=prm.job_id, **named(None))  # ids converted once, copied M times in C

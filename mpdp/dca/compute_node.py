@@ -355,7 +355,7 @@ class ComputeNodeMachine(DcaMachine):
                 self._running += sharing.ring_sum(rows if now.size == n else rows[now])
             else:
                 assert seeds is not None
-                self._running += sharing.ring_sum(sharing.expand_seeds([seeds[j] for j in now.tolist()], self.d))
+                sharing.sum_expanded(seeds if now.size == n else [seeds[j] for j in now.tolist()], self.d, self._running)
         if later.size:
             if rows is not None:
                 self._book.hold_rows(idx[later], rows[later])

@@ -62,7 +62,9 @@ def client_noise(rng: Drbg, shape: int | tuple[int, ...], sigma_client: float) -
     """
     if not (math.isfinite(sigma_client) and sigma_client > 0):
         raise ValueError(f"sigma_client must be finite and positive, got {sigma_client}")
-    return rng.normal(shape) * sigma_client
+    eta = rng.normal(shape)
+    eta *= sigma_client  # in place: η is N·d values in a cohort
+    return eta
 
 
 def dca_guarantee(mode: str, sensitivity: float, epsilon: float, delta: float, sigma_std_value: float, clients: int, max_missing: int) -> Guarantee:

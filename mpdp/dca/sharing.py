@@ -21,6 +21,7 @@ Packing on the wire: little-endian uint64, exactly 8·d bytes per vector (:func:
 from __future__ import annotations
 
 import hashlib
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -28,7 +29,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from mpdp.math.drbg import Drbg
 
 SEED_BYTES = 32
-_ZERO_IV = b"\x00" * 16
+_CTR0 = modes.CTR(b"\x00" * 16)  # zero IV: the counter blocks are 0, 1, 2, … (a mode object is immutable, so shared)
 U64 = np.dtype("<u8")
 
 
@@ -45,33 +46,81 @@ def share_u64(u: np.ndarray, parts: int, rng: Drbg) -> np.ndarray:
     u = np.asarray(u, dtype=np.uint64)
     if parts < 2:
         raise ValueError(f"additive sharing needs at least 2 parts (M ≥ 2), got {parts}")
-    out = np.empty((parts,) + u.shape, dtype=np.uint64)
-    count = (parts - 1) * int(np.prod(u.shape))  # the masks straight from the keystream (Drbg.uint64 without its copy)
-    out[1:] = np.frombuffer(rng.random_bytes(8 * count), dtype="<u8").reshape((parts - 1,) + u.shape)
+    out = np.empty((parts,) + u.shape, dtype=U64)
+    rng.random_into(out[1:])  # the masks r_1..r_{parts−1}: keystream written straight into the shares (C order, little-endian)
     np.subtract(u, out[1], out=out[0])
     for k in range(2, parts):  # r_0 = −Σ_{k≥1} r_k, accumulated in place (mod 2^64)
         np.subtract(out[0], out[k], out=out[0])
     return out
 
 
-def expand_seed(seed: bytes, d: int) -> np.ndarray:
-    """r = AES-256-CTR_seed(0^{8d}) read as d little-endian uint64 (the PRG of seed-compressed sharing)."""
+def _keystream(seed: bytes) -> Any:
+    """A fresh AES-256-CTR encryptor keyed with ``seed`` (zero IV). AES also takes 16/24-byte keys: the length is checked."""
     if len(seed) != SEED_BYTES:
         raise MalformedVector(f"a mask seed must be {SEED_BYTES} bytes, got {len(seed)}")
-    enc = Cipher(algorithms.AES(bytes(seed)), modes.CTR(_ZERO_IV)).encryptor()
-    return np.frombuffer(enc.update(bytes(8 * d)), dtype=U64).copy()
+    return Cipher(algorithms.AES(seed), _CTR0).encryptor()
 
 
-def expand_seeds(seeds: list[bytes], d: int) -> np.ndarray:
-    """Rows expand_seed(s, d) for every seed, shape (len(seeds), d)."""
+def expand_seed(seed: bytes, d: int) -> np.ndarray:
+    """r = AES-256-CTR_seed(0^{8d}) read as d little-endian uint64 (the PRG of seed-compressed sharing).
+
+    The reference definition; :class:`SeedExpander` produces the same keystream into a reused buffer."""
+    return np.frombuffer(_keystream(bytes(seed)).update(bytes(8 * d)), dtype=U64).copy()
+
+
+class SeedExpander:
+    """expand_seed(s, d) for many seeds without a row per seed: one d-word buffer, reused.
+
+    Each seed is its own AES key, so there is one cipher context per seed, but no per-row allocation, copy
+    or N×d matrix: :meth:`add_into` / :meth:`subtract_into` fold every expansion straight into a caller's
+    O(d) accumulator (mod 2^64, numpy uint64 wraps). Memory: 16·d bytes (the zero plaintext and the buffer).
+    Not thread-safe (one buffer); cheap to build, so build one per caller.
+    """
+
+    __slots__ = ("d", "_zeros", "_buf", "_row")
+
+    def __init__(self, d: int) -> None:
+        self.d = d
+        self._zeros = bytes(8 * d)
+        # update_into wants room for one block more than the input (CTR writes exactly 8·d bytes)
+        self._buf = bytearray(8 * d + 16)
+        self._row = np.frombuffer(self._buf, dtype=U64, count=d)
+
+    def expand(self, seed: bytes) -> np.ndarray:
+        """expand_seed(seed, d) as a read-only view of the buffer: valid until the next call."""
+        _keystream(seed).update_into(self._zeros, self._buf)
+        return self._row
+
+    def add_into(self, acc: np.ndarray, seeds: Iterable[bytes]) -> int:
+        """acc += Σ_s expand_seed(s, d) (mod 2^64); returns the number of seeds."""
+        count = 0
+        for seed in seeds:
+            np.add(acc, self.expand(seed), out=acc)
+            count += 1
+        return count
+
+    def subtract_into(self, acc: np.ndarray, seeds: Iterable[bytes]) -> None:
+        """acc −= Σ_s expand_seed(s, d) (mod 2^64)."""
+        for seed in seeds:
+            np.subtract(acc, self.expand(seed), out=acc)
+
+
+def expand_seeds(seeds: Sequence[bytes], d: int) -> np.ndarray:
+    """Rows expand_seed(s, d) for every seed, shape (len(seeds), d). Materialises len(seeds)·d words: for a sum
+    use :func:`sum_expanded` (the nodes never build this matrix)."""
     out = np.empty((len(seeds), d), dtype=np.uint64)
-    zeros = bytes(8 * d)
+    ex = SeedExpander(d)
     for j, seed in enumerate(seeds):
-        if len(seed) != SEED_BYTES:
-            raise MalformedVector(f"a mask seed must be {SEED_BYTES} bytes, got {len(seed)}")
-        enc = Cipher(algorithms.AES(bytes(seed)), modes.CTR(_ZERO_IV)).encryptor()
-        out[j] = np.frombuffer(enc.update(zeros), dtype=U64)
+        out[j] = ex.expand(seed)
     return out
+
+
+def sum_expanded(seeds: Iterable[bytes], d: int, acc: np.ndarray | None = None) -> np.ndarray:
+    """Σ_s expand_seed(s, d) mod 2^64 in O(d) memory, added into ``acc`` (a uint64 (d,) array) when given."""
+    if acc is None:
+        acc = np.zeros(d, dtype=np.uint64)
+    SeedExpander(d).add_into(acc, seeds)
+    return acc
 
 
 def share_u64_seeded(u: np.ndarray, parts: int, rng: Drbg) -> tuple[np.ndarray, list[list[bytes]]]:
@@ -80,20 +129,29 @@ def share_u64_seeded(u: np.ndarray, parts: int, rng: Drbg) -> tuple[np.ndarray, 
     Returns (m0, seeds): m0 = u − Σ_{k≥1} expand(seeds[k−1][j]) for row j, and seeds[k−1] the list of
     fresh 32-byte seeds for node k (one per row). Σ over nodes of the expanded messages equals u.
     """
+    m0, blobs = share_u64_seeded_packed(u, parts, rng)
+    return m0, [split_seeds(b, len(b) // SEED_BYTES) for b in blobs]
+
+
+def share_u64_seeded_packed(u: np.ndarray, parts: int, rng: Drbg) -> tuple[np.ndarray, list[bytes]]:
+    """:func:`share_u64_seeded` with each node's seeds packed: blobs[k−1] is the n concatenated 32-byte seeds of
+    node k (row order), ready for ``ShareBatch.mask_seeds``. The same draws from ``rng`` (all parts−1 blobs in one
+    read, node by node) and the same m0. m0 is computed row by row (the row stays in cache while the parts−1
+    keystreams are subtracted from it), with no masks matrix."""
     u = np.asarray(u, dtype=np.uint64)
     if parts < 2:
         raise ValueError(f"additive sharing needs at least 2 parts (M ≥ 2), got {parts}")
     rows = u.reshape(-1, u.shape[-1]) if u.ndim else u.reshape(1, 1)
     n, d = rows.shape
-    raw = rng.random_bytes(SEED_BYTES * n * (parts - 1))
-    seeds: list[list[bytes]] = []
+    width = SEED_BYTES * n
+    raw = rng.random_bytes(width * (parts - 1))
+    blobs = [raw[k * width : (k + 1) * width] for k in range(parts - 1)]
     m0 = rows.copy()
-    for k in range(parts - 1):
-        base = k * n * SEED_BYTES
-        node_seeds = [raw[base + j * SEED_BYTES : base + (j + 1) * SEED_BYTES] for j in range(n)]
-        seeds.append(node_seeds)
-        m0 -= expand_seeds(node_seeds, d)
-    return m0.reshape(u.shape), seeds
+    ex = SeedExpander(d)
+    for j in range(n):
+        at = j * SEED_BYTES
+        ex.subtract_into(m0[j], [b[at : at + SEED_BYTES] for b in blobs])
+    return m0.reshape(u.shape), blobs
 
 
 def ring_sum(vectors: np.ndarray, axis: int = 0) -> np.ndarray:

@@ -172,7 +172,7 @@ class WorkerShares:
             self.running += sharing.ring_sum(parsed.rows if pos.size == parsed.rows.shape[0] else parsed.rows[pos])
         else:
             assert parsed.seeds is not None
-            self.running += sharing.ring_sum(sharing.expand_seeds([parsed.seeds[j] for j in pos.tolist()], self.d))
+            sharing.sum_expanded([parsed.seeds[j] for j in pos.tolist()], self.d, self.running)
         self.summed += pos.size
 
 

@@ -26,6 +26,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 KEY_BYTES = 32
 _BLOCK = 1 << 16  # keystream bytes produced per AES call
+_FILL = 1 << 20  # random_into: keystream bytes per AES call (a multiple of _BLOCK)
+_ZEROS = memoryview(bytes(_FILL))  # the zero plaintext of every update_into
 
 
 class Drbg:
@@ -79,6 +81,42 @@ class Drbg:
         self._pos = rest - (blocks - 1) * _BLOCK
         return head + stream[:rest] if head else stream[:rest]
 
+    def random_into(self, out: bytearray | memoryview | np.ndarray) -> None:
+        """Fill the writable buffer ``out`` with the next len(out) keystream bytes: the bytes random_bytes(len(out))
+        would return (the same stream and the same buffered tail), written in place. For large draws: no zero
+        plaintext, output object or copy of the size of the draw is allocated (those cost page faults)."""
+        mv = memoryview(out.data if isinstance(out, np.ndarray) else out).cast("B")  # a C-contiguous buffer
+        n = mv.nbytes
+        head = self._buf[self._pos : self._pos + n]
+        mv[: len(head)] = head
+        self._pos += len(head)
+        rest = n - len(head)
+        if rest == 0:
+            return
+        at = len(head)
+        blocks = -(-rest // _BLOCK)
+        # blocks 0..blocks−3 straight into ``out`` (update_into wants a block's room past its output; the last two
+        # blocks leave ≥ _BLOCK + 1 bytes of it), the last two through a scratch buffer
+        direct = max(0, blocks - 2) * _BLOCK
+        while direct:
+            step = min(direct, _FILL)
+            self._enc.update_into(_ZEROS[:step], mv[at:])
+            at += step
+            direct -= step
+        last = min(blocks, 2)
+        scratch = bytearray(last * _BLOCK + 16)
+        self._enc.update_into(_ZEROS[: last * _BLOCK], scratch)
+        tail = n - at
+        mv[at:] = memoryview(scratch)[:tail]
+        self._buf = bytes(scratch[(last - 1) * _BLOCK : last * _BLOCK])
+        self._pos = rest - (blocks - 1) * _BLOCK
+
+    def words(self, count: int) -> np.ndarray:
+        """The next ``count`` keystream words as a fresh little-endian uint64 array (random_into, no copy)."""
+        out = np.empty(count, dtype="<u8")
+        self.random_into(out)
+        return out
+
     def randbits(self, k: int) -> int:
         """Uniform integer in [0, 2^k)."""
         if k <= 0:
@@ -113,22 +151,39 @@ class Drbg:
     def uint64(self, size: int | tuple[int, ...]) -> np.ndarray:
         """Uniform uint64 array (e.g. additive shares in Z_2^64)."""
         count = int(np.prod(size))
-        return np.frombuffer(self.random_bytes(8 * count), dtype="<u8").reshape(size).copy()
+        return self.words(count).reshape(size)
 
     def uniform(self, size: int | tuple[int, ...]) -> np.ndarray:
-        """Uniform floats in the open interval (0, 1), 53 bits each."""
-        words = self.uint64(size)
-        return ((words >> np.uint64(11)).astype(np.float64) + 0.5) * (2.0**-53)
+        """Uniform floats in the open interval (0, 1), 53 bits each: ((w >> 11) + 0.5)·2^−53 for keystream words w."""
+        return self._uniform_words(int(np.prod(size))).reshape(size)
+
+    def _uniform_words(self, count: int) -> np.ndarray:
+        words = self.words(count)
+        out = np.right_shift(words, np.uint64(11), out=words).astype(np.float64)  # exact: < 2^53
+        out += 0.5
+        out *= 2.0**-53
+        return out
 
     def normal(self, size: int | tuple[int, ...]) -> np.ndarray:
-        """Standard normal samples (Box-Muller on keystream uniforms)."""
+        """Standard normal samples (Box-Muller on keystream uniforms).
+
+        With h = ⌈count/2⌉ pairs, u1 = the next h uniforms and u2 the h after them, r = sqrt(−2 ln u1) and
+        θ = 2π·u2, the output is (r·cos θ, r·sin θ) concatenated and cut to ``count``. Computed in place (one
+        keystream read, two h-word work arrays) for large batches; the values are those of the plain formula."""
         count = int(np.prod(size))
         half = (count + 1) // 2
-        u1 = self.uniform(half)
-        u2 = self.uniform(half)
-        r = np.sqrt(-2.0 * np.log(u1))
-        z = np.concatenate([r * np.cos(2 * math.pi * u2), r * np.sin(2 * math.pi * u2)])[:count]
-        return z.reshape(size)
+        u = self._uniform_words(2 * half)  # u1 = u[:half], u2 = u[half:] (the same draws as two uniform(half) calls)
+        u1, theta = u[:half], u[half:]
+        r = np.log(u1, out=u1)
+        r *= -2.0
+        np.sqrt(r, out=r)
+        theta *= 2 * math.pi
+        z = np.empty(2 * half)
+        np.cos(theta, out=z[:half])
+        np.sin(theta, out=z[half:])
+        z[:half] *= r
+        z[half:] *= r
+        return (z if count == 2 * half else z[:count]).reshape(size)
 
     def exponential(self, size: int | tuple[int, ...]) -> np.ndarray:
         """Exponential(1) samples by inversion."""

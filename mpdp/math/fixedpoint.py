@@ -96,9 +96,11 @@ def encode_u64(values: np.ndarray, frac_bits: int, bound: float) -> np.ndarray:
         raise EncodingOverflow("cannot encode NaN or infinite values")
     if bound * 2.0**frac_bits >= 2.0**63:
         raise EncodingOverflow(f"bound {bound} times 2^{frac_bits} does not fit in Z_2^64/2")
-    if arr.size and float(np.max(np.abs(arr))) > bound:
+    if arr.size and max(float(arr.max()), -float(arr.min())) > bound:  # max |v| without an |arr| temporary
         raise EncodingOverflow(f"value {float(np.max(np.abs(arr))):.6g} exceeds the encoding bound {bound}")
-    return np.rint(arr * 2.0**frac_bits).astype(np.int64).view(np.uint64)
+    scaled = arr * 2.0**frac_bits
+    np.rint(scaled, out=scaled)
+    return scaled.astype(np.int64).view(np.uint64)
 
 
 def decode_u64(encoded: np.ndarray, frac_bits: int) -> np.ndarray:

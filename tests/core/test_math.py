@@ -21,6 +21,39 @@ def test_drbg_streams_are_reproducible_and_separated():
     assert not Drbg.from_os().seeded and a.seeded
 
 
+def test_drbg_random_into_is_the_same_stream_as_random_bytes():
+    """In-place fills (words, uniform, normal) read the keystream exactly as random_bytes does, across block edges."""
+    from mpdp.math import drbg
+
+    a, b = Drbg.from_seed("into"), Drbg.from_seed("into")
+    blk = drbg._BLOCK
+    for n in (0, 1, 7, blk - 3, blk, blk + 1, 2 * blk + 5, 3 * blk - 1, 17 * blk + 3, 3 * drbg._FILL + 11, 5, 9):
+        want = a.random_bytes(n)
+        if n % 2:
+            got = bytearray(n)
+            b.random_into(got)
+            assert bytes(got) == want, n
+        else:
+            assert b.random_bytes(n) == want, n
+    w = b.words(blk + 3)
+    assert w.dtype == np.dtype("<u8") and w.tobytes() == a.random_bytes(8 * (blk + 3))
+
+
+def test_drbg_normal_is_box_muller_on_the_keystream():
+    """normal(n) (computed in place) equals the plain formula on two runs of ⌈n/2⌉ uniforms, bit for bit."""
+    for n in (1, 2, 7, 4001):
+        ref_rng, rng = Drbg.from_seed(f"normal-{n}"), Drbg.from_seed(f"normal-{n}")
+        half = (n + 1) // 2
+        w = np.frombuffer(ref_rng.random_bytes(16 * half), dtype="<u8")
+        u = ((w >> np.uint64(11)).astype(np.float64) + 0.5) * (2.0**-53)
+        u1, u2 = u[:half], u[half:]
+        r = np.sqrt(-2.0 * np.log(u1))
+        want = np.concatenate([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)])[:n]
+        got = rng.normal((n, 1))
+        assert got.shape == (n, 1) and np.array_equal(got.ravel(), want)
+        assert np.array_equal(Drbg.from_seed(f"normal-{n}").uniform(2 * half), u)
+
+
 def test_drbg_randbelow_uniform():
     r = Drbg.from_seed(2)
     counts = np.bincount([r.randbelow(7) for _ in range(14000)], minlength=7)

@@ -57,6 +57,53 @@ def test_expand_seed_is_aes_ctr():
     assert sharing.pack_u64(r) == bytes.fromhex("dc95c078a2408989ad48a21492842087")
 
 
+def reference_expand(seed: bytes, d: int) -> np.ndarray:
+    """The keystream definition written out independently: AES-256-ECB of the counter blocks 0, 1, 2, … (128-bit
+    big-endian) under the seed, read as little-endian uint64 — what AES-256-CTR with a zero IV produces."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    blocks = -(-8 * d // 16)
+    counters = b"".join(i.to_bytes(16, "big") for i in range(blocks))
+    stream = Cipher(algorithms.AES(seed), modes.ECB()).encryptor().update(counters)
+    return np.frombuffer(stream[: 8 * d], dtype="<u8").astype(np.uint64)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 37, 1000])
+def test_fast_seed_expansion_equals_the_reference_bit_for_bit(d):
+    """SeedExpander (one reused buffer), expand_seeds, sum_expanded and the packed sharing against the definition."""
+    rng = Drbg.from_seed(f"expand-{d}")
+    seeds = [rng.random_bytes(32) for _ in range(7)] + [bytes(32)]
+    ref = np.stack([reference_expand(s, d) for s in seeds])
+    assert all(np.array_equal(sharing.expand_seed(s, d), r) for s, r in zip(seeds, ref))
+    assert np.array_equal(sharing.expand_seeds(seeds, d), ref)
+    ex = sharing.SeedExpander(d)
+    views = [ex.expand(s).copy() for s in seeds]
+    assert np.array_equal(np.stack(views), ref)
+    total = sharing.ring_sum(ref)
+    assert np.array_equal(sharing.sum_expanded(seeds, d), total)
+    acc = np.arange(d, dtype=np.uint64)
+    assert sharing.sum_expanded(iter(seeds), d, acc) is acc and np.array_equal(acc, np.arange(d, dtype=np.uint64) + total)
+    ex.subtract_into(acc, seeds)
+    assert np.array_equal(acc, np.arange(d, dtype=np.uint64))
+    # the client's packed sharing: m0 = u − Σ_k expand(seed_{k,j}) row by row, node k's seeds in row order
+    u = rng.uint64((5, d))
+    m0, blobs = sharing.share_u64_seeded_packed(u, 4, Drbg.from_seed("pack"))
+    m0_lists, lists = sharing.share_u64_seeded(u, 4, Drbg.from_seed("pack"))  # same draws: same shares
+    assert np.array_equal(m0, m0_lists) and [b"".join(x) for x in lists] == blobs
+    assert all(len(b) == 32 * 5 for b in blobs)
+    masks = sum((np.stack([reference_expand(b[32 * j : 32 * j + 32], d) for j in range(5)]) for b in blobs), np.zeros((5, d), dtype=np.uint64))
+    assert np.array_equal(m0 + masks, u)
+
+
+def test_seed_expansion_refuses_other_key_lengths():
+    """AES itself takes 16- and 24-byte keys: a short seed must be refused, not expanded."""
+    for bad in (bytes(16), bytes(24), bytes(31), bytes(33)):
+        with pytest.raises(sharing.MalformedVector):
+            sharing.SeedExpander(4).expand(bad)
+        with pytest.raises(sharing.MalformedVector):
+            sharing.sum_expanded([bytes(32), bad], 4)
+
+
 @pytest.mark.parametrize("seeded", [False, True])
 def test_any_m_minus_1_shares_are_uniform(seeded):
     """For a fixed secret, every (M−1)-subset of the shares is jointly uniform (χ², §4.8)."""
