@@ -159,5 +159,5 @@ def _resolve_paths(model: BaseModel, base: Path) -> None:
 
 class ComputeNodeConfig(_Base):
     curator: Endpoint
-    report_every: int = Field(256, description="send received-set deltas to the other nodes after this many single shares")
+    report_every: int = Field(256, description="send received-set deltas to the other nodes once this many clients are unreported (single shares or in ShareBatches)")
     workers: int = Field(1, ge=1, le=64, description="processes of this node sharing its port (SO_REUSEPORT); 1 = one process (docs/deploy.md)")
