@@ -20,6 +20,7 @@ from mpdp.dp import pathak_noise
 from mpdp.dp.pathak_noise import PathakCalibration
 from mpdp.math.fixedpoint import FixedPoint, check_sum_headroom
 from mpdp.messages import common_pb2, pathak2010_pb2
+from mpdp.pathak2010 import tournament
 
 MIN_KAPPA = limits.MIN_KAPPA
 RING_BITS = 128
@@ -150,9 +151,9 @@ class PathakParams:
         return FixedPoint(self.frac_bits, self.ring_modulus)
 
     @property
-    def pairs(self) -> list[tuple[int, int]]:
-        """Position pairs (i < j) compared in Stage 1 step 6, in a fixed order."""
-        return [(i, j) for i in range(self.K) for j in range(i + 1, self.K)]
+    def comparisons(self) -> int:
+        """DGK comparisons of Stage 1 step 6: K − 1, in ⌈log2 K⌉ tournament rounds (mpdp/pathak2010/tournament.py)."""
+        return tournament.comparisons(self.K)
 
     def index(self, party: str) -> int:
         return self.parties.index(party)

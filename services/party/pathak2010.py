@@ -253,7 +253,7 @@ class PathakParty(pb_grpc.PartyServicer):
         held = self.jobs.held()
         log.info("party %s: %s jobs in memory: %d running, %d held", self.cfg.name, PROTOCOL, self.jobs.live_count(), len(held))
         if all(h.machine.terminal for h in self.jobs.entries()):
-            self._pool().resume(getattr(m, "d", None), len(m.params.pairs) * m.params.compare_bits)
+            self._pool().resume(getattr(m, "d", None), m.params.comparisons * m.params.compare_bits)
 
     async def _settle(self, hosted: PathakJob) -> None:
         """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message."""
