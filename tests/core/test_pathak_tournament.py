@@ -149,3 +149,29 @@ def test_a_message_of_another_round_fails_the_job(small_secrets, shift, problem)
     r = run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", b"round"), small_secrets, party_key_bits=768, tamper=wrong_round)
     assert r.model is None and r.curator.state == "FAILED"
     assert r.error.problem == problem
+
+
+def test_only_the_leader_and_charlie_see_the_tournament(small_secrets):
+    data = _data([30, 22, 41, 26, 35], seed=5)
+    r = run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", b"views"), small_secrets, party_key_bits=768)
+    assert r.error is None
+    for name in list(data)[1:]:
+        assert not any(isinstance(m, (pb.ComparisonBits, pb.BlindedComparisons)) for s, m in r.parties[name].transcript)
+
+
+def test_leader_sees_a_uniform_bracket_even_when_every_size_ties(small_secrets):
+    """Four equal sizes: the positions P1 sees in round 1 are uniform over the 4 possible lists (χ², α = 10⁻³),
+    as for distinct sizes. A position tie-break would always show (0, 2)."""
+    data = _data([20, 20, 20, 20], seed=6)
+    counts: dict[tuple[int, ...], int] = {}
+    runs = 80
+    for i in range(runs):
+        r = run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", f"uniform-{i}".encode()), small_secrets, party_key_bits=768)
+        assert r.error is None
+        leader = r.parties["p1"]
+        seen = next(tuple(m.positions) for s, m in leader.transcript if isinstance(m, pb.ComparisonBits) and m.round == 1)
+        counts[seen] = counts.get(seen, 0) + 1
+    assert set(counts) <= {(0, 2), (0, 3), (1, 2), (1, 3)}
+    expected = runs / 4
+    chi2 = sum((counts.get(k, 0) - expected) ** 2 / expected for k in [(0, 2), (0, 3), (1, 2), (1, 3)])
+    assert chi2 < 16.27, counts  # χ²(3) at α = 10⁻³
