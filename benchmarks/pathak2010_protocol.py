@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +56,7 @@ def socket_run(K: int, d: int, bits: int, repeats: int) -> list[dict]:
         with fed, OperatorClient(Endpoints.load(fed.workdir)) as client:
             for r in range(repeats + 1):
                 fed.wait_precomputed()  # pools full and the event loops idle: measure the protocol, not the refill
+                load = os.getloadavg()[0]  # the host's 1-minute load average as the job starts
                 t0 = time.perf_counter()
                 job = client.submit(make_spec("bench", names, 1.0, 0.01, "corrected"))
                 st = client.wait(job, timeout=600)
@@ -64,7 +66,8 @@ def socket_run(K: int, d: int, bits: int, repeats: int) -> list[dict]:
                 m = client.model(job)
                 if r == 0:
                     continue  # warm-up: the first job also teaches the parties this job's d and K
-                rows.append({"K": K, "d": d, "key_bits": bits, "path": "sockets", "seconds": wall, "stage_seconds": dict(m.stage_seconds), "ops": dict(m.paillier_ops)})
+                rows.append({"K": K, "d": d, "key_bits": bits, "path": "sockets", "seconds": wall, "stage_seconds": dict(m.stage_seconds), "ops": dict(m.paillier_ops),
+                             "load_1min": load})
     return rows
 
 
