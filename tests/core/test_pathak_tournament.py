@@ -175,3 +175,19 @@ def test_leader_sees_a_uniform_bracket_even_when_every_size_ties(small_secrets):
     expected = runs / 4
     chi2 = sum((counts.get(k, 0) - expected) ** 2 / expected for k in [(0, 2), (0, 3), (1, 2), (1, 3)])
     assert chi2 < 16.27, counts  # χ²(3) at α = 10⁻³
+
+
+def test_call_deadline_is_sized_from_the_work():
+    """Per-call deadlines grow with K (a tournament round), d (the per-coordinate steps) and the key size, never below
+    the floor; at K = 50 the leader's first round fits with room (the fixed 60 s did not fit all 1,225 pairs)."""
+    from mpdp.pathak2010.params import CALL_FLOOR_SECONDS, DGK_OP_SECONDS, PathakParams
+
+    def params(K):
+        return PathakParams.from_spec("j", make_spec([f"p{i}" for i in range(K)], 1.0, 0.1, "corrected"))
+
+    small, k50, k64 = params(2), params(50), params(64)
+    assert small.call_seconds(0, 2048) == CALL_FLOOR_SECONDS
+    assert k64.call_seconds(4096, 2048) > k64.call_seconds(123, 2048) > CALL_FLOOR_SECONDS
+    assert k64.call_seconds(123, 4096) == pytest.approx(8 * k64.call_seconds(123, 2048))
+    assert k50.step_work(123)[1] == 3 * 25 * k50.compare_bits
+    assert k50.call_seconds(123, 2048) >= 2 * k50.step_work(123)[1] * DGK_OP_SECONDS
