@@ -12,7 +12,8 @@ A row is one of three kinds:
   handler ``_on_<MessageName>(sender, message)`` and the role moves to ``next``;
 * a **message kept** (``until`` set): it may arrive in any state from ``state`` through ``until`` (e.g. a
   party's SizeShare before Charlie's ProtocolStart reached it) and waits in the inbox until the step of
-  ``until`` consumes it; a second one from the same sender is a REPLAY;
+  ``until`` consumes it; a second one from the same sender is a REPLAY (a message that recurs once per round,
+  taken with ``_take_again``, carries its round, and a second copy of one round is the REPLAY);
 * a **local or joint event** (sender ``self``): the caller's action (``submit``, ``close``) or a condition
   the machine detects itself (every input of a step is in, every node has reported), run by
   ``_on_<event>()``. A joint event's refusal is not the fault of the message that completed the
@@ -392,6 +393,13 @@ class Machine:
 
     def _take(self, message_type: type, sender_name: str) -> Any:
         return self._inbox.pop((message_type, sender_name))
+
+    def _take_again(self, message_type: type, sender_name: str) -> Any:
+        """Take a kept message that recurs once per round (a Pathak tournament round): the sender's next copy is
+        admitted instead of refused as a REPLAY. The message carries its round and ``_check_shape`` refuses any
+        other than the one awaited (a repeated round is a REPLAY)."""
+        self._seen.discard((message_type, sender_name))
+        return self._take(message_type, sender_name)
 
     def _has(self, message_type: type, sender_name: str) -> bool:
         return (message_type, sender_name) in self._inbox

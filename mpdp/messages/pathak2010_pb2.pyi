@@ -721,8 +721,10 @@ Global___MaskedSize: _TypeAlias = MaskedSize  # noqa: Y015
 
 @_typing.final
 class ComparisonBits(_message.Message):
-    """S1.6 (§1.5 step 2), Charlie → leader: [[y_i]] for every bit i of y = b̃_j − b̃_i + 2^(ℓ−1),
-    for every position pair (i < j) in lexicographic order, ℓ ciphertexts per pair (bit 0 first).
+    """S1.6 (§1.5 step 2), Charlie → leader, once per round r of the knockout tournament (pathak2010.md, "Stage 1
+    tournament"): the positions still in the tournament, and [[y_i]] for every bit i of
+    y = b̃_j − b̃_i + [τ_i < τ_j] + 2^(ℓ−1) for each of the round's pairs (i, j), ℓ ciphertexts per pair (bit 0 first).
+    Round 0's positions are 0..K−1; round r's are the winners of round r−1's pairs in order, then its bye.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -730,12 +732,20 @@ class ComparisonBits(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     BIT_LENGTH_FIELD_NUMBER: _builtins.int
     CIPHERTEXTS_FIELD_NUMBER: _builtins.int
+    ROUND_FIELD_NUMBER: _builtins.int
+    POSITIONS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     bit_length: _builtins.int
     """ℓ"""
+    round: _builtins.int
+    """r, 0 … ⌈log2 K⌉ − 1 (one round when K = 1)"""
     @_builtins.property
     def ciphertexts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """pairs × ℓ"""
+        """pairs × ℓ, pairs = ⌊len(positions)/2⌋"""
+
+    @_builtins.property
+    def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the round's surviving π2∘π1 positions; pairs (positions[2m], positions[2m+1])"""
 
     def __init__(
         self,
@@ -743,10 +753,12 @@ class ComparisonBits(_message.Message):
         job_id: _builtins.str = ...,
         bit_length: _builtins.int = ...,
         ciphertexts: _abc.Iterable[_builtins.bytes] | None = ...,
+        round: _builtins.int = ...,
+        positions: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bit_length", b"bit_length", "ciphertexts", b"ciphertexts", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bit_length", b"bit_length", "ciphertexts", b"ciphertexts", "job_id", b"job_id", "positions", b"positions", "round", b"round"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -754,13 +766,16 @@ Global___ComparisonBits: _TypeAlias = ComparisonBits  # noqa: Y015
 
 @_typing.final
 class BlindedComparisons(_message.Message):
-    """S1.6 (§1.5 step 5), leader → Charlie: [[c_i]]^ρ_i re-randomised and shuffled, per pair."""
+    """S1.6 (§1.5 step 5), leader → Charlie, once per round: [[c_i]]^ρ_i re-randomised and shuffled, per pair."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     CIPHERTEXTS_FIELD_NUMBER: _builtins.int
+    ROUND_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
+    round: _builtins.int
+    """r, as in the ComparisonBits it answers"""
     @_builtins.property
     def ciphertexts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """pairs × ℓ"""
@@ -770,10 +785,11 @@ class BlindedComparisons(_message.Message):
         *,
         job_id: _builtins.str = ...,
         ciphertexts: _abc.Iterable[_builtins.bytes] | None = ...,
+        round: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ciphertexts", b"ciphertexts", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ciphertexts", b"ciphertexts", "job_id", b"job_id", "round", b"round"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -13,7 +13,7 @@ from mpdp.math.opcount import OpCounter
 from mpdp.math.paillier import CiphertextError, PublicKey, check_key_bits
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.math.drbg import Drbg
-from mpdp.pathak2010 import states
+from mpdp.pathak2010 import states, tournament
 from mpdp.pathak2010.params import PathakParams
 from mpdp.pathak2010.resources import CuratorResources
 from mpdp.protocol import CURATOR, FAILED, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, StageClock, require
@@ -59,6 +59,9 @@ class CuratorMachine(Machine):
         self._b_tilde: list[int] = []
         self._own_piece: list[int] | None = None
         self.smallest_position: int | None = None  # j̃, in π2-positions (Charlie's view only)
+        self._tau: list[int] = []  # τ: Charlie's secret tie-break rank of each position (Stage 1 tournament)
+        self._round = 0  # the tournament round whose BlindedComparisons Charlie awaits
+        self._positions: list[int] = []  # that round's positions
 
     @property
     def stage(self) -> str:
@@ -103,8 +106,9 @@ class CuratorMachine(Machine):
         K = self.params.K
         if isinstance(message, pb.SizeRemainders):
             require(len(message.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(message.ciphertexts)}")
-        elif isinstance(message, pb.BlindedComparisons):
-            n = len(self.params.pairs) * self.params.compare_bits
+        elif isinstance(message, pb.BlindedComparisons) and self.state == "AWAIT_BLINDED_COMPARISONS":
+            _check_round(message.round, self._round)
+            n = len(tournament.pairs(self._positions)) * self.params.compare_bits
             require(len(message.ciphertexts) == n, Problem.MALFORMED, f"BlindedComparisons must carry {n} ciphertexts, got {len(message.ciphertexts)}")
         elif self.d and isinstance(message, pb.MaskedNoise):
             require(len(message.ciphertexts) == self.d, Problem.MALFORMED, f"MaskedNoise must have d={self.d} ciphertexts, got {len(message.ciphertexts)}")
@@ -156,35 +160,46 @@ class CuratorMachine(Machine):
         out: list[Output] = [
             Send(Peer("party", p[k]), pb.MaskedSizeShare(job_id=self.job_id, ciphertext=xi.to_bytes(a_tilde_ct[k]))) for k in range(K)
         ]
-        # §1.5 step 2 for each pair (i < j): y = b̃_j − b̃_i + 1 + 2^(ℓ−1), so [x < y] = [n_i ≤ n_j].
+        # Ties are broken by τ, a secret uniform rank of the positions (not by the position, which the leader sees).
+        self._tau = self.rng.child("tiebreak").permutation(K)
+        self.state = "AWAIT_BLINDED_COMPARISONS"
+        return out + self._comparison_round(list(range(K)))
+
+    def _comparison_round(self, positions: list[int]) -> list[Output]:
+        """§1.5 step 2 for each of the round's pairs (i, j): y = b̃_j − b̃_i + e + 2^(ℓ−1), e = [τ_i < τ_j], so
+        [x < y] = [n_i < n_j + e]: i precedes j in the strict order of (n, τ) (docs: "Stage 1 tournament")."""
+        prm = self.params
         ell = prm.compare_bits
         offset = 1 << (ell - 1)
         dgk = self.res.secrets.dgk
-        brng = self.rng.child("comparison")
+        brng = self.rng.child(f"comparison/{self._round}")
         cts: list[bytes] = []
-        for i, j in prm.pairs:
-            y = self._b_tilde[j] - self._b_tilde[i] + 1 + offset
+        for i, j in tournament.pairs(positions):
+            y = self._b_tilde[j] - self._b_tilde[i] + int(self._tau[i] < self._tau[j]) + offset
             cts += [dgk.public.to_bytes(c) for c in comparison.b_encrypt_bits(dgk, y, ell, brng, self.ops)]
-        out.append(Send(Peer("party", p[0]), pb.ComparisonBits(job_id=self.job_id, bit_length=ell, ciphertexts=cts)))
-        self.state = "AWAIT_BLINDED_COMPARISONS"
-        return out
+        self._positions = positions
+        bits = pb.ComparisonBits(job_id=self.job_id, bit_length=ell, ciphertexts=cts, round=self._round, positions=positions)
+        return [Send(Peer("party", prm.parties[0]), bits)]
 
     def _step_await_blinded_comparisons(self) -> list[Output]:
-        """S1.6 → S2.1: find j̃ = argmin of the permuted sizes, send ζ(π2⁻¹(e_j̃)) to every party."""
+        """S1.6, one tournament round: the winner of each pair goes on; after the last round j̃ is the minimum of
+        (n, τ) over the permuted positions, and S2.1 sends ζ(π2⁻¹(e_j̃)) to every party."""
         prm = self.params
         K, ell = prm.K, prm.compare_bits
-        msg = self._take(pb.BlindedComparisons, prm.parties[0])
-        require(len(msg.ciphertexts) == len(prm.pairs) * ell, Problem.MALFORMED, f"BlindedComparisons must carry {len(prm.pairs) * ell} ciphertexts, got {len(msg.ciphertexts)}")
+        msg = self._take_again(pb.BlindedComparisons, prm.parties[0])
+        ps = tournament.pairs(self._positions)
+        require(len(msg.ciphertexts) == len(ps) * ell, Problem.MALFORMED, f"BlindedComparisons must carry {len(ps) * ell} ciphertexts, got {len(msg.ciphertexts)}")
         dgk = self.res.secrets.dgk
-        le: dict[tuple[int, int], int] = {}
-        for n, pair in enumerate(prm.pairs):
+        first_wins = []
+        for n in range(len(ps)):
             terms = [_parse_dgk(dgk.public, c) for c in msg.ciphertexts[n * ell : (n + 1) * ell]]
-            le[pair] = comparison.b_result(dgk, terms, self.ops)  # [n_i ≤ n_j]
-        # Total order: i before j ⇔ n_i < n_j or (n_i = n_j and i < j). The minimum precedes all.
-        def before(i: int, j: int) -> bool:
-            return bool(le[(i, j)]) if i < j else not le[(j, i)]
-
-        m = next(i for i in range(K) if all(before(i, j) for j in range(K) if j != i))
+            first_wins.append(bool(comparison.b_result(dgk, terms, self.ops)))  # [(n_i, τ_i) < (n_j, τ_j)]
+        survivors = tournament.advance(self._positions, first_wins)
+        self._round += 1
+        if self._round < tournament.rounds(K):
+            return self._comparison_round(survivors)
+        assert len(survivors) == 1
+        m = survivors[0]
         self.smallest_position = m
         u = [1 if k == m else 0 for k in range(K)]
         w = [u[self._pi2[k]] for k in range(K)]  # π2⁻¹(u): entry at π1-position k
@@ -255,6 +270,13 @@ class CuratorMachine(Machine):
         setattr(model, "lambda", prm.calibration.lam)
         self.state = "PUBLISHED"
         return [Publish(model)]
+
+
+def _check_round(got: int, expected: int) -> None:
+    """A tournament message of another round: an earlier one is a REPLAY, a later one out of order."""
+    if got < expected:
+        raise RemoteProtocolError(Problem.REPLAY, f"round {got} was already taken (awaiting round {expected})")
+    require(got == expected, Problem.STEP_OUT_OF_ORDER, f"round {got} is not the awaited round {expected}")
 
 
 def _parse(key: PublicKey, data: bytes) -> int:

@@ -20,11 +20,22 @@ from mpdp.dp import pathak_noise
 from mpdp.dp.pathak_noise import PathakCalibration
 from mpdp.math.fixedpoint import FixedPoint, check_sum_headroom
 from mpdp.messages import common_pb2, pathak2010_pb2
+from mpdp.pathak2010 import tournament
 
 MIN_KAPPA = limits.MIN_KAPPA
 RING_BITS = 128
 MODEL_BOUND = float(2**40)  # |ŵ_j,i| must stay below this to be encoded
 NOISE_INT_BITS = 32  # |η_i| < 2^32
+
+
+# Per-call deadlines are sized from the work a call may wait for (``PathakParams.call_seconds``). One 2048-bit
+# Paillier operation (encryption, decryption, a full-size exponent) takes ≈ 10 ms and one DGK bit operation
+# (encryption, blinding, zero test) 0.04–0.4 ms on one core of the benchmark machine (docs/benchmarks.md); the
+# budget allows 5× that for a loaded host. Both scale as (key bits / 2048)³.
+PAILLIER_OP_SECONDS = 0.05
+DGK_OP_SECONDS = 0.002
+KEYGEN_OPS = 200  # P1's ξ key when no spare key is ready: ≈ 1–2 s at 2048 bits, counted in Paillier operations
+CALL_FLOOR_SECONDS = 60.0  # no call gets less (local training at JobAnnouncement, TLS set-up, a loaded host)
 
 
 class InvalidJob(ValueError):
@@ -150,9 +161,31 @@ class PathakParams:
         return FixedPoint(self.frac_bits, self.ring_modulus)
 
     @property
-    def pairs(self) -> list[tuple[int, int]]:
-        """Position pairs (i < j) compared in Stage 1 step 6, in a fixed order."""
-        return [(i, j) for i in range(self.K) for j in range(i + 1, self.K)]
+    def comparisons(self) -> int:
+        """DGK comparisons of Stage 1 step 6: K − 1, in ⌈log2 K⌉ tournament rounds (mpdp/pathak2010/tournament.py)."""
+        return tournament.comparisons(self.K)
+
+    def step_work(self, d: int) -> tuple[int, int]:
+        """(Paillier operations, DGK bit operations) of the heaviest single step any role runs at this K and d.
+
+        Paillier: Charlie's S1.4 (K decryptions, K encryptions) then S2.1 (K encryptions) and a tournament round,
+        P1's S0 key generation, a party's S2.4/S3.1 (per coordinate: an exponentiation, a re-randomisation and P1's
+        mask) plus P1's K NoiseScaleShares, Charlie's S3.2 (d decryptions). DGK: a round of ⌊K/2⌋ comparisons,
+        ℓ bits each, at most 3 operations per bit (Charlie: zero tests of one round and encryptions of the next)."""
+        K = self.K
+        paillier = max(3 * K, KEYGEN_OPS, 3 * d + K)
+        dgk = 3 * tournament.most_pairs(K) * self.compare_bits
+        return paillier, dgk
+
+    def call_seconds(self, d: int, key_bits: int) -> float:
+        """The deadline of one protocol call of this job (S0–S3, either direction). The receiver answers once the
+        step the message completes has run, and may first wait for one step in progress (its lock): twice the
+        heaviest step's work, at :data:`PAILLIER_OP_SECONDS` and :data:`DGK_OP_SECONDS` per operation scaled to
+        ``key_bits`` (the largest key of the job), and never less than :data:`CALL_FLOOR_SECONDS`.
+        ``d`` = 0 while the dimension is not known yet (S0)."""
+        paillier, dgk = self.step_work(d)
+        scale = (max(key_bits, 2048) / 2048) ** 3
+        return max(CALL_FLOOR_SECONDS, 2 * scale * (paillier * PAILLIER_OP_SECONDS + dgk * DGK_OP_SECONDS))
 
     def index(self, party: str) -> int:
         return self.parties.index(party)

@@ -16,7 +16,7 @@ from mpdp.math import comparison, sharing
 from mpdp.math.fixedpoint import EncodingOverflow
 from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
 from mpdp.messages import pathak2010_pb2 as pb
-from mpdp.pathak2010 import states
+from mpdp.pathak2010 import states, tournament
 from mpdp.pathak2010.mechanism import party_rng
 from mpdp.dp.pathak_noise import Z_INT_BITS, NoiseOverflow
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
@@ -69,6 +69,9 @@ class PartyMachine(Machine):
         self.own_piece: list[int] | None = None
         self.noise: np.ndarray | None = None  # η_j (DISTRIBUTED_GAUSSIAN: z_j), kept for tests (sentinel, equivalence, collusion)
         self.noise_units: int | None = None  # σ̄_j (DISTRIBUTED_GAUSSIAN)
+        self._round = 0  # leader: the tournament round whose ComparisonBits it awaits
+        self._positions: list[int] = []  # leader: the previous round's positions
+        self._a_tilde: list[int] = []  # leader: ã by π2∘π1 position
 
     # -- engine hooks ------------------------------------------------------------------
     def start(self) -> list[Output]:
@@ -98,7 +101,8 @@ class PartyMachine(Machine):
         if state == "AWAIT_MASKED_SIZE_SHARE":
             return [(pb.MaskedSizeShare, CURATOR.name)]
         if state == "AWAIT_COMPARISON":
-            return [(pb.ComparisonBits, CURATOR.name)] + [(pb.MaskedSize, name) for name in p]
+            need = [(pb.ComparisonBits, CURATOR.name)]
+            return need + [(pb.MaskedSize, name) for name in p] if self._round == 0 else need
         if state == "AWAIT_SELECTION":
             need = [(pb.SelectionVector, CURATOR.name)]
             if self.params.distributed:
@@ -127,6 +131,8 @@ class PartyMachine(Machine):
         elif isinstance(message, (pb.NoiseScaleShare, pb.NoiseScale)):
             require(self.params.distributed, Problem.WRONG_ROLE, f"{type(message).__name__} belongs to DISTRIBUTED_GAUSSIAN jobs only")
             require(self.j == 0 or isinstance(message, pb.NoiseScale), Problem.WRONG_ROLE, "NoiseScaleShare goes to P1 only")
+        elif isinstance(message, pb.ComparisonBits):
+            self._check_comparison_bits(message)
         elif isinstance(message, pb.PartySecrets):
             require(sharing.is_permutation(list(message.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
 
@@ -219,29 +225,45 @@ class PartyMachine(Machine):
         self.state = "AWAIT_COMPARISON" if self.j == 0 else "AWAIT_SELECTION"
         return self._to_party(0, pb.MaskedSize(job_id=self.job_id, value=_b(a_tilde)))
 
-    def _step_await_comparison(self) -> list[Output]:
-        """S1.6 (leader, §1.5 steps 3–5): blinded comparison terms for every pair (i < j)."""
-        prm = self.params
-        bits = self._take(pb.ComparisonBits, CURATOR.name)
-        ell = prm.compare_bits
+    def _check_comparison_bits(self, bits: pb.ComparisonBits) -> None:
+        """The awaited round, its positions a legal next round of the tournament, ℓ and the count of bits."""
+        if bits.round < self._round:
+            raise_remote(Problem.REPLAY, f"ComparisonBits of round {bits.round} was already taken (awaiting round {self._round})")
+        require(bits.round == self._round, Problem.STEP_OUT_OF_ORDER, f"ComparisonBits of round {bits.round}, awaiting round {self._round}")
+        positions = list(bits.positions)
+        legal = positions == list(range(self.K)) if self._round == 0 else tournament.is_next(self._positions, positions)
+        require(legal, Problem.MALFORMED, f"ComparisonBits round {bits.round} lists positions that cannot follow the previous round")
+        ell = self.params.compare_bits
         require(bits.bit_length == ell, Problem.MALFORMED, f"ComparisonBits uses ℓ={bits.bit_length}, expected {ell}")
-        require(len(bits.ciphertexts) == len(prm.pairs) * ell, Problem.MALFORMED, f"ComparisonBits must carry {len(prm.pairs) * ell} ciphertexts, got {len(bits.ciphertexts)}")
-        a_tilde = []
-        for name in prm.parties:
-            v = int.from_bytes(self._take(pb.MaskedSize, name).value, "big")
-            require(v < 1 << (prm.mask_bits + 1), Problem.MALFORMED, f"masked size from {name} is out of range")
-            a_tilde.append(v)
+        n = len(tournament.pairs(positions)) * ell
+        require(len(bits.ciphertexts) == n, Problem.MALFORMED, f"ComparisonBits must carry {n} ciphertexts, got {len(bits.ciphertexts)}")
+
+    def _step_await_comparison(self) -> list[Output]:
+        """S1.6 (leader, §1.5 steps 3–5), one tournament round: blinded comparison terms for each of its pairs (i, j)."""
+        prm = self.params
+        bits = self._take_again(pb.ComparisonBits, CURATOR.name)
+        self._check_comparison_bits(bits)
+        ell = prm.compare_bits
+        if self._round == 0:
+            for name in prm.parties:
+                v = int.from_bytes(self._take(pb.MaskedSize, name).value, "big")
+                require(v < 1 << (prm.mask_bits + 1), Problem.MALFORMED, f"masked size from {name} is out of range")
+                self._a_tilde.append(v)
         dgk = self.res.curator_keys.dgk
         cts = [_checked(dgk.from_bytes, c) for c in bits.ciphertexts]
         out_terms: list[bytes] = []
         offset = 1 << (ell - 1)
-        crng = self.rng.child("comparison")
-        for n, (i, j) in enumerate(prm.pairs):
-            x = a_tilde[i] - a_tilde[j] + offset  # x = ã_i − ã_j (§1.6), made non-negative
+        crng = self.rng.child(f"comparison/{self._round}")
+        for n, (i, j) in enumerate(tournament.pairs(list(bits.positions))):
+            x = self._a_tilde[i] - self._a_tilde[j] + offset  # x = ã_i − ã_j (§1.6), made non-negative
             terms = comparison.a_blinded_terms(dgk, x, cts[n * ell : (n + 1) * ell], crng, self.res.dgk_pool, ops=self.ops)
             out_terms += [dgk.to_bytes(t) for t in terms]
-        self.state = "AWAIT_SELECTION"
-        return [Send(CURATOR, pb.BlindedComparisons(job_id=self.job_id, ciphertexts=out_terms))]
+        blinded = pb.BlindedComparisons(job_id=self.job_id, ciphertexts=out_terms, round=self._round)
+        self._positions = list(bits.positions)
+        self._round += 1
+        if self._round == tournament.rounds(self.K):
+            self.state = "AWAIT_SELECTION"
+        return [Send(CURATOR, blinded)]
 
     # -- Stage 2 -------------------------------------------------------------------------
     def _step_await_selection(self) -> list[Output]:

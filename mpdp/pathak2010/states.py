@@ -7,7 +7,9 @@ P_t only after Charlie's SelectionVector, which needs P_t's own MaskedSize, so P
 AWAIT_SELECTION; a NoiseScale (DISTRIBUTED_GAUSSIAN) leaves P1 only once every party's NoiseScaleShare is in,
 so every party is in AWAIT_NOISE_SCALE. NoiseChain's window spans both noise modes: SMALLEST_PARTY consumes it
 in AWAIT_SELECTION, DISTRIBUTED_GAUSSIAN in AWAIT_NOISE_SCALE. A step runs (joint event ``ready``) once every input it needs is in; where a step has
-two possible next states, the role's handler chooses (P1 leads, the others follow).
+two possible next states, the role's handler chooses (P1 leads, the others follow). Stage 1's tournament
+repeats the leader's AWAIT_COMPARISON and Charlie's AWAIT_BLINDED_COMPARISONS once per round: ComparisonBits and
+BlindedComparisons recur, each carrying its round (a copy of a round already taken is a REPLAY).
 ``python tools/render_tables.py`` writes the tables into docs/protocols/pathak2010.md.
 """
 
@@ -45,7 +47,7 @@ PARTY_TABLE: tuple[Row, ...] = (
     row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
     row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),
     row("AWAIT_MASKED_SIZE_SHARE", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # P1 leads the comparisons
-    row("AWAIT_COMPARISON", "ready", "self", "AWAIT_SELECTION"),
+    row("AWAIT_COMPARISON", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # one tournament round per step; the last moves on
     row("AWAIT_SELECTION", "ready", "self", "AWAIT_NOISE_SCALE|AWAIT_RESHARE_PIECES"),  # DISTRIBUTED_GAUSSIAN first fetches σ̄
     row("AWAIT_NOISE_SCALE", "ready", "self", "AWAIT_RESHARE_PIECES"),
     row("AWAIT_RESHARE_PIECES", "ready", "self", "DONE"),
@@ -73,7 +75,7 @@ CURATOR_TABLE: tuple[Row, ...] = (
     kept("PublishedShare", "party", "AWAIT_PUBLISHED_SHARES", "AWAIT_PUBLISHED_SHARES"),
     row("AWAIT_ACCEPTANCES", "ready", "self", "AWAIT_SIZE_SHARES"),
     row("AWAIT_SIZE_SHARES", "ready", "self", "AWAIT_BLINDED_COMPARISONS"),
-    row("AWAIT_BLINDED_COMPARISONS", "ready", "self", "AWAIT_MASKED_NOISE"),
+    row("AWAIT_BLINDED_COMPARISONS", "ready", "self", "AWAIT_BLINDED_COMPARISONS|AWAIT_MASKED_NOISE"),  # one tournament round per step
     row("AWAIT_MASKED_NOISE", "ready", "self", "AWAIT_PUBLISHED_SHARES"),
     row("AWAIT_PUBLISHED_SHARES", "ready", "self", "PUBLISHED"),
     row(ANY, "JobAbort", "party", FAILED),

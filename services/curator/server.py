@@ -203,7 +203,10 @@ class Curator(pb_grpc.CuratorServicer):
     async def _send(self, hosted: Hosted[CuratorMachine], to: Peer, message) -> None:
         address = hosted.machine.addresses.get(to.name) or self.addresses.get(to.name) or ""  # "" fails the send, naming the peer
         method = PARTY_METHODS[message.DESCRIPTOR.full_name]
-        await hosted.send(to, message, lambda: self.channels.call(address, to.name, PARTY_SERVICE, method, message, common_pb2.Ack))
+        m = hosted.machine
+        keys = self.secrets.public
+        timeout = m.params.call_seconds(m.d, max(keys.paillier.bits, keys.dgk.n.bit_length()))  # sized from the job's work
+        await hosted.send(to, message, lambda: self.channels.call(address, to.name, PARTY_SERVICE, method, message, common_pb2.Ack, timeout))
 
     async def _expire(self, job_id: str) -> None:
         """Past the hard deadline and still not terminal: fail it (the parties are told)."""

@@ -253,7 +253,7 @@ class PathakParty(pb_grpc.PartyServicer):
         held = self.jobs.held()
         log.info("party %s: %s jobs in memory: %d running, %d held", self.cfg.name, PROTOCOL, self.jobs.live_count(), len(held))
         if all(h.machine.terminal for h in self.jobs.entries()):
-            self._pool().resume(getattr(m, "d", None), len(m.params.pairs) * m.params.compare_bits)
+            self._pool().resume(getattr(m, "d", None), m.params.comparisons * m.params.compare_bits)
 
     async def _settle(self, hosted: PathakJob) -> None:
         """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message."""
@@ -268,16 +268,22 @@ class PathakParty(pb_grpc.PartyServicer):
         if hosted is not None and not hosted.machine.terminal:
             await hosted.fail(Problem.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
 
+    def _call_seconds(self, m: PartyMachine) -> float:
+        """The job's per-call deadline, sized from its work (K, d, ℓ, the keys' sizes: PathakParams.call_seconds)."""
+        keys = m.res.curator_keys
+        return m.params.call_seconds(m.d, max(keys.paillier.bits, keys.dgk.n.bit_length(), self.cfg.paillier_bits))
+
     async def _send(self, hosted: PathakJob, to: Peer, message) -> None:
         channels = self.party.channels
+        timeout = self._call_seconds(hosted.machine)
         if to == CURATOR:
             address, site = self.cfg.curator.address, self.cfg.curator.name
-            call = lambda: channels.call(address, site, CURATOR_SERVICE, CURATOR_METHODS[message.DESCRIPTOR.full_name], message, common_pb2.Ack)  # noqa: E731
+            call = lambda: channels.call(address, site, CURATOR_SERVICE, CURATOR_METHODS[message.DESCRIPTOR.full_name], message, common_pb2.Ack, timeout)  # noqa: E731
         else:
             address = hosted.addresses.get(to.name) or ""
             if not address:
                 await hosted.fail(Problem.PEER_UNREACHABLE, f"no address for party {to.name}")
                 return
             method = PARTY_METHODS[message.DESCRIPTOR.full_name]
-            call = lambda: channels.call(address, to.name, SERVICE, method, message, common_pb2.Ack)  # noqa: E731
+            call = lambda: channels.call(address, to.name, SERVICE, method, message, common_pb2.Ack, timeout)  # noqa: E731
         await hosted.send(to, message, call)
