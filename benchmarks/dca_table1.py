@@ -13,7 +13,8 @@ cell, and per ``--workers`` W (each compute node W processes on one port, docs/d
 small jobs (default 1) first set up the TLS connections between the processes. The job's clients are a roster range
 (``--roster range``, default: nodes agree by roster index) or any N clients (``open``: by id); ``--seed-compressed``
 gives nodes k ≥ 1 a 32-byte seed per client instead of the masked vector. Then for every cell (N, d), in order of increasing size, and every batching mode,
-``--repeats`` R jobs (default 1; the cell is the median job, every job's seconds kept in ``repeats``), each job (T = 0, ε = 1,
+``--repeats`` R jobs (default 3; the cell is the median job, every job's seconds kept in ``repeats``: the first job
+of a cell at a new size is often the slowest, as the load generator and the nodes touch new memory), each job (T = 0, ε = 1,
 δ = 1e−5, clip bounds ±1, f = 32) is created and N simulated clients submit from this process through
 :func:`mpdp_services.dca_client.submit_cohort`: one long-lived TLS channel per node (never one per client),
 
@@ -393,7 +394,7 @@ def main() -> None:
     ap.add_argument("--workers", default="1", help="comma-separated W values: processes per compute node (each W gets its own federations)")
     ap.add_argument("--in-flight", type=int, default=2, help="batches in flight per job (the load generator builds the next batch while the nodes take the previous)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured jobs (N = 10, d = 1) per federation first: the nodes' TLS mesh and the operator's channel are set up")
-    ap.add_argument("--repeats", type=int, default=1, help="jobs per cell (the paper: mean of 5); the cell reports the median job, every job's seconds in `repeats`")
+    ap.add_argument("--repeats", type=int, default=3, help="jobs per cell (the paper: mean of 5); the cell reports the median job, every job's seconds in `repeats`")
     ap.add_argument("--seed-compressed", action="store_true", help="seed-compressed jobs: nodes k ≥ 1 get a 32-byte seed per client instead of the vector")
     ap.add_argument("--connections", type=int, default=0, help="TLS connections per node from the load generator (0 = 1 for W = 1, else 4·W so that every worker gets clients)")
     ap.add_argument("--json", dest="json_out", help="write every measured cell (and the skipped ones) to this JSON file")
@@ -472,7 +473,7 @@ def main() -> None:
                     elif est > args.max_seconds:
                         skip(n, d, M, mode, f"time: estimated {est:.0f} s > {args.max_seconds:g} s", W)
                     else:
-                        plan.append((n, d, mode, est))
+                        plan.append((n, d, mode, est * max(1, args.repeats)))  # the cell's R jobs
             if plan:
                 groups.append((M, W, plan))
     total_est = sum(e for _, _, plan in groups for *_, e in plan)
@@ -510,7 +511,7 @@ def main() -> None:
                     runs = [run_job(fed, nodes, Z, mode == "batched", args.batch_bytes, args.roster, args.connections, args.seed_compressed, args.in_flight)
                             for _ in range(max(1, args.repeats))]
                     r = median_job(runs)
-                    r["estimated_seconds"] = est
+                    r["estimated_seconds"] = est / max(1, args.repeats)
                     rows.append(r)
                     print(fmt_row(r) + (f"  (median of {len(runs)}: {', '.join(f'{x:.2f}' for x in r['repeats'])})" if len(runs) > 1 else ""), flush=True)
                     write_json()
