@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mpdp.learn import logreg
+from mpdp.learn.model_cache import LocalModel
 from mpdp.math import comparison, sharing
 from mpdp.math.fixedpoint import EncodingOverflow
 from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
@@ -26,6 +27,11 @@ from mpdp.math.opcount import OpCounter
 from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Record, Send, StageClock, require
 
 
+CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (§1.2); with the solver's settings below, part of the model cache's key
+FIT_TOL = 1e-10
+FIT_MAX_ITER = 100
+
+
 class PartyMachine(Machine):
     ROLE = "party"
     STATES = states.PARTY_STATES
@@ -33,7 +39,11 @@ class PartyMachine(Machine):
     TABLE = states.PARTY_TABLE
     PARTICIPANTS = frozenset({"curator", "party"})
 
-    def __init__(self, name: str, announcement: pb.JobAnnouncement, X: np.ndarray, y: np.ndarray, resources: PartyResources) -> None:
+    def __init__(
+        self, name: str, announcement: pb.JobAnnouncement, X: np.ndarray | None, y: np.ndarray | None, resources: PartyResources, *, local: LocalModel | None = None
+    ) -> None:
+        """``local``: ŵ_j and n_j from the party's model cache (:mod:`mpdp.learn.model_cache`), the same values
+        :func:`train_local` would return for X, y (then X and y may be None)."""
         super().__init__(announcement.job_id, Peer("party", name))
         self.params = PathakParams.from_spec(announcement.job_id, announcement.spec)
         if name not in self.params.parties:
@@ -54,14 +64,18 @@ class PartyMachine(Machine):
         )
         self.stages = StageClock(resources.clock)
         self.stages.enter("local_training")
-        # Local training in-process (§1.2): rows clipped to the unit ball, labels ±1.
-        Xc = logreg.clip_rows(np.asarray(X, dtype=np.float64))
-        labels = np.asarray(y, dtype=np.float64)
-        self.n = int(Xc.shape[0])
-        self.d = int(Xc.shape[1])
+        if local is None:
+            if X is None or y is None:
+                raise ValueError("a party machine needs its records or a cached local model")
+            n_rows = int(np.asarray(X).shape[0])
+            if n_rows >= 1 << self.params.size_bits:  # refused before training, as with a cached model
+                raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {n_rows} rows, above the job's public bound 2^{self.params.size_bits}")
+            local = train_local(X, y, self.params)
+        self.n = local.n
+        self.d = local.d
         if self.n >= 1 << self.params.size_bits:
             raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {self.n} rows, above the job's public bound 2^{self.params.size_bits}")
-        self.w = logreg.fit(Xc, labels, self.params.calibration.lam, self.params.calibration.convention)
+        self.w = np.array(local.w, dtype=np.float64)
         self.stages.enter("setup")
         self.party_key: KeyPair | None = None
         self.pi1: list[int] | None = None
@@ -371,6 +385,15 @@ class PartyMachine(Machine):
             Send(CURATOR, pb.PublishedShare(job_id=self.job_id, share=sharing.pack_ring(z, 128), paillier_ops=dict(self.ops), stage_seconds=self.stages.seconds)),
             Record(entry),
         ]
+
+
+def train_local(X: np.ndarray, y: np.ndarray, params: PathakParams) -> LocalModel:
+    """Local training (§1.2): rows clipped to the unit ball (:data:`CLIP_BOUND`), labels ±1, the exact argmin of
+    the job's regularised objective. Deterministic in (X, y, λ, convention): what the model cache keys on."""
+    Xc = logreg.clip_rows(np.asarray(X, dtype=np.float64), CLIP_BOUND)
+    labels = np.asarray(y, dtype=np.float64)
+    w = logreg.fit(Xc, labels, params.calibration.lam, params.calibration.convention, tol=FIT_TOL, max_iter=FIT_MAX_ITER)
+    return LocalModel(w, int(Xc.shape[0]))
 
 
 def round_scaled(x: float, bits: int) -> int:
