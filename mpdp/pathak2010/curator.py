@@ -13,7 +13,7 @@ from mpdp.math.opcount import OpCounter
 from mpdp.math.paillier import CiphertextError, PublicKey, check_key_bits
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.math.drbg import Drbg
-from mpdp.pathak2010 import states
+from mpdp.pathak2010 import packing, states
 from mpdp.pathak2010.params import PathakParams
 from mpdp.pathak2010.resources import CuratorResources
 from mpdp.protocol import CURATOR, FAILED, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, StageClock, require
@@ -107,7 +107,8 @@ class CuratorMachine(Machine):
             n = len(self.params.pairs) * self.params.compare_bits
             require(len(message.ciphertexts) == n, Problem.MALFORMED, f"BlindedComparisons must carry {n} ciphertexts, got {len(message.ciphertexts)}")
         elif self.d and isinstance(message, pb.MaskedNoise):
-            require(len(message.ciphertexts) == self.d, Problem.MALFORMED, f"MaskedNoise must have d={self.d} ciphertexts, got {len(message.ciphertexts)}")
+            nb = self.params.noise_blocks(self.d, self.res.secrets.paillier.public.bits)
+            require(len(message.ciphertexts) == nb, Problem.MALFORMED, f"MaskedNoise must have {nb} ciphertexts (d={self.d} packed), got {len(message.ciphertexts)}")
         elif self.d and isinstance(message, (pb.ResharePiece, pb.PublishedShare)):
             data = message.piece if isinstance(message, pb.ResharePiece) else message.share
             require(len(data) == 16 * self.d, Problem.MALFORMED, f"{type(message).__name__} must be {16 * self.d} bytes (d={self.d} × 16), got {len(data)}")
@@ -201,10 +202,16 @@ class CuratorMachine(Machine):
         DISTRIBUTED_GAUSSIAN: the plaintext is σ̄·Σz̄ + s at scale 2^(f+g); c_0 = ⌊(σ̄·Σz̄ + s)/2^g⌋, already K·η."""
         prm = self.params
         msg = self._take(pb.MaskedNoise, prm.parties[0])
-        require(len(msg.ciphertexts) == self.d, Problem.MALFORMED, f"MaskedNoise must have d={self.d} ciphertexts, got {len(msg.ciphertexts)}")
         zeta = self.res.secrets.paillier
+        slots, width = prm.noise_slots(zeta.public.bits), prm.noise_slot_bits
+        nb = prm.noise_blocks(self.d, zeta.public.bits)
+        require(len(msg.ciphertexts) == nb, Problem.MALFORMED, f"MaskedNoise must have {nb} ciphertexts (d={self.d} packed), got {len(msg.ciphertexts)}")
         self.stages.enter("stage3")
-        plain = [zeta.decrypt(_parse(zeta.public, c), self.ops) for c in msg.ciphertexts]
+        plain: list[int] = []
+        for b, c in enumerate(msg.ciphertexts):  # slot k of block b is coordinate b·slots + k (packing.py)
+            values = packing.unpack(zeta.decrypt(_parse(zeta.public, c), self.ops), min(slots, self.d - b * slots), width)
+            require(values is not None, Problem.MALFORMED, "masked noise is out of range")
+            plain += values or []
         require(all(0 < v < 1 << (prm.eta_bits + prm.kappa + 2) for v in plain), Problem.MALFORMED, "masked noise is out of range")
         q = prm.ring_modulus
         c0 = [(v >> prm.truncate_bits) % q for v in plain] if prm.distributed else [prm.K * v % q for v in plain]

@@ -17,7 +17,7 @@ from mpdp.math import comparison, sharing
 from mpdp.math.fixedpoint import EncodingOverflow
 from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
 from mpdp.messages import pathak2010_pb2 as pb
-from mpdp.pathak2010 import states
+from mpdp.pathak2010 import packing, states
 from mpdp.pathak2010.mechanism import party_rng
 from mpdp.dp.pathak_noise import Z_INT_BITS, NoiseOverflow
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
@@ -135,7 +135,8 @@ class PartyMachine(Machine):
         if isinstance(message, pb.SelectionVector):
             require(len(message.ciphertexts) == self.K, Problem.MALFORMED, f"SelectionVector must have K={self.K} ciphertexts, got {len(message.ciphertexts)}")
         elif isinstance(message, pb.NoiseChain):
-            require(len(message.ciphertexts) == self.d, Problem.MALFORMED, f"NoiseChain must have d={self.d} ciphertexts, got {len(message.ciphertexts)}")
+            nb = self._noise_blocks()
+            require(len(message.ciphertexts) == nb, Problem.MALFORMED, f"NoiseChain must have {nb} ciphertexts (d={self.d} packed), got {len(message.ciphertexts)}")
         elif isinstance(message, pb.ResharePiece):
             require(len(message.piece) == 16 * self.d, Problem.MALFORMED, f"ResharePiece must be {16 * self.d} bytes (d={self.d} × 16), got {len(message.piece)}")
         elif isinstance(message, (pb.NoiseScaleShare, pb.NoiseScale)):
@@ -275,8 +276,16 @@ class PartyMachine(Machine):
             raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, f"noise magnitude {np.max(np.abs(eta)):.3g} does not fit the encoding; the job cannot release")
         self.noise = eta
         eta_bar = prm.ring.to_int(eta, float(2**NOISE_INT_BITS))
-        psi = [zeta.rerandomize(zeta.mul_plain(v_j, e, self.ops), self.res.zeta_pool.take(), self.ops) for e in eta_bar]
-        return self._chain(psi)
+        return self._chain(self._packed_psi(v_j, eta_bar))
+
+    def _noise_blocks(self) -> int:
+        return self.params.noise_blocks(self.d, self.res.curator_keys.paillier.bits)
+
+    def _packed_psi(self, base: int, exponents: list[int]) -> list[int]:
+        """S2.4: ψ_j = base^{e}·ζ(0), packed (:mod:`mpdp.pathak2010.packing`): one re-randomised ciphertext per block."""
+        prm, zeta = self.params, self.res.curator_keys.paillier
+        packed = packing.scalar_powers(zeta, base, exponents, prm.noise_slot_bits, prm.noise_slots(zeta.bits), self.ops)
+        return [zeta.rerandomize(c, self.res.zeta_pool.take(), self.ops) for c in packed]
 
     def _noise_scale_share(self, v_j: int) -> list[Output]:
         """S2.2′: ζ(v_j·σ̄_j), σ̄_j = ⌈K·σ(n_j)·2^(f+32)⌉ (pathak_noise.noise_units); P1 sums them into ζ(σ̄) (S2.3′)."""
@@ -309,8 +318,7 @@ class PartyMachine(Machine):
             raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "a noise factor does not fit the encoding; the job cannot release")
         self.noise = z
         fz = cal.z_frac_bits
-        psi = [zeta.rerandomize(zeta.mul_plain(scale, round_scaled(float(x), fz), self.ops), self.res.zeta_pool.take(), self.ops) for x in z]
-        return self._chain(psi)
+        return self._chain(self._packed_psi(scale, [round_scaled(float(x), fz) for x in z]))
 
     def _chain(self, psi: list[int]) -> list[Output]:
         """S2.4 and S3.1: multiply in the chain from P_{j+1}; pass it on, or (P1) mask it for Charlie."""
@@ -318,7 +326,7 @@ class PartyMachine(Machine):
         zeta = self.res.curator_keys.paillier
         if self.j < self.K - 1:
             chain = self._take(pb.NoiseChain, prm.parties[self.j + 1])
-            require(len(chain.ciphertexts) == self.d, Problem.MALFORMED, f"NoiseChain must have d={self.d} ciphertexts, got {len(chain.ciphertexts)}")
+            require(len(chain.ciphertexts) == len(psi), Problem.MALFORMED, f"NoiseChain must have {len(psi)} ciphertexts (d={self.d} packed), got {len(chain.ciphertexts)}")
             psi = [zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)]
         try:
             w_enc = prm.ring.to_int(self.w, MODEL_BOUND)
@@ -333,7 +341,8 @@ class PartyMachine(Machine):
             self.stages.enter("stage3")
             srng = self.rng.child("mask")
             s = [(1 << prm.eta_bits) + srng.randbits(prm.eta_bits + prm.kappa) for _ in range(self.d)]
-            masked = [zeta.add(p, zeta.encrypt(si, factor=self.res.zeta_pool.take(), ops=self.ops)) for p, si in zip(psi, s)]
+            s_blocks = packing.blocks(s, prm.noise_slots(zeta.bits))  # the mask packed like ψ: slot i carries s_i
+            masked = [zeta.add(p, zeta.encrypt(packing.pack(sb, prm.noise_slot_bits), factor=self.res.zeta_pool.take(), ops=self.ops)) for p, sb in zip(psi, s_blocks)]
             out = [Send(CURATOR, pb.MaskedNoise(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in masked]))]
             if prm.distributed:
                 self.c = [(w - (si >> prm.truncate_bits)) % q for w, si in zip(w_enc, s)]
