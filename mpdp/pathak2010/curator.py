@@ -191,7 +191,8 @@ class CuratorMachine(Machine):
         w = [u[self._pi2[k]] for k in range(K)]  # π2⁻¹(u): entry at π1-position k
         zeta = self.res.secrets.paillier.public
         srng = self.rng.child("selection")
-        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, srng, ops=self.ops)) for x in w])
+        sk = self.res.secrets.paillier  # Charlie holds ζ's factors: fresh r^N′ by CRT
+        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, factor=sk.random_factor(srng), ops=self.ops)) for x in w])
         self.stages.enter("stage2")
         self.state = "AWAIT_MASKED_NOISE"
         return [Send(Peer("party", p), sel) for p in prm.parties]

@@ -211,7 +211,8 @@ class PartyMachine(Machine):
         a = int.from_bytes(share.a, "big")
         require(a < 1 << self.params.L, Problem.MALFORMED, f"size share exceeds 2^{self.params.L}")
         xi = self.party_key.public
-        out: list[Output] = [Send(CURATOR, pb.EncryptedSizeShare(job_id=self.job_id, ciphertext=xi.to_bytes(xi.encrypt(a, self.rng, ops=self.ops))))]
+        factor = self.party_key.random_factor(self.rng)  # every party holds ξ's factors (S1.1): r^N by CRT
+        out: list[Output] = [Send(CURATOR, pb.EncryptedSizeShare(job_id=self.job_id, ciphertext=xi.to_bytes(xi.encrypt(a, factor=factor, ops=self.ops))))]
         if self.j == 0:
             ordered: list[bytes] = [b""] * self.K
             zeta = self.res.curator_keys.paillier

@@ -70,3 +70,14 @@ def test_a_block_with_bits_above_its_slots_is_malformed(small_secrets) -> None:
     r = run_test_job(data, driver.make_spec(list(data), 1.0, 0.3, "corrected", b"overflow"), small_secrets, party_key_bits=768, tamper=overflow)
     assert r.model is None and r.curator.state == "FAILED" and r.error is not None
     assert r.error.problem == common_pb2.MALFORMED
+
+
+def test_crt_random_factor_is_the_public_one() -> None:
+    """KeyPair.random_factor (Charlie for ζ, every party for ξ) gives r^N mod N² for the very r the public
+    method draws from the same generator state: the ciphertexts' distribution is unchanged."""
+    key = KeyPair.generate(512)
+    for i in range(8):
+        seed = f"crt-{i}".encode()
+        f = key.random_factor(Drbg.from_seed(seed))
+        assert f == key.public.random_factor(Drbg.from_seed(seed))
+        assert key.decrypt(key.public.encrypt(1234, factor=f)) == 1234
