@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from mpdp.math import comparison, sharing
 from mpdp.math.opcount import OpCounter
+from mpdp.pathak2010 import packing
 from mpdp.math.paillier import CiphertextError, PublicKey, check_key_bits
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.math.drbg import Drbg
-from mpdp.pathak2010 import packing, states
+from mpdp.pathak2010 import states
 from mpdp.pathak2010.params import PathakParams
 from mpdp.pathak2010.resources import CuratorResources
 from mpdp.protocol import CURATOR, FAILED, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, StageClock, require

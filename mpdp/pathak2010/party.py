@@ -15,9 +15,10 @@ from mpdp.learn import logreg
 from mpdp.learn.model_cache import LocalModel
 from mpdp.math import comparison, sharing
 from mpdp.math.fixedpoint import EncodingOverflow
+from mpdp.pathak2010 import packing
 from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
 from mpdp.messages import pathak2010_pb2 as pb
-from mpdp.pathak2010 import packing, states
+from mpdp.pathak2010 import states
 from mpdp.pathak2010.mechanism import party_rng
 from mpdp.dp.pathak_noise import Z_INT_BITS, NoiseOverflow
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
