@@ -84,6 +84,7 @@ class PartyMachine(Machine):
         self.own_piece: list[int] | None = None
         self.noise: np.ndarray | None = None  # η_j (DISTRIBUTED_GAUSSIAN: z_j), kept for tests (sentinel, equivalence, collusion)
         self.noise_units: int | None = None  # σ̄_j (DISTRIBUTED_GAUSSIAN)
+        self._psi: list[int] = []  # ψ_j, packed, while the chain from P_{j+1} is awaited
 
     # -- engine hooks ------------------------------------------------------------------
     def start(self) -> list[Output]:
@@ -118,14 +119,11 @@ class PartyMachine(Machine):
             need = [(pb.SelectionVector, CURATOR.name)]
             if self.params.distributed:
                 return need + ([(pb.NoiseScaleShare, n) for n in p[1:]] if self.j == 0 else [])
-            if self.j < self.K - 1:
-                need.append((pb.NoiseChain, p[self.j + 1]))
             return need
         if state == "AWAIT_NOISE_SCALE":
-            need = [(pb.NoiseScale, p[0])]
-            if self.j < self.K - 1:
-                need.append((pb.NoiseChain, p[self.j + 1]))
-            return need
+            return [(pb.NoiseScale, p[0])]
+        if state == "AWAIT_NOISE_CHAIN":  # ψ_j is made before the chain arrives: the K parties compute at once
+            return [(pb.NoiseChain, p[self.j + 1])]
         if state == "AWAIT_RESHARE_PIECES":
             need = [(pb.ResharePiece, CURATOR.name)]
             need += [(pb.ResharePiece, n) for n in p if n != self.me.name]
@@ -323,13 +321,25 @@ class PartyMachine(Machine):
         return self._chain(self._packed_psi(scale, [round_scaled(float(x), fz) for x in z]))
 
     def _chain(self, psi: list[int]) -> list[Output]:
-        """S2.4 and S3.1: multiply in the chain from P_{j+1}; pass it on, or (P1) mask it for Charlie."""
+        """S2.4: ψ_j is ready; P_K starts the chain, every other party awaits the chain from P_{j+1}."""
+        if self.j < self.K - 1:
+            self._psi = psi
+            self.state = "AWAIT_NOISE_CHAIN"
+            return []
+        return self._forward(psi)
+
+    def _step_await_noise_chain(self) -> list[Output]:
+        """S2.4: multiply the chain from P_{j+1} into ψ_j."""
+        zeta = self.res.curator_keys.paillier
+        psi = self._psi
+        chain = self._take(pb.NoiseChain, self.params.parties[self.j + 1])
+        require(len(chain.ciphertexts) == len(psi), Problem.MALFORMED, f"NoiseChain must have {len(psi)} ciphertexts (d={self.d} packed), got {len(chain.ciphertexts)}")
+        return self._forward([zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)])
+
+    def _forward(self, psi: list[int]) -> list[Output]:
+        """S2.4 and S3.1: pass the chain on, or (P1) mask it for Charlie; then re-share."""
         prm = self.params
         zeta = self.res.curator_keys.paillier
-        if self.j < self.K - 1:
-            chain = self._take(pb.NoiseChain, prm.parties[self.j + 1])
-            require(len(chain.ciphertexts) == len(psi), Problem.MALFORMED, f"NoiseChain must have {len(psi)} ciphertexts (d={self.d} packed), got {len(chain.ciphertexts)}")
-            psi = [zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)]
         try:
             w_enc = prm.ring.to_int(self.w, MODEL_BOUND)
         except EncodingOverflow as e:
