@@ -81,10 +81,10 @@ class PartyMachine(Machine):
         self.party_key: KeyPair | None = None
         self.pi1: list[int] | None = None
         self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s
+        self._psi: list[int] = []  # ψ_j, packed, while the chain from P_{j+1} is awaited (S2.4)
         self.own_piece: list[int] | None = None
         self.noise: np.ndarray | None = None  # η_j (DISTRIBUTED_GAUSSIAN: z_j), kept for tests (sentinel, equivalence, collusion)
         self.noise_units: int | None = None  # σ̄_j (DISTRIBUTED_GAUSSIAN)
-        self._psi: list[int] = []  # ψ_j, packed, while the chain from P_{j+1} is awaited
 
     # -- engine hooks ------------------------------------------------------------------
     def start(self) -> list[Output]:
