@@ -119,6 +119,19 @@ class KeyPair:
         pub = phe_paillier.PaillierPublicKey(p * q)
         return cls(PublicKey(p * q), p, q, phe_paillier.PaillierPrivateKey(pub, p, q))
 
+    def random_factor(self, rng: Drbg) -> int:
+        """r^N mod N² for a fresh uniform unit r, by CRT over p² and q² (the factors' holder only): the value
+        :meth:`PublicKey.random_factor` gives for the same r, with exponentiations mod p² and q², not mod N²."""
+        n = self.public.n
+        while True:
+            r = rng.randbelow(n)
+            if r > 0 and gmpy2.gcd(r, n) == 1:
+                break
+        p2, q2 = gmpy2.mpz(self.p) ** 2, gmpy2.mpz(self.q) ** 2
+        xp = gmpy2.powmod(r, n % (p2 - self.p), p2)  # φ(p²) = p(p − 1)
+        xq = gmpy2.powmod(r, n % (q2 - self.q), q2)
+        return int(xq + q2 * ((xp - xq) * gmpy2.invert(q2, p2) % p2))
+
     def decrypt(self, c: int, ops: OpCounter | None = None) -> int:
         """Plaintext in [0, N) (CRT decryption)."""
         if ops is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from mpdp.math import comparison, sharing
 from mpdp.math.opcount import OpCounter
+from mpdp.pathak2010 import packing
 from mpdp.math.paillier import CiphertextError, PublicKey, check_key_bits
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.math.drbg import Drbg
@@ -111,7 +112,8 @@ class CuratorMachine(Machine):
             n = len(tournament.pairs(self._positions)) * self.params.compare_bits
             require(len(message.ciphertexts) == n, Problem.MALFORMED, f"BlindedComparisons must carry {n} ciphertexts, got {len(message.ciphertexts)}")
         elif self.d and isinstance(message, pb.MaskedNoise):
-            require(len(message.ciphertexts) == self.d, Problem.MALFORMED, f"MaskedNoise must have d={self.d} ciphertexts, got {len(message.ciphertexts)}")
+            nb = self.params.noise_blocks(self.d, self.res.secrets.paillier.public.bits)
+            require(len(message.ciphertexts) == nb, Problem.MALFORMED, f"MaskedNoise must have {nb} ciphertexts (d={self.d} packed), got {len(message.ciphertexts)}")
         elif self.d and isinstance(message, (pb.ResharePiece, pb.PublishedShare)):
             data = message.piece if isinstance(message, pb.ResharePiece) else message.share
             require(len(data) == 16 * self.d, Problem.MALFORMED, f"{type(message).__name__} must be {16 * self.d} bytes (d={self.d} × 16), got {len(data)}")
@@ -205,7 +207,8 @@ class CuratorMachine(Machine):
         w = [u[self._pi2[k]] for k in range(K)]  # π2⁻¹(u): entry at π1-position k
         zeta = self.res.secrets.paillier.public
         srng = self.rng.child("selection")
-        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, srng, ops=self.ops)) for x in w])
+        sk = self.res.secrets.paillier  # Charlie holds ζ's factors: fresh r^N′ by CRT
+        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, factor=sk.random_factor(srng), ops=self.ops)) for x in w])
         self.stages.enter("stage2")
         self.state = "AWAIT_MASKED_NOISE"
         return [Send(Peer("party", p), sel) for p in prm.parties]
@@ -216,10 +219,16 @@ class CuratorMachine(Machine):
         DISTRIBUTED_GAUSSIAN: the plaintext is σ̄·Σz̄ + s at scale 2^(f+g); c_0 = ⌊(σ̄·Σz̄ + s)/2^g⌋, already K·η."""
         prm = self.params
         msg = self._take(pb.MaskedNoise, prm.parties[0])
-        require(len(msg.ciphertexts) == self.d, Problem.MALFORMED, f"MaskedNoise must have d={self.d} ciphertexts, got {len(msg.ciphertexts)}")
         zeta = self.res.secrets.paillier
+        slots, width = prm.noise_slots(zeta.public.bits), prm.noise_slot_bits
+        nb = prm.noise_blocks(self.d, zeta.public.bits)
+        require(len(msg.ciphertexts) == nb, Problem.MALFORMED, f"MaskedNoise must have {nb} ciphertexts (d={self.d} packed), got {len(msg.ciphertexts)}")
         self.stages.enter("stage3")
-        plain = [zeta.decrypt(_parse(zeta.public, c), self.ops) for c in msg.ciphertexts]
+        plain: list[int] = []
+        for b, c in enumerate(msg.ciphertexts):  # slot k of block b is coordinate b·slots + k (packing.py)
+            values = packing.unpack(zeta.decrypt(_parse(zeta.public, c), self.ops), min(slots, self.d - b * slots), width)
+            require(values is not None, Problem.MALFORMED, "masked noise is out of range")
+            plain += values or []
         require(all(0 < v < 1 << (prm.eta_bits + prm.kappa + 2) for v in plain), Problem.MALFORMED, "masked noise is out of range")
         q = prm.ring_modulus
         c0 = [(v >> prm.truncate_bits) % q for v in plain] if prm.distributed else [prm.K * v % q for v in plain]

@@ -153,6 +153,20 @@ class PathakParams:
         return pathak_noise.SIGMA_FRAC_BITS + self.calibration.z_frac_bits if self.distributed else 0
 
     @property
+    def noise_slot_bits(self) -> int:
+        """B: bits of one slot of a packed noise plaintext (S2.4–S3.2); η̄_i + s_i ∈ (0, 2^(eta_bits+κ+2))."""
+        return self.eta_bits + self.kappa + 2
+
+    def noise_slots(self, modulus_bits: int) -> int:
+        """Coordinates per ζ ciphertext: slots·B ≤ bits(N′) − 1, so a packed plaintext never wraps mod N′."""
+        return max(1, (modulus_bits - 1) // self.noise_slot_bits)
+
+    def noise_blocks(self, d: int, modulus_bits: int) -> int:
+        """Ciphertexts in NoiseChain and MaskedNoise: ⌈d / slots⌉."""
+        slots = self.noise_slots(modulus_bits)
+        return (d + slots - 1) // slots
+
+    @property
     def ring_modulus(self) -> int:
         return 1 << RING_BITS
 

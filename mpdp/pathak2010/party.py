@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 
 from mpdp.learn import logreg
+from mpdp.learn.model_cache import LocalModel
 from mpdp.math import comparison, sharing
 from mpdp.math.fixedpoint import EncodingOverflow
+from mpdp.pathak2010 import packing
 from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
 from mpdp.messages import pathak2010_pb2 as pb
 from mpdp.pathak2010 import states, tournament
@@ -26,6 +28,11 @@ from mpdp.math.opcount import OpCounter
 from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Record, Send, StageClock, require
 
 
+CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (§1.2); with the solver's settings below, part of the model cache's key
+FIT_TOL = 1e-10
+FIT_MAX_ITER = 100
+
+
 class PartyMachine(Machine):
     ROLE = "party"
     STATES = states.PARTY_STATES
@@ -33,7 +40,11 @@ class PartyMachine(Machine):
     TABLE = states.PARTY_TABLE
     PARTICIPANTS = frozenset({"curator", "party"})
 
-    def __init__(self, name: str, announcement: pb.JobAnnouncement, X: np.ndarray, y: np.ndarray, resources: PartyResources) -> None:
+    def __init__(
+        self, name: str, announcement: pb.JobAnnouncement, X: np.ndarray | None, y: np.ndarray | None, resources: PartyResources, *, local: LocalModel | None = None
+    ) -> None:
+        """``local``: ŵ_j and n_j from the party's model cache (:mod:`mpdp.learn.model_cache`), the same values
+        :func:`train_local` would return for X, y (then X and y may be None)."""
         super().__init__(announcement.job_id, Peer("party", name))
         self.params = PathakParams.from_spec(announcement.job_id, announcement.spec)
         if name not in self.params.parties:
@@ -54,18 +65,23 @@ class PartyMachine(Machine):
         )
         self.stages = StageClock(resources.clock)
         self.stages.enter("local_training")
-        # Local training in-process (§1.2): rows clipped to the unit ball, labels ±1.
-        Xc = logreg.clip_rows(np.asarray(X, dtype=np.float64))
-        labels = np.asarray(y, dtype=np.float64)
-        self.n = int(Xc.shape[0])
-        self.d = int(Xc.shape[1])
+        if local is None:
+            if X is None or y is None:
+                raise ValueError("a party machine needs its records or a cached local model")
+            n_rows = int(np.asarray(X).shape[0])
+            if n_rows >= 1 << self.params.size_bits:  # refused before training, as with a cached model
+                raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {n_rows} rows, above the job's public bound 2^{self.params.size_bits}")
+            local = train_local(X, y, self.params)
+        self.n = local.n
+        self.d = local.d
         if self.n >= 1 << self.params.size_bits:
             raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {self.n} rows, above the job's public bound 2^{self.params.size_bits}")
-        self.w = logreg.fit(Xc, labels, self.params.calibration.lam, self.params.calibration.convention)
+        self.w = np.array(local.w, dtype=np.float64)
         self.stages.enter("setup")
         self.party_key: KeyPair | None = None
         self.pi1: list[int] | None = None
         self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s
+        self._psi: list[int] = []  # ψ_j, packed, while the chain from P_{j+1} is awaited (S2.4)
         self.own_piece: list[int] | None = None
         self.noise: np.ndarray | None = None  # η_j (DISTRIBUTED_GAUSSIAN: z_j), kept for tests (sentinel, equivalence, collusion)
         self.noise_units: int | None = None  # σ̄_j (DISTRIBUTED_GAUSSIAN)
@@ -107,14 +123,11 @@ class PartyMachine(Machine):
             need = [(pb.SelectionVector, CURATOR.name)]
             if self.params.distributed:
                 return need + ([(pb.NoiseScaleShare, n) for n in p[1:]] if self.j == 0 else [])
-            if self.j < self.K - 1:
-                need.append((pb.NoiseChain, p[self.j + 1]))
             return need
         if state == "AWAIT_NOISE_SCALE":
-            need = [(pb.NoiseScale, p[0])]
-            if self.j < self.K - 1:
-                need.append((pb.NoiseChain, p[self.j + 1]))
-            return need
+            return [(pb.NoiseScale, p[0])]
+        if state == "AWAIT_NOISE_CHAIN":  # ψ_j is made before the chain arrives: the K parties compute at once
+            return [(pb.NoiseChain, p[self.j + 1])]
         if state == "AWAIT_RESHARE_PIECES":
             need = [(pb.ResharePiece, CURATOR.name)]
             need += [(pb.ResharePiece, n) for n in p if n != self.me.name]
@@ -125,7 +138,8 @@ class PartyMachine(Machine):
         if isinstance(message, pb.SelectionVector):
             require(len(message.ciphertexts) == self.K, Problem.MALFORMED, f"SelectionVector must have K={self.K} ciphertexts, got {len(message.ciphertexts)}")
         elif isinstance(message, pb.NoiseChain):
-            require(len(message.ciphertexts) == self.d, Problem.MALFORMED, f"NoiseChain must have d={self.d} ciphertexts, got {len(message.ciphertexts)}")
+            nb = self._noise_blocks()
+            require(len(message.ciphertexts) == nb, Problem.MALFORMED, f"NoiseChain must have {nb} ciphertexts (d={self.d} packed), got {len(message.ciphertexts)}")
         elif isinstance(message, pb.ResharePiece):
             require(len(message.piece) == 16 * self.d, Problem.MALFORMED, f"ResharePiece must be {16 * self.d} bytes (d={self.d} × 16), got {len(message.piece)}")
         elif isinstance(message, (pb.NoiseScaleShare, pb.NoiseScale)):
@@ -202,7 +216,8 @@ class PartyMachine(Machine):
         a = int.from_bytes(share.a, "big")
         require(a < 1 << self.params.L, Problem.MALFORMED, f"size share exceeds 2^{self.params.L}")
         xi = self.party_key.public
-        out: list[Output] = [Send(CURATOR, pb.EncryptedSizeShare(job_id=self.job_id, ciphertext=xi.to_bytes(xi.encrypt(a, self.rng, ops=self.ops))))]
+        factor = self.party_key.random_factor(self.rng)  # every party holds ξ's factors (S1.1): r^N by CRT
+        out: list[Output] = [Send(CURATOR, pb.EncryptedSizeShare(job_id=self.job_id, ciphertext=xi.to_bytes(xi.encrypt(a, factor=factor, ops=self.ops))))]
         if self.j == 0:
             ordered: list[bytes] = [b""] * self.K
             zeta = self.res.curator_keys.paillier
@@ -283,8 +298,16 @@ class PartyMachine(Machine):
             raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, f"noise magnitude {np.max(np.abs(eta)):.3g} does not fit the encoding; the job cannot release")
         self.noise = eta
         eta_bar = prm.ring.to_int(eta, float(2**NOISE_INT_BITS))
-        psi = [zeta.rerandomize(zeta.mul_plain(v_j, e, self.ops), self.res.zeta_pool.take(), self.ops) for e in eta_bar]
-        return self._chain(psi)
+        return self._chain(self._packed_psi(v_j, eta_bar))
+
+    def _noise_blocks(self) -> int:
+        return self.params.noise_blocks(self.d, self.res.curator_keys.paillier.bits)
+
+    def _packed_psi(self, base: int, exponents: list[int]) -> list[int]:
+        """S2.4: ψ_j = base^{e}·ζ(0), packed (:mod:`mpdp.pathak2010.packing`): one re-randomised ciphertext per block."""
+        prm, zeta = self.params, self.res.curator_keys.paillier
+        packed = packing.scalar_powers(zeta, base, exponents, prm.noise_slot_bits, prm.noise_slots(zeta.bits), self.ops)
+        return [zeta.rerandomize(c, self.res.zeta_pool.take(), self.ops) for c in packed]
 
     def _noise_scale_share(self, v_j: int) -> list[Output]:
         """S2.2′: ζ(v_j·σ̄_j), σ̄_j = ⌈K·σ(n_j)·2^(f+32)⌉ (pathak_noise.noise_units); P1 sums them into ζ(σ̄) (S2.3′)."""
@@ -317,17 +340,28 @@ class PartyMachine(Machine):
             raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "a noise factor does not fit the encoding; the job cannot release")
         self.noise = z
         fz = cal.z_frac_bits
-        psi = [zeta.rerandomize(zeta.mul_plain(scale, round_scaled(float(x), fz), self.ops), self.res.zeta_pool.take(), self.ops) for x in z]
-        return self._chain(psi)
+        return self._chain(self._packed_psi(scale, [round_scaled(float(x), fz) for x in z]))
 
     def _chain(self, psi: list[int]) -> list[Output]:
-        """S2.4 and S3.1: multiply in the chain from P_{j+1}; pass it on, or (P1) mask it for Charlie."""
+        """S2.4: ψ_j is ready; P_K starts the chain, every other party awaits the chain from P_{j+1}."""
+        if self.j < self.K - 1:
+            self._psi = psi
+            self.state = "AWAIT_NOISE_CHAIN"
+            return []
+        return self._forward(psi)
+
+    def _step_await_noise_chain(self) -> list[Output]:
+        """S2.4: multiply the chain from P_{j+1} into ψ_j."""
+        zeta = self.res.curator_keys.paillier
+        psi = self._psi
+        chain = self._take(pb.NoiseChain, self.params.parties[self.j + 1])
+        require(len(chain.ciphertexts) == len(psi), Problem.MALFORMED, f"NoiseChain must have {len(psi)} ciphertexts (d={self.d} packed), got {len(chain.ciphertexts)}")
+        return self._forward([zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)])
+
+    def _forward(self, psi: list[int]) -> list[Output]:
+        """S2.4 and S3.1: pass the chain on, or (P1) mask it for Charlie; then re-share."""
         prm = self.params
         zeta = self.res.curator_keys.paillier
-        if self.j < self.K - 1:
-            chain = self._take(pb.NoiseChain, prm.parties[self.j + 1])
-            require(len(chain.ciphertexts) == self.d, Problem.MALFORMED, f"NoiseChain must have d={self.d} ciphertexts, got {len(chain.ciphertexts)}")
-            psi = [zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)]
         try:
             w_enc = prm.ring.to_int(self.w, MODEL_BOUND)
         except EncodingOverflow as e:
@@ -341,7 +375,8 @@ class PartyMachine(Machine):
             self.stages.enter("stage3")
             srng = self.rng.child("mask")
             s = [(1 << prm.eta_bits) + srng.randbits(prm.eta_bits + prm.kappa) for _ in range(self.d)]
-            masked = [zeta.add(p, zeta.encrypt(si, factor=self.res.zeta_pool.take(), ops=self.ops)) for p, si in zip(psi, s)]
+            s_blocks = packing.blocks(s, prm.noise_slots(zeta.bits))  # the mask packed like ψ: slot i carries s_i
+            masked = [zeta.add(p, zeta.encrypt(packing.pack(sb, prm.noise_slot_bits), factor=self.res.zeta_pool.take(), ops=self.ops)) for p, sb in zip(psi, s_blocks)]
             out = [Send(CURATOR, pb.MaskedNoise(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in masked]))]
             if prm.distributed:
                 self.c = [(w - (si >> prm.truncate_bits)) % q for w, si in zip(w_enc, s)]
@@ -393,6 +428,15 @@ class PartyMachine(Machine):
             Send(CURATOR, pb.PublishedShare(job_id=self.job_id, share=sharing.pack_ring(z, 128), paillier_ops=dict(self.ops), stage_seconds=self.stages.seconds)),
             Record(entry),
         ]
+
+
+def train_local(X: np.ndarray, y: np.ndarray, params: PathakParams) -> LocalModel:
+    """Local training (§1.2): rows clipped to the unit ball (:data:`CLIP_BOUND`), labels ±1, the exact argmin of
+    the job's regularised objective. Deterministic in (X, y, λ, convention): what the model cache keys on."""
+    Xc = logreg.clip_rows(np.asarray(X, dtype=np.float64), CLIP_BOUND)
+    labels = np.asarray(y, dtype=np.float64)
+    w = logreg.fit(Xc, labels, params.calibration.lam, params.calibration.convention, tol=FIT_TOL, max_iter=FIT_MAX_ITER)
+    return LocalModel(w, int(Xc.shape[0]))
 
 
 def round_scaled(x: float, bits: int) -> int:

@@ -5,8 +5,8 @@ of its last (``until``). Earlier is out of order (the peer could not legitimatel
 is out of order or a replay. The windows follow the protocol's causality, e.g. a ResharePiece can reach
 P_t only after Charlie's SelectionVector, which needs P_t's own MaskedSize, so P_t is at least in
 AWAIT_SELECTION; a NoiseScale (DISTRIBUTED_GAUSSIAN) leaves P1 only once every party's NoiseScaleShare is in,
-so every party is in AWAIT_NOISE_SCALE. NoiseChain's window spans both noise modes: SMALLEST_PARTY consumes it
-in AWAIT_SELECTION, DISTRIBUTED_GAUSSIAN in AWAIT_NOISE_SCALE. A step runs (joint event ``ready``) once every input it needs is in; where a step has
+so every party is in AWAIT_NOISE_SCALE. NoiseChain's window spans both noise modes: it is consumed in
+AWAIT_NOISE_CHAIN, which a party enters once its own ψ_j is made (so the K parties compute ψ at once). A step runs (joint event ``ready``) once every input it needs is in; where a step has
 two possible next states, the role's handler chooses (P1 leads, the others follow). Stage 1's tournament
 repeats the leader's AWAIT_COMPARISON and Charlie's AWAIT_BLINDED_COMPARISONS once per round: ComparisonBits and
 BlindedComparisons recur, each carrying its round (a copy of a round already taken is a REPLAY).
@@ -25,6 +25,7 @@ PARTY_STATES: tuple[str, ...] = (
     "AWAIT_COMPARISON",
     "AWAIT_SELECTION",
     "AWAIT_NOISE_SCALE",
+    "AWAIT_NOISE_CHAIN",
     "AWAIT_RESHARE_PIECES",
     "DONE",
     FAILED,
@@ -41,15 +42,16 @@ PARTY_TABLE: tuple[Row, ...] = (
     kept("SelectionVector", "curator", "AWAIT_SELECTION", "AWAIT_SELECTION"),
     kept("NoiseScaleShare", "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),  # DISTRIBUTED_GAUSSIAN, to P1 only
     kept("NoiseScale", "leader", "AWAIT_NOISE_SCALE", "AWAIT_NOISE_SCALE"),  # DISTRIBUTED_GAUSSIAN
-    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_SCALE"),  # consumed in AWAIT_SELECTION (SMALLEST_PARTY) or AWAIT_NOISE_SCALE
+    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_{j+1} may finish first: kept until ψ_j is made
     kept("ResharePiece", "curator|party", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),
     row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS|AWAIT_SIZE_SHARE"),  # P1 generates ξ, π1 itself
     row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
     row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),
     row("AWAIT_MASKED_SIZE_SHARE", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # P1 leads the comparisons
     row("AWAIT_COMPARISON", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # one tournament round per step; the last moves on
-    row("AWAIT_SELECTION", "ready", "self", "AWAIT_NOISE_SCALE|AWAIT_RESHARE_PIECES"),  # DISTRIBUTED_GAUSSIAN first fetches σ̄
-    row("AWAIT_NOISE_SCALE", "ready", "self", "AWAIT_RESHARE_PIECES"),
+    row("AWAIT_SELECTION", "ready", "self", "AWAIT_NOISE_SCALE|AWAIT_NOISE_CHAIN|AWAIT_RESHARE_PIECES"),  # DISTRIBUTED_GAUSSIAN first fetches σ̄; P_K starts the chain
+    row("AWAIT_NOISE_SCALE", "ready", "self", "AWAIT_NOISE_CHAIN|AWAIT_RESHARE_PIECES"),
+    row("AWAIT_NOISE_CHAIN", "ready", "self", "AWAIT_RESHARE_PIECES"),
     row("AWAIT_RESHARE_PIECES", "ready", "self", "DONE"),
     row(ANY, "JobAbort", "curator|party", FAILED),
 )

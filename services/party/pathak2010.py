@@ -13,14 +13,17 @@ import math
 from typing import TYPE_CHECKING
 
 from mpdp import accounting, limits
-from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
+from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema, schema_of
+from mpdp.learn import model_cache
+from mpdp.schema import SchemaError
+from mpdp.learn.model_cache import LocalModel, ModelCache
 from mpdp.data.loaders import DatasetError, to_pm1
 from mpdp.ledger import FAILED, RELEASED
 from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.paillier import PublicKey
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
-from mpdp.pathak2010.params import InvalidJob
-from mpdp.pathak2010.party import PartyMachine
+from mpdp.pathak2010.params import InvalidJob, PathakParams
+from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send
 from mpdp_services.common import config as cfgmod, errors, jobs, metrics
@@ -82,6 +85,36 @@ def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
     return jobs.hard_deadline(spec.deadline_seconds) if spec.deadline_seconds > 0 else default
 
 
+def local_model_key(ds: cfgmod.DatasetConfig, params: PathakParams) -> str:
+    """The model cache's key (:mod:`mpdp.learn.model_cache`): every input that changes ŵ_j. The data and
+    schema files by content, how the file is read, the schema's canonical digest, λ and the objective's
+    convention, the clipping bound and the solver's settings, and the label encoding."""
+    schema = ds.schema_file
+    try:
+        digests = (model_cache.file_digest(ds.path), model_cache.file_digest(schema) if schema is not None else "", schema_sha256_of(ds))
+    except (OSError, SchemaError) as e:
+        raise DatasetError(f"{ds.path}: {e}") from e
+    return model_cache.cache_key(
+        data_sha256=digests[0],
+        schema_file_sha256=digests[1],
+        schema_sha256=digests[2],
+        format=ds.format,
+        n_features=ds.n_features,
+        label_column=ds.label_column,
+        labels="to_pm1" if schema is None else "schema",
+        lam=float(params.calibration.lam),
+        convention=params.calibration.convention,
+        clip_bound=CLIP_BOUND,
+        fit_tol=FIT_TOL,
+        fit_max_iter=FIT_MAX_ITER,
+    )
+
+
+def schema_sha256_of(ds: cfgmod.DatasetConfig) -> str:
+    schema = schema_of(ds)
+    return schema.sha256() if schema is not None else ""
+
+
 def pathak_entry(machine: PartyMachine) -> dict:
     """What a Pathak job charges: the guarantee the release really gives (:meth:`PathakCalibration.guarantee`;
     in paper mode √d·ε/(2K), not the nominal ε), the same figures the machine's DONE record carries.
@@ -110,6 +143,7 @@ class PathakParty(pb_grpc.PartyServicer):
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.keys: CuratorPublicKeys | None = None
         self.precompute: Precompute | None = None
+        self.models = ModelCache(self.cfg.model_cache_entries, self.cfg.model_cache_dir)
 
     def start(self, keys: CuratorPublicKeys) -> None:
         """Charlie's public keys (from registration, or a newer announcement): fresh resources and pools."""
@@ -194,8 +228,17 @@ class PathakParty(pb_grpc.PartyServicer):
         await hosted.start(machine.start())
 
     def _build(self, request: pb.JobAnnouncement, ds: cfgmod.DatasetConfig) -> PartyMachine:
+        """The job's machine, with ŵ_j from the model cache when this data file and learner setting were seen."""
+        params = PathakParams.from_spec(request.job_id, request.spec)
+        key = local_model_key(ds, params)
+        local = self.models.get(key)
+        if local is not None:
+            return PartyMachine(self.cfg.name, request, None, None, self.resources, local=local)
         data = load_dataset(ds, name=request.spec.dataset)
-        return PartyMachine(self.cfg.name, request, data.X, to_pm1(data.y), self.resources)
+        machine = PartyMachine(self.cfg.name, request, data.X, to_pm1(data.y), self.resources)
+        if local_model_key(ds, params) == key:  # the file did not change while it was read
+            self.models.put(key, LocalModel(machine.w, machine.n))
+        return machine
 
     # -- every other step ------------------------------------------------------------------------
     async def _deliver(self, request, context) -> common_pb2.Ack:

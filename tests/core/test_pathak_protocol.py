@@ -22,6 +22,7 @@ from mpdp.learn import logreg
 from mpdp.math import sharing
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+from mpdp.pathak2010 import packing
 from mpdp.pathak2010.driver import make_spec
 from tests.pathak_helpers import run_test_job as run_job
 from mpdp.pathak2010.mechanism import draw_aggregate, local_model, party_rng
@@ -169,6 +170,10 @@ def test_transcripts_hide_sizes_models_noise_and_pi1(small_secrets):
         seen |= _ints_in(m)
         if isinstance(m, (pb.SizeRemainders, pb.MaskedNoise)):
             seen |= {zeta.decrypt(int.from_bytes(c, "big")) for c in m.ciphertexts}
+        if isinstance(m, pb.MaskedNoise):  # and every slot of the packed η̄ + s
+            prm, slots = r.curator.params, r.curator.params.noise_slots(zeta.public.bits)
+            for b, c in enumerate(m.ciphertexts):
+                seen |= set(packing.unpack(zeta.decrypt(int.from_bytes(c, "big")), min(slots, r.curator.d - b * slots), prm.noise_slot_bits) or [])
     assert not (seen & sizes)
     assert not (seen & a_values)
     assert not (seen & model_words)
