@@ -89,7 +89,9 @@ def test_concurrent_jobs_across_protocols_never_overspend(fed):
     # the ledger composes (docs/protocols/accounting.md): two Pathak jobs (Gaussian, δ = 1e-6) and one LMGC release
     # (pure ε) of ε = 4 compose to 7.9 at δ = 1e-3; one Pathak job with two LMGC releases to 10.5; all four to 11.9
     assert len(published) <= 3, f"{len(published)} jobs of ε = 4 published under a budget of {BUDGET}: {outcomes}"
-    assert published, f"nothing fitted the budget: {outcomes}"
+    # Not asserted: that one job publishes. Parties take spend requests in their own arrival order, so each job can
+    # be refused by some party (e.g. party-1 holds both LMGC releases and refuses the Pathak jobs, party-2 the
+    # reverse): every job then fails for budget, which _pathak and _lmgc check, and nothing is overspent.
     for p in PARTIES:
         ids = {e["job_id"] for e in ledger(fed, p)["entries"]}
         assert set(published) <= ids, f"{p}'s ledger misses a published job: {published} vs {ids}"
