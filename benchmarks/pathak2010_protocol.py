@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import tempfile
 import time
@@ -100,6 +101,10 @@ def main() -> None:
         s = r["stage_seconds"]
         ops = ", ".join(f"{k}={v}" for k, v in sorted(r["ops"].items()))
         print(f"{r['K']:>3} {r['d']:>4} {r['path']:<40} {r['seconds']:>8.2f} {s.get('setup', 0):>6.2f} {s.get('stage1', 0):>7.2f} {s.get('stage2', 0):>7.2f} {s.get('stage3', 0):>7.2f}  {ops}")
+    for K in sorted({r["K"] for r in rows}):
+        wall = sorted(r["seconds"] for r in rows if r["K"] == K and r["path"] == "sockets")
+        if wall:
+            print(f"K = {K}, sockets: median {statistics.median(wall):.2f} s of {len(wall)} jobs (min {wall[0]:.2f}, max {wall[-1]:.2f})")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=2))
 
