@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from mpdp.pathak2010 import driver
 from mpdp.pathak2010.resources import CuratorSecrets
 
@@ -18,3 +20,15 @@ def run_test_job(*args: Any, **kwargs: Any) -> driver.JobResult:
     kwargs.setdefault("test_mode", True)
     kwargs.setdefault("party_key_bits", 1024)
     return driver.run_job(*args, **kwargs)
+
+
+def party_data(sizes: list[int], d: int = 4, seed: int = 0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Parties p1, p2, … with the given row counts: Gaussian rows, labels from the first feature plus noise
+    (public simulation data)."""
+    g = np.random.default_rng(seed)
+    out = {}
+    for i, n in enumerate(sizes):
+        X = g.normal(size=(n, d))
+        y = np.where(X[:, 0] + 0.5 * g.normal(size=n) > 0, 1.0, -1.0)
+        out[f"p{i + 1}"] = (X, y)
+    return out

@@ -19,17 +19,11 @@ from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010 import tournament
 from mpdp.pathak2010.driver import make_spec
-from tests.pathak_helpers import run_test_job as run_job
+from tests.pathak_helpers import party_data, run_test_job as run_job
 
 
 def _data(sizes, d=2, seed=0):
-    g = np.random.default_rng(seed)
-    out = {}
-    for i, n in enumerate(sizes):
-        X = g.normal(size=(n, d))
-        y = np.where(X[:, 0] + 0.5 * g.normal(size=n) > 0, 1.0, -1.0)
-        out[f"p{i + 1}"] = (X, y)
-    return out
+    return party_data(sizes, d, seed)
 
 
 @pytest.mark.parametrize("K", list(range(1, 18)) + [31, 32, 33, 50, 64])
