@@ -107,8 +107,8 @@ class CuratorMachine(Machine):
         K = self.params.K
         if isinstance(message, pb.SizeRemainders):
             require(len(message.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(message.ciphertexts)}")
-        elif isinstance(message, pb.BlindedComparisons) and self.state == "AWAIT_BLINDED_COMPARISONS":
-            _check_round(message.round, self._round)
+        elif isinstance(message, pb.BlindedComparisons) and self.state in ("AWAIT_BLINDED_COMPARISONS", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"):
+            _check_round(message.round, self._round)  # after the last round, a copy of any round is a REPLAY
             n = len(tournament.pairs(self._positions)) * self.params.compare_bits
             require(len(message.ciphertexts) == n, Problem.MALFORMED, f"BlindedComparisons must carry {n} ciphertexts, got {len(message.ciphertexts)}")
         elif self.d and isinstance(message, pb.MaskedNoise):
