@@ -86,6 +86,7 @@ class ModelCache:
         self.misses = 0
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(self.directory, 0o700)  # one that already existed (umask 022) holds the models too
 
     def __len__(self) -> int:
         return len(self._items)
@@ -133,11 +134,13 @@ class ModelCache:
         try:
             raw = json.loads(path.read_text())
             w = np.array([float.fromhex(x) for x in raw["w"]], dtype=np.float64)
-            model = LocalModel(w, int(raw["n"]))
+            n = raw["n"]
+            ok = raw["key"] == key and type(n) is int and n >= 1 and w.ndim == 1 and w.size >= 1 and bool(np.all(np.isfinite(w)))
         except (OSError, ValueError, KeyError, TypeError):
             return None  # absent or unreadable: a miss, and the fit writes a fresh copy
-        if raw.get("key") != key or model.n < 1 or w.ndim != 1 or not np.all(np.isfinite(w)):
-            return None
+        if not ok:
+            return None  # damaged (no coefficients, n not a positive integer, non-finite ŵ): a miss
+        model = LocalModel(w, n)
         model.w.setflags(write=False)
         return model
 

@@ -8,6 +8,7 @@ positions. States are named for what he awaits next; the table is
 
 from __future__ import annotations
 
+from mpdp import limits
 from mpdp.math import comparison, sharing
 from mpdp.math.opcount import OpCounter
 from mpdp.pathak2010 import packing
@@ -105,10 +106,12 @@ class CuratorMachine(Machine):
 
     def _check_shape(self, message) -> None:
         K = self.params.K
-        if isinstance(message, pb.SizeRemainders):
+        if isinstance(message, pb.JobAcceptance):  # d sizes every later step and the call deadlines (limits table)
+            require(message.dimension <= limits.MAX_PATHAK_DIMENSION, Problem.MALFORMED, f"JobAcceptance dimension {message.dimension} exceeds {limits.MAX_PATHAK_DIMENSION}")
+        elif isinstance(message, pb.SizeRemainders):
             require(len(message.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(message.ciphertexts)}")
-        elif isinstance(message, pb.BlindedComparisons) and self.state == "AWAIT_BLINDED_COMPARISONS":
-            _check_round(message.round, self._round)
+        elif isinstance(message, pb.BlindedComparisons) and self.state in ("AWAIT_BLINDED_COMPARISONS", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"):
+            _check_round(message.round, self._round)  # after the last round, a copy of any round is a REPLAY
             n = len(tournament.pairs(self._positions)) * self.params.compare_bits
             require(len(message.ciphertexts) == n, Problem.MALFORMED, f"BlindedComparisons must carry {n} ciphertexts, got {len(message.ciphertexts)}")
         elif self.d and isinstance(message, pb.MaskedNoise):

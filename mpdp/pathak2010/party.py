@@ -145,8 +145,10 @@ class PartyMachine(Machine):
         elif isinstance(message, (pb.NoiseScaleShare, pb.NoiseScale)):
             require(self.params.distributed, Problem.WRONG_ROLE, f"{type(message).__name__} belongs to DISTRIBUTED_GAUSSIAN jobs only")
             require(self.j == 0 or isinstance(message, pb.NoiseScale), Problem.WRONG_ROLE, "NoiseScaleShare goes to P1 only")
-        elif isinstance(message, pb.ComparisonBits):
-            self._check_comparison_bits(message)
+        elif isinstance(message, (pb.ComparisonBits, pb.MaskedSize)):
+            require(self.j == 0, Problem.WRONG_ROLE, f"{type(message).__name__} goes to the leader (P1) only")
+            if isinstance(message, pb.ComparisonBits):
+                self._check_comparison_bits(message)
         elif isinstance(message, pb.PartySecrets):
             require(sharing.is_permutation(list(message.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
 

@@ -80,3 +80,26 @@ def test_cached_model_equals_training(tmp_path: Path) -> None:
     assert a.n == b.n == 60 and np.array_equal(a.w, b.w)
     assert not np.array_equal(a.w, train_local(X, to_pm1(y), _params(lam=0.05)).w)
     assert len(file_digest(path)) == 64
+
+
+def test_existing_directory_is_made_private(tmp_path: Path) -> None:
+    """A cache directory that already exists (made by a deploy script under umask 022) is narrowed to 0700."""
+    d = tmp_path / "models"
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o755)
+    ModelCache(2, d)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("body", [
+    '{"key": "K", "n": 5, "w": []}',  # no coefficients: d = 0
+    '{"key": "K", "n": 5.9, "w": ["0x1.0p+0"]}',  # n not an integer
+    '{"key": "K", "n": true, "w": ["0x1.0p+0"]}',
+    '{"key": "K", "n": 5, "w": [["0x1.0p+0"]]}',
+    '["K", 5]',
+])
+def test_damaged_durable_copy_is_a_miss(tmp_path: Path, body: str) -> None:
+    key = cache_key(case="damaged")
+    cache = ModelCache(2, tmp_path)
+    (tmp_path / f"{key}.json").write_text(body.replace('"K"', f'"{key}"'))
+    assert cache.get(key) is None and cache.misses == 1

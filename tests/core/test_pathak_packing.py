@@ -81,3 +81,28 @@ def test_crt_random_factor_is_the_public_one() -> None:
         f = key.random_factor(Drbg.from_seed(seed))
         assert f == key.public.random_factor(Drbg.from_seed(seed))
         assert key.decrypt(key.public.encrypt(1234, factor=f)) == 1234
+
+
+@pytest.mark.parametrize("case", ["n_squared", "zero", "zero_slot", "extra_block", "chain_extra_block", "chain_n_squared"])
+def test_out_of_range_blocks_are_malformed(small_secrets, case: str) -> None:
+    """A block ≥ N² or 0, a slot holding 0 (outside (0, 2^B)), one block too many in MaskedNoise or in a
+    NoiseChain link: each fails the job MALFORMED, never decodes into a release."""
+    data = _data([20, 30, 25], seed=7)
+    zeta = small_secrets.paillier.public
+
+    def hostile(sender, to, msg):
+        if case.startswith("chain") != isinstance(msg, pb.NoiseChain) or not isinstance(msg, (pb.MaskedNoise, pb.NoiseChain)):
+            return msg
+        if case in ("n_squared", "chain_n_squared"):
+            msg.ciphertexts[0] = zeta.nsquare.to_bytes(zeta.ciphertext_bytes, "big")
+        elif case == "zero":
+            msg.ciphertexts[0] = bytes(zeta.ciphertext_bytes)
+        elif case == "zero_slot":
+            msg.ciphertexts[0] = zeta.to_bytes(zeta.encrypt(0, Drbg.from_seed(b"z")))
+        else:
+            msg.ciphertexts.append(msg.ciphertexts[0])
+        return msg
+
+    r = run_test_job(data, driver.make_spec(list(data), 1.0, 0.3, "corrected", b"hostile"), small_secrets, party_key_bits=768, tamper=hostile)
+    assert r.model is None and r.error is not None
+    assert r.error.problem == common_pb2.MALFORMED

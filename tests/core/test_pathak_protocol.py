@@ -275,3 +275,20 @@ def test_fuzzed_messages_give_protocol_errors_only(small_secrets):
             # a flipped job id makes the message another job's: refused without touching this job, which then
             # waits (a served job fails at its deadline); any other refusal of a participant's message fails it
             assert [e.problem for _, _, e in r.rejections] == [common_pb2.UNKNOWN_JOB] and not r.curator.terminal
+
+
+def test_curator_refuses_a_dimension_above_the_limit(small_secrets):
+    """JobAcceptance.dimension is bounded by limits.MAX_PATHAK_DIMENSION (its row in the limits table): parties that
+    agree on a larger d fail the job MALFORMED instead of sizing Charlie's per-call deadlines to decades."""
+    from mpdp.limits import MAX_PATHAK_DIMENSION
+    from mpdp.pathak2010.curator import CuratorMachine
+    from mpdp.pathak2010.params import PathakParams
+    from mpdp.pathak2010.resources import CuratorResources
+    from mpdp.protocol import Peer, RemoteProtocolError
+
+    spec = make_spec(["p1", "p2"], 1.0, 0.1, "corrected")
+    cm = CuratorMachine(PathakParams.from_spec("j", spec), spec, {}, CuratorResources(Drbg.from_seed(1), small_secrets, True))
+    cm.start()
+    with pytest.raises(RemoteProtocolError) as e:
+        cm.receive(Peer("party", "p1"), pb.JobAcceptance(job_id="j", dimension=MAX_PATHAK_DIMENSION + 1))
+    assert e.value.problem == common_pb2.MALFORMED and cm.state == "FAILED"

@@ -185,3 +185,59 @@ def test_call_deadline_is_sized_from_the_work():
     assert k64.call_seconds(123, 4096) == pytest.approx(8 * k64.call_seconds(123, 2048))
     assert k50.step_work(123)[1] == 3 * 25 * k50.compare_bits
     assert k50.call_seconds(123, 2048) >= 2 * k50.step_work(123)[1] * DGK_OP_SECONDS
+
+
+@pytest.mark.parametrize("kind", ["ComparisonBits", "MaskedSize"])
+def test_comparison_bits_reaching_another_party_is_wrong_role(small_secrets, kind):
+    """Only the leader takes ComparisonBits and MaskedSize: a copy sent to P2 (in its window for them) is refused
+    WRONG_ROLE, not kept in P2's inbox (as a NoiseScaleShare reaching anyone but P1 is)."""
+    from mpdp.protocol import Peer
+
+    from mpdp.protocol import CURATOR, ProtocolError
+
+    data = _data([30, 22, 41], seed=7)
+    seen: list[int] = []
+
+    def inject(result):
+        p2 = result.parties.get("p2")
+        if seen or p2 is None or p2.state != "AWAIT_MASKED_SIZE_SHARE":
+            return
+        K, ell = 3, p2.params.compare_bits
+        bits = pb.ComparisonBits(job_id=p2.job_id, bit_length=ell, ciphertexts=[b"\x01"] * ell, round=0, positions=range(K))
+        sender, msg = (CURATOR, bits) if kind == "ComparisonBits" else (Peer("party", "p3"), pb.MaskedSize(job_id=p2.job_id, value=b"\x01"))
+        try:
+            p2.receive(sender, msg)
+            seen.append(-1)
+        except ProtocolError as e:
+            seen.append(e.problem)
+
+    run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", b"stray"), small_secrets, party_key_bits=768, before_each=inject)
+    assert seen == [common_pb2.WRONG_ROLE]
+
+
+def test_a_late_copy_of_the_last_round_is_a_replay_at_charlie(small_secrets):
+    """The last round's BlindedComparisons sent again after Charlie moved on is a REPLAY (as at the leader), not
+    STEP_OUT_OF_ORDER."""
+    from mpdp.protocol import ProtocolError
+
+    data = _data([30, 22, 41], seed=8)
+    seen: list[int] = []
+    last: list[tuple] = []
+
+    def tamper(sender, to, msg):
+        if isinstance(msg, pb.BlindedComparisons):
+            last[:] = [(sender, pb.BlindedComparisons.FromString(msg.SerializeToString()))]
+        return msg
+
+    def inject(result):
+        c = result.curator
+        if seen or not last or c.state != "AWAIT_MASKED_NOISE" or last[0][1].round != tournament.rounds(3) - 1:
+            return
+        try:
+            c.receive(*last[0])
+            seen.append(-1)
+        except ProtocolError as e:
+            seen.append(e.problem)
+
+    run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", b"late"), small_secrets, party_key_bits=768, tamper=tamper, before_each=inject)
+    assert seen == [common_pb2.REPLAY]
