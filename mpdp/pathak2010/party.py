@@ -15,10 +15,9 @@ from mpdp.learn import logreg
 from mpdp.learn.model_cache import LocalModel
 from mpdp.math import comparison, sharing
 from mpdp.math.fixedpoint import EncodingOverflow
-from mpdp.pathak2010 import packing
 from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
 from mpdp.messages import pathak2010_pb2 as pb
-from mpdp.pathak2010 import states, tournament
+from mpdp.pathak2010 import packing, states, tournament
 from mpdp.pathak2010.mechanism import party_rng
 from mpdp.dp.pathak_noise import Z_INT_BITS, NoiseOverflow
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
@@ -65,17 +64,15 @@ class PartyMachine(Machine):
         )
         self.stages = StageClock(resources.clock)
         self.stages.enter("local_training")
+        if local is None and (X is None or y is None):
+            raise ValueError("a party machine needs its records or a cached local model")
+        n_rows = local.n if local is not None else int(np.asarray(X).shape[0])
+        if n_rows >= 1 << self.params.size_bits:  # refused before any training
+            raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {n_rows} rows, above the job's public bound 2^{self.params.size_bits}")
         if local is None:
-            if X is None or y is None:
-                raise ValueError("a party machine needs its records or a cached local model")
-            n_rows = int(np.asarray(X).shape[0])
-            if n_rows >= 1 << self.params.size_bits:  # refused before training, as with a cached model
-                raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {n_rows} rows, above the job's public bound 2^{self.params.size_bits}")
-            local = train_local(X, y, self.params)
+            local = train_local(X, y, self.params)  # type: ignore[arg-type]
         self.n = local.n
         self.d = local.d
-        if self.n >= 1 << self.params.size_bits:
-            raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {self.n} rows, above the job's public bound 2^{self.params.size_bits}")
         self.w = np.array(local.w, dtype=np.float64)
         self.stages.enter("setup")
         self.party_key: KeyPair | None = None

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING
 
 from mpdp import accounting, limits
 from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema, schema_of
-from mpdp.learn import model_cache
-from mpdp.schema import SchemaError
-from mpdp.learn.model_cache import LocalModel, ModelCache
 from mpdp.data.loaders import DatasetError, to_pm1
+from mpdp.learn import model_cache
+from mpdp.learn.model_cache import LocalModel, ModelCache
 from mpdp.ledger import FAILED, RELEASED
 from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.paillier import PublicKey
@@ -25,6 +24,7 @@ from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc 
 from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachine
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
+from mpdp.schema import SchemaError
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send
 from mpdp_services.common import config as cfgmod, errors, jobs, metrics
 from mpdp_services.common.errors import shown
