@@ -9,10 +9,13 @@ over the DCA client machine), so it has no machine of its own here; the DCA job'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from mpdp.messages import contribution_pb2 as pb
 from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, RemoteProtocolError, Send, row
+
+if TYPE_CHECKING:
+    from mpdp.dca.params import DcaParams
 
 ASK, AWAIT_RECEIPTS, DONE = "ASK", "AWAIT_RECEIPTS", "DONE"
 INTERNAL_FAILURE = "internal error (see the curator's log)"
@@ -104,3 +107,25 @@ class ContributionRound(Machine):
             return e.notices
         self.state = DONE
         return [Publish(pb.ContributionSummary(receipts=[self.receipts[p] for p in parties]))]
+
+
+def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = None) -> None:
+    """The DCA job ``params`` is a round of exactly ``parties`` (and of ``me``, a party checking for itself):
+    a DP sum whose roster names these parties and no one else, so N = |parties|. Raises ValueError otherwise.
+
+    Why this is enough against a curator or operator who sets N and the roster: each client adds noise of variance
+    σ²_std/(N − T − 1), and a release needs at least N − T clients that reached every compute node. A compute node
+    takes a named client's share only over that client's own certificate (no relaying), so every delivered slot is a
+    party's own, and a roster padded with invented ids would only add missing clients, bounded by T like any other
+    (docs/protocols/dca.md, "Rosters"). Checking that the roster *is* the round's parties closes the rest: N cannot
+    be inflated to shrink each party's noise slice, nor a slot squatted by a party that was not asked."""
+    if params.secure_sum:
+        raise ValueError("the DCA job adds no noise; statistics are contributed to DP sums only")
+    if params.roster_range is not None or not params.roster:
+        raise ValueError("the DCA job must name its clients: its roster must be the round's parties")
+    if len(set(parties)) != len(parties) or not parties:
+        raise ValueError("the round must name distinct parties")
+    if len(params.roster) != len(parties) or set(params.roster) != set(parties):
+        raise ValueError(f"the DCA job's roster (N = {params.clients}) is not the round's {len(parties)} parties")
+    if me is not None and me not in params.roster:
+        raise ValueError("this party is not on the DCA job's roster")

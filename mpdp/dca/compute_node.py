@@ -74,6 +74,9 @@ class ComputeNodeMachine(DcaMachine):
         self._peers = [p for p in range(params.M) if p != self.k]
         self._book = ClientBook(params.M, self.k, self.d, roster_for(params))
         self.by_index = self._book.closed  # a roster job: nodes name clients by roster index
+        # A roster that names its clients (a list, not a range) names federation identities: each such client
+        # submits over its own certificate and nobody relays for it, so no slot can be filled by another caller.
+        self.named = bool(params.roster)
         self.received = 0  # |R_k|
         self.confirmed = 0  # clients folded into the running sum (every node holds them)
         self._running = np.zeros(self.d, dtype=np.uint64)
@@ -147,6 +150,8 @@ class ComputeNodeMachine(DcaMachine):
             return None
         ids = [s.client_id for s in shares]
         if any(s.job_id != self.job_id for s in shares) or (sender.role == "party" and any(c != sender.name for c in ids)):
+            return None
+        if self.named and sender.role != "party":
             return None
         if len(set(ids)) != n or not _short_ids(ids):
             return None
@@ -229,6 +234,7 @@ class ComputeNodeMachine(DcaMachine):
         cid = msg.client_id
         if sender.role == "party" and sender.name != cid:
             raise RemoteProtocolError(WRONG_ROLE, f"{sender} cannot submit for client {cid!r}")
+        self._check_relay(sender)
         look = self._book.lookup([cid])
         problem = self._client_problem(cid, int(look[0]))
         if problem:
@@ -260,7 +266,13 @@ class ComputeNodeMachine(DcaMachine):
             return REPLAY, f"client {cid!r} already submitted to node {self.me.name}"
         return None
 
+    def _check_relay(self, sender: Peer) -> None:
+        """A job whose roster names its clients takes each client's share over that client's own certificate only."""
+        if self.named and sender.role != "party":
+            raise RemoteProtocolError(WRONG_ROLE, f"job {self.job_id} names its clients: each submits over its own certificate, nobody relays")
+
     def _on_ShareBatch(self, sender: Peer, msg: pb.ShareBatch) -> list[Output]:
+        self._check_relay(sender)
         ids: list[str] | None = list(msg.client_ids)
         raw_idx = msg.client_indices
         look: np.ndarray | None = None
@@ -465,6 +477,7 @@ class ComputeNodeMachine(DcaMachine):
         w = int(sender.name)
         origin = Peer(msg.sender_role, msg.sender_name)
         require(origin.role in ("party", "operator"), WRONG_ROLE, f"{origin} cannot submit shares")
+        relayed = self.named and origin.role != "party"  # refused per client, as _check_relay does for a share
         ids: list[str] | None = list(msg.client_ids)
         raw = msg.client_indices
         if raw:
@@ -487,7 +500,7 @@ class ComputeNodeMachine(DcaMachine):
             clean = bool((valid >= 0).all()) and (n < 2 or bool(np.all(look[1:] > look[:-1])))
         else:
             clean = len(set(ids)) == n and _short_ids(ids) and not (self.by_index and bool((look < 0).any()))
-        clean = clean and n <= room and not bool(has.any()) and (origin.role != "party" or (n == 1 and (ids[0] if ids else self._book.roster.name(int(look[0]))) == origin.name))
+        clean = clean and not relayed and n <= room and not bool(has.any()) and (origin.role != "party" or (n == 1 and (ids[0] if ids else self._book.roster.name(int(look[0]))) == origin.name))
         for j in ([] if clean else range(n)):
             if ids is None:
                 i = int(look[j])
@@ -497,6 +510,8 @@ class ComputeNodeMachine(DcaMachine):
                 cid, key = ids[j], ids[j]
             if origin.role == "party" and cid != origin.name:  # a client submits for itself only (as in ClientShare)
                 problem: tuple[int, str] | None = (WRONG_ROLE, f"{origin} cannot submit for client {cid!r}")
+            elif relayed:
+                problem = (WRONG_ROLE, f"job {self.job_id} names its clients: each submits over its own certificate, nobody relays")
             elif ids is None:
                 problem = None if int(look[j]) < self._book.size else (WRONG_ROLE, f"roster index {int(look[j])} is beyond N = {self.params.clients}")
             else:

@@ -36,6 +36,7 @@ class StatisticRequest(_message.Message):
     RECORDS_PER_CLIENT_FIELD_NUMBER: _builtins.int
     DPGD_FIELD_NUMBER: _builtins.int
     SCHEMA_SHA256_FIELD_NUMBER: _builtins.int
+    PARTIES_FIELD_NUMBER: _builtins.int
     dca_job_id: _builtins.str
     dataset: _builtins.str
     statistic: _builtins.str
@@ -52,6 +53,10 @@ class StatisticRequest(_message.Message):
     def dpgd(self) -> Global___DpgdRound:
         """"dpgd/round" only: the job's public plan, the round and its iterate"""
 
+    @_builtins.property
+    def parties(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the round's parties, set by the curator: the DCA job's roster must be exactly these"""
+
     def __init__(
         self,
         *,
@@ -62,10 +67,11 @@ class StatisticRequest(_message.Message):
         records_per_client: _builtins.int = ...,
         dpgd: Global___DpgdRound | None = ...,
         schema_sha256: _builtins.str = ...,
+        parties: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "dataset", b"dataset", "dca_job_id", b"dca_job_id", "dpgd", b"dpgd", "records_per_client", b"records_per_client", "schema_sha256", b"schema_sha256", "statistic", b"statistic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "dataset", b"dataset", "dca_job_id", b"dca_job_id", "dpgd", b"dpgd", "parties", b"parties", "records_per_client", b"records_per_client", "schema_sha256", b"schema_sha256", "statistic", b"statistic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

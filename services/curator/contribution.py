@@ -10,8 +10,10 @@ from typing import Any, Callable
 import grpc
 
 from mpdp import limits
-from mpdp.contribution import INTERNAL_FAILURE, ContributionRound
-from mpdp.messages import common_pb2, contribution_pb2 as pb, contribution_pb2_grpc as pb_grpc
+from mpdp.contribution import INTERNAL_FAILURE, ContributionRound, check_roster
+from mpdp.dca.errors import InvalidJob
+from mpdp.dca.params import DcaParams
+from mpdp.messages import common_pb2, contribution_pb2 as pb, contribution_pb2_grpc as pb_grpc, dca_pb2
 from mpdp.protocol import ProtocolError, Publish, Send
 from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels, roles_by_method
@@ -24,9 +26,11 @@ ROLES = roles_by_method(SERVICE, {"RequestContributions": ("operator",)})
 
 
 class ContributionCurator(pb_grpc.ContributionCuratorServicer):
-    def __init__(self, channels: PeerChannels, addresses: dict[str, str], trace_parent: Callable[[str], Any] | None = None) -> None:
+    def __init__(self, channels: PeerChannels, addresses: dict[str, str], trace_parent: Callable[[str], Any] | None = None,
+                 dca_spec: Callable[[str], dca_pb2.DcaJobSpec | None] | None = None) -> None:
         self.channels = channels
         self.addresses = addresses
+        self._dca_spec = dca_spec  # DCA job id → its spec at this curator (None: no such job)
         self._trace_parent = trace_parent  # DCA job id → its span at this curator (the round joins the job's trace)
 
     async def RequestContributions(self, request: pb.ContributionRound, context) -> pb.ContributionSummary:
@@ -45,6 +49,17 @@ class ContributionCurator(pb_grpc.ContributionCuratorServicer):
             await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
 
         job_id = request.request.dca_job_id
+        spec = self._dca_spec(job_id) if self._dca_spec else None
+        if spec is None:
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such DCA job at this curator")
+        try:  # the round's parties are the DCA job's whole roster (each party checks it again)
+            check_roster(DcaParams.from_spec(job_id, spec), list(request.parties))
+        except InvalidJob as e:
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"DCA job {job_id}: {e.detail}")
+        except ValueError as e:
+            await errors.refuse(context, common_pb2.INVALID_JOB, f"DCA job {job_id}: {e}")
+        del request.request.parties[:]
+        request.request.parties.extend(request.parties)  # what each party holds the round to
         with tracing.job_span(job_id, "contribution", "curator", self._trace_parent(job_id) if self._trace_parent else None) as span:
             summary = await self._round(request, context)
             span.done("PUBLISHED")

@@ -287,7 +287,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     curator = Curator(cfg, secrets, retention=retention, max_live=max_live)
     dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=retention, max_live=max_live)
     local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs)
-    contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context)
+    contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context, dca.store.spec)
     ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs)
     catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble)
     operations = JobOperations(catalog, {"pathak2010": curator.cancel, "dca": dca.cancel, "lmgc": local.cancel, "hamm2016": ensemble.cancel})

@@ -6,7 +6,12 @@ dp-gd job's composed (ε, δ) (``DpgdPlan.ledger_entry``, protocol ``dpgd``) onc
 which the ledger stores once and returns thereafter — and its per-round DCA submission spends no DCA entry of its
 own. So that a curator cannot get rounds for free, the party takes a round only if the DCA job is that round of the
 plan it was charged for (``mpdp.dpgd.wire.check_round_job``: label, r ≤ R, dimension, Δ₂, σ_std) and records a
-zero-charge ``dpgd-round`` marker per round: a second request for a round it contributed to is a REPLAY."""
+zero-charge ``dpgd-round`` marker per round: a second request for a round it contributed to is a REPLAY.
+
+Every round is held to the parties it was asked with (``StatisticRequest.parties``, set by the curator): the DCA
+job must be a DP sum whose roster is exactly those parties (:func:`mpdp.contribution.check_roster`), so whoever
+creates the job cannot inflate N to thin each party's noise slice; a dp-gd job's charge records its parties, and
+a later round over other parties is refused."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import grpc
 from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
 from mpdp.data.loaders import DatasetError
 from mpdp import limits
+from mpdp.contribution import check_roster
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd import wire as dpgd_wire
 from mpdp.dpgd.model import party_rows
@@ -125,12 +131,13 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             except ValueError as e:
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {shown(request.dca_job_id)}: {e}")
             entry = plan.ledger_entry(msg.job_id, seeded=params.seeded)
+            entry["parties"] = sorted(request.parties)  # every round of the job is a sum over these same parties
             try:
                 charged = await asyncio.to_thread(party.ledger.find, dpgd_wire.PROTOCOL, msg.job_id)
             except (LedgerError, OSError) as e:
                 await party.ledger_broken(context, e)
-            if charged is not None and (charged.get("plan") != entry["plan"] or charged.get("seeded") != entry["seeded"]):
-                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: dp-gd job {shown(msg.job_id)} was charged for another plan")
+            if charged is not None and any(charged.get(k) != entry[k] for k in ("plan", "seeded", "parties")):
+                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: dp-gd job {shown(msg.job_id)} was charged for another plan or other parties")
             if charged is None:
                 await party.precheck(context, entry["epsilon"], entry["delta"], entry.get("accounting"))
 
@@ -200,8 +207,10 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {job}: {e}")
         if params.seeded and not cfg.test_mode:
             await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
-        if params.secure_sum:  # a noise-free sum would carry the raw statistic: only DP sums take contributions
-            await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {job} adds no noise; statistics are contributed to DP sums only")
+        try:  # a DP sum over exactly the round's parties: N and the roster cannot dilute this party's noise slice
+            check_roster(params, list(request.parties), cfg.name)
+        except ValueError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {job}: {e}")
         return ann, params
 
     async def _computed(self, party: "Party", request: contribution_pb2.StatisticRequest, compute, context):

@@ -85,8 +85,8 @@ def test_range_roster_batch_lookup_is_the_per_id_rule():
     assert RangeRoster("\u00e9-", 2, 50).lookup(["ab-01"] * 16).tolist() == [-1] * 16
 
 
-@pytest.mark.parametrize("kind", list(ROSTERS))
-@pytest.mark.parametrize("client_mode", ["machines", "cohort"])
+# A named roster's clients each submit over their own certificate (machines); only open and range jobs take a router's cohort.
+@pytest.mark.parametrize("kind,client_mode", [(k, m) for k in ROSTERS for m in ("machines", "cohort") if (k, m) != ("list", "cohort")])
 def test_partial_loss_and_dropouts_give_the_same_agreed_set(kind, client_mode):
     p = make_params(clients=20, max_missing=4, **ROSTERS[kind])
     lost = {(2, 0), (5, 1), (9, 2)}
@@ -104,6 +104,14 @@ def test_partial_loss_and_dropouts_give_the_same_agreed_set(kind, client_mode):
         for n in run.nodes.values():
             assert n.by_index and all(not m.client_ids for _, m in n.transcript if isinstance(m, pb.ReceivedClients))
             assert not n._book._seeds and bool(np.all(n._book._row == -1))  # no pending entry outlives its share
+
+
+def test_a_router_cannot_fill_a_named_roster():
+    """A named roster's slots are its clients' own: a router's cohort is refused share by share, nothing is summed."""
+    p = make_params(clients=20, max_missing=4, **ROSTERS["list"])
+    run = run_job(p, data(20, 4), Drbg.from_seed("roster"), client_ids=IDS, client_mode="cohort", batch_size=6)
+    assert run.release is None and isinstance(run.error, InsufficientNoise)
+    assert all(n.received == 0 for n in run.nodes.values())
 
 
 @pytest.mark.parametrize("kind", ["list", "range"])

@@ -105,9 +105,14 @@ def test_party_sender_and_roster():
     seen: list = []
     a, _ = both(p, NODES[0], Peer("party", "c0"), [s[:1], s[1:3]], seen)  # a party may only submit its own share
     assert seen == [(1, []), (0, [(0, Problem.WRONG_ROLE), (1, Problem.WRONG_ROLE)])] and a.received == 1 and not a.failed
+    seen = []
+    a, _ = both(p, NODES[0], ROUTER, [s[2:4]], seen)  # a named roster's slots are its clients' own: nobody relays (squatting)
+    assert seen == [(0, [(0, Problem.WRONG_ROLE), (1, Problem.WRONG_ROLE)])] and a.received == 0 and not a.failed
+    r = make_params(clients=6, max_missing=1, roster_range=("c", 1))  # a range roster (simulated clients) may be relayed
+    ranged = shares_for(r, NODES[0], [r.roster_id(i) for i in range(6)])
     outsider = shares_for(make_params(clients=7, max_missing=1), NODES[0], ["zz"])
     seen = []
-    a, _ = both(p, NODES[0], ROUTER, [outsider + s[2:4]], seen)  # off the roster
+    a, _ = both(r, NODES[0], ROUTER, [outsider + ranged[2:4]], seen)  # off the roster
     assert seen == [(2, [(0, Problem.WRONG_ROLE)])] and a.received == 2 and not a.failed
 
 
