@@ -67,7 +67,7 @@ def run_job(
     rng: Drbg,
     *,
     client_ids: list[str] | None = None,
-    client_mode: str = "cohort",
+    client_mode: str | None = None,
     batch_size: int = 1024,
     drop: Iterable[int] = (),
     lost: Iterable[tuple[int, int]] = (),
@@ -84,6 +84,8 @@ def run_job(
     transit. ``order``: shuffle the delivery queue. ``tamper(sender, recipient, msg)`` may replace a message
     or drop it (None). ``close``: the aggregator closes submissions once every client has sent (the deadline).
     """
+    if client_mode is None:  # a listed roster's clients submit for themselves; others may be relayed as a cohort
+        client_mode = "machines" if params.roster else "cohort"
     t0 = time.perf_counter()
     Z = np.asarray(Z, dtype=np.float64)
     n = Z.shape[0]
