@@ -1,12 +1,16 @@
 """Noise for the Pathak–Rane–Raj aggregate classifier, in its three modes (spec pathak2010.md §1.3, §1.10).
 
-``corrected`` (default, provable): spherical Laplace, density ∝ exp(−‖η‖/β), with
+``corrected`` (provable): spherical Laplace, density ∝ exp(−‖η‖/β), with
 β_j = 2/(K·n_j·λ·ε) for the (λ/2)‖w‖² objective. A record change in party j moves ŵ_j by
 at most 2/(n_j·λ) in ℓ2 (CM08 Cor. 2), hence the average (1/K)·Σŵ_k by at most
 2/(K·n_j·λ) ≤ 2/(K·n₍₁₎·λ); keeping the smallest party's noise makes the release ε-DP.
+What is released is the integer Σ_j round(ŵ_j·2^f) + round(K·2^f·η): the noise enters at full
+resolution (every digit of the integer is noisy), and η is drawn at β_j plus
+:meth:`PathakCalibration.rounding_scale`, which pays for the rounding of the models.
 
 ``paper`` (as published; see :mod:`mpdp.dp.pathak_paper` for what it really guarantees):
-coordinate-wise Laplace with β_j = 2/(n_j·ε·λ) and the paper's λ‖w‖² objective.
+coordinate-wise Laplace with β_j = 2/(n_j·ε·λ) (plus the rounding term) and the paper's λ‖w‖² objective,
+released as the same full-resolution integer.
 
 ``gaussian-distributed`` (ours; docs/protocols/pathak2010.md "Distributed Gaussian noise"): every
 party i draws z_i ~ N(0, I/(K−t)); the release carries σ(n₍₁₎)·Σ_i z_i, σ from the analytic Gaussian
@@ -62,7 +66,7 @@ class PathakCalibration:
     parties: int
     delta: float = 0.0  # gaussian-distributed only
     colluders: int = 0  # gaussian-distributed only: t
-    frac_bits: int = 32  # gaussian-distributed only: f of the released fixed point
+    frac_bits: int = 32  # f of the released fixed point (its rounding is part of every mode's calibration)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -151,12 +155,29 @@ class PathakCalibration:
             return 2.0 / (self.parties * n * self.lam * self.epsilon)
         return 2.0 / (n * self.epsilon * self.lam)
 
+    def rounding_scale(self, d: int) -> float:
+        """The part of the released β that pays for the fixed point (smallest-party modes): the release is the integer
+        R = Σ_j round(ŵ_j·2^f) + round(K·2^f·η), and rounding one party's model moves R by up to one unit more per
+        coordinate than ŵ_j·2^f moves (ℓ2: √d, ℓ1: d). corrected: √d·2^-f/(K·ε), so that K·2^f·β·ε covers the
+        ℓ2-sensitivity 2^(f+1)/(n₍₁₎·λ) + √d of R; paper: 2·√d·2^-f/ε, so that the reported √d·ε/(2K) covers the
+        ℓ1-sensitivity √d·2^f/(n₍₁₎·λ) + d (docs/protocols/pathak2010.md, "The released integer")."""
+        if self.distributed:
+            raise ValueError("gaussian-distributed mode has no per-party scale β; its σ already covers the rounding")
+        if d < 1:
+            raise ValueError(f"dimension must be >= 1, got {d}")
+        unit = math.sqrt(d) * 2.0**-self.frac_bits
+        return unit / (self.parties * self.epsilon) if self.mode == "corrected" else 2.0 * unit / self.epsilon
+
+    def released_scale(self, n: int, d: int) -> float:
+        """β of the noise η_j actually drawn: :meth:`scale` plus :meth:`rounding_scale` (smallest-party modes)."""
+        return self.scale(n) + self.rounding_scale(d)
+
     def draw(self, rng: Drbg, n: int, d: int) -> np.ndarray:
-        """η_j for a party with n records, from the party's noise stream (smallest-party modes)."""
+        """η_j for a party with n records, from the party's noise stream (smallest-party modes), at :meth:`released_scale`."""
         stream = rng.child(NOISE_STREAM)
         if self.mode == "corrected":
-            return spherical_laplace(stream, d, self.scale(n))
-        return laplace_coordinates(stream, d, self.scale(n))
+            return spherical_laplace(stream, d, self.released_scale(n, d))
+        return laplace_coordinates(stream, d, self.released_scale(n, d))
 
     def guarantee(self, d: int) -> Guarantee:
         """The guarantee the aggregate release actually gives (decision 1)."""
@@ -184,8 +205,9 @@ class PathakCalibration:
                 sensitivity=2.0 / (self.parties * self.lam),  # times 1/n_(1)
                 norm="l2",
                 statement=(
-                    f"{self.epsilon:g}-DP under record substitution (ℓ2-sensitivity 2/(K·n₍₁₎·λ) with K={self.parties}, "
-                    f"λ={self.lam:g}, (λ/2)‖w‖² objective, rows clipped to ‖x‖ ≤ 1); "
+                    f"{self.epsilon:g}-DP under record substitution, for the released fixed-point integer as for ŵ_s "
+                    f"(spherical Laplace, ℓ2-sensitivity 2/(K·n₍₁₎·λ) + √d·2^-{self.frac_bits}/K with K={self.parties}, "
+                    f"λ={self.lam:g}, (λ/2)‖w‖² objective, rows clipped to ‖x‖ ≤ 1; the second term is the models' rounding); "
                     "trust model: honest-but-curious parties, curator does not collude; "
                     "the smallest party knows the noise it contributed"
                 ),
@@ -201,7 +223,8 @@ class PathakCalibration:
             norm="l1 (from the l2 bound times sqrt(d))",
             statement=(
                 f"paper mode: nominal ε={self.epsilon:g} but only {true_eps:.4g}-DP in the worst case "
-                f"(coordinate Laplace calibrated with an ℓ2 bound, d={d}, K={self.parties}; pathak2010.md §1.10a)"
+                f"(coordinate Laplace calibrated with an ℓ2 bound, d={d}, K={self.parties}; pathak2010.md §1.10a), for the released "
+                f"fixed-point integer as for ŵ_s (the scale also carries 2·√d·2^-{self.frac_bits}/ε for the models' rounding)"
             ),
         )
 

@@ -218,8 +218,9 @@ class CuratorMachine(Machine):
 
     # -- Stage 3 -------------------------------------------------------------------------
     def _step_await_masked_noise(self) -> list[Output]:
-        """S3.2: decrypt η̄ + s, set c_0 = K·(η̄ + s) and re-share it (§1.7).
-        DISTRIBUTED_GAUSSIAN: the plaintext is σ̄·Σz̄ + s at scale 2^(f+g); c_0 = ⌊(σ̄·Σz̄ + s)/2^g⌋, already K·η."""
+        """S3.2: decrypt η̄ + s, set c_0 = η̄ + s and re-share it (§1.7). η̄ = round(K·2^f·η) is already the noise on
+        K·ŵ_s at full resolution: no factor K here (K·(η̄ + s) would leave the release's residue mod K noiseless).
+        DISTRIBUTED_GAUSSIAN: the plaintext is σ̄·Σz̄ + s at scale 2^(f+g); c_0 = ⌊(σ̄·Σz̄ + s)/2^g⌋, likewise on K·ŵ_s."""
         prm = self.params
         msg = self._take(pb.MaskedNoise, prm.parties[0])
         zeta = self.res.secrets.paillier
@@ -234,7 +235,7 @@ class CuratorMachine(Machine):
             plain += values or []
         require(all(0 < v < 1 << (prm.eta_bits + prm.kappa + 2) for v in plain), Problem.MALFORMED, "masked noise is out of range")
         q = prm.ring_modulus
-        c0 = [(v >> prm.truncate_bits) % q for v in plain] if prm.distributed else [prm.K * v % q for v in plain]
+        c0 = [(v >> prm.truncate_bits) % q for v in plain]  # truncate_bits = 0 in the smallest-party modes
         pieces = sharing.split(c0, prm.K + 1, q, self.rng.child("reshare"), keep=0)
         self._own_piece = pieces[0]
         self.state = "AWAIT_PUBLISHED_SHARES"

@@ -2,9 +2,10 @@
 
 Bit lengths (ours): n_j < 2^size_bits; a_j ∈ [0, 2^L) with L = size_bits + κ; Charlie's masks
 r_k ∈ [0, 2^(L+κ)); comparisons run on ℓ = L + κ + 3 bits after the offset 2^(ℓ−1) (§1.6).
-Noise and models use one fixed-point scale 2^f; |η_i| < 2^(eta_bits − f) is required of every
-party's noise, P1's mask s is uniform in [2^eta_bits, 2^eta_bits + 2^(eta_bits+κ)) so η̄ + s never
-wraps mod N′ and hides η̄ statistically (distance ≤ 2^(1−κ)). Final shares live in Z_(2^128).
+Noise and models use one fixed-point scale 2^f; the noise enters as η̄ = round(K·η·2^f), on K·ŵ_s at the
+release's resolution, and |K·η_i| < 2^(eta_bits − f) is required of every party's noise. P1's mask s is
+uniform in [2^eta_bits, 2^eta_bits + 2^(eta_bits+κ)) so η̄ + s never wraps mod N′ and hides η̄
+statistically (distance ≤ 2^(1−κ)). Final shares live in Z_(2^128).
 
 DISTRIBUTED_GAUSSIAN (docs/protocols/pathak2010.md, "Fixed point"): the noise plaintext is σ̄·Σ_i z̄_i at
 scale 2^(f + SIGMA_FRAC_BITS + fz); |σ̄| < 2^(f + SCALE_BITS + SIGMA_FRAC_BITS) and |z̄_i| ≤ 2^(Z_INT_BITS + fz)
@@ -25,7 +26,7 @@ from mpdp.pathak2010 import tournament
 MIN_KAPPA = limits.MIN_KAPPA
 RING_BITS = 128
 MODEL_BOUND = float(2**40)  # |ŵ_j,i| must stay below this to be encoded
-NOISE_INT_BITS = 32  # |η_i| < 2^32
+NOISE_INT_BITS = 32  # |K·η_i| < 2^32: the noise on K·ŵ_s (smallest-party modes)
 
 
 # Per-call deadlines are sized from the work a call may wait for (``PathakParams.call_seconds``). One 2048-bit

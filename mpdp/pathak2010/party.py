@@ -77,7 +77,7 @@ class PartyMachine(Machine):
         self.stages.enter("setup")
         self.party_key: KeyPair | None = None
         self.pi1: list[int] | None = None
-        self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s
+        self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s at scale 2^f
         self._psi: list[int] = []  # ψ_j, packed, while the chain from P_{j+1} is awaited (S2.4)
         self.own_piece: list[int] | None = None
         self.noise: np.ndarray | None = None  # η_j (DISTRIBUTED_GAUSSIAN: z_j), kept for tests (sentinel, equivalence, collusion)
@@ -293,10 +293,14 @@ class PartyMachine(Machine):
         if prm.distributed:
             return self._noise_scale_share(v_j)
         eta = prm.calibration.draw(self.rng, self.n, self.d)
-        if not np.all(np.abs(eta) < 2.0**NOISE_INT_BITS):
+        # η̄ = round(K·2^f·η): the noise on K·ŵ_s at one unit, the scale of the release. Never K·round(2^f·η): the
+        # release would then be ≡ Σ_j round(ŵ_j·2^f) (mod K), a residue with no noise in it.
+        if not np.all(np.abs(eta) * self.K < 2.0**NOISE_INT_BITS):
             raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, f"noise magnitude {np.max(np.abs(eta)):.3g} does not fit the encoding; the job cannot release")
+        eta_bar = [round_scaled(float(x), prm.frac_bits, times=self.K) for x in eta]
+        if not all(abs(v) < 1 << prm.eta_bits for v in eta_bar):
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "noise does not fit the encoding; the job cannot release")
         self.noise = eta
-        eta_bar = prm.ring.to_int(eta, float(2**NOISE_INT_BITS))
         return self._chain(self._packed_psi(v_j, eta_bar))
 
     def _noise_blocks(self) -> int:
@@ -370,17 +374,15 @@ class PartyMachine(Machine):
             out = self._to_party(self.j - 1, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))
             self.c = [x % q for x in w_enc]
         else:
-            # S3.1: P1 masks ψ with s and keeps c_1 = ŵ_1 − K·s (DISTRIBUTED_GAUSSIAN: ŵ_1 − ⌊s/2^g⌋, g = truncate_bits).
+            # S3.1: P1 masks ψ with s and keeps c_1 = ŵ_1 − ⌊s/2^g⌋ (g = truncate_bits: 0 in the smallest-party modes).
+            # The noise plaintext is already on K·ŵ_s at full resolution, so s enters without a factor K.
             self.stages.enter("stage3")
             srng = self.rng.child("mask")
             s = [(1 << prm.eta_bits) + srng.randbits(prm.eta_bits + prm.kappa) for _ in range(self.d)]
             s_blocks = packing.blocks(s, prm.noise_slots(zeta.bits))  # the mask packed like ψ: slot i carries s_i
             masked = [zeta.add(p, zeta.encrypt(packing.pack(sb, prm.noise_slot_bits), factor=self.res.zeta_pool.take(), ops=self.ops)) for p, sb in zip(psi, s_blocks)]
             out = [Send(CURATOR, pb.MaskedNoise(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in masked]))]
-            if prm.distributed:
-                self.c = [(w - (si >> prm.truncate_bits)) % q for w, si in zip(w_enc, s)]
-            else:
-                self.c = [(w - self.K * si) % q for w, si in zip(w_enc, s)]
+            self.c = [(w - (si >> prm.truncate_bits)) % q for w, si in zip(w_enc, s)]
         return out + self._reshare()
 
     # -- Stage 3 -------------------------------------------------------------------------
@@ -438,10 +440,10 @@ def train_local(X: np.ndarray, y: np.ndarray, params: PathakParams) -> LocalMode
     return LocalModel(w, int(Xc.shape[0]))
 
 
-def round_scaled(x: float, bits: int) -> int:
-    """round(x·2^bits) exactly (ties up): a float is m/2^k, so this is integer arithmetic."""
+def round_scaled(x: float, bits: int, *, times: int = 1) -> int:
+    """round(times·x·2^bits) exactly (ties up, ⌊·+1/2⌋): a float is m/2^k, so this is integer arithmetic."""
     num, den = x.as_integer_ratio()
-    return (2 * num * (1 << bits) + den) // (2 * den)
+    return (2 * num * times * (1 << bits) + den) // (2 * den)
 
 
 def raise_remote(problem: Problem.ValueType, detail: str) -> None:

@@ -26,6 +26,7 @@ from mpdp.pathak2010 import packing
 from mpdp.pathak2010.driver import make_spec
 from tests.pathak_helpers import party_data, run_test_job as run_job
 from mpdp.pathak2010.mechanism import draw_aggregate, local_model, party_rng
+from mpdp.pathak2010.party import round_scaled
 from mpdp.pathak2010.tester import rebuild
 from mpdp.protocol import Peer
 
@@ -154,6 +155,7 @@ def test_transcripts_hide_sizes_models_noise_and_pi1(small_secrets):
     q = 1 << 128
     model_words = {x % q for n in names for x in r.parties[n].params.ring.to_int(r.parties[n].w, 2.0**40)}
     noise_words = {x % q for n in names if r.parties[n].noise is not None for x in r.parties[n].params.ring.to_int(r.parties[n].noise, 2.0**32)}
+    noise_words |= {round_scaled(float(x), 32, times=len(names)) % q for n in names if r.parties[n].noise is not None for x in r.parties[n].noise}  # η̄ as sent
     a_values = {int.from_bytes(m.a, "big") for n in names for s, m in r.parties[n].transcript if isinstance(m, pb.SizeShare)}
     # What Charlie received, plus everything he can decrypt with sk′ (b's and η̄ + s).
     zeta = r.curator.res.secrets.paillier
