@@ -95,6 +95,15 @@ async def abort(context: grpc.aio.ServicerContext, e: ProtocolError) -> NoReturn
     await refuse(context, e.problem, e.detail)
 
 
+async def relay(context: grpc.aio.ServicerContext, code: grpc.StatusCode, peer_details: str | None) -> NoReturn:
+    """Pass on a refusal by the process this one relays for (a node's worker for its coordinator): the same
+    Problem and detail, through this table again."""
+    problem = problem_from_status(code, peer_details)
+    text = peer_details or ""
+    prefix = problem_name(problem) + ":"
+    await refuse(context, problem, text[len(prefix):].strip() if text.startswith(prefix) else text)
+
+
 def problem_from_status(code: grpc.StatusCode, details: str | None = None) -> int:
     """The Problem a peer refused a message with: named by the ``PROBLEM: …`` prefix every refusal carries
     (:func:`details`), else the best-effort inverse of :data:`STATUS`."""

@@ -66,7 +66,7 @@ class WorkerNode(ComputeNode):
         try:
             ann = await self.local.Attach(common_pb2.JobRef(job_id=job_id), timeout=LOCAL_SECONDS, metadata=self.md)
         except grpc.aio.AioRpcError as e:
-            await context.abort(e.code(), e.details() or "")
+            await errors.relay(context, e.code(), e.details())
         if job_id in self.held:  # attached meanwhile by another call
             return self.held[job_id]
         try:
@@ -115,7 +115,7 @@ class WorkerNode(ComputeNode):
             await errors.refuse(context, common_pb2.PEER_UNREACHABLE, f"the node's coordinator is unreachable ({e.code().name})")
         if reply.code:
             code = next((c for c in grpc.StatusCode if c.value[0] == reply.code), grpc.StatusCode.UNKNOWN)
-            await context.abort(code, reply.details)
+            await errors.relay(context, code, reply.details)
         return RELAYED_RESPONSES[method].FromString(reply.response)
 
     async def AnnounceJob(self, request, context):
