@@ -296,7 +296,7 @@ class Ledger:
 
     def spent(self) -> tuple[float, float]:
         """(ε, δ) by basic composition (Σε, Σδ); :meth:`composition` gives the accountant's ε."""
-        return compose(charge_of(e) for e in self.entries)
+        return compose(charge_of(e) for e in charged(self.entries))
 
     def composition(self) -> Composition:
         """The entries composed at the budget δ (see :func:`composition`)."""
