@@ -3,7 +3,9 @@
 The rule (one ledger path): a party spends a job's **true** (ε, δ) — the guarantee the release really gives,
 not a nominal parameter — in one atomic, durable step *before* the first data-dependent message leaves, or
 refuses the job. A job that fails after spending keeps its charge: its data may already have influenced a
-message.
+message — unless no message at all left the party after its spend, when the charge is **voided**
+(:meth:`Ledger.void`): the entry stays, with status ``voided`` and the reason, and no longer counts
+(docs/protocols/accounting.md, "Voided charges").
 
 Each entry keeps its per-release guarantee (``epsilon``, ``delta``) and, under ``accounting``, the mechanism that
 gave it (:mod:`mpdp.accounting`: Gaussian σ/Δ, pure ε, discrete Gaussian ρ, or only (ε, δ)). The refusal rule:
@@ -39,8 +41,8 @@ from typing import Any, Iterable, Iterator
 from mpdp import accounting
 from mpdp.accounting import Composition
 
-SPENT, RELEASED, FAILED = "spent", "released", "failed"
-STATUSES = (SPENT, RELEASED, FAILED)
+SPENT, RELEASED, FAILED, VOIDED = "spent", "released", "failed", "voided"
+STATUSES = (SPENT, RELEASED, FAILED, VOIDED)
 DEFAULT_BUDGET_DELTA = 1e-3
 _SLACK = 1e-12  # floating-point slack on the comparison with the budget
 
@@ -91,11 +93,16 @@ def release_of(entry: dict) -> accounting.Release:
         raise LedgerError(f"ledger entry {entry.get('job_id', '?')!s:.64}: {e}") from None
 
 
+def charged(entries: Iterable[dict]) -> list[dict]:
+    """The entries that count against the budget: every one but the voided (a voided job released nothing)."""
+    return [e for e in entries if e.get("status") != VOIDED]
+
+
 def composition(entries: Iterable[dict], delta: float, cap: float | None = None) -> Composition:
     """The composed guarantee of ``entries`` at ``delta`` (a party's budget δ): the smallest valid bound of the
     PLD accountant, the RDP accountant and basic composition (:func:`mpdp.accounting.compose`). ``cap``: the
-    budget ε, where the accountant also tries the (1 + e^ε)·Σtv term."""
-    return accounting.compose([release_of(e) for e in entries], delta, () if cap is None else (cap,))
+    budget ε, where the accountant also tries the (1 + e^ε)·Σtv term. Voided entries do not count (:func:`charged`)."""
+    return accounting.compose([release_of(e) for e in charged(entries)], delta, () if cap is None else (cap,))
 
 
 def _fits(composed: Composition, budget_epsilon: float) -> bool:
@@ -125,8 +132,8 @@ class PrivacyLedger:
 
     @property
     def spent_delta(self) -> float:
-        """Σδ of the entries (what basic composition spends of δ)."""
-        return compose(charge_of(e) for e in self.entries)[1]
+        """Σδ of the entries that count (what basic composition spends of δ)."""
+        return compose(charge_of(e) for e in charged(self.entries))[1]
 
     def left(self) -> tuple[float, float]:
         """(budget ε − composed ε, budget δ − Σδ)."""
@@ -163,7 +170,7 @@ class PrivacyLedger:
             "entries": rows,
             "accountant": {"epsilon": num(c.epsilon), "delta": self.budget_delta, "method": c.method, "pld_epsilon": num(c.pld_epsilon),
                            "rdp_epsilon": num(c.rdp_epsilon), "left_epsilon": num(self.budget_epsilon - c.epsilon)},
-            "basic": {"epsilon": math.fsum(r["epsilon"] for r in rows), "delta": c.basic_delta, "left_epsilon": num(basic_left),
+            "basic": {"epsilon": math.fsum(r["epsilon"] for r in rows if r["status"] != VOIDED), "delta": c.basic_delta, "left_epsilon": num(basic_left),
                       "left_delta": self.budget_delta - c.basic_delta},
         }
 
@@ -224,6 +231,8 @@ class Ledger:
         release_of(entry)
         with self._locked() as led:
             old = led.find(protocol, job_id)
+            if old is not None and old.get("status") == VOIDED:
+                raise LedgerError(f"job {job_id} ({protocol}) was voided; a voided job never runs again")
             if old is not None:
                 if charge_of(old) != need or ("accounting" in old and "accounting" in entry and old["accounting"] != entry["accounting"]):
                     raise LedgerError(f"job {job_id} ({protocol}) was already charged ε={charge_of(old)[0]:.6g}, δ={charge_of(old)[1]:.6g}")
@@ -244,10 +253,31 @@ class Ledger:
             e = led.find(protocol, job_id)
             if e is None:
                 return None
+            if e.get("status") == VOIDED:  # a failed job's charge was voided: it stays voided
+                if status == FAILED:
+                    return dict(e)
+                raise LedgerError(f"job {job_id} ({protocol}) was voided; it cannot be marked {status}")
             if e.get("status") == status and not extra:
                 return dict(e)
             e.update(extra)
             e["status"] = status
+            self._write(led)
+            return dict(e)
+
+    def void(self, protocol: str, job_id: str, reason: str) -> dict | None:
+        """Void a job's charge: its entry stays, with status "voided", ``reason`` and ``voided_at``, and no longer
+        counts against the budget. Only for a job that failed before any message left this party after its
+        spend (docs/protocols/accounting.md, "Voided charges"); the caller decides that, the ledger only refuses
+        to void a released job. Returns the entry, or None if the job never spent. Durable like :meth:`spend`."""
+        with self._locked() as led:
+            e = led.find(protocol, job_id)
+            if e is None:
+                return None
+            if e.get("status") == RELEASED:
+                raise LedgerError(f"job {job_id} ({protocol}) was released; its charge cannot be voided")
+            if e.get("status") == VOIDED:
+                return dict(e)
+            e["status"], e["void_reason"], e["voided_at"] = VOIDED, str(reason)[:200], time.time()
             self._write(led)
             return dict(e)
 
@@ -266,7 +296,7 @@ class Ledger:
 
     def spent(self) -> tuple[float, float]:
         """(ε, δ) by basic composition (Σε, Σδ); :meth:`composition` gives the accountant's ε."""
-        return compose(charge_of(e) for e in self.entries)
+        return compose(charge_of(e) for e in charged(self.entries))
 
     def composition(self) -> Composition:
         """The entries composed at the budget δ (see :func:`composition`)."""

@@ -57,6 +57,11 @@ MAX_DPGD_D = 1024  # DpgdPlan: round 0 sends d(d+1)/2 + d·m values
 MAX_DPGD_ROUNDS = 100
 MAX_REGRESSION_D = 256  # the main round sums (d+1)(d+2)/2 + d + 1 entries per party
 MAX_SIZE_BITS = 48
+# Admission at the curator (CuratorConfig.max_live_jobs_federation / max_live_jobs_per_operator; job-model.md §5):
+# live jobs of the whole federation and of one operator certificate. Each live Pathak job keeps at most a couple of
+# calls in flight to each party, so 64 stays well under a connection's 256 concurrent streams.
+MAX_LIVE_JOBS_FEDERATION = 64
+MAX_LIVE_JOBS_PER_OPERATOR = 32
 MIN_PRODUCTION_KEY_BITS, MIN_TEST_KEY_BITS, MAX_KEY_BITS = 2048, 256, 8192
 MAX_ADDRESS = 255
 MAX_REAL = 1e12  # regularisers, norms, sensitivities, clip bounds: finite and far from overflow

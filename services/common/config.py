@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from mpdp import limits
 from mpdp_services.common import tracing
 from mpdp_services.common.rpc import TlsFiles
 
@@ -127,6 +128,10 @@ class CuratorConfig(_Base):
     dgk_bits: int = 2048
     compute_nodes: dict[str, str] = {}
     auxiliary: dict[str, DatasetConfig] = Field({}, description="public auxiliary (unlabelled) datasets for ensemble (hamm2016) jobs; labels are ignored")
+    max_live_jobs_federation: int = Field(limits.MAX_LIVE_JOBS_FEDERATION, ge=1, le=100_000, description=(
+        "Pathak jobs live at once in this federation; a submission past it is refused OVERLOADED before any party is asked to spend"))
+    max_live_jobs_per_operator: int = Field(limits.MAX_LIVE_JOBS_PER_OPERATOR, ge=1, le=100_000, description=(
+        "Pathak jobs one operator certificate may have live at once; more are refused OVERLOADED before any party is asked to spend"))
 
 
 def load(cls: type[_Base], path: str | Path, **overrides: Any) -> Any:

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Generic, TypeVar
 import grpc
 
 from mpdp.messages import common_pb2
-from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply
+from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply, Send
 from mpdp_services.common import errors, logs, tracing
 
 log = logging.getLogger("mpdp")
@@ -37,6 +37,7 @@ class Hosted(Generic[M]):
         self.deadline_task: asyncio.Task | None = None
         self.version = 0  # bumped on every change; watchers wait for it to move
         self.on_change: Callable[[str], None] | None = None  # e.g. the job table noting a terminal state at once
+        self.emitted = 0  # messages (abort notices aside) the machine has produced to send, counted as they are made
         self._protocol = type(machine).__module__.split(".")[1]  # mpdp.<protocol>.…: names the job in log lines
         logs.in_job(machine.job_id, self._protocol, str(machine.state))  # the creating call's own log lines name the job
         # the job's spans at this role (services/common/tracing.py): a child of the caller's span, if it sent one
@@ -55,6 +56,7 @@ class Hosted(Generic[M]):
                     outputs = self.machine.receive(sender, message)
                 else:
                     outputs = await asyncio.to_thread(self.machine.receive, sender, message)
+                self._count(outputs)
             except ProtocolError as e:
                 log.warning("job %s: %s from %s refused: %s", self.machine.job_id, type(message).__name__, sender, errors.details(e))
                 with self.traced():
@@ -80,13 +82,18 @@ class Hosted(Generic[M]):
         async with self.lock:
             try:
                 outputs = action()
+                self._count(outputs)
             except ProtocolError as e:
                 outputs = e.notices
         with self.traced():
             await self._route(self, outputs)
         await self.notify()
 
+    def _count(self, outputs: list[Output]) -> None:
+        self.emitted += sum(1 for o in outputs if isinstance(o, Send) and not isinstance(o.message, common_pb2.JobAbort))
+
     async def start(self, outputs: list[Output]) -> None:
+        self._count(outputs)
         with self.traced():
             await self._route(self, outputs)
         await self.notify()

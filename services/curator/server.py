@@ -13,8 +13,6 @@ import secrets as pysecrets
 import sys
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2
 
 from mpdp.math.drbg import Drbg
 from mpdp.math.paillier import check_key_bits
@@ -26,8 +24,10 @@ from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from mpdp_services.common.durable import write_atomic
 from mpdp_services.common import config as cfgmod
 from mpdp_services.common import errors, jobs
+from mpdp_services.common.peerwatch import PeerWatch
+from mpdp_services.curator.admission import Admission
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
-from mpdp_services.common.runtime import SEND_RETRIES, Hosted
+from mpdp_services.common.runtime import Hosted
 from mpdp_services.common.store import MessageStore
 from mpdp_services.common.transcript import from_env as transcript_from_env
 from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
@@ -79,6 +79,10 @@ class ModelRegistry(MessageStore[pb.PublishedModel]):
 
 class Curator(pb_grpc.CuratorServicer):
     def __init__(self, cfg: cfgmod.CuratorConfig, secrets: CuratorSecrets, *, retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE) -> None:
+        self.admission = Admission(cfg.max_live_jobs_federation, cfg.max_live_jobs_per_operator)
+        # The spend step of every job (ProtocolStart, after which the parties spend) runs one job at a time, so every
+        # party sees the jobs' spends in the same order (docs/protocols/accounting.md, "Voided charges").
+        self.spend_order = asyncio.Lock()
         self.cfg = cfg
         self.secrets = secrets
         self.rng = Drbg.from_os()
@@ -90,6 +94,7 @@ class Curator(pb_grpc.CuratorServicer):
         self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.channels = PeerChannels(cfg.tls.files())
+        self.watch = PeerWatch(self.channels, PARTY_SERVICE)
         pub = secrets.public
         self.keys_msg = pb.CuratorKeys(
             paillier_n=_b(pub.paillier.n), dgk_n=_b(pub.dgk.n), dgk_g=_b(pub.dgk.g), dgk_h=_b(pub.dgk.h), dgk_u=pub.dgk.u, dgk_r_bits=pub.dgk.r_bits
@@ -109,12 +114,23 @@ class Curator(pb_grpc.CuratorServicer):
         unknown = [p for p in params.parties if p not in self.addresses]
         if unknown:
             await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {_names(unknown)} are not registered with the curator; start them or fix their names ({len(self.addresses)} are registered)")
+        try:  # bounded live jobs per federation and per operator: refused before any party hears of the job
+            self.admission.admit(job_id, caller(context).name)
+        except ProtocolError as e:
+            await errors.abort(context, e)
         machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode))
         hosted = Hosted(machine, self._route)
-        hosted.on_change = self.jobs.observe
+
+        def changed(job: str) -> None:
+            self.jobs.observe(job)
+            if hosted.machine.terminal:
+                self.admission.release(job)
+
+        hosted.on_change = changed
         try:
             self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds))
         except ProtocolError as e:
+            self.admission.release(job_id)
             await errors.abort(context, e)
         self.reaper.ensure_running()
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
@@ -193,8 +209,11 @@ class Curator(pb_grpc.CuratorServicer):
 
     # -- outputs ------------------------------------------------------------------------------
     async def _route(self, hosted: Hosted[CuratorMachine], outputs) -> None:
+        starts = [o for o in outputs if isinstance(o, Send) and isinstance(o.message, pb.ProtocolStart)]
+        if starts:
+            hosted.spawn(self._spend_step(hosted, starts))
         for o in outputs:
-            if isinstance(o, Send):
+            if isinstance(o, Send) and o not in starts:
                 hosted.spawn(self._send(hosted, o.to, o.message))
             elif isinstance(o, Publish):
                 self.registry.put(o.release)
@@ -207,6 +226,27 @@ class Curator(pb_grpc.CuratorServicer):
         keys = self.secrets.public
         timeout = m.params.call_seconds(m.d, max(keys.paillier.bits, keys.dgk.n.bit_length()))  # sized from the job's work
         await hosted.send(to, message, lambda: self.channels.call(address, to.name, PARTY_SERVICE, method, message, common_pb2.Ack, timeout))
+
+    async def _spend_step(self, hosted: Hosted[CuratorMachine], starts: list[Send]) -> None:
+        """ProtocolStart, after which each party spends (services/party/pathak2010.py), in one order for every party.
+
+        Every party has accepted the job (so every one is reachable) before this step. It runs one job at a time
+        across the federation (``spend_order``): every party then sees the jobs' spends in the same order, so of
+        concurrent jobs that do not all fit, the same ones are refused everywhere. Within a job the other parties
+        go first and P1 last, each call answered only once that party has spent (or refused): a non-leader sends
+        nothing after its spend until P1's PartySecrets, and P1 starts the protocol only when everyone else has
+        paid. A refusal fails the job before any data-dependent message left anyone, so the parties that paid
+        void their charges (docs/protocols/accounting.md, "Voided charges")."""
+        leader = hosted.machine.params.parties[0]
+        async with self.spend_order:
+            if hosted.machine.terminal:
+                return
+            await asyncio.gather(*(self._send(hosted, s.to, s.message) for s in starts if s.to.name != leader))
+            if hosted.machine.terminal:  # a party refused (or was lost): P1 is never asked to spend
+                return
+            for s in starts:
+                if s.to.name == leader:
+                    await self._send(hosted, s.to, s.message)
 
     async def _expire(self, job_id: str) -> None:
         """Past the hard deadline and still not terminal: fail it (the parties are told)."""
@@ -228,44 +268,26 @@ class Curator(pb_grpc.CuratorServicer):
             await hosted.fail(common_pb2.JOB_FAILED, f"deadline of {seconds:g} s passed in state {hosted.machine.state}")
 
     async def _watch_parties(self, hosted: Hosted[CuratorMachine]) -> None:
-        """While the job runs, follow each party's health stream; a party that stops serving fails the job, named.
+        """While the job runs, a party that stops serving fails the job, named.
 
-        Without this, a party that dies while the others wait for its next message would stall the job
-        until its deadline. A peer without a health service (UNIMPLEMENTED) is simply not watched.
+        Without this, a party that dies while the others wait for its next message would stall the job until
+        its deadline. Every job subscribes to one shared health watch per party (:class:`PeerWatch`): a stream
+        per job would exhaust the connection's stream limit and stall every job (services/common/peerwatch.py).
         """
-        watchers = [asyncio.ensure_future(self._watch_party(hosted, name)) for name in hosted.machine.addresses]
+
+        def lost(name: str):
+            async def on_lost(reason: str) -> None:
+                if not hosted.machine.terminal:
+                    await hosted.fail(common_pb2.PEER_UNREACHABLE, f"party {name} is unreachable ({reason})")
+            return on_lost
+
+        subs = [self.watch.subscribe(hosted.machine.addresses.get(n) or self.addresses.get(n) or "", n, lost(n)) for n in hosted.machine.addresses]
         try:
             async with hosted.changed:
                 await hosted.changed.wait_for(lambda: hosted.machine.terminal)
         finally:
-            for w in watchers:
-                w.cancel()
-
-    async def _watch_party(self, hosted: Hosted[CuratorMachine], name: str) -> None:
-        address = hosted.machine.addresses.get(name) or self.addresses.get(name) or ""
-        watch = self.channels.channel(address, name).unary_stream(
-            "/grpc.health.v1.Health/Watch", request_serializer=lambda m: m.SerializeToString(), response_deserializer=health_pb2.HealthCheckResponse.FromString
-        )
-        reason, failures = "", 0
-        while failures < SEND_RETRIES and not hosted.machine.terminal:
-            try:
-                async for resp in watch(health_pb2.HealthCheckRequest(service=PARTY_SERVICE)):
-                    if resp.status != health_pb2.HealthCheckResponse.SERVING:
-                        reason = f"it stopped serving: health {health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)}"
-                        break
-                    reason, failures = "", 0
-                else:
-                    reason = "it closed its health stream"
-                if reason:
-                    break
-            except grpc.aio.AioRpcError as e:
-                if e.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.CANCELLED):
-                    return
-                reason = e.code().name
-            failures += 1
-            await asyncio.sleep(0.2 * failures)  # transient connection failure: back off and look again (as in Hosted.send)
-        if reason and not hosted.machine.terminal:
-            await hosted.fail(common_pb2.PEER_UNREACHABLE, f"party {name} is unreachable ({reason})")
+            for sub in subs:
+                self.watch.unsubscribe(sub)
 
     def _status(self, hosted: Hosted[CuratorMachine]) -> pb.JobStatus:
         m = hosted.machine
@@ -309,6 +331,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
+    await curator.watch.close()
     await curator.channels.close()
 
 

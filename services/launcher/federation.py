@@ -54,6 +54,7 @@ class LocalFederation:
     auxiliary: dict[str, dict] = field(default_factory=dict)  # curator: public auxiliary dataset name → DatasetConfig dict
     local_classifiers: dict[str, str] = field(default_factory=dict)  # party → its local model for ensemble jobs
     log_format: str = "text"  # each role's service.log: text, or json lines (services/common/logs.py)
+    curator_options: dict = field(default_factory=dict)  # extra curator configuration fields (e.g. admission bounds)
     procs: dict[str, Proc] = field(default_factory=dict)
 
     # -- PKI and configs ----------------------------------------------------------------------
@@ -69,7 +70,8 @@ class LocalFederation:
             pki.write_site(self.workdir / site, key, cert, ca_cert)
         tls = {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}
         common = {"federation": self.federation, "test_mode": self.test_mode, "paillier_bits": self.paillier_bits, "listen": "127.0.0.1:0"}
-        _write_yaml(self.workdir / "curator" / "curator.yaml", {**common, "name": "curator", "tls": tls, "state_dir": "state", "dgk_bits": self.dgk_bits, "auxiliary": self.auxiliary})
+        _write_yaml(self.workdir / "curator" / "curator.yaml", {**common, "name": "curator", "tls": tls, "state_dir": "state", "dgk_bits": self.dgk_bits, "auxiliary": self.auxiliary,
+                                                                  **self.curator_options})
         for p in self.parties:
             _write_yaml(
                 self.workdir / p / "party.yaml",

@@ -76,7 +76,8 @@ class PathakJob(Hosted[PartyMachine]):
     def __init__(self, machine: PartyMachine, route, addresses: dict[str, str]) -> None:
         super().__init__(machine, route)
         self.addresses = addresses
-        self.settled = False  # the ledger entry is marked released or failed
+        self.settled = False  # the ledger entry is marked released, failed or voided
+        self.spent_after: int | None = None  # messages the machine had produced when this party spent (None: not spent)
 
 
 def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
@@ -218,8 +219,9 @@ class PathakParty(pb_grpc.PartyServicer):
         except ProtocolError as e:
             await errors.abort(context, e)
         self.reaper.ensure_running()
-        try:  # the true guarantee (paper mode: √d·ε/(2K), not the nominal ε) is spent before JobAcceptance leaves
-            await self.party.spend(context, pathak_entry(machine))
+        entry = pathak_entry(machine)
+        try:  # a job that cannot fit is refused now; it spends at ProtocolStart (StartProtocol), once every party accepted
+            await self.party.precheck(context, entry["epsilon"], entry["delta"], entry["accounting"])
         except BaseException:
             self.jobs.forget(request.job_id)  # refused: nothing left this party; the id stays a record
             raise
@@ -266,7 +268,27 @@ class PathakParty(pb_grpc.PartyServicer):
                 self._ended(hosted)
         return common_pb2.Ack()
 
-    StartProtocol = SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
+    async def StartProtocol(self, request: pb.ProtocolStart, context) -> common_pb2.Ack:
+        """The spend step: every party has accepted, and the curator asks the parties one job at a time (P1 last).
+        The job's true guarantee (paper mode: √d·ε/(2K), not the nominal ε) is spent here, before the first
+        data-dependent message leaves (JobAcceptance carried only d), and this call is answered once it is spent."""
+        await self._ready(context)
+        hosted = self.jobs.get(request.job_id)
+        if hosted is not None and caller(context).name == self.cfg.curator.name and hosted.spent_after is None \
+                and hosted.machine.state == "AWAIT_START" and request.dimension == hosted.machine.d:
+            await self._spend(hosted, context)
+        return await self._deliver(request, context)
+
+    async def _spend(self, hosted: PathakJob, context) -> None:
+        m = hosted.machine
+        try:
+            await self.party.spend(context, pathak_entry(m))
+        except BaseException:  # refused (BUDGET_EXCEEDED, or a broken ledger): the job fails here, nothing spent
+            await hosted.fail(Problem.BUDGET_EXCEEDED, f"party {self.cfg.name} cannot pay job {m.job_id}")  # routed: settled, ended
+            raise
+        hosted.spent_after = hosted.emitted
+
+    SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
     SendPartySecrets = SendSizeShare = SendSealedSizeRemainder = SendMaskedSize = SendNoiseChain = _deliver
     SendNoiseScaleShare = SendNoiseScale = _deliver
     SendResharePiece = AbortJob = _deliver
@@ -299,11 +321,19 @@ class PathakParty(pb_grpc.PartyServicer):
             self._pool().resume(getattr(m, "d", None), m.params.comparisons * m.params.compare_bits)
 
     async def _settle(self, hosted: PathakJob) -> None:
-        """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message."""
+        """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message. If the
+        machine produced no message after the spend (abort notices aside), nothing data-dependent left this party
+        and the charge is voided (docs/protocols/accounting.md, "Voided charges")."""
         m = hosted.machine
         if m.state == MACHINE_FAILED and not hosted.settled:
             hosted.settled = True
-            await self.party.mark(PROTOCOL, m.job_id, FAILED, {"failure": errors.problem_name(m.error.problem) if m.error else "JOB_FAILED"})
+            failure = errors.problem_name(m.error.problem) if m.error else "JOB_FAILED"
+            if hosted.spent_after is None:
+                return  # never spent: nothing to settle
+            if hosted.emitted == hosted.spent_after:
+                await self.party.void(PROTOCOL, m.job_id, f"failed ({failure}) before any message left this party after its spend")
+            else:
+                await self.party.mark(PROTOCOL, m.job_id, FAILED, {"failure": failure})
 
     async def _expire(self, job_id: str) -> None:
         """Past its deadline and not terminal (its curator may have crashed): fail it here, as a lost peer."""

@@ -107,6 +107,14 @@ class Party:
         except (LedgerError, OSError) as e:
             log.error("ledger %s: cannot mark job %s %s: %s", self.ledger.path, shown(job_id), status, e)
 
+    async def void(self, protocol: str, job_id: str, reason: str) -> None:
+        """Void a failed job's charge: nothing left this party after it spent (docs/protocols/accounting.md)."""
+        try:
+            await asyncio.to_thread(self.ledger.void, protocol, job_id, reason)
+            log.info("job %s: charge voided (%s)", shown(job_id), reason)
+        except (LedgerError, OSError) as e:
+            log.error("ledger %s: cannot void job %s: %s", self.ledger.path, shown(job_id), e)
+
     async def ledger_broken(self, context, e: Exception) -> NoReturn:
         log.error("ledger %s: %s", self.ledger.path, e)
         await errors.refuse(context, Problem.INTERNAL, f"party {self.cfg.name} cannot use its privacy ledger; see its log")

@@ -58,10 +58,11 @@ def synthetic_rows(n: int, seed: int, d: int = D) -> tuple[np.ndarray, np.ndarra
     return X, y
 
 
-def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | None = None, dimension: int = D) -> LocalFederation:
+def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | None = None, dimension: int = D, *, nodes: list[str] = NODES,
+                     key_bits: int = 768, curator_options: dict | None = None) -> LocalFederation:
     """Curator (auxiliary dataset ``aux``), 3 parties (each with dataset ``synthetic``: d = 4, ±1 labels, rows in
     the unit ball) and 3 compute nodes, small keys, test mode: what ``mpdp federation up --test-mode --parties 3 --compute-nodes 3``
-    starts, plus the data a legitimate job needs."""
+    starts, plus the data a legitimate job needs. ``curator_options``: extra curator configuration fields."""
     names = parties or PARTIES
     datasets: dict[str, dict[str, dict]] = {}
     for j, p in enumerate(names):
@@ -73,8 +74,8 @@ def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | No
     X, _ = synthetic_rows(60, 99, dimension)  # the curator's public auxiliary points for ensemble jobs (labels ignored)
     aux = root / "data" / "aux.csv"
     np.savetxt(aux, np.column_stack([X, np.zeros(len(X))]), delimiter=",", fmt="%.17g")
-    fed = LocalFederation(root / "fed", names, datasets, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=budget, compute_nodes=list(NODES),
-                          auxiliary={"aux": {"path": str(aux), "format": "csv"}})
+    fed = LocalFederation(root / "fed", names, datasets, test_mode=True, paillier_bits=key_bits, dgk_bits=key_bits, budget_epsilon=budget, compute_nodes=list(nodes),
+                          auxiliary={"aux": {"path": str(aux), "format": "csv"}}, curator_options=dict(curator_options or {}))
     try:
         fed.start()
     except BaseException:

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from mpdp.dp.pathak_noise import PathakCalibration
-from mpdp.ledger import FAILED, RELEASED, SPENT, BudgetExceeded, Ledger, LedgerError, PrivacyLedger, compose, composition
+from mpdp.ledger import FAILED, RELEASED, SPENT, VOIDED, BudgetExceeded, Ledger, LedgerError, PrivacyLedger, compose, composition
 
 # a release known only by its (ε, δ) (no accounting record): ε exactly representable, so sums are exact
 
@@ -91,6 +91,30 @@ def test_a_failed_job_keeps_its_charge(tmp_path):
     with pytest.raises(ValueError):
         led.mark("test", "a", SPENT)
     assert led.spent() == (5.0, 0.0)
+
+
+def test_a_voided_charge_stays_on_disk_and_no_longer_counts(tmp_path):
+    led = Ledger(tmp_path / "ledger.json", 5.0)
+    led.spend(entry("a", 3.0))
+    with pytest.raises(BudgetExceeded):
+        led.spend(entry("b", 3.0))
+    e = led.void("test", "a", "failed before any message left")
+    assert e["status"] == VOIDED and e["void_reason"] == "failed before any message left" and e["epsilon"] == 3.0
+    assert on_disk(tmp_path / "ledger.json")["entries"][0]["status"] == VOIDED  # durable, the charge kept for the record
+    assert oct((tmp_path / "ledger.json").stat().st_mode & 0o777) == "0o600"
+    assert led.spent() == (0.0, 0.0) and led.composition().epsilon == 0.0
+    led.spend(entry("b", 3.0))  # the voided ε is free again
+    report = led.snapshot().report()
+    assert [r["status"] for r in report["entries"]] == [VOIDED, SPENT] and report["basic"]["epsilon"] == 3.0
+    assert led.mark("test", "a", FAILED)["status"] == VOIDED  # a late failure mark leaves it voided
+    with pytest.raises(LedgerError, match="voided"):
+        led.mark("test", "a", RELEASED)
+    with pytest.raises(LedgerError, match="voided"):
+        led.spend(entry("a", 3.0))  # a voided job never runs again
+    led.mark("test", "b", RELEASED)
+    with pytest.raises(LedgerError, match="released"):
+        led.void("test", "b", "too late")
+    assert led.void("test", "never-spent", "x") is None
 
 
 def test_the_budget_comes_from_the_configuration_not_the_file(tmp_path):

@@ -102,21 +102,15 @@ def test_a_job_orphaned_by_a_curator_crash_fails_at_the_party_deadline(fed, sile
     ep = Endpoints.load(fed.workdir)
     with OperatorClient(ep) as client:
         job = client.submit(make_spec("synthetic", PARTIES + ["party-mock"], 0.9, 0.05, "corrected"))  # no spec deadline
-    # both real parties accepted (spent), then wait for StartProtocol, which the curator never sends
-    wait_for(lambda: all(ledger_entry(fed, p, job) for p in PARTIES), 60, "the parties' acceptance")
-    assert all(ledger_entry(fed, p, job)["status"] == "spent" for p in PARTIES)
-    # a party spends just before its JobAcceptance leaves: kill the curator only once it has taken both, so the
-    # parties really have nothing left to send (else a refused send fails the job before its deadline)
+    # both real parties accepted (nothing spent yet: a party spends at ProtocolStart, which needs party-mock's
+    # acceptance too); kill the curator once it has taken both, so the parties really have nothing left to send
     curator_log = fed.workdir / "curator" / "service.log"
     wait_for(lambda: all(f"received JobAcceptance from party:{p}" in curator_log.read_text() for p in PARTIES), 60, "the curator taking both acceptances")
     fed.kill("curator")
     killed = time.monotonic()
-    wait_for(lambda: all((ledger_entry(fed, p, job) or {}).get("status") == "failed" for p in PARTIES), DEADLINE + 30, "failing the orphaned job")
+    wait_for(lambda: all("did not end by its deadline" in (fed.workdir / p / "service.log").read_text() for p in PARTIES), DEADLINE + 30, "failing the orphaned job")
     assert time.monotonic() - killed >= DEADLINE - 1.0  # nothing else ended it: the parties had nothing to send
-    for p in PARTIES:
-        e = ledger_entry(fed, p, job)
-        assert e["epsilon"] > 0 and e["failure"] == "PEER_UNREACHABLE"  # the charge is kept
-        assert "did not end by its deadline" in (fed.workdir / p / "service.log").read_text()
+    assert not any(ledger_entry(fed, p, job) for p in PARTIES)  # it never reached its spend step: nobody paid
 
     fed.restart("curator")  # new keys; the registrations survive
     ep = Endpoints.load(fed.workdir)
