@@ -8,6 +8,9 @@ What every response obeys:
 
 * **Read-only.** GET only; POST, PUT, DELETE, PATCH, HEAD → 405. A request line longer than
   :data:`MAX_TARGET` → 414; a request that sends a body → 405 before the body is read.
+* **Token first, bounded parse.** The token is checked before the query is parsed; a query of more than
+  :data:`MAX_QUERY_FIELDS` pairs → 400. A client's doing (a bad request, hanging up or resetting mid-answer) never
+  puts a traceback in the role's log: a client that went away is dropped quietly.
 * **Known paths only.** Anything not registered → 404 with a short fixed body (the path is never echoed).
 * **No network fetch, no script.** Pages are server-rendered HTML; every response carries a Content-Security-Policy
   that allows inline styles and ``data:`` images only, ``nosniff`` and ``X-Frame-Options: DENY``.
@@ -20,10 +23,12 @@ What every response obeys:
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import html
 import ipaddress
 import logging
+import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 log = logging.getLogger("mpdp.web")
 
 MAX_TARGET = 2048  # bytes of a request target (path and query)
+MAX_QUERY_FIELDS = 16  # name=value pairs in a query; more → 400
 COOKIE = "mpdp_token"
 MIN_TOKEN = 16  # characters: a token file with less is refused (`openssl rand -hex 32` gives 64)
 HEADERS = {
@@ -175,12 +181,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Content-Length") not in (None, "0") or self.headers.get("Transfer-Encoding"):
             return self._send(text(405, "read-only: GET without a body\n"))
         parts = urlsplit(self.path)
-        query = {k: v[0] for k, v in parse_qs(parts.query, max_num_fields=16).items()} if parts.query else {}
         if parts.path == "/login":
-            return self._send(self._login(query.get("token", "")))
+            return self._send(self._login(parse_query(parts.query) or {}))
+        # the token first: nothing a caller without it sent (its query) is parsed
         if not authorized(self.token, self.headers.get("Authorization"), self.headers.get("Cookie")):
             return self._send(Response(401, b"unauthorized: send Authorization: Bearer <token>, or open /login?token=<token>\n", TEXT,
                                        {"WWW-Authenticate": 'Bearer realm="mpdp"'}))
+        query = parse_query(parts.query)
+        if query is None:
+            return self._send(text(400, f"bad query: at most {MAX_QUERY_FIELDS} name=value pairs\n"))
         found = self.routes.find(parts.path)
         if found is None:
             return self._send(NOT_FOUND)
@@ -194,8 +203,9 @@ class _Handler(BaseHTTPRequestHandler):
             response = text(500, "internal error; see the role's log\n")
         self._send(response or NOT_FOUND)
 
-    def _login(self, offered: str) -> Response:
+    def _login(self, query: dict[str, str]) -> Response:
         """A browser's way in: the cookie carries the token (HttpOnly, SameSite=Strict); then to the role's front page."""
+        offered = query.get("token", "")
         if self.token is None:
             return Response(303, b"", TEXT, {"Location": "/"})
         if not hmac.compare_digest(offered.encode(), self.token.encode()):
@@ -216,8 +226,48 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(r.body)
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError as e:  # the client hung up or stalled mid-request: nothing to answer, nothing to log
+            if not hung_up(e):
+                raise
+
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
         log.debug("http %s", format % args)
+
+
+def parse_query(query: str) -> dict[str, str] | None:
+    """``a=1&b=2`` → name → first value; None when there are more than :data:`MAX_QUERY_FIELDS` pairs (400)."""
+    if not query:
+        return {}
+    if query.count("&") + query.count(";") >= MAX_QUERY_FIELDS:  # bounded before parsing, whatever parse_qs counts
+        return None
+    try:
+        return {k: v[0] for k, v in parse_qs(query, max_num_fields=MAX_QUERY_FIELDS).items()}
+    except ValueError:
+        return None
+
+
+_HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, socket.timeout)
+
+
+def hung_up(e: BaseException) -> bool:
+    """A client that went away (closed, reset, timed out): not an error of this server."""
+    return isinstance(e, _HUNG_UP) or (isinstance(e, OSError) and e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ETIMEDOUT))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """socketserver prints a traceback to stderr (the role's log, with this host's paths); never for a client's doing."""
+        import sys
+
+        e = sys.exc_info()[1]
+        if e is None or hung_up(e):
+            return
+        log.warning("http: a request failed (%s); the client got no answer", type(e).__name__)
 
 
 def serve_http(listen: str, token_file: str | Path | None = None, routes: Routes | None = None) -> tuple[ThreadingHTTPServer, int]:
@@ -227,8 +277,7 @@ def serve_http(listen: str, token_file: str | Path | None = None, routes: Routes
     token = check_exposure(listen, token_file)
     host, port = split_listen(listen)
     handler = type("Handler", (_Handler,), {"routes": routes or ROUTES, "token": token})
-    server = ThreadingHTTPServer((host or "0.0.0.0", port), handler)
-    server.daemon_threads = True
+    server = _Server((host or "0.0.0.0", port), handler)
     threading.Thread(target=server.serve_forever, name="mpdp-http", daemon=True).start()
     return server, server.server_address[1]
 

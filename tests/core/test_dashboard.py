@@ -300,3 +300,13 @@ def test_reads_run_on_the_roles_event_loop(dashboard):
     asyncio.run(main())
     assert seen == ["the-loop"]
     time.sleep(0)
+
+
+def test_the_token_is_checked_before_the_query_is_parsed_and_a_long_query_is_400(served, tmp_path):
+    token = "t0k3n-" + "c" * 40
+    (tmp_path / "http.token").write_text(token)
+    url = served(tmp_path / "http.token")
+    many = "&".join(f"a{i}=1" for i in range(17))
+    assert _get(url + "/?" + many)[0] == 401  # no token: refused before anything in the query is looked at
+    assert _get(url + "/?" + many, {"Authorization": f"Bearer {token}"})[0] == 400
+    assert _get(url + "/metrics?" + "&".join(f"a{i}=1" for i in range(16)), {"Authorization": f"Bearer {token}"})[0] == 200
