@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from contextvars import ContextVar
 from typing import NoReturn
 
 import grpc
@@ -74,18 +75,28 @@ def details(e: ProtocolError) -> str:
     return details_for(e.problem, e.detail)
 
 
-def method_of(context: grpc.aio.ServicerContext) -> str:
-    try:
-        return context._rpc_event.call_details.method.decode()
-    except Exception:  # noqa: BLE001 - the method name only decorates the log line
-        return "?"
+# The full method name of the RPC being served ("/mpdp.messages.Curator/SubmitJob"). grpc.aio's servicer context does
+# not expose it, so the gate (rpc.RoleInterceptor, which has it from handler_call_details) sets it at the start of
+# every call it wraps; each RPC runs in its own task, so the value is that call's own.
+_METHOD: ContextVar[str] = ContextVar("mpdp_rpc_method", default="?")
+
+
+def serving(method: str) -> None:
+    """Name the RPC the current task serves (called by the gate, once per call)."""
+    _METHOD.set(method)
+
+
+def method_of(context: grpc.aio.ServicerContext | None = None) -> str:
+    """The method of the RPC being served, "?" outside one the gate wrapped."""
+    return _METHOD.get()
 
 
 async def refuse(context: grpc.aio.ServicerContext, problem: int, detail: str) -> NoReturn:
     """Refuse the RPC: the table's status, bounded details, one WARNING log line. Never returns."""
     text = details_for(problem, detail)
-    log.warning("refused %s: %s", method_of(context), text)
-    metrics.refused(method_of(context), problem_name(problem), status_for(problem).name)
+    method = method_of(context)
+    log.warning("refused %s: %s", method, text)
+    metrics.refused(method, problem_name(problem), status_for(problem).name)
     await context.abort(status_for(problem), text)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 

@@ -165,6 +165,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         metadata = handler_call_details.invocation_metadata
 
         async def admit(context) -> Identity:
+            errors.serving(method)  # refusals and metrics name this method (grpc.aio's context does not)
             ident = caller(context)
             reason = gate._refusal(method, roles, ident)
             if reason is not None:
@@ -249,6 +250,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
             return grpc.stream_unary_rpc_method_handler(stream_unary, None, handler.response_serializer)
 
         async def refused(request_iterator, context):  # stream-stream: no RPC of ours has this kind
+            errors.serving(method)
             await errors.refuse(context, P.WRONG_ROLE, "this method is not open to any role")
             yield  # pragma: no cover
 
