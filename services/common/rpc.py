@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2
 from mpdp_services.common import errors, metrics, tracing, web
-from mpdp_services.common.pki import Identity, identity_from_pem
+from mpdp_services.common.pki import Identity, check_server_certificate, identity_from_pem
 from mpdp_services.common.transcript import Transcript
 
 log = logging.getLogger("mpdp.rpc")
@@ -92,7 +92,8 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
 
     1. the RPC must be a method in ``allowed`` of a kind we know how to authorise (unary-unary,
        unary-stream, stream-unary); anything else is refused;
-    2. the caller's certificate role must be allowed for the method, its federation must be ours, and
+    2. the caller's certificate must be a TLS client certificate (EKU clientAuth) naming a federation (O); its
+       role must be allowed for the method, its federation must be ours, and
        for a role in ``pinned`` (e.g. ``{"curator": "curator"}`` at parties and compute nodes) its
        certificate name must be exactly the configured one;
     3. the caller may have at most ``per_caller`` RPCs in flight (OVERLOADED otherwise);
@@ -113,7 +114,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         per_caller: int = PER_CALLER_IN_FLIGHT,
     ) -> None:
         self._allowed = allowed  # full method name → roles
-        self._federation = federation
+        self.federation = federation  # the O every caller's certificate must carry (start_server fills it from the site's own certificate)
         self._transcript = transcript  # test mode: every request this server receives
         self._pinned = dict(pinned or {})
         self._per_caller = per_caller
@@ -123,9 +124,13 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
     def _refusal(self, method: str, roles: tuple[str, ...] | None, ident: Identity) -> str | None:
         if roles is None:
             return "this method is not open to any role"
+        if not ident.client_auth:
+            return "the caller's certificate is not for TLS clients (its extended key usage lacks clientAuth)"
+        if not ident.federation:
+            return "the caller's certificate names no federation (O)"
         if ident.role not in roles:
             return f"requires role {' or '.join(roles)}; the caller's certificate has role {ident.role or 'none'}"
-        if self._federation and ident.federation and ident.federation != self._federation:
+        if self.federation and ident.federation != self.federation:
             return "the caller's certificate belongs to another federation"
         pinned = self._pinned.get(ident.role)
         if pinned is not None and ident.name != pinned:
@@ -295,6 +300,9 @@ async def start_server(
     reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """``reuse_port``: other processes may listen on the same port (SO_REUSEPORT; a compute node's workers)."""
+    own = check_server_certificate(tls.read()[0])  # serverAuth EKU and an O, or no start
+    if not interceptor.federation:
+        interceptor.federation = own  # no federation configured: the one this site's own certificate names
     server = grpc.aio.server(interceptors=[interceptor], options=SERVER_OPTIONS + ([("grpc.so_reuseport", 1)] if reuse_port else []))
     add_servicers(server)
     health_servicer = health.aio.HealthServicer()
