@@ -18,7 +18,7 @@ from mpdp_services.common import pki
 
 from .conftest import PARTY_SERVICE, assert_all_serving, assert_status, channel, mint, mint_custom, pathak_spec, raw_unary, refused
 
-O, OU, CN = NameOID.ORGANIZATION_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME, NameOID.COMMON_NAME
+ORG, OU, CN = NameOID.ORGANIZATION_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME, NameOID.COMMON_NAME
 BOTH = [EKU.SERVER_AUTH, EKU.CLIENT_AUTH]
 
 
@@ -28,7 +28,7 @@ def _operator(fed, label: str, subject, usages):
 
 @pytest.mark.parametrize("label, subject, usages", [
     ("no-org-operator", [(OU, "operator"), (CN, "operator")], BOTH),
-    ("no-eku-operator", [(O, "local"), (OU, "operator"), (CN, "operator")], None),
+    ("no-eku-operator", [(ORG, "local"), (OU, "operator"), (CN, "operator")], None),
 ])
 def test_a_certificate_without_organisation_or_eku_is_refused_by_the_gate(fed, label, subject, usages):
     tls = _operator(fed, label, subject, usages)
@@ -53,7 +53,7 @@ def test_the_curators_identity_without_organisation_is_not_the_curator(fed, targ
 
 @pytest.mark.parametrize("label, usages", [("server-auth-only", [EKU.SERVER_AUTH]), ("code-signing", [EKU.CODE_SIGNING])])
 def test_a_certificate_without_client_auth_is_no_caller(fed, label, usages):
-    tls = _operator(fed, label, [(O, "local"), (OU, "operator"), (CN, "operator")], usages)
+    tls = _operator(fed, label, [(ORG, "local"), (OU, "operator"), (CN, "operator")], usages)
     with channel(fed, "curator", tls) as ch:
         e = refused(lambda: pk_grpc.CuratorStub(ch).ListModels(common_pb2.Ack(), timeout=20))
     assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.PERMISSION_DENIED), e
@@ -71,7 +71,7 @@ def test_the_federations_own_certificates_carry_both_usages_and_an_organisation(
 
 
 def test_a_server_refuses_its_own_certificate_without_server_auth_or_organisation(fed):
-    no_server = mint_custom(fed, "client-only", [(O, "local"), (OU, "party"), (CN, "party-8")], [EKU.CLIENT_AUTH])
+    no_server = mint_custom(fed, "client-only", [(ORG, "local"), (OU, "party"), (CN, "party-8")], [EKU.CLIENT_AUTH])
     with pytest.raises(ValueError, match="serverAuth"):
         pki.check_server_certificate(no_server.cert.read_bytes())
     no_org = mint_custom(fed, "no-org-party", [(OU, "party"), (CN, "party-8")], BOTH)
