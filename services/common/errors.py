@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-from contextvars import ContextVar
 from typing import NoReturn
 
 import grpc
@@ -18,7 +17,7 @@ import grpc
 from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import ProtocolError
-from mpdp_services.common import metrics
+from mpdp_services.common import calls, metrics
 
 P = common_pb2.Problem
 log = logging.getLogger("mpdp.refusal")
@@ -75,20 +74,10 @@ def details(e: ProtocolError) -> str:
     return details_for(e.problem, e.detail)
 
 
-# The full method name of the RPC being served ("/mpdp.messages.Curator/SubmitJob"). grpc.aio's servicer context does
-# not expose it, so the gate (rpc.RoleInterceptor, which has it from handler_call_details) sets it at the start of
-# every call it wraps; each RPC runs in its own task, so the value is that call's own.
-_METHOD: ContextVar[str] = ContextVar("mpdp_rpc_method", default="?")
-
-
-def serving(method: str) -> None:
-    """Name the RPC the current task serves (called by the gate, once per call)."""
-    _METHOD.set(method)
-
-
 def method_of(context: grpc.aio.ServicerContext | None = None) -> str:
-    """The method of the RPC being served, "?" outside one the gate wrapped."""
-    return _METHOD.get()
+    """The method of the RPC being served, "?" outside one the gate wrapped. grpc.aio's servicer context does not
+    expose it: the gate (rpc.RoleInterceptor) names each call it admits (:mod:`calls`)."""
+    return calls.method()
 
 
 async def refuse(context: grpc.aio.ServicerContext, problem: int, detail: str) -> NoReturn:

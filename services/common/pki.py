@@ -1,6 +1,6 @@
 """Certificates for a federation: a CA, and leaf certificates that carry the role and site name.
 
-Subject CN = site name, OU = role ("party", "curator", "compute_node", "operator"), O = federation; SAN lists the
+Subject CN = site name, OU = role ("party", "curator", "compute_node", "operator", "admin"), O = federation; SAN lists the
 site name (used as the TLS server name), "localhost", and any host names or IPs the site is
 reached at. Keys are ECDSA P-256 from the OS CSPRNG (via ``cryptography``). Every leaf carries the extended key
 usages serverAuth and clientAuth (each site both serves and calls its peers).
@@ -26,7 +26,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mpdp_services.common.durable import PRIVATE, PUBLIC, write_atomic
 
-ROLES = ("party", "curator", "compute_node", "operator")
+OPERATOR, ADMIN = "operator", "admin"
+ROLES = ("party", "curator", "compute_node", OPERATOR, ADMIN)  # admin: an operator who sees and cancels every operator's jobs
 DEFAULT_DAYS = 365
 
 

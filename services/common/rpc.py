@@ -24,7 +24,8 @@ from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2
-from mpdp_services.common import errors, metrics, tracing, web
+from mpdp_services.common import calls, errors, metrics, tracing, web
+from mpdp_services.common import pki
 from mpdp_services.common.pki import Identity, check_server_certificate, identity_from_pem
 from mpdp_services.common.transcript import Transcript
 
@@ -97,7 +98,11 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
        for a role in ``pinned`` (e.g. ``{"curator": "curator"}`` at parties and compute nodes) its
        certificate name must be exactly the configured one;
     3. the caller may have at most ``per_caller`` RPCs in flight (OVERLOADED otherwise);
-    4. only then is the body parsed; an undecodable body is MALFORMED (INVALID_ARGUMENT).
+    4. only then is the body parsed; an undecodable body is MALFORMED (INVALID_ARGUMENT);
+    5. with a ``scope`` (the curator), the job the body names must be one the caller may see (UNKNOWN_JOB otherwise),
+       and list answers show only those.
+
+    A certificate with role ``admin`` may call whatever ``operator`` may (:mod:`pki`).
 
     Every refusal goes through :func:`mpdp_services.common.errors.refuse`. An exception a servicer did not
     turn into a refusal is a bug: it is logged once with its traceback and the caller gets INTERNAL
@@ -112,12 +117,14 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         *,
         pinned: dict[str, str] | None = None,
         per_caller: int = PER_CALLER_IN_FLIGHT,
+        scope: "Scope | None" = None,
     ) -> None:
         self._allowed = allowed  # full method name → roles
         self.federation = federation  # the O every caller's certificate must carry (start_server fills it from the site's own certificate)
         self._transcript = transcript  # test mode: every request this server receives
         self._pinned = dict(pinned or {})
         self._per_caller = per_caller
+        self._scope = scope  # which jobs a caller may see (the curator's job ownership), after the body is parsed
         self._in_flight: dict[tuple[str, str], int] = {}
 
     # -- checks ------------------------------------------------------------------------------------
@@ -128,7 +135,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
             return "the caller's certificate is not for TLS clients (its extended key usage lacks clientAuth)"
         if not ident.federation:
             return "the caller's certificate names no federation (O)"
-        if ident.role not in roles:
+        if ident.role not in roles and not (ident.role == pki.ADMIN and pki.OPERATOR in roles):  # an admin may do what an operator may
             return f"requires role {' or '.join(roles)}; the caller's certificate has role {ident.role or 'none'}"
         if self.federation and ident.federation != self.federation:
             return "the caller's certificate belongs to another federation"
@@ -170,14 +177,24 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         metadata = handler_call_details.invocation_metadata
 
         async def admit(context) -> Identity:
-            errors.serving(method)  # refusals and metrics name this method (grpc.aio's context does not)
+            calls.serving(method)  # refusals and metrics name this method (grpc.aio's context does not)
             ident = caller(context)
             reason = gate._refusal(method, roles, ident)
             if reason is not None:
                 await errors.refuse(context, P.WRONG_ROLE, reason)
             if not gate._enter(ident):
                 await errors.refuse(context, P.OVERLOADED, f"more than {gate._per_caller} calls in flight from {ident.name}; retry later")
+            calls.serving(method, ident)
             return ident
+
+        async def in_scope(context, ident: Identity, request) -> None:
+            if gate._scope is not None:
+                reason = gate._scope.check(method, ident, request)
+                if reason is not None:
+                    await errors.refuse(context, P.UNKNOWN_JOB, reason)
+
+        def scoped(ident: Identity, response):
+            return gate._scope.filter(method, ident, response) if gate._scope is not None else response
 
         async def parse(context, raw: bytes, deserialize):
             try:
@@ -206,11 +223,12 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
+                    await in_scope(context, ident, request)
                     # an admitted caller's span (traceparent) is the current context while served: a job it creates joins its trace
                     with tracing.incoming(metadata):
                         response = await guarded(context, lambda: inner(request, context))
                     metrics.rpc_done(method, "OK")  # refusals are counted where they are made (errors.refuse)
-                    return response
+                    return scoped(ident, response)
                 finally:
                     gate._leave(ident)
 
@@ -223,6 +241,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
+                    await in_scope(context, ident, request)
                     try:
                         async for item in inner_s(request, context):
                             yield item
@@ -255,11 +274,23 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
             return grpc.stream_unary_rpc_method_handler(stream_unary, None, handler.response_serializer)
 
         async def refused(request_iterator, context):  # stream-stream: no RPC of ours has this kind
-            errors.serving(method)
+            calls.serving(method)
             await errors.refuse(context, P.WRONG_ROLE, "this method is not open to any role")
             yield  # pragma: no cover
 
         return grpc.stream_stream_rpc_method_handler(refused, None, None)
+
+
+class Scope:
+    """Which jobs a caller may touch, checked by the gate once the body is parsed (the curator's job ownership).
+
+    ``check`` returns a refusal reason (refused as UNKNOWN_JOB) or None; ``filter`` may drop what a list answer shows."""
+
+    def check(self, method: str, ident: Identity, request: Any) -> str | None:
+        return None
+
+    def filter(self, method: str, ident: Identity, response: Any) -> Any:
+        return response
 
 
 class _Undecodable(Exception):
