@@ -69,3 +69,36 @@ def test_clients_that_hang_up_early_leave_no_traceback(fed, site):
     tail = _log_from(fed, site, before)
     assert "Traceback" not in tail and "BrokenPipe" not in tail and "ConnectionReset" not in tail, tail[-2000:]
     assert_all_serving(fed)
+
+
+def test_login_takes_the_token_by_post_only_and_the_cookie_is_not_the_token(tmp_path):
+    """A raw client against an endpoint with a token (as an exposed role runs it): the token in a URL is refused and
+    sets nothing; the form POST sets a session cookie that is not the token and opens the pages; the raw token as
+    a cookie does not."""
+    from mpdp_services.common import web
+
+    token = "tok-" + "e" * 44
+    (tmp_path / "http.token").write_text(token)
+    routes = web.Routes()
+    routes.add("/metrics", lambda rest, q: web.text(200, "mpdp_up 1\n"))
+    server, port = web.serve_http("127.0.0.1:0", tmp_path / "http.token", routes)
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", f"/login?token={token}")
+        r = c.getresponse()
+        assert r.status == 400 and r.getheader("Set-Cookie") is None
+        r.read()
+        c.close()
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("POST", "/login", body=f"token={token}", headers={"Content-Type": "application/x-www-form-urlencoded"})
+        r = c.getresponse()
+        cookie = r.getheader("Set-Cookie") or ""
+        r.read()
+        c.close()
+        assert r.status == 303 and token not in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=" in cookie
+        assert _get(port, "/metrics", {"Cookie": cookie.split(";")[0]})[0] == 200
+        assert _get(port, "/metrics", {"Cookie": f"{web.COOKIE}={token}"})[0] == 401
+        assert _get(port, "/metrics", {"Cookie": f"mpdp_token={token}"})[0] == 401
+    finally:
+        server.shutdown()
+        server.server_close()
