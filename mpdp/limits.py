@@ -57,6 +57,7 @@ MAX_DPGD_D = 1024  # DpgdPlan: round 0 sends d(d+1)/2 + d·m values
 MAX_DPGD_ROUNDS = 100
 MAX_REGRESSION_D = 256  # the main round sums (d+1)(d+2)/2 + d + 1 entries per party
 MAX_SIZE_BITS = 48
+MAX_LOCAL_ROWS = 10**10  # rows of one party's dataset: it is trained in memory (10¹⁰ rows of one float64 feature is 80 GB); a cached n above is implausible
 MIN_PRODUCTION_KEY_BITS, MIN_TEST_KEY_BITS, MAX_KEY_BITS = 2048, 256, 8192
 MAX_ADDRESS = 255
 MAX_REAL = 1e12  # regularisers, norms, sensitivities, clip bounds: finite and far from overflow
