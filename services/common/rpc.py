@@ -98,7 +98,9 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
        for a role in ``pinned`` (e.g. ``{"curator": "curator"}`` at parties and compute nodes) its
        certificate name must be exactly the configured one;
     3. the caller may have at most ``per_caller`` RPCs in flight (OVERLOADED otherwise);
-    4. only then is the body parsed; an undecodable body is MALFORMED (INVALID_ARGUMENT);
+    4. only then is the body read and parsed (unary requests are served as client-streaming, the same bytes on the
+       wire, so a refused caller's message is never received into memory); an undecodable body is MALFORMED
+       (INVALID_ARGUMENT);
     5. with a ``scope`` (the curator), the job the body names must be one the caller may see (UNKNOWN_JOB otherwise),
        and list answers show only those.
 
@@ -218,9 +220,12 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         if kind == "unary_unary":
             inner, deserialize = handler.unary_unary, handler.request_deserializer
 
-            async def unary(raw, context):
+            # served as client-streaming (the same bytes on the wire): the gate runs before the body is read, so a caller
+            # it refuses never makes this process receive (and allocate) its message
+            async def unary(raw_iterator, context):
                 ident = await admit(context)
                 try:
+                    raw = await _single(raw_iterator, context)
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
                     await in_scope(context, ident, request)
@@ -232,13 +237,14 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 finally:
                     gate._leave(ident)
 
-            return grpc.unary_unary_rpc_method_handler(unary, None, handler.response_serializer)
+            return grpc.stream_unary_rpc_method_handler(unary, None, handler.response_serializer)
         if kind == "unary_stream":
             inner_s, deserialize = handler.unary_stream, handler.request_deserializer
 
-            async def stream(raw, context):
+            async def stream(raw_iterator, context):  # served as bidirectional streaming: gate first, then the body (see unary)
                 ident = await admit(context)
                 try:
+                    raw = await _single(raw_iterator, context)
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
                     await in_scope(context, ident, request)
@@ -254,7 +260,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 finally:
                     gate._leave(ident)
 
-            return grpc.unary_stream_rpc_method_handler(stream, None, handler.response_serializer)
+            return grpc.stream_stream_rpc_method_handler(stream, None, handler.response_serializer)
         if kind == "stream_unary":
             inner_su, deserialize = handler.stream_unary, handler.request_deserializer
 
@@ -305,6 +311,15 @@ def _kind(handler: grpc.RpcMethodHandler) -> str | None:
     if handler.stream_unary:
         return "stream_unary"
     return None
+
+
+async def _single(raw_iterator, context) -> bytes:
+    """The one request message of a unary call served as client-streaming."""
+    try:
+        return await raw_iterator.__anext__()
+    except StopAsyncIteration:
+        await errors.refuse(context, P.MALFORMED, "a unary call without a request message")
+        raise  # unreachable
 
 
 async def _parsed(raw_iterator, deserialize, record):
