@@ -62,6 +62,7 @@ MAX_SIZE_BITS = 48
 # calls in flight to each party, so 64 stays well under a connection's 256 concurrent streams.
 MAX_LIVE_JOBS_FEDERATION = 64
 MAX_LIVE_JOBS_PER_OPERATOR = 32
+MAX_LOCAL_ROWS = 10**10  # rows of one party's dataset: it is trained in memory (10¹⁰ rows of one float64 feature is 80 GB); a cached n above is implausible
 MIN_PRODUCTION_KEY_BITS, MIN_TEST_KEY_BITS, MAX_KEY_BITS = 2048, 256, 8192
 MAX_ADDRESS = 255
 MAX_REAL = 1e12  # regularisers, norms, sensitivities, clip bounds: finite and far from overflow

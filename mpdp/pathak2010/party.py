@@ -7,10 +7,12 @@ what the party awaits next; the transition table is :data:`mpdp.pathak2010.state
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from mpdp import limits
 from mpdp.learn import logreg
 from mpdp.learn.model_cache import LocalModel
 from mpdp.math import comparison, sharing
@@ -429,6 +431,33 @@ class PartyMachine(Machine):
             Send(CURATOR, pb.PublishedShare(job_id=self.job_id, share=sharing.pack_ring(z, 128), paillier_ops=dict(self.ops), stage_seconds=self.stages.seconds)),
             Record(entry),
         ]
+
+
+def implausible_local_model(local: LocalModel, params: PathakParams, data_bytes: int) -> str | None:
+    """Why a cached ŵ_j cannot be the model :func:`train_local` would give for this job and a data file of
+    ``data_bytes`` bytes (None: plausible). A cached entry is trusted to be that model, so that every protocol
+    message and the guarantee are unchanged; one planted or damaged is a miss (retrain) instead.
+
+    - ``n``: at most :data:`mpdp.limits.MAX_LOCAL_ROWS`, and at most one row per two bytes of the data file (a row
+      is at least a label and a line end, whatever the format).
+    - ``‖w‖``: the sensitivity 2/(n·c) the mechanism is calibrated with (Chaudhuri & Monteleoni 2008, Cor. 2;
+      Pathak et al. 2010 §3) holds for the exact minimiser of J(w) = (1/n)·Σ log(1 + e^(−y_i·wᵀx_i)) + (c/2)‖w‖²
+      over rows with ‖x_i‖ ≤ 1 (c = :func:`mpdp.learn.logreg.reg_coefficient`: λ, or 2λ in the paper's convention).
+      Setting ∇J(w*) = 0 gives c·w* = (1/n)·Σ σ(−y_i·w*ᵀx_i)·y_i·x_i, a mean of vectors of norm < 1, so
+      ‖w*‖ < 1/c; and J(w*) ≤ J(0) = log 2 with the loss term ≥ 0 gives (c/2)‖w*‖² ≤ log 2, ‖w*‖ ≤ √(2·log 2 / c).
+      A cached ‖w‖ above the smaller bound (with 10⁻⁶ relative room for the solver) is no such minimiser.
+    """
+    n, w = local.n, np.asarray(local.w, dtype=np.float64)
+    if not 1 <= n <= limits.MAX_LOCAL_ROWS:
+        return f"n = {n} is outside 1..{limits.MAX_LOCAL_ROWS} (mpdp.limits.MAX_LOCAL_ROWS)"
+    if n > max(1, data_bytes // 2):
+        return f"n = {n} rows cannot come from a {data_bytes}-byte data file"
+    c = logreg.reg_coefficient(params.calibration.lam, params.calibration.convention)
+    bound = min(1.0 / c, math.sqrt(2.0 * math.log(2.0) / c)) * CLIP_BOUND
+    norm = float(np.linalg.norm(w))
+    if not math.isfinite(norm) or norm > bound * (1 + 1e-6):
+        return f"‖w‖ = {norm:.6g} exceeds the bound {bound:.6g} every minimiser of the job's objective obeys"
+    return None
 
 
 def train_local(X: np.ndarray, y: np.ndarray, params: PathakParams) -> LocalModel:

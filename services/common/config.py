@@ -66,7 +66,7 @@ class _Base(BaseSettings):
     federation: str = ""
     listen: str = "127.0.0.1:0"
     http_listen: str = Field("127.0.0.1:0", description="host:port of the HTTP endpoint (GET /metrics, the curator's dashboard, a party's ledger page); loopback by default, \"\" disables it")
-    http_token_file: Path | None = Field(None, description="a file holding the token the HTTP endpoint requires (Bearer header or /login cookie); required unless http_listen is loopback")
+    http_token_file: Path | None = Field(None, description="a file holding the token the HTTP endpoint requires (Bearer header, or a session from POST /login); needed unless http_listen is loopback")
     advertise: str | None = None
     tls: TlsConfig
     test_mode: bool = Field(False, description="allow small keys and simulation seeds: never in production")

@@ -17,7 +17,7 @@ import grpc
 from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import ProtocolError
-from mpdp_services.common import metrics
+from mpdp_services.common import calls, metrics
 
 P = common_pb2.Problem
 log = logging.getLogger("mpdp.refusal")
@@ -74,18 +74,18 @@ def details(e: ProtocolError) -> str:
     return details_for(e.problem, e.detail)
 
 
-def method_of(context: grpc.aio.ServicerContext) -> str:
-    try:
-        return context._rpc_event.call_details.method.decode()
-    except Exception:  # noqa: BLE001 - the method name only decorates the log line
-        return "?"
+def method_of(context: grpc.aio.ServicerContext | None = None) -> str:
+    """The method of the RPC being served, "?" outside one the gate wrapped. grpc.aio's servicer context does not
+    expose it: the gate (rpc.RoleInterceptor) names each call it admits (:mod:`calls`)."""
+    return calls.method()
 
 
 async def refuse(context: grpc.aio.ServicerContext, problem: int, detail: str) -> NoReturn:
     """Refuse the RPC: the table's status, bounded details, one WARNING log line. Never returns."""
     text = details_for(problem, detail)
-    log.warning("refused %s: %s", method_of(context), text)
-    metrics.refused(method_of(context), problem_name(problem), status_for(problem).name)
+    method = method_of(context)
+    log.warning("refused %s: %s", method, text)
+    metrics.refused(method, problem_name(problem), status_for(problem).name)
     await context.abort(status_for(problem), text)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 

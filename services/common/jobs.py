@@ -26,7 +26,7 @@ from typing import Awaitable, Callable, Generic, TypeVar
 from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import RemoteProtocolError
-from mpdp_services.common import metrics
+from mpdp_services.common import calls, metrics
 
 log = logging.getLogger("mpdp.jobs")
 
@@ -165,6 +165,7 @@ class JobTable(Generic[T]):
         record = JobRecord(job_id, self.protocol, "", P.PROBLEM_UNSPECIFIED, now, lifecycle=RUNNING if running else CREATED)
         record.note("ADMITTED")
         self._jobs[job_id] = _Live(entry, record, now + deadline_seconds)
+        calls.admitted(job_id)  # who asked for it (the curator's job ownership)
         return record
 
     def observe(self, job_id: str) -> None:

@@ -1,8 +1,15 @@
 """Certificates for a federation: a CA, and leaf certificates that carry the role and site name.
 
-Subject CN = site name, OU = role ("party", "curator", "compute_node", "operator"); SAN lists the
+Subject CN = site name, OU = role ("party", "curator", "compute_node", "operator", "admin"), O = federation; SAN lists the
 site name (used as the TLS server name), "localhost", and any host names or IPs the site is
-reached at. Keys are ECDSA P-256 from the OS CSPRNG (via ``cryptography``).
+reached at. Keys are ECDSA P-256 from the OS CSPRNG (via ``cryptography``). Every leaf carries the extended key
+usages serverAuth and clientAuth (each site both serves and calls its peers).
+
+What a server requires of a caller's certificate (rpc.RoleInterceptor, on top of the TLS handshake's chain check):
+an O equal to the server's federation (a certificate without one is refused, never let through), and an extended key
+usage extension that lists clientAuth. The TLS layer already drops an EKU that omits clientAuth; a certificate with
+no EKU extension at all (which X.509 reads as "any purpose") is refused by the gate. A server refuses to start with
+a certificate of its own whose EKU lacks serverAuth (:func:`check_server_certificate`).
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mpdp_services.common.durable import PRIVATE, PUBLIC, write_atomic
 
-ROLES = ("party", "curator", "compute_node", "operator")
+OPERATOR, ADMIN = "operator", "admin"
+ROLES = ("party", "curator", "compute_node", OPERATOR, ADMIN)  # admin: an operator who sees and cancels every operator's jobs
 DEFAULT_DAYS = 365
 
 
@@ -30,6 +38,7 @@ class Identity:
     role: str
     name: str
     federation: str = ""
+    client_auth: bool = False  # the certificate's extended key usage lists clientAuth
 
 
 def _name(common: str, role: str | None, federation: str) -> x509.Name:
@@ -139,10 +148,30 @@ def identity_from_pem(pem: bytes) -> Identity:
             role=_attr(cert.subject, NameOID.ORGANIZATIONAL_UNIT_NAME),
             name=_attr(cert.subject, NameOID.COMMON_NAME),
             federation=_attr(cert.subject, NameOID.ORGANIZATION_NAME),
+            client_auth=ExtendedKeyUsageOID.CLIENT_AUTH in usages(cert),
         )
         if len(_identity_cache) < 4096:
             _identity_cache[pem] = ident
     return ident
+
+
+def usages(cert: x509.Certificate) -> list:
+    """The certificate's extended key usages ([] when it has no EKU extension)."""
+    try:
+        return list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return []
+
+
+def check_server_certificate(pem: bytes) -> str:
+    """The federation (O) of this server's own certificate; ValueError if it has none or its EKU lacks serverAuth."""
+    cert = x509.load_pem_x509_certificate(pem)
+    if ExtendedKeyUsageOID.SERVER_AUTH not in usages(cert):
+        raise ValueError("this site's certificate has no serverAuth extended key usage; re-issue it with `mpdp provision`")
+    federation = _attr(cert.subject, NameOID.ORGANIZATION_NAME)
+    if not federation:
+        raise ValueError("this site's certificate names no federation (O); re-issue it with `mpdp provision`")
+    return federation
 
 
 def _attr(name: x509.Name, oid) -> str:

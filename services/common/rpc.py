@@ -24,8 +24,9 @@ from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2
-from mpdp_services.common import errors, metrics, tracing, web
-from mpdp_services.common.pki import Identity, identity_from_pem
+from mpdp_services.common import calls, errors, metrics, tracing, web
+from mpdp_services.common import pki
+from mpdp_services.common.pki import Identity, check_server_certificate, identity_from_pem
 from mpdp_services.common.transcript import Transcript
 
 log = logging.getLogger("mpdp.rpc")
@@ -92,11 +93,18 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
 
     1. the RPC must be a method in ``allowed`` of a kind we know how to authorise (unary-unary,
        unary-stream, stream-unary); anything else is refused;
-    2. the caller's certificate role must be allowed for the method, its federation must be ours, and
+    2. the caller's certificate must be a TLS client certificate (EKU clientAuth) naming a federation (O); its
+       role must be allowed for the method, its federation must be ours, and
        for a role in ``pinned`` (e.g. ``{"curator": "curator"}`` at parties and compute nodes) its
        certificate name must be exactly the configured one;
     3. the caller may have at most ``per_caller`` RPCs in flight (OVERLOADED otherwise);
-    4. only then is the body parsed; an undecodable body is MALFORMED (INVALID_ARGUMENT).
+    4. only then is the body read and parsed (unary requests are served as client-streaming, the same bytes on the
+       wire, so a refused caller's message is never received into memory); an undecodable body is MALFORMED
+       (INVALID_ARGUMENT);
+    5. with a ``scope`` (the curator), the job the body names must be one the caller may see (UNKNOWN_JOB otherwise),
+       and list answers show only those.
+
+    A certificate with role ``admin`` may call whatever ``operator`` may (:mod:`pki`).
 
     Every refusal goes through :func:`mpdp_services.common.errors.refuse`. An exception a servicer did not
     turn into a refusal is a bug: it is logged once with its traceback and the caller gets INTERNAL
@@ -111,21 +119,27 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         *,
         pinned: dict[str, str] | None = None,
         per_caller: int = PER_CALLER_IN_FLIGHT,
+        scope: "Scope | None" = None,
     ) -> None:
         self._allowed = allowed  # full method name → roles
-        self._federation = federation
+        self.federation = federation  # the O every caller's certificate must carry (start_server fills it from the site's own certificate)
         self._transcript = transcript  # test mode: every request this server receives
         self._pinned = dict(pinned or {})
         self._per_caller = per_caller
+        self._scope = scope  # which jobs a caller may see (the curator's job ownership), after the body is parsed
         self._in_flight: dict[tuple[str, str], int] = {}
 
     # -- checks ------------------------------------------------------------------------------------
     def _refusal(self, method: str, roles: tuple[str, ...] | None, ident: Identity) -> str | None:
         if roles is None:
             return "this method is not open to any role"
-        if ident.role not in roles:
+        if not ident.client_auth:
+            return "the caller's certificate is not for TLS clients (its extended key usage lacks clientAuth)"
+        if not ident.federation:
+            return "the caller's certificate names no federation (O)"
+        if ident.role not in roles and not (ident.role == pki.ADMIN and pki.OPERATOR in roles):  # an admin may do what an operator may
             return f"requires role {' or '.join(roles)}; the caller's certificate has role {ident.role or 'none'}"
-        if self._federation and ident.federation and ident.federation != self._federation:
+        if self.federation and ident.federation != self.federation:
             return "the caller's certificate belongs to another federation"
         pinned = self._pinned.get(ident.role)
         if pinned is not None and ident.name != pinned:
@@ -165,13 +179,24 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         metadata = handler_call_details.invocation_metadata
 
         async def admit(context) -> Identity:
+            calls.serving(method)  # refusals and metrics name this method (grpc.aio's context does not)
             ident = caller(context)
             reason = gate._refusal(method, roles, ident)
             if reason is not None:
                 await errors.refuse(context, P.WRONG_ROLE, reason)
             if not gate._enter(ident):
                 await errors.refuse(context, P.OVERLOADED, f"more than {gate._per_caller} calls in flight from {ident.name}; retry later")
+            calls.serving(method, ident)
             return ident
+
+        async def in_scope(context, ident: Identity, request) -> None:
+            if gate._scope is not None:
+                reason = gate._scope.check(method, ident, request)
+                if reason is not None:
+                    await errors.refuse(context, P.UNKNOWN_JOB, reason)
+
+        def scoped(ident: Identity, response):
+            return gate._scope.filter(method, ident, response) if gate._scope is not None else response
 
         async def parse(context, raw: bytes, deserialize):
             try:
@@ -195,28 +220,34 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         if kind == "unary_unary":
             inner, deserialize = handler.unary_unary, handler.request_deserializer
 
-            async def unary(raw, context):
+            # served as client-streaming (the same bytes on the wire): the gate runs before the body is read, so a caller
+            # it refuses never makes this process receive (and allocate) its message
+            async def unary(raw_iterator, context):
                 ident = await admit(context)
                 try:
+                    raw = await _single(raw_iterator, context)
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
+                    await in_scope(context, ident, request)
                     # an admitted caller's span (traceparent) is the current context while served: a job it creates joins its trace
                     with tracing.incoming(metadata):
                         response = await guarded(context, lambda: inner(request, context))
                     metrics.rpc_done(method, "OK")  # refusals are counted where they are made (errors.refuse)
-                    return response
+                    return scoped(ident, response)
                 finally:
                     gate._leave(ident)
 
-            return grpc.unary_unary_rpc_method_handler(unary, None, handler.response_serializer)
+            return grpc.stream_unary_rpc_method_handler(unary, None, handler.response_serializer)
         if kind == "unary_stream":
             inner_s, deserialize = handler.unary_stream, handler.request_deserializer
 
-            async def stream(raw, context):
+            async def stream(raw_iterator, context):  # served as bidirectional streaming: gate first, then the body (see unary)
                 ident = await admit(context)
                 try:
+                    raw = await _single(raw_iterator, context)
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
+                    await in_scope(context, ident, request)
                     try:
                         async for item in inner_s(request, context):
                             yield item
@@ -229,7 +260,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                 finally:
                     gate._leave(ident)
 
-            return grpc.unary_stream_rpc_method_handler(stream, None, handler.response_serializer)
+            return grpc.stream_stream_rpc_method_handler(stream, None, handler.response_serializer)
         if kind == "stream_unary":
             inner_su, deserialize = handler.stream_unary, handler.request_deserializer
 
@@ -249,10 +280,23 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
             return grpc.stream_unary_rpc_method_handler(stream_unary, None, handler.response_serializer)
 
         async def refused(request_iterator, context):  # stream-stream: no RPC of ours has this kind
+            calls.serving(method)
             await errors.refuse(context, P.WRONG_ROLE, "this method is not open to any role")
             yield  # pragma: no cover
 
         return grpc.stream_stream_rpc_method_handler(refused, None, None)
+
+
+class Scope:
+    """Which jobs a caller may touch, checked by the gate once the body is parsed (the curator's job ownership).
+
+    ``check`` returns a refusal reason (refused as UNKNOWN_JOB) or None; ``filter`` may drop what a list answer shows."""
+
+    def check(self, method: str, ident: Identity, request: Any) -> str | None:
+        return None
+
+    def filter(self, method: str, ident: Identity, response: Any) -> Any:
+        return response
 
 
 class _Undecodable(Exception):
@@ -267,6 +311,15 @@ def _kind(handler: grpc.RpcMethodHandler) -> str | None:
     if handler.stream_unary:
         return "stream_unary"
     return None
+
+
+async def _single(raw_iterator, context) -> bytes:
+    """The one request message of a unary call served as client-streaming."""
+    try:
+        return await raw_iterator.__anext__()
+    except StopAsyncIteration:
+        await errors.refuse(context, P.MALFORMED, "a unary call without a request message")
+        raise  # unreachable
 
 
 async def _parsed(raw_iterator, deserialize, record):
@@ -293,6 +346,9 @@ async def start_server(
     reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """``reuse_port``: other processes may listen on the same port (SO_REUSEPORT; a compute node's workers)."""
+    own = check_server_certificate(tls.read()[0])  # serverAuth EKU and an O, or no start
+    if not interceptor.federation:
+        interceptor.federation = own  # no federation configured: the one this site's own certificate names
     server = grpc.aio.server(interceptors=[interceptor], options=SERVER_OPTIONS + ([("grpc.so_reuseport", 1)] if reuse_port else []))
     add_servicers(server)
     health_servicer = health.aio.HealthServicer()

@@ -6,25 +6,38 @@ serves them: :mod:`mpdp_services.common.metrics` adds ``/metrics`` in every role
 
 What every response obeys:
 
-* **Read-only.** GET only; POST, PUT, DELETE, PATCH, HEAD → 405. A request line longer than
-  :data:`MAX_TARGET` → 414; a request that sends a body → 405 before the body is read.
+* **Read-only.** GET only (and the login form's POST); POST elsewhere, PUT, DELETE, PATCH, HEAD → 405. A request
+  line longer than :data:`MAX_TARGET` → 414; a GET that sends a body → 405 before the body is read.
+* **Token first, bounded parse.** The token is checked before the query is parsed; a query of more than
+  :data:`MAX_QUERY_FIELDS` pairs → 400. A client's doing (a bad request, hanging up or resetting mid-answer) never
+  puts a traceback in the role's log: a client that went away is dropped quietly.
 * **Known paths only.** Anything not registered → 404 with a short fixed body (the path is never echoed).
 * **No network fetch, no script.** Pages are server-rendered HTML; every response carries a Content-Security-Policy
   that allows inline styles and ``data:`` images only, ``nosniff`` and ``X-Frame-Options: DENY``.
 * **Authentication when exposed.** Bound to loopback, no token is needed (only this host can connect). Bound to any
   other address, a token is required (``http_token_file``; a role refuses to start without one): each request must
-  carry ``Authorization: Bearer <token>`` (Prometheus: ``authorization: credentials_file``) or the cookie set by
-  ``GET /login?token=<token>`` (a browser). Tokens are compared in constant time; a wrong one gets 401, never a hint.
+  carry ``Authorization: Bearer <token>`` (Prometheus: ``authorization: credentials_file``) or a session cookie (a
+  browser). A browser logs in at ``/login``: a form that POSTs the token in the body (never in a URL, which ends up
+  in history, logs and Referer headers; ``GET /login?token=…`` is refused with 400). The reply sets
+  ``mpdp_session``: not the token but ``expiry.nonce.HMAC(key, expiry.nonce)`` with a key derived from the token, valid
+  :data:`SESSION_SECONDS`, ``HttpOnly; SameSite=Strict; Path=/``, plus ``Secure`` when the request came over TLS (a
+  TLS-terminating proxy in front that sends ``X-Forwarded-Proto: https``; the port itself speaks plain HTTP). A
+  stolen cookie expires; rotating the token ends every session. Tokens and sessions are compared in constant time;
+  a wrong one gets 401, never a hint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import html
 import ipaddress
 import logging
+import secrets
+import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,7 +47,10 @@ from urllib.parse import parse_qs, urlsplit
 log = logging.getLogger("mpdp.web")
 
 MAX_TARGET = 2048  # bytes of a request target (path and query)
-COOKIE = "mpdp_token"
+MAX_QUERY_FIELDS = 16  # name=value pairs in a query; more → 400
+COOKIE = "mpdp_session"
+SESSION_SECONDS = 8 * 3600  # a browser session's lifetime
+MAX_LOGIN_BODY = 1024  # bytes of the login form's body
 MIN_TOKEN = 16  # characters: a token file with less is refused (`openssl rand -hex 32` gives 64)
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
@@ -143,22 +159,45 @@ def check_exposure(listen: str, token_file: str | Path | None) -> str | None:
     return None
 
 
+def _session_key(token: str) -> bytes:
+    return hmac.new(token.encode(), b"mpdp http session v1", "sha256").digest()
+
+
+def new_session(token: str, now: float | None = None) -> str:
+    """A session cookie value for ``token``: ``expiry.nonce.mac`` (the token itself never leaves the server)."""
+    expiry = int((time.time() if now is None else now) + SESSION_SECONDS)
+    body = f"{expiry}.{secrets.token_urlsafe(18)}"
+    return body + "." + hmac.new(_session_key(token), body.encode(), "sha256").hexdigest()
+
+
+def valid_session(token: str, value: str, now: float | None = None) -> bool:
+    """The cookie was made by :func:`new_session` for this token and has not expired."""
+    expiry, _, rest = value.partition(".")
+    nonce, _, mac = rest.partition(".")
+    if not (expiry.isdigit() and len(expiry) <= 12 and nonce and len(mac) == 64):
+        return False
+    want = hmac.new(_session_key(token), f"{expiry}.{nonce}".encode(), "sha256").hexdigest()
+    return hmac.compare_digest(mac.encode(), want.encode()) and int(expiry) > (time.time() if now is None else now)
+
+
 def authorized(token: str | None, authorization: str | None, cookie: str | None) -> bool:
-    """The request carries ``token`` (Bearer header or the login cookie); no token configured: everyone (loopback)."""
+    """The request carries ``token`` (Bearer header) or a live session cookie; no token configured: everyone (loopback)."""
     if token is None:
         return True
-    want = token.encode()
-    offered: list[str] = []
+    ok = False
     if authorization and authorization[:7].lower() == "bearer ":
-        offered.append(authorization[7:].strip())
-    for part in (cookie or "").split(";"):
+        ok |= hmac.compare_digest(authorization[7:].strip().encode(), token.encode())
+    for part in (cookie or "").split(";")[:32]:
         name, _, value = part.strip().partition("=")
         if name == COOKIE:
-            offered.append(value)
-    ok = False
-    for candidate in offered:
-        ok |= hmac.compare_digest(candidate.encode(), want)
+            ok |= valid_session(token, value)
     return ok
+
+
+LOGIN_FORM = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>mpdp · log in</title></head>
+<body><form method="post" action="/login"><label>Token <input type="password" name="token" autocomplete="current-password"></label>
+<button type="submit">Log in</button></form></body></html>
+"""
 
 
 # -- the server ----------------------------------------------------------------------------------------------
@@ -175,12 +214,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Content-Length") not in (None, "0") or self.headers.get("Transfer-Encoding"):
             return self._send(text(405, "read-only: GET without a body\n"))
         parts = urlsplit(self.path)
-        query = {k: v[0] for k, v in parse_qs(parts.query, max_num_fields=16).items()} if parts.query else {}
         if parts.path == "/login":
-            return self._send(self._login(query.get("token", "")))
+            if parts.query:  # a token in a URL lands in history, proxy logs and Referer headers: never accepted
+                return self._send(text(400, "the token is never sent in a URL: open /login and submit the form (POST)\n"))
+            return self._send(page(200, LOGIN_FORM) if self.token is not None else Response(303, b"", TEXT, {"Location": "/"}))
+        # the token first: nothing a caller without it sent (its query) is parsed
         if not authorized(self.token, self.headers.get("Authorization"), self.headers.get("Cookie")):
-            return self._send(Response(401, b"unauthorized: send Authorization: Bearer <token>, or open /login?token=<token>\n", TEXT,
+            return self._send(Response(401, b"unauthorized: send Authorization: Bearer <token>, or log in at /login\n", TEXT,
                                        {"WWW-Authenticate": 'Bearer realm="mpdp"'}))
+        query = parse_query(parts.query)
+        if query is None:
+            return self._send(text(400, f"bad query: at most {MAX_QUERY_FIELDS} name=value pairs\n"))
         found = self.routes.find(parts.path)
         if found is None:
             return self._send(NOT_FOUND)
@@ -195,18 +239,42 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(response or NOT_FOUND)
 
     def _login(self, offered: str) -> Response:
-        """A browser's way in: the cookie carries the token (HttpOnly, SameSite=Strict); then to the role's front page."""
+        """A browser's way in: a session cookie (not the token), then to the role's front page."""
         if self.token is None:
             return Response(303, b"", TEXT, {"Location": "/"})
         if not hmac.compare_digest(offered.encode(), self.token.encode()):
             return text(401, "unauthorized: wrong token\n")
-        return Response(303, b"", TEXT, {"Location": "/", "Set-Cookie": f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"})
+        secure = "; Secure" if self._over_tls() else ""
+        cookie = f"{COOKIE}={new_session(self.token)}; Path=/; Max-Age={SESSION_SECONDS}; HttpOnly; SameSite=Strict{secure}"
+        return Response(303, b"", TEXT, {"Location": "/", "Set-Cookie": cookie})
+
+    def _over_tls(self) -> bool:
+        """The browser reached us over TLS: this socket is TLS, or a TLS-terminating proxy says so."""
+        import ssl
+
+        return isinstance(self.connection, ssl.SSLSocket) or (self.headers.get("X-Forwarded-Proto") or "").strip().lower() == "https"
 
     def do_POST(self) -> None:  # noqa: N802
+        if urlsplit(self.path).path != "/login" or len(self.path) > MAX_TARGET:
+            self.close_connection = True  # a body, if any, is never read
+            return self._send(Response(405, b"read-only\n", TEXT, {"Allow": "GET"}))
+        self.close_connection = True
+        length = self.headers.get("Content-Length") or ""
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if self.headers.get("Transfer-Encoding") or not length.isdigit() or int(length) > MAX_LOGIN_BODY:
+            return self._send(text(413 if length.isdigit() else 411, f"a login form of at most {MAX_LOGIN_BODY} bytes, with Content-Length\n"))
+        if ctype != "application/x-www-form-urlencoded":
+            return self._send(text(415, "send the login form (application/x-www-form-urlencoded)\n"))
+        form = parse_query(self.rfile.read(int(length)).decode("utf-8", errors="replace"))
+        if form is None:
+            return self._send(text(400, "bad form\n"))
+        self._send(self._login(form.get("token", "")))
+
+    def do_PUT(self) -> None:  # noqa: N802
         self.close_connection = True  # a body, if any, is never read
         self._send(Response(405, b"read-only\n", TEXT, {"Allow": "GET"}))
 
-    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_POST
+    do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_PUT
 
     def _send(self, r: Response) -> None:
         self.send_response(r.status)
@@ -216,8 +284,48 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(r.body)
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError as e:  # the client hung up or stalled mid-request: nothing to answer, nothing to log
+            if not hung_up(e):
+                raise
+
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
         log.debug("http %s", format % args)
+
+
+def parse_query(query: str) -> dict[str, str] | None:
+    """``a=1&b=2`` → name → first value; None when there are more than :data:`MAX_QUERY_FIELDS` pairs (400)."""
+    if not query:
+        return {}
+    if query.count("&") + query.count(";") >= MAX_QUERY_FIELDS:  # bounded before parsing, whatever parse_qs counts
+        return None
+    try:
+        return {k: v[0] for k, v in parse_qs(query, max_num_fields=MAX_QUERY_FIELDS).items()}
+    except ValueError:
+        return None
+
+
+_HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, socket.timeout)
+
+
+def hung_up(e: BaseException) -> bool:
+    """A client that went away (closed, reset, timed out): not an error of this server."""
+    return isinstance(e, _HUNG_UP) or (isinstance(e, OSError) and e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ETIMEDOUT))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """socketserver prints a traceback to stderr (the role's log, with this host's paths); never for a client's doing."""
+        import sys
+
+        e = sys.exc_info()[1]
+        if e is None or hung_up(e):
+            return
+        log.warning("http: a request failed (%s); the client got no answer", type(e).__name__)
 
 
 def serve_http(listen: str, token_file: str | Path | None = None, routes: Routes | None = None) -> tuple[ThreadingHTTPServer, int]:
@@ -227,8 +335,7 @@ def serve_http(listen: str, token_file: str | Path | None = None, routes: Routes
     token = check_exposure(listen, token_file)
     host, port = split_listen(listen)
     handler = type("Handler", (_Handler,), {"routes": routes or ROUTES, "token": token})
-    server = ThreadingHTTPServer((host or "0.0.0.0", port), handler)
-    server.daemon_threads = True
+    server = _Server((host or "0.0.0.0", port), handler)
     threading.Thread(target=server.serve_forever, name="mpdp-http", daemon=True).start()
     return server, server.server_address[1]
 

@@ -38,6 +38,7 @@ from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE 
 from mpdp_services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
 from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
 from mpdp_services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
+from mpdp_services.curator.ownership import Ownership
 
 log = logging.getLogger("mpdp.curator")
 
@@ -327,7 +328,8 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE]
     transcript = transcript_from_env(cfg.test_mode, cfg.name)
     curator.channels.transcript = transcript
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript), add, services)
+    owners = Ownership(Path(cfg.state_dir)).install()  # jobs belong to the operator who asked for them (ownership.py)
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners), add, services)
     await dca.recover()
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)

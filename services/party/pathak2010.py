@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 from typing import TYPE_CHECKING
 
 from mpdp import accounting, limits
@@ -22,7 +23,7 @@ from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.paillier import PublicKey
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.params import InvalidJob, PathakParams
-from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachine
+from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachine, implausible_local_model
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.schema import SchemaError
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send
@@ -84,6 +85,13 @@ def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
     """When this party gives up on a job: the spec's deadline plus the grace the curator's last steps need
     (:func:`jobs.hard_deadline`; the curator fails the job first and says so), else the configured default."""
     return jobs.hard_deadline(spec.deadline_seconds) if spec.deadline_seconds > 0 else default
+
+
+def _size(path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def local_model_key(ds: cfgmod.DatasetConfig, params: PathakParams) -> str:
@@ -234,6 +242,10 @@ class PathakParty(pb_grpc.PartyServicer):
         params = PathakParams.from_spec(request.job_id, request.spec)
         key = local_model_key(ds, params)
         local = self.models.get(key)
+        why = implausible_local_model(local, params, _size(ds.path)) if local is not None else None
+        if why is not None:  # planted or damaged: retrained below, and the fresh ŵ_j replaces it
+            log.warning("job %s: the cached local model for dataset %s is implausible (%s); retraining", request.job_id, request.spec.dataset, why)
+            local = None
         if local is not None:
             return PartyMachine(self.cfg.name, request, None, None, self.resources, local=local)
         data = load_dataset(ds, name=request.spec.dataset)

@@ -105,6 +105,7 @@ class PartySpec(_Site):
 class OperatorSpec(_Strict):
     name: str = "operator"
     csr: Path | None = None
+    admin: bool = Field(False, description="role admin instead of operator: may list, watch, fetch and cancel every operator's jobs (an operator only its own)")
 
     @field_validator("name")
     @classmethod
@@ -355,7 +356,7 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
         )
         _write_readme(r, spec, ca)
     for o in spec.operators:
-        r = issue(o, "operator", [])
+        r = issue(o, pki.ADMIN if o.admin else pki.OPERATOR, [])
         write_atomic(
             r.folder / "endpoints.json",
             json.dumps({"federation": spec.federation, "curator": {"address": cur.address, "name": cur.name}, "operator_tls": dict(TLS),
@@ -527,9 +528,9 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
         "| site.key | its private key |" if r.key_here else "| (site.key) | your own key, kept at home |",
         "| ca.crt | the federation CA: the only issuer this site trusts |",
     ]
-    cfg = {"curator": "curator.yaml", "party": "party.yaml", "compute_node": "compute_node.yaml", "operator": "endpoints.json"}.get(r.role)
+    cfg = {"curator": "curator.yaml", "party": "party.yaml", "compute_node": "compute_node.yaml", "operator": "endpoints.json", "admin": "endpoints.json"}.get(r.role)
     if cfg:
-        lines.append(f"| {cfg} | {'client endpoints' if r.role == 'operator' else 'service configuration (YAML; MPDP_* environment variables override fields)'} |")
+        lines.append(f"| {cfg} | {'client endpoints' if r.role in ('operator', 'admin') else 'service configuration (YAML; MPDP_* environment variables override fields)'} |")
     lines += [
         "",
         f"Certificate valid until **{r.not_after:%Y-%m-%d %H:%M} UTC**; SHA-256 fingerprint `{r.fingerprint}`.",
@@ -575,7 +576,7 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
             f"(parties, or the operator's load generator) and to the other compute nodes{' (' + ', '.join(others) + ')' if others else ''}. "
             "It dials out to the curator and to the other compute nodes. It sees only secret shares, never a client's vector.",
         ]
-    elif r.role == "operator":
+    elif r.role in (pki.OPERATOR, pki.ADMIN):
         d = spec.defaults
         parties = ",".join(p.name for p in spec.parties)
         lines += [

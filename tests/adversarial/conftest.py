@@ -117,6 +117,30 @@ def mint(fed: LocalFederation, role: str, name: str) -> TlsFiles:
     return TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
 
 
+def mint_custom(fed: LocalFederation, label: str, subject: list[tuple[Any, str]], usages: list | None) -> TlsFiles:
+    """A certificate from the federation's CA with a hand-made subject (``[(NameOID.X, value), …]``) and extended key
+    usages (None: no EKU extension at all): what a careless or hostile issuer could produce."""
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import hashes
+
+    folder = fed.workdir / "minted" / f"custom-{label}"
+    if not (folder / "site.crt").exists():
+        ca = fed.workdir / "ca"
+        ca_key = serialization.load_pem_private_key((ca / "ca.key").read_bytes(), None)
+        ca_cert = x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes())
+        key = pki.new_key()
+        now = dt.datetime.now(dt.timezone.utc)
+        b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(oid, v) for oid, v in subject])).issuer_name(ca_cert.subject)
+             .public_key(key.public_key()).serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+             .not_valid_after(now + dt.timedelta(days=1)).add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+             .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False))
+        if usages is not None:
+            b = b.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        pki.write_site(folder, key, b.sign(ca_key, hashes.SHA256()), ca_cert)
+    return TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
+
+
 def channel(fed: LocalFederation, target: str, tls: TlsFiles, **options: Any) -> grpc.Channel:
     opts = [("grpc.ssl_target_name_override", target), *options.items()]
     return grpc.secure_channel(address(fed, target), tls.channel_credentials(), options=opts)

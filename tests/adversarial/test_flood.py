@@ -58,3 +58,74 @@ def test_legitimate_job_completes_under_an_idle_connection_flood(fed, target):
     finally:
         _release(procs)
     assert_serving(fed, target, timeout=20.0)
+
+
+# -- large bodies from a certificate with no role ---------------------------------------------------------------
+BODY_MB = 56
+BODIES = 4
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize("target, service, method", [
+    ("curator", "mpdp.messages.Curator", "SubmitJob"),  # unary
+    ("curator", "mpdp.messages.Curator", "WatchJob"),  # unary request, streamed answer
+    ("party-1", "mpdp.messages.Party", "AnnounceJob"),
+])
+def test_large_bodies_from_a_roleless_certificate_are_refused_before_they_are_received(fed, target, service, method):
+    """4 × 56 MB bodies at once from a certificate of the federation's CA with no role (no OU): each is refused
+    PERMISSION_DENIED, and the target's RSS neither grows by the bodies (peak within 50 MB of its level after
+    warm-up: the gate runs before the body is read) nor stays up afterwards (within 50 MB). Figures are printed."""
+    import threading
+    import time
+
+    import grpc
+    from cryptography.x509.oid import ExtendedKeyUsageOID as EKU, NameOID
+
+    from .conftest import assert_status, channel, mint_custom, raw_unary, refused
+
+    tls = mint_custom(fed, "roleless", [(NameOID.ORGANIZATION_NAME, "local"), (NameOID.COMMON_NAME, "nobody")], [EKU.SERVER_AUTH, EKU.CLIENT_AUTH])
+    pid = fed.procs[target].popen.pid
+    body = b"\x0a\xff\xff\xff\x1a" + bytes(BODY_MB * 2**20 - 5)
+    opts = {"grpc.max_send_message_length": 64 << 20}
+    with channel(fed, target, tls) as ch:  # warm-up: TLS, the gate and the refusal path once
+        assert_status(refused(lambda: raw_unary(ch, service, method)(b"", timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
+    time.sleep(1.0)
+    before = _rss_mb(pid)
+    peak, stop = [before], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss_mb(pid))
+            time.sleep(0.01)
+
+    codes: list = []
+
+    def flood() -> None:
+        with channel(fed, target, tls, **opts) as ch:
+            e = refused(lambda: raw_unary(ch, service, method)(body, timeout=60))
+            codes.append(e.code())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    senders = [threading.Thread(target=flood) for _ in range(BODIES)]
+    for t in senders:
+        t.start()
+    for t in senders:
+        t.join()
+    time.sleep(3.0)
+    stop.set()
+    watcher.join()
+    after = _rss_mb(pid)
+    print(f"\n{target} {method}: RSS before {before:.0f} MB, peak {peak[0]:.0f} MB, after {after:.0f} MB ({BODIES} × {BODY_MB} MB, no role)")
+    assert codes == [grpc.StatusCode.PERMISSION_DENIED] * BODIES, codes
+    assert peak[0] - before < 50, f"RSS {before:.0f} → peak {peak[0]:.0f} MB: a refused caller's bodies were received"
+    assert after - before < 50, f"RSS {before:.0f} → {after:.0f} MB after the flood"
+    assert_serving(fed, target)
+

@@ -3,7 +3,7 @@ real stores, a party's ledger page over a real ledger file, and the server's rul
 bounded, token when exposed, security headers).
 
 Invariants: every string a peer or operator could choose is escaped; no page links, loads or posts to another
-host; nothing but GET reaches a page; with a token configured, nothing but /login answers without it."""
+host; nothing but GET reaches a page; with a token configured, nothing but /login answers without it, and the login cookie is a session, never the token."""
 
 from __future__ import annotations
 
@@ -232,13 +232,40 @@ def test_a_token_guards_every_page_and_a_browser_logs_in_with_a_cookie(served, t
     assert _get(url + "/", {"Authorization": f"Basic {token}"})[0] == 401
     assert _get(url + "/metrics", {"Authorization": f"Bearer {token}"})[0] == 200
     assert _get(url + "/nothing", {"Authorization": f"Bearer {token}"})[0] == 404  # 404 only once authorized
-    assert _get(url + "/login?token=nope")[0] == 401
-    status, headers, _ = _get(url + "/login?token=" + token)
+    assert _get(url + "/login?token=" + token)[0] == 400  # a token in a URL is refused, and sets nothing
+    assert "Set-Cookie" not in _get(url + "/login?token=" + token)[1]
+    status, _, form = _get(url + "/login")
+    assert status == 200 and b'method="post"' in form and b'action="/login"' in form
+    assert _login(url, "nope")[0] == 401
+    status, headers, _ = _login(url, token)
     assert status == 303 and headers["Location"] == "/"
     cookie = headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    assert _get(url + "/jobs/pk-1", {"Cookie": cookie.split(";")[0]})[0] == 200
-    assert _get(url + "/jobs/pk-1", {"Cookie": "mpdp_token=" + "b" * 46})[0] == 401
+    attrs = [a.strip() for a in cookie.split(";")]
+    assert "HttpOnly" in attrs and "SameSite=Strict" in attrs and "Path=/" in attrs and f"Max-Age={web.SESSION_SECONDS}" in attrs
+    assert "Secure" not in attrs  # plain HTTP, no TLS proxy in front
+    value = attrs[0].split("=", 1)[1]
+    assert attrs[0].startswith(web.COOKIE + "=") and token not in cookie and value != token
+    assert _get(url + "/jobs/pk-1", {"Cookie": attrs[0]})[0] == 200
+    assert _get(url + "/jobs/pk-1", {"Cookie": f"{web.COOKIE}={token}"})[0] == 401  # the raw token is no cookie
+    assert _get(url + "/jobs/pk-1", {"Cookie": "mpdp_token=" + token})[0] == 401
+    forged = value.rsplit(".", 1)[0] + "." + "0" * 64
+    assert _get(url + "/jobs/pk-1", {"Cookie": f"{web.COOKIE}={forged}"})[0] == 401
+    expired = web.new_session(token, now=time.time() - web.SESSION_SECONDS - 1)
+    assert _get(url + "/jobs/pk-1", {"Cookie": f"{web.COOKIE}={expired}"})[0] == 401
+    assert not web.valid_session("another-token-" + "d" * 30, value)  # rotating the token ends every session
+    status, headers, _ = _login(url, token, {"X-Forwarded-Proto": "https"})
+    assert status == 303 and "Secure" in [a.strip() for a in headers["Set-Cookie"].split(";")]
+    assert _get(url + "/login", method="POST", data=b"token=" + token.encode(), headers={"Content-Type": "text/plain"})[0] == 415
+    assert _get(url + "/login", method="POST", data=b"token=" + b"x" * 5000, headers={"Content-Type": "application/x-www-form-urlencoded"})[0] == 413
+    assert _get(url + "/metrics", method="POST", data=b"token=" + token.encode(), headers={"Content-Type": "application/x-www-form-urlencoded"})[0] == 405
+
+
+def _login(url: str, token: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """What the login form sends: the token in a POST body."""
+    import urllib.parse
+
+    body = urllib.parse.urlencode({"token": token}).encode()
+    return _get(url + "/login", {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})}, method="POST", data=body)
 
 
 def test_an_exposed_endpoint_needs_a_token(tmp_path):
@@ -300,3 +327,13 @@ def test_reads_run_on_the_roles_event_loop(dashboard):
     asyncio.run(main())
     assert seen == ["the-loop"]
     time.sleep(0)
+
+
+def test_the_token_is_checked_before_the_query_is_parsed_and_a_long_query_is_400(served, tmp_path):
+    token = "t0k3n-" + "c" * 40
+    (tmp_path / "http.token").write_text(token)
+    url = served(tmp_path / "http.token")
+    many = "&".join(f"a{i}=1" for i in range(17))
+    assert _get(url + "/?" + many)[0] == 401  # no token: refused before anything in the query is looked at
+    assert _get(url + "/?" + many, {"Authorization": f"Bearer {token}"})[0] == 400
+    assert _get(url + "/metrics?" + "&".join(f"a{i}=1" for i in range(16)), {"Authorization": f"Bearer {token}"})[0] == 200

@@ -262,3 +262,16 @@ def test_health_probe_over_mutual_tls(tmp_path):
         assert r.exit_code == 1 and "unhealthy" in r.output
     finally:
         server.stop(0)
+
+
+def test_an_admin_operator_folder_gets_role_admin_and_every_leaf_both_key_usages(tmp_path):
+    spec = pv.load_spec(write_spec(tmp_path, {**SPEC, "operators": [{"name": "operator"}, {"name": "ops-lead", "admin": True}]}))
+    res = pv.provision(spec, tmp_path / "sites")
+    roles = {s.name: s.role for s in res.sites}
+    assert roles["operator"] == "operator" and roles["ops-lead"] == "admin"
+    for s in res.sites:
+        pem = (s.folder / "site.crt").read_bytes()
+        ident = pki.identity_from_pem(pem)
+        assert ident.role == s.role and ident.client_auth and ident.federation == "test-fed"
+        assert pki.check_server_certificate(pem) == "test-fed"
+    assert (tmp_path / "sites" / "ops-lead" / "endpoints.json").exists()

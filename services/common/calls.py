@@ -1,0 +1,48 @@
+"""The RPC the current task serves: its method and its caller, as the gate (rpc.RoleInterceptor) saw them.
+
+grpc.aio's servicer context exposes neither the method name nor a place for per-call values, and each RPC runs in
+its own task, so the gate puts both in context variables when it admits a call. :mod:`errors` names the method in
+refusals and metrics; :func:`admitted` lets a role note who created a job (the curator's job ownership,
+:mod:`mpdp_services.curator.ownership`) without threading the caller through every servicer.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Callable
+
+from mpdp_services.common.pki import Identity
+
+_METHOD: ContextVar[str] = ContextVar("mpdp_rpc_method", default="?")
+_CALLER: ContextVar[Identity | None] = ContextVar("mpdp_rpc_caller", default=None)
+_ON_ADMIT: list[Callable[[str, Identity], None]] = []
+
+
+def serving(method: str, ident: Identity | None = None) -> None:
+    """Name the RPC the current task serves, and its caller once known (called by the gate)."""
+    _METHOD.set(method)
+    if ident is not None:
+        _CALLER.set(ident)
+
+
+def method() -> str:
+    """The full method name ("/mpdp.messages.Curator/SubmitJob"), "?" outside a call the gate wrapped."""
+    return _METHOD.get()
+
+
+def caller() -> Identity | None:
+    """The admitted caller of the current RPC, None outside one (a sweep, a start-up recovery)."""
+    return _CALLER.get()
+
+
+def on_admit(hook: Callable[[str, Identity], None]) -> None:
+    """Call ``hook(job_id, caller)`` whenever a job table admits a job while serving an RPC (this process only)."""
+    _ON_ADMIT.append(hook)
+
+
+def admitted(job_id: str) -> None:
+    """A job table admitted ``job_id``: tell the hooks who asked for it (nothing outside an RPC)."""
+    ident = _CALLER.get()
+    if ident is not None:
+        for hook in _ON_ADMIT:
+            hook(job_id, ident)
