@@ -33,7 +33,7 @@ import numpy as np
 
 from mpdp import limits
 from mpdp.dp.mechanisms import Guarantee, analytic_gaussian_sigma, gaussian, laplace_coordinates, spherical_laplace
-from mpdp.learn.logreg import Convention, l2_sensitivity
+from mpdp.learn.logreg import Convention
 from mpdp.math.drbg import Drbg
 
 Mode = Literal["corrected", "paper", "gaussian-distributed"]
@@ -227,8 +227,3 @@ class PathakCalibration:
                 f"fixed-point integer as for ŵ_s (the scale also carries 2·√d·2^-{self.frac_bits}/ε for the models' rounding)"
             ),
         )
-
-
-def sensitivity_l2(n: int, lam: float, parties: int, convention: Convention) -> float:
-    """ℓ2-sensitivity of the average (1/K)Σŵ_k to one record of a party with n records."""
-    return l2_sensitivity(n, lam, convention) / parties

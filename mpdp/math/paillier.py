@@ -67,10 +67,6 @@ class PublicKey:
         """E(a)·E(b) = E(a + b)."""
         return int(gmpy2.mul(c1, c2) % self.nsquare)
 
-    def add_plain(self, c: int, m: int) -> int:
-        """E(a)·(1 + m·N) = E(a + m) (deterministic: re-randomise before sending)."""
-        return int(gmpy2.mul(c, 1 + (m % self.n) * self.n) % self.nsquare)
-
     def mul_plain(self, c: int, k: int, ops: OpCounter | None = None) -> int:
         """E(a)^k = E(k·a); negative k uses the inverse, so the exponent stays short."""
         if ops is not None:

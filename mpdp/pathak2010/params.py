@@ -52,14 +52,6 @@ def check_spec(job_id: str, spec: pathak2010_pb2.PathakJobSpec) -> None:
         raise InvalidJob(str(e)) from None
 
 
-def check_dimension(d: int) -> None:
-    """d of a party's records (JobAcceptance / ProtocolStart), in its documented range."""
-    try:
-        limits.check_row(limits.limit("JobAcceptance", "dimension"), d)
-    except limits.SpecError as e:
-        raise InvalidJob(str(e)) from None
-
-
 MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
 # PATHAK_NOISE_DEFAULT resolves to this in CORRECTED mode (PAPER has only the smallest party's noise).
 DEFAULT_NOISE = pathak2010_pb2.DISTRIBUTED_GAUSSIAN
