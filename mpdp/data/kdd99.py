@@ -1,7 +1,7 @@
 """KDD Cup 1999 (network intrusion detection): parsing, fixed one-hot vocabulary, unit-ball features.
 
-Shared by the experiments that use KDD-99 (issue 7 ``mpdp.lmgc.datasets``, issue 8
-``mpdp.hamm2016``). Files (read in place, ``--data`` points at the shared data folder or at its
+Shared by the experiments that use KDD-99 (the LMGC evaluation, ``mpdp.lmgc.datasets``, and the HCB16
+ensembles, ``mpdp.hamm2016``). Files (read in place, ``--data`` points at the shared data folder or at its
 ``kddcup99/`` subfolder): ``kddcup.data_10_percent.gz`` (494,021 training rows),
 ``corrected.gz`` (311,029 labelled test rows), ``training_attack_types.txt`` (attack → category).
 Each row is 41 comma-separated features in the order of ``kddcup.names`` and a label such as

@@ -1,4 +1,4 @@
-"""Issue 8 evaluation: Hamm, Cao & Belkin (ICML 2016) Figure 3 — private ensembles on KDD-99 (spec hamm2016.md §3.6).
+"""Evaluation of Hamm, Cao & Belkin (ICML 2016) Figure 3 — private ensembles on KDD-99 (spec hamm2016.md §3.6).
 
 For each data trial r (public split seeded by (split_seed, r), numpy generator):
 

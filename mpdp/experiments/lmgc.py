@@ -1,4 +1,4 @@
-"""Issue 7 evaluation: accuracy vs ε of (DP) large-margin Gaussian classifiers (spec lmgc.md §2).
+"""LMGC evaluation: accuracy vs ε of (DP) large-margin Gaussian classifiers (spec lmgc.md §2).
 
 Methods (``METHODS``):
 
