@@ -1,7 +1,7 @@
 """Datasets for the LMGC evaluation: scikit-learn's digits and wine, and KDD-99 attack categories.
 
 Every loader returns rows already scaled and clipped to ‖x‖ ≤ 1 (so ‖(x, 1)‖ ≤ R = √2, the bound
-the privacy analysis uses, lmgc.md §2.5), and a train/test split drawn with numpy's generator
+the privacy analysis uses), and a train/test split drawn with numpy's generator
 (public simulation randomness; never used for DP noise).
 
 What the preprocessing costs in privacy (stated in every run's output):
