@@ -13,7 +13,7 @@ get d = 123 dimensional features"):
 
 * 38 numeric columns: ``log1p(max(x, 0))``, then standardised with mean and s.d. of a **public**
   reference set (in the HCB16 simulation: the auxiliary unlabeled rows, which that setting treats as
-  public — spec §3.1 — so using their statistics costs no privacy);
+  public (HCB16 Sec. 3.3) — so using their statistics costs no privacy);
 * one-hot ``protocol_type`` (3), ``service`` (71), ``flag`` (11) with the FIXED vocabularies below;
   a value outside the vocabulary maps to an all-zero block;
 * d = 38 + 3 + 71 + 11 = **123**, the paper's d. How the vocabulary was derived (once, by hand):
