@@ -1,4 +1,4 @@
-"""Tight composition of a party's ledger (issue 13 §4; proof sketch in docs/protocols/accounting.md).
+"""Tight composition of a party's ledger (proof sketch in docs/protocols/accounting.md).
 
 Every ledger entry records, besides its per-release guarantee (``epsilon``, ``delta``), the mechanism that gave
 it under the key ``accounting`` (built by the helpers below, read back by :func:`release_of`):

@@ -1,4 +1,5 @@
-"""Every job-spec field's allowed range, in one table, checked in one place (issue 12, "one error table, one gate").
+"""Every job-spec field's allowed range, in one table, checked in one place (the job model's "one error table, one gate",
+docs/protocols/job-model.md).
 
 Each protocol's spec message (proto/mpdp/messages/*.proto) has its rows in :data:`TABLE`: the field, its
 minimum and maximum, the unit and one line on why. ``check_<spec>(msg)`` checks a message against its rows

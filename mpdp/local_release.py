@@ -1,4 +1,4 @@
-"""Local DP releases (one per party) and their average, network-free (issue: LMGC in the federation).
+"""Local DP releases (one per party) and their average, network-free (LMGC in the federation).
 
 A party spends the release's ε in its privacy ledger (:func:`ledger_entry`, before training), trains a DP
 model on its own records (:func:`party_release`) and releases the DP parameters; nothing about its records or size leaves it except through that

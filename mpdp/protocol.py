@@ -3,7 +3,7 @@
 A machine takes one message from one peer and returns the outputs it causes (:class:`Send` to a peer,
 :class:`Publish` of a release, :class:`Record` for the party's privacy ledger, :class:`Reply` to the call
 that carried the message). It never touches a socket. Every transition is a :class:`Row` of the role's
-``TABLE`` (style.md: one file per protocol owns its transitions, as data); :func:`render_table` writes a
+``TABLE`` (one file per protocol owns its transitions, as data); :func:`render_table` writes a
 table into the protocol's docs page (``tools/render_tables.py``), so docs cannot drift from code.
 
 A row is one of three kinds:
@@ -74,7 +74,7 @@ class Publish:
 
 @dataclass(frozen=True)
 class Record:
-    """An entry for the party's privacy ledger (decision 9)."""
+    """An entry for the party's privacy ledger."""
 
     entry: dict
 

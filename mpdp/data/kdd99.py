@@ -1,7 +1,7 @@
 """KDD Cup 1999 (network intrusion detection): parsing, fixed one-hot vocabulary, unit-ball features.
 
-Shared by the experiments that use KDD-99 (issue 7 ``mpdp.lmgc.datasets``, issue 8
-``mpdp.hamm2016``). Files (read in place, ``--data`` points at the shared data folder or at its
+Shared by the experiments that use KDD-99 (the LMGC evaluation, ``mpdp.lmgc.datasets``, and the HCB16
+ensembles, ``mpdp.hamm2016``). Files (read in place, ``--data`` points at the shared data folder or at its
 ``kddcup99/`` subfolder): ``kddcup.data_10_percent.gz`` (494,021 training rows),
 ``corrected.gz`` (311,029 labelled test rows), ``training_attack_types.txt`` (attack → category).
 Each row is 41 comma-separated features in the order of ``kddcup.names`` and a label such as
@@ -13,7 +13,7 @@ get d = 123 dimensional features"):
 
 * 38 numeric columns: ``log1p(max(x, 0))``, then standardised with mean and s.d. of a **public**
   reference set (in the HCB16 simulation: the auxiliary unlabeled rows, which that setting treats as
-  public — spec §3.1 — so using their statistics costs no privacy);
+  public (HCB16 Sec. 3.3) — so using their statistics costs no privacy);
 * one-hot ``protocol_type`` (3), ``service`` (71), ``flag`` (11) with the FIXED vocabularies below;
   a value outside the vocabulary maps to an all-zero block;
 * d = 38 + 3 + 71 + 11 = **123**, the paper's d. How the vocabulary was derived (once, by hand):

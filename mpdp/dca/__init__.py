@@ -1,4 +1,4 @@
-"""DCA: the Distributed Compute Algorithm of Heikkilä et al. (NIPS 2017), network-free (spec dca.md §4.1–4.3).
+"""DCA: the Distributed Compute Algorithm of Heikkilä et al. (NIPS 2017), network-free (the paper's Sec. 3.1, Algorithm 1).
 
 Guarantee: the released sum Σ_{i∈A}(z_i + η_i) is (ε, δ)-DP for replace-one adjacency with ℓ2-sensitivity
 Δ₂, when at most T clients collude or drop out and at least one of the M compute nodes is honest; each

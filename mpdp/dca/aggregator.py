@@ -1,4 +1,5 @@
-"""The aggregator of DCA — Charlie, the curator that owns the job (spec dca.md §4.3 step 4).
+"""The aggregator of DCA — Charlie, the curator that owns the job (Heikkilä et al. 2017,
+Algorithm 1, step 3: the final aggregator).
 
 Charlie announces the job to the M compute nodes, tells them when the deadline has passed, takes the M
 partial sums q_k, checks that every node summed the same agreed set A (same |A|, same digest) and that

@@ -1,4 +1,5 @@
-"""A compute node's bookkeeping for agreeing on A = ∩_k R_k (spec dca.md §4.3 "fault tolerance"; ours).
+"""A compute node's bookkeeping for agreeing on A = ∩_k R_k (Heikkilä et al. 2017, Sec. 3.1.3
+"Fault tolerance"; the bookkeeping is ours).
 
 Clients have *indices*. In a job with a roster (``DcaJobSpec.roster`` or ``roster_range``) client i's index is
 its roster position, the same at every node, so nodes tell each other which clients they received as roster

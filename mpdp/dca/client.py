@@ -1,4 +1,4 @@
-"""Client i of DCA (spec dca.md §4.3 steps 1–2): clip, add noise, encode, share, send.
+"""Client i of DCA (Heikkilä et al. 2017, Algorithm 1, steps 1–2): clip, add noise, encode, share, send.
 
 :class:`ClientMachine` is one client on one device: it holds z_i and its own Drbg, and ``submit()``
 returns the M messages m_{i,k} (one :class:`~mpdp.messages.dca_pb2.ClientShare` per node) plus the
@@ -6,9 +6,9 @@ ledger record. :class:`ClientCohort` simulates many clients in one process for t
 and benchmarks: the same clipping, noise, encoding and sharing, vectorised over clients, drawn from
 one Drbg and emitted as per-node :class:`~mpdp.messages.dca_pb2.ShareBatch` messages.
 
-What the client guarantees by itself: |z_ij| ≤ c_j (it clips — clipping is the guarantee, decision 2),
-its noise is N(0, σ_client²) from a CSPRNG, and any M − 1 of its messages are uniform (§4.3 step 2).
-What it cannot check: the declared Δ₂ (the job's claim about its statistics, e.g. §4.4).
+What the client guarantees by itself: |z_ij| ≤ c_j (it clips — clipping is the guarantee),
+its noise is N(0, σ_client²) from a CSPRNG, and any M − 1 of its messages are uniform (Algorithm 1, step 2).
+What it cannot check: the declared Δ₂ (the job's claim about its statistics, e.g. Algorithm 2's).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def node_peer(name: str) -> Peer:
 
 
 def check_seeding(params: DcaParams, rng: Drbg) -> None:
-    """A seeded (non-secret) generator may only serve a job marked as a simulation (decision 4)."""
+    """A seeded (non-secret) generator may only serve a job marked as a simulation (DP noise comes from a CSPRNG)."""
     if rng.seeded and not params.seeded:
         raise InvalidJob("a seeded Drbg makes the release non-private, but the job carries no simulation seed")
 

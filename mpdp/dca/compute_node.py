@@ -1,4 +1,4 @@
-"""Compute node k of DCA (spec dca.md §4.3 step 3 and "fault tolerance"; decision 8).
+"""Compute node k of DCA (Heikkilä et al. 2017, Algorithm 1, step 3, and Sec. 3.1.3 "Fault tolerance").
 
 Node k takes clients' messages m_{i,k}, agrees with the other nodes on A = ∩_l R_l (R_l: the clients
 whose message reached node l) and sends the aggregator q_k = Σ_{i∈A} m_{i,k} mod 2^64 — never a sum that

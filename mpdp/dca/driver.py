@@ -1,5 +1,5 @@
 """In-memory driver: a whole DCA job (N clients, M compute nodes, the aggregator) in one process
-(spec dca.md §4.3; style.md §5 "core tests use an in-memory driver").
+(Heikkilä et al. 2017, Algorithm 1; the core's tests run on an in-memory driver).
 
 It builds the machines and feeds the clients' messages into the one in-memory network
 (:class:`~mpdp.driver.Wire`), which routes every :class:`~mpdp.protocol.Send` to its recipient, optionally

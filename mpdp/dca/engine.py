@@ -1,4 +1,4 @@
-"""What the DCA role machines share on top of the one engine (:class:`mpdp.protocol.Machine`; spec dca.md §4.3).
+"""What the DCA role machines share on top of the one engine (:class:`mpdp.protocol.Machine`; Algorithm 1).
 
 One message in, a list of outputs out (:class:`~mpdp.protocol.Send`, :class:`~mpdp.protocol.Publish`,
 :class:`~mpdp.protocol.Record`, and :class:`~mpdp.protocol.Reply` — the answer to the RPC that carried the

@@ -11,7 +11,7 @@ from mpdp.protocol import LocalProtocolError, Problem
 
 
 class InvalidJob(LocalProtocolError):
-    """A job specification that can never run (spec dca.md §4.3); the message names the field and the bound."""
+    """A job specification that can never run (e.g. no encoding headroom); the message names the field and the bound."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(Problem.INVALID_JOB, detail)

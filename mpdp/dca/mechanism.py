@@ -1,4 +1,5 @@
-"""The distributed Gaussian mechanism of DCA (spec dca.md §4.2, §4.3 Thm 1, §4.7 a; primitives.md §0).
+"""The distributed Gaussian mechanism of DCA (Heikkilä et al. 2017, Sec. 2.1 and
+Theorem 1; the analytic calibration of Balle & Wang 2018).
 
 Hazmat. What misuse breaks: sampling noise from anything but the client's CSPRNG
 :class:`~mpdp.math.drbg.Drbg`; calling `paper` mode (ε, δ)-DP when ε ≥ 1 (the classic constant is
@@ -32,10 +33,10 @@ MECHANISM = "distributed Gaussian (DCA, Heikkilä et al. 2017, Thm 1)"
 
 
 def sigma_std(mode: str, sensitivity: float, epsilon: float, delta: float) -> float:
-    """σ_std of the central Gaussian mechanism for ℓ2-sensitivity Δ₂ (§4.2).
+    """σ_std of the central Gaussian mechanism for ℓ2-sensitivity Δ₂.
 
     `corrected`: the analytic Gaussian mechanism (Balle & Wang 2018), (ε, δ)-DP for every ε > 0.
-    `paper`: the classic formula σ_std = sqrt(2 ln(1.25/δ))·Δ₂/ε, proved only for ε < 1 (§4.7 a).
+    `paper`: the classic formula σ_std = sqrt(2 ln(1.25/δ))·Δ₂/ε, proved only for ε < 1 (the paper runs ε up to 31.6).
     """
     if mode == "corrected":
         return analytic_gaussian_sigma(sensitivity, epsilon, delta)
@@ -68,7 +69,7 @@ def client_noise(rng: Drbg, shape: int | tuple[int, ...], sigma_client: float) -
 
 
 def dca_guarantee(mode: str, sensitivity: float, epsilon: float, delta: float, sigma_std_value: float, clients: int, max_missing: int) -> Guarantee:
-    """What a DCA release really guarantees (decision 1).
+    """What a DCA release really guarantees (stated in every result, in both modes).
 
     `corrected`: (ε, δ). `paper`: (ε, max(δ, δ_exact)) where δ_exact = δ(σ_std) of the Gaussian
     mechanism (Balle & Wang Thm 8, tight), which exceeds δ when the classic constant is used at ε ≥ 1.
@@ -93,7 +94,7 @@ def dca_guarantee(mode: str, sensitivity: float, epsilon: float, delta: float, s
 
 
 def require_enough_clients(included: int, clients: int, max_missing: int) -> None:
-    """Refuse (raise :class:`InsufficientNoise`) unless |A| ≥ N − T (§4.3 fault tolerance, decision 8)."""
+    """Refuse (raise :class:`InsufficientNoise`) unless |A| ≥ N − T (the paper's Sec. 3.1.3, fault tolerance)."""
     if included < clients - max_missing:
         raise InsufficientNoise(
             f"only {included} of {clients} clients reached every compute node; at most T = {max_missing} may be missing "

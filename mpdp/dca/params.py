@@ -1,10 +1,11 @@
 """A DCA job's public parameters, validated once, with the per-client σ and the guarantee they yield
-(spec dca.md §4.1–4.3, decisions 5 and 8).
+(Heikkilä et al. 2017, Sec. 3.1; one fixed-point scale 2^f, shares in Z_2^64, overflow checked
+before any modular sum).
 
 Every role builds its machine from the same :class:`DcaParams` (its view adds only its own name).
 Validation names the field and the bound; a job that can never run raises :class:`InvalidJob`
 (Problem INVALID_JOB), including a job whose sum could wrap: the headroom check
-N·(max_j c_j + 8σ_client)·2^f < q/2 with q = 2^64 runs here, before any share exists (§4.3, ours).
+N·(max_j c_j + 8σ_client)·2^f < q/2 with q = 2^64 runs here, before any share exists (ours).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ MAX_DIMENSION = limits.MAX_DCA_DIMENSION  # 8 MiB per packed vector; gRPC's defa
 MAX_CLIENTS = limits.MAX_DCA_CLIENTS
 MAX_NODES = limits.MAX_NODES  # per-client node bitmasks are int64 (mpdp.dca.agreement)
 MIN_FRAC_BITS, MAX_FRAC_BITS = limits.MIN_FRAC_BITS, limits.MAX_FRAC_BITS
-NOISE_TAIL = 8.0  # headroom allows |η_ij| up to 8σ_client per client (§4.3)
+NOISE_TAIL = 8.0  # headroom allows |η_ij| up to 8σ_client per client
 MAX_CLIENT_ID = limits.MAX_CLIENT_ID_BYTES  # bytes of UTF-8
 
 MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
@@ -267,7 +268,7 @@ class DcaParams:
         return self.seed_compressed and k >= 1
 
     def ledger_entry(self) -> dict:
-        """What a client records in its privacy ledger for this job (decision 9).
+        """What a client records in its privacy ledger for this job.
 
         A secure-sum job spends nothing by itself (ε = 0 here): the mechanism that consumes the sum records
         its own guarantee (e.g. the HCB16 ensemble job, with this job's id as ``dca_job_id``).

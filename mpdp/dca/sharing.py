@@ -1,16 +1,16 @@
-"""M-way additive sharing in Z_2^64, vectorised over clients (spec dca.md §4.3 steps 1–2, primitives.md §0).
+"""M-way additive sharing in Z_2^64, vectorised over clients (Heikkilä et al. 2017, Algorithm 1, steps 1–2).
 
 Hazmat. What misuse breaks: drawing masks anywhere but a CSPRNG :class:`~mpdp.math.drbg.Drbg`
-(bounded or numpy masks leak, dca.md §4.7 d); reusing a mask seed for two vectors (the PRG
+(bounded or numpy masks leak, as the authors' bounded non-modular masks do); reusing a mask seed for two vectors (the PRG
 keystream repeats and their difference leaks); summing before the headroom check of
 :mod:`mpdp.dca.params` (the sum wraps silently).
 
-Ring: q = 2^64 as numpy uint64, whose + and − wrap mod 2^64 (decision 8). For client i with
+Ring: q = 2^64 as numpy uint64, whose + and − wrap mod 2^64. For client i with
 u_i = enc(z_i + η_i):
 
 * full sharing (Algorithm 1 as printed): r_{i,1..M−1} uniform, r_{i,0} = −Σ_{k≥1} r_{i,k};
   m_{i,0} = u_i + r_{i,0} and m_{i,k} = r_{i,k} for k ≥ 1. Node k = 0 plays the paper's "Compute 1".
-* seed-compressed sharing (decision 8): the same sharing, but r_{i,k} = expand(s_{i,k}) for a fresh
+* seed-compressed sharing (ours): the same sharing, but r_{i,k} = expand(s_{i,k}) for a fresh
   32-byte seed s_{i,k} per node k ≥ 1, so node k receives 32 bytes instead of 8·d. AES-256-CTR keyed
   with the seed (zero IV, one keystream per key) is the PRG; any M−1 messages stay computationally
   uniform. Σ_k m_{i,k} = u_i in both cases.

@@ -1,4 +1,4 @@
-"""Every transition of DCA, as data (style.md §5: one table per protocol; spec dca.md §4.3; rows and
+"""Every transition of DCA, as data (one table per protocol; Heikkilä et al. 2017, Algorithm 1; rows and
 engine: mpdp/protocol.py).
 
 A row says: in ``state``, a role may take ``event`` from a sender of one of the listed kinds, and
@@ -25,13 +25,13 @@ CLIENT = "client"
 COMPUTE_NODE = "compute_node"
 AGGREGATOR = "aggregator"
 
-# client i (§4.3 steps 1–2): draw η_i, share u_i, send m_{i,k} to every node k
+# client i (Algorithm 1, steps 1–2): draw η_i, share u_i, send m_{i,k} to every node k
 CLIENT_STATES: tuple[str, ...] = ("MUST_SEND_SHARES", "DONE", FAILED)
 CLIENT_TABLE: tuple[Row, ...] = (
     row("MUST_SEND_SHARES", "submit", "self", "DONE"),
 )
 
-# compute node k (§4.3 step 3 and fault tolerance)
+# compute node k (Algorithm 1, step 3, and fault tolerance)
 COMPUTE_NODE_STATES: tuple[str, ...] = ("AWAIT_SHARES", "AWAIT_RECEIVED_SETS", "AWAIT_WORKER_SUMS", "RELEASED", FAILED)
 COMPUTE_NODE_TABLE: tuple[Row, ...] = (
     row("AWAIT_SHARES", "ClientShare", "client|router", "AWAIT_SHARES"),
@@ -53,7 +53,7 @@ COMPUTE_NODE_TABLE: tuple[Row, ...] = (
     row(ANY, "JobAbort", "node|curator", FAILED),
 )
 
-# aggregator = curator (§4.3 step 4)
+# aggregator = curator (Algorithm 1, step 3: the final aggregator)
 AGGREGATOR_STATES: tuple[str, ...] = ("MUST_ANNOUNCE", "AWAIT_PARTIAL_SUMS", "RELEASED", FAILED)
 AGGREGATOR_TABLE: tuple[Row, ...] = (
     row("MUST_ANNOUNCE", "announce", "self", "AWAIT_PARTIAL_SUMS"),

@@ -1,4 +1,4 @@
-"""The share-taking side of a compute-node worker (one node, W processes; spec dca.md §4.3 step 3; ours).
+"""The share-taking side of a compute-node worker (one node, W processes; Algorithm 1, step 3; ours).
 
 A compute node may run W worker processes on one port (services/compute_node/worker.py). Worker 0, the
 coordinator, holds the job's :class:`~mpdp.dca.compute_node.ComputeNodeMachine`. A worker w ≥ 1 holds one

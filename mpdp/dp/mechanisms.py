@@ -1,8 +1,8 @@
-"""Noise samplers and calibrations (spec primitives.md §0).
+"""Noise samplers and calibrations.
 
 Hazmat. Every sampler draws from a :class:`~mpdp.math.drbg.Drbg` (CSPRNG keystream);
 none touches numpy's global RNG. Misuse that breaks privacy: calibrating coordinate
-Laplace with an ℓ2 sensitivity (the PRR10 flaw, pathak2010.md §1.10a), or using the
+Laplace with an ℓ2 sensitivity (the PRR10 flaw, docs/experiments/pathak2010.md "ℓ1/ℓ2"), or using the
 classic Gaussian constant for ε ≥ 1 and calling it (ε, δ)-DP.
 """
 
@@ -19,7 +19,7 @@ from mpdp.math.drbg import Drbg
 
 @dataclass(frozen=True)
 class Guarantee:
-    """What a release really guarantees, stated in every run's output (decision 1)."""
+    """What a release really guarantees, stated in every run's output."""
 
     mechanism: str
     epsilon: float

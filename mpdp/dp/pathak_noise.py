@@ -1,4 +1,5 @@
-"""Noise for the Pathak–Rane–Raj aggregate classifier, in its three modes (spec pathak2010.md §1.3, §1.10).
+"""Noise for the Pathak–Rane–Raj aggregate classifier, in its three modes (Pathak, Rane & Raj 2010,
+Sec. 3.2, and our corrections).
 
 ``corrected`` (provable): spherical Laplace, density ∝ exp(−‖η‖/β), with
 β_j = 2/(K·n_j·λ·ε) for the (λ/2)‖w‖² objective. A record change in party j moves ŵ_j by
@@ -33,7 +34,7 @@ import numpy as np
 
 from mpdp import limits
 from mpdp.dp.mechanisms import Guarantee, analytic_gaussian_sigma, gaussian, laplace_coordinates, spherical_laplace
-from mpdp.learn.logreg import Convention, l2_sensitivity
+from mpdp.learn.logreg import Convention
 from mpdp.math.drbg import Drbg
 
 Mode = Literal["corrected", "paper", "gaussian-distributed"]
@@ -180,7 +181,7 @@ class PathakCalibration:
         return laplace_coordinates(stream, d, self.released_scale(n, d))
 
     def guarantee(self, d: int) -> Guarantee:
-        """The guarantee the aggregate release actually gives (decision 1)."""
+        """The guarantee the aggregate release actually gives."""
         if self.distributed:
             t = self.colluders
             return Guarantee(
@@ -223,12 +224,7 @@ class PathakCalibration:
             norm="l1 (from the l2 bound times sqrt(d))",
             statement=(
                 f"paper mode: nominal ε={self.epsilon:g} but only {true_eps:.4g}-DP in the worst case "
-                f"(coordinate Laplace calibrated with an ℓ2 bound, d={d}, K={self.parties}; pathak2010.md §1.10a), for the released "
+                f"(coordinate Laplace calibrated with an ℓ2 bound, d={d}, K={self.parties}; docs/experiments/pathak2010.md), for the released "
                 f"fixed-point integer as for ŵ_s (the scale also carries 2·√d·2^-{self.frac_bits}/ε for the models' rounding)"
             ),
         )
-
-
-def sensitivity_l2(n: int, lam: float, parties: int, convention: Convention) -> float:
-    """ℓ2-sensitivity of the average (1/K)Σŵ_k to one record of a party with n records."""
-    return l2_sensitivity(n, lam, convention) / parties

@@ -2,7 +2,7 @@
 
 The paper adds coordinate-wise Laplace with β = 2/(n₍₁₎·ε·λ) to the average of K local
 minimisers of (1/n)Σ logloss + λ‖w‖². Coordinate Laplace needs an ℓ1 sensitivity, but the
-bound used is CM08's ℓ2 bound (pathak2010.md §1.10a). With the λ‖w‖² objective the ℓ2
+bound used is CM08's ℓ2 bound (docs/experiments/pathak2010.md, "ℓ1/ℓ2"). With the λ‖w‖² objective the ℓ2
 sensitivity of ŵ_j is 1/(n_j·λ), the ℓ1 sensitivity can reach √d times that, and the
 average divides by K, so the worst-case privacy loss is
     √d·(1/(K·n_j·λ))·(n₍₁₎·ε·λ/2) ≤ √d·ε/(2K).

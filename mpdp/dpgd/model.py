@@ -50,11 +50,6 @@ class Task:
         """m: columns of W."""
         return 1 if self.kind == BINARY else self.classes
 
-    @property
-    def max_row_gradient(self) -> float:
-        """sup ‖∇ℓ_i‖ for ‖x‖ ≤ 1 (clipping to C at or above this never changes a gradient)."""
-        return 1.0 if self.kind == BINARY else math.sqrt(2.0)
-
     def bohning(self) -> np.ndarray:
         """A with ∇²ℓ ⪯ A ⊗ xxᵀ for every W (m × m)."""
         if self.kind == BINARY:

@@ -1,9 +1,9 @@
-"""Issue 8 evaluation: Hamm, Cao & Belkin (ICML 2016) Figure 3 — private ensembles on KDD-99 (spec hamm2016.md §3.6).
+"""Evaluation of Hamm, Cao & Belkin (ICML 2016) Figure 3 — private ensembles on KDD-99 (the paper's Sec. 6.2).
 
 For each data trial r (public split seeded by (split_seed, r), numpy generator):
 
 * ``aux_fraction`` (10 %) of ``kddcup.data_10_percent.gz`` becomes the auxiliary unlabeled set — public in
-  this setting (spec §3.1), so its statistics standardise the numeric features (:mod:`mpdp.data.kdd99`);
+  this setting (the paper's Sec. 3.3), so its statistics standardise the numeric features (:mod:`mpdp.data.kdd99`);
 * the other rows go at random to M parties with ``per_party`` rows each, nested over the M grid (a smaller
   M gets a prefix of the same parties), and :func:`mpdp.hamm2016.simulation.run_trial` runs batch, soft, avg,
   avg-tight, pate, vote and indiv for every 1/ε with ``noise_draws`` noise vectors per private point;

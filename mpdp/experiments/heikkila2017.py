@@ -1,21 +1,22 @@
-"""Reproduction of the UCI experiment of Heikkilä et al., NIPS 2017, Figure 2 (spec dca.md §4.5, §4.6).
+"""Reproduction of the UCI experiment of Heikkilä et al., NIPS 2017, Figure 2 (the paper's Sec. 4–5 and the
+authors' code, DPBayes/dca-nips2017).
 
 Data sets (``--dataset``): red wine (1000 train / 500 test, d = 11), white wine (3000 / 1000, d = 11) and abalone
 (3000 / 1000, d = 8, sex M = 0, F/I = 1). Preprocessing as the authors' code: every column, target included, is
-centred and scaled to a range of length 10 **on the whole data set before splitting** (§4.7 f: non-private, kept
-for comparability); the assumed public bounds are c = ±7.5. Each repeat draws a random train/test split (numpy
+centred and scaled to a range of length 10 **on the whole data set before splitting** (non-private, kept for
+comparability); the assumed public bounds are c = ±7.5. Each repeat draws a random train/test split (numpy
 Generator seeded with (seed, repeat); fixed across ε and modes). Metric: MAE of the point predictions on the test
 set, in the scaled units; median and interquartile range over the repeats.
 
-Lines (dca.md §4.5 label map): NP, proj NP, TA, proj TA, DDP, proj DDP, input perturbed — see
+Lines (the paper's labels; the code's keys in :mod:`mpdp.regression.baselines`): NP, proj NP, TA, proj TA, DDP, proj DDP, input perturbed — see
 :mod:`mpdp.regression.baselines` and :mod:`mpdp.regression.algorithm`. DDP and proj DDP run every DP round
 through the real DCA core (in-memory driver, 3 compute nodes, every record one client). Both modes:
 
 * ``corrected``: sensitivities as proved (std round sqrt(Σc⁴); unprojected baselines pre-clipped at c = 7.5 with
   Δ₂ from 7.5), analytic Gaussian calibration, grid search with the main round's noise and PD fix.
-* ``paper``: the authors' code: std round sqrt(Σc²) (§4.7 b), grid-search noise ×Δ₂⁴ with the full (ε, δ)
-  (§4.7 c), unprojected baselines unclipped with Δ₂ from ±5 (§4.7 e), proj TA thresholds uncapped, the TA std
-  estimate of ``get_TA_std_estimates``, classic calibration (§4.7 a).
+* ``paper``: the authors' code: std round sqrt(Σc²) (not sqrt(Σc⁴)), grid-search noise ×Δ₂⁴ (not ×Δ₂)
+  with the full (ε, δ), unprojected baselines unclipped with Δ₂ from ±5 (the data reach ±10), proj TA thresholds
+  uncapped, the TA std estimate of ``get_TA_std_estimates``, classic calibration (proved only for ε < 1).
 
 The grid search (public, no private data) runs once per (mode, ε) with the run's seed — the authors re-ran it
 inside every repeat with fresh synthetic data; ``grid_per_repeat`` does that too (25× the grid cost).
@@ -90,7 +91,7 @@ class UciData:
     raw_rows: int
     max_abs: float  # max |value| after scaling (features and target)
     beyond_bound: float  # fraction of values with |v| > 7.5 (cut by the pre-clip)
-    paper_reader: bool = False  # the authors' wine reader: last row dropped, an all-zero row added (§4.7 g)
+    paper_reader: bool = False  # the authors' wine reader: last row dropped, an all-zero row added
 
     @property
     def d(self) -> int:
@@ -145,8 +146,8 @@ def preprocess(data: np.ndarray, scale_to_range: float = SCALE_TO_RANGE) -> np.n
 
 def paper_reader_rows(raw: np.ndarray) -> np.ndarray:
     """The authors' wine reader (``UCI_data_getter.get_red_wine``/``get_white_wine``): it allocates one row per
-    data line but fills rows from the second data line on, so the last data row is lost and an all-zero row stays
-    (§4.7 g). After centring and scaling that zero row is an outlier that sets the range of most columns (the
+    data line but fills rows from the second data line on, so the last data row is lost and an all-zero row stays.
+    After centring and scaling that zero row is an outlier that sets the range of most columns (the
     target's range becomes 0..8 for red wine instead of 3..8), which shrinks every MAE in scaled units."""
     out = raw.copy()
     out[-1] = 0.0
@@ -242,7 +243,7 @@ class RepeatOutcome:
 
 def unprojected_spec(mode: str, d: int, epsilon: float, delta: float, bound: float) -> RoundSpec:
     """TA / DDP / input perturbation without projection: corrected pre-clips at c with Δ₂ from c; paper leaves the
-    data unclipped (a no-op box of ±10) and takes Δ₂ from ±5 (§4.7 e)."""
+    data unclipped (a no-op box of ±10) and takes Δ₂ from ±5."""
     if mode == "corrected":
         return main_round_spec((bound,) * (d + 1), epsilon, delta, mode, purpose="heikkila2017 unprojected")
     return main_round_spec((VALUE_RANGE,) * (d + 1), epsilon, delta, mode, declared_bounds=(PAPER_SENSITIVITY_BOUND,) * (d + 1),
@@ -361,7 +362,7 @@ class Heikkila2017Result:
         return [quartiles(a[:, i]) for i in range(a.shape[1])]
 
     def comparisons(self) -> dict[str, Any]:
-        """The paper's claims per mode and ε (§4.6): two-sided Mann–Whitney p-values of DDP vs TA and proj DDP vs proj TA
+        """The paper's claims per mode and ε (its Sec. 5): two-sided Mann–Whitney p-values of DDP vs TA and proj DDP vs proj TA
         (DDP ≈ TA means no rejection), and one-sided p-values of proj DDP < DDP (projection helps)."""
         from scipy.stats import mannwhitneyu
 
@@ -413,7 +414,7 @@ class Heikkila2017Result:
             "repeats": c.repeats,
             "modes": list(c.modes),
             "bounds": c.bound,
-            "preprocessing": "whole data set centred and each column scaled to range 10 before splitting (§4.7 f)",
+            "preprocessing": "whole data set centred and each column scaled to range 10 before splitting (non-private)",
             "budget_split": "std round 0.3·(ε, δ), main round 0.7·(ε, δ), basic composition",
             "grid": {"values": "0.1..2.0 step 0.1", "repeats": list(c.grid_repeats), "per_repeat": c.grid_per_repeat, "seed": c.seed},
             "dca": {"compute_nodes": len(DEFAULT_NODES), "clients": "one per training record", "T": 0, "path": "mpdp.dca.driver.run_job"},

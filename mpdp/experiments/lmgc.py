@@ -1,11 +1,11 @@
-"""Issue 7 evaluation: accuracy vs ε of (DP) large-margin Gaussian classifiers (spec lmgc.md §2).
+"""LMGC evaluation: accuracy vs ε of (DP) large-margin Gaussian classifiers (Pathak & Raj 2010).
 
 Methods (``METHODS``):
 
-* ``lmgc``            non-private LMGC: the Huber large-margin SDP of §2.2 (Φ_c ⪰ 0, trace weight λ);
-* ``lmgc_corrected``  ε-DP LMGC, corrected mechanism of §2.5 (ridge floor Δ₀, per-class symmetric noise);
-* ``lmgc_paper``      the paper's mechanism as reconstructed in §2.3 — NOT proven private; the run
-                      counts the draws for which J_p has no minimiser (§2.6 d);
+* ``lmgc``            non-private LMGC: the Huber large-margin SDP (Φ_c ⪰ 0, trace weight λ);
+* ``lmgc_corrected``  ε-DP LMGC, corrected mechanism, ours (ridge floor Δ₀, per-class symmetric noise);
+* ``lmgc_paper``      the paper's mechanism as reconstructed (Sec. 4) — NOT proven private; the run
+                      counts the draws for which J_p has no minimiser (docs/experiments/lmgc.md);
 * ``logreg``          non-private multinomial logistic regression (scikit-learn), weight Λ;
 * ``logreg_dp``       ε-DP multinomial LR by output perturbation (spherical Laplace), weight Λ_dp.
 
@@ -251,8 +251,8 @@ def write_outputs(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path
 _STYLE = {
     "lmgc": ("LMGC (non-private SDP)", "tab:blue", "--"),
     "logreg": ("multinomial LR (non-private)", "tab:orange", "--"),
-    "lmgc_corrected": ("DP LMGC, corrected (§2.5, ε-DP)", "tab:blue", "-"),
-    "lmgc_paper": ("LMGC, paper mode (§2.3, NOT private)", "tab:red", ":"),
+    "lmgc_corrected": ("DP LMGC, corrected (ε-DP)", "tab:blue", "-"),
+    "lmgc_paper": ("LMGC, paper mode (NOT private)", "tab:red", ":"),
     "logreg_dp": ("DP multinomial LR, output perturbation", "tab:orange", "-"),
 }
 

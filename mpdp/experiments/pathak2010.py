@@ -1,6 +1,6 @@
 """Reproduction of the Adult (a9a) experiment of Pathak, Rane & Raj, NIPS 2010, Figure 2.
 
-Spec: shared/spec/pathak2010.md §1.9. K = 5 parties, three training-set splits (``even``,
+The paper's Sec. 5 setting: K = 5 parties, three training-set splits (``even``,
 ``15pct``, ``10pct``: n₍₁₎ = 6512, 4884, 3256), random disjoint splits re-drawn per run,
 rows clipped to the unit ball, test error of the perturbed aggregate ŵ_s against ε, in both
 noise modes (``corrected``, ``paper`` and ``gaussian-distributed`` at δ = ``delta``, t = K − 2), plus three baselines:
@@ -51,7 +51,7 @@ from mpdp.math.drbg import Drbg
 from mpdp.pathak2010.mechanism import draw_aggregate, party_rng
 from mpdp.pathak2010.params import default_colluders
 
-# -- the paper's configuration (pathak2010.md §1.9) ---------------------------------
+# -- the paper's configuration (its Sec. 5) -----------------------------------------
 A9A_TRAIN_ROWS = 32_561
 A9A_TEST_ROWS = 16_281
 A9A_FEATURES = 123

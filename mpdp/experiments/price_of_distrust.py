@@ -1,4 +1,4 @@
-"""The price of distrust (issue 17): test error of multiparty DP learners against central DP at the same (ε, δ).
+"""The price of distrust: test error of multiparty DP learners against central DP at the same (ε, δ).
 
 Data: a9a (rows scaled to unit norm, λ = 1e-3, K = 5 even parties, test on a9a.t) and a multiclass set, the
 handwritten digits bundled with scikit-learn (64 features, 10 classes; rows scaled to unit norm; a fixed public

@@ -1,4 +1,5 @@
-"""Exact (weighted) ERM of the global classifier on the labelled auxiliary data (spec hamm2016.md §3.2–§3.3, §3.5).
+"""Exact (weighted) ERM of the global classifier on the labelled auxiliary data (the paper's Algorithms 1 and 2;
+multiclass ours).
 
 Objective (spec eq. (17), no intercept, (λ/2)‖w‖² convention):
 
@@ -6,7 +7,7 @@ Objective (spec eq. (17), no intercept, (λ/2)‖w‖² convention):
 
 * C = 2 (eq. (12), logistic l(m) = log(1 + e^{−m})): l^α(w; x) = α·l(wᵀx) + (1 − α)·l(−wᵀx), α = alpha[:, 1].
   This is cross-entropy with a soft target; α ∈ {0, 1} gives ordinary logistic regression with labels ±1.
-* C > 2 (§3.5): W ∈ R^{C×d}, l^α(W; x) = −Σ_k α_k·log softmax(Wx)_k (soft-target multinomial LR).
+* C > 2 (ours): W ∈ R^{C×d}, l^α(W; x) = −Σ_k α_k·log softmax(Wx)_k (soft-target multinomial LR).
 
 Majority vote (Alg. 1) is the same problem with one-hot α. The output-perturbation guarantee (Thm 1 / Thm 3)
 holds for the *exact* minimiser, so :func:`fit_soft` runs Newton's method with Armijo backtracking until

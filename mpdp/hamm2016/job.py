@@ -1,4 +1,5 @@
-"""The HCB16 ensemble as a federation job without a trusted collector (ours, spec hamm2016.md §3.7).
+"""The HCB16 ensemble as a federation job without a trusted collector (ours: the paper trusts a collector
+with the local classifiers; a secure sum of the votes removes it).
 
 Roles (network-free; ``services/`` only moves their messages):
 
@@ -50,7 +51,7 @@ TRUST_MODEL = (
     "honest-but-curious parties, compute nodes and curator; at least one compute node does not collude with the curator. "
     "The curator sees the public auxiliary features, the summed vote counts per auxiliary point and the number of voters "
     "included; never a party's classifier, its votes or its dataset size. Compute nodes see uniformly random shares only. "
-    "The published w_p = w_s + η is ε-DP with one whole party as the privacy unit (Thm 1 / Thm 3; §3.4 with protect_aux)."
+    "The published w_p = w_s + η is ε-DP with one whole party as the privacy unit (Thm 1 / Thm 3; Sec. 4.5 with protect_aux)."
 )
 TRUST_MODEL_PATE = (
     "honest-but-curious parties, compute nodes and curator; at least one compute node does not collude with the curator; "

@@ -1,10 +1,10 @@
-"""Votes, vote counts and labels of the auxiliary points (spec hamm2016.md §3.2–§3.3, §3.5; paper Alg. 1 and 2).
+"""Votes, vote counts and labels of the auxiliary points (paper Alg. 1 and 2; multiclass ours).
 
 Class labels are indices 0..C−1; with C = 2, class 1 is the paper's +1 and class 0 its −1.
 
 A party turns its classifier's predictions on the N public auxiliary points into a vector
 (:func:`party_votes`) whose sum over all parties is everything the curator needs: in the federation that sum is
-computed by a secure-sum DCA job, so the curator never sees one party's votes (§3.1 *[ours]*). From the summed
+computed by a secure-sum DCA job, so the curator never sees one party's votes (ours). From the summed
 vector, :func:`vote_counts` recovers the (N, C) count matrix n_jk = #{i : h_i(x_j) = k}, and
 :func:`majority_labels` (Alg. 1 step 1) or :func:`soft_labels` (Alg. 2 step 1, eq. (12) weights) turn it into
 labels.

@@ -1,4 +1,4 @@
-"""Local classifiers h_i of the parties (spec hamm2016.md §3.1, §3.6) and an exact batched L2-LR for many tiny parties.
+"""Local classifiers h_i of the parties (the paper's Sec. 3.1 and 6) and an exact batched L2-LR for many tiny parties.
 
 The paper lets every party train "any" classifier; its experiments use L2-regularised logistic regression with
 λ = 10⁻⁴ everywhere. Conventions match the global model: labels are class indices 0..C−1, the objective is

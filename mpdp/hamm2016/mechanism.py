@@ -1,11 +1,11 @@
-"""Output perturbation of the ensemble-trained global classifier (spec hamm2016.md §3.1–§3.6; paper Thm 1, Thm 3, §4.5).
+"""Output perturbation of the ensemble-trained global classifier (Hamm, Cao & Belkin 2016, Thm 1, Thm 3, Sec. 4.5).
 
 The curator turns the vote counts on the N public auxiliary points into labels, fits the exact minimiser w_s of
 (1/N)·Σ_j l^α(w; x_j) + (λ/2)‖w‖² (:func:`~mpdp.hamm2016.erm.fit_soft`) and releases w_p = w_s + η with η drawn
 from density ∝ exp(−(ε/Δ₂)‖η‖) (spherical Laplace, CMS11 output perturbation).
 
 Privacy unit: one whole party (all of its data; its classifier h_i and hence all of its N votes may change
-arbitrarily). With ``protect_aux`` additionally one auxiliary feature vector x_j may change (§3.4, paper §4.5).
+arbitrarily). With ``protect_aux`` additionally one auxiliary feature vector x_j may change (the paper's Sec. 4.5).
 All bounds need ‖x_j‖ ≤ 1 (checked by :func:`release_global`) and the exact minimiser.
 
 ℓ2-sensitivities Δ₂ (CMS11 Cor. 8: ‖w_s − w_s′‖ ≤ (1/λ)·sup_w ‖∇g(w)‖, g = difference of the two empirical risks;
@@ -16,17 +16,17 @@ method     Δ₂                     why
 =========  =====================  ==========================================================================
 vote, C=2  2/λ                    Thm 1: one voter can flip every label; per term ‖x‖(|l′(m)| + |l′(−m)|) ≤ 2
 soft, C=2  2/(Mλ)                 Thm 3: |Δα_j| ≤ 1/M, per term ≤ 2/M
-vote, C>2  √2/λ                   §3.5: a label moves a → b, per-term gradient change (e_b − e_a)xᵀ, ‖·‖_F ≤ √2
-soft, C>2  √2/(Mλ)                §3.5: Δα_j = (e_b − e_a)/M, per term −Δα_j x_jᵀ (the softmax part cancels)
+vote, C>2  √2/λ                   ours: a label moves a → b, per-term gradient change (e_b − e_a)xᵀ, ‖·‖_F ≤ √2
+soft, C>2  √2/(Mλ)                ours: Δα_j = (e_b − e_a)/M, per term −Δα_j x_jᵀ (the softmax part cancels)
 =========  =====================  ==========================================================================
 
 ``protect_aux`` (one x_j may change as well). The changed point's term is bounded by the sum of two per-sample
 gradient norms; the others keep their party-change bound:
 
-* binary (paper §4.5): per-sample gradient (σ(m) − α)x has norm ≤ 1, so the changed term is ≤ 2.
+* binary (the paper's Sec. 4.5): per-sample gradient (σ(m) − α)x has norm ≤ 1, so the changed term is ≤ 2.
   Vote: every term was already ≤ 2, Δ₂ = 2/λ unchanged. Soft: Δ₂ = (1/(Nλ))·(2 + (N−1)·2/M)
   = 2/(Mλ) · (N + M − 1)/N.
-* multiclass (ours, derived like §3.5): per-sample gradient (p − α)xᵀ has ‖p − α‖₂ ≤ √2 (two points of the
+* multiclass (ours, derived like the multiclass sensitivities above): per-sample gradient (p − α)xᵀ has ‖p − α‖₂ ≤ √2 (two points of the
   simplex), so the changed term is ≤ 2√2. Soft: Δ₂ = (1/(Nλ))·(2√2 + (N−1)·√2/M) = √2/(Mλ) · (N + 2M − 1)/N.
   Vote: Δ₂ = (1/(Nλ))·(2√2 + (N−1)·√2) = √2/λ · (N + 1)/N.
 
@@ -38,7 +38,7 @@ Solver slack (ours): fit_soft stops at ‖∇J‖ < tol, and J is λ-strongly co
 tol/λ of the true minimiser. Two neighbouring computed outputs are therefore within Δ₂ + 2·tol/λ; the noise
 scale uses that (:attr:`EnsembleParams.noise_scale`), which adds a relative 1e−9·M at most.
 
-The ``avg`` baseline (PRR10 parameter averaging, spec §3.6 *[ours]*) is :func:`avg_release`; ``avg-tight`` is the
+The ``avg`` baseline (PRR10 parameter averaging; its noise is our reading) is :func:`avg_release`; ``avg-tight`` is the
 same average with the objective-value norm bound (:func:`objective_norm_bound`, ours):
 
     J_i(w) = (1/n)·Σ_j l(w; x_j, y_j) + (λ/2)‖w‖², l ≥ 0 the (multinomial) log-loss, J_i(0) = ln C
@@ -84,7 +84,7 @@ class EnsembleParams:
     method: "vote" (Alg. 1, majority labels) or "soft" (Alg. 2, α = vote fractions).
     lam: λ of the (λ/2)‖w‖² regulariser (> 0). epsilon: ε > 0, or math.inf for the non-private baseline.
     classes: C ≥ 2. n_aux: N ≥ 1 auxiliary points. parties: M ≥ 1 voters whose votes are counted.
-    protect_aux: also protect one auxiliary sample (§3.4).
+    protect_aux: also protect one auxiliary sample (the paper's Sec. 4.5).
     """
 
     method: str
@@ -153,11 +153,11 @@ class EnsembleParams:
     @property
     def guarantee(self) -> Guarantee:
         alg = "Alg. 1 (majority vote, Thm 1)" if self.method == "vote" else "Alg. 2 (soft labels, Thm 3)"
-        kind = "binary" if self.classes == 2 else f"{self.classes}-class (spec §3.5)"
+        kind = "binary" if self.classes == 2 else f"{self.classes}-class (multiclass extension, ours)"
         mechanism = f"HCB16 {alg}, {kind}: exact L2-LR on N={self.n_aux} auxiliary points + spherical Laplace output noise"
         unit = "one whole party (all its data; its classifier and all its votes may change)"
         if self.protect_aux:
-            unit += f" and one auxiliary sample x_j (§3.4, factor {self.aux_factor:.6g})"
+            unit += f" and one auxiliary sample x_j (HCB16 Sec. 4.5, factor {self.aux_factor:.6g})"
         if not self.private:
             return Guarantee(
                 mechanism=mechanism + " — NO NOISE",
@@ -300,7 +300,7 @@ def avg_radius(lam: float, classes: int, tight: bool) -> float:
 
 
 def avg_release(W_local: np.ndarray, lam: float, epsilon: float, rng: Drbg, *, tight: bool = False) -> AvgRelease:
-    """PRR10-style parameter averaging (spec §3.6 *[ours]*): (1/M)·Σ_i w_i + η.
+    """PRR10-style parameter averaging (its noise is our reading of the paper): (1/M)·Σ_i w_i + η.
 
     W_local: (M, d) binary local models or (M, C, d) multiclass ones, each the (λ/2)-regularised LR minimiser of
     one party. Each is first projected onto the ball of radius R (:func:`avg_radius`) — a no-op for exact
@@ -328,7 +328,7 @@ def avg_release(W_local: np.ndarray, lam: float, epsilon: float, rng: Drbg, *, t
     sens = 2.0 * R / M
     norm = "l2" if classes == 2 else "Frobenius of W (l2 on R^{C·d})"
     name, why = ("avg-tight", "objective bound √(2 ln C/λ)") if tight else ("avg", "gradient bound")
-    mech = f"{name} baseline (PRR10 parameter averaging of M={M} local L2-LR models, spec §3.6) + spherical Laplace output noise"
+    mech = f"{name} baseline (PRR10 parameter averaging of M={M} local L2-LR models) + spherical Laplace output noise"
     if not math.isfinite(epsilon):
         g = Guarantee(mech + " — NO NOISE", math.inf, 1.0, sens, norm, f"{NOT_PRIVATE}: the average is released without noise")
         return AvgRelease(mean, g, 0.0, sens, M, float(lam), math.inf, int(over.sum()))

@@ -1,4 +1,4 @@
-"""In-process simulation of HCB16 with thousands of parties (spec hamm2016.md §3.6; paper §6, Fig. 2–3).
+"""In-process simulation of HCB16 with thousands of parties (the paper's Sec. 6, Fig. 2–3).
 
 One *data trial* (:func:`run_trial`):
 

@@ -1,4 +1,5 @@
-"""L2-regularised logistic regression, trained to the exact minimiser (spec decision 2).
+"""L2-regularised logistic regression, trained to the exact minimiser (the DP analysis
+assumes it).
 
 J(w) = (1/n)·Σ log(1 + exp(−y_i·wᵀx_i)) + (c/2)·‖w‖², no intercept, labels ±1, where
 c = λ in our convention ("half": (λ/2)‖w‖², CM08) and c = 2λ in the paper's ("full": λ‖w‖²).
@@ -86,7 +87,7 @@ def fit(X: np.ndarray, y: np.ndarray, lam: float, convention: Convention = "half
 
 
 def predict(w: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """Labels ±1: +1 when 1/(1+exp(−wᵀx)) > 1/2, else −1 (PRR10 §1.3, ties to −1)."""
+    """Labels ±1: +1 when 1/(1+exp(−wᵀx)) > 1/2, else −1 (PRR10 Sec. 3.3, ties to −1)."""
     return np.where(np.asarray(X) @ w > 0, 1.0, -1.0)
 
 

@@ -1,4 +1,4 @@
-"""Differentially private large-margin multiclass Gaussian classifiers (Pathak & Raj 2010; spec lmgc.md §2).
+"""Differentially private large-margin multiclass Gaussian classifiers (Pathak & Raj 2010).
 
 Network-free core:
 
@@ -6,7 +6,7 @@ Network-free core:
 * :mod:`mpdp.lmgc.huber` — Huber-smoothed hinge (eq. (6));
 * :mod:`mpdp.lmgc.objective` — J_p, gradients, per-sample gradients and Hessians;
 * :mod:`mpdp.lmgc.solver` — L-BFGS/Newton–CG (corrected) and projected FISTA (PSD SDP);
-* :mod:`mpdp.lmgc.privacy` — corrected (§2.5) and paper (§2.3, not private) calibrations;
+* :mod:`mpdp.lmgc.privacy` — corrected (ours, after CMS11) and paper (not private) calibrations;
 * :mod:`mpdp.lmgc.estimator` — :class:`LargeMarginGaussianClassifier` (scikit-learn API);
 * :mod:`mpdp.lmgc.aggregate` — parameter averaging across parties with its sensitivity;
 * :mod:`mpdp.lmgc.baselines` — (DP) multinomial logistic regression for the evaluation.

@@ -9,7 +9,7 @@ releases θ_j = exact argmin of the *unperturbed* objective
 
 F_j is Δ-strongly convex (ridge) plus convex terms (Huber loss, linear trace, optional PSD cone).
 Replacing one record changes F_j by (1/n_j)·(ℓ(z′) − ℓ(z)), which is (2G/n_j)-Lipschitz with
-G = R²·√(C(C−1)) (lmgc.md §2.5 step 2). The minimiser of a Δ-strongly convex function moves by at
+G = R²·√(C(C−1)) (:func:`mpdp.lmgc.objective.gradient_bound`). The minimiser of a Δ-strongly convex function moves by at
 most Lip/Δ under an additive Lip-Lipschitz change, so ‖θ_j − θ_j′‖_F ≤ 2G/(n_j·Δ) and the average
 (1/K)·Σ_j θ_j moves by at most
 
@@ -19,7 +19,7 @@ Adding spherical Laplace noise with β = S/ε in isometric coordinates (density 
 the averaged model ε-DP (substitution adjacency, one record of one party). The bound holds with
 or without PSD constraints, but **only with Δ > 0**: without a ridge, J is not strongly convex
 (the Huber loss is flat below −h and linear above h, the trace term is linear), its minimiser can
-be non-unique or non-existent (§2.6 d), and one record can move it arbitrarily far, so no finite
+be non-unique or non-existent (docs/experiments/lmgc.md, "What the paper got wrong", 4), and one record can move it arbitrarily far, so no finite
 sensitivity exists and :func:`averaging_sensitivity` refuses.
 """
 
@@ -48,7 +48,7 @@ def averaging_sensitivity(sizes: list[int], ridge: float, R: float, n_classes: i
         raise SensitivityError(
             "refusing to aggregate: the local objectives have no ridge (Δ = 0). Without Δ > 0 the large-margin "
             "objective is not strongly convex (Huber is flat below −h and linear above h, the trace regulariser is "
-            "linear), its minimiser need not be unique or even exist (lmgc.md §2.6 d), and one changed record can "
+            "linear), its minimiser need not be unique or even exist (docs/experiments/lmgc.md), and one changed record can "
             "move it arbitrarily far; no finite sensitivity of the averaged parameters exists. Train the parties "
             "with ridge Δ > 0."
         )

@@ -1,4 +1,4 @@
-"""Multinomial logistic regression baselines for the LMGC evaluation (issue 7).
+"""Multinomial logistic regression baselines for the LMGC evaluation.
 
 Model: W ∈ R^{C×D} on x̃ = (x, 1) (no separate intercept, so the bias is regularised too and the
 objective is strongly convex), trained by scikit-learn's L-BFGS on

@@ -1,7 +1,7 @@
-"""Datasets for the LMGC evaluation (issue 7): scikit-learn's digits and wine, and KDD-99 attack categories.
+"""Datasets for the LMGC evaluation: scikit-learn's digits and wine, and KDD-99 attack categories.
 
 Every loader returns rows already scaled and clipped to ‖x‖ ≤ 1 (so ‖(x, 1)‖ ≤ R = √2, the bound
-the privacy analysis uses, lmgc.md §2.5), and a train/test split drawn with numpy's generator
+the privacy analysis uses), and a train/test split drawn with numpy's generator
 (public simulation randomness; never used for DP noise).
 
 What the preprocessing costs in privacy (stated in every run's output):
@@ -13,7 +13,7 @@ What the preprocessing costs in privacy (stated in every run's output):
   slice of the file (not used for training or testing), fixed one-hot vocabularies for
   protocol_type (3) and flag (11), divided by 1.5·√d and clipped. The high-cardinality
   ``service`` feature (≈70 values) is dropped to keep d = 52 (the DP noise dimension grows as d²).
-  Parsing and vocabularies are shared with issue 8 in :mod:`mpdp.data.kdd99`.
+  Parsing and vocabularies are shared with the HCB16 ensembles in :mod:`mpdp.data.kdd99`.
 """
 
 from __future__ import annotations

@@ -1,24 +1,24 @@
-"""scikit-learn estimator for (DP) large-margin Gaussian classifiers (spec lmgc.md §2.2–§2.5).
+"""scikit-learn estimator for (DP) large-margin Gaussian classifiers (Pathak & Raj 2010, with our corrected mechanism).
 
 Modes (the default is ``corrected``: DP unless the non-private baseline is asked for by name):
 
 ``nonprivate``  Sha & Saul's large-margin Gaussian classifier with the Huber loss: the SDP
                 min L_H + λ·Σ tr(Ψ_c) + (Δ/2)·Σ‖Φ_c‖² s.t. Φ_c ⪰ 0 (``psd="constrain"``, default),
                 or the unconstrained ridge problem (``psd="none"``, needs Δ > 0).
-``corrected``   ε-DP objective perturbation of §2.5: per-class symmetric noise, ridge Δ from ε,
+``corrected``   ε-DP objective perturbation (ours, after CMS11): per-class symmetric noise, ridge Δ from ε,
                 no PSD constraint, exact minimiser; optional PSD post-processing.
                 Sensitivity 2G = 2R²√(C(C−1)) of the noise b (Frobenius norm over all blocks =
                 ℓ2 in isometric coordinates); guarantee ε-DP (substitution adjacency) with
                 ε = ε_b + (C−1)·log(1 + 2cR⁴/(nΔ)), recorded in ``accounting_``/``guarantee_``.
-``paper``       The paper's mechanism as reconstructed in §2.3 (shared b, Δ = 0, PSD-constrained
+``paper``       The paper's mechanism as reconstructed (its Sec. 4: shared b, Δ = 0, PSD-constrained
                 SDP). **Not proven private**; raises :class:`UnboundedObjectiveError` when J_p has no
-                minimiser, which happens for about half of all draws even at large ε (§2.6 d).
+                minimiser, which happens for about half of all draws even at large ε (docs/experiments/lmgc.md, "What the paper got wrong", 4).
 
 Rows are clipped to ‖x‖ ≤ ``data_norm`` = r in ``fit`` *and* in ``predict`` (the same feature map),
 so ‖x̃‖ ≤ R = √(r² + 1).
 
 The noise b is never stored on the fitted model: together with θ* it would reveal the
-non-private statistic Σ_i∇ℓ_i(θ*) (stationarity, §2.5 step 3). For the same reason a ``corrected``
+non-private statistic Σ_i∇ℓ_i(θ*) (stationarity: b = −n·∇(J_p without the b term)(θ*)). For the same reason a ``corrected``
 fit exposes no solver diagnostics (objective value, gradient norm, iteration count): only θ*,
 ``classes_`` and the public accounting.
 """
@@ -71,7 +71,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         ``corrected``: a floor, Δ = max(ridge, Δ(jacobian_share·ε)); the accounting uses the Δ used.
         ``paper``: ignored (the paper has no ridge).
     data_norm : r, public bound on ‖x‖; rows are clipped to it. R = √(r² + 1) bounds ‖x̃‖.
-    jacobian_share : fraction of ε given to the Jacobian term in ``corrected`` mode (§2.5 step 1).
+    jacobian_share : fraction of ε given to the Jacobian term in ``corrected`` mode.
     psd : "auto" or one of: nonprivate {"constrain", "none"}; corrected {"none", "shift", "project"}
         (post-processing; "shift" adds the same s·I to every block, which leaves predictions unchanged);
         paper {"constrain"}.
@@ -180,7 +180,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         return self.rng if self.rng is not None else Drbg.from_os()
 
     def _fit_corrected(self, Xt: np.ndarray, yi: np.ndarray, C: int, psd: str, tol: float) -> tuple[np.ndarray, Solution]:
-        """§2.5 steps 1–4: ε-DP, noise sensitivity 2G in Frobenius norm (see :class:`CorrectedCalibration`).
+        """Corrected mechanism: ε-DP, noise sensitivity 2G in Frobenius norm (see :class:`CorrectedCalibration`).
 
         Fails loudly instead of releasing: :class:`PrivacyError` if the accounting does not add up
         or a row exceeds R, :class:`ConvergenceError` if the exact minimiser is not reached.
@@ -204,7 +204,7 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         return theta, sol
 
     def _fit_paper(self, Xt: np.ndarray, yi: np.ndarray, C: int, tol: float) -> tuple[np.ndarray, Solution]:
-        """§2.3: shared b, no ridge, PSD-constrained SDP. NOT proven private."""
+        """The paper's mechanism: shared b, no ridge, PSD-constrained SDP. NOT proven private."""
         n, D = Xt.shape
         cal = PaperCalibration(self._require_epsilon(), D - 1, C)
         rng = self._rng()

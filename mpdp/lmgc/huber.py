@@ -1,4 +1,4 @@
-"""Huber-smoothed hinge H_h (spec lmgc.md §2.2, eq. (6); Chapelle 2007, as in CMS11).
+"""Huber-smoothed hinge H_h (Pathak & Raj 2010, eq. (6); Chapelle 2007, as in CMS11).
 
 Applied to t = 1 + x̃ᵀ(Φ_y − Φ_c)x̃:
 
@@ -6,7 +6,7 @@ Applied to t = 1 + x̃ᵀ(Φ_y − Φ_c)x̃:
              (t + h)²/(4h)   if |t| < h
              t               if t ≥ h
 
-Properties used by the privacy analysis (§2.2, §2.5): H′ ∈ [0, 1], H″ ≤ c = 1/(2h), and
+Properties used by the privacy analysis: H′ ∈ [0, 1], H″ ≤ c = 1/(2h), and
 0 ≤ H_h(t) − [t]_+ ≤ h/4.
 """
 
@@ -21,7 +21,7 @@ def _check(h: float) -> None:
 
 
 def curvature(h: float) -> float:
-    """c = 1/(2h), the bound on H″ (§2.2)."""
+    """c = 1/(2h), the bound on H″."""
     _check(h)
     return 1.0 / (2.0 * h)
 

@@ -1,12 +1,13 @@
-"""The (perturbed) large-margin objective over symmetric blocks (spec lmgc.md §2.2, §2.3, §2.5).
+"""The (perturbed) large-margin objective over symmetric blocks (Pathak & Raj 2010, eqs. (4)–(8),
+and our corrected variant).
 
     J_p(θ) = L_H(θ) + λ·Σ_c tr(I_Φ Φ_c I_Φ) + (Δ/2)·Σ_c ‖Φ_c‖_F² + (1/n)·Σ_c ⟨b_c, Φ_c⟩_F
 
 with L_H(θ) = (1/n)·Σ_i ℓ_i(θ), ℓ_i(θ) = Σ_{c≠y_i} H_h(1 + x̃_iᵀ(Φ_{y_i} − Φ_c)x̃_i) (eqs. (4)–(6)
-with the hinge replaced by Huber; §2.5 step 3). Δ = 0 and b = 0 give the paper's J (5)/(6); a
+with the hinge replaced by Huber; the ridge Δ is ours). Δ = 0 and b = 0 give the paper's J (5)/(6); a
 shared b (every b_c equal) gives the paper's J_p (8).
 
-Gradient of the un-normalised per-sample loss ℓ_i (used by Lemma 1 and §2.5 step 2): the y-block
+Gradient of the un-normalised per-sample loss ℓ_i (used by Lemma 1 and by the noise's sensitivity 2G): the y-block
 is Σ_{c≠y} H′(t_c)·x̃x̃ᵀ and each c-block is −H′(t_c)·x̃x̃ᵀ, so
 ‖∇ℓ_i‖_F² = ‖x̃‖⁴·[(Σ_c H′_c)² + Σ_c H′_c²] ≤ R⁴·C(C−1).
 """
@@ -95,7 +96,7 @@ class Problem:
 
     @property
     def dim(self) -> int:
-        """p = C·D_s, the dimension of the symmetric parameter space (§2.5)."""
+        """p = C·D_s, the dimension of the symmetric parameter space."""
         return self.n_classes * sym_dim(self.D)
 
     def with_b(self, b: np.ndarray | None) -> "Problem":
@@ -116,7 +117,7 @@ class Problem:
         return val, self.lam * self._sel[None] + self.ridge * theta
 
     def perturbation_value_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """(1/n)·Σ_c ⟨b_c, Φ_c⟩_F; only the symmetric part of b_c acts on symmetric Φ_c (§2.6 c)."""
+        """(1/n)·Σ_c ⟨b_c, Φ_c⟩_F; only the symmetric part of b_c acts on symmetric Φ_c."""
         if self.b is None:
             return 0.0, np.zeros(self.shape)
         bs = 0.5 * (self.b + np.swapaxes(self.b, 1, 2))
@@ -151,7 +152,7 @@ class Problem:
         return _blocks_from_weights(_class_weights(P, lab), xt)
 
     def sample_hessian_iso(self, theta: np.ndarray, xt: np.ndarray, label: int) -> np.ndarray:
-        """∇²ℓ(θ; z) in isometric coordinates, (p, p): Σ_{c≠y} H″(t_c)·a_c a_cᵀ, rank ≤ C−1 (§2.5 step 5)."""
+        """∇²ℓ(θ; z) in isometric coordinates, (p, p): Σ_{c≠y} H″(t_c)·a_c a_cᵀ, rank ≤ C−1 (the Jacobian term)."""
         xt = np.asarray(xt, dtype=np.float64)
         t = margins(theta, xt[None, :], np.array([label], dtype=np.intp))[0]
         xx = sym_to_iso(np.outer(xt, xt))
@@ -174,7 +175,7 @@ class Problem:
 
 
 def gradient_bound(R: float, n_classes: int) -> float:
-    """G = R²·√(C(C−1)): bound on ‖∇ℓ(θ; z)‖_F over all θ and ‖x̃‖ ≤ R (§2.5 step 2, §2.6 b)."""
+    """G = R²·√(C(C−1)): bound on ‖∇ℓ(θ; z)‖_F over all θ and ‖x̃‖ ≤ R (the paper's Lemma 1 bounds one block only)."""
     if R <= 0 or n_classes < 2:
         raise ValueError(f"need R > 0 and C >= 2, got R={R}, C={n_classes}")
     return R * R * float(np.sqrt(n_classes * (n_classes - 1)))

@@ -1,4 +1,4 @@
-"""The Φ_c parameterisation of a Gaussian class ellipsoid (spec lmgc.md §2.2, eqs. (1)–(3)).
+"""The Φ_c parameterisation of a Gaussian class ellipsoid (Pathak & Raj 2010, eqs. (1)–(3)).
 
 Class c is (μ_c, Ψ_c, θ_c): centroid, inverse covariance Ψ_c ⪰ 0 and offset θ_c ≥ 0. Eq. (2)
 collects them in the symmetric (d+1)×(d+1) matrix
@@ -9,7 +9,7 @@ so that with x̃ = (x, 1), x̃ᵀΦ_cx̃ = (x − μ_c)ᵀΨ_c(x − μ_c) + θ_
 ŷ(x) = argmin_c x̃ᵀΦ_cx̃.
 
 A model θ = (Φ_1..Φ_C) is stored as an array of shape (C, D, D), D = d+1, every block symmetric.
-Optimisers and noise samplers work in *isometric coordinates* (§2.5 step 2): for a symmetric S,
+Optimisers and noise samplers work in *isometric coordinates*: for a symmetric S,
 iso(S) lists the diagonal entries as they are and the upper off-diagonal entries times √2, so that
 ‖iso(S)‖₂ = ‖S‖_F and ⟨iso(S), iso(T)⟩ = ⟨S, T⟩_F. The Frobenius gradient of a function of a
 symmetric matrix, mapped with iso, is its gradient in these coordinates.
@@ -33,7 +33,7 @@ def augment(X: np.ndarray) -> np.ndarray:
 
 
 def sym_dim(D: int) -> int:
-    """D_s = D(D+1)/2, the dimension of the space of symmetric D×D matrices (§2.5)."""
+    """D_s = D(D+1)/2, the dimension of the space of symmetric D×D matrices."""
     return D * (D + 1) // 2
 
 
@@ -44,7 +44,7 @@ def _iso_weights(D: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
 
 
 def sym_to_iso(S: np.ndarray) -> np.ndarray:
-    """iso(S) for a symmetric (..., D, D) array: shape (..., D_s); an isometry (§2.5 step 2)."""
+    """iso(S) for a symmetric (..., D, D) array: shape (..., D_s); an isometry."""
     S = np.asarray(S, dtype=np.float64)
     D = S.shape[-1]
     iu, w = _iso_weights(D)
@@ -52,7 +52,7 @@ def sym_to_iso(S: np.ndarray) -> np.ndarray:
 
 
 def iso_to_sym(v: np.ndarray, D: int) -> np.ndarray:
-    """Inverse of :func:`sym_to_iso`: b_kk = v_kk and b_kl = b_lk = v_kl/√2 (§2.5 step 2)."""
+    """Inverse of :func:`sym_to_iso`: b_kk = v_kk and b_kl = b_lk = v_kl/√2."""
     v = np.asarray(v, dtype=np.float64)
     if v.shape[-1] != sym_dim(D):
         raise ValueError(f"iso vector must end in D_s={sym_dim(D)}, got shape {v.shape}")
@@ -99,7 +99,7 @@ def phi_from_gaussian(mu: np.ndarray, psi: np.ndarray, offset: float) -> np.ndar
 
 @dataclass(frozen=True)
 class GaussianClass:
-    """One class ellipsoid (μ, Ψ, θ) recovered from Φ (§2.2 "inverting the map")."""
+    """One class ellipsoid (μ, Ψ, θ) recovered from Φ (top-left block Ψ, then μ and θ)."""
 
     mu: np.ndarray
     psi: np.ndarray

@@ -1,21 +1,21 @@
 """Noise calibration, samplers and accounting for DP large-margin Gaussian classifiers.
 
-Two mechanisms (spec lmgc.md §2.3, §2.5):
+Two mechanisms (Pathak & Raj 2010, Sec. 4, and our corrected variant):
 
-``corrected`` (provable, §2.5; CMS11 objective perturbation adapted to C symmetric blocks)
+``corrected`` (provable, ours: CMS11 objective perturbation adapted to C symmetric blocks)
     Sensitivity: the per-sample gradient ∇ℓ(θ; z) has ‖·‖_F ≤ G = R²·√(C(C−1)) for ‖x̃‖ ≤ R, so for
-    adjacent datasets (substitution) giving the same θ*, ‖b − b′‖_F ≤ 2G (§2.6 b).
+    adjacent datasets (substitution) giving the same θ*, ‖b − b′‖_F ≤ 2G (the paper's 2 is too small).
     Norm: Frobenius over all C symmetric blocks = ℓ2 in isometric coordinates (p = C·(d+1)(d+2)/2).
     Noise: density ∝ exp(−(ε_b/(2G))·‖b‖_F) on the symmetric space, i.e. spherical Laplace with
     β = 2G/ε_b in isometric coordinates (‖v‖ ~ Gamma(p, 2G/ε_b), uniform direction).
-    Ridge: Δ with (C−1)·log(1 + 2cR⁴/(nΔ)) = ε_J, c = 1/(2h) (Jacobian term, §2.5 step 5).
+    Ridge: Δ with (C−1)·log(1 + 2cR⁴/(nΔ)) = ε_J, c = 1/(2h) (Jacobian term: AM–GM on a rank ≤ C−1 Hessian).
     Guarantee: ε-DP with ε = ε_b + ε_J, provided the exact minimiser of the strongly convex J_p
-    is released (then b ↔ θ* is a bijection, §2.5 step 3).
+    is released (then b ↔ θ* is a bijection).
 
-``paper`` (as reconstructed in §2.3; NOT proven private)
+``paper`` (the paper's Sec. 4 as reconstructed; NOT proven private)
     One (d+1)×(d+1) matrix b shared by all classes, density ∝ exp(−(ε/2)·‖b‖_F) over general
     matrices (‖b‖_F ~ Gamma((d+1)², 2/ε), uniform direction). The paper claims ε + k with an
-    illegible k; the claim fails (§2.6 a–f): a shared b over-determines the stationarity
+    illegible k; the claim fails (docs/experiments/lmgc.md, "What the paper got wrong"): a shared b over-determines the stationarity
     conditions, the sensitivity 2 is too small by √(C(C−1))·R², J_p can be unbounded below, and
     the PSD constraints break the bijection.
 """
@@ -38,7 +38,7 @@ class PrivacyError(RuntimeError):
 
 
 def ridge_for_jacobian_budget(eps_j: float, n: int, n_classes: int, h: float, R: float) -> float:
-    """Δ with (C−1)·log(1 + 2cR⁴/(nΔ)) = ε_J, i.e. Δ = 2cR⁴/(n·(e^{ε_J/(C−1)} − 1)) (§2.5 step 1)."""
+    """Δ with (C−1)·log(1 + 2cR⁴/(nΔ)) = ε_J, i.e. Δ = 2cR⁴/(n·(e^{ε_J/(C−1)} − 1))."""
     if not (eps_j > 0 and n >= 1 and n_classes >= 2):
         raise ValueError(f"need ε_J > 0, n >= 1, C >= 2; got {eps_j}, {n}, {n_classes}")
     denom = math.expm1(min(eps_j / (n_classes - 1), 700.0))
@@ -46,7 +46,7 @@ def ridge_for_jacobian_budget(eps_j: float, n: int, n_classes: int, h: float, R:
 
 
 def jacobian_epsilon(ridge: float, n: int, n_classes: int, h: float, R: float) -> float:
-    """ε_J = (C−1)·log(1 + 2cR⁴/(nΔ)): log of the bound on the Jacobian-determinant ratio (§2.5 step 5)."""
+    """ε_J = (C−1)·log(1 + 2cR⁴/(nΔ)): log of the bound on the Jacobian-determinant ratio."""
     if ridge <= 0:
         return math.inf
     return (n_classes - 1) * math.log1p(2.0 * huber.curvature(h) * R**4 / (n * ridge))
@@ -54,7 +54,7 @@ def jacobian_epsilon(ridge: float, n: int, n_classes: int, h: float, R: float) -
 
 @dataclass(frozen=True)
 class CorrectedCalibration:
-    """Everything the corrected mechanism needs, with its accounting (§2.4, §2.5)."""
+    """Everything the corrected mechanism needs, with its accounting."""
 
     epsilon: float  # total budget ε
     n: int
@@ -98,7 +98,7 @@ class CorrectedCalibration:
 
     @property
     def sensitivity(self) -> float:
-        """‖b − b′‖_F ≤ 2G for adjacent datasets that give the same θ* (§2.5 step 2)."""
+        """‖b − b′‖_F ≤ 2G for adjacent datasets that give the same θ*."""
         return 2.0 * self.gradient_bound
 
     @property
@@ -118,7 +118,7 @@ class CorrectedCalibration:
             raise PrivacyError(f"accounting ε_b + ε_J = {self.eps_noise + recomputed} exceeds ε = {self.epsilon}")
 
     def sample(self, rng: Drbg) -> np.ndarray:
-        """b = (b_1..b_C), symmetric blocks, density ∝ exp(−(ε_b/(2G))‖b‖_F) (§2.5 step 2).
+        """b = (b_1..b_C), symmetric blocks, density ∝ exp(−(ε_b/(2G))‖b‖_F).
 
         Sensitivity: ‖b − b′‖_F ≤ 2G = 2R²√(C(C−1)) between adjacent datasets reaching the same θ*.
         Norm: Frobenius over all C symmetric blocks (ℓ2 in isometric coordinates).
@@ -136,7 +136,7 @@ class CorrectedCalibration:
 
     def guarantee(self) -> Guarantee:
         return Guarantee(
-            mechanism="LMGC objective perturbation, corrected (lmgc.md §2.5): per-class symmetric noise + ridge",
+            mechanism="LMGC objective perturbation, corrected (ours, after CMS11): per-class symmetric noise + ridge",
             epsilon=self.epsilon,
             delta=0.0,
             sensitivity=self.sensitivity,
@@ -168,7 +168,7 @@ class CorrectedCalibration:
 
 @dataclass(frozen=True)
 class PaperCalibration:
-    """The paper's perturbation (§2.3): shared general b with density ∝ exp(−(ε/2)‖b‖_F). NOT proven private."""
+    """The paper's perturbation (its eq. (7)): shared general b with density ∝ exp(−(ε/2)‖b‖_F). NOT proven private."""
 
     epsilon: float
     dim_x: int
@@ -184,19 +184,19 @@ class PaperCalibration:
 
     @property
     def sensitivity(self) -> float:
-        """The paper's Lemma 1 bound ‖b − b′‖_F ≤ 2 (one class block, ‖x̃‖ ≤ 1); too small (§2.6 b)."""
+        """The paper's Lemma 1 bound ‖b − b′‖_F ≤ 2 (one class block, ‖x̃‖ ≤ 1); too small by √(C(C−1))·R²."""
         return 2.0
 
     @property
     def noise_scale(self) -> float:
-        """β = 2/ε: ‖b‖_F ~ Gamma((d+1)², 2/ε) (§2.3, eq. (7))."""
+        """β = 2/ε: ‖b‖_F ~ Gamma((d+1)², 2/ε) (the paper's eq. (7))."""
         return 2.0 / self.epsilon
 
     def sample(self, rng: Drbg) -> np.ndarray:
-        """One general (d+1)×(d+1) matrix b, replicated to every class (the paper's shared b, §2.3).
+        """One general (d+1)×(d+1) matrix b, replicated to every class (the paper's shared b).
 
         Sensitivity (paper's Lemma 1): 2, Frobenius norm of one block, assuming ‖x̃‖ ≤ 1.
-        Guarantee: NONE proven. The paper claims (ε + k)-DP; §2.6 a–f show why that fails (the true
+        Guarantee: NONE proven. The paper claims (ε + k)-DP; docs/experiments/lmgc.md, "What the paper got wrong" shows why that fails (the true
         gradient difference reaches 2R²√(C(C−1)), J_p may have no minimiser, a shared b only moves
         the class mean). Density ∝ exp(−(ε/2)‖b‖_F): ‖b‖_F ~ Gamma((d+1)², 2/ε), uniform direction.
         """
@@ -207,13 +207,13 @@ class PaperCalibration:
 
     def guarantee(self) -> Guarantee:
         return Guarantee(
-            mechanism="LMGC objective perturbation as in Pathak & Raj 2010 (lmgc.md §2.3) — NOT PROVEN PRIVATE",
+            mechanism="LMGC objective perturbation as in Pathak & Raj 2010 (Sec. 4) — NOT PROVEN PRIVATE",
             epsilon=self.epsilon,
             delta=0.0,
             sensitivity=self.sensitivity,
             norm="Frobenius of one (d+1)x(d+1) block",
             statement=("NO valid DP guarantee. The paper claims (epsilon + k)-DP with an illegible constant k; "
-                       "the proof fails (lmgc.md §2.6): a shared b over-determines the stationarity conditions (a), "
+                       "the proof fails (docs/experiments/lmgc.md, 'What the paper got wrong'): a shared b over-determines the stationarity conditions (a), "
                        "the sensitivity 2 ignores the √(C(C−1))·R² factor (b), J_p is not strongly convex and can be "
                        "unbounded below (d), and PSD constraints break the b ↔ Φ* bijection (e)."),
         )

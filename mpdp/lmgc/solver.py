@@ -1,14 +1,15 @@
-"""Convex solvers for J_p over symmetric blocks (spec lmgc.md §2.2 "[ours] projected gradient", §2.5).
+"""Convex solvers for J_p over symmetric blocks (the paper's SDP by projected gradient,
+ours; the corrected objective).
 
 * :func:`solve_unconstrained` — for the strongly convex corrected objective (Δ > 0, no PSD
-  constraint, §2.5 step 3): L-BFGS (two-loop recursion) in isometric coordinates, then Newton–CG polishing with exact
+  constraint): L-BFGS (two-loop recursion) in isometric coordinates, then Newton–CG polishing with exact
   Hessian-vector products until ‖∇J_p‖_F ≤ tol·scale. The privacy proof (b = −n·∇(J_p − b-term)(θ*))
   needs the exact minimiser, so a run that cannot reach the tolerance raises
   :class:`ConvergenceError` instead of returning an approximate model.
-* :func:`solve_psd` — the SDP of §2.2 (Φ_c ⪰ 0): accelerated projected gradient (FISTA with
+* :func:`solve_psd` — the paper's SDP (Φ_c ⪰ 0): accelerated projected gradient (FISTA with
   curvature backtracking and gradient-based adaptive restart), projection by eigenvalue clipping.
   Optimality is measured by the gradient-mapping norm. A certificate of unboundedness (a PSD
-  direction of negative slope, §2.6 d) or divergence of the iterates raises
+  direction of negative slope) or divergence of the iterates raises
   :class:`UnboundedObjectiveError`. Used for the non-private model and for paper mode, where the
   minimiser carries no privacy claim, so the default tolerance is looser (1e-4).
 """
@@ -29,7 +30,7 @@ class ConvergenceError(RuntimeError):
 
 
 class UnboundedObjectiveError(RuntimeError):
-    """J_p has no minimiser: it decreases without bound along a feasible direction (§2.6 d)."""
+    """J_p has no minimiser: it decreases without bound along a feasible direction."""
 
     def __init__(self, message: str, direction: np.ndarray | None = None, slope: float | None = None) -> None:
         super().__init__(message)
@@ -59,7 +60,7 @@ def common_direction_slope(problem: Problem) -> tuple[float, np.ndarray]:
     Along such a direction no margin changes (the terms cancel in Φ_y − Φ_c), so with Δ = 0
     J_p(θ + sV) = J_p(θ) + s·uᵀMu with M = Σ_c (λ·I_Φ + sym(b_c)/n). If λ_min(M) < 0 the objective
     is unbounded below even on the PSD cone; u = e_{d+1} with Σ_c b_c[d+1, d+1] < 0 is the case
-    named in lmgc.md §2.6 d.
+    named in docs/experiments/lmgc.md, "What the paper got wrong", 4.
     """
     C, D, _ = problem.shape
     M = C * problem.lam * np.diag(np.r_[np.ones(D - 1), 0.0])
@@ -75,7 +76,7 @@ def solve_unconstrained(problem: Problem, *, tol: float = 1e-9, max_iter: int = 
     if problem.ridge <= 0:
         raise UnboundedObjectiveError(
             "the unconstrained objective needs a ridge Δ > 0: without it J_p is not strongly convex and can be "
-            "unbounded below (lmgc.md §2.6 d)"
+            "unbounded below (docs/experiments/lmgc.md)"
         )
     C, D, _ = problem.shape
     target = tol * gradient_scale(problem)
@@ -188,7 +189,7 @@ def _cg(hv, rhs: np.ndarray, *, tol: float, max_iter: int) -> np.ndarray:
 
 def solve_psd(problem: Problem, *, tol: float = 1e-6, max_iter: int = 3000, theta0: np.ndarray | None = None,
               divergence_norm: float = 1e9) -> Solution:
-    """argmin J_p subject to Φ_c ⪰ 0 for every c (the SDP of §2.2) by FISTA with backtracking.
+    """argmin J_p subject to Φ_c ⪰ 0 for every c (the paper's SDP) by FISTA with backtracking.
 
     Raises :class:`UnboundedObjectiveError` if ‖θ‖_F exceeds ``divergence_norm`` (no minimiser),
     :class:`ConvergenceError` if the gradient-mapping norm stays above tol·scale.
@@ -198,7 +199,7 @@ def solve_psd(problem: Problem, *, tol: float = 1e-6, max_iter: int = 3000, thet
         if slope < 0:
             raise UnboundedObjectiveError(
                 f"J_p is unbounded below on the PSD cone: along Φ_c += s·uuᵀ (every c) it changes by s·{slope:.4g} "
-                "(lmgc.md §2.6 d); no minimiser exists", direction=u, slope=slope)
+                "(docs/experiments/lmgc.md); no minimiser exists", direction=u, slope=slope)
     target = tol * gradient_scale(problem)
     x = psd_project(np.zeros(problem.shape) if theta0 is None else theta0)
     fx, _ = problem.value_grad(x)
@@ -222,7 +223,7 @@ def solve_psd(problem: Problem, *, tol: float = 1e-6, max_iter: int = 3000, thet
         gm = L * math.sqrt(dd)
         if not np.isfinite(f_new) or float(np.linalg.norm(x_new)) > divergence_norm:
             raise UnboundedObjectiveError(f"PSD-constrained LMGC iterates diverged (‖θ‖_F > {divergence_norm:g}); "
-                                          "the objective has no minimiser (lmgc.md §2.6 d)")
+                                          "the objective has no minimiser (docs/experiments/lmgc.md)")
         if gm <= target:
             x, fx = x_new, f_new
             break

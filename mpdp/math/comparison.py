@@ -1,4 +1,4 @@
-"""DGK secure comparison on plaintext inputs (spec pathak2010.md §1.5), output to B or to A.
+"""DGK secure comparison on plaintext inputs (Damgård, Geisler & Krøigaard 2007), output to B or to A.
 
 Hazmat. A holds x, B holds y, both in [0, 2^ℓ); B owns the DGK key. B learns δ = [x < y]
 (or, in the output-to-A variant, A learns it); A sees only ciphertexts, B sees zeros or

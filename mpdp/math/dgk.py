@@ -1,4 +1,4 @@
-"""The DGK cryptosystem (Damgård, Geisler, Krøigaard, ACISP 2007), used for the comparisons of §1.5.
+"""The DGK cryptosystem (Damgård, Geisler, Krøigaard, ACISP 2007), used for the secure comparisons of :mod:`mpdp.math.comparison`.
 
 Hazmat. Additively homomorphic with a small prime plaintext space Z_u; the secret key
 answers only "is the plaintext zero?", which is all the comparison protocol needs, and

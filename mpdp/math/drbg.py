@@ -4,7 +4,7 @@ Hazmat. Every key, share, mask, permutation and DP noise sample in mpdp is drawn
 from a :class:`Drbg`. In production a Drbg is keyed from ``os.urandom`` (see
 :meth:`Drbg.from_os`); tests and simulations may key it from a fixed seed, which
 makes a run reproducible *and non-private*: :attr:`Drbg.seeded` records that, and
-every run that used a seeded Drbg says so in its output (spec README, decision 4).
+every run that used a seeded Drbg says so in its output.
 
 Misuse that breaks privacy: using a seeded Drbg for a real release; reusing one
 Drbg (same key) in two processes; drawing noise from numpy's RNG instead.

@@ -1,13 +1,13 @@
-"""Fixed-point encodings of real vectors into the ring Z_q (spec primitives.md §0).
+"""Fixed-point encodings of real vectors into the ring Z_q.
 
 Hazmat. enc(v) = round(v·2^f) mod q and dec(u) = (u if u < q/2 else u − q)/2^f.
 A sum of encodings decodes correctly only while the true sum stays inside
 (−q/2, q/2)·2^-f; every encoder here takes an explicit magnitude bound and raises
 :class:`EncodingOverflow` *before* a value could wrap, and :func:`check_sum_headroom`
-checks a whole sum in advance (decision 5: overflow checked before any modular sum).
+checks a whole sum in advance (overflow is checked before any modular sum).
 
 Two rings are used: Python integers mod any q (Pathak shares, q = 2^128, and
-Paillier plaintexts mod N), and numpy uint64 for q = 2^64 (DCA, decision 8).
+Paillier plaintexts mod N), and numpy uint64 for q = 2^64 (DCA).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Paillier encryption over integers we encode ourselves (spec primitives.md §0, decision 5).
+"""Paillier encryption over integers we encode ourselves (keys ≥ 2048 bits).
 
 Hazmat. Keys come from ``phe`` (prime generation from the OS CSPRNG) and decryption uses
 phe's CRT path over gmpy2; encryption, re-randomisation and homomorphic operations work
 on raw integers here, so no float encoding (which leaks exponents) is ever used. Misuse
 that breaks privacy: sending a ciphertext whose randomness the receiver knows without
-re-randomising it (decision 6), or decrypting a plaintext that wrapped mod N.
+re-randomising it (every ciphertext a party sends is re-randomised), or decrypting a plaintext that wrapped mod N.
 
 g = N + 1, so E(m; r) = (1 + m·N)·r^N mod N². The expensive factor r^N can be drawn in
 advance (:class:`RandomnessPool`), off the critical path.
@@ -66,10 +66,6 @@ class PublicKey:
     def add(self, c1: int, c2: int) -> int:
         """E(a)·E(b) = E(a + b)."""
         return int(gmpy2.mul(c1, c2) % self.nsquare)
-
-    def add_plain(self, c: int, m: int) -> int:
-        """E(a)·(1 + m·N) = E(a + m) (deterministic: re-randomise before sending)."""
-        return int(gmpy2.mul(c, 1 + (m % self.n) * self.n) % self.nsquare)
 
     def mul_plain(self, c: int, k: int, ops: OpCounter | None = None) -> int:
         """E(a)^k = E(k·a); negative k uses the inverse, so the exponent stays short."""
@@ -145,7 +141,7 @@ class KeyPair:
 
 
 def check_key_bits(bits: int, *, test_mode: bool) -> None:
-    """Refuse keys under 2048 bits unless a test mode was explicitly enabled (decision 5), and keys above
+    """Refuse keys under 2048 bits unless a test mode was explicitly enabled, and keys above
     8192 bits (their cubic cost would pin a role); the range lives in :mod:`mpdp.limits` (a ValueError)."""
     limits.check_key_bits(bits, test_mode=test_mode)
 

@@ -1,7 +1,7 @@
-"""Additive secret sharing over Z_q and permutations (spec primitives.md §0, pathak2010.md §1.7).
+"""Additive secret sharing over Z_q and permutations.
 
 Hazmat. split(s) draws m−1 uniform shares and sets the last to s − Σ mod q, so any m−1 shares
-are jointly uniform. Permutation convention (§1.4): π(v) puts v_j at position π(j).
+are jointly uniform. Permutation convention (the Pathak protocol's): π(v) puts v_j at position π(j).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Charlie, the untrusted curator of the Pathak–Rane–Raj protocol (spec pathak2010.md §1.4).
+"""Charlie, the untrusted curator of the Pathak–Rane–Raj protocol (their Sec. 3.2; messages in
+docs/protocols/pathak2010.md).
 
-Charlie holds ζ = (pk′, sk′) and the DGK key of §1.5, never sk of ξ. He sees π1(b) only
+Charlie holds ζ = (pk′, sk′) and the DGK key of the comparisons, never sk of ξ. He sees π1(b) only
 through the shuffler, ã never, and of the comparisons only orderings of π2∘π1-permuted
 positions. States are named for what he awaits next; the table is
 :data:`mpdp.pathak2010.states.CURATOR_TABLE`.
@@ -22,7 +23,7 @@ from mpdp.protocol import CURATOR, FAILED, Machine, Output, Peer, Problem, Publi
 
 TRUST_MODEL = (
     "honest-but-curious parties and curator; the curator colludes with no party; "
-    "known residual leak: the smallest party knows the noise it contributed (pathak2010.md §1.10g)"
+    "known residual leak: the smallest party knows the noise it contributed (docs/limitations.md)"
 )
 
 
@@ -171,7 +172,7 @@ class CuratorMachine(Machine):
         return out + self._comparison_round(list(range(K)))
 
     def _comparison_round(self, positions: list[int]) -> list[Output]:
-        """§1.5 step 2 for each of the round's pairs (i, j): y = b̃_j − b̃_i + e + 2^(ℓ−1), e = [τ_i < τ_j], so
+        """Charlie's part of the DGK comparison for each of the round's pairs (i, j): y = b̃_j − b̃_i + e + 2^(ℓ−1), e = [τ_i < τ_j], so
         [x < y] = [n_i < n_j + e]: i precedes j in the strict order of (n, τ) (docs: "Stage 1 tournament")."""
         prm = self.params
         ell = prm.compare_bits
@@ -218,7 +219,7 @@ class CuratorMachine(Machine):
 
     # -- Stage 3 -------------------------------------------------------------------------
     def _step_await_masked_noise(self) -> list[Output]:
-        """S3.2: decrypt η̄ + s, set c_0 = η̄ + s and re-share it (§1.7). η̄ = round(K·2^f·η) is already the noise on
+        """S3.2: decrypt η̄ + s, set c_0 = η̄ + s and re-share it into K+1 shares. η̄ = round(K·2^f·η) is already the noise on
         K·ŵ_s at full resolution: no factor K here (K·(η̄ + s) would leave the release's residue mod K noiseless).
         DISTRIBUTED_GAUSSIAN: the plaintext is σ̄·Σz̄ + s at scale 2^(f+g); c_0 = ⌊(σ̄·Σz̄ + s)/2^g⌋, likewise on K·ŵ_s."""
         prm = self.params
@@ -245,7 +246,7 @@ class CuratorMachine(Machine):
         ]
 
     def _step_await_published_shares(self) -> list[Output]:
-        """§1.7 step 3 and publication: the K+1 shares z_0..z_K go to the model registry."""
+        """Re-sharing done, publication: the K+1 shares z_0..z_K go to the model registry."""
         prm = self.params
         assert self._own_piece is not None
         vecs = [self._own_piece] + [_ring(self._take(pb.ResharePiece, n).piece, self.d, n) for n in prm.parties]

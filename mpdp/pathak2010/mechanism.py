@@ -1,4 +1,4 @@
-"""The aggregate classifier's output distribution drawn directly, in plaintext (PRR10 §1.3).
+"""The aggregate classifier's output distribution drawn directly, in plaintext (PRR10 Sec. 3.2).
 
 ŵ_s = (1/K)·Σ_j ŵ_j + η_{j*}, j* = argmin_j n_j (gaussian-distributed: + σ(n₍₁₎)·Σ_i z_i). This is what the three-stage protocol
 computes; tests/core/test_pathak_equivalence.py proves that the cryptographic protocol

@@ -1,7 +1,9 @@
-"""A Pathak job's public parameters, derived and validated once (spec pathak2010.md §1.4, decision 5).
+"""A Pathak job's public parameters, derived and validated once (keys, masks and fixed-point
+scale; overflow checked before any modular sum).
 
 Bit lengths (ours): n_j < 2^size_bits; a_j ∈ [0, 2^L) with L = size_bits + κ; Charlie's masks
-r_k ∈ [0, 2^(L+κ)); comparisons run on ℓ = L + κ + 3 bits after the offset 2^(ℓ−1) (§1.6).
+r_k ∈ [0, 2^(L+κ)); comparisons run on ℓ = L + κ + 3 bits after the offset 2^(ℓ−1) (docs/protocols/pathak2010.md, "Stage 1
+tournament").
 Noise and models use one fixed-point scale 2^f; the noise enters as η̄ = round(K·η·2^f), on K·ŵ_s at the
 release's resolution, and |K·η_i| < 2^(eta_bits − f) is required of every party's noise. P1's mask s is
 uniform in [2^eta_bits, 2^eta_bits + 2^(eta_bits+κ)) so η̄ + s never wraps mod N′ and hides η̄
@@ -48,14 +50,6 @@ def check_spec(job_id: str, spec: pathak2010_pb2.PathakJobSpec) -> None:
     try:
         limits.check_id(job_id, "job_id")
         limits.check_pathak_job_spec(spec)
-    except limits.SpecError as e:
-        raise InvalidJob(str(e)) from None
-
-
-def check_dimension(d: int) -> None:
-    """d of a party's records (JobAcceptance / ProtocolStart), in its documented range."""
-    try:
-        limits.check_row(limits.limit("JobAcceptance", "dimension"), d)
     except limits.SpecError as e:
         raise InvalidJob(str(e)) from None
 
@@ -123,7 +117,7 @@ class PathakParams:
 
     @property
     def L(self) -> int:
-        """Bits of a_j (§1.4 S1.1: L = ℓ_n + κ)."""
+        """Bits of a_j (step S1.1: L = ℓ_n + κ)."""
         return self.size_bits + self.kappa
 
     @property
@@ -133,7 +127,7 @@ class PathakParams:
 
     @property
     def compare_bits(self) -> int:
-        """ℓ = L + κ + 3 (§1.6)."""
+        """ℓ = L + κ + 3 (bits of a blinded comparison)."""
         return self.L + self.kappa + 3
 
     @property

@@ -1,4 +1,5 @@
-"""P_j, a data holder in the Pathak–Rane–Raj protocol (spec pathak2010.md §1.4).
+"""P_j, a data holder in the Pathak–Rane–Raj protocol (their Sec. 3; messages in
+docs/protocols/pathak2010.md).
 
 P1 (parties[0]) has extra duties: it generates ξ and π1 (S0), shuffles the sealed b_j
 (S1.2), leads the comparisons (S1.6) and masks the noise (S3.1). States are named for
@@ -29,7 +30,7 @@ from mpdp.math.opcount import OpCounter
 from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Record, Send, StageClock, require
 
 
-CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (§1.2); with the solver's settings below, part of the model cache's key
+CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (PRR10 Sec. 3.1); with the solver's settings below, part of the model cache's key
 FIT_TOL = 1e-10
 FIT_MAX_ITER = 100
 
@@ -255,7 +256,7 @@ class PartyMachine(Machine):
         require(len(bits.ciphertexts) == n, Problem.MALFORMED, f"ComparisonBits must carry {n} ciphertexts, got {len(bits.ciphertexts)}")
 
     def _step_await_comparison(self) -> list[Output]:
-        """S1.6 (leader, §1.5 steps 3–5), one tournament round: blinded comparison terms for each of its pairs (i, j)."""
+        """S1.6 (leader: the DGK comparison's blinding), one tournament round: blinded comparison terms for each of its pairs (i, j)."""
         prm = self.params
         bits = self._take_again(pb.ComparisonBits, CURATOR.name)
         self._check_comparison_bits(bits)
@@ -271,7 +272,7 @@ class PartyMachine(Machine):
         offset = 1 << (ell - 1)
         crng = self.rng.child(f"comparison/{self._round}")
         for n, (i, j) in enumerate(tournament.pairs(list(bits.positions))):
-            x = self._a_tilde[i] - self._a_tilde[j] + offset  # x = ã_i − ã_j (§1.6), made non-negative
+            x = self._a_tilde[i] - self._a_tilde[j] + offset  # x = ã_i − ã_j, made non-negative
             terms = comparison.a_blinded_terms(dgk, x, cts[n * ell : (n + 1) * ell], crng, self.res.dgk_pool, ops=self.ops)
             out_terms += [dgk.to_bytes(t) for t in terms]
         blinded = pb.BlindedComparisons(job_id=self.job_id, ciphertexts=out_terms, round=self._round)
@@ -389,7 +390,7 @@ class PartyMachine(Machine):
 
     # -- Stage 3 -------------------------------------------------------------------------
     def _reshare(self) -> list[Output]:
-        """S3.3 (§1.7 steps 1–2): split c_j into K+1 pieces; participant t gets t_{j,t}."""
+        """S3.3 (re-sharing): split c_j into K+1 pieces; participant t gets t_{j,t}."""
         assert self.c is not None
         q = self.params.ring_modulus
         me = self.j + 1  # participant index: 0 is Charlie
@@ -404,7 +405,7 @@ class PartyMachine(Machine):
         return out
 
     def _step_await_reshare_pieces(self) -> list[Output]:
-        """§1.7 step 3: z_t = Σ_p t_{p,t}; publish z_t at Charlie and record the release."""
+        """Re-sharing, last step: z_t = Σ_p t_{p,t}; publish z_t at Charlie and record the release."""
         assert self.own_piece is not None
         q = self.params.ring_modulus
         senders = [CURATOR.name] + [n for n in self.params.parties if n != self.me.name]
@@ -461,7 +462,7 @@ def implausible_local_model(local: LocalModel, params: PathakParams, data_bytes:
 
 
 def train_local(X: np.ndarray, y: np.ndarray, params: PathakParams) -> LocalModel:
-    """Local training (§1.2): rows clipped to the unit ball (:data:`CLIP_BOUND`), labels ±1, the exact argmin of
+    """Local training (PRR10 Sec. 3.1): rows clipped to the unit ball (:data:`CLIP_BOUND`), labels ±1, the exact argmin of
     the job's regularised objective. Deterministic in (X, y, λ, convention): what the model cache keys on."""
     Xc = logreg.clip_rows(np.asarray(X, dtype=np.float64), CLIP_BOUND)
     labels = np.asarray(y, dtype=np.float64)

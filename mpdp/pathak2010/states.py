@@ -1,4 +1,4 @@
-"""Every transition of the Pathak protocol, as data (style.md §5: one table per protocol; engine: mpdp/protocol.py).
+"""Every transition of the Pathak protocol, as data (one table per protocol; engine: mpdp/protocol.py).
 
 Messages are kept rows: each may arrive once the role is in its first state and is consumed by the step
 of its last (``until``). Earlier is out of order (the peer could not legitimately have sent it yet), later

@@ -1,4 +1,4 @@
-"""Dave, the tester: rebuild ŵ_s from the published shares and classify (PRR10 §1.3, "Testing")."""
+"""Dave, the tester: rebuild ŵ_s from the published shares and classify (PRR10 Sec. 3.3, "Testing Phase")."""
 
 from __future__ import annotations
 

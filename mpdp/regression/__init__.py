@@ -1,5 +1,5 @@
 """Distributed DP Bayesian linear regression with projection — Algorithm 2 of Heikkilä et al. (NIPS 2017) on DCA
-(spec dca.md §4.4–4.8).
+(the paper's Sec. 3.2.1, with the constants of the authors' code, DPBayes/dca-nips2017).
 
 Guarantee (``corrected`` mode, the default): the two releases — the std round's Σ(x², y²) and the main round's
 unique entries of XᵀX and Xᵀy — are (0.3ε, 0.3δ)- and (0.7ε, 0.7δ)-DP for replace-one adjacency of records
@@ -7,13 +7,13 @@ unique entries of XᵀX and Xᵀy — are (0.3ε, 0.3δ)- and (0.7ε, 0.7δ)-DP 
 or drop, at least one compute node is honest. Every record is clipped to the public bounds c first, so the
 guarantee holds even when the bounds are wrong. The projection multipliers come from synthetic data and cost
 nothing. Leaks: N, d, the bounds, (ε, δ), the chosen multipliers and thresholds B (post-processing of a DP
-release). ``paper`` mode reproduces the authors' code, including its sensitivity slips (§4.7 b, c, e) and the
-classic Gaussian constant at ε ≥ 1 (§4.7 a); :func:`mpdp.regression.privacy.round_guarantee` states what such a
+release). ``paper`` mode reproduces the authors' code, including its sensitivity slips (std round, grid search, unclipped
+baselines) and the classic Gaussian constant at ε ≥ 1 (proved only for ε < 1); :func:`mpdp.regression.privacy.round_guarantee` states what such a
 release really gives, and ledger entries charge that.
 
 Modules:
 
-* :mod:`~mpdp.regression.config` — the constants of §4.5 (split, priors, floor, grid, UCI and GDSC setups);
+* :mod:`~mpdp.regression.config` — the constants of the authors' code (split, priors, floor, grid, UCI and GDSC setups);
 * :mod:`~mpdp.regression.statistics` — clipping, per-record and per-party vectors, sensitivities, round specs,
   release decoding;
 * :mod:`~mpdp.regression.grid` — the auxiliary-data grid search (public, private-data-free);

@@ -1,4 +1,4 @@
-"""Algorithm 2 end to end in one process, every DP round through the real DCA core (dca.md §4.4).
+"""Algorithm 2 end to end in one process, every DP round through the real DCA core (Heikkilä et al. 2017, Sec. 3.2.1).
 
 Each record is one DCA client (the paper's setting: N clients with one sample each). A round builds the job's
 :class:`~mpdp.dca.params.DcaParams` from its :class:`~mpdp.regression.statistics.RoundSpec`, hands the
@@ -15,7 +15,7 @@ Steps of :func:`fit_ddp` with ``project=True`` (proj DDP):
 5. posterior with the PD fix.
 
 With ``project=False`` (DDP) there is one main round on the data clipped to c with the full (ε, δ).
-The fit returns one ledger entry per round; the caller records them (decision 9).
+The fit returns one ledger entry per round; the caller records them in the parties' privacy ledgers.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def fit_ddp(
 
     ``bounds``: the public c_1..c_{d+1} (features, then target). ``multipliers``: skip the grid search (e.g. when
     the caller already ran it for this (N, d, ε, δ, mode)); otherwise it runs with ``grid_seed``.
-    ``declared_bounds`` (paper mode, ``project=False`` only) reproduces §4.7 e.
+    ``declared_bounds`` (paper mode, ``project=False`` only) reproduces the code's unclipped baselines (Δ₂ from ±5).
     """
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)

@@ -1,4 +1,4 @@
-"""The other lines of the paper's Figure 2 (dca.md §4.5 label map, §4.6): NP, proj NP, TA, proj TA and input
+"""The other lines of the paper's Figure 2 (labels as in the authors' code): NP, proj NP, TA, proj TA and input
 perturbation. (DDP and proj DDP run through DCA: :mod:`mpdp.regression.algorithm`.)
 
 | label | code key | here |
@@ -10,7 +10,7 @@ perturbation. (DDP and proj DDP run through DCA: :mod:`mpdp.regression.algorithm
 | input perturbed | ``scaling`` | :func:`input_perturbation` — every record adds N(0, σ_std²): total N·σ_std² |
 
 All noise comes from a :class:`~mpdp.math.drbg.Drbg`. The TA is a trusted curator that sees raw records: its
-guarantee is the central Gaussian mechanism's; DCA's goal is to match it without the trust (§4.6).
+guarantee is the central Gaussian mechanism's; DCA's goal is to match it without the trust (the paper's Sec. 5).
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def ta_std_estimate(
 
     ``corrected``: Σ clip(z)² / N plus N(0, σ_std²)/N with Δ₂ = sqrt(Σ c⁴), analytic σ — the DCA std round
     without the N/(N−1) factor. ``paper``: the code's ``get_TA_std_estimates``: np.var of the *unclipped* data
-    plus N(0, σ²) with σ = sqrt(2 ln(1.25/δ₁))·sqrt((d+1)·5²)/(N·ε₁) (the c-vs-c² slip of §4.7 b, with Δ from ±5,
-    §4.7 e). Both floor a variance ≤ 0 at 0.5.
+    plus N(0, σ²) with σ = sqrt(2 ln(1.25/δ₁))·sqrt((d+1)·5²)/(N·ε₁) (the code's c-vs-c² slip, with Δ from ±5, which the
+    data can exceed). Both floor a variance ≤ 0 at 0.5.
     """
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)

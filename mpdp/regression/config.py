@@ -1,4 +1,4 @@
-"""Constants of Algorithm 2 and of the authors' experiments, exactly as the spec lists them (dca.md §4.5).
+"""Constants of Algorithm 2 and of the authors' experiments, exactly as the authors' code has them (DPBayes/dca-nips2017).
 
 Everything here is *public configuration*: none of it depends on private data. The UCI settings drive
 ``mpdp experiment heikkila2017``; the GDSC settings are recorded for completeness (we hold no GDSC data),
@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-# -- Algorithm 2 (dca.md §4.4, §4.5 "DPBayes/dca-nips2017") ---------------------------------------
+# -- Algorithm 2 (Heikkilä et al. 2017, Sec. 3.2.1; constants of DPBayes/dca-nips2017) -------------
 STD_SHARE = 0.3
 """``privacy_for_marg_var``: the std round gets (0.3ε, 0.3δ), the main round (0.7ε, 0.7δ)."""
 MAIN_SHARE = 1.0 - STD_SHARE
@@ -42,7 +42,7 @@ SCALE_TO_RANGE = 5.0
 ASSUMED_BOUND = 7.5
 """``assumed_data_range = [7.5, 7.5]``: the public bounds c_j for every feature and for the target."""
 PAPER_SENSITIVITY_BOUND = SCALE_TO_RANGE
-"""§4.7 e: the code's unclipped baselines (TA, DDP, input perturbation) take Δ from ±5, not from c = 7.5."""
+"""The code's unclipped baselines (TA, DDP, input perturbation) take Δ from ±5, not from c = 7.5."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ GDSC_GRID_N = 400
 
 @dataclass(frozen=True)
 class GdscConfig:
-    """The GDSC setup of §4.5. ``delta_source`` chooses between the code's δ (``10e-4`` = 10⁻³) and the
+    """The GDSC setup of the authors' code. ``delta_source`` chooses between the code's δ (``10e-4`` = 10⁻³) and the
     figure's δ (10⁻⁴); there is no default, so every use states its choice."""
 
     delta_source: Literal["code", "figure"]

@@ -1,5 +1,5 @@
-"""Projection multipliers (p_x, p_y) from a grid search on synthetic auxiliary data (dca.md §4.4 step 3,
-"Auxiliary-data grid search"; §4.7 c).
+"""Projection multipliers (p_x, p_y) from a grid search on synthetic auxiliary data (Heikkilä et al. 2017,
+Algorithm 2 step 3, as in the authors' code).
 
 No private data enters: :func:`choose_multipliers` takes only N, d, ε, δ, the mode, a seed and the repeat
 counts (a test checks the signature), so its output costs no privacy. Its randomness is a *public simulation*
@@ -14,7 +14,7 @@ synthetic data. The pair with the best average score wins (first in row-major or
 Modes:
 
 * ``paper`` reproduces the authors' UCI script: the noise is the unit noise times Δ₂⁴ (their
-  ``U*(sensitivity**2)`` with ``sensitivity`` = Δ₂², §4.7 c), calibrated classically with the *full* (ε, δ),
+  ``U*(sensitivity**2)`` with ``sensitivity`` = Δ₂²: Δ₂⁴ where Δ₂ is due), calibrated classically with the *full* (ε, δ),
   std sqrt(N/(N−1)·2 ln(1.25/δ))/ε, and the posterior is solved without the PD fix.
 * ``corrected`` simulates what Algorithm 2 really releases: noise std sqrt(N/(N−1))·σ_std(Δ₂, 0.7ε, 0.7δ)
   (analytic calibration, the main round's share) and the PD fix before the posterior.
@@ -70,7 +70,7 @@ def choose_multipliers(
     """Grid-search (p_x, p_y) ∈ GRID² on synthetic data of the real size; deterministic under ``seed``.
 
     ``epsilon``, ``delta`` are the *total* budget of the fit; each mode takes its share as documented above.
-    ``repeats`` = (R_data, R_noise): (20, 20) for UCI (§4.5); tests use fewer.
+    ``repeats`` = (R_data, R_noise): (20, 20) for UCI (the authors' code); tests use fewer.
     """
     if n < 2 or d < 1:
         raise ValueError(f"need n ≥ 2 and d ≥ 1, got n={n}, d={d}")

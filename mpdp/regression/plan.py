@@ -1,5 +1,5 @@
 """The curator's side of Algorithm 2: the public plan, the step between the two rounds, and the finish
-(dca.md §4.4 steps 2–5). Pure functions of public values and DP releases: no private data, no I/O.
+(Heikkilä et al. 2017, Algorithm 2, steps 2–4, and the posterior). Pure functions of public values and DP releases: no private data, no I/O.
 
 Federation flow (the lead wires it over the DCA services; each party is one DCA client):
 
@@ -12,7 +12,7 @@ Federation flow (the lead wires it over the DCA services; each party is one DCA 
 4. party p: ``party_statistics(X_p, y_p, "main", step.spec.bounds)`` → submit; record the main-round entry.
 5. curator: ``plan.finish(release.values)`` → :class:`~mpdp.regression.posterior.Posterior`.
 
-N = n_total (the number of records) is public (§4.1); the DCA noise is calibrated for P clients
+N = n_total (the number of records) is public (as in the paper); the DCA noise is calibrated for P clients
 (σ_std²/(P − T − 1) each), which is the same per-record guarantee since one record changes one party's sum by
 at most Δ₂.
 """
@@ -76,11 +76,11 @@ class RegressionPlan:
         return budget_split(self.epsilon, self.delta)
 
     def std_round(self) -> RoundSpec:
-        """Round 1 (§4.4 step 2): squares of the data clipped to c, budget 0.3·(ε, δ)."""
+        """Round 1 (Algorithm 2 step 2): squares of the data clipped to c, budget 0.3·(ε, δ)."""
         return std_round_spec(self.bounds, *self.budget.std, self.mode)
 
     def main_round(self, std_values: Floats, n_total: int, *, multipliers: Multipliers | tuple[float, float] | None = None) -> MainRoundStep:
-        """Between the rounds (§4.4 step 3): decode σ̂ from the std release, choose (p_x, p_y) on auxiliary data
+        """Between the rounds (Algorithm 2 step 3): decode σ̂ from the std release, choose (p_x, p_y) on auxiliary data
         (unless given), B = min(p·σ̂, c), and the main round's spec with budget 0.7·(ε, δ)."""
         est = std_estimate(std_values, n_total)
         if est.variance.size != self.d + 1:
@@ -92,7 +92,7 @@ class RegressionPlan:
         return MainRoundStep(est, multipliers, B, main_round_spec(B, *self.budget.main, self.mode))
 
     def finish(self, main_values: Floats) -> Posterior:
-        """After the main release (§4.4 steps 4–5): rebuild (A, b), PD fix, posterior."""
+        """After the main release (Algorithm 2 step 4, then the posterior): rebuild (A, b), PD fix, posterior."""
         return posterior(suff_stats(main_values, self.d))
 
     def stats(self, main_values: Floats) -> SuffStats:

@@ -1,6 +1,6 @@
-"""Posterior and predictions of Bayesian linear regression from (noisy) sufficient statistics (dca.md §4.4 step 5).
+"""Posterior and predictions of Bayesian linear regression from (noisy) sufficient statistics (Heikkilä et al. 2017, Sec. 3.2.1).
 
-Model: β ~ N(0, λ0⁻¹·I), y | x ~ N(xᵀβ, λ⁻¹), λ = λ0 = 1 (§4.5). Given A ≈ XᵀX and b ≈ Xᵀy:
+Model: β ~ N(0, λ0⁻¹·I), y | x ~ N(xᵀβ, λ⁻¹), λ = λ0 = 1 (the authors' code). Given A ≈ XᵀX and b ≈ Xᵀy:
 Λ = λ0·I + λ·A, μ = Λ⁻¹·λ·b; prediction ŷ = x*ᵀμ with predictive variance 1/λ + x*ᵀΛ⁻¹x*.
 
 A noisy A need not be positive definite; :func:`make_pd` replaces its eigenvalues by their absolute values

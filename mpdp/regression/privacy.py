@@ -1,8 +1,8 @@
-"""Budget split, the guarantee each round really gives, and the ledger entries of Algorithm 2 (dca.md §4.4 step 6,
-§4.7 a, b, e, h; decisions 1 and 9).
+"""Budget split, the guarantee each round really gives, and the ledger entries of Algorithm 2 (basic composition of
+the two rounds; every result states the guarantee it really gives).
 
 Composition is basic: the std round spends (ε₁, δ₁) = 0.3·(ε, δ), the main round (ε₂, δ₂) = (ε − ε₁, δ − δ₁),
-so (ε₁ + ε₂, δ₁ + δ₂) = (ε, δ) (§4.7 h: recorded explicitly, one ledger entry per round). The split is planned
+so (ε₁ + ε₂, δ₁ + δ₂) = (ε, δ) (recorded explicitly, one ledger entry per round). The split is planned
 by basic composition; a party's ledger composes the two Gaussian rounds with its accountant
 (docs/protocols/accounting.md), which states less than (ε, δ) for them.
 
@@ -10,9 +10,9 @@ What each mode guarantees per round, at the requested δ (computed, not assumed:
 exact Gaussian-mechanism δ(ε) of Balle & Wang 2018, Thm 8, at the σ actually used and the *true* Δ₂):
 
 * ``corrected``: analytic calibration at the true Δ₂ — exactly (ε_r, δ_r) for each round, (ε, δ) in total.
-* ``paper``: classic calibration (proved for ε < 1 only, §4.7 a) at the *declared* Δ₂. In the std round the
-  declared Δ₂ = sqrt(Σ c²) is c times too small for equal bounds c (§4.7 b: 7.5× for UCI), and in the
-  unprojected baselines Δ₂ comes from ±5 while the data reach ±10 (§4.7 e); the real ε of those releases
+* ``paper``: classic calibration (proved for ε < 1 only) at the *declared* Δ₂. In the std round the
+  declared Δ₂ = sqrt(Σ c²) is c times too small for equal bounds c (7.5× for UCI), and in the
+  unprojected baselines Δ₂ comes from ±5 while the data reach ±10; the real ε of those releases
   is far above the nominal one. The ledger records the larger of the two.
 """
 
@@ -81,7 +81,7 @@ def epsilon_for(sigma: float, sensitivity: float, delta: float) -> float:
 
 @dataclass(frozen=True)
 class RoundGuarantee:
-    """What one release really guarantees (decision 1)."""
+    """What one release really guarantees."""
 
     epsilon_nominal: float
     delta: float
@@ -113,7 +113,7 @@ def round_guarantee(spec: RoundSpec, who: str = "the DCA sum") -> RoundGuarantee
 
 
 def ledger_entry(spec: RoundSpec, job_id: str, *, seeded: bool, protocol: str = "dca") -> dict:
-    """The record a party keeps for one round (decision 9). ``epsilon`` is what the ledger composes: the nominal
+    """The record a party keeps for one round in its privacy ledger. ``epsilon`` is what the ledger composes: the nominal
     ε in ``corrected`` mode, max(nominal, actual) in ``paper`` mode (its real cost). The accountant composes the
     Gaussian σ_std / max(declared Δ₂, true Δ₂)."""
     g = round_guarantee(spec)
@@ -130,7 +130,7 @@ def ledger_entry(spec: RoundSpec, job_id: str, *, seeded: bool, protocol: str = 
         "epsilon_nominal": spec.epsilon,
         "epsilon_actual": g.epsilon_actual,
         "mode": spec.mode,
-        "composition": "basic (dca.md §4.4 step 6): the two rounds of one fit add up",
+        "composition": "basic: the two rounds of one fit add up",
         "declared_sensitivity": spec.sensitivity,
         "true_sensitivity": spec.true_sensitivity,
         "seeded": seeded,

@@ -1,5 +1,5 @@
 """What one record, or one party, contributes to each DCA round of Algorithm 2 — and what a release decodes to
-(spec dca.md §4.4 steps 1, 2 and 4).
+(Heikkilä et al. 2017, Algorithm 2, steps 1, 2 and 4).
 
 Vector layouts (D = dimension of the round):
 
@@ -9,11 +9,11 @@ Vector layouts (D = dimension of the round):
 
 ℓ2-sensitivity for replace-one adjacency (one record changes, N fixed):
 
-* std round, ``corrected``: Δ₂ = sqrt(Σ_j c_j⁴) — each square lies in [0, c_j²] (ours, §4.4 step 2);
-  ``paper``: Δ₂ = sqrt(Σ_j c_j²), the authors' code (§4.7 b). With c > 1 that understates the truth, so the
+* std round, ``corrected``: Δ₂ = sqrt(Σ_j c_j⁴) — each square lies in [0, c_j²] (ours, Algorithm 2 step 2);
+  ``paper``: Δ₂ = sqrt(Σ_j c_j²), the authors' code (c where c² is due). With c > 1 that understates the truth, so the
   paper-mode std round is *not* (ε₁, δ₁)-DP; :func:`mpdp.regression.privacy.epsilon_for` says what it is.
 * main round, both modes: Δ₂² = Σ_j B_j⁴ + Σ_{j<k} (2B_jB_k)² + Σ_j (2B_jB_y)² — a square has range B_j², a
-  cross product range 2B_jB_k (§4.4 step 4; the code has this right).
+  cross product range 2B_jB_k (Algorithm 2 step 4; the code has this right).
 
 A party holding n_p records sends the *sum* of its records' vectors (:func:`party_statistics`): the
 per-record sensitivity is unchanged (one record changes one party's sum by at most Δ₂), only the DCA
@@ -52,7 +52,7 @@ def round_dimension(round: Round, d: int) -> int:
 
 # -- sensitivities -------------------------------------------------------------------------------------
 def std_sensitivity(bounds: Floats, mode: str) -> float:
-    """Declared Δ₂ of the std round: sqrt(Σ c_j⁴) in ``corrected``, the code's sqrt(Σ c_j²) in ``paper`` (§4.7 b)."""
+    """Declared Δ₂ of the std round: sqrt(Σ c_j⁴) in ``corrected``, the code's sqrt(Σ c_j²) in ``paper``."""
     c = _bounds(bounds)
     _check_mode(mode)
     return float(np.sqrt(np.sum(c**4))) if mode == "corrected" else float(np.sqrt(np.sum(c**2)))
@@ -119,7 +119,7 @@ def party_statistics(X: np.ndarray, y: np.ndarray, round: Round, bounds: Sequenc
 # -- release decoding -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StdEstimate:
-    """σ̂_j² = (noisy Σ z)_j / N, floored at 0.5 when ≤ 0 (§4.4 step 2); σ̂ = sqrt."""
+    """σ̂_j² = (noisy Σ z)_j / N, floored at 0.5 when ≤ 0 (Algorithm 2 step 2); σ̂ = sqrt."""
 
     variance: np.ndarray  # (d + 1,), after the floor
     raw_variance: np.ndarray  # (d + 1,), before the floor
@@ -170,7 +170,7 @@ def suff_stats(values: Floats, d: int) -> SuffStats:
 
 
 def thresholds(std: Floats, bounds: Floats, p_x: float, p_y: float, *, cap: bool = True) -> np.ndarray:
-    """B_j = min(p_x·σ̂_j, c_j), B_y = min(p_y·σ̂_y, c_y) (§4.4 step 3). ``cap=False`` only for the code's proj TA."""
+    """B_j = min(p_x·σ̂_j, c_j), B_y = min(p_y·σ̂_y, c_y) (Algorithm 2 step 3). ``cap=False`` only for the code's proj TA."""
     s = np.asarray(std, dtype=np.float64)
     c = _bounds(bounds)
     if s.shape != c.shape or not np.all(s > 0):
@@ -188,7 +188,7 @@ class RoundSpec:
 
     ``bounds``: the clip box applied to (x, y) before the statistics (c for std, B for main).
     ``sensitivity``: the Δ₂ the noise is calibrated to (declared). ``true_sensitivity``: the Δ₂ of the statistic
-    over the clip box; the two differ only in ``paper`` mode (§4.7 b, e), where the release is then weaker
+    over the clip box; the two differ only in ``paper`` mode (the code's std-round and unclipped-baseline slips), where the release is then weaker
     than (ε, δ) — see :func:`mpdp.regression.privacy.round_guarantee`.
     """
 
@@ -284,11 +284,11 @@ def main_round_spec(
     """The main round on data clipped to ``thresholds_`` with budget (ε₂, δ₂).
 
     ``declared_bounds`` (``paper`` mode only) calibrates Δ₂ from other bounds than the clip box: the code's
-    unclipped baselines take Δ₂ from ±5 while the data reach ±10 (§4.7 e).
+    unclipped baselines take Δ₂ from ±5 while the data reach ±10.
     """
     B = _bounds(thresholds_)
     if declared_bounds is not None and mode != "paper":
-        raise ValueError("declared_bounds differing from the clip box reproduce the code's §4.7 e slip: paper mode only")
+        raise ValueError("declared_bounds differing from the clip box reproduce the code's unclipped-baseline slip: paper mode only")
     declared = main_sensitivity(declared_bounds if declared_bounds is not None else B)
     return RoundSpec("main", B.size - 1, tuple(float(v) for v in B), epsilon, delta, mode, declared, main_sensitivity(B), purpose)
 

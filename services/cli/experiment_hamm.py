@@ -1,4 +1,4 @@
-"""`mpdp experiment hamm2016`: Hamm, Cao & Belkin 2016 Fig. 3 — private ensembles from auxiliary data on KDD-99 (issue 8)."""
+"""`mpdp experiment hamm2016`: Hamm, Cao & Belkin 2016 Fig. 3 — private ensembles from auxiliary data on KDD-99."""
 
 from __future__ import annotations
 

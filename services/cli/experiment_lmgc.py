@@ -1,4 +1,4 @@
-"""`mpdp experiment lmgc`: accuracy vs ε of DP large-margin Gaussian classifiers (issue 7, spec lmgc.md §2)."""
+"""`mpdp experiment lmgc`: accuracy vs ε of DP large-margin Gaussian classifiers (Pathak & Raj 2010)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`mpdp experiment price-of-distrust`: multiparty DP-GD against Pathak's protocol and central DP (issue 17)."""
+"""`mpdp experiment price-of-distrust`: multiparty DP-GD against Pathak's protocol and central DP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Logging of a role process: plain text for a terminal (the default) or one JSON object per line (issue 15 §2).
+"""Logging of a role process: plain text for a terminal (the default) or one JSON object per line.
 
 JSON lines carry ``time`` (UTC, ISO 8601), ``level``, ``role``, ``site``, ``logger``, ``event`` (the message) and,
 when the line is about a job, ``job_id``, ``protocol`` and ``stage``. Those come from the job context that the

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one role process, served over HTTP on a separate port (issue 15 §1, first part).
+"""Prometheus metrics of one role process, served over HTTP on a separate port.
 
 Each role is its own OS process, so this module's registry is that role's. What is exported (names prefixed
 ``mpdp_``): RPCs served by method and final gRPC status, refusals by Problem, jobs that ended by protocol and state,

@@ -150,14 +150,6 @@ def outgoing(ctx: otel_context.Context | None = None) -> tuple[tuple[str, str], 
     return tuple(carrier.items()) or None
 
 
-def with_outgoing(metadata: Sequence[tuple[str, str]] | None) -> Sequence[tuple[str, str]] | None:
-    """``metadata`` plus the trace context (for call sites that build their own metadata)."""
-    extra = outgoing()
-    if extra is None:
-        return metadata
-    return tuple(metadata or ()) + extra
-
-
 def extract(metadata: Sequence[tuple[str, Any]] | None) -> otel_context.Context | None:
     """The remote span context a call's metadata carries, or None (traces off, or none sent)."""
     if _S.tracer is None or not metadata:

@@ -1,4 +1,4 @@
-"""A DCA compute node as a gRPC service (Heikkilä et al. 2017, Algorithm 1; spec dca.md §4.3).
+"""A DCA compute node as a gRPC service (Heikkilä et al. 2017, Algorithm 1).
 
 Clients (PARTY certificates, one client each) stream their share m_{i,k}; routers (OPERATOR
 certificates) may stream or batch many clients' shares, each accounted per client. The node sums as

@@ -80,13 +80,6 @@ class Catalog:
                     return _stored(source, job_id, state, at)
         return None
 
-    def source_of(self, job_id: str) -> Source | None:
-        """The source whose table holds the job in memory (only those can be cancelled)."""
-        for source in self.sources:
-            if source.table.get(job_id) is not None:
-                return source
-        return None
-
     def _summary(self, source: Source, record: JobRecord) -> pb.JobSummary:
         s = pb.JobSummary(
             job_id=record.job_id, protocol=source.protocol, state=record.state or "ADMITTED", terminal=record.terminal,

@@ -1,4 +1,5 @@
-"""Charlie as the DCA job owner and final aggregator (spec dca.md §4.3 step 4; issue: job lifecycle).
+"""Charlie as the DCA job owner and final aggregator (Heikkilä et al. 2017, Algorithm 1,
+step 3; the job lifecycle of docs/protocols/job-model.md).
 
 Operators create a job (d, N, T, ε, δ, mode, deadline), watch it, and fetch the released DP sum.
 Jobs persist across a restart: the spec, and the release or failure once there is one, are files in

@@ -1,4 +1,4 @@
-"""Charlie for HCB16 ensembles without a trusted collector (mpdp.hamm2016.job; spec hamm2016.md §3.7).
+"""Charlie for HCB16 ensembles without a trusted collector (mpdp.hamm2016.job; docs/protocols/hamm2016.md).
 
 TrainEnsemble runs one job to the end: publish the auxiliary features (GetAuxiliary, voters only), create the
 DCA job for the votes (a secure sum; for method pate a Gaussian DCA job whose noise the voters add), ask every voter to vote (EnsembleParty.Vote), close submissions once all

@@ -1,7 +1,7 @@
 """Overspending the privacy budget: concurrent jobs across protocols, and paper mode's true ε.
 
 Models an operator (honest but busy, or hostile) who submits several jobs at once so that each passes a
-budget check before any of them is written to the ledger (the issue: budget 100, four concurrent Pathak jobs
+budget check before any of them is written to the ledger (the reported case: budget 100, four concurrent Pathak jobs
 with ε = 40 all published, ledgers at 160; LMGC the same), and one who uses paper mode, whose nominal ε is
 below what the release really spends (√d·ε/2K). Expected: no party's ledger ever exceeds its budget, every
 job that could not reserve its ε is refused RESOURCE_EXHAUSTED (or ends FAILED with BUDGET_EXCEEDED) and

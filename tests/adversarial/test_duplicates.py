@@ -2,7 +2,7 @@
 
 Models an operator (or a compromised operator client) that names a party or a compute node twice, so that
 one site's contribution counts twice, one node sees two shares of a client, or a party's ledger misses a
-release (the issue's case: ``RequestContributions(parties=[p1, p1, p2, p3])`` released garbage and p1's
+release (the reported case: ``RequestContributions(parties=[p1, p1, p2, p3])`` released garbage and p1's
 ledger had no entry). Expected: INVALID_ARGUMENT before anything runs, nothing released, no ledger entry.
 """
 

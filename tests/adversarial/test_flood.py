@@ -1,7 +1,7 @@
 """Idle-connection flood: a bounded number of TCP connections that never start TLS, on loopback only.
 
 Models an attacker with no certificate at all who opens many connections to the curator (and a compute node)
-and leaves them idle, to exhaust descriptors or handshake slots (the issue: about 20,000 idle connections and
+and leaves them idle, to exhaust descriptors or handshake slots (the reported attack: about 20,000 idle connections and
 every legitimate client gets DEADLINE_EXCEEDED). Expected: connection limits and a handshake timeout keep the
 service usable: while the flood is held, the health check answers and a legitimate DCA job (curator and
 three nodes) completes.
@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import assert_serving, dca_job, start_federation
 
-FLOOD = 20_000  # the issue's measure; split over two helper processes (each under its own descriptor limit)
+FLOOD = 20_000  # the reported attack's size; split over two helper processes (each under its own descriptor limit)
 PER_PROCESS = 10_000
 
 

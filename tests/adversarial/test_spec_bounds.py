@@ -1,7 +1,7 @@
 """Job specs at and past the bounds of their fields.
 
 Models an operator (or a stolen operator certificate) submitting specs that are nonsense or built to exhaust
-the sites: κ = 10⁶ (the issue's case: a party's precompute at 100 % CPU with growing memory until restarted),
+the sites: κ = 10⁶ (the reported case: a party's precompute at 100 % CPU with growing memory until restarted),
 huge dimensions and client counts, non-positive or non-finite ε, δ, λ, sensitivities and deadlines, unknown
 enum values, oversized lists; and a curator-signed announcement carrying curator keys of absurd size.
 Expected: INVALID_ARGUMENT (INVALID_JOB) from the one place that checks the spec, before any site does work;
@@ -259,7 +259,7 @@ def test_announcement_with_absurd_curator_keys_is_refused(fed, bits):
 
 @pytest.mark.parametrize("kappa", [1_000_000, U32], ids=["1e6", "u32max"])
 def test_huge_kappa_is_refused_and_every_party_stays_healthy(fed, kappa):
-    """The issue's case, end to end (last in this module: today it leaves parties busy): after a κ = 10⁶ (or
+    """The reported case, end to end (last in this module: today it leaves parties busy): after a κ = 10⁶ (or
     2³²−1) submission every party answers its health check at once and a legitimate Pathak job and DCA job
     complete."""
     with operator_curator(fed) as ch:

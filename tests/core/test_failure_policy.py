@@ -1,4 +1,4 @@
-"""One failure policy for every engine (mpdp/protocol.py; issue 12, "an outsider can kill a job").
+"""One failure policy for every engine (mpdp/protocol.py): an outsider cannot kill a job.
 
 Invariants checked here, on the real Pathak machines and the real DCA machines:
 * a message from an outsider (not a participant of the job) or naming another job is refused with its
@@ -80,7 +80,7 @@ def test_pathak_outsider_cannot_touch_a_job_which_then_publishes_the_same_model(
 
 
 def test_pathak_outsider_accept_job_leaves_the_curator_waiting_not_failed(small_secrets):
-    """The issue's reproduction: a party not in the job sends AcceptJob with the job id."""
+    """The reported case: a party not in the job sends AcceptJob with the job id."""
     data_ = _data([12, 15])
     spec = make_spec(list(data_), 1.0, 0.1, "corrected", b"accept")
     first = []

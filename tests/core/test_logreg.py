@@ -1,4 +1,4 @@
-"""Local training: exact minimiser, sensitivity (ℓ2 bound holds, ℓ1 can exceed it: issue §1.10a)."""
+"""Local training: exact minimiser, sensitivity (ℓ2 bound holds, ℓ1 can exceed it: the PRR10 ℓ1/ℓ2 flaw)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Math modules: DRBG, fixed point, sharing, Paillier, DGK and the §1.5 comparison."""
+"""Math modules: DRBG, fixed point, sharing, Paillier, DGK and the DGK secure comparison."""
 
 from __future__ import annotations
 

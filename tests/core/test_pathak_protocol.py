@@ -1,4 +1,4 @@
-"""The Pathak 2010 protocol over the in-memory driver (spec pathak2010.md §1.11).
+"""The Pathak 2010 protocol over the in-memory driver.
 
 Invariants checked here:
 - the output equals the plaintext mechanism (1/K)·Σŵ_j + η_{j*} within 2^−f, any delivery order;

@@ -1,4 +1,4 @@
-"""Connection profiles (issue 14 §3): which endpoints a command uses, and `mpdp profile` itself."""
+"""Connection profiles: which endpoints a command uses, and `mpdp profile` itself."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared helpers for the DCA core tests (spec dca.md §4.8). Every generator is seeded: runs are reproducible."""
+"""Shared helpers for the DCA core tests. Every generator is seeded: runs are reproducible."""
 
 from __future__ import annotations
 

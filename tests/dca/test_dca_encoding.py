@@ -1,4 +1,4 @@
-"""Fixed-point encoding into Z_2^64 and the headroom check (spec dca.md §4.3 "encoding", §4.8 first item)."""
+"""Fixed-point encoding into Z_2^64 and the headroom check (our encoding for Algorithm 1)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_sum_near_headroom_limit_is_exact_and_one_more_wraps():
 
 
 def test_headroom_check_before_any_share():
-    """N·(max c + 8σ_client)·2^f < 2^63 is checked when the job is built (dca.md §4.3)."""
+    """N·(max c + 8σ_client)·2^f < 2^63 is checked when the job is built."""
     p = make_params(clients=100, max_missing=0, clip_bounds=(1.0,), frac_bits=32)
     assert p.clients * (1.0 + NOISE_TAIL * p.sigma_client) * 2**32 < 2**63
     # a clip bound whose N-fold sum cannot fit with f = 32 ...

@@ -1,4 +1,4 @@
-"""Role machines against the transition table (spec dca.md §4.3; style.md §5 "table tests", "fuzz").
+"""Role machines against the transition table (Heikkilä et al. 2017, Algorithm 1): table tests and fuzzing.
 
 Invariants checked here:
 * a submission a node refuses (replay, wrong dimension, unknown job, wrong sender, late) raises a ProtocolError
@@ -324,7 +324,7 @@ def test_fuzz_any_input_gives_outputs_or_a_protocol_error(seed):
 
 
 def test_core_imports_no_network():
-    """style.md §5: the core may import generated message classes, never grpc, stubs, sockets or asyncio."""
+    """Sans-IO: the core may import generated message classes, never grpc, stubs, sockets or asyncio."""
     root = pathlib.Path(__file__).resolve().parents[2] / "mpdp" / "dca"
     banned = {"grpc", "asyncio", "socket", "socketserver", "ssl", "http", "urllib", "requests"}
     for path in root.glob("*.py"):

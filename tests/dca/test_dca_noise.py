@@ -1,4 +1,5 @@
-"""The distributed Gaussian mechanism (spec dca.md §4.2, §4.3 Thm 1, §4.7 a; §4.8 "Noise" and "DP sanity")."""
+"""The distributed Gaussian mechanism (Heikkilä et al. 2017, Theorem 1): noise
+laws, the classic constant at ε ≥ 1, and a DP sanity check."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_per_client_sigma(mode, N, T):
 
 
 def test_paper_mode_reports_the_delta_it_really_gives():
-    """§4.7 a: at ε ≥ 1 the classic constant can fall short; the guarantee says by how much."""
+    """At ε ≥ 1 the classic constant (proved only for ε < 1) can fall short; the guarantee says by how much."""
     p = make_params(mode="paper", epsilon=20.0, delta=1e-5, sensitivity=1.0)
     exact = gaussian_delta(p.sigma_std, 1.0, 20.0)
     assert exact > 1e-5
@@ -91,7 +92,7 @@ def test_per_client_noise_has_sigma_client(zero_data_run):
 
 
 def test_aggregate_noise_variance(zero_data_run):
-    """Over many runs the released noise has variance N·σ²_std/(N−T−1) (§4.8)."""
+    """Over many runs the released noise has variance N·σ²_std/(N−T−1)."""
     p, run = zero_data_run
     released = np.array(run.release.values)
     assert variance_consistent(released, p.clients * p.sigma_std**2 / (p.clients - p.max_missing - 1))
@@ -129,7 +130,7 @@ def _privacy_loss_delta(o_d: np.ndarray, o_dp: np.ndarray, mu: float, mu_p: floa
 
 
 def test_dp_sanity_on_adjacent_datasets():
-    """§4.8 DP sanity: a 1-D sum of values in [−1, 1] through DCA, 10^5 runs on D and on D' (client 0: +1 → −1).
+    """DP sanity: a 1-D sum of values in [−1, 1] through DCA, 10^5 runs on D and on D' (client 0: +1 → −1).
 
     Worst case of Thm 1: the T colluders' and the target's own noise are known and removed; the honest others'
     noise must still make the empirical δ at ε at most δ (plus sampling slack). Each coordinate of a d = 10^5 job

@@ -1,4 +1,4 @@
-"""DcaParams: validation names the field and the bound; spec round trip (spec dca.md §4.1–4.3)."""
+"""DcaParams: validation names the field and the bound; spec round trip."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wire types of proto/mpdp/messages/dca.proto: one round trip per message, services complete (style.md §5)."""
+"""Wire types of proto/mpdp/messages/dca.proto: one round trip per message, services complete."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Whole DCA jobs through the in-memory driver (spec dca.md §4.3, Algorithm 1 and fault tolerance; §4.8)."""
+"""Whole DCA jobs through the in-memory driver (Heikkilä et al. 2017, Algorithm 1 and
+fault tolerance)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def expected_sum(run, include):
 @pytest.mark.parametrize("client_mode", ["machines", "cohort"])
 @pytest.mark.parametrize("seed_compressed", [False, True])
 def test_release_decodes_to_the_noisy_sum(client_mode, seed_compressed):
-    """Σ_k q_k decodes to Σ_i (z_i + η_i) within N·2^−f (§4.8), with clipping applied by the clients."""
+    """Σ_k q_k decodes to Σ_i (z_i + η_i) within N·2^−f, with clipping applied by the clients."""
     p = make_params(dimension=6, clients=30, seed_compressed=seed_compressed, clip_bounds=(1.0, 1.0, 1.0, 0.5, 0.5, 0.5))
     Z = data(30, 6, scale=1.5)  # some values beyond the clip bounds
     run = run_job(p, Z, Drbg.from_seed("release"), client_mode=client_mode, keep_noise=True, batch_size=7, report_every=5)
@@ -149,7 +150,7 @@ def test_close_by_deadline_before_all_clients():
 
 
 def test_without_all_partial_sums_the_sum_cannot_be_rebuilt():
-    """Any M−1 of the q_k sum to a uniform vector in Z_2^64 (§4.8), whatever the data."""
+    """Any M−1 of the q_k sum to a uniform vector in Z_2^64, whatever the data."""
     d = 4096
     p = make_params(dimension=d, clients=5, max_missing=0)
     run = run_job(p, np.zeros((5, d)), Drbg.from_seed("m-1"))

@@ -1,4 +1,4 @@
-"""The in-memory driver at simulation scale: N = 10^4 clients × d = 100, vectorised (spec dca.md §4.5 Table 1 sizes)."""
+"""The in-memory driver at simulation scale: N = 10^4 clients × d = 100, vectorised (sizes of Table 1 in Heikkilä et al. 2017)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""M-way additive sharing in Z_2^64, full and seed-compressed (spec dca.md §4.3 steps 1–2, §4.7 d, §4.8)."""
+"""M-way additive sharing in Z_2^64, full and seed-compressed (Algorithm 1, steps 1–2)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_seed_expansion_refuses_other_key_lengths():
 
 @pytest.mark.parametrize("seeded", [False, True])
 def test_any_m_minus_1_shares_are_uniform(seeded):
-    """For a fixed secret, every (M−1)-subset of the shares is jointly uniform (χ², §4.8)."""
+    """For a fixed secret, every (M−1)-subset of the shares is jointly uniform (χ²)."""
     M, n = 3, 20000
     u = encode_u64(np.full((n, 1), 0.75), 32, 1.0)  # the same secret everywhere: any structure would show
     rng = Drbg.from_seed(f"chi2-{seeded}")
@@ -125,7 +125,7 @@ def test_any_m_minus_1_shares_are_uniform(seeded):
 
 
 def test_chi2_detects_the_papers_bounded_masks():
-    """Negative control (§4.7 d): masks in ±10^14 with last share value − Σ masks are far from uniform in Z_2^64."""
+    """Negative control (the authors' non-modular masks): masks in ±10^14 with last share value − Σ masks are far from uniform in Z_2^64."""
     n = 20000
     rng = np.random.default_rng(1)  # reproduces the authors' numpy masks; not used by the protocol
     masks = rng.integers(-10**14, 10**14, size=(2, n), dtype=np.int64)

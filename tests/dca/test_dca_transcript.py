@@ -1,5 +1,5 @@
-"""Hiding, asserted on transcripts (spec dca.md §4.3 step 2, §4.8; style.md §5 "hiding claims are assertions
-on transcripts"): no compute node, router or the aggregator ever receives a client's unmasked contribution
+"""Hiding, asserted on transcripts (Algorithm 1, step 2; hiding claims are assertions on
+transcripts): no compute node, router or the aggregator ever receives a client's unmasked contribution
 u_i = enc(z_i + η_i), and only all M messages of a client together give it back."""
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_training_job_across_containers(compose):
 
 
 def test_prometheus_scrapes_every_role_and_counts_the_job(compose):
-    """issue 15 §5: the compose Prometheus (Debian's package) has every role as an up target, and the curator's
+    """The compose Prometheus (Debian's package) has every role as an up target, and the curator's
     job counter rose after the training job (test_training_job_across_containers ran one)."""
     jobs = 1 if getattr(compose, "first_job", None) else 0
     seen = json.loads(compose("exec", "-T", "curator", "python", "-c", PROMETHEUS, str(jobs), timeout=150).stdout)

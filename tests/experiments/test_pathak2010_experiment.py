@@ -1,4 +1,4 @@
-"""PRR10 Adult experiment (pathak2010.md §1.9): configuration and the paper's qualitative claims.
+"""PRR10 Adult experiment (the paper's Sec. 5): configuration and the paper's qualitative claims.
 
 Reduced grid, few runs, several noise draws per run (the noise dominates the variance, the local
 fits dominate the cost). The data must be present: a missing a9a file fails the test, it never skips.

@@ -1,4 +1,4 @@
-"""Weighted ERM of HCB16 (spec hamm2016.md §3.3 eq. (12)/(17), §3.5; §3.8 "Votes and α", "Weighted ERM", Lemma 2)."""
+"""Weighted ERM of HCB16 (eq. (12)/(17), multiclass ours; votes and α, weighted ERM, Lemma 2)."""
 
 from __future__ import annotations
 

@@ -239,7 +239,7 @@ def test_curator_role_never_quotes_the_vote_sum_in_its_failure():
     assert "2.5" not in out[0].detail and "not valid vote counts" in out[0].detail
 
 
-# ---------------------------------------------------------------- method pate (issue 13 §3)
+# ---------------------------------------------------------------- method pate (GNMax on noisy vote counts)
 
 
 @pytest.mark.parametrize("classes", [2, 3])

@@ -1,4 +1,4 @@
-"""HCB16 votes, counts and labels (spec hamm2016.md §3.2, §3.3, §3.5, §3.8 "Votes and α")."""
+"""HCB16 votes, counts and labels (Alg. 1 and 2, multiclass ours; votes and α)."""
 
 from __future__ import annotations
 

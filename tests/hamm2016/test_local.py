@@ -1,4 +1,4 @@
-"""Local classifiers of HCB16 parties (spec hamm2016.md §3.1, §3.6) and the exact batched L2-LR."""
+"""Local classifiers of HCB16 parties (the paper's Sec. 3.1 and 6) and the exact batched L2-LR."""
 
 from __future__ import annotations
 

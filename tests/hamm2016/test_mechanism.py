@@ -1,4 +1,4 @@
-"""HCB16 output perturbation: sensitivities (Thm 1, Thm 3, §3.4, §3.5), noise law, ε = ∞, input checks (§3.8)."""
+"""HCB16 output perturbation: sensitivities (Thm 1, Thm 3, Sec. 4.5, multiclass), noise law, ε = ∞, input checks."""
 
 from __future__ import annotations
 
@@ -64,9 +64,9 @@ def test_sensitivities_and_aux_factor():
     P = lambda **k: EnsembleParams(**{**dict(method="soft", lam=lam, epsilon=1.0, classes=2, n_aux=N, parties=M), **k})  # noqa: E731
     assert P(method="vote").sensitivity == pytest.approx(2 / lam)  # Thm 1
     assert P().sensitivity == pytest.approx(2 / (M * lam))  # Thm 3
-    assert P(classes=6).sensitivity == pytest.approx(math.sqrt(2) / (M * lam))  # §3.5
+    assert P(classes=6).sensitivity == pytest.approx(math.sqrt(2) / (M * lam))  # multiclass (ours)
     assert P(classes=6, method="vote").sensitivity == pytest.approx(math.sqrt(2) / lam)
-    # §3.4: the (N + M − 1)/N factor only with protect_aux, and only for Alg. 2
+    # HCB16 Sec. 4.5: the (N + M − 1)/N factor only with protect_aux, and only for Alg. 2
     assert P(protect_aux=True).sensitivity == pytest.approx(2 / (M * lam) * (N + M - 1) / N)
     assert P(method="vote", protect_aux=True).sensitivity == pytest.approx(2 / lam)
     assert P(classes=6, protect_aux=True).sensitivity == pytest.approx(math.sqrt(2) / (M * lam) * (N + 2 * M - 1) / N)

@@ -1,4 +1,4 @@
-"""Concurrent jobs never overspend a party's privacy budget, for every protocol that spends (issue 12).
+"""Concurrent jobs never overspend a party's privacy budget, for every protocol that spends.
 
 One federation (curator, 3 parties with budget ε = 10, 2 compute nodes) over mutual TLS on loopback. For
 each protocol, jobs whose total ε exceeds what the parties have left are launched at once. Invariants:

@@ -76,7 +76,7 @@ def test_release_equals_exact_sum_of_noisy_encodings(dca_fed, batched):
 
 
 def test_nodes_count_received_and_included_clients(dca_fed):
-    """issue 15 §1: each compute node's metrics endpoint counts the clients it received and included."""
+    """Each compute node's metrics endpoint counts the clients it received and included."""
     from tests.integration.test_metrics import _metrics
 
     urls = json.loads((dca_fed.workdir / "endpoints.json").read_text())["http"]

@@ -1,4 +1,4 @@
-"""HCB16 ensembles in the federation (issue 8): 5 parties with mixed local models vote on the curator's public
+"""HCB16 ensembles in the federation: 5 parties with mixed local models vote on the curator's public
 auxiliary data, 3 compute nodes sum the votes (secure sum), the curator trains and perturbs.
 
 Shows: the socket run equals the in-memory run bit for bit for the same seed; the curator's transcript holds
@@ -230,7 +230,7 @@ def test_a_failing_voter_within_T_is_left_out_and_M_shrinks(fed):
 
 
 def test_pate_the_curator_sees_only_noisy_counts(fed):
-    """Method pate (issue 13 §3): the voters add Gaussian noise inside the vote sum; the curator labels the Q
+    """Method pate: the voters add Gaussian noise inside the vote sum; the curator labels the Q
     queried points by the noisy argmax and trains on them; every voter spent the vote sum's (ε, δ) first."""
     ep = Endpoints.load(fed.workdir)
     s = spec(method="pate", epsilon=200.0, delta=1e-6, queries=60, simulation_seed=b"hamm-pate")

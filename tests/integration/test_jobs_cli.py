@@ -1,4 +1,4 @@
-"""`mpdp jobs ls|show|logs|cancel` on a running federation (issue 14 §3): the curator's jobs of every protocol.
+"""`mpdp jobs ls|show|logs|cancel` on a running federation: the curator's jobs of every protocol.
 
 One local federation (curator, 5 parties, 3 compute nodes, test mode) runs a Pathak job, an LMGC release and an
 ensemble (whose votes are a DCA job); `mpdp jobs ls --json` lists all four protocols. A DCA job left waiting for

@@ -1,4 +1,4 @@
-"""Every role serves Prometheus metrics on its own loopback HTTP port (issue 15 §1): read during and after real jobs.
+"""Every role serves Prometheus metrics on its own loopback HTTP port: read during and after real jobs.
 
 A local federation (curator, 3 parties, in test mode) runs a Pathak job; a raw client is refused once. Each
 role's GET /metrics then shows the counters moved: the job by protocol and state, RPCs by method and status, the

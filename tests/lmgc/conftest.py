@@ -1,4 +1,4 @@
-"""Fixtures for the LMGC tests (issue 7). Deterministic: every generator is seeded."""
+"""Fixtures for the LMGC tests. Deterministic: every generator is seeded."""
 
 from __future__ import annotations
 

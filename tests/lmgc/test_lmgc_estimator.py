@@ -1,4 +1,4 @@
-"""scikit-learn estimator: API, modes, fail-loudly behaviour and the utility smoke test (lmgc.md §2.7)."""
+"""scikit-learn estimator: API, modes, fail-loudly behaviour and the utility smoke test."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_paper_mode_is_labelled_and_fails_when_unbounded(data) -> None:
         assert not est.accounting_["proven"]
         assert "NO valid DP guarantee" in est.guarantee_.statement
         assert est.score(Xte, yte) > 0.9
-    assert unbounded >= 2 and released >= 2  # about half each at large ε (§2.6 d)
+    assert unbounded >= 2 and released >= 2  # about half each at large ε (J_p unbounded below)
 
 
 def test_trace_weight_only_moves_the_class_mean_without_psd(data) -> None:

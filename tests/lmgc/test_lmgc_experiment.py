@@ -1,4 +1,4 @@
-"""The issue-7 evaluation runner, the KDD-99 loader and the `mpdp experiment lmgc` command."""
+"""The LMGC evaluation runner, the KDD-99 loader and the `mpdp experiment lmgc` command."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Huber surrogate (lmgc.md §2.2, eq. (6)) and the finite-difference gradient check of L_H."""
+"""Huber surrogate (Pathak & Raj 2010, eq. (6)) and the finite-difference gradient check of L_H."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Parameterisation Φ_c (lmgc.md §2.2, eqs. (1)–(3)) and isometric coordinates (§2.5 step 2)."""
+"""Parameterisation Φ_c (Pathak & Raj 2010, eqs. (1)–(3)) and isometric coordinates."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Accounting, bijection, unboundedness and the change-of-variables DP check (lmgc.md §2.5–§2.7)."""
+"""Accounting, bijection, unboundedness and the change-of-variables DP check of the corrected mechanism."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_accounting_adds_up_to_epsilon(eps: float, C: int, n: int) -> None:
     assert cal.eps_jacobian == pytest.approx(eps_j, rel=1e-12)
     assert cal.eps_noise + eps_j <= eps * (1 + 1e-12)
     assert cal.eps_noise + eps_j == pytest.approx(eps, rel=1e-9)
-    assert eps_j == pytest.approx(eps / 2, rel=1e-9)  # default split §2.5 step 1
+    assert eps_j == pytest.approx(eps / 2, rel=1e-9)  # default split: half of ε to the Jacobian term
     assert cal.ridge == pytest.approx(2 * c * R2**4 / (n * (math.exp(eps / (2 * (C - 1))) - 1)), rel=1e-12)
     assert cal.sensitivity == pytest.approx(2 * R2**2 * math.sqrt(C * (C - 1)))
     assert cal.guarantee().epsilon == eps
@@ -68,7 +68,7 @@ def _instance(n: int, seed: int, eps: float = 1.0, d: int = 2, lam: float = 0.05
 
 
 def _stationary_b(prob: Problem, theta: np.ndarray) -> np.ndarray:
-    """b = −n·∇(J_p without the b term)(θ) (§2.5 step 3)."""
+    """b = −n·∇(J_p without the b term)(θ) (stationarity)."""
     g = prob.loss_value_grad(theta)[1] + prob.regulariser_value_grad(theta)[1]
     return -prob.n * g
 
@@ -85,7 +85,7 @@ def test_bijection_b_recovered_from_minimiser() -> None:
     assert not np.allclose(other.theta, sol.theta, atol=1e-4)
 
 
-# -- unboundedness (§2.6 d) ------------------------------------------------------------------------
+# -- unboundedness (J_p without a ridge) -------------------------------------------------------------
 def test_unbounded_without_ridge_bounded_with_ridge() -> None:
     X, y = three_gaussians(30, seed=2)
     Xt = augment(X)
@@ -119,7 +119,7 @@ def test_unbounded_without_ridge_bounded_with_ridge() -> None:
         assert ridged.value(sol.theta + t * E) > sol.objective
 
 
-# -- change of variables on a tiny instance (§2.7) --------------------------------------------------
+# -- change of variables on a tiny instance --------------------------------------------------------
 def _adjacent_pairs(gen: np.random.Generator, X: np.ndarray, y: np.ndarray):
     """Replacements of the last record: random ones plus extreme ones on the norm bound."""
     out = []
@@ -170,10 +170,10 @@ def test_change_of_variables_density_ratio_bounded_by_epsilon() -> None:
             checked += 1
     assert checked == 42
     assert worst_total > 0.05 * eps  # the check is not vacuous
-    assert worst_density_paper > eps  # and the paper's sensitivity 2 is violated on these pairs (§2.6 b)
+    assert worst_density_paper > eps  # and the paper's sensitivity 2 is violated on these pairs
 
 
-# -- §2.6 a: a shared b cannot work --------------------------------------------------------------------
+# -- a shared b cannot work --------------------------------------------------------------------------
 def test_shared_b_leaves_the_decision_relevant_part_untouched() -> None:
     """With one b for every class (the paper's reading), Σ_c⟨b, Φ_c⟩ = C⟨b, Φ̄⟩ touches only the class
     mean Φ̄, which rule (3) ignores; without binding PSD constraints the released differences Φ_c − Φ_1

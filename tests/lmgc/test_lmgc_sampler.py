@@ -1,4 +1,4 @@
-"""Noise samplers (lmgc.md §2.3, §2.5 step 2): symmetry, Gamma norm, isotropy in isometric coordinates."""
+"""Noise samplers (the paper's and the corrected one): symmetry, Gamma norm, isotropy in isometric coordinates."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_paper_sampler_shares_one_general_matrix() -> None:
     cal = PaperCalibration(epsilon=1.0, dim_x=2, n_classes=4)
     rng = Drbg.from_seed("paper")
     draws = np.stack([cal.sample(rng) for _ in range(2000)])
-    assert np.all(draws == draws[:, :1])  # the same b for every class (§2.3)
+    assert np.all(draws == draws[:, :1])  # the same b for every class (the paper's shared b)
     assert not np.allclose(draws[:, 0], np.swapaxes(draws[:, 0], 1, 2))  # general, not symmetric
     norms = np.linalg.norm(draws[:, 0].reshape(2000, -1), axis=1)
     assert stats.kstest(norms, stats.gamma(a=9, scale=2.0).cdf).pvalue > 1e-3

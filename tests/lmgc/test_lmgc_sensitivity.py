@@ -1,4 +1,4 @@
-"""Per-sample gradient bound G = R²·√(C(C−1)) (lmgc.md §2.5 step 2, §2.6 b)."""
+"""Per-sample gradient bound G = R²·√(C(C−1)) (the paper's Lemma 1 bounds one class block only)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_all_active_construction_attains_bound(C: int) -> None:
 
 
 def test_adjacent_gradient_difference_reaches_beyond_paper_sensitivity() -> None:
-    """§2.6 b: ‖∇ℓ(z) − ∇ℓ(z′)‖ can be far above the paper's 2 (here close to 2G)."""
+    """‖∇ℓ(z) − ∇ℓ(z′)‖ can be far above the paper's 2 (here close to 2G)."""
     d, C = 2, 4
     x = np.array([1.0, 0.0])
     theta = np.zeros((C, d + 1, d + 1))

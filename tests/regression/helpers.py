@@ -1,4 +1,4 @@
-"""Shared helpers for the Algorithm 2 tests (spec dca.md §4.8). Everything is seeded."""
+"""Shared helpers for the Algorithm 2 tests. Everything is seeded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Algorithm 2 through the real DCA core (dca.md §4.4; §4.8 "Sensitivity", "Clipping", "Budget"), and the
+"""Algorithm 2 through the real DCA core (Heikkilä et al. 2017, Sec. 3.2.1: sensitivity,
+clipping, budget), and the
 federation interface: parties as DCA clients submitting their summed statistics, the curator finishing."""
 
 from __future__ import annotations

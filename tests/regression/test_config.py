@@ -1,4 +1,4 @@
-"""Configuration constants exactly as dca.md §4.5 lists them (§4.8 "Configuration")."""
+"""Configuration constants exactly as the authors' code has them (DPBayes/dca-nips2017)."""
 
 from __future__ import annotations
 

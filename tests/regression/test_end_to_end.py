@@ -1,4 +1,4 @@
-"""End to end on synthetic linear data, N = 1000, d = 5 (dca.md §4.8 "End to end"; §4.6 findings).
+"""End to end on synthetic linear data, N = 1000, d = 5 (the paper's Sec. 5 findings).
 
 DDP runs through the real DCA core; TA adds one central Gaussian draw. Their MAE distributions over independent
 noise draws must be indistinguishable (two-sided Mann–Whitney, does not reject at 1 %), with and without

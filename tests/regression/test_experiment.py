@@ -1,4 +1,4 @@
-"""The UCI reproduction (dca.md §4.5, §4.6): loaders, preprocessing, a reduced-grid reproduction check on red wine,
+"""The UCI reproduction (Heikkilä et al. 2017, Fig. 2): loaders, preprocessing, a reduced-grid reproduction check on red wine,
 and the CLI. The data must be present: a missing ../shared/data file fails these tests, it never skips."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def red_reduced():
 
 @pytest.mark.parametrize("mode", ["corrected", "paper"])
 def test_reduced_reproduction_red_wine(red_reduced, mode):
-    """§4.6 findings on a reduced grid: DDP ≈ TA (with and without projection), proj < no-proj at small ε."""
+    """The paper's findings on a reduced grid: DDP ≈ TA (with and without projection), proj < no-proj at small ε."""
     r = red_reduced
     for i in range(2):
         assert mannwhitneyu(r.mae[(mode, "ddp")][:, i], r.mae[(mode, "ta")][:, i]).pvalue > 0.01

@@ -1,4 +1,4 @@
-"""The auxiliary-data grid search (dca.md §4.4 step 3; §4.8 "Grid search"; §4.7 c)."""
+"""The auxiliary-data grid search (Algorithm 2, step 3, as in the authors' code)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_on_grid_and_deterministic(mode):
 
 @pytest.mark.parametrize("mode,huge", [("corrected", 300.0), ("paper", 1e5)])
 def test_large_multipliers_at_huge_epsilon_small_at_tiny(mode, huge):
-    """Huge ε: hardly any noise, so clip little. (paper mode scales its noise by Δ₂⁴, §4.7 c, so it needs a far
+    """Huge ε: hardly any noise, so clip little. (paper mode scales its noise by Δ₂⁴, as the authors' code does, so it needs a far
     larger ε before large thresholds stop costing; the analytic calibrator overflows beyond ε ≈ 10³.)"""
     big = g.choose_multipliers(500, 3, huge, 1e-4, mode, 1, SMALL)
     tiny = g.choose_multipliers(500, 3, 0.05, 1e-4, mode, 1, SMALL)

@@ -1,4 +1,4 @@
-"""Posterior, PD fix and predictions (dca.md §4.4 step 5; §4.8 "Posterior")."""
+"""Posterior, PD fix and predictions (Bayesian linear regression, λ = λ0 = 1)."""
 
 from __future__ import annotations
 

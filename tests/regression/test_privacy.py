@@ -1,4 +1,4 @@
-"""Budget split, real guarantees and ledger entries (dca.md §4.4 step 6, §4.7 a/b/e/h; §4.8 "Budget")."""
+"""Budget split, real guarantees and ledger entries of Algorithm 2 (basic composition of the two rounds)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_corrected_rounds_give_what_they_announce():
 
 
 def test_paper_std_round_is_much_weaker_than_announced():
-    """§4.7 b: the declared Δ₂ = sqrt(Σc²) is 7.5× too small for UCI; the real ε is several times the nominal."""
+    """The authors' std-round slip: the declared Δ₂ = sqrt(Σc²) is 7.5× too small for UCI; the real ε is several times the nominal."""
     spec = std_round_spec([7.5] * 12, 0.3, 3e-5, "paper")
     g = round_guarantee(spec)
     assert g.true_sensitivity == pytest.approx(7.5 * g.declared_sensitivity)
@@ -52,7 +52,7 @@ def test_paper_std_round_is_much_weaker_than_announced():
 
 
 def test_ledger_entries_compose_to_the_budget():
-    """§4.7 h: one entry per round; the split adds up to the budget by basic composition, and the ledger's
+    """One entry per round; the split adds up to the budget by basic composition, and the ledger's
     accountant (the rounds are Gaussians) states less: 1.50 of ε = 2 at δ = 10⁻⁴. A second whole fit is refused."""
     eps, delta = 2.0, 1e-4
     b = budget_split(eps, delta)

@@ -1,5 +1,5 @@
-"""Contributions, sensitivities, clipping and release decoding of Algorithm 2 (dca.md §4.4 steps 1–4; §4.8
-"Sensitivity", "Clipping")."""
+"""Contributions, sensitivities, clipping and release decoding of Algorithm 2 (Heikkilä et al. 2017,
+steps 1–4)."""
 
 from __future__ import annotations
 
@@ -53,14 +53,14 @@ def test_std_round_uses_squares_and_fourth_powers(d):
     brute = np.sqrt(((Z[:, None] - Z[None]) ** 2).sum(-1)).max()
     assert brute == pytest.approx(math.sqrt(np.sum(c**4)), rel=1e-12)  # attained: x = c against x' = 0
     assert st.std_sensitivity(c, "corrected") == pytest.approx(brute, rel=1e-12)
-    # paper mode reproduces the code's sqrt(d·c_x² + c_y²) = sqrt(Σ c²), which the brute force exceeds (§4.7 b)
+    # paper mode reproduces the code's sqrt(d·c_x² + c_y²) = sqrt(Σ c²), which the brute force exceeds
     assert st.std_sensitivity(c, "paper") == pytest.approx(math.sqrt(np.sum(c**2)), rel=1e-15)
     assert brute > st.std_sensitivity(c, "paper")
     assert st.std_true_sensitivity(c) == st.std_sensitivity(c, "corrected")
 
 
 def test_uci_std_round_noise_ratio_is_7_5():
-    """§4.7 b: with c = 7.5 on every coordinate the code's std-round noise is 7.5 times too small."""
+    """The authors' slip: with c = 7.5 on every coordinate the code's std-round noise is 7.5 times too small."""
     c = [7.5] * 12
     assert st.std_sensitivity(c, "corrected") / st.std_sensitivity(c, "paper") == pytest.approx(7.5, rel=1e-12)
 
@@ -87,7 +87,7 @@ def test_layout_and_party_sums():
 
 
 def test_clipping_bounds_and_thresholds():
-    """§4.8 Clipping: after step 3 every |x_ij| ≤ B_j, |y_i| ≤ B_y, and every B ≤ c."""
+    """Clipping: after step 3 every |x_ij| ≤ B_j, |y_i| ≤ B_y, and every B ≤ c."""
     rng = np.random.default_rng(5)
     c = np.array([7.5, 7.5, 2.0, 7.5])
     std = np.array([1.0, 9.0, 3.0, 20.0])
