@@ -105,7 +105,7 @@ class PartySpec(_Site):
 class OperatorSpec(_Strict):
     name: str = "operator"
     csr: Path | None = None
-    admin: bool = Field(False, description="role admin instead of operator: may list, watch, fetch and cancel every operator's jobs (an operator only its own)")
+    admin: bool = Field(default=False, description="role admin instead of operator: may list, watch, fetch and cancel every operator's jobs (an operator only its own)")
 
     @field_validator("name")
     @classmethod
