@@ -4,7 +4,8 @@ A :class:`JobTable` holds a service's jobs (any entry type: a hosted machine, a 
 It owns what every role must do the same way and no protocol cares about:
 
 - **Admission.** A job id is checked (:func:`check_id`) before it reaches a store, a file or a dict; at most
-  ``max_live`` jobs are not terminal at once (more is OVERLOADED); an id is never admitted twice (REPLAY).
+  ``max_live`` jobs are not terminal at once (more is OVERLOADED); an id is never admitted twice (REPLAY); a
+  shared ``admission`` (the curator's per-federation and per-operator bounds) may refuse it OVERLOADED too.
 - **Deadline.** Every job has one (``hard_deadline``). :meth:`JobTable.sweep` returns the jobs past it that are not
   terminal; the service fails them (the machine's ``fail()``, which notifies the peers).
 - **Retention.** A terminal job keeps its entry ``retention`` seconds (at most ``max_retained`` of them), so a
@@ -21,7 +22,7 @@ import logging
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Generic, TypeVar
+from typing import Awaitable, Callable, Generic, Protocol, TypeVar
 
 from mpdp import limits
 from mpdp.messages import common_pb2
@@ -58,6 +59,14 @@ def hard_deadline(seconds: float) -> float:
     """A role's last word on a job whose spec deadline is ``seconds``: the deadline plus a grace period for the
     steps after it (closing, agreement, release)."""
     return seconds + max(10.0, 0.2 * seconds)
+
+
+class Admission(Protocol):
+    """Bounds shared by several tables (the curator's: :mod:`mpdp_services.curator.admission`)."""
+
+    def admit(self, job_id: str, operator: str, *, refuse: bool = True) -> None: ...
+
+    def release(self, job_id: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,7 @@ class JobTable(Generic[T]):
         max_retained: int = MAX_RETAINED,
         max_records: int = MAX_RECORDS,
         clock: Callable[[], float] = time.monotonic,
+        admission: "Admission | None" = None,
     ) -> None:
         if max_live < 1 or retention < 0 or max_retained < 0 or max_records < 1:
             raise ValueError("max_live and max_records must be ≥ 1, retention and max_retained ≥ 0")
@@ -147,6 +157,7 @@ class JobTable(Generic[T]):
         self._outcome = outcome
         self.max_live, self.retention, self.max_retained, self.max_records = max_live, retention, max_retained, max_records
         self._clock = clock
+        self.admission = admission  # shared bounds across tables (the curator's per-federation and per-operator limits)
         self._jobs: dict[str, _Live[T]] = {}  # not yet forgotten: live, or terminal within retention
         self._retained: OrderedDict[str, None] = OrderedDict()  # terminal entries still held, oldest first
         self._records: OrderedDict[str, JobRecord] = OrderedDict()  # forgotten jobs, oldest first
@@ -161,6 +172,9 @@ class JobTable(Generic[T]):
         self.sweep()
         if self.live_count() >= self.max_live:
             raise RemoteProtocolError(P.OVERLOADED, f"{self.max_live} {self.protocol} jobs are running; try again later")
+        if self.admission is not None:
+            ident = calls.caller()
+            self.admission.admit(job_id, ident.name if ident is not None else "", refuse=ident is not None)
         now = self._clock()
         record = JobRecord(job_id, self.protocol, "", P.PROBLEM_UNSPECIFIED, now, lifecycle=RUNNING if running else CREATED)
         record.note("ADMITTED")
@@ -276,6 +290,8 @@ class JobTable(Generic[T]):
         r = live.record
         r.state, r.problem, r.lifecycle, r.ended = state, problem, TERMINAL, self._clock()
         r.note(state, problem)
+        if self.admission is not None:
+            self.admission.release(job_id)
         self._retained[job_id] = None
         metrics.job_ended(self.protocol, state, r.ended - r.created)
         metrics.stages_ended(self.protocol, state_seconds(r))

@@ -26,6 +26,7 @@ from mpdp_services.common.durable import write_atomic
 from mpdp_services.common import errors, jobs
 from mpdp_services.common.rpc import PeerChannels, caller, method_for_message, roles_by_method
 from mpdp_services.common.runtime import Hosted
+from mpdp_services.curator.admission import Admission
 
 log = logging.getLogger("mpdp.curator.dca")
 
@@ -103,7 +104,7 @@ _safe = jobs.valid_id  # a job id names a file only if it could be one of ours
 
 class DcaCurator(pb_grpc.DcaCuratorServicer):
     def __init__(self, state_dir: Path, channels: PeerChannels, test_mode: bool, static_nodes: dict[str, str], *,
-                 retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE) -> None:
+                 retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: Admission | None = None) -> None:
         self.store = DcaStore(Path(state_dir) / "dca")
         self.channels = channels
         self.test_mode = test_mode
@@ -111,7 +112,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         self.nodes: dict[str, str] = dict(static_nodes)
         if self._nodes_file.exists():
             self.nodes.update(json.loads(self._nodes_file.read_text()))
-        self.jobs: jobs.JobTable[Hosted[AggregatorMachine]] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live)
+        self.jobs: jobs.JobTable[Hosted[AggregatorMachine]] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
 
     def trace_context(self, job_id: str):

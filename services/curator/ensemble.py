@@ -27,6 +27,7 @@ from mpdp_services.common.config import DatasetConfig
 from mpdp_services.common.rpc import PeerChannels, caller, roles_by_method
 from mpdp_services.common.store import MessageStore
 from mpdp_services.curator.dca import DcaCurator, DcaJobRefused
+from mpdp_services.curator.admission import Admission
 
 log = logging.getLogger("mpdp.curator.ensemble")
 
@@ -37,7 +38,7 @@ ROLES = roles_by_method(SERVICE, {"TrainEnsemble": ("operator",), "GetEnsemble":
 
 class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
     def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], dca: DcaCurator, auxiliary: dict[str, DatasetConfig], test_mode: bool,
-                 *, max_live: int = jobs.MAX_LIVE) -> None:
+                 *, max_live: int = jobs.MAX_LIVE, admission: Admission | None = None) -> None:
         self.store = MessageStore(Path(state_dir) / "ensembles", pb.EnsembleRelease)
         self.channels = channels
         self.addresses = addresses  # the parties registered with the curator
@@ -45,7 +46,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         self.auxiliary = auxiliary
         self.test_mode = test_mode
         # running jobs' (spec, auxiliary chunks); a finished job leaves at once, its value-free record stays
-        self.running: jobs.JobTable[tuple[pb.EnsembleJobSpec, list[pb.AuxiliaryChunk]]] = jobs.JobTable("hamm2016", max_live=max_live)
+        self.running: jobs.JobTable[tuple[pb.EnsembleJobSpec, list[pb.AuxiliaryChunk]]] = jobs.JobTable("hamm2016", max_live=max_live, admission=admission)
         self.calls = jobs.CallJobs()  # running jobs' handlers (`mpdp jobs cancel`)
 
     async def cancel(self, job_id: str) -> bool:

@@ -21,6 +21,7 @@ from mpdp.protocol import ProtocolError, Publish, Send
 from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels, roles_by_method
 from mpdp_services.common.store import MessageStore
+from mpdp_services.curator.admission import Admission
 
 log = logging.getLogger("mpdp.curator.local")
 
@@ -31,9 +32,9 @@ ROLES = roles_by_method(SERVICE, {"SubmitLocalJob": ("operator",), "GetLocalMode
 
 
 class LocalCurator(pb_grpc.LocalModelCuratorServicer):
-    def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], test_mode: bool, *, max_live: int = jobs.MAX_LIVE) -> None:
+    def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], test_mode: bool, *, max_live: int = jobs.MAX_LIVE, admission: Admission | None = None) -> None:
         self.store = MessageStore(Path(state_dir) / "local", pb.LocalModelSet)
-        self.jobs: jobs.JobTable[None] = jobs.JobTable("lmgc", max_live=max_live)  # value-free: which jobs run or ended
+        self.jobs: jobs.JobTable[None] = jobs.JobTable("lmgc", max_live=max_live, admission=admission)  # value-free: which jobs run or ended
         self.channels = channels
         self.addresses = addresses  # shared with the Pathak curator's registry (parties register once)
         self.test_mode = test_mode

@@ -92,7 +92,8 @@ class Curator(pb_grpc.CuratorServicer):
         self.addresses: dict[str, str] = dict(cfg.parties)
         if self._parties_file.exists():  # registrations survive a restart
             self.addresses.update(json.loads(self._parties_file.read_text()))
-        self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live)
+        self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live,
+                                                                              admission=self.admission)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.channels = PeerChannels(cfg.tls.files())
         self.watch = PeerWatch(self.channels, PARTY_SERVICE)
@@ -115,23 +116,12 @@ class Curator(pb_grpc.CuratorServicer):
         unknown = [p for p in params.parties if p not in self.addresses]
         if unknown:
             await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {_names(unknown)} are not registered with the curator; start them or fix their names ({len(self.addresses)} are registered)")
-        try:  # bounded live jobs per federation and per operator: refused before any party hears of the job
-            self.admission.admit(job_id, caller(context).name)
-        except ProtocolError as e:
-            await errors.abort(context, e)
         machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode))
         hosted = Hosted(machine, self._route)
-
-        def changed(job: str) -> None:
-            self.jobs.observe(job)
-            if hosted.machine.terminal:
-                self.admission.release(job)
-
-        hosted.on_change = changed
-        try:
+        hosted.on_change = self.jobs.observe
+        try:  # the job table's bounds and the federation's and operator's (admission): before any party hears of it
             self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds))
         except ProtocolError as e:
-            self.admission.release(job_id)
             await errors.abort(context, e)
         self.reaper.ensure_running()
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
@@ -308,10 +298,12 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     secrets = await asyncio.to_thread(load_secrets, cfg)
     retention, max_live = cfg.job_retention_seconds, cfg.max_live_jobs
     curator = Curator(cfg, secrets, retention=retention, max_live=max_live)
-    dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=retention, max_live=max_live)
-    local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs)
+    dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=retention, max_live=max_live,
+                     admission=curator.admission)
+    local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs, admission=curator.admission)
     contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context, dca.store.spec)
-    ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs)
+    ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs,
+                               admission=curator.admission)
     catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble)
     operations = JobOperations(catalog, {"pathak2010": curator.cancel, "dca": dca.cancel, "lmgc": local.cancel, "hamm2016": ensemble.cancel})
     Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()

@@ -246,9 +246,10 @@ def submit_pathak(fed: LocalFederation, spec: pk.PathakJobSpec) -> str:
         return pk_grpc.CuratorStub(ch).SubmitJob(spec, timeout=60).job_id
 
 
-def wait_pathak(fed: LocalFederation, job_id: str, timeout: float = 180.0) -> pk.JobStatus:
+def wait_pathak(fed: LocalFederation, job_id: str, timeout: float = 180.0, tls: TlsFiles | None = None) -> pk.JobStatus:
+    """Follow a Pathak job to its end as its owner (the federation's operator, or ``tls``'s)."""
     last = None
-    with operator_curator(fed) as ch:
+    with (channel(fed, "curator", tls) if tls is not None else operator_curator(fed)) as ch:
         for st in pk_grpc.CuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout):
             last = st
             if st.terminal:

@@ -24,7 +24,7 @@ import grpc
 import pytest
 
 from mpdp.ledger import VOIDED
-from mpdp.messages import common_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp_services.common.rpc import TlsFiles
 
 from .conftest import (
@@ -185,6 +185,13 @@ def test_submissions_past_the_admission_bounds_are_overloaded_before_any_spend(b
             e = refused(lambda: stub.SubmitJob(pathak_spec(seed=b"adm-over-operator", deadline=120.0), timeout=60))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         assert_clean(e)
+        # the bounds are the federation's, not one protocol's: an LMGC job of the same operator is refused too
+        lmgc = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1"],
+                                                   ridge=1e-3, data_norm=1.0, simulation_seed=b"adm-lmgc")
+        setattr(lmgc, "lambda", 1e-3)
+        with operator_curator(bounded) as ch:
+            e = refused(lambda: local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(lmgc, timeout=60))
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         with channel(bounded, "curator", other) as ch:
             stub = pk_grpc.CuratorStub(ch)
             third = stub.SubmitJob(pathak_spec(seed=b"adm-other", deadline=120.0), timeout=60).job_id
@@ -193,8 +200,9 @@ def test_submissions_past_the_admission_bounds_are_overloaded_before_any_spend(b
     finally:
         os.kill(proc.pid, signal.SIGCONT)
     admitted = [*first, third]
-    for j in admitted:
+    for j in first:
         assert wait_pathak(bounded, j).state == "PUBLISHED"
+    assert wait_pathak(bounded, third, tls=other).state == "PUBLISHED"  # only its owner (or an admin) may follow it
     for p in bounded.parties:  # only the admitted jobs ever reached a party
         assert sorted(e["job_id"] for e in ledger(bounded, p)["entries"]) == sorted(admitted), (p, ledger(bounded, p))
     job = pk_grpc.CuratorStub(operator_curator(bounded)).SubmitJob(pathak_spec(seed=b"adm-after", deadline=120.0), timeout=60).job_id
