@@ -127,7 +127,7 @@ class PathakCalibration:
             raise ValueError(f"dataset size must be >= 1, got {n}")
         s = self.sigma_one * (2.0 ** (self.frac_bits + 1) / (n * self.lam) + math.sqrt(d))
         if not (math.isfinite(s) and s < 2.0 ** (self.frac_bits + SCALE_BITS)):
-            raise NoiseOverflow(f"noise std K·σ = {s / 2.0**self.frac_bits:.3g} is not below 2^{SCALE_BITS}; the job cannot release")
+            raise NoiseOverflow(f"the noise std K·σ(n) is not below 2^{SCALE_BITS}; the job cannot release")  # σ(n) would tell n
         return math.ceil(s * (1.0 + FLOAT_SLACK) * 2.0**SIGMA_FRAC_BITS)
 
     def sigma(self, n: int, d: int) -> float:

@@ -67,8 +67,8 @@ class PartyMachine(Machine):
         if local is None and (X is None or y is None):
             raise ValueError("a party machine needs its records or a cached local model")
         n_rows = local.n if local is not None else int(np.asarray(X).shape[0])
-        if n_rows >= 1 << self.params.size_bits:  # refused before any training
-            raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {n_rows} rows, above the job's public bound 2^{self.params.size_bits}")
+        if n_rows >= 1 << self.params.size_bits:  # refused before any training; the refusal names the bound, never n_j
+            raise LocalProtocolError(Problem.INVALID_JOB, "the dataset does not fit the job's public bound size_bits")
         if local is None:
             local = train_local(X, y, self.params)  # type: ignore[arg-type]
         self.n = local.n
@@ -294,7 +294,7 @@ class PartyMachine(Machine):
             return self._noise_scale_share(v_j)
         eta = prm.calibration.draw(self.rng, self.n, self.d)
         if not np.all(np.abs(eta) < 2.0**NOISE_INT_BITS):
-            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, f"noise magnitude {np.max(np.abs(eta)):.3g} does not fit the encoding; the job cannot release")
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "the noise does not fit the encoding; the job cannot release")  # its size is σ(n_j)'s
         self.noise = eta
         eta_bar = prm.ring.to_int(eta, float(2**NOISE_INT_BITS))
         return self._chain(self._packed_psi(v_j, eta_bar))
@@ -313,8 +313,8 @@ class PartyMachine(Machine):
         zeta = self.res.curator_keys.paillier
         try:
             self.noise_units = self.params.calibration.noise_units(self.n, self.d)
-        except NoiseOverflow as e:
-            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, str(e)) from e
+        except NoiseOverflow as e:  # the overflowing scale is a function of n_j: the detail names none
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "the noise scale does not fit the encoding; the job cannot release") from e
         share = zeta.rerandomize(zeta.mul_plain(v_j, self.noise_units, self.ops), self.res.zeta_pool.take(), self.ops)
         self.state = "AWAIT_NOISE_SCALE"
         if self.j != 0:
@@ -363,8 +363,8 @@ class PartyMachine(Machine):
         zeta = self.res.curator_keys.paillier
         try:
             w_enc = prm.ring.to_int(self.w, MODEL_BOUND)
-        except EncodingOverflow as e:
-            raise LocalProtocolError(Problem.INVALID_JOB, f"local model does not fit the encoding: {e}") from e
+        except EncodingOverflow as e:  # the detail names no coefficient of ŵ_j
+            raise LocalProtocolError(Problem.INVALID_JOB, "the local model does not fit the encoding (a larger λ bounds it); the job cannot release") from e
         q = prm.ring_modulus
         if self.j > 0:
             out = self._to_party(self.j - 1, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))
