@@ -141,10 +141,12 @@ class CorrectedCalibration:
             delta=0.0,
             sensitivity=self.sensitivity,
             norm="Frobenius over all C symmetric blocks (l2 in isometric coordinates)",
-            statement=(f"epsilon-DP (substitution adjacency, ‖(x,1)‖ ≤ R={self.R:g}) with epsilon = eps_b + eps_J = "
-                       f"{self.eps_noise:.6g} + {self.eps_jacobian:.6g} ≤ {self.epsilon:g}; "
+            # No value that depends on n (the ridge Δ, the split ε_b + ε_J when the ridge floor binds): the statement
+            # travels with the release, and those would tell the dataset size exactly; as_dict() keeps them for the ledger.
+            statement=(f"epsilon-DP (substitution adjacency, ‖(x,1)‖ ≤ R={self.R:g}) with epsilon = eps_b + eps_J ≤ {self.epsilon:g}; "
                        f"noise density ∝ exp(-(eps_b/(2G))‖b‖_F), G = R²√(C(C−1)) = {self.gradient_bound:.6g}; "
-                       f"ridge Δ = {self.ridge:.6g}; requires the exact minimiser of the strongly convex J_p"),
+                       "the ridge Δ and the split of epsilon depend on the dataset size and stay with the party; "
+                       "requires the exact minimiser of the strongly convex J_p"),
         )
 
     def as_dict(self) -> dict:
