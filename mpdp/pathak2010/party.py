@@ -19,7 +19,7 @@ from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
 from mpdp.messages import pathak2010_pb2 as pb
 from mpdp.pathak2010 import packing, states, tournament
 from mpdp.pathak2010.mechanism import party_rng
-from mpdp.dp.pathak_noise import Z_INT_BITS, NoiseOverflow
+from mpdp.dp.pathak_noise import SOLVER_TOL, Z_INT_BITS, NoiseOverflow
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
 from mpdp.pathak2010.resources import PartyResources
 from mpdp.math.drbg import Drbg
@@ -28,7 +28,7 @@ from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, 
 
 
 CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (§1.2); with the solver's settings below, part of the model cache's key
-FIT_TOL = 1e-10
+FIT_TOL = SOLVER_TOL  # the noise's sensitivity adds the slack of this tolerance (PathakCalibration.model_sensitivity)
 FIT_MAX_ITER = 100
 
 
