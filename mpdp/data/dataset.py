@@ -43,6 +43,25 @@ class SchemaMismatch(DatasetError):
     """The job names a schema this dataset was not configured with; ``str()`` never quotes the job's hash."""
 
 
+class DoesNotFit(ValueError):
+    """A party's records do not fit a job's public parameters (a bound on its row count, a dimension, the classes).
+
+    ``str()`` is what the party's refusal says on the wire, so it names the public parameter only: never a value
+    computed from the records (row count, feature count, a label, a norm), which would tell the curator and the
+    operator what the protocol hides. ``private`` says the same with those values, for the party's own log.
+    """
+
+    def __init__(self, public: str, private: str = "") -> None:
+        super().__init__(public)
+        self.private = private or public
+
+
+def require_rows(n_rows: int, limit: int, bound: str) -> None:
+    """Refuse (:class:`DoesNotFit`) a dataset of more than ``limit`` rows; the refusal names ``bound``, not the count."""
+    if n_rows > limit:
+        raise DoesNotFit(f"the dataset does not fit the job's public bound {bound}", f"{n_rows} rows, {bound} allows {limit}")
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Records ready for a protocol: ``X`` (n × d), ``y`` (±1 with a schema, else the file's labels), the schema's

@@ -2,20 +2,22 @@
 Sec. 3.2, and our corrections).
 
 ``corrected`` (provable): spherical Laplace, density ∝ exp(−‖η‖/β), with
-β_j = 2/(K·n_j·λ·ε) for the (λ/2)‖w‖² objective. A record change in party j moves ŵ_j by
-at most 2/(n_j·λ) in ℓ2 (CM08 Cor. 2), hence the average (1/K)·Σŵ_k by at most
-2/(K·n_j·λ) ≤ 2/(K·n₍₁₎·λ); keeping the smallest party's noise makes the release ε-DP.
+β_j = Δ(n_j)/(K·ε) for the (λ/2)‖w‖² objective. A record change in party j moves the exact minimiser
+by at most 2/(n_j·λ) in ℓ2 (CM08 Cor. 2); the solver stops at ‖∇J‖ < tol, so the *computed* ŵ_j moves
+by at most Δ(n_j) = 2/(n_j·λ) + 2·tol/λ (:func:`mpdp.dp.mechanisms.solver_slack`), hence the average
+(1/K)·Σŵ_k by at most Δ(n_j)/K ≤ Δ(n₍₁₎)/K; keeping the smallest party's noise makes the release ε-DP.
 What is released is the integer Σ_j round(ŵ_j·2^f) + round(K·2^f·η): the noise enters at full
 resolution (every digit of the integer is noisy), and η is drawn at β_j plus
 :meth:`PathakCalibration.rounding_scale`, which pays for the rounding of the models.
 
 ``paper`` (as published; see :mod:`mpdp.dp.pathak_paper` for what it really guarantees):
-coordinate-wise Laplace with β_j = 2/(n_j·ε·λ) (plus the rounding term) and the paper's λ‖w‖² objective,
-released as the same full-resolution integer.
+coordinate-wise Laplace with β_j = 2/(n_j·ε·λ) and the paper's λ‖w‖² objective, the ℓ2 sensitivity
+1/(n_j·λ) of that objective widened by the solver slack like the others: β_j = 2·Δ(n_j)/ε (plus the
+rounding term), released as the same full-resolution integer.
 
 ``gaussian-distributed`` (ours; docs/protocols/pathak2010.md "Distributed Gaussian noise"): every
 party i draws z_i ~ N(0, I/(K−t)); the release carries σ(n₍₁₎)·Σ_i z_i, σ from the analytic Gaussian
-mechanism (Balle & Wang 2018) for the ℓ2-sensitivity 2/(K·n₍₁₎·λ) plus the fixed-point rounding of the
+mechanism (Balle & Wang 2018) for the ℓ2-sensitivity Δ(n₍₁₎)/K plus the fixed-point rounding of the
 models. (ε, δ)-DP against the curator and any t colluding parties, none of whom knows the noise.
 
 Each party draws η_j (or z_i) from its own stream ``rng.child("pathak2010/noise")`` so that the
@@ -34,7 +36,7 @@ import numpy as np
 
 from mpdp import limits
 from mpdp.dp.mechanisms import Guarantee, analytic_gaussian_sigma, gaussian, laplace_coordinates, spherical_laplace
-from mpdp.learn.logreg import Convention
+from mpdp.learn.logreg import DEFAULT_TOL, Convention, fitted_l2_sensitivity
 from mpdp.math.drbg import Drbg
 
 Mode = Literal["corrected", "paper", "gaussian-distributed"]
@@ -49,7 +51,8 @@ SCALE_BITS = 26
 Z_INT_BITS = 6
 MAX_Z_FRAC_BITS = 256
 FIXED_POINT_DELTA_SHARE = 2.0**-10  # the part of δ spent on the fixed-point error, (1 + e^ε)·τ
-FLOAT_SLACK = 2.0**-40  # σ̄ is rounded up from S·(1 + 2^-40): the float computing S errs by a few ulps (2^-52) at most
+FLOAT_SLACK = 2.0**-40  # σ̄ and β are rounded up by (1 + 2^-40): the floats computing them err by a few ulps (2^-52) at most
+SOLVER_TOL = DEFAULT_TOL  # every party's local solver stops at ‖∇J‖ < SOLVER_TOL (mpdp.pathak2010.party.FIT_TOL)
 MAX_DIMENSION = limits.MAX_PATHAK_DIMENSION  # fz is fixed by the spec alone, before d is known
 
 
@@ -124,15 +127,22 @@ class PathakCalibration:
         tau = d * self.parties * 2.0 ** (self.frac_bits + SCALE_BITS - self.z_frac_bits) * (1.0 + 1.0 / (math.sqrt(2.0 * math.pi) * self.sigma_one))
         return (1.0 + math.exp(min(self.epsilon, 700.0))) * tau
 
-    def noise_units(self, n: int, d: int) -> int:
-        """σ̄_j = ⌈S_j·2^SIGMA_FRAC_BITS⌉ for a party with n records: S_j = σ₁·(2^(f+1)/(n·λ) + √d) is the std, in
-        units 2^-f of K·ŵ_s, of the Gaussian mechanism on Σ_j round(ŵ_j·2^f) (ℓ2-sensitivity 2^(f+1)/(n·λ) + √d).
-        Rounded up (never under-noised); NoiseOverflow when S_j ≥ 2^(f + SCALE_BITS)."""
+    def model_sensitivity(self, n: int) -> float:
+        """Δ(n): how far one record moves the local model a party with n records *computes*, in ℓ2.
+        The exact minimiser moves by 2/(n·c) (CM08 Cor. 2; c = λ, paper mode 2λ), the solver's output by
+        2·SOLVER_TOL/c more (:func:`mpdp.dp.mechanisms.solver_slack`): Δ(n) = 2/(n·c) + 2·tol/c."""
         if n < 1:
             raise ValueError(f"dataset size must be >= 1, got {n}")
-        s = self.sigma_one * (2.0 ** (self.frac_bits + 1) / (n * self.lam) + math.sqrt(d))
+        return fitted_l2_sensitivity(n, self.lam, self.convention, SOLVER_TOL)
+
+    def noise_units(self, n: int, d: int) -> int:
+        """σ̄_j = ⌈S_j·2^SIGMA_FRAC_BITS⌉ for a party with n records: S_j = σ₁·(2^f·Δ(n) + √d) is the std, in
+        units 2^-f of K·ŵ_s, of the Gaussian mechanism on Σ_j round(ŵ_j·2^f) (ℓ2-sensitivity 2^f·Δ(n) + √d,
+        Δ(n) = 2/(n·λ) + 2·tol/λ: :meth:`model_sensitivity`).
+        Rounded up (never under-noised); NoiseOverflow when S_j ≥ 2^(f + SCALE_BITS)."""
+        s = self.sigma_one * (2.0**self.frac_bits * self.model_sensitivity(n) + math.sqrt(d))
         if not (math.isfinite(s) and s < 2.0 ** (self.frac_bits + SCALE_BITS)):
-            raise NoiseOverflow(f"noise std K·σ = {s / 2.0**self.frac_bits:.3g} is not below 2^{SCALE_BITS}; the job cannot release")
+            raise NoiseOverflow(f"the noise std K·σ(n) is not below 2^{SCALE_BITS}; the job cannot release")  # σ(n) would tell n
         return math.ceil(s * (1.0 + FLOAT_SLACK) * 2.0**SIGMA_FRAC_BITS)
 
     def sigma(self, n: int, d: int) -> float:
@@ -147,14 +157,15 @@ class PathakCalibration:
 
     # -- smallest-party modes ------------------------------------------------------------
     def scale(self, n: int) -> float:
-        """Noise scale β_j for a party holding n records (smallest-party modes)."""
+        """Noise scale β_j for a party holding n records (smallest-party modes), rounded up by (1 + 2^-40):
+        corrected Δ(n)/(K·ε), paper 2·Δ(n)/ε (the published 2/(n·ε·λ) with the solver slack; :meth:`model_sensitivity`)."""
         if n < 1:
             raise ValueError(f"dataset size must be >= 1, got {n}")
         if self.distributed:
             raise ValueError("gaussian-distributed mode has no per-party scale β; use sigma(n, d)")
         if self.mode == "corrected":
-            return 2.0 / (self.parties * n * self.lam * self.epsilon)
-        return 2.0 / (n * self.epsilon * self.lam)
+            return self.model_sensitivity(n) / (self.parties * self.epsilon) * (1.0 + FLOAT_SLACK)
+        return 2.0 * self.model_sensitivity(n) / self.epsilon * (1.0 + FLOAT_SLACK)
 
     def rounding_scale(self, d: int) -> float:
         """The part of the released β that pays for the fixed point (smallest-party modes): the release is the integer
@@ -188,12 +199,13 @@ class PathakCalibration:
                 mechanism="distributed Gaussian output perturbation of the average of K local minimisers (σ(n₍₁₎)·Σ_i z_i, analytic calibration)",
                 epsilon=self.epsilon,
                 delta=self.delta,
-                sensitivity=2.0 / (self.parties * self.lam),  # times 1/n_(1), plus the rounding term √d·2^-f/K
+                sensitivity=2.0 / (self.parties * self.lam),  # times 1/n_(1), plus the solver slack 2·tol/(K·λ) and the rounding term √d·2^-f/K
                 norm="l2",
                 statement=(
                     f"({self.epsilon:g}, {self.delta:g})-DP under record substitution against the curator and any {t} colluding "
-                    f"part{'y' if t == 1 else 'ies'} (Gaussian mechanism, ℓ2-sensitivity 2/(K·n₍₁₎·λ) + √d·2^-{self.frac_bits}/K with "
-                    f"K={self.parties}, λ={self.lam:g}, (λ/2)‖w‖² objective, rows clipped to ‖x‖ ≤ 1; fixed-point error inside δ); "
+                    f"part{'y' if t == 1 else 'ies'} (Gaussian mechanism, ℓ2-sensitivity 2/(K·n₍₁₎·λ) + 2·tol/(K·λ) + √d·2^-{self.frac_bits}/K with "
+                    f"K={self.parties}, λ={self.lam:g}, tol={SOLVER_TOL:g} the local solver's gradient bound, (λ/2)‖w‖² objective, "
+                    f"rows clipped to ‖x‖ ≤ 1; fixed-point error inside δ); "
                     f"trust model: honest-but-curious parties and curator, the curator colludes with no party; "
                     f"noise Σ_i σ(n₍₁₎)·z_i, z_i ~ N(0, I/(K−t)) drawn by every party: no coalition of up to t={t} parties knows it"
                 ),
@@ -203,12 +215,13 @@ class PathakCalibration:
                 mechanism="spherical Laplace output perturbation of the average of K local minimisers",
                 epsilon=self.epsilon,
                 delta=0.0,
-                sensitivity=2.0 / (self.parties * self.lam),  # times 1/n_(1)
+                sensitivity=2.0 / (self.parties * self.lam),  # times 1/n_(1), plus the solver slack 2·tol/(K·λ)
                 norm="l2",
                 statement=(
                     f"{self.epsilon:g}-DP under record substitution, for the released fixed-point integer as for ŵ_s "
-                    f"(spherical Laplace, ℓ2-sensitivity 2/(K·n₍₁₎·λ) + √d·2^-{self.frac_bits}/K with K={self.parties}, "
-                    f"λ={self.lam:g}, (λ/2)‖w‖² objective, rows clipped to ‖x‖ ≤ 1; the second term is the models' rounding); "
+                    f"(spherical Laplace, ℓ2-sensitivity 2/(K·n₍₁₎·λ) + 2·tol/(K·λ) + √d·2^-{self.frac_bits}/K with K={self.parties}, "
+                    f"λ={self.lam:g}, tol={SOLVER_TOL:g} the local solver's gradient bound, (λ/2)‖w‖² objective, rows clipped to ‖x‖ ≤ 1; "
+                    "the last term is the models' rounding); "
                     "trust model: honest-but-curious parties, curator does not collude; "
                     "the smallest party knows the noise it contributed"
                 ),
@@ -217,10 +230,10 @@ class PathakCalibration:
 
         true_eps = paper_mode_true_epsilon(self.epsilon, d, self.parties)
         return Guarantee(
-            mechanism="coordinate Laplace with the published scale 2/(n₍₁₎·ε·λ) (PRR10, not proven)",
+            mechanism="coordinate Laplace with the published scale 2/(n₍₁₎·ε·λ), widened by the solver slack (PRR10, not proven)",
             epsilon=true_eps,
             delta=0.0,
-            sensitivity=1.0 / self.lam,  # ℓ2, times 1/n_j, λ‖w‖² objective
+            sensitivity=1.0 / self.lam,  # ℓ2, times 1/n_j, λ‖w‖² objective; plus the solver slack tol/λ
             norm="l1 (from the l2 bound times sqrt(d))",
             statement=(
                 f"paper mode: nominal ε={self.epsilon:g} but only {true_eps:.4g}-DP in the worst case "

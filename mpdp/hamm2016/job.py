@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mpdp import accounting, limits
+from mpdp.data.dataset import DoesNotFit
 from mpdp.dca.params import DcaParams
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.hamm2016 import pate
@@ -65,6 +66,11 @@ TRUST_MODEL_PATE = (
 
 class EnsembleJobError(ValueError):
     """The job cannot run as asked; the message names the field or the party."""
+
+
+class RecordsDoNotFit(EnsembleJobError, DoesNotFit):
+    """A voter's records do not fit the job (its classes, the auxiliary data's dimension). ``str()`` names the job's
+    public parameter only, for the voter's refusal; ``private`` adds what was read from the records (its own log)."""
 
 
 # ---------------------------------------------------------------- the job's public parameters
@@ -259,7 +265,7 @@ def label_indices(y: np.ndarray, classes: list[str] | tuple[str, ...]) -> np.nda
     for i, v in enumerate(y):
         key = _label_text(v)
         if key not in index:
-            raise EnsembleJobError(f"label {key!r} is not one of the job's classes {list(classes)}")
+            raise RecordsDoNotFit("a label of the dataset is not one of the job's classes", f"label {key!r} is not one of the job's classes {list(classes)}")
         out[i] = index[key]
     return out
 
@@ -283,7 +289,8 @@ class VoterRole:
         """The DCA vector of this party: party_votes(h_i(x_1..x_N)). X is clipped to ‖x‖ ≤ 1 like the aux data."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != X_aux.shape[1]:
-            raise EnsembleJobError(f"party {self.name}: its data have {X.shape[-1] if X.ndim == 2 else '?'} features, the auxiliary data {X_aux.shape[1]}")
+            raise RecordsDoNotFit("the dataset's feature count is not the auxiliary data's",
+                                  f"its data have {X.shape[-1] if X.ndim == 2 else '?'} features, the auxiliary data {X_aux.shape[1]}")
         norms = np.linalg.norm(X, axis=1)
         X = X / np.maximum(1.0, norms)[:, None]
         yi = label_indices(y, list(spec.classes))

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpdp.dp.mechanisms import Guarantee, spherical_laplace
+from mpdp.dp.mechanisms import Guarantee, solver_slack, spherical_laplace
 from mpdp.hamm2016.erm import DEFAULT_TOL, fit_soft
 from mpdp.hamm2016.labels import _check_counts, majority_labels, one_hot, soft_labels
 from mpdp.math.drbg import Drbg
@@ -136,8 +136,9 @@ class EnsembleParams:
 
     @property
     def solver_slack(self) -> float:
-        """2·tol/λ: how far apart two computed minimisers may be beyond Δ₂ (fit_soft stops at ‖∇J‖ < tol)."""
-        return 2.0 * SOLVER_TOL / self.lam
+        """2·tol/λ: how far apart two computed minimisers may be beyond Δ₂ (fit_soft stops at ‖∇J‖ < tol;
+        :func:`mpdp.dp.mechanisms.solver_slack`)."""
+        return solver_slack(SOLVER_TOL, self.lam)
 
     @property
     def noise_scale(self) -> float:

@@ -14,7 +14,10 @@ from typing import Literal
 import numpy as np
 from scipy.special import expit, log_expit
 
+from mpdp.dp.mechanisms import solver_slack
+
 Convention = Literal["half", "full"]
+DEFAULT_TOL = 1e-10  # ‖∇J‖ bound :func:`fit` reaches; a sensitivity of its output adds mpdp.dp.mechanisms.solver_slack(tol, c)
 
 
 def reg_coefficient(lam: float, convention: Convention) -> float:
@@ -29,8 +32,14 @@ def reg_coefficient(lam: float, convention: Convention) -> float:
 
 
 def l2_sensitivity(n: int, lam: float, convention: Convention) -> float:
-    """ℓ2-sensitivity of the argmin under substitution, ‖x‖ ≤ 1: 2/(n·c) (CM08 Cor. 2)."""
+    """ℓ2-sensitivity of the exact argmin under substitution, ‖x‖ ≤ 1: 2/(n·c) (CM08 Cor. 2)."""
     return 2.0 / (n * reg_coefficient(lam, convention))
+
+
+def fitted_l2_sensitivity(n: int, lam: float, convention: Convention, tol: float = DEFAULT_TOL) -> float:
+    """ℓ2-sensitivity of what :func:`fit` returns (stopped at ‖∇J‖ < tol; J is c-strongly convex):
+    2/(n·c) + 2·tol/c (:func:`mpdp.dp.mechanisms.solver_slack`)."""
+    return l2_sensitivity(n, lam, convention) + solver_slack(tol, reg_coefficient(lam, convention))
 
 
 def clip_rows(X: np.ndarray, bound: float = 1.0) -> np.ndarray:
@@ -51,7 +60,7 @@ def gradient(w: np.ndarray, X: np.ndarray, y: np.ndarray, c: float) -> np.ndarra
     return -(X.T @ (y * expit(-m))) / len(y) + c * w
 
 
-def fit(X: np.ndarray, y: np.ndarray, lam: float, convention: Convention = "half", *, tol: float = 1e-10, max_iter: int = 100) -> np.ndarray:
+def fit(X: np.ndarray, y: np.ndarray, lam: float, convention: Convention = "half", *, tol: float = DEFAULT_TOL, max_iter: int = 100) -> np.ndarray:
     """argmin J(w) by damped Newton; raises RuntimeError if ‖∇J‖ ≥ tol after max_iter steps."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)

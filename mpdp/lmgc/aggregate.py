@@ -15,8 +15,12 @@ most Lip/Δ under an additive Lip-Lipschitz change, so ‖θ_j − θ_j′‖_F 
 
     S = 2G / (K · min_j n_j · Δ)      (Frobenius over all blocks = ℓ2 in isometric coordinates).
 
-Adding spherical Laplace noise with β = S/ε in isometric coordinates (density ∝ exp(−‖v‖/β)) makes
-the averaged model ε-DP (substitution adjacency, one record of one party). The bound holds with
+A solver returns θ̂_j with ‖∇F_j(θ̂_j)‖_F ≤ g_tol (PSD-constrained: any g_tol with Δ·‖θ̂_j − θ_j‖_F ≤ g_tol), so
+‖θ̂_j − θ_j‖_F ≤ g_tol/Δ (Δ-strong convexity) and the computed models' average moves by at most
+S + 2·g_tol/(K·Δ) (:func:`mpdp.dp.mechanisms.solver_slack`).
+
+Adding spherical Laplace noise with β = (S + 2·g_tol/(K·Δ))/ε in isometric coordinates (density ∝ exp(−‖v‖/β))
+makes the averaged model ε-DP (substitution adjacency, one record of one party). The bound holds with
 or without PSD constraints, but **only with Δ > 0**: without a ridge, J is not strongly convex
 (the Huber loss is flat below −h and linear above h, the trace term is linear), its minimiser can
 be non-unique or non-existent (docs/experiments/lmgc.md, "What the paper got wrong", 4), and one record can move it arbitrarily far, so no finite
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpdp.dp.mechanisms import Guarantee, spherical_laplace
+from mpdp.dp.mechanisms import Guarantee, solver_slack, spherical_laplace
 from mpdp.lmgc.objective import gradient_bound
 from mpdp.lmgc.params import theta_to_vec, vec_to_theta
 from mpdp.math.drbg import Drbg
@@ -40,8 +44,9 @@ class SensitivityError(ValueError):
     """No valid sensitivity bound holds for the requested aggregation."""
 
 
-def averaging_sensitivity(sizes: list[int], ridge: float, R: float, n_classes: int) -> float:
-    """S = 2G/(K·min_j n_j·Δ), G = R²√(C(C−1)): Frobenius (isometric ℓ2) sensitivity of the average."""
+def averaging_sensitivity(sizes: list[int], ridge: float, R: float, n_classes: int, *, gradient_tol: float) -> float:
+    """S = 2G/(K·min_j n_j·Δ) + 2·g_tol/(K·Δ), G = R²√(C(C−1)): Frobenius (isometric ℓ2) sensitivity of the average
+    of local models computed to ‖∇F_j‖_F ≤ g_tol (``gradient_tol``; 0 only for exact minimisers)."""
     if not sizes or min(sizes) < 1:
         raise ValueError(f"need at least one party with at least one record, got sizes {sizes}")
     if not (ridge > 0 and math.isfinite(ridge)):
@@ -52,7 +57,8 @@ def averaging_sensitivity(sizes: list[int], ridge: float, R: float, n_classes: i
             "move it arbitrarily far; no finite sensitivity of the averaged parameters exists. Train the parties "
             "with ridge Δ > 0."
         )
-    return 2.0 * gradient_bound(R, n_classes) / (len(sizes) * min(sizes) * ridge)
+    K = len(sizes)
+    return 2.0 * gradient_bound(R, n_classes) / (K * min(sizes) * ridge) + solver_slack(gradient_tol, ridge) / K
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,11 @@ class AggregateRelease:
 
 
 def aggregate_average(thetas: list[np.ndarray], sizes: list[int], *, ridge: float, R: float, epsilon: float,
-                      rng: Drbg) -> AggregateRelease:
+                      rng: Drbg, gradient_tol: float) -> AggregateRelease:
     """ε-DP release of (1/K)·Σ_j θ_j + η, η spherical Laplace (isometric coordinates) with β = S/ε.
 
-    Each θ_j must be the exact minimiser of the party's unperturbed objective with the same λ, h,
-    ridge Δ and row bound R (‖(x, 1)‖ ≤ R); ``sizes`` are the public party sizes n_j.
+    Each θ_j must minimise the party's unperturbed objective with the same λ, h, ridge Δ and row bound R
+    (‖(x, 1)‖ ≤ R) to ‖∇F_j‖_F ≤ ``gradient_tol`` (absolute; S allows for it); ``sizes`` are the public party sizes n_j.
     """
     if len(thetas) != len(sizes):
         raise ValueError(f"got {len(thetas)} models and {len(sizes)} sizes")
@@ -78,7 +84,7 @@ def aggregate_average(thetas: list[np.ndarray], sizes: list[int], *, ridge: floa
     if not np.allclose(stack, np.swapaxes(stack, 2, 3)):
         raise ValueError("every block Φ_c must be symmetric")
     _, C, D, _ = stack.shape
-    S = averaging_sensitivity(list(sizes), ridge, R, C)
+    S = averaging_sensitivity(list(sizes), ridge, R, C, gradient_tol=gradient_tol)
     mean = stack.mean(axis=0)
     v = theta_to_vec(mean)
     eta = spherical_laplace(rng, v.size, S / epsilon)
@@ -91,7 +97,7 @@ def aggregate_average(thetas: list[np.ndarray], sizes: list[int], *, ridge: floa
         sensitivity=S,
         norm="Frobenius over all C symmetric blocks (l2 in isometric coordinates)",
         statement=(f"epsilon-DP (substitution of one record of one party; ‖(x,1)‖ ≤ R={R:g}); sensitivity "
-                   f"2R²√(C(C−1))/(K·min n_j·Δ) = {S:.6g} with Δ = {ridge:g}, K = {len(sizes)}, min n_j = {min(sizes)}; "
-                   "requires exact local minimisers"),
+                   f"2R²√(C(C−1))/(K·min n_j·Δ) + 2·g_tol/(K·Δ) = {S:.6g} with Δ = {ridge:g}, K = {len(sizes)}, min n_j = {min(sizes)}, "
+                   f"local models computed to ‖∇F_j‖_F ≤ g_tol = {gradient_tol:g}"),
     )
     return AggregateRelease(vec_to_theta(v + eta, C, D), guarantee)

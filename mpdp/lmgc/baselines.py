@@ -25,7 +25,7 @@ import numpy as np
 from scipy.special import softmax
 from sklearn.linear_model import LogisticRegression
 
-from mpdp.dp.mechanisms import Guarantee, spherical_laplace
+from mpdp.dp.mechanisms import Guarantee, solver_slack, spherical_laplace
 from mpdp.lmgc.privacy import PrivacyError
 from mpdp.math.drbg import Drbg
 
@@ -68,8 +68,8 @@ def fit_multinomial_lr(Xt: np.ndarray, y: np.ndarray, reg: float, *, gtol: float
 
 
 def output_perturbation_sensitivity(n: int, reg: float, R: float, gtol: float) -> float:
-    """Δ₂ = 2√2·R/(nΛ) + 2·g_tol/Λ (Frobenius), see the module docstring."""
-    return 2.0 * math.sqrt(2.0) * R / (n * reg) + 2.0 * gtol / reg
+    """Δ₂ = 2√2·R/(nΛ) + 2·g_tol/Λ (Frobenius), see the module docstring (:func:`mpdp.dp.mechanisms.solver_slack`)."""
+    return 2.0 * math.sqrt(2.0) * R / (n * reg) + solver_slack(gtol, reg)
 
 
 def dp_multinomial_lr(Xt: np.ndarray, y: np.ndarray, reg: float, epsilon: float, R: float, rng: Drbg, *,

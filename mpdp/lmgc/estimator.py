@@ -6,10 +6,11 @@ Modes (the default is ``corrected``: DP unless the non-private baseline is asked
                 min L_H + λ·Σ tr(Ψ_c) + (Δ/2)·Σ‖Φ_c‖² s.t. Φ_c ⪰ 0 (``psd="constrain"``, default),
                 or the unconstrained ridge problem (``psd="none"``, needs Δ > 0).
 ``corrected``   ε-DP objective perturbation (ours, after CMS11): per-class symmetric noise, ridge Δ from ε,
-                no PSD constraint, exact minimiser; optional PSD post-processing.
+                no PSD constraint, minimiser to ‖∇J_p‖_F ≤ tol plus output noise for that tolerance
+                (ε_s); optional PSD post-processing.
                 Sensitivity 2G = 2R²√(C(C−1)) of the noise b (Frobenius norm over all blocks =
                 ℓ2 in isometric coordinates); guarantee ε-DP (substitution adjacency) with
-                ε = ε_b + (C−1)·log(1 + 2cR⁴/(nΔ)), recorded in ``accounting_``/``guarantee_``.
+                ε = ε_b + (C−1)·log(1 + 2cR⁴/(nΔ)) + ε_s, recorded in ``accounting_``/``guarantee_``.
 ``paper``       The paper's mechanism as reconstructed (its Sec. 4: shared b, Δ = 0, PSD-constrained
                 SDP). **Not proven private**; raises :class:`UnboundedObjectiveError` when J_p has no
                 minimiser, which happens for about half of all draws even at large ε (docs/experiments/lmgc.md, "What the paper got wrong", 4).
@@ -36,7 +37,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.lmgc.objective import Problem
 from mpdp.lmgc.params import augment, common_psd_shift, psd_project, quadratic_scores
-from mpdp.lmgc.privacy import CorrectedCalibration, PaperCalibration, PrivacyError
+from mpdp.lmgc.privacy import SOLVER_TOL, CorrectedCalibration, PaperCalibration, PrivacyError
 from mpdp.lmgc.solver import Solution, solve_psd, solve_unconstrained
 from mpdp.math.drbg import Drbg
 
@@ -47,7 +48,7 @@ _PSD_CHOICES = {
     "paper": ("constrain",),
 }
 _PSD_DEFAULT = {"nonprivate": "constrain", "corrected": "shift", "paper": "constrain"}
-_TOL_DEFAULT = {"nonprivate": 1e-4, "corrected": 1e-8, "paper": 1e-4}
+_TOL_DEFAULT = {"nonprivate": 1e-4, "corrected": SOLVER_TOL, "paper": 1e-4}
 
 
 def clip_rows(X: np.ndarray, bound: float) -> np.ndarray:
@@ -75,7 +76,8 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
     psd : "auto" or one of: nonprivate {"constrain", "none"}; corrected {"none", "shift", "project"}
         (post-processing; "shift" adds the same s·I to every block, which leaves predictions unchanged);
         paper {"constrain"}.
-    tol : optimality tolerance relative to max(1, ‖∇J_p(0)‖_F); None picks 1e-8 (corrected) or 1e-4.
+    tol : optimality tolerance. ``corrected``: the absolute ‖∇J_p‖_F the solver reaches, which the output noise
+        covers (None: :data:`mpdp.lmgc.privacy.SOLVER_TOL`, 1e-8); otherwise relative to max(1, ‖∇J_p(0)‖_F) (None: 1e-4).
     max_iter : iteration cap of the solver.
     warm_start : start the solver from the previous fit's θ (same shape only), in ``nonprivate``
         and ``paper`` modes. Ignored in ``corrected`` mode, which always starts from 0: the
@@ -159,17 +161,17 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         if self.mode == "corrected":
             # Objective value, gradient norm, absolute tolerance and iteration count depend on the data
             # beyond θ*, and are not covered by the DP guarantee: release none of them.
-            self.solution_ = {"method": sol.method, "relative_tolerance": tol, "tolerance_met": True}
+            self.solution_ = {"method": sol.method, "tolerance": tol, "tolerance_met": True}
         else:
             self.solution_ = {"objective": sol.objective, "optimality": sol.optimality, "tolerance": sol.tolerance,
                               "iterations": sol.iterations, "method": sol.method}
             self.n_iter_ = sol.iterations
         return self
 
-    def _solve(self, problem: Problem, constrained: bool, tol: float) -> Solution:
+    def _solve(self, problem: Problem, constrained: bool, tol: float, *, relative: bool = True) -> Solution:
         if constrained:
             return solve_psd(problem, tol=tol, max_iter=self.max_iter, theta0=self._theta0)
-        return solve_unconstrained(problem, tol=tol, max_iter=self.max_iter, theta0=self._theta0)
+        return solve_unconstrained(problem, tol=tol, max_iter=self.max_iter, theta0=self._theta0, relative=relative)
 
     def _require_epsilon(self) -> float:
         if self.epsilon is None or not (math.isfinite(self.epsilon) and self.epsilon > 0):
@@ -183,18 +185,19 @@ class LargeMarginGaussianClassifier(ClassifierMixin, BaseEstimator):
         """Corrected mechanism: ε-DP, noise sensitivity 2G in Frobenius norm (see :class:`CorrectedCalibration`).
 
         Fails loudly instead of releasing: :class:`PrivacyError` if the accounting does not add up
-        or a row exceeds R, :class:`ConvergenceError` if the exact minimiser is not reached.
+        or a row exceeds R, :class:`ConvergenceError` if ‖∇J_p‖_F ≤ tol is not reached. The computed minimiser
+        (within tol/Δ of the exact one) is released with the output noise of that tolerance (ε_s).
         """
         n, D = Xt.shape
         if float(np.max(np.linalg.norm(Xt, axis=1))) > self.R * (1 + 1e-12):
             raise PrivacyError("a row exceeds the public norm bound R after clipping")  # cannot happen; guards the proof
         cal = CorrectedCalibration.create(self._require_epsilon(), n, C, D - 1, self.huber_h, self.R,
-                                          jacobian_share=self.jacobian_share, ridge_floor=self.ridge)
+                                          jacobian_share=self.jacobian_share, ridge_floor=self.ridge, solver_tol=tol)
         rng = self._rng()
         b = cal.sample(rng)
         problem = Problem(Xt, yi, C, self.huber_h, self.lam, cal.ridge, b)
-        sol = self._solve(problem, False, tol)  # raises rather than return an inexact θ
-        theta = sol.theta
+        sol = self._solve(problem, False, tol, relative=False)  # ‖∇J_p‖_F ≤ tol, or it raises
+        theta = sol.theta + cal.sample_output(rng)  # covers ‖θ̂ − θ*‖_F ≤ tol/Δ
         if psd == "shift":
             theta = common_psd_shift(theta)
         elif psd == "project":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpdp.dp.pathak_noise import PathakCalibration
+from mpdp.dp.pathak_noise import SOLVER_TOL, PathakCalibration
 from mpdp.learn import logreg
 from mpdp.math.drbg import Drbg
 
@@ -33,8 +33,9 @@ class AggregateDraw:
 
 
 def local_model(X: np.ndarray, y: np.ndarray, calibration: PathakCalibration) -> np.ndarray:
-    """ŵ_j: exact minimiser of the party's objective in the mode's convention (rows must be clipped)."""
-    return logreg.fit(X, y, calibration.lam, calibration.convention)
+    """ŵ_j: the party's objective in the mode's convention (rows must be clipped) minimised to ‖∇J‖ < SOLVER_TOL,
+    the tolerance the noise's sensitivity allows for (PathakCalibration.model_sensitivity)."""
+    return logreg.fit(X, y, calibration.lam, calibration.convention, tol=SOLVER_TOL)
 
 
 def draw_aggregate(models: list[np.ndarray], sizes: list[int], calibration: PathakCalibration, rngs: list[Drbg]) -> AggregateDraw:

@@ -22,7 +22,7 @@ from mpdp.math.paillier import CiphertextError, KeyPair, check_key_bits
 from mpdp.messages import pathak2010_pb2 as pb
 from mpdp.pathak2010 import packing, states, tournament
 from mpdp.pathak2010.mechanism import party_rng
-from mpdp.dp.pathak_noise import Z_INT_BITS, NoiseOverflow
+from mpdp.dp.pathak_noise import SOLVER_TOL, Z_INT_BITS, NoiseOverflow
 from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
 from mpdp.pathak2010.resources import PartyResources
 from mpdp.math.drbg import Drbg
@@ -31,7 +31,7 @@ from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, 
 
 
 CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (PRR10 Sec. 3.1); with the solver's settings below, part of the model cache's key
-FIT_TOL = 1e-10
+FIT_TOL = SOLVER_TOL  # the noise's sensitivity adds the slack of this tolerance (PathakCalibration.model_sensitivity)
 FIT_MAX_ITER = 100
 
 
@@ -70,8 +70,8 @@ class PartyMachine(Machine):
         if local is None and (X is None or y is None):
             raise ValueError("a party machine needs its records or a cached local model")
         n_rows = local.n if local is not None else int(np.asarray(X).shape[0])
-        if n_rows >= 1 << self.params.size_bits:  # refused before any training
-            raise LocalProtocolError(Problem.INVALID_JOB, f"dataset has {n_rows} rows, above the job's public bound 2^{self.params.size_bits}")
+        if n_rows >= 1 << self.params.size_bits:  # refused before any training; the refusal names the bound, never n_j
+            raise LocalProtocolError(Problem.INVALID_JOB, "the dataset does not fit the job's public bound size_bits")
         if local is None:
             local = train_local(X, y, self.params)  # type: ignore[arg-type]
         self.n = local.n
@@ -297,12 +297,13 @@ class PartyMachine(Machine):
             return self._noise_scale_share(v_j)
         eta = prm.calibration.draw(self.rng, self.n, self.d)
         # η̄ = round(K·2^f·η): the noise on K·ŵ_s at one unit, the scale of the release. Never K·round(2^f·η): the
-        # release would then be ≡ Σ_j round(ŵ_j·2^f) (mod K), a residue with no noise in it.
+        # release would then be ≡ Σ_j round(ŵ_j·2^f) (mod K), a residue with no noise in it. The refusals name no
+        # magnitude: the noise's size is σ(n_j)'s.
         if not np.all(np.abs(eta) * self.K < 2.0**NOISE_INT_BITS):
-            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, f"noise magnitude {np.max(np.abs(eta)):.3g} does not fit the encoding; the job cannot release")
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "the noise does not fit the encoding; the job cannot release")
         eta_bar = [round_scaled(float(x), prm.frac_bits, times=self.K) for x in eta]
         if not all(abs(v) < 1 << prm.eta_bits for v in eta_bar):
-            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "noise does not fit the encoding; the job cannot release")
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "the noise does not fit the encoding; the job cannot release")
         self.noise = eta
         return self._chain(self._packed_psi(v_j, eta_bar))
 
@@ -320,8 +321,8 @@ class PartyMachine(Machine):
         zeta = self.res.curator_keys.paillier
         try:
             self.noise_units = self.params.calibration.noise_units(self.n, self.d)
-        except NoiseOverflow as e:
-            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, str(e)) from e
+        except NoiseOverflow as e:  # the overflowing scale is a function of n_j: the detail names none
+            raise LocalProtocolError(Problem.INSUFFICIENT_NOISE, "the noise scale does not fit the encoding; the job cannot release") from e
         share = zeta.rerandomize(zeta.mul_plain(v_j, self.noise_units, self.ops), self.res.zeta_pool.take(), self.ops)
         self.state = "AWAIT_NOISE_SCALE"
         if self.j != 0:
@@ -370,8 +371,8 @@ class PartyMachine(Machine):
         zeta = self.res.curator_keys.paillier
         try:
             w_enc = prm.ring.to_int(self.w, MODEL_BOUND)
-        except EncodingOverflow as e:
-            raise LocalProtocolError(Problem.INVALID_JOB, f"local model does not fit the encoding: {e}") from e
+        except EncodingOverflow as e:  # the detail names no coefficient of ŵ_j
+            raise LocalProtocolError(Problem.INVALID_JOB, "the local model does not fit the encoding (a larger λ bounds it); the job cannot release") from e
         q = prm.ring_modulus
         if self.j > 0:
             out = self._to_party(self.j - 1, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))

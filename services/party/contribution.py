@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
+from mpdp.data.dataset import DoesNotFit, SchemaMismatch, load_dataset, require_rows, require_schema
 from mpdp.data.loaders import DatasetError
 from mpdp import limits
 from mpdp.contribution import check_roster
@@ -88,8 +88,9 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         def compute():
             data = load_dataset(ds, name=request.dataset)
             X, y = data.X, data.y
-            if len(y) > max(1, request.records_per_client):
-                raise ValueError(f"{len(y)} rows exceed the job's public bound of {request.records_per_client} records per party")
+            require_rows(len(y), max(1, request.records_per_client), "records_per_client")
+            if len(request.bounds) != X.shape[1] + 1:
+                raise DoesNotFit("the job's clip box (bounds) does not match the dataset's columns", f"{X.shape[1]} features, {len(request.bounds)} bounds")
             return party_statistics(X, y, round_name, tuple(request.bounds))
 
         z = await self._computed(party, request, compute, context)
@@ -144,10 +145,9 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             def compute():
                 data = load_dataset(ds, name=request.dataset)
                 X, y = data.X, data.y
-                if len(y) > max(1, request.records_per_client):
-                    raise ValueError(f"{len(y)} rows exceed the job's public bound of {request.records_per_client} records per party")
+                require_rows(len(y), max(1, request.records_per_client), "records_per_client")
                 if X.shape[1] != plan.dimension:
-                    raise ValueError(f"the dataset has {X.shape[1]} features, the plan {plan.dimension}")
+                    raise DoesNotFit("the dataset's feature count is not the plan's dimension", f"{X.shape[1]} features, the plan {plan.dimension}")
                 X, y = party_rows(plan.task, X, y)
                 return party_vector(plan, msg.round, W, X, y)
 
@@ -222,5 +222,9 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         except DatasetError as e:
             log.error("DCA job %s: dataset %s: %s", job, request.dataset, e)
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(request.dataset)}; see its log")
-        except ValueError as e:
+        except DoesNotFit as e:  # names the job's public bound only; the counts stay in this party's log
+            log.warning("DCA job %s: dataset %s: %s", job, request.dataset, e.private)
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
+        except ValueError as e:  # computed from the records: the detail stays in this party's log
+            log.error("DCA job %s: dataset %s: %s", job, request.dataset, e)
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot compute its statistic from dataset {shown(request.dataset)}; see its log")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
+from mpdp.data.dataset import DoesNotFit, SchemaMismatch, load_dataset, require_schema
 from mpdp.data.loaders import DatasetError
 from mpdp.dca.params import DcaParams
 from mpdp.hamm2016 import job as core
@@ -117,8 +117,12 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
         except DatasetError as e:
             log.error("ensemble job %s: dataset %s: %s", shown(request.job_id), spec.dataset, e)
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(spec.dataset)}; see its log")
-        except (ValueError, RuntimeError) as e:
+        except DoesNotFit as e:  # names the job's public parameter only; what was read stays in this party's log
+            log.warning("ensemble job %s: dataset %s: %s", shown(request.job_id), spec.dataset, e.private)
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
+        except (ValueError, RuntimeError) as e:  # from training on the records: the detail stays in this party's log
+            log.error("ensemble job %s: dataset %s: %s", shown(request.job_id), spec.dataset, e)
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} could not train its classifier on dataset {shown(spec.dataset)}; see its log")
         # Spend ε before any share leaves, in one durable step (check and entry together, shared with every
         # other protocol of this party): a vote that may reach a node is counted even if the job later fails.
         await party.spend(context, core.ledger_entry(request.job_id, spec, request.dca_job_id, request.auxiliary_rows))

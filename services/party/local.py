@@ -116,8 +116,11 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
             if isinstance(e, DatasetError):
                 log.error("local job %s: dataset %s: %s", shown(request.job_id), request.spec.dataset, e)
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(request.spec.dataset)}; see its log")
-            if isinstance(e, (ReleaseError, ValueError, RuntimeError)):
+            if isinstance(e, ReleaseError):  # the spec's own fields and the guarantee it asks for
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot release: {e}")
+            if isinstance(e, (ValueError, RuntimeError)):  # from training on the records: the detail stays in this party's log
+                log.error("local job %s: dataset %s: %s", shown(request.job_id), request.spec.dataset, e)
+                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} could not train on dataset {shown(request.spec.dataset)}; see its log")
             log.exception("local job %s failed", shown(request.job_id))
             await errors.refuse(context, Problem.INTERNAL, f"party {cfg.name} could not train; see its log")
         job.state = "RELEASED"

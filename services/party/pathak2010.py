@@ -217,8 +217,11 @@ class PathakParty(pb_grpc.PartyServicer):
         except DatasetError as e:
             log.error("job %s: dataset %s: %s", shown(request.job_id), request.spec.dataset, e)
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name} cannot read its dataset {shown(request.spec.dataset)}; see its log")
-        except (InvalidJob, ValueError) as e:
+        except InvalidJob as e:  # the spec's own fields
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name}: {e}")
+        except ValueError as e:  # from the records (shapes, labels): the detail stays in this party's log
+            log.error("job %s: dataset %s: %s", shown(request.job_id), request.spec.dataset, e)
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {name} cannot train on its dataset {shown(request.spec.dataset)}; see its log")
         except ProtocolError as e:
             await errors.refuse(context, e.problem, f"party {name}: {e.detail}")
         hosted = PathakJob(machine, self._route, dict(request.party_addresses))

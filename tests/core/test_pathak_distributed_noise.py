@@ -129,7 +129,7 @@ def test_calibration_is_the_analytic_gaussian_for_the_corrected_sensitivity():
     eps, delta, K, lam, n, d = 1.0, 1e-6, 5, 1.0, 4884, 123
     cal = PathakCalibration("gaussian-distributed", eps, lam, K, delta, 3)
     sigma = cal.sigma(n, d)
-    sens = 2.0 / (K * n * lam) + math.sqrt(d) * 2.0**-32 / K  # ℓ2 of the average, plus the models' rounding
+    sens = (2.0 / (n * lam) + 2.0 * pathak_noise.SOLVER_TOL / lam + math.sqrt(d) * 2.0**-32) / K  # ℓ2 of the average of computed models, plus their rounding
     assert gaussian_delta(sigma, sens, eps) <= delta * (1 - 2.0**-10)  # the Gaussian part of δ
     assert sigma <= cal.sigma_one * sens * (1 + 1e-9)  # and not much more (rounded up by < 2^-32 units)
     assert cal.fixed_point_delta(pathak_noise.MAX_DIMENSION) <= delta * 2.0**-10  # the fixed-point part

@@ -113,13 +113,13 @@ def test_noise_scale_covers_the_released_integer(K: int, n: int, lam: float, eps
     f = 32
     unit = K * 2.0**f  # η on ŵ_s is K·2^f·η on R
     c = PathakCalibration("corrected", eps, lam, K)
-    assert c.scale(n) == pytest.approx(2 / (K * n * lam * eps))  # the stated β, unchanged
+    assert c.scale(n) == pytest.approx(c.model_sensitivity(n) / (K * eps))  # the stated β: Δ(n)/(K·ε), the solver's slack included
     assert c.released_scale(n, d) == pytest.approx(c.scale(n) + math.sqrt(d) * 2.0**-f / (K * eps))
-    l2 = 2.0 ** (f + 1) / (n * lam) + math.sqrt(d)
+    l2 = 2.0**f * c.model_sensitivity(n) + math.sqrt(d)  # 2^f·(2/(nλ) + 2·tol/λ), plus the rounding
     assert eps * unit * c.released_scale(n, d) >= l2 * (1 - 1e-12)
     p = PathakCalibration("paper", eps, lam, K)
     assert p.released_scale(n, d) == pytest.approx(p.scale(n) + 2 * math.sqrt(d) * 2.0**-f / eps)
-    l1 = math.sqrt(d) * 2.0**f / (n * lam) + d  # λ‖w‖²: ℓ2-sensitivity 1/(nλ), times √d, plus the rounding
+    l1 = math.sqrt(d) * 2.0**f * p.model_sensitivity(n) + d  # λ‖w‖²: ℓ2-sensitivity 1/(nλ) + tol/λ, times √d, plus the rounding
     assert p.guarantee(d).epsilon * unit * p.released_scale(n, d) >= l1 * (1 - 1e-12)
     if n * lam > 2**f:  # a huge n·λ: without the rounding term the release would lose far more than ε
         assert eps * unit * c.scale(n) < l2 / 2

@@ -116,8 +116,17 @@ def test_auxiliary_data_are_checked_end_to_end():
 
 def test_labels_map_by_text_and_unknown_labels_refuse():
     assert list(core.label_indices(np.array([-1.0, 1.0, 1.0]), ["-1", "1"])) == [0, 1, 1]
-    with pytest.raises(core.EnsembleJobError, match="'2'"):
+    with pytest.raises(core.EnsembleJobError, match="not one of the job's classes") as e:
         core.label_indices(np.array([0.0, 2.0]), ["0", "1"])
+    assert "2" not in str(e.value) and "'2'" in e.value.private  # the refusal names no label of the records; the party's log does
+
+
+def test_a_voter_whose_records_do_not_fit_says_so_without_their_dimension():
+    X_aux = np.zeros((3, 4))
+    spec = pb.EnsembleJobSpec(classes=["-1", "1"], lam=0.1)
+    with pytest.raises(core.RecordsDoNotFit) as e:
+        core.VoterRole("party-1").vote(spec, np.zeros((7, 6)), np.ones(7), X_aux)
+    assert "6" not in str(e.value) and "7" not in str(e.value) and "6 features" in e.value.private
 
 
 def test_curator_refuses_a_sum_that_is_not_the_jobs_secure_sum():

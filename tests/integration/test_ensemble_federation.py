@@ -171,7 +171,7 @@ def test_multiclass_majority_vote_job(fed):
         ({"parties": PARTIES + ["party-x"]}, grpc.StatusCode.INVALID_ARGUMENT, "party-x"),
         ({"compute_nodes": ["node-1", "node-9"]}, grpc.StatusCode.INVALID_ARGUMENT, "node-9"),
         ({"dataset": "missing"}, grpc.StatusCode.ABORTED, "no dataset 'missing'"),
-        ({"classes": ["0", "1"]}, grpc.StatusCode.ABORTED, "label '-1' is not one of"),
+        ({"classes": ["0", "1"]}, grpc.StatusCode.ABORTED, "a label of the dataset is not one of the job's classes"),
         ({"compute_nodes": ["node-1", "node-1"]}, grpc.StatusCode.INVALID_ARGUMENT, "compute_nodes: names must be distinct"),
         ({"classes": [str(k) for k in range(65)]}, grpc.StatusCode.INVALID_ARGUMENT, "classes: must hold [2, 64] entries"),
     ],

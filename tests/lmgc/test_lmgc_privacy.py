@@ -6,10 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
+from mpdp.dp.mechanisms import solver_slack
+from mpdp.lmgc.estimator import LargeMarginGaussianClassifier
 from mpdp.lmgc.objective import Problem, gradient_bound
 from mpdp.lmgc.params import augment, theta_to_vec
-from mpdp.lmgc.privacy import CorrectedCalibration, PrivacyError, jacobian_epsilon, ridge_for_jacobian_budget
+from mpdp.lmgc.privacy import SOLVER_SHARE, SOLVER_TOL, CorrectedCalibration, PrivacyError, jacobian_epsilon, ridge_for_jacobian_budget
 from mpdp.lmgc.solver import UnboundedObjectiveError, common_direction_slope, solve_psd, solve_unconstrained
 from mpdp.math.drbg import Drbg
 
@@ -27,8 +30,9 @@ def test_accounting_adds_up_to_epsilon(eps: float, C: int, n: int) -> None:
     c = 1.0
     eps_j = (C - 1) * math.log(1 + 2 * c * R2**4 / (n * cal.ridge))
     assert cal.eps_jacobian == pytest.approx(eps_j, rel=1e-12)
-    assert cal.eps_noise + eps_j <= eps * (1 + 1e-12)
-    assert cal.eps_noise + eps_j == pytest.approx(eps, rel=1e-9)
+    assert cal.eps_solver == SOLVER_SHARE * eps and cal.solver_tol == SOLVER_TOL  # the output noise for the solver's tolerance
+    assert cal.eps_noise + eps_j + cal.eps_solver <= eps * (1 + 1e-12)
+    assert cal.eps_noise + eps_j + cal.eps_solver == pytest.approx(eps, rel=1e-9)
     assert eps_j == pytest.approx(eps / 2, rel=1e-9)  # default split: half of ε to the Jacobian term
     assert cal.ridge == pytest.approx(2 * c * R2**4 / (n * (math.exp(eps / (2 * (C - 1))) - 1)), rel=1e-12)
     assert cal.sensitivity == pytest.approx(2 * R2**2 * math.sqrt(C * (C - 1)))
@@ -39,7 +43,7 @@ def test_ridge_floor_lowers_jacobian_share_and_keeps_total() -> None:
     cal = CorrectedCalibration.create(100.0, 1000, 10, dim_x=5, h=0.5, R=R2, ridge_floor=1e-2)
     assert cal.ridge == 1e-2
     assert cal.eps_jacobian < 50.0
-    assert cal.eps_noise + cal.eps_jacobian == pytest.approx(100.0)
+    assert cal.eps_noise + cal.eps_jacobian + cal.eps_solver == pytest.approx(100.0)
     assert jacobian_epsilon(cal.ridge, 1000, 10, 0.5, R2) == cal.eps_jacobian
     assert ridge_for_jacobian_budget(cal.eps_jacobian, 1000, 10, 0.5, R2) == pytest.approx(cal.ridge, rel=1e-9)
 
@@ -191,3 +195,44 @@ def test_shared_b_leaves_the_decision_relevant_part_untouched() -> None:
     assert np.allclose(diffs(with_shared), diffs(base), atol=1e-8)  # noise had no effect on decisions
     assert not np.allclose(diffs(with_own), diffs(base), atol=1e-3)  # per-class noise does perturb them
     assert not np.allclose(with_shared, base, atol=1e-3)  # (the mean did move)
+
+
+# -- the solver's tolerance (mpdp.dp.mechanisms.solver_slack) ----------------------------------------
+def test_a_computed_minimiser_is_within_tol_over_ridge_of_the_exact_one() -> None:
+    """The corrected solver stops at ‖∇J_p‖_F ≤ tol (absolute); J_p is Δ-strongly convex, so ‖θ̂ − θ*‖_F ≤ tol/Δ."""
+    prob, cal = _instance(60, seed=3)
+    exact = solve_unconstrained(prob, tol=1e-13, relative=False).theta
+    for tol in (1e-3, 1e-5):
+        sol = solve_unconstrained(prob, tol=tol, relative=False)
+        assert sol.optimality <= tol == sol.tolerance
+        assert np.linalg.norm(theta_to_vec(sol.theta - exact)) <= tol / cal.ridge
+
+
+def test_the_output_noise_pays_for_the_tolerance_with_eps_s() -> None:
+    """η_s has scale β_s = (2·tol/Δ)/ε_s: moving θ* by at most tol/Δ on either side changes the output density by at
+    most e^{(2·tol/Δ)/β_s} ≤ e^{ε_s}, so ε_b + ε_J + ε_s ≤ ε is the whole guarantee."""
+    for n, eps in ((20, 0.1), (1000, 1.0), (10**6, 5.0)):
+        cal = CorrectedCalibration.create(eps, n, 3, dim_x=4, h=0.5, R=R2, ridge_floor=1e-3)
+        assert cal.solver_noise_scale >= solver_slack(SOLVER_TOL, cal.ridge) / cal.eps_solver
+        assert solver_slack(SOLVER_TOL, cal.ridge) / cal.solver_noise_scale <= cal.eps_solver
+        assert cal.eps_noise + cal.eps_jacobian + cal.eps_solver <= eps * (1 + 1e-12) and cal.guarantee().epsilon == eps
+        draws = np.stack([theta_to_vec(cal.sample_output(Drbg.from_seed(f"s/{n}/{i}"))) for i in range(400)])
+        norms = np.linalg.norm(draws, axis=1)  # ‖η_s‖ ~ Gamma(p, β_s) in isometric coordinates
+        assert stats.kstest(norms, stats.gamma(a=cal.dim, scale=cal.solver_noise_scale).cdf).pvalue > 1e-3
+    cal = CorrectedCalibration.create(1.0, 50, 3, dim_x=2, h=0.5, R=R2)
+    exact = CorrectedCalibration(1.0, 50, 3, 2, 0.5, R2, cal.ridge, cal.eps_jacobian, 0.5)  # no tolerance: no η_s
+    assert exact.solver_noise_scale == 0.0 and not np.any(exact.sample_output(Drbg.from_seed(0)))
+    unpaid = CorrectedCalibration(1.0, 50, 3, 2, 0.5, R2, cal.ridge, cal.eps_jacobian, 0.4, solver_tol=1e-8)  # a tolerance without ε_s
+    with pytest.raises(PrivacyError):
+        unpaid.check()
+
+
+def test_the_estimator_releases_the_computed_minimiser_plus_the_output_noise() -> None:
+    X, y = three_gaussians(80, seed=5)
+    est = LargeMarginGaussianClassifier(mode="corrected", epsilon=2.0, psd="none", rng=Drbg.from_seed("est"))
+    est.fit(X, y)
+    acc = est.accounting_
+    assert acc["solver_tol"] == SOLVER_TOL and acc["eps_solver"] == SOLVER_SHARE * 2.0 and acc["solver_noise_scale"] > 0
+    assert acc["eps_noise"] + acc["eps_jacobian"] + acc["eps_solver"] <= 2.0 * (1 + 1e-12)
+    assert est.solution_ == {"method": "L-BFGS + Newton-CG", "tolerance": SOLVER_TOL, "tolerance_met": True}
+    assert "eps_s" in est.guarantee_.statement and f"{est.accounting_['ridge']:.6g}" not in est.guarantee_.statement
