@@ -397,7 +397,7 @@ def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes:
     from mpdp.dpgd.model import Task
     from mpdp.dpgd.plan import DpgdPlan, auto_rounds
     from mpdp.dpgd.role import DpgdRun
-    from mpdp_services.cli.learner import submit_and_follow
+    from mpdp_services.cli.model import submit_and_follow
     from mpdp_services.operator.dpgd import dpgd_spec
 
     for name, v in (("--dimension", dimension), ("--total-records", total_records), ("--records-per-party", records_per_party)):

@@ -208,7 +208,7 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
             limits.check_learner_job_spec(spec)
         except limits.SpecError as e:
             raise _RoundFailed(common_pb2.INVALID_JOB, str(e)) from None
-        learner = LEARNERS[spec.WhichOneof("learner")]
+        learner = LEARNERS[str(spec.WhichOneof("learner"))]
         if spec.simulation_seed and not self.test_mode:
             raise _RoundFailed(common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
         unknown = [p for p in spec.parties if p not in self.addresses]
@@ -223,7 +223,7 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         if any(job_id in t for t in self.tables.values()) or self.store.state(job_id) is not None:
             raise _RoundFailed(common_pb2.REPLAY, f"job {job_id} already exists")
         try:
-            role = learner.role(spec, job_id)
+            role: Any = learner.role(spec, job_id)
             outputs = role.start()  # round 0's DCA parameters are checked here, before anything runs
         except (ValueError, InvalidJob) as e:
             raise _RoundFailed(common_pb2.INVALID_JOB, f"not a valid {learner.protocol} job: {e}") from None
@@ -290,7 +290,8 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
     # -- the job's task --------------------------------------------------------------------------------------------------
     async def _drive(self, job: LearnerJob, outputs: list[Any]) -> None:
         """The role's loop (as :func:`mpdp.dpgd.role.drive`, asynchronously): run each round it asks for, feed the release."""
-        role, learner = job.machine, job.learner
+        role: Any = job.machine  # DpgdRole or RegressionRole: start, released, round_failed, result
+        learner = job.learner
         seconds: dict[str, float] = {}
         try:
             await job.start([o for o in outputs if not isinstance(o, (DpgdRound, RegressionRound))])

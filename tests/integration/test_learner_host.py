@@ -166,3 +166,63 @@ def test_a_job_id_is_admitted_once(fed):
         with pytest.raises(grpc.RpcError) as e:
             client.submit(_spec(rounds=0, job_id=job))
         assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
+def test_cli_detach_watch_export_predict(fed, tmp_path):
+    """`mpdp train --model dp-gd --detach` and `mpdp regress --detach` return the job id at once; `mpdp jobs watch`
+    follows the job to its end with its stage; `mpdp model export` writes the release as JSON or npz; `mpdp predict`
+    reads the dp-gd model from the curator's store."""
+    import json
+
+    from click.testing import CliRunner
+
+    from mpdp_services.cli.jobs import predict, train
+    from mpdp_services.cli.model import model as model_cmd
+    from mpdp_services.cli.operate import jobs as jobs_cmd
+    from mpdp_services.cli.regress import regress
+
+    ep = ["--endpoints", str(fed.workdir)]
+    run = CliRunner()
+    res = run.invoke(train, [*ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lambda", "0.01", "--model", "dp-gd",
+                             "--dimension", str(D), "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--rounds", "2", "--detach", "--json"],
+                     catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    job = json.loads(res.output.strip().splitlines()[-1])["job_id"]
+    assert job.startswith("dp-")
+    res = run.invoke(jobs_cmd, ["watch", job, *ep, "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    seen = [json.loads(line) for line in res.output.strip().splitlines()]
+    assert seen[-1]["state"] == "DONE" and seen[-1]["terminal"] and all(s["stage"].startswith("round ") for s in seen[:-1]), seen
+
+    res = run.invoke(model_cmd, ["export", job, *ep, "--format", "json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output.strip().splitlines()[0])
+    assert doc["job_id"] == job and np.asarray(doc["weights"]).shape == (D, 1) and len(doc["iterates"]) == 3 and "guarantee" in doc
+    res = run.invoke(model_cmd, ["export", job, *ep, "--format", "npz", "--out", str(tmp_path / "m.npz")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    with np.load(tmp_path / "m.npz") as z:
+        assert np.array_equal(z["weights"], np.asarray(doc["weights"])) and json.loads(str(z["meta"]))["trust_model"] == doc["trust_model"]
+
+    res = run.invoke(predict, [*ep, "--job", job, "--data", str(fed.workdir.parent / "data" / "party-1.csv"), "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1])["rows"] == SIZES[0]
+
+    res = run.invoke(regress, [*ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--nodes", ",".join(NODES), "--bounds", "2,2,2,1", "-d", str(D),
+                               "--epsilon", "5", "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--grid-repeats", "2,2",
+                               "--detach", "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    rg = json.loads(res.output.strip().splitlines()[-1])["job_id"]
+    assert rg.startswith("rg-")
+    res = run.invoke(jobs_cmd, ["watch", rg, *ep, "--json"], catch_exceptions=False)
+    assert res.exit_code == 0 and json.loads(res.output.strip().splitlines()[-1])["state"] == "DONE", res.output
+    assert get_job(Endpoints.load(fed.workdir), rg)["protocol"] == "regression"
+    res = run.invoke(model_cmd, ["export", rg, *ep], catch_exceptions=False)
+    doc = json.loads(res.output.strip().splitlines()[0])
+    assert len(doc["posterior_mean"]) == D and np.asarray(doc["posterior_precision"]).shape == (D, D) and doc["std_release"]["job"] != doc["main_release"]["job"]
+    # without --detach, regress follows the job and prints the posterior
+    res = run.invoke(regress, [*ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--nodes", ",".join(NODES), "--bounds", "2,2,2,1", "-d", str(D),
+                               "--epsilon", "5", "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--grid-repeats", "2,2", "--json"],
+                     catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["job_id"].startswith("rg-") and len(out["posterior_mean"]) == D
