@@ -1,4 +1,4 @@
-"""The operator's dp-gd job (``mpdp train --model dp-gd``) as one sans-IO role.
+"""The dp-gd job (``mpdp train --model dp-gd``) as one sans-IO role.
 
 :class:`DpgdRole` runs the R + 1 public rounds of a :class:`~mpdp.dpgd.plan.DpgdPlan`: each round is a
 :class:`RunRound` output (a DCA job to create, labelled ``<job>.r<round>``, and a contribution round of the
@@ -6,8 +6,8 @@ parties with the round's :class:`~mpdp.messages.contribution_pb2.DpgdRound`: pla
 release comes back as the local event ``released`` and goes to the curator's step
 (:class:`~mpdp.dpgd.plan.DpgdCurator`), which publishes the next iterate, or, after round R, the model.
 
-Two drivers move the same role (:func:`drive`): the federation (``services/operator/dpgd.py``) and
-:func:`run_inmemory`, which runs each round's DCA job with the one in-memory driver
+Two drivers move the same role: the curator's learner host over the federation (``services/curator/learner.py``,
+asynchronously, the same loop as :func:`drive`) and :func:`run_inmemory` (through :func:`drive`), which runs each round's DCA job with the one in-memory driver
 (:func:`mpdp.dca.driver.run_job`) and the parties' vectors computed as ``services/party/contribution.py``
 computes them. For the same seed and DCA job ids both give the same releases and model bit for bit.
 """
@@ -107,7 +107,7 @@ class DpgdRun:
 
 
 class DpgdRole(Machine):
-    """The operator's dp-gd job, sans-IO: ROUNDS (R + 1 releases, one step each) → DONE, or FAILED.
+    """The dp-gd job, sans-IO: ROUNDS (R + 1 releases, one step each) → DONE, or FAILED.
 
     :meth:`start` asks for round 0; :meth:`released` takes a round's DP release (checked: the job the driver
     created for it, the round's dimension and (ε, δ), finite values) and asks for the next round or publishes

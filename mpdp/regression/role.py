@@ -1,4 +1,4 @@
-"""The operator's regression job (Heikkilä et al. 2017, Algorithm 2 over the federation) as one sans-IO role.
+"""The regression job (Heikkilä et al. 2017, Algorithm 2 over the federation) as one sans-IO role.
 
 :class:`RegressionRole` runs the public steps of :class:`~mpdp.regression.plan.RegressionPlan` in order:
 STD_ROUND (ask for the std round: Σ(x², y²) of every party's records clipped to c) → MAIN_ROUND (from the std
@@ -7,8 +7,8 @@ release: σ̂, the grid search, the thresholds B, then ask for the main round: X
 round of the parties (``mpdp.contribution.ContributionRound`` at the curator); its DP release comes back as
 the local event ``released`` (or ``round_failed``).
 
-Two drivers move the same role (:func:`drive`): ``mpdp regress`` over the federation
-(``services/operator/regression.py``) and :func:`run_inmemory`, which runs each round's DCA job with the
+Two drivers move the same role: the curator's learner host over the federation (``services/curator/learner.py``,
+asynchronously, the same loop as :func:`drive`; ``mpdp regress`` submits to it) and :func:`run_inmemory` (through :func:`drive`), which runs each round's DCA job with the
 one in-memory driver (:func:`mpdp.dca.driver.run_job` over :class:`mpdp.driver.Wire`) with the parties'
 statistics computed as the party service computes them. For the same seed and job ids both give the same
 releases and posterior bit for bit.
@@ -104,7 +104,7 @@ class RegressionRun:
 
 
 class RegressionRole(Machine):
-    """The operator's two-round regression, sans-IO: STD_ROUND → MAIN_ROUND → DONE, or FAILED.
+    """The two-round regression job, sans-IO: STD_ROUND → MAIN_ROUND → DONE, or FAILED.
 
     :meth:`start` asks for the std round; :meth:`released` takes a round's DP release (checked: the job the
     driver created for it, d + 1 or the main round's dimension values, the job's (ε, δ)); :meth:`round_failed`
