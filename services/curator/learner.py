@@ -160,6 +160,19 @@ class LearnerJob(Hosted[Machine]):
         self.stop: tuple[int, str] | None = None  # (Problem, detail) of a cancel or the deadline
 
 
+async def _finish_first(step: asyncio.Future) -> Any:
+    """Await a role step; if the task is stopped meanwhile, let the step finish first (the role is never changed by
+    two hands at once), then stop."""
+    try:
+        return await asyncio.shield(step)
+    except asyncio.CancelledError:
+        try:
+            await step
+        except Exception:  # noqa: BLE001 - the step's own failure is the role's; the stop wins
+            pass
+        raise
+
+
 class _RoundFailed(Exception):
     def __init__(self, problem: int, detail: str) -> None:
         super().__init__(detail)
@@ -301,8 +314,8 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
                 t = time.perf_counter()
                 dca_job, release = await self._round(job, ask)
                 seconds[f"r{r}"] = time.perf_counter() - t
-                async with job.lock:
-                    outputs = await asyncio.to_thread(role.released, dca_job, release)  # the curator's step (dp-gd) or grid search (regression)
+                async with job.lock:  # the curator's step (dp-gd) or the grid search (regression), off the event loop
+                    outputs = await _finish_first(asyncio.ensure_future(asyncio.to_thread(role.released, dca_job, release)))
                 job.dca_job = ""
                 run = next((o.release for o in outputs if isinstance(o, Publish)), None)
                 if run is not None:
@@ -327,8 +340,15 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         """One round: the DCA job, the parties' contributions, the release; _RoundFailed naming the round otherwise."""
         r, rounds = job.learner.progress(job.machine)
         name = f"round {r + 1} of {rounds}"
+        create = asyncio.ensure_future(self.dca.create(ask.params.to_spec()))
         try:
-            dca_job = await self.dca.create(ask.params.to_spec())
+            dca_job = await asyncio.shield(create)
+        except asyncio.CancelledError:  # stopped while the DCA job was being announced: it exists, and is aborted with the job
+            try:
+                job.dca_job = await create
+            except DcaJobRefused:
+                pass
+            raise
         except DcaJobRefused as e:
             raise _RoundFailed(e.problem, f"{name}: the curator refused its DCA job: {e.detail}") from None
         job.dca_job = dca_job
