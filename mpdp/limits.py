@@ -469,8 +469,6 @@ def check_learner_job_spec(msg: Any) -> None:
         check_message("RegressionJobSpec", msg.regression, "regression.")
     else:
         raise SpecError("learner", "must be one of dpgd, regression")
-    if msg.max_missing > len(msg.parties) - 2 and msg.max_missing:
-        raise SpecError("max_missing", "must be at most the number of parties − 2")
 
 
 def check_ensemble_job_spec(msg: Any) -> None:

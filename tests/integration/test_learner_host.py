@@ -139,7 +139,7 @@ def test_a_refused_round_fails_the_job_and_aborts_its_dca_job(fed):
     (lambda s: s.parties.append("party-1"), "parties"),
     (lambda s: s.parties.append("party-99"), "not registered"),
     (lambda s: s.compute_nodes.append("node-99"), "not registered"),
-    (lambda s: setattr(s, "max_missing", 2), "max_missing"),
+    (lambda s: setattr(s, "max_missing", 2), "N − T − 1 ≥ 1"),
     (lambda s: setattr(s, "deadline_seconds", 1e9), "deadline_seconds"),
     (lambda s: setattr(s, "job_id", "pk-000000000000"), "starts with dp-"),
     (lambda s: s.ClearField("dpgd"), "learner"),
