@@ -291,6 +291,8 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
             raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
+    if protocol == "regression":
+        raise click.ClickException(f"job {job_id} is a regression job: `mpdp model export {job_id}` writes its posterior")
     if protocol != "pathak2010":
         raise click.ClickException(f"job {job_id} is a {protocol} job: it released a sum, not a model (`mpdp dca release --job {job_id}`)")
     with OperatorClient(Endpoints.load(endpoints)) as client:
