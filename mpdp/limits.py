@@ -57,6 +57,7 @@ MAX_AUX_FEATURES = 4096
 MAX_DPGD_D = 1024  # DpgdPlan: round 0 sends d(d+1)/2 + d·m values
 MAX_DPGD_ROUNDS = 100
 MAX_REGRESSION_D = 256  # the main round sums (d+1)(d+2)/2 + d + 1 entries per party
+MAX_GRID_REPEATS = 100  # regression's threshold grid search runs on synthetic data, repeats × repeats fits
 MAX_SIZE_BITS = 48
 # Admission at the curator (CuratorConfig.max_live_jobs_federation / max_live_jobs_per_operator; job-model.md §5):
 # live jobs of the whole federation and of one operator certificate. Each live Pathak job keeps at most a couple of
@@ -285,6 +286,39 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("epsilon", "real", 0.0, MAX_EPSILON, "", "ε of the whole fit (0.3 std round, 0.7 main round)", open_min=True),
         Limit("delta", "real", 0.0, 1.0, "", "δ of the whole fit", open_min=True, open_max=True),
     ),
+    "LearnerJobSpec": (  # a multi-round learner hosted by the curator (learner.proto); dpgd/regression: their own rows
+        Limit("job_id", "text", 0, MAX_ID, "", "empty (the curator chooses) or an id; an id is never admitted twice"),
+        _dataset(),
+        Limit("parties", "count", 1, MAX_PARTIES, "", "each party is one DCA client of every round; a duplicate would submit twice", item="id"),
+        Limit("compute_nodes", "count", 2, MAX_NODES, "", "M ≥ 2 nodes of every round's DCA job", item="id"),
+        Limit("records_per_party", "int", 1, (1 << 32) - 1, "", "public bound on one party's row count"),
+        Limit("max_missing", "int", 0, MAX_PARTIES - 2, "", "T of every round: at most K − 2 (checked with K)"),
+        _seed(),
+        _deadline(600.0),
+        _schema(),
+    ),
+    "DpgdJobSpec": (  # LearnerJobSpec.dpgd (mpdp/dpgd/plan.py DpgdPlan checks the relations)
+        Limit("task", "choice", None, None, "", "binary or multinomial logistic regression", choices=("binary", "softmax")),
+        Limit("classes", "int", 2, MAX_CLASSES, "", "2 for binary; K for softmax"),
+        Limit("dimension", "int", 1, MAX_DPGD_D, "", "round 0 sends d(d+1)/2 + d·m values"),
+        _eps(),
+        Limit("delta", "real", 0.0, 1.0, "", "δ of the whole job", open_min=True, open_max=True),
+        Limit("lam", "real", 0.0, MAX_REAL, "", "the regulariser λ; finite", open_min=True),
+        Limit("rounds", "int", 0, MAX_DPGD_ROUNDS, "", "R: the job has R + 1 DCA rounds (0 = the functional mechanism)"),
+        Limit("total_records", "int", 1, (1 << 48), "", "N, public (replace adjacency)"),
+        _mode(),
+    ),
+    "RegressionJobSpec": (  # LearnerJobSpec.regression (mpdp/regression/plan.py RegressionPlan)
+        Limit("bounds", "count", 2, MAX_REGRESSION_D + 1, "", "c: d + 1 values (features, then target)", item="real+"),
+        Limit("epsilon", "real", 0.0, MAX_EPSILON, "", "ε of the whole fit (0.3 std round, 0.7 main round)", open_min=True),
+        Limit("delta", "real", 0.0, 1.0, "", "δ of the whole fit", open_min=True, open_max=True),
+        Limit("total_records", "int", 1, (1 << 48), "", "N, public"),
+        _mode(),
+        Limit("noise", "choice", None, None, "", "the rounds' DCA noise: floating-point Gaussian, or exact integer discrete Gaussian (mode CORRECTED)",
+              choices=(dca_pb2.GAUSSIAN, dca_pb2.DISCRETE_GAUSSIAN), choice_names=("GAUSSIAN", "DISCRETE_GAUSSIAN")),
+        Limit("grid_repeats_x", "int", 1, MAX_GRID_REPEATS, "", "the threshold grid search's repeats (synthetic data, no private data)", default=20),
+        Limit("grid_repeats_y", "int", 1, MAX_GRID_REPEATS, "", "the threshold grid search's repeats (synthetic data, no private data)", default=20),
+    ),
     "KeyBits": (
         Limit("paillier_bits", "int", MIN_PRODUCTION_KEY_BITS, MAX_KEY_BITS, "bits", f"Paillier and DGK moduli; {MIN_TEST_KEY_BITS} bits allowed in test mode only; larger keys cost cubic time"),
     ),
@@ -428,6 +462,20 @@ def check_contribution_round(msg: Any) -> None:
     check_message("StatisticRequest", msg.request, "request.")
     if msg.request.HasField("dpgd"):
         check_message("DpgdRound", msg.request.dpgd, "request.dpgd.")
+
+
+def check_learner_job_spec(msg: Any) -> None:
+    """Every field of a learner job (the common rows, then its learner's); the learner must be set."""
+    check_message("LearnerJobSpec", msg)
+    if msg.job_id:
+        check_id(msg.job_id, "job_id")
+    which = msg.WhichOneof("learner")
+    if which == "dpgd":
+        check_message("DpgdJobSpec", msg.dpgd, "dpgd.")
+    elif which == "regression":
+        check_message("RegressionJobSpec", msg.regression, "regression.")
+    else:
+        raise SpecError("learner", "must be one of dpgd, regression")
 
 
 def check_ensemble_job_spec(msg: Any) -> None:

@@ -1,4 +1,4 @@
-"""The operator's dp-gd job (``mpdp train --model dp-gd``) as one sans-IO role.
+"""The dp-gd job (``mpdp train --model dp-gd``) as one sans-IO role.
 
 :class:`DpgdRole` runs the R + 1 public rounds of a :class:`~mpdp.dpgd.plan.DpgdPlan`: each round is a
 :class:`RunRound` output (a DCA job to create, labelled ``<job>.r<round>``, and a contribution round of the
@@ -6,8 +6,8 @@ parties with the round's :class:`~mpdp.messages.contribution_pb2.DpgdRound`: pla
 release comes back as the local event ``released`` and goes to the curator's step
 (:class:`~mpdp.dpgd.plan.DpgdCurator`), which publishes the next iterate, or, after round R, the model.
 
-Two drivers move the same role (:func:`drive`): the federation (``services/operator/dpgd.py``) and
-:func:`run_inmemory`, which runs each round's DCA job with the one in-memory driver
+Two drivers move the same role: the curator's learner host over the federation (``services/curator/learner.py``,
+asynchronously, the same loop as :func:`drive`) and :func:`run_inmemory` (through :func:`drive`), which runs each round's DCA job with the one in-memory driver
 (:func:`mpdp.dca.driver.run_job`) and the parties' vectors computed as ``services/party/contribution.py``
 computes them. For the same seed and DCA job ids both give the same releases and model bit for bit.
 """
@@ -23,8 +23,8 @@ import numpy as np
 
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd.plan import TRUST_MODEL, DpgdCurator, DpgdPlan, party_vector, round_job_id
-from mpdp.dpgd.wire import iterate_of, round_request
-from mpdp.messages import contribution_pb2, dca_pb2
+from mpdp.dpgd.wire import iterate_of, plan_of, round_request
+from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, learner_pb2
 from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
 
 ROUNDS, DONE = "ROUNDS", "DONE"
@@ -79,9 +79,35 @@ class DpgdRun:
             "round_seconds": dict(self.seconds),
         }
 
+    def message(self) -> learner_pb2.LearnerModel:
+        """The release as the curator's learner store keeps it (learner.proto LearnerModel); :meth:`of` reads it back."""
+        g = self.plan.guarantee
+        W = np.asarray(self.model, dtype=np.float64)
+        return learner_pb2.LearnerModel(
+            job_id=self.job_id, protocol="dpgd", parties=list(self.parties), dca_jobs=list(self.dca_jobs), releases=list(self.releases),
+            guarantee=common_pb2.Guarantee(mechanism=g.mechanism, epsilon=g.epsilon, delta=g.delta, sensitivity=g.sensitivity, norm=g.norm, statement=g.statement),
+            trust_model=TRUST_MODEL, seeded=self.seeded, seconds=dict(self.seconds),
+            dpgd=learner_pb2.DpgdModel(plan=round_request(self.plan, self.job_id, 0, np.zeros_like(W)), outputs=W.shape[1], weights=W.ravel().tolist(),
+                                       iterates=[v for it in self.iterates for v in np.asarray(it, dtype=np.float64).ravel().tolist()]),
+        )
+
+    @classmethod
+    def of(cls, msg: learner_pb2.LearnerModel) -> "DpgdRun":
+        """The run a stored :meth:`message` describes (the plan rebuilt from its public parameters); ValueError if it is not one."""
+        if msg.WhichOneof("model") != "dpgd":
+            raise ValueError(f"job {msg.job_id} is not a dp-gd model")
+        m = msg.dpgd
+        plan = plan_of(m.plan)
+        d, w = plan.dimension, plan.width
+        if m.outputs != w or len(m.weights) != d * w or len(m.iterates) % (d * w):
+            raise ValueError(f"job {msg.job_id}: the stored weights are not {d} × {w}")
+        its = np.asarray(m.iterates, dtype=np.float64).reshape(-1, d, w)
+        return cls(msg.job_id, plan, tuple(msg.parties), list(msg.dca_jobs), list(msg.releases), [it for it in its],
+                   np.asarray(m.weights, dtype=np.float64).reshape(d, w), msg.seeded, dict(msg.seconds))
+
 
 class DpgdRole(Machine):
-    """The operator's dp-gd job, sans-IO: ROUNDS (R + 1 releases, one step each) → DONE, or FAILED.
+    """The dp-gd job, sans-IO: ROUNDS (R + 1 releases, one step each) → DONE, or FAILED.
 
     :meth:`start` asks for round 0; :meth:`released` takes a round's DP release (checked: the job the driver
     created for it, the round's dimension and (ε, δ), finite values) and asks for the next round or publishes

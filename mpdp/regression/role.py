@@ -1,4 +1,4 @@
-"""The operator's regression job (Heikkilä et al. 2017, Algorithm 2 over the federation) as one sans-IO role.
+"""The regression job (Heikkilä et al. 2017, Algorithm 2 over the federation) as one sans-IO role.
 
 :class:`RegressionRole` runs the public steps of :class:`~mpdp.regression.plan.RegressionPlan` in order:
 STD_ROUND (ask for the std round: Σ(x², y²) of every party's records clipped to c) → MAIN_ROUND (from the std
@@ -7,8 +7,8 @@ release: σ̂, the grid search, the thresholds B, then ask for the main round: X
 round of the parties (``mpdp.contribution.ContributionRound`` at the curator); its DP release comes back as
 the local event ``released`` (or ``round_failed``).
 
-Two drivers move the same role (:func:`drive`): ``mpdp regress`` over the federation
-(``services/operator/regression.py``) and :func:`run_inmemory`, which runs each round's DCA job with the
+Two drivers move the same role: the curator's learner host over the federation (``services/curator/learner.py``,
+asynchronously, the same loop as :func:`drive`; ``mpdp regress`` submits to it) and :func:`run_inmemory` (through :func:`drive`), which runs each round's DCA job with the
 one in-memory driver (:func:`mpdp.dca.driver.run_job` over :class:`mpdp.driver.Wire`) with the parties'
 statistics computed as the party service computes them. For the same seed and job ids both give the same
 releases and posterior bit for bit.
@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mpdp.dca.params import DcaParams
-from mpdp.messages import dca_pb2
+from mpdp.messages import common_pb2, dca_pb2, learner_pb2
 from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
 from mpdp.regression.grid import Multipliers
 from mpdp.regression.plan import MainRoundStep, RegressionPlan
@@ -65,9 +65,46 @@ class RegressionRun:
     posterior: Posterior
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def message(self, job_id: str, parties: Sequence[str], noise: int = dca_pb2.GAUSSIAN, total_records: int = 0) -> learner_pb2.LearnerModel:
+        """The release as the curator's learner store keeps it (learner.proto LearnerModel); :meth:`of` reads it back.
+        The job's guarantee is the basic composition of its two rounds' (the plan's (ε, δ))."""
+        rel = (self.std_release, self.main_release)
+        eps, delta = sum(r.guarantee.epsilon for r in rel), sum(r.guarantee.delta for r in rel)
+        g = common_pb2.Guarantee(mechanism="DCA Gaussian sums, Heikkilä et al. 2017 Algorithm 2 (std and main rounds)", epsilon=eps, delta=delta,
+                                 statement=f"({eps:.6g}, {delta:.3g})-DP for the posterior by basic composition of the std round "
+                                           f"({rel[0].guarantee.statement}) and the main round ({rel[1].guarantee.statement})")
+        p = self.plan
+        spec = learner_pb2.RegressionJobSpec(bounds=list(p.bounds), epsilon=p.epsilon, delta=p.delta, total_records=total_records,
+                                             mode=common_pb2.CORRECTED if p.mode == "corrected" else common_pb2.PAPER, noise=noise,  # type: ignore[arg-type]
+                                             grid_repeats_x=p.grid_repeats[0], grid_repeats_y=p.grid_repeats[1])
+        post = self.posterior
+        return learner_pb2.LearnerModel(
+            job_id=job_id, protocol="regression", parties=list(parties), dca_jobs=[self.std_job, self.main_job], releases=list(rel), guarantee=g,
+            trust_model=self.main_release.trust_model, seeded=bool(self.main_release.seeded), seconds=dict(self.seconds),
+            regression=learner_pb2.RegressionModel(plan=spec, thresholds=np.asarray(self.thresholds, dtype=np.float64).ravel().tolist(),
+                                                   multipliers=list(self.multipliers), posterior_mean=np.asarray(post.mean).ravel().tolist(),
+                                                   posterior_precision=np.asarray(post.precision).ravel().tolist(), posterior_lambda=post.lam),
+        )
+
+    @classmethod
+    def of(cls, msg: learner_pb2.LearnerModel) -> "RegressionRun":
+        """The run a stored :meth:`message` describes; ValueError if it is not one."""
+        if msg.WhichOneof("model") != "regression" or len(msg.releases) != 2 or len(msg.dca_jobs) != 2:
+            raise ValueError(f"job {msg.job_id} is not a regression model")
+        m = msg.regression
+        s = m.plan
+        plan = RegressionPlan(tuple(s.bounds), s.epsilon, s.delta, "corrected" if s.mode == common_pb2.CORRECTED else "paper",
+                              grid_repeats=(s.grid_repeats_x, s.grid_repeats_y))
+        d = len(m.posterior_mean)
+        if len(m.posterior_precision) != d * d or len(m.multipliers) != 2:
+            raise ValueError(f"job {msg.job_id}: the stored posterior is not {d}-dimensional")
+        post = Posterior(np.asarray(m.posterior_mean, dtype=np.float64), np.asarray(m.posterior_precision, dtype=np.float64).reshape(d, d), m.posterior_lambda)
+        return cls(plan, msg.dca_jobs[0], msg.dca_jobs[1], msg.releases[0], msg.releases[1], np.asarray(m.thresholds, dtype=np.float64),
+                   (m.multipliers[0], m.multipliers[1]), post, dict(msg.seconds))
+
 
 class RegressionRole(Machine):
-    """The operator's two-round regression, sans-IO: STD_ROUND → MAIN_ROUND → DONE, or FAILED.
+    """The two-round regression job, sans-IO: STD_ROUND → MAIN_ROUND → DONE, or FAILED.
 
     :meth:`start` asks for the std round; :meth:`released` takes a round's DP release (checked: the job the
     driver created for it, d + 1 or the main round's dimension values, the job's (ε, δ)); :meth:`round_failed`

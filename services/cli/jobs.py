@@ -190,10 +190,11 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
 @click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")
+@click.option("--detach", is_flag=True, help="dp-gd: print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float, colluders: int | None, model: str, ridge: float, data_norm: float,
           auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
-          dimension: int, total_records: int, records_per_party: int, rounds: int, schema_file: str | None, as_json: bool) -> None:
+          dimension: int, total_records: int, records_per_party: int, rounds: int, schema_file: str | None, detach: bool, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
     import grpc
 
@@ -205,7 +206,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
     if model == "dp-gd":
         dpgd_mode = "corrected" if mode == "gaussian-distributed" else mode  # dp-gd's own calibrations; the Pathak default names the provable one
         _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta or 1e-6, lam, dpgd_mode, classes.split(","), dimension, total_records,
-                    records_per_party, rounds, max_missing, as_json, schema_sha256)
+                    records_per_party, rounds, max_missing, as_json, schema_sha256, detach)
         return
 
     if model == "hamm2016":
@@ -269,7 +270,7 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
     from mpdp_services.operator.pathak2010 import OperatorClient
 
     protocol = _protocol_of(endpoints, job_id)
-    if protocol == "dp-gd":
+    if protocol == "dpgd":
         _predict_dpgd(endpoints, job_id, data_path, fmt, as_json)
         return
     if protocol == "hamm2016":
@@ -290,6 +291,8 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
             raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
+    if protocol == "regression":
+        raise click.ClickException(f"job {job_id} is a regression job: `mpdp model export {job_id}` writes its posterior")
     if protocol != "pathak2010":
         raise click.ClickException(f"job {job_id} is a {protocol} job: it released a sum, not a model (`mpdp dca release --job {job_id}`)")
     with OperatorClient(Endpoints.load(endpoints)) as client:
@@ -391,12 +394,13 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
 
 def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes: str, epsilon: float, delta: float, lam: float, mode: str,
                 classes: list[str], dimension: int, total_records: int, records_per_party: int, rounds: int, max_missing: int, as_json: bool,
-                schema_sha256: str = "") -> None:
-    """`mpdp train --model dp-gd`: run the job, store the model for `mpdp predict`, print its summary."""
+                schema_sha256: str = "", detach: bool = False) -> None:
+    """`mpdp train --model dp-gd`: submit the job to the curator (which runs the rounds and stores the model); follow it or detach."""
     from mpdp.dpgd.model import Task
     from mpdp.dpgd.plan import DpgdPlan, auto_rounds
-    from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.dpgd import RoundFailed, run_dpgd, save_model
+    from mpdp.dpgd.role import DpgdRun
+    from mpdp_services.cli.model import submit_and_follow
+    from mpdp_services.operator.dpgd import dpgd_spec
 
     for name, v in (("--dimension", dimension), ("--total-records", total_records), ("--records-per-party", records_per_party)):
         if v < 1:
@@ -408,31 +412,23 @@ def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes:
                         total_records=total_records, mode=mode)
     except ValueError as e:
         raise click.ClickException(f"not a valid dp-gd plan: {e}")
-    try:
-        with err.status(f"dp-gd job: {plan.rounds + 1} rounds, {len(parties)} parties as DCA clients, {len(nodes)} compute nodes") if not as_json else _null():
-            run = run_dpgd(Endpoints.load(endpoints), dataset, parties, nodes, plan, records_per_party, max_missing=max_missing, schema_sha256=schema_sha256)
-    except RoundFailed as e:
-        raise click.ClickException(f"the dp-gd job failed: {e}. Nothing was published.")
-    path = save_model(endpoints, run)
-    out = {k: v for k, v in run.summary().items() if k != "weights"}
-    out["stored"] = str(path)
-    print(json.dumps(out)) if as_json else Console().print_json(json.dumps(out))
+
+    def summary(model) -> dict:
+        out = {k: v for k, v in DpgdRun.of(model).summary().items() if k != "weights"}
+        out["stored"] = "curator"  # `mpdp predict --job`, `mpdp model export` read it from the curator's store
+        return out
+
+    submit_and_follow(endpoints, dpgd_spec(dataset, parties, nodes, plan, records_per_party, max_missing=max_missing, schema_sha256=schema_sha256),
+                      detach, as_json, summary)
 
 
 def _protocol_of(endpoints: str, job_id: str) -> str:
-    """Which protocol published ``job_id``: a dp-gd model stored beside the endpoints, else the curator's record
-    of the job (`mpdp jobs show`), never a guess from the id."""
+    """Which protocol ran ``job_id``: the curator's record of the job (`mpdp jobs show`), never a guess from the id."""
     import grpc
 
     from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.dpgd import load_model
     from mpdp_services.operator.jobs import get_job
 
-    try:
-        load_model(endpoints, job_id)
-        return "dp-gd"
-    except (FileNotFoundError, ValueError):
-        pass
     try:
         return str(get_job(Endpoints.load(endpoints), job_id)["protocol"])
     except grpc.RpcError as e:
@@ -440,24 +436,28 @@ def _protocol_of(endpoints: str, job_id: str) -> str:
 
 
 def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
-    """Classify with a stored dp-gd model (rows scaled onto the unit ball, as the parties trained on them)."""
-    from mpdp.dpgd.model import Task, party_rows, prepare
-    from mpdp_services.operator.dpgd import load_model
+    """Classify with a dp-gd model from the curator's store (rows scaled onto the unit ball, as the parties trained on them)."""
+    import grpc
+
+    from mpdp.dpgd.model import party_rows, prepare
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.dpgd import fetch_model
 
     try:
-        m = load_model(endpoints, job_id)
-    except (FileNotFoundError, ValueError) as e:
+        run = fetch_model(Endpoints.load(endpoints), job_id)
+    except grpc.RpcError as e:
+        raise click.ClickException(e.details())
+    except ValueError as e:
         raise click.ClickException(str(e))
-    task = Task(m["task"], m["classes"])
-    W = np.asarray(m["weights"], dtype=np.float64)
+    task, d = run.plan.task, run.plan.dimension
     try:
-        X, y = load(data_path, fmt, n_features=m["dimension"])
+        X, y = load(data_path, fmt, n_features=d)
     except DatasetError as e:
         raise click.ClickException(str(e))
-    if X.shape[1] != m["dimension"]:
-        raise click.ClickException(f"{data_path} has {X.shape[1]} features, the model has {m['dimension']}")
-    pred = task.predict(W, prepare(X))
-    out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": m["guarantee"]["statement"], "trust_model": m["trust_model"]}
+    if X.shape[1] != d:
+        raise click.ClickException(f"{data_path} has {X.shape[1]} features, the model has {d}")
+    pred = task.predict(run.model, prepare(X))
+    out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": run.plan.guarantee.statement, "trust_model": run.summary()["trust_model"]}
     try:
         _, labels = party_rows(task, X, y)
         out["accuracy"] = float(np.mean(pred == labels))

@@ -1,4 +1,4 @@
-"""`mpdp jobs ls|show|cancel|logs`: the curator's jobs of every protocol, for the federation's operator."""
+"""`mpdp jobs ls|show|watch|cancel|logs`: the curator's jobs of every protocol, for the federation's operator."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 
 from mpdp_services.cli.options import endpoints_option
 
-PROTOCOLS = ("pathak2010", "dca", "lmgc", "hamm2016")
+PROTOCOLS = ("pathak2010", "dca", "lmgc", "hamm2016", "dpgd", "regression")
 
 
 def _endpoints(path: str):
@@ -25,10 +25,16 @@ def _call(fn, *args) -> Any:
     try:
         return fn(*args)
     except grpc.RpcError as e:
-        code = e.code()
-        hint = {grpc.StatusCode.UNAVAILABLE: " (is the federation running? `mpdp health` checks a service)",
-                grpc.StatusCode.PERMISSION_DENIED: " (use the operator's certificate: the endpoints.json of `mpdp federation up` or `mpdp provision`)"}
-        raise click.ClickException(f"the curator answered {code.name if code else 'an error'}: {e.details()}{hint.get(code, '')}") from None
+        raise _refusal(e) from None
+
+
+def _refusal(e) -> click.ClickException:
+    import grpc
+
+    code = e.code()
+    hint = {grpc.StatusCode.UNAVAILABLE: " (is the federation running? `mpdp health` checks a service)",
+            grpc.StatusCode.PERMISSION_DENIED: " (use the operator's certificate: the endpoints.json of `mpdp federation up` or `mpdp provision`)"}
+    return click.ClickException(f"the curator answered {code.name if code else 'an error'}: {e.details()}{hint.get(code, '')}")
 
 
 def _when(t: float | None) -> str:
@@ -41,7 +47,7 @@ def _seconds(job: dict) -> str:
 
 @click.group("jobs")
 def jobs() -> None:
-    """See and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles)."""
+    """See, follow and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles, dp-gd, regression)."""
 
 
 @jobs.command("ls")
@@ -107,6 +113,34 @@ def logs(endpoints: str, job_id: str, as_json: bool) -> None:
     start = job["events"][0]["at"] if job["events"] else 0.0
     for e in job["events"]:
         click.echo(f"{_when(e['at'])}  +{e['at'] - start:8.3f} s  {e['state']}{'  ' + e['problem'] if e['problem'] else ''}")
+
+
+@jobs.command("watch")
+@endpoints_option
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per change (state, stage, terminal, problem, detail)")
+def watch(endpoints: str, job_id: str, as_json: bool) -> None:
+    """Follow a job until it ends: each state and stage as it changes (dp-gd and regression: "round r of R").
+    Ctrl-C stops watching only; the job goes on at the curator. Exits 1 if the job failed."""
+    from mpdp_services.operator.jobs import follow
+
+    import grpc
+
+    last: dict[str, Any] = {}
+    try:
+        for last in follow(_endpoints(endpoints), job_id):
+            if as_json:
+                click.echo(json.dumps(last))
+            else:
+                line = f"{_when(time.time())}  {last['state']}  {last['stage']}"
+                click.echo(line + (f"  {last['problem']}: {last['detail']}" if last["problem"] else ""))
+    except KeyboardInterrupt:
+        click.echo(f"stopped watching; job {job_id} goes on at the curator", err=True)
+        raise SystemExit(130) from None
+    except grpc.RpcError as e:
+        raise _refusal(e) from None
+    if last.get("problem"):
+        raise SystemExit(1)
 
 
 @jobs.command("cancel")

@@ -28,12 +28,18 @@ import numpy as np
 @click.option("--grid-repeats", default="20,20", show_default=True, help="auxiliary-data grid search repeats (data sets, noise draws)")
 @click.option("--test-data", type=click.Path(dir_okay=False), default=None, help="CSV to report the posterior's MAE on")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the posterior (mean, precision) as JSON here")
+@click.option("--detach", is_flag=True, help="print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delta, total_records, records_per_party, mode, noise, grid_repeats, test_data, out, as_json) -> None:
-    """Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2)."""
+def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delta, total_records, records_per_party, mode, noise, grid_repeats, test_data, out,
+            detach, as_json) -> None:
+    """Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2).
+
+    The curator runs the job (both rounds) and keeps the posterior; this command follows it (Ctrl-C stops watching
+    only) or, with --detach, prints its id and returns."""
     from mpdp.data.loaders import load
-    from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.regression import RoundFailed, run_regression
+    from mpdp.regression.role import RegressionRun
+    from mpdp_services.cli.model import submit_and_follow
+    from mpdp_services.operator.regression import regression_spec
 
     b = [float(v) for v in bounds.split(",")]
     if len(b) == 1:
@@ -42,27 +48,34 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
         raise click.BadParameter(f"give 1 or d+1 = {dimension + 1} bounds", param_hint="--bounds")
     reps = tuple(int(v) for v in grid_repeats.split(","))
     try:
-        run = run_regression(Endpoints.load(endpoints), dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta,
-                             total_records, records_per_party, mode=mode, noise=noise, grid_repeats=reps)  # type: ignore[arg-type]
-    except RoundFailed as e:
-        raise click.ClickException(str(e))
-    result = {
-        "std_job": run.std_job,
-        "main_job": run.main_job,
-        "mode": mode,
-        "noise": noise,
-        "epsilon": epsilon,
-        "delta": delta,
-        "multipliers": list(run.multipliers),
-        "thresholds": run.thresholds.tolist(),
-        "posterior_mean": run.posterior.mean.tolist(),
-        "guarantees": [run.std_release.guarantee.statement, run.main_release.guarantee.statement],
-        "rounds": [{"job": r.job_id, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None} for r in (run.std_release, run.main_release)],
-        "seconds": run.seconds,
-    }
-    if test_data:
-        X, y = load(test_data, "csv")
-        result["test_mae"] = run.posterior.mae(X, y)
-    if out:
-        Path(out).write_text(json.dumps({"mean": run.posterior.mean.tolist(), "precision": np.asarray(run.posterior.precision).tolist()}))
-    print(json.dumps(result) if as_json else json.dumps(result, indent=2))
+        spec = regression_spec(dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta, total_records, records_per_party, mode=mode,
+                               noise=noise, grid_repeats=reps)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise click.ClickException(f"not a valid regression job: {e}")
+
+    def summary(model) -> dict:
+        run = RegressionRun.of(model)
+        result = {
+            "job_id": model.job_id,
+            "std_job": run.std_job,
+            "main_job": run.main_job,
+            "mode": mode,
+            "noise": noise,
+            "epsilon": epsilon,
+            "delta": delta,
+            "multipliers": list(run.multipliers),
+            "thresholds": run.thresholds.tolist(),
+            "posterior_mean": run.posterior.mean.tolist(),
+            "guarantees": [run.std_release.guarantee.statement, run.main_release.guarantee.statement],
+            "rounds": [{"job": r.job_id, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None}
+                       for r in (run.std_release, run.main_release)],
+            "seconds": run.seconds,
+        }
+        if test_data:
+            X, y = load(test_data, "csv")
+            result["test_mae"] = run.posterior.mae(X, y)
+        if out:
+            Path(out).write_text(json.dumps({"mean": run.posterior.mean.tolist(), "precision": np.asarray(run.posterior.precision).tolist()}))
+        return result
+
+    submit_and_follow(endpoints, spec, detach, as_json, summary)

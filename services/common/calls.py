@@ -8,14 +8,16 @@ refusals and metrics; :func:`admitted` lets a role note who created a job (the c
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Callable
+from typing import Callable, Iterator
 
 from mpdp_services.common.pki import Identity
 
 _METHOD: ContextVar[str] = ContextVar("mpdp_rpc_method", default="?")
 _CALLER: ContextVar[Identity | None] = ContextVar("mpdp_rpc_caller", default=None)
 _ON_ADMIT: list[Callable[[str, Identity], None]] = []
+_SUB_JOB: ContextVar[bool] = ContextVar("mpdp_sub_job", default=False)
 
 
 def serving(method: str, ident: Identity | None = None) -> None:
@@ -46,3 +48,19 @@ def admitted(job_id: str) -> None:
     if ident is not None:
         for hook in _ON_ADMIT:
             hook(job_id, ident)
+
+
+@contextmanager
+def sub_job() -> Iterator[None]:
+    """Jobs admitted inside this block are a running job's own parts (a learner's round, an ensemble's vote sum):
+    they count against the curator's admission bounds but are never refused by them, since the job that needs them
+    was admitted already and its parties may have spent."""
+    token = _SUB_JOB.set(True)
+    try:
+        yield
+    finally:
+        _SUB_JOB.reset(token)
+
+
+def in_sub_job() -> bool:
+    return _SUB_JOB.get()

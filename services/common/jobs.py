@@ -174,7 +174,7 @@ class JobTable(Generic[T]):
             raise RemoteProtocolError(P.OVERLOADED, f"{self.max_live} {self.protocol} jobs are running; try again later")
         if self.admission is not None:
             ident = calls.caller()
-            self.admission.admit(job_id, ident.name if ident is not None else "", refuse=ident is not None)
+            self.admission.admit(job_id, ident.name if ident is not None else "", refuse=ident is not None and not calls.in_sub_job())
         now = self._clock()
         record = JobRecord(job_id, self.protocol, "", P.PROBLEM_UNSPECIFIED, now, lifecycle=RUNNING if running else CREATED)
         record.note("ADMITTED")

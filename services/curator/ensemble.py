@@ -22,7 +22,7 @@ from mpdp.data.loaders import DatasetError, load
 from mpdp.hamm2016 import job as core
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
-from mpdp_services.common import errors, jobs, tracing
+from mpdp_services.common import calls, errors, jobs, tracing
 from mpdp_services.common.config import DatasetConfig
 from mpdp_services.common.rpc import PeerChannels, caller, roles_by_method
 from mpdp_services.common.store import MessageStore
@@ -97,7 +97,8 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
 
     async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray, context) -> pb.EnsembleRelease:
         try:
-            dca_job = await self.dca.create(vote_params.to_spec())
+            with calls.sub_job():  # the vote sum counts against the admission bounds but is never refused by them
+                dca_job = await self.dca.create(vote_params.to_spec())
         except DcaJobRefused as e:
             self.running.finish(job_id, "FAILED", e.problem, keep=False)
             await errors.refuse(context, e.problem, e.detail)

@@ -31,12 +31,13 @@ from mpdp_services.common.runtime import Hosted
 from mpdp_services.common.store import MessageStore
 from mpdp_services.common.transcript import from_env as transcript_from_env
 from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
-from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, operations_pb2_grpc
+from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, learner_pb2_grpc, local_release_pb2_grpc, operations_pb2_grpc
 from mpdp_services.curator import catalog as catalogs
 from mpdp_services.curator.dashboard import Dashboard
 from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE as OPERATIONS_SERVICE, JobOperations
 from mpdp_services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
 from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
+from mpdp_services.curator.learner import LEARNERS, ROLES as LEARNER_ROLES, SERVICE as LEARNER_SERVICE, LearnerHost
 from mpdp_services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
 from mpdp_services.curator.ownership import Ownership
 
@@ -304,8 +305,11 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context, dca.store.spec)
     ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs,
                                admission=curator.admission)
-    catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble)
-    operations = JobOperations(catalog, {"pathak2010": curator.cancel, "dca": dca.cancel, "lmgc": local.cancel, "hamm2016": ensemble.cancel})
+    learner = LearnerHost(Path(cfg.state_dir), dca, contribution, curator.addresses, cfg.test_mode, retention=retention, max_live=max_live,
+                          admission=curator.admission)
+    catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble, learner)
+    operations = JobOperations(catalog, {"pathak2010": curator.cancel, "dca": dca.cancel, "lmgc": local.cancel, "hamm2016": ensemble.cancel,
+                                         **{p: learner.cancel for p in LEARNERS}})
     Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()
 
     def add(server) -> None:
@@ -315,21 +319,23 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
         contribution_pb2_grpc.add_ContributionCuratorServicer_to_server(contribution, server)
         hamm2016_pb2_grpc.add_EnsembleCuratorServicer_to_server(ensemble, server)
         operations_pb2_grpc.add_JobOperationsServicer_to_server(operations, server)
+        learner_pb2_grpc.add_LearnerCuratorServicer_to_server(learner, server)
 
-    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES, **OPERATIONS_ROLES}
-    services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE]
+    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES, **OPERATIONS_ROLES, **LEARNER_ROLES}
+    services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE, LEARNER_SERVICE]
     transcript = transcript_from_env(cfg.test_mode, cfg.name)
     curator.channels.transcript = transcript
     owners = Ownership(Path(cfg.state_dir)).install()  # jobs belong to the operator who asked for them (ownership.py)
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners), add, services)
     await dca.recover()
+    await learner.recover()  # a learner job the previous process was running is FAILED (its round's DCA job aborted)
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
     await curator.watch.close()
     await curator.channels.close()
 
 
-def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: LocalCurator, ensemble: EnsembleCurator) -> catalogs.Catalog:
+def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: LocalCurator, ensemble: EnsembleCurator, learner: LearnerHost | None = None) -> catalogs.Catalog:
     """Every protocol's jobs at this curator, for `mpdp jobs` and the dashboard."""
     files = catalogs.files
     dca_dir = state_dir / "dca"
@@ -342,7 +348,16 @@ def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: Local
         catalogs.Source("lmgc", local.jobs, lambda j: local.store.get(j) is not None, lambda: files(state_dir / "local", ".binpb", "PUBLISHED")),
         catalogs.Source("hamm2016", ensemble.running, lambda j: ensemble.store.get(j) is not None,
                         lambda: files(state_dir / "ensembles", ".binpb", "PUBLISHED")),
+        *(learner_sources(learner) if learner is not None else []),
     ])
+
+
+def learner_sources(learner: LearnerHost) -> list[catalogs.Source]:
+    """The multi-round learners the curator hosts (dpgd, regression), one source each."""
+    def source(protocol: str) -> catalogs.Source:
+        return catalogs.Source(protocol, learner.tables[protocol], lambda j: learner.store.model(j) is not None,
+                               lambda: learner.stored(protocol), catalogs.hosted_live)
+    return [source(p) for p in LEARNERS]
 
 
 async def _check_id(job_id: str, context) -> None:

@@ -3,8 +3,8 @@
 Pathak jobs go through :class:`~mpdp_services.operator.pathak2010.OperatorClient`, DCA sums through
 :class:`~mpdp_services.dca_client.client.DcaOperator` and :func:`~mpdp_services.dca_client.client.submit_cohort` (the
 operator's certificate submits the caller's vectors as a simulated cohort, as `mpdp dca loadgen`), regression
-and dp-gd through their drivers (:func:`~mpdp_services.operator.regression.run_regression`,
-:func:`~mpdp_services.operator.dpgd.run_dpgd`), ensembles and LMGC through theirs. The core objects that come back
+and dp-gd as curator-hosted jobs (:func:`~mpdp_services.operator.regression.run_regression`,
+:func:`~mpdp_services.operator.dpgd.run_dpgd` submit, wait and read the curator's store), ensembles and LMGC through theirs. The core objects that come back
 (PublishedModel, DpSum, RegressionRun, …) become a :class:`mpdp.results.Result` exactly as in-process
 (:mod:`mpdp.results`), so both modes return the same fields.
 """
@@ -145,7 +145,7 @@ class LiveBackend:
         from mpdp.dpgd.model import Task
         from mpdp.dpgd.plan import DpgdPlan, auto_rounds
         from mpdp.results import dpgd_result
-        from mpdp_services.operator.dpgd import RoundFailed, run_dpgd, save_model
+        from mpdp_services.operator.dpgd import RoundFailed, run_dpgd
 
         total_records = self._required("total_records", total_records)
         records_per_party = self._required("records_per_party", records_per_party)
@@ -163,7 +163,6 @@ class LiveBackend:
                            schema_sha256=self.schema_sha256)
         except RoundFailed as e:
             raise JobFailed(f"the dp-gd job failed: {e}") from None
-        save_model(self.endpoints_path, run)  # where `mpdp predict --job dp-…` finds it
         return dpgd_result(run, mode=self.mode, classes=classes, total=time.perf_counter() - t0, operations=self._rounds(run.releases))
 
     # -- Hamm 2016 ---------------------------------------------------------------------------------------

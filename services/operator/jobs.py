@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Iterator
 
 import grpc
 
@@ -53,3 +54,46 @@ def cancel_job(ep: Endpoints, job_id: str) -> dict[str, Any]:
     ch, stub = _stub(ep)
     with ch:
         return as_dict(stub.CancelJob(common_pb2.JobRef(job_id=job_id), timeout=TIMEOUT))
+
+
+def _status(st: Any, stage: str | None = None) -> dict[str, Any]:
+    return {"job_id": st.job_id, "state": st.state, "stage": stage if stage is not None else st.stage, "terminal": st.terminal,
+            "problem": common_pb2.Problem.Name(st.problem) if st.problem else None, "detail": st.detail or None}
+
+
+def follow(ep: Endpoints, job_id: str, poll: float = 0.5) -> Iterator[dict[str, Any]]:
+    """A job's state and stage now and after each change, until it ends (`mpdp jobs watch`): streamed from the
+    protocol's own watch where it has one (learner jobs: "round r of R"; Pathak: its stage; DCA: its state),
+    else the catalog's summary, polled."""
+    from mpdp.messages import dca_pb2_grpc, learner_pb2_grpc, pathak2010_pb2_grpc
+
+    protocol = get_job(ep, job_id)["protocol"]
+    ref = common_pb2.JobRef(job_id=job_id)
+    ch, _ = _stub(ep)
+    stream: Iterator[dict[str, Any]]
+    with ch:
+        if protocol in ("dpgd", "regression"):
+            stream = (_status(st) for st in learner_pb2_grpc.LearnerCuratorStub(ch).WatchLearner(ref))
+        elif protocol == "pathak2010":
+            stream = (_status(st) for st in pathak2010_pb2_grpc.CuratorStub(ch).WatchJob(ref))
+        elif protocol == "dca":
+            stream = (_status(st, st.state.lower()) for st in dca_pb2_grpc.DcaCuratorStub(ch).WatchJob(ref))
+        else:
+            stream = _poll(ep, job_id, poll)
+        for st in stream:
+            yield st
+            if st["terminal"]:
+                return
+
+
+def _poll(ep: Endpoints, job_id: str, poll: float) -> Iterator[dict[str, Any]]:
+    seen = None
+    while True:
+        j = get_job(ep, job_id)
+        st = {"job_id": j["job_id"], "state": j["state"], "stage": j["state"].lower(), "terminal": j["terminal"], "problem": j["problem"], "detail": j["detail"]}
+        if st != seen:
+            yield st
+            seen = st
+        if st["terminal"]:
+            return
+        time.sleep(poll)

@@ -1,43 +1,40 @@
-"""`mpdp regress`: distributed DP Bayesian linear regression (Heikkilä et al. 2017, Algorithm 2) as a federation job.
+"""`mpdp regress`: distributed DP Bayesian linear regression (Heikkilä et al. 2017, Algorithm 2) as a curator job.
 
-:class:`mpdp.regression.role.RegressionRole` decides the public steps (std round, grid search, main round,
-posterior); this driver only carries out each round it asks for: create the round's DCA job, have the curator
-ask every party to contribute its statistic as a DCA client (``RequestContributions``), wait for the DP
-release. Party data never leave the parties; each contribution is secret-shared across the compute nodes with
-its slice of Gaussian noise, floating-point (``noise="gaussian"``) or exact integer discrete Gaussian
-(``noise="discrete-gaussian"``, :mod:`mpdp.dca.discrete`; both rounds then state ρ-zCDP and (ε, δ)); the plan's
-threshold search simulates the Gaussian mode's σ, which can only make the thresholds slightly less than optimal
-in the discrete mode, never the release less private. :func:`mpdp.regression.role.run_inmemory` drives the same role in one process.
+The curator hosts the job (services/curator/learner.py): it drives :class:`mpdp.regression.role.RegressionRole`
+(std round, grid search, main round, posterior), each round a DCA job the parties contribute to, and keeps the
+posterior and both releases in its store. Party data never leave the parties; each contribution is secret-shared
+across the compute nodes with its slice of Gaussian noise, floating-point (``noise="gaussian"``) or exact integer
+discrete Gaussian (``noise="discrete-gaussian"``, :mod:`mpdp.dca.discrete`). This module only builds the spec,
+submits it and reads the release back. :func:`mpdp.regression.role.run_inmemory` drives the same role in one process.
 """
 
 from __future__ import annotations
 
 import grpc
 
-from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc, dca_pb2 as pb
+from mpdp.dca.params import NOISE_ENUM
+from mpdp.dpgd.wire import MODES
+from mpdp.messages import learner_pb2 as pb
 from mpdp.regression.plan import RegressionPlan
-from mpdp.regression.role import RegressionRole, RegressionRun, RoundFailed, RunRound, drive
+from mpdp.regression.role import RegressionRun, RoundFailed
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS
-from mpdp_services.dca_client.client import DcaOperator
+from mpdp_services.operator.learner import JobFailed, LearnerClient
 
-__all__ = ["RegressionRun", "RoundFailed", "run_regression"]
+__all__ = ["RegressionRun", "RoundFailed", "fetch_model", "regression_spec", "run_regression"]
 
 
-def _round(ep: Endpoints, op: DcaOperator, dataset: str, parties: list[str], ask: RunRound) -> tuple[str, pb.DpSum]:
-    job = op.create(ask.params.to_spec())
-    opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", ep.curator_name)]
-    with grpc.secure_channel(ep.curator_address, ep.tls.channel_credentials(), options=opts) as ch:
-        stub = cpb_grpc.ContributionCuratorStub(ch)
-        req = cpb.StatisticRequest(dca_job_id=job, dataset=dataset, statistic=ask.statistic, bounds=list(ask.bounds), records_per_client=ask.records_per_party)
-        try:
-            stub.RequestContributions(cpb.ContributionRound(request=req, parties=parties), timeout=900)
-        except grpc.RpcError as e:
-            raise RoundFailed(f"{ask.statistic} round ({job}): {e.details()}") from e
-    status = op.wait(job, timeout=900)
-    if status.state != "RELEASED":
-        raise RoundFailed(f"{ask.statistic} round ({job}) failed: {status.detail}")
-    return job, op.release(job)
+def regression_spec(dataset: str, parties: list[str], nodes: list[str], bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int,
+                    records_per_party: int, *, mode: str = "corrected", noise: str = "gaussian", grid_repeats: tuple[int, int] = (20, 20),
+                    seed: bytes = b"", deadline: float = 600.0, job_id: str = "", schema_sha256: str = "") -> pb.LearnerJobSpec:
+    RegressionPlan(bounds, epsilon, delta, mode, grid_repeats=grid_repeats)  # ValueError here rather than a refusal there
+    if noise not in NOISE_ENUM:
+        raise ValueError(f"noise must be one of {', '.join(NOISE_ENUM)}")
+    return pb.LearnerJobSpec(
+        job_id=job_id, dataset=dataset, parties=parties, compute_nodes=nodes, records_per_party=records_per_party, simulation_seed=seed,
+        deadline_seconds=deadline, schema_sha256=schema_sha256,
+        regression=pb.RegressionJobSpec(bounds=list(bounds), epsilon=epsilon, delta=delta, total_records=total_records, mode=MODES[mode],
+                                        noise=NOISE_ENUM[noise], grid_repeats_x=grid_repeats[0], grid_repeats_y=grid_repeats[1]),
+    )
 
 
 def run_regression(
@@ -57,7 +54,18 @@ def run_regression(
     seed: bytes = b"",
     deadline: float = 600.0,
 ) -> RegressionRun:
-    plan = RegressionPlan(bounds, epsilon, delta, mode, grid_repeats=grid_repeats)
-    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise)
-    with DcaOperator(ep) as op:
-        return drive(role, lambda ask: _round(ep, op, dataset, parties, ask))
+    """Submit the job, wait for the posterior and return the run; raises :class:`RoundFailed` naming why nothing was released."""
+    spec = regression_spec(dataset, parties, nodes, bounds, epsilon, delta, total_records, records_per_party, mode=mode, noise=noise,
+                           grid_repeats=grid_repeats, seed=seed, deadline=deadline)
+    with LearnerClient(ep) as client:
+        try:
+            return RegressionRun.of(client.run(spec))
+        except JobFailed as e:
+            raise RoundFailed(str(e)) from None
+        except grpc.RpcError as e:
+            raise RoundFailed(f"the curator refused the regression job: {e.details()}") from None
+
+
+def fetch_model(ep: Endpoints, job_id: str) -> RegressionRun:
+    with LearnerClient(ep) as client:
+        return RegressionRun.of(client.model(job_id))

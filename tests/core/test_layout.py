@@ -84,9 +84,9 @@ def test_generated_code_matches_proto(tmp_path):
 
 
 def _all_messages():
-    from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, hamm2016_pb2, local_release_pb2, pathak2010_pb2
+    from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, hamm2016_pb2, learner_pb2, local_release_pb2, pathak2010_pb2
 
-    for mod in (common_pb2, pathak2010_pb2, dca_pb2, contribution_pb2, local_release_pb2, hamm2016_pb2):
+    for mod in (common_pb2, pathak2010_pb2, dca_pb2, contribution_pb2, local_release_pb2, hamm2016_pb2, learner_pb2):
         for name, desc in mod.DESCRIPTOR.message_types_by_name.items():
             yield getattr(mod, name)
 

@@ -14,7 +14,7 @@ from mpdp.dca.params import DcaParams
 from mpdp.hamm2016 import job as hjob
 from mpdp.local_release import ReleaseError, validate_spec as validate_local
 from mpdp.math.paillier import check_key_bits
-from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, hamm2016_pb2, local_release_pb2, pathak2010_pb2
+from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, hamm2016_pb2, learner_pb2, local_release_pb2, pathak2010_pb2
 from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.regression.plan import RegressionPlan
 
@@ -37,6 +37,10 @@ def valid(spec: str):
         "VoteRequest": lambda: hamm2016_pb2.VoteRequest(job_id="hm-1", dca_job_id="pending", spec=valid("EnsembleJobSpec"), auxiliary_digest=b"\x00" * 32, auxiliary_rows=10, auxiliary_features=3),
         "LocalModelJobSpec": lambda: local_release_pb2.LocalModelJobSpec(dataset="adult", model="lmgc", epsilon=1.0, parties=P, mode=common_pb2.CORRECTED),
         "LocalModelRequest": lambda: local_release_pb2.LocalModelRequest(job_id="lm-1", spec=valid("LocalModelJobSpec")),
+        "DpgdJobSpec": lambda: learner_pb2.DpgdJobSpec(task="binary", classes=2, dimension=4, epsilon=1.0, delta=1e-6, lam=1e-3, rounds=2, total_records=100,
+                                                       mode=common_pb2.CORRECTED),
+        "RegressionJobSpec": lambda: learner_pb2.RegressionJobSpec(bounds=[1.0, 1.0], epsilon=1.0, delta=1e-4, total_records=100, mode=common_pb2.CORRECTED),
+        "LearnerJobSpec": lambda: learner_pb2.LearnerJobSpec(dataset="adult", parties=P, compute_nodes=N, records_per_party=100, dpgd=valid("DpgdJobSpec")),
     }[spec]()
 
 
@@ -52,6 +56,9 @@ CHECKS = {
     "VoteRequest": limits.check_vote_request,
     "LocalModelJobSpec": limits.check_local_model_job_spec,
     "LocalModelRequest": limits.check_local_model_request,
+    "DpgdJobSpec": lambda m: limits.check_message("DpgdJobSpec", m),  # LearnerJobSpec.dpgd
+    "RegressionJobSpec": lambda m: limits.check_message("RegressionJobSpec", m),  # LearnerJobSpec.regression
+    "LearnerJobSpec": limits.check_learner_job_spec,
 }
 MESSAGE_ROWS = [(spec, row) for spec in CHECKS for row in limits.TABLE[spec]]
 
@@ -125,7 +132,7 @@ def _short(v) -> str:
 def test_every_field_at_and_past_its_bound(spec, field, value, ok):
     msg = valid(spec)
     CHECKS[spec](msg)  # the base message is valid
-    if not ok and isinstance(value, int) and value > 2**32 - 1:
+    if not ok and isinstance(value, int) and value > 2**32 - 1 and msg.DESCRIPTOR.fields_by_name[field].cpp_type == msg.DESCRIPTOR.fields_by_name[field].CPPTYPE_UINT32:
         with pytest.raises(ValueError, match="out of range"):  # past a uint32 field's bound: the wire cannot carry it
             _set(msg, field, value)
         return
@@ -246,3 +253,21 @@ def test_docs_page_is_the_rendered_table():
     for spec, rows in limits.TABLE.items():
         for r in rows:
             assert f"| `{r.field}` | {r.allowed()} |" in committed
+
+
+def test_a_learner_job_names_its_learner():
+    spec = valid("LearnerJobSpec")
+    spec.ClearField("dpgd")
+    with pytest.raises(limits.SpecError) as e:
+        limits.check_learner_job_spec(spec)
+    assert e.value.field == "learner"
+    spec = valid("LearnerJobSpec")
+    spec.dpgd.dimension = 0
+    with pytest.raises(limits.SpecError) as e:
+        limits.check_learner_job_spec(spec)
+    assert e.value.field == "dpgd.dimension"
+    spec = valid("LearnerJobSpec")
+    spec.job_id = "a/b"
+    with pytest.raises(limits.SpecError) as e:
+        limits.check_learner_job_spec(spec)
+    assert e.value.field == "job_id" and "a/b" not in str(e.value)

@@ -68,7 +68,7 @@ def test_dpgd_job_over_sockets(tmp_path):
     fed = LocalFederation(tmp_path / "fed", PARTIES, ds, test_mode=True, paillier_bits=768, dgk_bits=768, compute_nodes=NODES, budget_epsilon=10.0)
     with fed:
         ep = Endpoints.load(fed.workdir)
-        run = run_dpgd(ep, "logit", PARTIES, NODES, plan, BOUND, job_id=job, seed=seed)
+        run = run_dpgd(ep, "logit", PARTIES, NODES, plan, BOUND, job_id=job, seed=seed)  # the curator hosts the job
         assert len(run.dca_jobs) == plan.rounds + 1 and run.model.shape == (D, 1)
         g = plan.guarantee
         for p in PARTIES:

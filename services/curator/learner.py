@@ -1,0 +1,419 @@
+"""Charlie hosts multi-round learners (dp-gd, regression) as his own jobs (docs/protocols/job-model.md §7).
+
+The operator submits a :class:`~mpdp.messages.learner_pb2.LearnerJobSpec` and gets the job id at once
+(SubmitLearner). Every field is checked first (``mpdp.limits``, then the plan and round 0's DCA parameters); the
+spec and the job's state are written to ``state_dir/learners`` before the ticket leaves. The curator then drives
+the protocol's sans-IO role (:class:`mpdp.dpgd.role.DpgdRole`, :class:`mpdp.regression.role.RegressionRole`) in
+one asyncio task: for each ``RunRound`` it creates the round's DCA job with its own DCA host
+(:meth:`DcaCurator.create`), runs the contribution round with its own contribution logic
+(:meth:`ContributionCurator.run`) and feeds the DP release back to the role. The operator may disconnect; it
+watches the job (WatchLearner: state and "round r of R"), cancels it (`mpdp jobs cancel`, JobOperations) and
+fetches the model (GetLearnerModel) from the durable store (``<job>.model.binpb``, 0600, fsync'd).
+
+Failures: a round that fails (a DCA job refused or failed, a party's refusal) fails the job naming the round, and
+its DCA job is aborted at once (the nodes drop their shares); a cancel or the job's deadline stops the task the same
+way. A curator killed mid-job loses the task: at start-up every job whose state file is not terminal is marked
+FAILED (JOB_FAILED, "the curator restarted mid-job"), its running DCA job aborted; the parties' ledgers are not
+touched, so every charge already made stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets as pysecrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from mpdp import limits
+from mpdp.dca.errors import InvalidJob
+from mpdp.dpgd.model import Task
+from mpdp.dpgd.plan import DpgdPlan
+from mpdp.dpgd.role import DpgdRole, RunRound as DpgdRound
+from mpdp.dpgd.wire import MODE_NAMES, STATISTIC as DPGD_STATISTIC
+from mpdp.messages import common_pb2, contribution_pb2 as cpb, dca_pb2, learner_pb2 as pb, learner_pb2_grpc as pb_grpc
+from mpdp.protocol import Machine, ProtocolError, Publish
+from mpdp.regression.plan import RegressionPlan
+from mpdp.regression.role import RegressionRole, RunRound as RegressionRound
+from mpdp_services.common import calls, errors, jobs
+from mpdp_services.common.durable import make_private_dir, write_atomic
+from mpdp_services.common.rpc import roles_by_method
+from mpdp_services.common.runtime import Hosted
+from mpdp_services.curator.contribution import ContributionCurator, ContributionRefused
+from mpdp_services.curator.dca import DcaCurator, DcaJobRefused
+
+log = logging.getLogger("mpdp.curator.learner")
+
+SERVICE = "mpdp.messages.LearnerCurator"
+ROLES = roles_by_method(SERVICE, {"SubmitLearner": ("operator",), "WatchLearner": ("operator",), "GetLearnerModel": ("operator",)})
+DEFAULT_DEADLINE = 600.0
+RESTARTED = "the curator restarted mid-job"
+CANCEL_WAIT = 5.0  # seconds `mpdp jobs cancel` waits for the job's task to abort its round and end
+
+
+# -- one adapter per learner: its role, its round's request, its stage, its release ------------------------------
+@dataclass(frozen=True)
+class Learner:
+    protocol: str  # dpgd, regression (the catalog's protocol, the role's module)
+    prefix: str  # of its job ids
+    role: Callable[[pb.LearnerJobSpec, str], Machine]
+    request: Callable[[pb.LearnerJobSpec, Any, str], cpb.StatisticRequest]  # (spec, RunRound, DCA job) → the parties' request
+    progress: Callable[[Any], tuple[int, int]]  # role → (running round, rounds)
+    model: Callable[[pb.LearnerJobSpec, Any, str], pb.LearnerModel]  # (spec, published run, job id) → the store's entry
+
+
+def _dpgd_role(spec: pb.LearnerJobSpec, job_id: str) -> DpgdRole:
+    s = spec.dpgd
+    task = Task(s.task, s.classes)
+    plan = DpgdPlan(task, s.dimension, s.epsilon, s.delta, lam=s.lam, rounds=s.rounds, total_records=s.total_records, mode=MODE_NAMES[s.mode])
+    return DpgdRole(plan, list(spec.parties), list(spec.compute_nodes), spec.records_per_party, job_id=job_id, max_missing=spec.max_missing,
+                    seed=spec.simulation_seed, deadline=spec.deadline_seconds or DEFAULT_DEADLINE)
+
+
+def _dpgd_request(spec: pb.LearnerJobSpec, ask: DpgdRound, dca_job: str) -> cpb.StatisticRequest:
+    return cpb.StatisticRequest(dca_job_id=dca_job, dataset=spec.dataset, statistic=DPGD_STATISTIC, records_per_client=ask.records_per_party,
+                                dpgd=ask.request, schema_sha256=spec.schema_sha256)
+
+
+def _dpgd_progress(role: DpgdRole) -> tuple[int, int]:
+    return (role.asked.round if role.asked is not None else 0), role.plan.rounds + 1
+
+
+def _regression_role(spec: pb.LearnerJobSpec, job_id: str) -> RegressionRole:
+    s = spec.regression
+    plan = RegressionPlan(tuple(s.bounds), s.epsilon, s.delta, MODE_NAMES[s.mode], grid_repeats=(s.grid_repeats_x or 20, s.grid_repeats_y or 20))
+    noise = "discrete-gaussian" if s.noise == dca_pb2.DISCRETE_GAUSSIAN else "gaussian"
+    return RegressionRole(plan, list(spec.parties), list(spec.compute_nodes), s.total_records, spec.records_per_party, seed=spec.simulation_seed,
+                          deadline=spec.deadline_seconds or DEFAULT_DEADLINE, job_id=job_id, noise=noise)
+
+
+def _regression_request(spec: pb.LearnerJobSpec, ask: RegressionRound, dca_job: str) -> cpb.StatisticRequest:
+    return cpb.StatisticRequest(dca_job_id=dca_job, dataset=spec.dataset, statistic=ask.statistic, bounds=list(ask.bounds),
+                                records_per_client=ask.records_per_party, schema_sha256=spec.schema_sha256)
+
+
+def _regression_progress(role: RegressionRole) -> tuple[int, int]:
+    return (1 if role.asked is not None and role.asked.spec.round == "main" else 0), 2
+
+
+LEARNERS: dict[str, Learner] = {
+    "dpgd": Learner("dpgd", "dp-", _dpgd_role, _dpgd_request, _dpgd_progress, lambda spec, run, job: run.message()),
+    "regression": Learner("regression", "rg-", _regression_role, _regression_request, _regression_progress,
+                          lambda spec, run, job: run.message(job, spec.parties, spec.regression.noise, spec.regression.total_records)),
+}
+
+
+# -- the store ------------------------------------------------------------------------------------------------------
+class LearnerStore:
+    """``state_dir/learners``: per job its spec (at submission), its state (each change) and its model (once
+    released), every file written durably and 0600 (services/common/durable.py)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = make_private_dir(folder)
+
+    def _path(self, job_id: str, suffix: str) -> Path | None:
+        return self.folder / f"{job_id}{suffix}" if jobs.valid_id(job_id) else None
+
+    def put_spec(self, job_id: str, spec: pb.LearnerJobSpec) -> None:
+        write_atomic(self.folder / f"{job_id}.spec.binpb", spec.SerializeToString())
+
+    def put_state(self, job_id: str, state: dict[str, Any]) -> None:
+        write_atomic(self.folder / f"{job_id}.state.json", json.dumps(state))
+
+    def put_model(self, model: pb.LearnerModel) -> None:
+        write_atomic(self.folder / f"{model.job_id}.model.binpb", model.SerializeToString())
+
+    def spec(self, job_id: str) -> pb.LearnerJobSpec | None:
+        p = self._path(job_id, ".spec.binpb")
+        return pb.LearnerJobSpec.FromString(p.read_bytes()) if p is not None and p.exists() else None
+
+    def state(self, job_id: str) -> dict[str, Any] | None:
+        p = self._path(job_id, ".state.json")
+        return json.loads(p.read_text()) if p is not None and p.exists() else None
+
+    def model(self, job_id: str) -> pb.LearnerModel | None:
+        p = self._path(job_id, ".model.binpb")
+        return pb.LearnerModel.FromString(p.read_bytes()) if p is not None and p.exists() else None
+
+    def states(self) -> Iterable[tuple[str, dict[str, Any], float]]:
+        """(job id, state, mtime) of every job on disk."""
+        for p in self.folder.glob("*.state.json"):
+            job_id = p.name[: -len(".state.json")]
+            if jobs.valid_id(job_id):
+                try:
+                    yield job_id, json.loads(p.read_text()), p.stat().st_mtime
+                except (OSError, ValueError):
+                    continue
+
+
+class LearnerJob(Hosted[Machine]):
+    """A hosted learner role and what its task needs: the spec, the running round's DCA job, why it was stopped."""
+
+    def __init__(self, machine: Machine, route, learner: Learner, spec: pb.LearnerJobSpec) -> None:
+        super().__init__(machine, route)
+        self.learner, self.spec = learner, spec
+        self.dca_job = ""
+        self.task: asyncio.Task | None = None
+        self.stop: tuple[int, str] | None = None  # (Problem, detail) of a cancel or the deadline
+
+
+async def _finish_first(step: asyncio.Future) -> Any:
+    """Await a role step; if the task is stopped meanwhile, let the step finish first (the role is never changed by
+    two hands at once), then stop."""
+    try:
+        return await asyncio.shield(step)
+    except asyncio.CancelledError:
+        try:
+            await step
+        except Exception:  # noqa: BLE001 - the step's own failure is the role's; the stop wins
+            pass
+        raise
+
+
+class _RoundFailed(Exception):
+    def __init__(self, problem: int, detail: str) -> None:
+        super().__init__(detail)
+        self.problem, self.detail = problem, detail
+
+
+class LearnerHost(pb_grpc.LearnerCuratorServicer):
+    def __init__(self, state_dir: Path, dca: DcaCurator, contribution: ContributionCurator, addresses: dict[str, str], test_mode: bool, *,
+                 retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: jobs.Admission | None = None) -> None:
+        self.store = LearnerStore(Path(state_dir) / "learners")
+        self.dca, self.contribution = dca, contribution
+        self.addresses = addresses  # the parties registered with the curator
+        self.test_mode = test_mode
+        self.tables: dict[str, jobs.JobTable[LearnerJob]] = {
+            p: jobs.JobTable(p, jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission) for p in LEARNERS
+        }
+        self.reapers = {p: jobs.Reaper(t, self._expire) for p, t in self.tables.items()}
+
+    # -- restart ------------------------------------------------------------------------------------------------------
+    async def recover(self) -> None:
+        """After a restart (call after :meth:`DcaCurator.recover`): a job that was running lost its task, so it is
+        FAILED, and its running round's DCA job is aborted. Nothing at the parties changes: their charges stay."""
+        for job_id, state, _ in list(self.store.states()):
+            if state.get("terminal"):
+                continue
+            r, rounds = state.get("round", 0), state.get("rounds", 0)
+            detail = f"{RESTARTED} (round {r + 1} of {rounds}); nothing was released; the parties' charges are kept"
+            if state.get("dca_job"):
+                await self.dca.abort(state["dca_job"], f"learner job {job_id}: {RESTARTED}")
+            self.store.put_state(job_id, {**state, "state": "FAILED", "terminal": True, "problem": common_pb2.JOB_FAILED, "detail": detail})
+            log.warning("learner job %s: %s; marked FAILED", job_id, RESTARTED)
+
+    # -- operator ------------------------------------------------------------------------------------------------------
+    async def SubmitLearner(self, request: pb.LearnerJobSpec, context) -> pb.LearnerTicket:
+        try:
+            job = self._admit(request)
+        except _RoundFailed as e:
+            await errors.refuse(context, e.problem, e.detail)
+        except ProtocolError as e:
+            await errors.abort(context, e)
+        return pb.LearnerTicket(job_id=job.machine.job_id)
+
+    def _admit(self, spec: pb.LearnerJobSpec) -> LearnerJob:
+        """Check every field, build the role and round 0, persist, start the task; _RoundFailed(INVALID_JOB, …) otherwise."""
+        try:
+            limits.check_learner_job_spec(spec)
+        except limits.SpecError as e:
+            raise _RoundFailed(common_pb2.INVALID_JOB, str(e)) from None
+        learner = LEARNERS[str(spec.WhichOneof("learner"))]
+        if spec.simulation_seed and not self.test_mode:
+            raise _RoundFailed(common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
+        unknown = [p for p in spec.parties if p not in self.addresses]
+        if unknown:
+            raise _RoundFailed(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
+        missing = [n for n in spec.compute_nodes if n not in self.dca.nodes]
+        if missing:
+            raise _RoundFailed(common_pb2.INVALID_JOB, f"compute nodes {', '.join(errors.shown(n) for n in missing[:4])} are not registered with the curator")
+        job_id = spec.job_id or learner.prefix + pysecrets.token_hex(6)
+        if not job_id.startswith(learner.prefix):
+            raise _RoundFailed(common_pb2.INVALID_JOB, f"a {learner.protocol} job id starts with {learner.prefix}")
+        if any(job_id in t for t in self.tables.values()) or self.store.state(job_id) is not None:
+            raise _RoundFailed(common_pb2.REPLAY, f"job {job_id} already exists")
+        try:
+            role: Any = learner.role(spec, job_id)
+            outputs = role.start()  # round 0's DCA parameters are checked here, before anything runs
+        except (ValueError, InvalidJob) as e:
+            raise _RoundFailed(common_pb2.INVALID_JOB, f"not a valid {learner.protocol} job: {e}") from None
+        except ProtocolError as e:
+            raise _RoundFailed(common_pb2.INVALID_JOB, f"not a valid {learner.protocol} job: {e.detail}") from None
+        job = LearnerJob(role, self._route, learner, spec)
+        job.on_change = self.tables[learner.protocol].observe
+        _, rounds = learner.progress(role)
+        deadline = rounds * jobs.hard_deadline(spec.deadline_seconds or DEFAULT_DEADLINE) + 60.0
+        self.tables[learner.protocol].admit(job_id, job, deadline)  # REPLAY, OVERLOADED
+        self.reapers[learner.protocol].ensure_running()
+        self.store.put_spec(job_id, spec)
+        self._persist(job)
+        job.task = asyncio.ensure_future(self._drive(job, outputs))
+        log.info("%s job %s submitted: %d parties, %d compute nodes, %d rounds, dataset %s", learner.protocol, job_id, len(spec.parties),
+                 len(spec.compute_nodes), rounds, spec.dataset)
+        return job
+
+    async def WatchLearner(self, request, context):
+        if not jobs.valid_id(request.job_id):
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
+        job = self._job(request.job_id)
+        if job is None:
+            stored = self._stored_status(request.job_id)
+            if stored is None:
+                await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no learner job {errors.shown(request.job_id)} at this curator")
+            yield stored
+            return
+        async for st in job.watch(lambda: self._status(job)):
+            yield st
+
+    async def GetLearnerModel(self, request, context) -> pb.LearnerModel:
+        if not jobs.valid_id(request.job_id):
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
+        model = self.store.model(request.job_id)
+        if model is not None:
+            return model
+        job = self._job(request.job_id)
+        if job is not None and not job.machine.terminal:
+            await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({self._status(job).stage})")
+        st = self._status(job) if job is not None else self._stored_status(request.job_id)
+        if st is None:
+            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no learner job {errors.shown(request.job_id)} at this curator")
+        await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} ended {st.state} and released nothing: {st.detail}")
+
+    async def cancel(self, job_id: str) -> bool:
+        """`mpdp jobs cancel`: stop the job's task (its round's DCA job is aborted at once); it ends FAILED, CANCELLED."""
+        return await self._stop(job_id, common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator")
+
+    async def _expire(self, job_id: str) -> None:
+        job = self._job(job_id)
+        state = job.machine.state if job is not None else "?"
+        await self._stop(job_id, common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {state})")
+
+    async def _stop(self, job_id: str, problem: int, detail: str) -> bool:
+        job = self._job(job_id)
+        if job is None or job.machine.terminal or job.task is None or job.task.done():
+            return False
+        job.stop = (problem, detail)
+        job.task.cancel()
+        await asyncio.wait({job.task}, timeout=CANCEL_WAIT)
+        return True
+
+    # -- the job's task --------------------------------------------------------------------------------------------------
+    async def _drive(self, job: LearnerJob, outputs: list[Any]) -> None:
+        """The role's loop (as :func:`mpdp.dpgd.role.drive`, asynchronously): run each round it asks for, feed the release."""
+        role: Any = job.machine  # DpgdRole or RegressionRole: start, released, round_failed, result
+        learner = job.learner
+        seconds: dict[str, float] = {}
+        try:
+            await job.start([o for o in outputs if not isinstance(o, (DpgdRound, RegressionRound))])
+            while not role.terminal:
+                ask = next(o for o in outputs if isinstance(o, (DpgdRound, RegressionRound)))
+                r, _ = learner.progress(role)
+                t = time.perf_counter()
+                dca_job, release = await self._round(job, ask)
+                seconds[f"r{r}"] = time.perf_counter() - t
+                async with job.lock:  # the curator's step (dp-gd) or the grid search (regression), off the event loop
+                    outputs = await _finish_first(asyncio.ensure_future(asyncio.to_thread(role.released, dca_job, release)))
+                job.dca_job = ""
+                run = next((o.release for o in outputs if isinstance(o, Publish)), None)
+                if run is not None:
+                    run.seconds = seconds
+                    self.store.put_model(learner.model(job.spec, run, role.job_id))  # durable before the job says DONE
+                    log.info("%s job %s released (%d rounds)", learner.protocol, role.job_id, len(seconds))
+                self._persist(job)
+                await job.notify()
+        except _RoundFailed as e:
+            await self._failed(job, e.problem, e.detail)
+        except ProtocolError as e:  # the role refused a release (not this round's, not finite): FAILED already
+            await self._failed(job, e.problem, e.detail)
+        except asyncio.CancelledError:
+            if job.stop is None:  # the server is stopping: the state on disk stays running; a restart marks it FAILED
+                raise
+            await self._failed(job, *job.stop)
+        except Exception:
+            log.exception("%s job %s: the host raised", learner.protocol, role.job_id)
+            await self._failed(job, common_pb2.INTERNAL, "internal error (see the curator's log)")
+
+    async def _round(self, job: LearnerJob, ask: Any) -> tuple[str, dca_pb2.DpSum]:
+        """One round: the DCA job, the parties' contributions, the release; _RoundFailed naming the round otherwise."""
+        r, rounds = job.learner.progress(job.machine)
+        name = f"round {r + 1} of {rounds}"
+        with calls.sub_job():  # the round's DCA job counts against the bounds but is never refused by them
+            create = asyncio.ensure_future(self.dca.create(ask.params.to_spec()))
+        try:
+            dca_job = await asyncio.shield(create)
+        except asyncio.CancelledError:  # stopped while the DCA job was being announced: it exists, and is aborted with the job
+            try:
+                job.dca_job = await create
+            except DcaJobRefused:
+                pass
+            raise
+        except DcaJobRefused as e:
+            raise _RoundFailed(e.problem, f"{name}: the curator refused its DCA job: {e.detail}") from None
+        job.dca_job = dca_job
+        self._persist(job)
+        await job.notify()
+        request = job.learner.request(job.spec, ask, dca_job)
+        try:
+            await self.contribution.run(cpb.ContributionRound(request=request, parties=list(job.spec.parties)))
+        except ContributionRefused as e:
+            raise _RoundFailed(common_pb2.JOB_FAILED, f"{name} ({dca_job}): {e.detail}") from None
+        try:
+            release = await self.dca.result(dca_job)
+        except DcaJobRefused as e:
+            raise _RoundFailed(common_pb2.JOB_FAILED, f"{name} ({dca_job}) released nothing: {e.detail}") from None
+        return dca_job, release
+
+    async def _failed(self, job: LearnerJob, problem: int, detail: str) -> None:
+        """End the job FAILED with (problem, detail); its running round's DCA job is aborted at once."""
+        if job.dca_job:
+            dca_job, job.dca_job = job.dca_job, ""
+            if problem == common_pb2.CANCELLED:
+                await asyncio.shield(self.dca.cancel(dca_job))
+            else:
+                await asyncio.shield(self.dca.abort(dca_job, f"learner job {job.machine.job_id} failed: {detail}"))
+        job.machine.fail(problem, detail)  # no-op when the role failed itself (its own error stays)
+        log.warning("%s job %s failed: %s", job.learner.protocol, job.machine.job_id, job.machine.error.detail if job.machine.error else detail)
+        self._persist(job)
+        await job.notify()
+
+    async def _route(self, job: Hosted[Machine], outputs: list[Any]) -> None:
+        return None  # a learner role's outputs are the host's own steps (_drive); nothing goes to a peer
+
+    # -- state ------------------------------------------------------------------------------------------------------------
+    def _job(self, job_id: str) -> LearnerJob | None:
+        for t in self.tables.values():
+            job = t.get(job_id)
+            if job is not None:
+                return job
+        return None
+
+    def _persist(self, job: LearnerJob) -> None:
+        st = self._status(job)
+        self.store.put_state(st.job_id, {"protocol": st.protocol, "state": st.state, "round": st.round, "rounds": st.rounds, "dca_job": st.dca_job_id,
+                                         "terminal": st.terminal, "problem": int(st.problem), "detail": st.detail})
+
+    def _status(self, job: LearnerJob) -> pb.LearnerStatus:
+        m = job.machine
+        r, rounds = job.learner.progress(m)
+        st = pb.LearnerStatus(job_id=m.job_id, protocol=job.learner.protocol, state=str(m.state), round=r, rounds=rounds, dca_job_id=job.dca_job,
+                              terminal=m.terminal, stage=str(m.state).lower() if m.terminal else f"round {r + 1} of {rounds}")
+        if m.error is not None:
+            st.problem, st.detail = m.error.problem, m.error.detail
+        return st
+
+    def _stored_status(self, job_id: str) -> pb.LearnerStatus | None:
+        s = self.store.state(job_id)
+        if s is None:
+            return None
+        return pb.LearnerStatus(job_id=job_id, protocol=s.get("protocol", ""), state=s.get("state", ""), stage=str(s.get("state", "")).lower(),
+                                round=s.get("round", 0), rounds=s.get("rounds", 0), terminal=bool(s.get("terminal")), problem=s.get("problem", 0),
+                                detail=s.get("detail", ""))
+
+    def stored(self, protocol: str) -> Iterable[tuple[str, str, float]]:
+        """(job id, state, mtime) of the protocol's jobs on disk (the catalog's jobs of an earlier run)."""
+        for job_id, s, at in self.store.states():
+            if s.get("protocol") == protocol and s.get("terminal"):
+                yield job_id, s.get("state", "FAILED"), at

@@ -1,0 +1,99 @@
+"""Who may drive a curator-hosted learner job (dp-gd, regression): the federation's operator only.
+
+Raw clients over mutual TLS with the generated messages. A party's or a compute node's own certificate, and an
+outsider (a party certificate minted from the federation's CA for a site that is not in it), may not submit,
+watch, fetch or cancel a learner job: PERMISSION_DENIED from the gate, before the body is parsed, and the job goes
+on. A certificate from another CA does not get through the TLS handshake. A replayed submission (the same job id)
+is refused ALREADY_EXISTS and never starts a second job; the first one releases.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from mpdp.dpgd.model import Task
+from mpdp.dpgd.plan import DpgdPlan
+from mpdp.messages import common_pb2, learner_pb2_grpc, operations_pb2_grpc
+from mpdp_services.common import pki
+from mpdp_services.common.rpc import TlsFiles
+
+from .conftest import NODES, PARTIES, assert_ledgers_within_budget, assert_status, channel, mint, operator_curator, refused, site_tls
+
+SIZES = (40, 47, 54)  # conftest.start_federation's synthetic rows per party
+
+
+def _spec(rounds: int = 1, job_id: str = ""):
+    from mpdp_services.operator.dpgd import dpgd_spec
+
+    plan = DpgdPlan(Task("binary"), 4, 1.0, 1e-6, lam=1e-2, rounds=rounds, total_records=sum(SIZES))
+    return dpgd_spec("synthetic", PARTIES, NODES, plan, 60, job_id=job_id, seed=b"learner-access")
+
+
+def _calls(ch: grpc.Channel, job: str) -> dict:
+    learner = learner_pb2_grpc.LearnerCuratorStub(ch)
+    ref = common_pb2.JobRef(job_id=job)
+    return {
+        "submit": lambda: learner.SubmitLearner(_spec(), timeout=20),
+        "watch": lambda: learner.WatchLearner(ref, timeout=20),
+        "model": lambda: learner.GetLearnerModel(ref, timeout=20),
+        "cancel": lambda: operations_pb2_grpc.JobOperationsStub(ch).CancelJob(ref, timeout=20),
+    }
+
+
+def _other_ca(fed) -> TlsFiles:
+    folder = fed.workdir / "minted" / "other-ca-operator"
+    if not (folder / "site.crt").exists():
+        ca_key, ca_cert = pki.make_ca("elsewhere")
+        key, cert = pki.issue(ca_key, ca_cert, "operator", "operator", ["127.0.0.1"])
+        pki.write_site(folder, key, cert, ca_cert)
+    return TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
+
+
+def test_only_the_operator_drives_a_learner_job(fed):
+    with operator_curator(fed) as ch:
+        job = learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(_spec(rounds=3), timeout=60).job_id
+    for who, tls in [("party-1", site_tls(fed, "party-1")), ("node-2", site_tls(fed, "node-2")), ("outsider", mint(fed, "party", "party-9"))]:
+        with channel(fed, "curator", tls) as ch:
+            for name, call in _calls(ch, job).items():
+                e = refused(call)
+                assert e.code() == grpc.StatusCode.PERMISSION_DENIED, f"{who} {name}: {e.code().name} {e.details()}"
+                assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
+    with channel(fed, "curator", _other_ca(fed)) as ch:
+        for name, call in _calls(ch, job).items():
+            e = refused(call)
+            assert e.code() == grpc.StatusCode.UNAVAILABLE, f"another CA {name}: {e.code().name}"
+    with operator_curator(fed) as ch:  # none of it touched the job
+        last = None
+        for last in learner_pb2_grpc.LearnerCuratorStub(ch).WatchLearner(common_pb2.JobRef(job_id=job), timeout=180):
+            pass
+    assert last is not None and last.state == "DONE", last
+    assert_ledgers_within_budget(fed)
+
+
+def test_a_replayed_submission_is_refused(fed):
+    with operator_curator(fed) as ch:
+        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
+        job = stub.SubmitLearner(_spec(job_id="dp-replay000001"), timeout=60).job_id
+        e = refused(lambda: stub.SubmitLearner(_spec(job_id=job), timeout=60))
+        assert_status(e, grpc.StatusCode.ALREADY_EXISTS)
+        last = None
+        for last in stub.WatchLearner(common_pb2.JobRef(job_id=job), timeout=180):
+            pass
+        assert last is not None and last.state == "DONE", last
+        e = refused(lambda: stub.SubmitLearner(_spec(job_id=job), timeout=60))  # and after it ended
+        assert_status(e, grpc.StatusCode.ALREADY_EXISTS)
+    assert_ledgers_within_budget(fed)
+
+
+@pytest.mark.parametrize("job_id", ["", "x" * 65, "../../etc/passwd", "dp-\x00"])
+def test_hostile_ids_name_no_job(fed, job_id):
+    with operator_curator(fed) as ch:
+        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
+        for call in (lambda: stub.WatchLearner(common_pb2.JobRef(job_id=job_id), timeout=20),
+                     lambda: stub.GetLearnerModel(common_pb2.JobRef(job_id=job_id), timeout=20)):
+            assert_status(refused(call), grpc.StatusCode.NOT_FOUND, job_id)
+        if job_id:
+            spec = _spec()
+            spec.job_id = job_id  # a raw body: the client library would refuse it first
+            assert_status(refused(lambda: stub.SubmitLearner(spec, timeout=20)), grpc.StatusCode.INVALID_ARGUMENT, job_id)

@@ -1,0 +1,96 @@
+"""kill -9 of the curator in the middle of a curator-hosted dp-gd job, then restart (docs/protocols/job-model.md §7).
+
+The curator runs the job's rounds itself, so a crash loses the job's task. Expected (the simple, sound outcome):
+after the restart the job is FAILED with JOB_FAILED and "the curator restarted mid-job", never running forever and
+never half-released; nothing is in the model store; every party keeps the job's dp-gd charge (its ledger is not
+touched) and no ledger exceeds its budget; the restarted curator runs a new learner job to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import grpc
+import pytest
+
+from mpdp.dpgd.model import Task
+from mpdp.dpgd.plan import DpgdPlan
+from mpdp.messages import common_pb2, learner_pb2_grpc
+
+from .conftest import NODES, PARTIES, assert_all_serving, assert_ledgers_within_budget, ledger, operator_curator, start_federation
+
+SIZES = (40, 47, 54)  # conftest.start_federation's synthetic rows per party
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    f = start_federation(tmp_path_factory.mktemp("learner-kill"))
+    yield f
+    f.stop()
+
+
+def _spec(rounds: int, job_id: str = ""):
+    from mpdp_services.operator.dpgd import dpgd_spec
+
+    plan = DpgdPlan(Task("binary"), 4, 1.0, 1e-6, lam=1e-2, rounds=rounds, total_records=sum(SIZES))
+    return dpgd_spec("synthetic", PARTIES, NODES, plan, 60, job_id=job_id, seed=b"learner-kill", deadline=30.0)
+
+
+def _watch(fed, job: str, timeout: float = 60.0):
+    with operator_curator(fed) as ch:
+        yield from learner_pb2_grpc.LearnerCuratorStub(ch).WatchLearner(common_pb2.JobRef(job_id=job), timeout=timeout)
+
+
+def test_curator_killed_mid_dpgd_job(fed):
+    with operator_curator(fed) as ch:
+        job = learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(_spec(rounds=60), timeout=60).job_id
+    for st in _watch(fed, job):  # until round 2 runs: every party has paid the job's one charge in round 1
+        assert not st.terminal, st
+        if st.round >= 1:
+            break
+    charged = {p: [e for e in ledger(fed, p)["entries"] if e.get("protocol") == "dpgd" and e.get("job_id") == job] for p in PARTIES}
+    assert all(len(c) == 1 and c[0]["epsilon"] > 0 for c in charged.values()), charged
+
+    fed.kill("curator", signal.SIGKILL)
+    t0 = time.monotonic()
+    fed.restart("curator")
+    last = None
+    for last in _watch(fed, job):
+        if last.terminal:
+            break
+    assert last is not None and last.terminal and last.state == "FAILED", last
+    assert last.problem == common_pb2.JOB_FAILED and "the curator restarted mid-job" in last.detail, last
+    assert time.monotonic() - t0 < 60.0
+    with operator_curator(fed) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            learner_pb2_grpc.LearnerCuratorStub(ch).GetLearnerModel(common_pb2.JobRef(job_id=job), timeout=30)
+    assert e.value.code() == grpc.StatusCode.ABORTED and "released nothing" in e.value.details()
+    assert not (fed.workdir / "curator" / "state" / "learners" / f"{job}.model.binpb").exists()
+
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.jobs import get_job
+
+    ep = Endpoints.load(fed.workdir)
+    summary = get_job(ep, job)  # the catalog of the restarted curator knows it, ended
+    assert summary["protocol"] == "dpgd" and summary["state"] == "FAILED" and summary["terminal"], summary
+    state = json.loads((fed.workdir / "curator" / "state" / "learners" / f"{job}.state.json").read_text())
+    if state["dca_job"]:  # the round that was running: its DCA job was aborted at the restart, not left to its deadline
+        assert get_job(ep, state["dca_job"])["terminal"]
+    for p in PARTIES:  # the charge stays: the ledger entry is still there with its (ε, δ)
+        kept = [e for e in ledger(fed, p)["entries"] if e.get("protocol") == "dpgd" and e.get("job_id") == job]
+        assert len(kept) == 1 and kept[0]["epsilon"] == charged[p][0]["epsilon"], kept
+    assert_ledgers_within_budget(fed)
+
+    # the restarted curator runs a new learner job to the end; the killed job's id stays taken
+    with operator_curator(fed) as ch:
+        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.SubmitLearner(_spec(rounds=0, job_id=job), timeout=60)
+        assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        fresh = stub.SubmitLearner(_spec(rounds=0), timeout=60).job_id
+    states = [st.state for st in _watch(fed, fresh, timeout=120)]
+    assert states[-1] == "DONE", states
+    assert_all_serving(fed)
+    assert_ledgers_within_budget(fed)
