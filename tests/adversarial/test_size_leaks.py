@@ -196,7 +196,7 @@ def test_pathak_size_bound_refusal_names_no_size(leaky, mode, noise):
 def test_regression_round_records_bound_refusal_names_no_size(leaky):
     before, known = ledgers(leaky), job_ids(leaky)
     plan = RegressionPlan((1.0,) * (DIM + 1), 5.0, 1e-4, grid_repeats=(2, 2))
-    spec = plan.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=1, deadline_seconds=6.0).to_spec()
+    spec = plan.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=1, roster=PARTIES, deadline_seconds=6.0).to_spec()
     job = create_dca(leaky, spec)
     req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic="linreg/std", bounds=list(plan.bounds), records_per_client=1)
     e = contribution_refused(leaky, req)
@@ -209,7 +209,7 @@ def test_regression_round_records_bound_refusal_names_no_size(leaky):
 def test_regression_round_with_a_short_clip_box_names_no_dimension(leaky):
     before, known = ledgers(leaky), job_ids(leaky)
     plan = RegressionPlan((1.0,) * 4, 5.0, 1e-4, grid_repeats=(2, 2))  # d = 3 where the data have 6 features
-    spec = plan.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=1000, deadline_seconds=6.0).to_spec()
+    spec = plan.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=1000, roster=PARTIES, deadline_seconds=6.0).to_spec()
     job = create_dca(leaky, spec)
     req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic="linreg/std", bounds=list(plan.bounds), records_per_client=1000)
     e = contribution_refused(leaky, req)
