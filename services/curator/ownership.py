@@ -46,6 +46,7 @@ NAMES_JOB: dict[str, Callable[[Any], str]] = {
     **{f"/mpdp.messages.DcaCurator/{m}": _job_id for m in ("WatchJob", "GetRelease", "GetJob")},
     "/mpdp.messages.EnsembleCurator/GetEnsemble": _job_id,
     "/mpdp.messages.LocalModelCurator/GetLocalModels": _job_id,
+    **{f"/mpdp.messages.LearnerCurator/{m}": _job_id for m in ("WatchLearner", "GetLearnerModel")},
     **{f"/mpdp.messages.JobOperations/{m}": _job_id for m in ("GetJob", "CancelJob")},
     "/mpdp.messages.ContributionCurator/RequestContributions": lambda r: r.request.dca_job_id,
 }
