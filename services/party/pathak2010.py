@@ -301,7 +301,8 @@ class PathakParty(pb_grpc.PartyServicer):
         except BaseException:  # refused (BUDGET_EXCEEDED, or a broken ledger): the job fails here, nothing spent
             await hosted.fail(Problem.BUDGET_EXCEEDED, f"party {self.cfg.name} cannot pay job {m.job_id}")  # routed: settled, ended
             raise
-        hosted.spent_after = hosted.emitted
+        if hosted.spent_after is None:  # a concurrent StartProtocol may have spent and delivered meanwhile: never move the mark past its messages
+            hosted.spent_after = hosted.emitted
 
     SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
     SendPartySecrets = SendSizeShare = SendSealedSizeRemainder = SendMaskedSize = SendNoiseChain = _deliver
