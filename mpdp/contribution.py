@@ -109,7 +109,19 @@ class ContributionRound(Machine):
         return [Publish(pb.ContributionSummary(receipts=[self.receipts[p] for p in parties]))]
 
 
-def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = None) -> None:
+def check_members(parties: Sequence[str], members: Sequence[str]) -> None:
+    """Every party a job names is a member of the federation as this party was provisioned with it (its config's
+    ``members``). The compute nodes bind each roster slot to its own certificate, but whoever holds the CA key can
+    mint new party names; a party that takes rounds only over members cannot be surrounded by such parties, whose
+    zero-noise slices would otherwise thin its own (each adds σ²_std/(N − T − 1) of the job's noise)."""
+    if not members:
+        raise ValueError("this party has no federation member list (config `members`); it takes no job with other parties")
+    outsiders = set(parties) - set(members)
+    if outsiders:
+        raise ValueError(f"the job names {len(outsiders)} part{'y' if len(outsiders) == 1 else 'ies'} that are not members of this federation")
+
+
+def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = None, members: Sequence[str] | None = None) -> None:
     """The DCA job ``params`` is a round of exactly ``parties`` (and of ``me``, a party checking for itself):
     a DP sum whose roster names these parties and no one else, so N = |parties|. Raises ValueError otherwise.
 
@@ -129,3 +141,5 @@ def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = N
         raise ValueError(f"the DCA job's roster (N = {params.clients}) is not the round's {len(parties)} parties")
     if me is not None and me not in params.roster:
         raise ValueError("this party is not on the DCA job's roster")
+    if members is not None:
+        check_members(params.roster, members)

@@ -120,6 +120,11 @@ class PartyConfig(_Base):
     local_classifier: str = Field("logreg", description="the party's own model in ensemble (hamm2016) jobs: any name of mpdp.hamm2016.local.CLASSIFIERS")
     job_deadline_seconds: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False, description="a job whose spec sets no deadline fails at this party after this long (its curator may have crashed)")
     max_retained_jobs: int = Field(256, ge=0, le=100_000, description="finished jobs of one protocol kept in memory (within job_retention_seconds); older ones leave a value-free record")
+    members: list[str] = Field([], max_length=limits.MAX_PARTIES, description=(
+        "the federation's parties as provisioned (site names; your IT team checks this list when it joins). This party "
+        "takes part in a job with other parties (Pathak, a contribution or dp-gd round, an ensemble vote) only if every "
+        "party the job names is a member, so a certificate minted later under a new name can never join a round and thin "
+        "this party's noise share. Empty: no such job is taken"))
 
 
 class CuratorConfig(_Base):
@@ -129,9 +134,9 @@ class CuratorConfig(_Base):
     compute_nodes: dict[str, str] = {}
     auxiliary: dict[str, DatasetConfig] = Field({}, description="public auxiliary (unlabelled) datasets for ensemble (hamm2016) jobs; labels are ignored")
     max_live_jobs_federation: int = Field(limits.MAX_LIVE_JOBS_FEDERATION, ge=1, le=100_000, description=(
-        "Pathak jobs live at once in this federation; a submission past it is refused OVERLOADED before any party is asked to spend"))
+        "jobs of every protocol live at once in this federation; a submission past it is refused OVERLOADED before any party is asked to spend"))
     max_live_jobs_per_operator: int = Field(limits.MAX_LIVE_JOBS_PER_OPERATOR, ge=1, le=100_000, description=(
-        "Pathak jobs one operator certificate may have live at once; more are refused OVERLOADED before any party is asked to spend"))
+        "jobs one operator certificate may have live at once; more are refused OVERLOADED before any party is asked to spend"))
 
 
 def load(cls: type[_Base], path: str | Path, **overrides: Any) -> Any:

@@ -55,6 +55,7 @@ class LocalFederation:
     local_classifiers: dict[str, str] = field(default_factory=dict)  # party → its local model for ensemble jobs
     log_format: str = "text"  # each role's service.log: text, or json lines (services/common/logs.py)
     curator_options: dict = field(default_factory=dict)  # extra curator configuration fields (e.g. admission bounds)
+    members: list[str] | None = None  # the federation's parties every party takes jobs over (default: ``parties``)
     procs: dict[str, Proc] = field(default_factory=dict)
 
     # -- PKI and configs ----------------------------------------------------------------------
@@ -77,6 +78,7 @@ class LocalFederation:
                 self.workdir / p / "party.yaml",
                 {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}),
                  "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta,
+                 "members": list(self.members if self.members is not None else self.parties),
                  "local_classifier": self.local_classifiers.get(p, "logreg")},
             )
 

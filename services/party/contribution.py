@@ -208,7 +208,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         if params.seeded and not cfg.test_mode:
             await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
         try:  # a DP sum over exactly the round's parties: N and the roster cannot dilute this party's noise slice
-            check_roster(params, list(request.parties), cfg.name)
+            check_roster(params, list(request.parties), cfg.name, cfg.members)
         except ValueError as e:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {job}: {e}")
         return ann, params

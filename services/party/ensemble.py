@@ -21,6 +21,7 @@ from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.local import CLASSIFIERS
 from mpdp.ledger import FAILED
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
+from mpdp.contribution import check_members
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
@@ -57,6 +58,10 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, str(e))
         if cfg.name not in spec.parties:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} is not a voter of job {job}")
+        try:  # more voters mean less noise per vote: only the federation's members count
+            check_members(list(spec.parties), cfg.members)
+        except ValueError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
         if spec.simulation_seed and not cfg.test_mode:
             await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
         if spec.dataset not in cfg.datasets:

@@ -27,6 +27,7 @@ from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachin
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.schema import SchemaError
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send
+from mpdp.contribution import check_members
 from mpdp_services.common import config as cfgmod, errors, jobs, metrics
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, method_for_message, roles_by_method
@@ -197,6 +198,10 @@ class PathakParty(pb_grpc.PartyServicer):
         ds = self.cfg.datasets.get(request.spec.dataset)
         if ds is None:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name} has no dataset {shown(request.spec.dataset)} (configured: {sorted(self.cfg.datasets)})")
+        try:  # every party of the job is a member as provisioned (in gaussian-distributed mode each adds a share of σ²)
+            check_members(list(request.spec.parties), self.cfg.members)
+        except ValueError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {name}: {e}")
         announced = curator_keys_from(request.curator_keys)
         try:  # the announcement is the curator's, but still input: never adopt keys outside the documented range
             limits.check_job_announcement(request)

@@ -352,6 +352,7 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
                 "ledger": p.ledger,
                 "budget_epsilon": p.budget_epsilon if p.budget_epsilon is not None else d.budget_epsilon,
                 "local_classifier": p.local_classifier,
+                "members": [q.name for q in spec.parties],  # the federation as provisioned: this party's jobs name only these
             },
         )
         _write_readme(r, spec, ca)

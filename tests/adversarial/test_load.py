@@ -51,9 +51,10 @@ STALL_JOBS = 150  # above what one connection's 256 streams carried with one hea
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
-    """Small keys, no compute nodes, a large budget and admission bounds above STALL_JOBS."""
+    """Small keys, no compute nodes, a large budget and admission bounds above STALL_JOBS; party-4 is a provisioned
+    member that is not running (the dead-address test registers it)."""
     f = start_federation(tmp_path_factory.mktemp("load"), budget=1000.0, nodes=[], key_bits=512,
-                         curator_options={"max_live_jobs_federation": 1000, "max_live_jobs_per_operator": 1000})
+                         curator_options={"max_live_jobs_federation": 1000, "max_live_jobs_per_operator": 1000}, members=[*PARTIES, "party-4"])
     yield f
     f.stop()
 

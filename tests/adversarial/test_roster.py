@@ -21,7 +21,7 @@ import os
 import grpc
 import numpy as np
 
-from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc
+from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp.regression.plan import RegressionPlan
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
@@ -39,9 +39,12 @@ from tests.adversarial.conftest import (
     ledger_job_ids,
     mint,
     operator_curator,
+    pathak_spec,
     refused,
     site_tls,
+    submit_pathak,
     wait_dca,
+    wait_pathak,
 )
 
 GHOSTS = [f"ghost-{i:03d}" for i in range(297)]
@@ -187,3 +190,14 @@ def test_a_squatted_contribution_round_still_releases(fed):
         assert job in ledger_job_ids(fed, p)
     assert_ledgers_within_budget(fed)
     assert_all_serving(fed)
+
+
+def test_a_pathak_job_with_a_non_member_is_refused_by_every_party(fed):
+    """A party certificate minted under a new name registers at the curator; a Pathak job naming it is refused by
+    the provisioned parties (in gaussian-distributed mode each party adds σ²/(K − t): an outsider would thin it)."""
+    with channel(fed, "curator", mint(fed, "party", "sybil-9")) as ch:
+        pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address="127.0.0.1:9"), timeout=20)
+    job = submit_pathak(fed, pathak_spec(parties=[*PARTIES, "sybil-9"], seed=b"sybil-pathak"))
+    st = wait_pathak(fed, job)
+    assert st.state == "FAILED" and st.problem == common_pb2.INVALID_JOB and "not members" in st.detail, st
+    assert_nothing_spent(fed, job)

@@ -92,6 +92,7 @@ def test_configs_load_with_the_services_config_classes(tmp_path):
     assert (a.curator.address, a.curator.name) == ("charlie.example.org:7000", "curator")
     assert a.datasets["adult"].path == Path("/data/adult.csv") and a.datasets["adult"].format == "csv"
     assert a.budget_epsilon == 10.0 and a.ledger == out / "hospital-a" / "state" / "ledger.json"
+    assert a.members == ["hospital-a", "hospital-b", "hospital-c"]  # the federation as provisioned: jobs name only these
     assert cfgmod.load(cfgmod.PartyConfig, out / "hospital-b" / "party.yaml").budget_epsilon == 3.0
     node = cfgmod.load(cfgmod.ComputeNodeConfig, out / "compute-1" / "compute_node.yaml")
     assert (node.listen, node.advertise, node.curator.name, node.federation) == ("0.0.0.0:7200", "cn1.example.org:7200", "curator", "test-fed")

@@ -1,4 +1,4 @@
-"""Review: noise dilution by Sybil parties (minted party certificates from the federation's CA).
+"""Noise dilution by parties minted under new names (party certificates from the federation's CA).
 
 The roster rule (docs/protocols/dca.md "Rosters", mpdp.contribution.check_roster) holds a contribution round to
 exactly the parties it was asked with, and a node takes a listed client's share only over that client's own party

@@ -1,4 +1,4 @@
-"""Review: a curator-hosted learner job (dp-gd, regression) belongs to its operator like every other job.
+"""A curator-hosted learner job (dp-gd, regression) belongs to its operator like every other job.
 
 operator-2 (a minted operator certificate from the federation's CA) learns operator-1's learner job id and asks
 WatchLearner and GetLearnerModel for it: both must be refused UNKNOWN_JOB (NOT_FOUND), as JobOperations already
