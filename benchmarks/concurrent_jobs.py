@@ -68,7 +68,7 @@ def start(root: Path, key_bits: int, curator: dict) -> LocalFederation:
         f.parent.mkdir(parents=True, exist_ok=True)
         np.savetxt(f, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
         datasets[p] = {"synthetic": {"path": str(f), "format": "csv"}}
-    fed = LocalFederation(root / "fed", PARTIES, datasets, test_mode=True, paillier_bits=key_bits, dgk_bits=key_bits, budget_epsilon=1e6, curator_options=curator)
+    fed = LocalFederation(root / "fed", PARTIES, datasets, test_mode=True, paillier_bits=key_bits, dgk_bits=key_bits, budget_epsilon=1e6, budget_delta=0.5, curator_options=curator)
     fed.start()
     return fed
 

@@ -43,7 +43,8 @@ def write_parts(root: Path, names: list[str], parts) -> dict[str, dict[str, dict
 def federation(tmp_path_factory):
     root = tmp_path_factory.mktemp("fed")
     parts = synthetic_parts([60, 45, 52])
-    fed = LocalFederation(root / "fed", PARTIES, write_parts(root, PARTIES, parts), test_mode=True, paillier_bits=1024, dgk_bits=1024)
+    fed = LocalFederation(root / "fed", PARTIES, write_parts(root, PARTIES, parts), test_mode=True, paillier_bits=1024, dgk_bits=1024,
+                          members=[*PARTIES, "party-mock"])  # party-mock: a provisioned member played by a test server
     fed.start()
     fed.parts = dict(zip(PARTIES, parts))  # type: ignore[attr-defined]
     yield fed

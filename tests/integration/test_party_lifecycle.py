@@ -48,7 +48,8 @@ def fed(tmp_path_factory):
         np.savetxt(data / f"{p}.csv", np.column_stack([Xs, ys]), delimiter=",", fmt="%.17g")
         np.savetxt(data / f"{p}-wine.csv", np.column_stack([X[j::2], y[j::2]]), delimiter=",", fmt="%.17g")
         ds[p] = {"synthetic": {"path": str(data / f"{p}.csv"), "format": "csv"}, "wine": {"path": str(data / f"{p}-wine.csv"), "format": "csv"}}
-    fed = LocalFederation(root / "fed", PARTIES, ds, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=1e6)
+    fed = LocalFederation(root / "fed", PARTIES, ds, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=1e6,
+                          members=[*PARTIES, "party-mock"])  # party-mock: a provisioned member played by a test server
     fed.provision()
     for p in PARTIES:
         cfg = fed.workdir / p / "party.yaml"
