@@ -397,12 +397,16 @@ def method_for_message(service: _descriptor.ServiceDescriptor) -> dict[str, str]
     return out
 
 
+RETIRE_GRACE_SECONDS = 30.0  # a channel dropped after UNAVAILABLE lets its other calls finish this long
+
+
 class PeerChannels:
     """One channel per (address, site name); messages are sent by type to the RPC that takes them."""
 
     def __init__(self, tls: TlsFiles, transcript: Transcript | None = None) -> None:
         self._creds = tls.channel_credentials()
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        self._retiring: set[grpc.aio.Channel] = set()  # channels closing after UNAVAILABLE (see _retire)
         self.transcript = transcript  # test mode: every response to a call this process makes
 
     def channel(self, address: str, site: str) -> grpc.aio.Channel:
@@ -415,27 +419,51 @@ class PeerChannels:
         return ch
 
     async def call(self, address: str, site: str, service_full_name: str, method: str, request: Any, response_type: Any, timeout: float = 60.0) -> Any:
-        ch = self.channel(address, site)
-        rpc = ch.unary_unary(
-            f"/{service_full_name}/{method}",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=response_type.FromString,
-        )
-        try:
-            response = await rpc(request, timeout=timeout, metadata=tracing.outgoing())  # the current span, when traces are on
-            if self.transcript is not None:
-                self.transcript.record("response", f"/{service_full_name}/{method}", site, response)
-            return response
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE:
-                # drop the channel: a new one reconnects at once instead of waiting out gRPC's backoff
-                self._channels.pop((address, site), None)
-                await ch.close()
-            raise
+        for attempt in (0, 1):
+            ch = self.channel(address, site)
+            rpc = ch.unary_unary(
+                f"/{service_full_name}/{method}",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=response_type.FromString,
+            )
+            try:
+                response = await rpc(request, timeout=timeout, metadata=tracing.outgoing())  # the current span, when traces are on
+                if self.transcript is not None:
+                    self.transcript.record("response", f"/{service_full_name}/{method}", site, response)
+                return response
+            except grpc.aio.UsageError:  # another call retired this channel between our lookup and our call
+                if attempt:
+                    raise
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this task is being cancelled
+                # the channel was closed under the call (grpc.aio cancels its calls): to the caller, the peer is
+                # unreachable; a bare CancelledError would end its send task silently and stall the job
+                raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                           details="the channel to the peer was closed during the call") from None
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._retire(address, site, ch)
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _retire(self, address: str, site: str, ch: grpc.aio.Channel) -> None:
+        """Drop a channel after UNAVAILABLE, so the next call reconnects at once instead of waiting out gRPC's
+        backoff. Calls still in flight on it (other jobs') get RETIRE_GRACE_SECONDS to finish: closing it at once would
+        cancel them, and a job whose call is cancelled fails as if its peer were gone."""
+        current = self._channels.get((address, site))
+        if current is not None and current is ch:
+            del self._channels[(address, site)]
+            self._retiring.add(current)
+            task = asyncio.ensure_future(current.close(grace=RETIRE_GRACE_SECONDS))
+            task.add_done_callback(lambda _: self._retiring.discard(current))
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._channels.values()), return_exceptions=True)
         self._channels.clear()
+        await asyncio.gather(*(c.close() for c in list(self._retiring)), return_exceptions=True)
+        self._retiring.clear()
 
 
 def tls_failure(e: grpc.aio.AioRpcError) -> bool:
