@@ -9,15 +9,13 @@ same role in one process.
 
 from __future__ import annotations
 
-import grpc
-
 from mpdp import limits
 from mpdp.dpgd.plan import DpgdPlan
 from mpdp.dpgd.role import DpgdRun, RoundFailed
 from mpdp.dpgd.wire import MODES
 from mpdp.messages import learner_pb2 as pb
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.operator.learner import JobFailed, LearnerClient
+from mpdp_services.operator.learner import LearnerClient, run_model
 
 __all__ = ["DpgdRun", "RoundFailed", "dpgd_spec", "fetch_model", "run_dpgd"]
 JOB_PREFIX = "dp-"
@@ -41,13 +39,7 @@ def run_dpgd(ep: Endpoints, dataset: str, parties: list[str], nodes: list[str], 
     """Submit the job, wait for its release and return it; raises :class:`RoundFailed` naming why nothing was released."""
     spec = dpgd_spec(dataset, parties, nodes, plan, records_per_party, job_id=job_id or "", max_missing=max_missing, seed=seed, deadline=deadline,
                      schema_sha256=schema_sha256)
-    with LearnerClient(ep) as client:
-        try:
-            return DpgdRun.of(client.run(spec))
-        except JobFailed as e:
-            raise RoundFailed(str(e)) from None
-        except grpc.RpcError as e:
-            raise RoundFailed(f"the curator refused the dp-gd job: {e.details()}") from None
+    return DpgdRun.of(run_model(ep, spec, "dp-gd", RoundFailed))
 
 
 def fetch_model(ep: Endpoints, job_id: str) -> DpgdRun:

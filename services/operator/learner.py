@@ -63,3 +63,15 @@ class LearnerClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def run_model(ep: Endpoints, spec: pb.LearnerJobSpec, what: str, failed: type[Exception]) -> pb.LearnerModel:
+    """Submit ``spec``, wait for its end and return its model; ``failed`` (naming why) if nothing was released or the
+    curator refused the job (``what``: the job's kind, for that message)."""
+    with LearnerClient(ep) as client:
+        try:
+            return client.run(spec)
+        except JobFailed as e:
+            raise failed(str(e)) from None
+        except grpc.RpcError as e:
+            raise failed(f"the curator refused the {what} job: {e.details()}") from None

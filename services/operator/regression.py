@@ -10,15 +10,13 @@ submits it and reads the release back. :func:`mpdp.regression.role.run_inmemory`
 
 from __future__ import annotations
 
-import grpc
-
 from mpdp.dca.params import NOISE_ENUM
 from mpdp.dpgd.wire import MODES
 from mpdp.messages import learner_pb2 as pb
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import RegressionRun, RoundFailed
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.operator.learner import JobFailed, LearnerClient
+from mpdp_services.operator.learner import LearnerClient, run_model
 
 __all__ = ["RegressionRun", "RoundFailed", "fetch_model", "regression_spec", "run_regression"]
 
@@ -57,13 +55,7 @@ def run_regression(
     """Submit the job, wait for the posterior and return the run; raises :class:`RoundFailed` naming why nothing was released."""
     spec = regression_spec(dataset, parties, nodes, bounds, epsilon, delta, total_records, records_per_party, mode=mode, noise=noise,
                            grid_repeats=grid_repeats, seed=seed, deadline=deadline)
-    with LearnerClient(ep) as client:
-        try:
-            return RegressionRun.of(client.run(spec))
-        except JobFailed as e:
-            raise RoundFailed(str(e)) from None
-        except grpc.RpcError as e:
-            raise RoundFailed(f"the curator refused the regression job: {e.details()}") from None
+    return RegressionRun.of(run_model(ep, spec, "regression", RoundFailed))
 
 
 def fetch_model(ep: Endpoints, job_id: str) -> RegressionRun:
