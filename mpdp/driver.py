@@ -14,7 +14,7 @@ import collections
 from typing import Any, Callable
 
 from mpdp.math.drbg import Drbg
-from mpdp.protocol import Machine, Output, Peer, ProtocolError, Publish, Record, Reply, Send
+from mpdp.protocol import Machine, Output, Peer, ProtocolError, Publish, Record, Reply, Send, Spend
 
 Tamper = Callable[[Peer, Peer, Any], Any | None]
 
@@ -50,6 +50,8 @@ class Wire:
                 self.queue.append((sender, o.to, o.message))
             elif isinstance(o, Publish):
                 self.releases.append(o.release)
+            elif isinstance(o, Spend):
+                self.ledger.setdefault(sender.name, []).extend(o.entries)
             elif isinstance(o, Record):
                 self.ledger.setdefault(sender.name, []).append(o.entry)
             elif isinstance(o, Reply):

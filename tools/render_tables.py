@@ -27,7 +27,7 @@ PAGES: dict[str, tuple[str, ...]] = {
     "dca.md": ("mpdp.dca.client.ClientMachine", "mpdp.dca.compute_node.ComputeNodeMachine", "mpdp.dca.aggregator.AggregatorMachine"),
     "hamm2016.md": ("mpdp.hamm2016.job.CuratorRole",),
     "local-release.md": ("mpdp.local_release.LocalReleaseCurator",),
-    "regression.md": ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound"),
+    "regression.md": ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound", "mpdp.contribution.Contributor"),
     "dpgd.md": ("mpdp.dpgd.role.DpgdRole",),
 }
 
