@@ -52,8 +52,13 @@ class Wire:
                 self.releases.append(o.release)
             elif isinstance(o, Spend):
                 self.ledger.setdefault(sender.name, []).extend(o.entries)
-            elif isinstance(o, Record):
-                self.ledger.setdefault(sender.name, []).append(o.entry)
+            elif isinstance(o, Record):  # a release's record: it marks the entry its Spend made, or is the entry
+                entries = self.ledger.setdefault(sender.name, [])
+                spent = next((e for e in entries if (e.get("protocol"), e.get("job_id")) == (o.entry.get("protocol"), o.entry.get("job_id"))), None)
+                if spent is None:
+                    entries.append(o.entry)
+                else:
+                    spent["status"] = "released"
             elif isinstance(o, Reply):
                 self.replies.append(o.message)
 

@@ -123,13 +123,13 @@ class ClientMachine(DcaMachine):
         out: list[Output] = [Spend(self.charge if self.charge is not None else (prm.ledger_entry(),))]
         if prm.seed_compressed:
             m0, seeds = sharing.share_u64_seeded_packed(u, prm.M, masks_rng)
-            out.append(Send(node_peer(prm.nodes[0]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(m0)), data=True))
+            out.append(Send(node_peer(prm.nodes[0]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(m0))))
             for k in range(1, prm.M):
-                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, mask_seed=seeds[k - 1]), data=True))
+                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, mask_seed=seeds[k - 1])))
         else:
             shares = sharing.share_u64(u, prm.M, masks_rng)
             for k in range(prm.M):
-                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(shares[k])), data=True))
+                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(shares[k]))))
         if self.keep_noise:
             self.noise, self.encoded = eta, u
         self._z[:] = 0.0  # the client's data is not needed any more

@@ -13,6 +13,7 @@ import pytest
 from mpdp.contribution import AcceptedRound, Contributor
 from mpdp.dca.client import ClientMachine
 from mpdp.math.drbg import Drbg
+from mpdp.messages import common_pb2
 from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, ProtocolError, Send, Spend, row
 
 from tests.dca.helpers import NODES, make_params
@@ -51,9 +52,10 @@ class _Leaky(Machine):
         return self._local("go")
 
     def _on_go(self):
-        data = Send(Peer("compute_node", "n"), b"z", data=True)
+        data = Send(Peer("compute_node", "n"), b"z")
         spend = Spend(({"protocol": "t", "job_id": "job-x", "epsilon": 1.0, "delta": 0.0},))
-        return [spend, data] if self.spend_first else [Send(Peer("compute_node", "n"), b"public"), data, spend]
+        abort = Send(Peer("compute_node", "n"), common_pb2.JobAbort(job_id="job-x"))  # a PUBLIC kind may go first
+        return [abort, spend, data] if self.spend_first else [abort, data, spend]
 
 
 def test_a_data_dependent_send_before_the_spend_fails_the_role_and_nothing_leaves():
@@ -66,14 +68,14 @@ def test_a_data_dependent_send_before_the_spend_fails_the_role_and_nothing_leave
 def test_a_spend_then_data_passes_the_rule():
     m = _Leaky(spend_first=True)
     out = m.go()
-    assert isinstance(out[0], Spend) and m.spent and m.state == "DONE"
+    assert isinstance(out[1], Spend) and m.spent and m.state == "DONE"
 
 
 def test_the_dca_client_spends_before_its_first_share():
     p = make_params()
     out = ClientMachine(p, "client-1", np.zeros(p.dimension), Drbg.from_seed(b"tests/dca").child("client/client-1")).submit()
     assert isinstance(out[0], Spend) and out[0].entries == (p.ledger_entry(),)
-    assert all(isinstance(o, Send) and o.data for o in out[1:]) and len(out) == 1 + len(NODES)
+    assert all(isinstance(o, Send) for o in out[1:]) and len(out) == 1 + len(NODES)
 
 
 # -- holding the round ---------------------------------------------------------------------------------------
@@ -82,7 +84,7 @@ def test_an_honest_round_spends_its_charge_then_sends_one_share_per_node():
     c = contributor(AcceptedRound("job-1", PARTIES, nodes=NODES, charge=lambda p: charge))
     assert c.announced(params()) == []
     out = c.computed(np.zeros(4), Drbg.from_os())
-    assert out[0] == Spend(charge) and [o.to.name for o in out[1:]] == list(NODES) and all(o.data for o in out[1:])
+    assert out[0] == Spend(charge) and [o.to.name for o in out[1:]] == list(NODES)
     assert c.receipts(3, []) == [] and c.state == "DONE"
 
 
@@ -140,3 +142,12 @@ def test_out_of_order_steps_are_refused_and_a_rejected_share_fails_the_round():
     with pytest.raises(ProtocolError) as e:
         c.receipts(2, ["rejected"])
     assert e.value.problem == Problem.JOB_FAILED and c.state == FAILED
+
+
+def test_every_role_that_holds_records_is_bound_by_the_spend_rule():
+    """The roles whose messages derive from a party's records: the Pathak party, the DCA client and the contributor.
+    Each may send only its PUBLIC kinds (acceptance, abort) before its Spend."""
+    from mpdp.pathak2010.party import PartyMachine
+
+    assert PartyMachine.SPENDS and ClientMachine.SPENDS and Contributor.SPENDS
+    assert PartyMachine.PUBLIC == {"JobAbort", "JobAcceptance"} and ClientMachine.PUBLIC == {"JobAbort"}
