@@ -34,8 +34,8 @@ Failure policy (one for every protocol, :func:`admit_sender` and :func:`fails_jo
   it may not send) fails the job closed, with abort notices to the other participants.
 * A local refusal (our own check, e.g. insufficient noise) fails the job.
 
-Spend rule (one for every role that holds data, ``SPENDS = True``): every :class:`Send` of such a role, except the
-message kinds it names ``PUBLIC`` (an acceptance, an abort notice: nothing derived from its records), may only follow
+Spend rule (one for every role that holds data, ``SPENDS = True``): every :class:`Send` and :class:`Reply` of such a
+role, except the message kinds it names ``PUBLIC`` (an acceptance, an abort notice: nothing derived from its records), may only follow
 the role's :class:`Spend`, in the same output list or an earlier one. A handler that breaks the order fails the job
 (INTERNAL) and nothing of that list leaves. Whoever carries out the
 outputs spends a :class:`Spend` durably before it carries out anything after it, and stops if the spend is refused.
@@ -373,14 +373,14 @@ class Machine:
         return out
 
     def _spend_first(self, out: list[Output]) -> list[Output]:
-        """The spend rule: in a spending role, no Send but a PUBLIC kind before the role's Spend (else INTERNAL)."""
+        """The spend rule: in a spending role, no Send or Reply but a PUBLIC kind before the role's Spend (else INTERNAL)."""
         if not self.SPENDS:
             return out
         spent = self.spent
         for o in out:
             if isinstance(o, Spend):
                 spent = True
-            elif isinstance(o, Send) and not spent and type(o.message).__name__ not in self.PUBLIC:
+            elif isinstance(o, (Send, Reply)) and not spent and type(o.message).__name__ not in self.PUBLIC:
                 raise LocalProtocolError(Problem.INTERNAL, f"a {self.ROLE} would send data of job {self.job_id} before its spend")
         self.spent = spent
         return out
