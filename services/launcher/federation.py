@@ -87,6 +87,7 @@ class LocalFederation:
 
     # -- processes --------------------------------------------------------------------------------
     def start(self, timeout: float = 180.0) -> None:
+        (self.workdir / "endpoints.json").unlink(missing_ok=True)  # a previous run's: it appears again once every role is up
         if not (self.workdir / "ca" / "ca.crt").exists():
             self.provision()
         cur = self._spawn("curator", "curator", self.workdir / "curator" / "curator.yaml", [])
