@@ -131,6 +131,11 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         aux[name] = {"path": str(Path(path).resolve())}
     fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes, auxiliary=aux,
                           budget_epsilon=budget_epsilon, budget_delta=budget_delta, node_workers=node_workers, log_format=log_format)
+    if (fed.workdir / "ca" / "ca.crt").exists():  # a previous run's folder: keep its certificates and state, take this run's datasets, schemas and budgets
+        missing = [site for site in ["curator", "operator", *names, *nodes] if not (fed.workdir / site / "site.crt").exists()]
+        if missing:
+            raise click.UsageError(f"{workdir} holds another federation (no certificate for {', '.join(missing)}): use a new --workdir or remove that folder")
+        fed.write_configs()
     with err.status("starting curator, parties and compute nodes"):
         fed.start()
     err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")

@@ -237,3 +237,27 @@ def test_a_party_with_a_dataset_that_does_not_fit_its_schema_stops_at_startup(tm
     with pytest.raises(SystemExit) as stop:
         asyncio.run(server.serve(Cfg()))  # type: ignore[arg-type]
     assert stop.value.code == 2
+
+
+def test_federation_up_again_in_the_same_folder_takes_the_new_datasets_and_schemas(tmp_path):
+    """A second `federation up` in a folder a previous run left keeps the certificates but writes this run's configs
+    (before, the old party.yaml files were reused and new --dataset/--schema options silently ignored)."""
+    import yaml
+
+    from mpdp_services.launcher.federation import LocalFederation
+
+    a, b, sa, sb = _two_datasets(tmp_path)
+    first = LocalFederation(tmp_path / "fed", ["party-1"], {"party-1": {"a": {"path": str(a), "schema": str(sa)}}})
+    first.provision()
+    cert = (tmp_path / "fed" / "party-1" / "site.crt").read_bytes()
+    again = LocalFederation(tmp_path / "fed", ["party-1"], {"party-1": {"b": {"path": str(b), "schema": str(sb)}}}, budget_epsilon=7.0)
+    again.write_configs()
+    cfg = yaml.safe_load((tmp_path / "fed" / "party-1" / "party.yaml").read_text())
+    assert cfg["datasets"] == {"b": {"path": str(b), "schema": str(sb)}} and cfg["budget_epsilon"] == 7.0
+    assert (tmp_path / "fed" / "party-1" / "site.crt").read_bytes() == cert
+    from click.testing import CliRunner
+
+    from mpdp_services.cli.jobs import federation
+
+    other = CliRunner().invoke(federation, ["up", "--workdir", str(tmp_path / "fed"), "--parties", "2", "--test-mode", "--key-bits", "512"])
+    assert other.exit_code == 2 and "holds another federation (no certificate for party-2)" in other.output, other.output
