@@ -18,8 +18,9 @@ def schema() -> None:
 
 @schema.command("check")
 @click.argument("schema_file", metavar="SCHEMA", type=click.Path(exists=True, dir_okay=False))
-@click.argument("data", metavar="FILE", type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm"]), default="auto", show_default=True, help="the file's format")
+@click.argument("data", metavar="FILE", type=click.Path(exists=True))
+@click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm", "parquet"]), default="auto", show_default=True,
+              help="the file's format (parquet: a file or a folder of parts)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def check(schema_file: str, data: str, fmt: str, as_json: bool) -> None:
     """Validate FILE against SCHEMA and encode it as a party would; print the local report (it stays here).
