@@ -306,6 +306,16 @@ class Schema(_Model):
         for batch in source.batches(rows or DEFAULT_BATCH_ROWS, self.needed()):
             yield self.encode_batch(batch)
 
+    def check_file(self, path: str | Path, fmt: str = "auto", rows: int | None = None) -> Report:
+        """Validate a party's file batch by batch and return the encoding's report only (bounded memory: the encoded
+        rows are dropped as each batch is counted); DatasetError as :meth:`encode_file` would raise."""
+        from mpdp.data.sources import file_source
+
+        report = Report()
+        for enc in self.encode_batches(file_source(path, fmt, self), rows):
+            report.merge(enc.report)
+        return report
+
     def encode_source(self, source: "Source", rows: int | None = None) -> Encoded:
         """The whole source encoded: its batches' rows concatenated and their reports merged."""
         Xs, ys, report = [], [], Report()

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
-from mpdp.data.loaders import DatasetError, load
+from mpdp.data.loaders import DatasetError, load, to_pm1
 from mpdp.data.sources import DEFAULT_BATCH_ROWS, SqlSource, Source, file_source
 from mpdp.schema import Report, Schema, SchemaError
 
@@ -145,6 +145,22 @@ class Rows:
             return self.schema.dimension
         assert self._whole is not None
         return int(self._whole[0].shape[1])
+
+    def label_values(self) -> np.ndarray:
+        """The dataset's distinct labels, as :func:`mpdp.dpgd.model.party_rows` maps them: a file without a schema's own
+        (read whole); a schema's labels are ±1 already, and [−1, 1] maps them as their own distinct values would."""
+        if self._whole is not None:
+            return np.unique(self._whole[1])
+        return np.array([-1.0, 1.0])
+
+    def pm1(self) -> "Rows":
+        """These rows with labels ±1 (:func:`mpdp.data.loaders.to_pm1` of a file without a schema; a schema's are ±1)."""
+        if self._whole is None:
+            return self
+        r = object.__new__(Rows)
+        r.__dict__.update(self.__dict__)
+        r._whole = (self._whole[0], to_pm1(self._whole[1]))
+        return r
 
     def parts(self) -> list["Rows"]:
         """One Rows per part of the source (the files of a Parquet folder), for a cluster to read in parallel."""

@@ -21,17 +21,16 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from mpdp.data.dataset import DoesNotFit, SchemaMismatch, load_dataset, require_rows, require_schema
+from mpdp.data.dataset import DoesNotFit, SchemaMismatch, require_schema
+from mpdp.data.engine import dpgd_contribution, statistics_contribution
 from mpdp.data.loaders import DatasetError
 from mpdp import limits
 from mpdp.contribution import check_roster
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd import wire as dpgd_wire
-from mpdp.dpgd.model import party_rows
-from mpdp.dpgd.plan import party_vector, round_job_id
+from mpdp.dpgd.plan import round_job_id
 from mpdp.ledger import FAILED, BudgetExceeded, LedgerError
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2
-from mpdp.regression.statistics import party_statistics
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
@@ -85,13 +84,8 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         charge = params.ledger_entry()
         await party.precheck(context, charge["epsilon"], charge["delta"], charge.get("accounting"))
 
-        def compute():
-            data = load_dataset(ds, name=request.dataset)
-            X, y = data.X, data.y
-            require_rows(len(y), max(1, request.records_per_client), "records_per_client")
-            if len(request.bounds) != X.shape[1] + 1:
-                raise DoesNotFit("the job's clip box (bounds) does not match the dataset's columns", f"{X.shape[1]} features, {len(request.bounds)} bounds")
-            return party_statistics(X, y, round_name, tuple(request.bounds))
+        def compute():  # over the dataset's batches (bounded memory; on Dask if it names a cluster)
+            return statistics_contribution(ds, request.dataset, round_name, tuple(request.bounds), max(1, request.records_per_client))
 
         z = await self._computed(party, request, compute, context)
         try:  # spends the job's true (ε, δ) in the ledger before any share leaves; a failed submission keeps it
@@ -142,14 +136,8 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             if charged is None:
                 await party.precheck(context, entry["epsilon"], entry["delta"], entry.get("accounting"))
 
-            def compute():
-                data = load_dataset(ds, name=request.dataset)
-                X, y = data.X, data.y
-                require_rows(len(y), max(1, request.records_per_client), "records_per_client")
-                if X.shape[1] != plan.dimension:
-                    raise DoesNotFit("the dataset's feature count is not the plan's dimension", f"{X.shape[1]} features, the plan {plan.dimension}")
-                X, y = party_rows(plan.task, X, y)
-                return party_vector(plan, msg.round, W, X, y)
+            def compute():  # over the dataset's batches (bounded memory; on Dask if it names a cluster)
+                return dpgd_contribution(ds, request.dataset, plan, msg.round, W, max(1, request.records_per_client))
 
             z = await self._computed(party, request, compute, context)
             # The one charge of the whole job (stored once; every later round finds it), then this round's marker;
