@@ -175,7 +175,9 @@ class Rows:
         return out
 
     def batches(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The encoded rows (X, y), at most ``batch_rows`` a batch; a pass that ends sets :attr:`report`."""
+        """The encoded rows (X, y) in batches of exactly ``batch_rows`` rows (the last one fewer): the same batches from
+        any source of the same rows (a CSV file, a Parquet folder, a table), so sums over them agree bit for bit.
+        A pass that ends sets :attr:`report`; a pass that leaves no row raises DatasetError."""
         if self._whole is not None:
             X, y = self._whole
             for i in range(0, max(1, len(y)), self.batch_rows):
@@ -183,11 +185,20 @@ class Rows:
             return
         assert self.schema is not None and self.source is not None
         report = Report()
+        held: list[tuple[np.ndarray, np.ndarray]] = []  # encoded rows not yet yielded (fewer than batch_rows)
+        count = 0
         for enc in self.schema.encode_batches(self.source, self.batch_rows):
             report.merge(enc.report)
-            yield enc.X, enc.y
+            held.append((enc.X, enc.y))
+            count += len(enc.y)
+            while count >= self.batch_rows:  # exactly batch_rows encoded rows a batch, whatever the source's own chunks
+                X, y = np.vstack([h[0] for h in held]), np.concatenate([h[1] for h in held])
+                yield X[:self.batch_rows], y[:self.batch_rows]
+                held, count = [(X[self.batch_rows:], y[self.batch_rows:])], count - self.batch_rows
         if report.used == 0:
             raise DatasetError(f"{self.name}: no row is left after encoding by the schema ({report.to_json()})")
+        if count:
+            yield np.vstack([h[0] for h in held]), np.concatenate([h[1] for h in held])
         self.report = report
         log.info("dataset %s encoded by schema %s: %s", self.name, self.schema_sha256[:12], report.to_json())
 

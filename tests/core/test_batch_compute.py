@@ -109,3 +109,16 @@ def test_batches_bound_what_is_held_at_once(tmp_path):
     ds = _dataset(tmp_path, n=5000, batch_rows=300, fmt="csv")
     sizes = [len(y) for _, y in open_rows(ds).batches()]
     assert max(sizes) <= 300 and sum(sizes) == 5000
+
+
+def test_any_source_of_the_same_rows_gives_the_same_sums_bit_for_bit(tmp_path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "c").mkdir()
+    parquet = _dataset(tmp_path / "p", n=3000, batch_rows=512)  # row groups of 1000: not the batches' boundaries
+    csv = _dataset(tmp_path / "c", n=3000, batch_rows=512, fmt="csv")
+    plan = DpgdPlan(Task("binary"), 8, 1.0, 1e-6, lam=1e-2, rounds=1, total_records=3000)
+    W = np.full((8, 1), 0.1)
+    for r in (0, 1):
+        assert np.array_equal(dpgd_contribution(parquet, "t", plan, r, W, 10**6), dpgd_contribution(csv, "t", plan, r, W, 10**6))
+    assert np.array_equal(local_logreg(parquet, "t", 1e-2, "half", clip=1.0, tol=1e-10, max_iter=100)[0],
+                          local_logreg(csv, "t", 1e-2, "half", clip=1.0, tol=1e-10, max_iter=100)[0])
