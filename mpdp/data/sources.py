@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
-from mpdp.data.loaders import DatasetError, first_lines
+from mpdp.data.loaders import DatasetError, first_lines, sniff_dialect
 
 if TYPE_CHECKING:
     from mpdp.schema import Schema
@@ -95,13 +95,7 @@ class CsvSource(Source):
         self.header = list(header) if header is not None else None
 
     def _reader(self, fh) -> Iterator[list[str]]:
-        sample = fh.read(4096)
-        fh.seek(0)
-        try:
-            dialect = csv.Sniffer().sniff(sample, delimiters=",;\t") if sample else csv.excel
-        except csv.Error:  # the sniffer gives up on long numeric rows cut by the sample: comma is the default
-            dialect = csv.excel
-        for r in csv.reader(fh, dialect):
+        for r in csv.reader(fh, sniff_dialect(fh)):
             cells = [c.strip() for c in r]
             if any(cells):
                 yield cells

@@ -141,3 +141,23 @@ def test_a_gzip_csv_is_read_in_batches(tmp_path):
     a = s.encode_source(CsvSource(tmp_path / "d.csv.gz"), 7)
     b = s.encode_rows(read_rows(tmp_path / "d.csv"))
     assert np.array_equal(a.X, b.X) and a.report.to_json() == b.report.to_json()
+
+
+def test_dataset_config_of_sql_and_parquet_sources(tmp_path, monkeypatch):
+    from pydantic import ValidationError
+
+    from mpdp_services.common.config import DatasetConfig
+
+    ok = DatasetConfig.model_validate({"format": "sql", "table": "t", "dsn_env": "PARTY_DSN", "schema": "s.yaml"})
+    monkeypatch.setenv("PARTY_DSN", "host=db password=hunter2")
+    assert ok.connection_string() == "host=db password=hunter2" and "hunter2" not in repr(ok)
+    monkeypatch.delenv("PARTY_DSN")
+    with pytest.raises(ValueError, match="PARTY_DSN") as e:
+        ok.connection_string()
+    assert "hunter2" not in str(e.value)
+    inline = DatasetConfig.model_validate({"format": "sql", "query": "SELECT 1", "dsn": "password=hunter2", "schema": "s.yaml"})
+    assert "hunter2" not in repr(inline) and "hunter2" not in str(inline.model_dump())
+    for bad in ({"format": "sql", "table": "t", "query": "q", "dsn_env": "X", "schema": "s"}, {"format": "sql", "table": "t", "schema": "s"},
+                {"format": "sql", "table": "t", "dsn_env": "X"}, {"format": "parquet", "path": "p"}, {"format": "csv"}):
+        with pytest.raises(ValidationError):
+            DatasetConfig.model_validate(bad)
