@@ -131,7 +131,8 @@ def main() -> None:
                     print(f"  {what:7} {r['engine']:12} {r['seconds']:8.1f} s  {r['passes']:3d} passes  {r['rows_per_second']:>11,.0f} rows/s "
                           f"({r['row_passes_per_second']:>11,.0f} rows·passes/s)  party peak RSS {r['party_peak_rss_mib']:6.0f} MiB{workers}",
                           flush=True)
-    doc = {"load_average_before": load_before, "load_average_after": os.getloadavg(), "cpus": os.cpu_count(), "features": FEATURES,
+    doc = {"command": " ".join(["python benchmarks/party_scale.py", *sys.argv[1:]]),
+           "load_average_before": load_before, "load_average_after": os.getloadavg(), "cpus": os.cpu_count(), "features": FEATURES,
            "part_rows": PART_ROWS, "results": results}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
