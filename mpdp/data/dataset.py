@@ -126,6 +126,7 @@ class Rows:
         self.batch_rows = int(getattr(src, "batch_rows", DEFAULT_BATCH_ROWS))
         self.schema = schema
         self.report: Report | None = None
+        self.part = False  # one part of a source read in parallel: it may be left with no row (the others have them)
         self._whole: tuple[np.ndarray, np.ndarray] | None = None
         if schema is None:  # a file without a schema is read whole (its d and labels need every row)
             self._whole = load(src.path, src.format, src.n_features, src.label_column)
@@ -171,6 +172,7 @@ class Rows:
             r = object.__new__(Rows)
             r.__dict__.update(self.__dict__)
             r.source = part
+            r.part = True
             out.append(r)
         return out
 
@@ -195,7 +197,7 @@ class Rows:
                 X, y = np.vstack([h[0] for h in held]), np.concatenate([h[1] for h in held])
                 yield X[:self.batch_rows], y[:self.batch_rows]
                 held, count = [(X[self.batch_rows:], y[self.batch_rows:])], count - self.batch_rows
-        if report.used == 0:
+        if report.used == 0 and not self.part:
             raise DatasetError(f"{self.name}: no row is left after encoding by the schema ({report.to_json()})")
         if count:
             yield np.vstack([h[0] for h in held]), np.concatenate([h[1] for h in held])

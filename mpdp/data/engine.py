@@ -33,18 +33,23 @@ Kernel = Callable[[np.ndarray, np.ndarray], tuple]
 
 def add_up(batches: Iterable[tuple[np.ndarray, np.ndarray]], kernel: Kernel) -> list:
     """Σ over batches of ``kernel(X, y)``, coordinate by coordinate, in batch order."""
-    total: list | None = None
-    for X, y in batches:
-        terms = kernel(X, y)
-        total = list(terms) if total is None else [a + b for a, b in zip(total, terms)]
-    if total is None:  # pragma: no cover (Rows always yields at least one batch)
+    total = _sum(batches, kernel)
+    if total is None:  # pragma: no cover (Rows yields at least one row or raises)
         raise ValueError("the dataset has no batch")
     return total
 
 
-def _part_sum(rows: Rows, kernel: Kernel) -> list:
-    """A Dask task: one part's batches reduced on a worker."""
-    return add_up(rows.batches(), kernel)
+def _sum(batches: Iterable[tuple[np.ndarray, np.ndarray]], kernel: Kernel) -> list | None:
+    total: list | None = None
+    for X, y in batches:
+        terms = kernel(X, y)
+        total = list(terms) if total is None else [a + b for a, b in zip(total, terms)]
+    return total
+
+
+def _part_sum(rows: Rows, kernel: Kernel) -> list | None:
+    """A Dask task: one part's batches reduced on a worker (None for a part left with no row)."""
+    return _sum(rows.batches(), kernel)
 
 
 # -- Dask clusters, one per setting per process ---------------------------------------------------------------------
@@ -94,7 +99,11 @@ def reduce_rows(rows: Rows, kernel: Kernel, *, dask: str = "", workers: int = 2)
         return add_up(rows.batches(), kernel)
     client = dask_client(dask, workers)
     futures = [client.submit(_part_sum, part, kernel, pure=False) for part in parts]
-    sums = client.gather(futures)
+    sums = [s for s in client.gather(futures) if s is not None]
+    if not sums:
+        from mpdp.data.loaders import DatasetError
+
+        raise DatasetError(f"{rows.name}: no row is left after encoding by the schema")
     total = list(sums[0])
     for s in sums[1:]:
         total = [a + b for a, b in zip(total, s)]

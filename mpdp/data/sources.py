@@ -314,6 +314,7 @@ class SqlSource(Source):
         self.table = table
         self.query = query
         self.connect_timeout = connect_timeout
+        self._kinds: dict[str, str] | None = None  # the result's column types, asked once
 
     def __repr__(self) -> str:  # never the connection string
         return f"SqlSource(table={self.table!r})" if self.table else "SqlSource(query=…)"
@@ -360,7 +361,9 @@ class SqlSource(Source):
         return [n for n, _ in self._describe()]
 
     def types(self) -> dict[str, str]:
-        return {n: NUMERIC if oid in _PG_NUMERIC else TEXT for n, oid in self._describe()}
+        if self._kinds is None:
+            self._kinds = {n: NUMERIC if oid in _PG_NUMERIC else TEXT for n, oid in self._describe()}
+        return dict(self._kinds)
 
     def batches(self, rows: int = DEFAULT_BATCH_ROWS, names: Sequence[str] | None = None) -> Iterator[Batch]:
         import psycopg

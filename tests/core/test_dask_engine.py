@@ -1,6 +1,6 @@
-"""A party's sums on a Dask local cluster of two worker processes (mpdp.data.engine): one task per Parquet part,
-the parts' sums added here; the results equal the single-process ones up to the order of additions, and the worker
-processes are gone once the cluster is closed."""
+"""A party's sums on a Dask local cluster of two worker processes (mpdp.data.engine): one task per Parquet part
+(one of them left with no row), the parts' sums added here; the results equal the single-process ones up to the
+order of additions, and the worker processes are gone once the cluster is closed."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def _folder(tmp_path, n: int = 4000):
     folder.mkdir()
     for i, start in enumerate(range(0, n, 1500)):
         pq.write_table(table.slice(start, 1500), folder / f"part-{i}.parquet")
+    empty = table.slice(0, 10).set_column(0, "a", pa.array([None] * 10, type=pa.float64()))
+    pq.write_table(empty, folder / "part-9.parquet")  # a part every row of which is dropped (missing a)
     (tmp_path / "s.yaml").write_text(SCHEMA)
     return folder
 
