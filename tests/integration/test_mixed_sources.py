@@ -63,32 +63,34 @@ def mixed(tmp_path_factory):
     g = np.random.default_rng(21)
     rows = {p: _rows(g, n) for p, n in zip(PARTIES, SIZES)}
     pg = Postgres().start()
-    pg.execute("CREATE TABLE p1 (id int, a float8, b float8, c float8, t int)",
-               rows=rows["party-1"], insert="INSERT INTO p1 VALUES (%s, %s, %s, %s, %s)")
-    pg.execute("CREATE TABLE p1_text (id int, a text, b float8, c float8, t int)", "INSERT INTO p1_text SELECT id, a::text, b, c, t FROM p1",
-               "CREATE TABLE p1_holes (id int, a float8, b float8, c float8, t int)",
-               "INSERT INTO p1_holes SELECT id, CASE WHEN id = 7 THEN NULL ELSE a END, b, c, t FROM p1")
-    os.environ[DSN_ENV] = pg.dsn  # the party processes inherit it; their configs name only the variable
-    pq.write_table(pa.table({k: [r[j] for r in rows["party-2"]] for j, k in enumerate(["id", "a", "b", "c", "t"])}), root / "p2.parquet")
-    schema, strict = str(root / "schema.yaml"), str(root / "strict.yaml")
-    sql = {"format": "sql", "dsn_env": DSN_ENV, "schema": schema}
-    ds: dict[str, dict[str, dict]] = {}
-    for p in PARTIES:
-        csv = {"path": _csv(root / f"{p}.csv", rows[p]), "format": "csv", "schema": schema}
-        ds[p] = {"csv": csv, "missing": csv, "dropped": csv, "wrongtype": csv, "nulls": csv}
-    ds["party-1"] = {**ds["party-1"], "mixed": {**sql, "table": "p1"}, "missing": {**sql, "table": "no_such_table"},
-                     # the server ends the connection itself when the cursor reaches row 30
-                     "dropped": {**sql, "query": "SELECT * FROM p1 WHERE CASE WHEN id = 30 THEN pg_terminate_backend(pg_backend_pid()) ELSE true END"},
-                     "wrongtype": {**sql, "table": "p1_text"}, "nulls": {**sql, "table": "p1_holes", "schema": strict}}
-    ds["party-2"]["mixed"] = {"path": str(root / "p2.parquet"), "format": "parquet", "schema": schema}
-    ds["party-3"]["mixed"] = ds["party-3"]["csv"]
-    fed = LocalFederation(root / "fed", PARTIES, ds, test_mode=True, paillier_bits=768, dgk_bits=768, compute_nodes=NODES, budget_epsilon=1e6)
-    fed.start()
-    fed.ds = ds  # type: ignore[attr-defined]
-    yield fed
-    fed.stop()
-    pg.stop()
-    os.environ.pop(DSN_ENV, None)
+    try:
+        pg.execute("CREATE TABLE p1 (id int, a float8, b float8, c float8, t int)",
+                   rows=rows["party-1"], insert="INSERT INTO p1 VALUES (%s, %s, %s, %s, %s)")
+        pg.execute("CREATE TABLE p1_text (id int, a text, b float8, c float8, t int)", "INSERT INTO p1_text SELECT id, a::text, b, c, t FROM p1",
+                   "CREATE TABLE p1_holes (id int, a float8, b float8, c float8, t int)",
+                   "INSERT INTO p1_holes SELECT id, CASE WHEN id = 7 THEN NULL ELSE a END, b, c, t FROM p1")
+        os.environ[DSN_ENV] = pg.dsn  # the party processes inherit it; their configs name only the variable
+        pq.write_table(pa.table({k: [r[j] for r in rows["party-2"]] for j, k in enumerate(["id", "a", "b", "c", "t"])}), root / "p2.parquet")
+        schema, strict = str(root / "schema.yaml"), str(root / "strict.yaml")
+        sql = {"format": "sql", "dsn_env": DSN_ENV, "schema": schema}
+        ds: dict[str, dict[str, dict]] = {}
+        for p in PARTIES:
+            csv = {"path": _csv(root / f"{p}.csv", rows[p]), "format": "csv", "schema": schema}
+            ds[p] = {"csv": csv, "missing": csv, "dropped": csv, "wrongtype": csv, "nulls": csv}
+        ds["party-1"] = {**ds["party-1"], "mixed": {**sql, "table": "p1"}, "missing": {**sql, "table": "no_such_table"},
+                         # the server ends the connection itself when the cursor reaches row 30
+                         "dropped": {**sql, "query": "SELECT * FROM p1 WHERE CASE WHEN id = 30 THEN pg_terminate_backend(pg_backend_pid()) ELSE true END"},
+                         "wrongtype": {**sql, "table": "p1_text"}, "nulls": {**sql, "table": "p1_holes", "schema": strict}}
+        ds["party-2"]["mixed"] = {"path": str(root / "p2.parquet"), "format": "parquet", "schema": schema}
+        ds["party-3"]["mixed"] = ds["party-3"]["csv"]
+        fed = LocalFederation(root / "fed", PARTIES, ds, test_mode=True, paillier_bits=768, dgk_bits=768, compute_nodes=NODES, budget_epsilon=1e6)
+        fed.start()
+        fed.ds = ds  # type: ignore[attr-defined]
+        yield fed
+        fed.stop()
+    finally:
+        pg.stop()
+        os.environ.pop(DSN_ENV, None)
 
 
 def _ledger(fed, p) -> list[dict]:
