@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/mpdp: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,experiments]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,experiments,dask]'
 	touch $(BIN)/mpdp
 
 setup: $(BIN)/mpdp

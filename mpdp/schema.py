@@ -30,17 +30,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Iterator, Literal, Sequence
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mpdp.data.loaders import DatasetError, first_lines, load_libsvm, read_rows
+from mpdp.data.loaders import DatasetError, read_rows
+
+if TYPE_CHECKING:
+    from mpdp.data.sources import Batch, Source
 
 FORMAT = 1  # the schema file format this module reads (``mpdp_schema:``)
 DRAFT_WARNING = (
@@ -174,6 +176,19 @@ class Report:
         if n:
             self.dropped[reason] = self.dropped.get(reason, 0) + n
 
+    def merge(self, other: "Report") -> None:
+        """Add ``other`` (the next batch's report): the sum is the report of both batches read as one table."""
+        self.rows += other.rows
+        self.used += other.used
+        self.clipped_rows += other.clipped_rows
+        self.positive += other.positive
+        self.negative += other.negative
+        for mine, theirs in ((self.dropped, other.dropped), (self.imputed, other.imputed), (self.clipped, other.clipped)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+        for k, vals in other.examples.items():  # the five smallest of the union are among each batch's five smallest
+            self.examples[k] = sorted(set(self.examples.get(k, [])) | set(vals))[:5]
+
 
 @dataclass(frozen=True)
 class Encoded:
@@ -193,7 +208,7 @@ class Schema(_Model):
     columns: list[str] | None = Field(None, description="the file's columns in order, for files without a header row")
     features: list[Feature] = Field(min_length=1)
     label: Label
-    missing: Literal["drop", "impute"] = "drop"
+    missing: Literal["drop", "impute", "error"] = Field("drop", description="a missing value: drop its row, impute it, or refuse the dataset (error)")
     missing_values: list[str] = Field(["", "?", "NA"], description="cells that mean missing (after stripping spaces)")
     _text = field_validator("columns", "missing_values", mode="before")(_as_text)
     unknown: Literal["error", "drop", "impute"] = Field("error", description="a category outside the vocabulary, or a non-number in a numeric column")
@@ -260,18 +275,69 @@ class Schema(_Model):
 
     # -- encoding -----------------------------------------------------------------------------------
     def encode_file(self, path: str | Path, fmt: str = "auto") -> Encoded:
-        """Read a party's file (CSV/TSV, optionally .gz, or LIBSVM) and encode it (:meth:`encode_rows`)."""
-        p = Path(path)
-        if fmt == "auto":
-            fmt = "libsvm" if _looks_libsvm(p) else "csv"
-        if fmt == "libsvm":
-            X, y = load_libsvm(p, n_features=len(self.features))
-            cols = {f.name: X[:, i] for i, f in enumerate(self.features)}
-            cols[self.label.column] = y
-            return self._encode({k: _text_column(v) for k, v in cols.items()}, len(y), Report(rows=len(y)))
-        if fmt != "csv":
-            raise DatasetError(f"unknown dataset format {fmt!r}; use 'libsvm' or 'csv'")
-        return self.encode_rows(read_rows(p))
+        """Read a party's file (CSV/TSV, optionally .gz, LIBSVM, or Parquet) and encode it, batch by batch
+        (:meth:`encode_source`); the rows equal those of :meth:`encode_rows` over the whole file."""
+        from mpdp.data.sources import file_source
+
+        return self.encode_source(file_source(path, fmt, self))
+
+    def needed(self) -> list[str]:
+        """The columns an encoding reads: the features, then the label."""
+        return [f.name for f in self.features] + [self.label.column]
+
+    def check_types(self, source: "Source") -> None:
+        """Refuse (DatasetError) a typed source (Parquet, SQL) whose columns are missing or whose type cannot hold
+        the schema's feature: a numeric feature needs a numeric column. Text files carry no types (every cell is text)."""
+        kinds = source.types()
+        if not kinds:
+            return
+        absent = [n for n in self.needed() if n not in kinds]
+        if absent:
+            raise DatasetError(f"the table has no column {absent[0]!r}")
+        for f in self.features:
+            if isinstance(f, Numeric) and kinds[f.name] != "numeric":
+                raise DatasetError(f"column {f.name!r} holds text, and the schema's feature {f.name} is numeric")
+
+    def encode_batches(self, source: "Source", rows: int | None = None) -> Iterator[Encoded]:
+        """Each batch of ``source`` encoded (:meth:`encode_batch`); the column types are checked first."""
+        from mpdp.data.sources import DEFAULT_BATCH_ROWS
+
+        self.check_types(source)
+        for batch in source.batches(rows or DEFAULT_BATCH_ROWS, self.needed()):
+            yield self.encode_batch(batch)
+
+    def check_file(self, path: str | Path, fmt: str = "auto", rows: int | None = None) -> Report:
+        """Validate a party's file batch by batch and return the encoding's report only (bounded memory: the encoded
+        rows are dropped as each batch is counted); DatasetError as :meth:`encode_file` would raise."""
+        from mpdp.data.sources import file_source
+
+        report = Report()
+        for enc in self.encode_batches(file_source(path, fmt, self), rows):
+            report.merge(enc.report)
+        return report
+
+    def encode_source(self, source: "Source", rows: int | None = None) -> Encoded:
+        """The whole source encoded: its batches' rows concatenated and their reports merged."""
+        Xs, ys, report = [], [], Report()
+        for enc in self.encode_batches(source, rows):
+            Xs.append(enc.X)
+            ys.append(enc.y)
+            report.merge(enc.report)
+        return Encoded(np.vstack(Xs) if Xs else np.zeros((0, self.dimension)), np.concatenate(ys) if ys else np.zeros(0), report)
+
+    def encode_batch(self, batch: "Batch") -> Encoded:
+        """Encode one batch of a source. Text cells are compared in their canonical spelling (:func:`_canon`), except
+        that a numeric feature's number is read from the cell as written (all its digits); typed numbers are used as they are."""
+        numeric = {f.name for f in self.features if isinstance(f, Numeric)}
+        cols = {n: (c if c.dtype.kind == "f" or n in numeric else np.array([_canon(v) for v in c], dtype=object)) for n, c in batch.columns.items()}
+        for n in (x.name for x in self.features if not isinstance(x, Numeric)):
+            if cols[n].dtype.kind == "f":  # an integer or float column under a categorical/binary feature: its cells as text
+                cols[n] = _text_column(cols[n])
+        if cols[self.label.column].dtype.kind == "f":
+            cols[self.label.column] = _text_column(cols[self.label.column])
+        report = Report(rows=batch.rows)
+        report._drop("malformed", batch.malformed)
+        return self._encode(cols, batch.good, report)
 
     def encode_rows(self, rows: Sequence[Sequence[str]]) -> Encoded:
         """Encode text rows: a header row first unless the schema lists ``columns`` (then a header equal to them is skipped).
@@ -289,12 +355,11 @@ class Schema(_Model):
         absent = [n for n in needed if n not in header]
         if absent:
             raise DatasetError(f"the file has no column {absent[0]!r} (columns: {header[:20]})")
-        report = Report(rows=len(body))
+        from mpdp.data.sources import Batch
+
         good = [r for r in body if len(r) == len(header)]
-        report._drop("malformed", len(body) - len(good))
         index = {n: header.index(n) for n in needed}
-        cols = {n: np.array([_canon(r[i]) for r in good], dtype=object) for n, i in index.items()}
-        return self._encode(cols, len(good), report)
+        return self.encode_batch(Batch({n: np.array([r[i] for r in good], dtype=object) for n, i in index.items()}, len(body), len(body) - len(good)))
 
     def _encode(self, cols: dict[str, np.ndarray], n: int, report: Report) -> Encoded:
         missing_tokens = {_canon(m) for m in self.missing_values}
@@ -304,7 +369,9 @@ class Schema(_Model):
         blocks: list[np.ndarray] = []
         for f in self.features:
             col = cols[f.name]
-            miss = np.isin(col, list(missing_tokens))
+            miss = np.isnan(col) if col.dtype.kind == "f" else np.isin(np.array([_canon(v) for v in col], dtype=object), list(missing_tokens))
+            if self.missing == "error" and miss.any():
+                raise DatasetError(f"feature {f.name}: {int(miss.sum())} missing values, and the schema forbids them (missing: error)")
             block, unknown = self._feature(f, col, miss)
             if unknown.any():
                 report.examples[f.name] = sorted({str(v) for v in col[unknown]})[:5]
@@ -327,6 +394,8 @@ class Schema(_Model):
                 block = self._scale(f, raw, miss | unknown)[:, None]
             blocks.append(block)
         y, label_missing, label_unknown = self._labels(cols[self.label.column], missing_tokens)
+        if self.missing == "error" and label_missing.any():
+            raise DatasetError(f"label {self.label.column}: {int(label_missing.sum())} missing values, and the schema forbids them (missing: error)")
         if label_unknown.any() and self.unknown == "error":
             vals = sorted({str(v) for v in cols[self.label.column][label_unknown]})[:3]
             raise DatasetError(f"label {self.label.column}: {int(label_unknown.sum())} values are neither positive {self.label.positive} nor negative "
@@ -349,6 +418,8 @@ class Schema(_Model):
     def _feature(self, f: Numeric | Categorical | Binary, col: np.ndarray, miss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(raw block, unknown mask): numeric values (nan where missing or unknown), one-hot columns, or 0/1."""
         n = len(col)
+        if isinstance(f, Numeric) and col.dtype.kind == "f":  # a typed numeric column (Parquet, SQL): NaN is missing
+            return np.where(miss, np.nan, col)[:, None], ~np.isfinite(col) & ~miss
         if isinstance(f, Numeric):
             vals = np.full(n, np.nan)
             unknown = np.zeros(n, dtype=bool)
@@ -488,13 +559,3 @@ def _what(f: Numeric | Categorical | Binary) -> str:
         return f"vocabulary of {len(f.vocabulary)}"
     return f"binary {f.positive!r}/{f.negative!r}"
 
-
-_LIBSVM_LINE = re.compile(r"^\s*\S+(\s+\d+:\S+)+\s*$")
-
-
-def _looks_libsvm(p: Path) -> bool:
-    """The first non-blank line is ``label index:value ...``."""
-    for line in first_lines(p, 5):
-        if line.strip():
-            return bool(_LIBSVM_LINE.match(line))
-    return False

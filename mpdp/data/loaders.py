@@ -38,15 +38,19 @@ def read_rows(path: str | Path) -> list[list[str]]:
     opener = gzip.open if p.suffix == ".gz" else open
     try:
         with opener(p, "rt", newline="") as fh:
-            sample = fh.read(4096)
-            fh.seek(0)
-            try:
-                dialect = csv.Sniffer().sniff(sample, delimiters=",;\t") if sample else csv.excel
-            except csv.Error:  # the sniffer gives up on long numeric rows cut by the sample: comma is the default
-                dialect = csv.excel
-            return list(csv.reader(fh, dialect))
+            return list(csv.reader(fh, sniff_dialect(fh)))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DatasetError(f"{p} is not readable delimited text: {e}") from e
+
+
+def sniff_dialect(fh) -> type[csv.Dialect] | csv.Dialect:
+    """The delimiter (comma, semicolon or tab) of an open text file, from its first 4 KiB; the file is rewound."""
+    sample = fh.read(4096)
+    fh.seek(0)
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=",;\t") if sample else csv.excel
+    except csv.Error:  # the sniffer gives up on long numeric rows cut by the sample: comma is the default
+        return csv.excel
 
 
 def first_lines(path: str | Path, n: int) -> list[str]:

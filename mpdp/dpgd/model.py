@@ -91,12 +91,14 @@ def prepare(X: np.ndarray) -> np.ndarray:
     return clip_rows(np.asarray(X, dtype=np.float64), 1.0)
 
 
-def party_rows(task: Task, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def party_rows(task: Task, X: np.ndarray, y: np.ndarray, values: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A party's rows as it uses them: on the unit ball (:func:`prepare`), labels as ``task`` wants them:
-    binary → ±1 (the larger of two label values is +1), softmax → integers 0..K−1 (checked). ValueError otherwise."""
+    binary → ±1 (the larger of two label values is +1), softmax → integers 0..K−1 (checked). ValueError otherwise.
+
+    ``values``: the distinct labels of the whole dataset (np.unique), when ``X, y`` is one batch of it; default: y's own."""
     y = np.asarray(y, dtype=np.float64)
     if task.kind == BINARY:
-        vals = np.unique(y)
+        vals = np.unique(y) if values is None else np.asarray(values, dtype=np.float64)
         if len(vals) > 2:
             raise ValueError(f"a binary task needs two label values, the data have {len(vals)}")
         if len(vals) == 2 or (len(vals) == 1 and vals[0] > 0):

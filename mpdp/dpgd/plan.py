@@ -33,7 +33,7 @@ from mpdp import accounting as ledger_accounting
 from mpdp.dca.params import DcaParams
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.dpgd import accounting
-from mpdp.dpgd.model import Preconditioner, Task, gradient_sum, second_moment, unpack_second_moment
+from mpdp.dpgd.model import Preconditioner, Task, gradient_sum, party_rows, second_moment, unpack_second_moment
 
 REPLACE, ADD_REMOVE = "replace", "add-remove"
 ADJACENCIES = (REPLACE, ADD_REMOVE)
@@ -254,6 +254,25 @@ def party_vector(plan: DpgdPlan, r: int, W: np.ndarray, X: np.ndarray, y: np.nda
             parts.append(np.array([COUNT_WEIGHT * X.shape[0]]))
         return np.concatenate(parts)
     return gradient_sum(plan.task, W, X, y, plan.clip)
+
+
+def party_vector_terms(plan: DpgdPlan, r: int, W: np.ndarray, values: np.ndarray | None, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int]:
+    """One batch's part of :func:`party_vector` (its sums over rows, without the count), and its row count. The batch
+    is raw: its rows go onto the unit ball and its labels are mapped here (:func:`party_rows` with the dataset's
+    distinct labels ``values``), so batches of one dataset map alike."""
+    Xp, yp = party_rows(plan.task, X, y, values)
+    if r == 0:
+        return np.concatenate([second_moment(Xp), gradient_sum(plan.task, np.zeros((plan.dimension, plan.width)), Xp, yp, plan.clip)]), len(yp)
+    return gradient_sum(plan.task, W, Xp, yp, plan.clip), len(yp)
+
+
+def party_vector_of(plan: DpgdPlan, r: int, sums: np.ndarray, n: int) -> np.ndarray:
+    """:func:`party_vector` from the batches' summed :func:`party_vector_terms`: round 0 appends the count
+    coordinate (add/remove). Equal to the in-memory vector up to the order of floating-point additions
+    (docs/data-sources.md, "Bounded memory")."""
+    if r == 0 and plan.adjacency == ADD_REMOVE:
+        return np.concatenate([sums, np.array([COUNT_WEIGHT * n])])
+    return sums
 
 
 class DpgdCurator:

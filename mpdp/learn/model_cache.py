@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-LEARNER_VERSION = 1  # raise when logreg.fit, clip_rows or the label/feature encoding change what ŵ is
+LEARNER_VERSION = 2  # raise when logreg.fit, clip_rows or the label/feature encoding change what ŵ is (2: batched Newton; numeric cells read with all their digits)
 DEFAULT_CAPACITY = 4
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 

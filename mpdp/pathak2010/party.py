@@ -485,6 +485,15 @@ def train_local(X: np.ndarray, y: np.ndarray, params: PathakParams) -> LocalMode
     return LocalModel(w, int(Xc.shape[0]))
 
 
+def train_local_rows(src, name: str, params: PathakParams) -> LocalModel:
+    """:func:`train_local` over a configured dataset read in batches (:func:`mpdp.data.engine.local_logreg`): the same
+    clipping, labels and stopping rule ‖∇J‖ < :data:`FIT_TOL`, with bounded memory."""
+    from mpdp.data.engine import local_logreg
+
+    w, n = local_logreg(src, name, params.calibration.lam, params.calibration.convention, clip=CLIP_BOUND, tol=FIT_TOL, max_iter=FIT_MAX_ITER)
+    return LocalModel(w, n)
+
+
 def round_scaled(x: float, bits: int, *, times: int = 1) -> int:
     """round(times·x·2^bits) exactly (ties up, ⌊·+1/2⌋): a float is m/2^k, so this is integer arithmetic."""
     num, den = x.as_integer_ratio()

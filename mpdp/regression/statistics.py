@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Iterable, Literal, Sequence
 
 import numpy as np
 
@@ -319,3 +319,18 @@ def _check_round(round: str) -> None:
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def party_statistics_batches(batches: Iterable[tuple[np.ndarray, np.ndarray]], round: Round, bounds: Sequence[float]) -> tuple[np.ndarray, int]:
+    """:func:`party_statistics` over row batches, and the row count: bounded memory, and equal bit for bit to
+    :func:`party_statistics` of the batches' rows concatenated (the running sum goes on row after row, in order,
+    across batches, as NumPy's sum along the rows does)."""
+    total: np.ndarray | None = None
+    n = 0
+    for X, y in batches:
+        S = record_statistics(X, y, round, bounds)
+        total = S.sum(axis=0) if total is None else np.vstack([total[None, :], S]).sum(axis=0)
+        n += len(y)
+    if total is None:
+        raise ValueError("a party's statistics need at least one row")
+    return total, n

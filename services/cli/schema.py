@@ -18,8 +18,9 @@ def schema() -> None:
 
 @schema.command("check")
 @click.argument("schema_file", metavar="SCHEMA", type=click.Path(exists=True, dir_okay=False))
-@click.argument("data", metavar="FILE", type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm"]), default="auto", show_default=True, help="the file's format")
+@click.argument("data", metavar="FILE", type=click.Path(exists=True))
+@click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm", "parquet"]), default="auto", show_default=True,
+              help="the file's format (parquet: a file or a folder of parts)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def check(schema_file: str, data: str, fmt: str, as_json: bool) -> None:
     """Validate FILE against SCHEMA and encode it as a party would; print the local report (it stays here).
@@ -30,26 +31,26 @@ def check(schema_file: str, data: str, fmt: str, as_json: bool) -> None:
 
     try:
         s = Schema.load(schema_file)
-        enc = s.encode_file(data, fmt)
+        report = s.check_file(data, fmt)  # batch by batch: bounded memory
     except (SchemaError, DatasetError) as e:
         if as_json:
             print(json.dumps({"ok": False, "error": str(e)}))
             sys.exit(1)
         raise click.ClickException(str(e))
-    out = {"ok": enc.report.used > 0, "schema_sha256": s.sha256(), "schema_version": s.version, "dimension": s.dimension, **enc.report.to_json()}
+    out = {"ok": report.used > 0, "schema_sha256": s.sha256(), "schema_version": s.version, "dimension": s.dimension, **report.to_json()}
     if as_json:
         print(json.dumps(out))
     else:
         click.echo(f"schema {Path(schema_file).name}: version {s.version}, sha256 {s.sha256()}, d = {s.dimension}")
-        click.echo(f"rows read {enc.report.rows}, used {enc.report.used} (labels: {enc.report.positive} positive, {enc.report.negative} negative)")
-        for label, counts in (("dropped", enc.report.dropped), ("imputed", enc.report.imputed), ("clipped to the public bounds", enc.report.clipped)):
+        click.echo(f"rows read {report.rows}, used {report.used} (labels: {report.positive} positive, {report.negative} negative)")
+        for label, counts in (("dropped", report.dropped), ("imputed", report.imputed), ("clipped to the public bounds", report.clipped)):
             if counts:
                 click.echo(f"{label}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-        click.echo(f"rows clipped to norm {s.row_norm:g}: {enc.report.clipped_rows}")
-        for k, v in enc.report.examples.items():
+        click.echo(f"rows clipped to norm {s.row_norm:g}: {report.clipped_rows}")
+        for k, v in report.examples.items():
             click.echo(f"values of {k} outside the schema, e.g.: {', '.join(v)}")
         click.echo("This report is about your own records: keep it here (the counts are private).", err=True)
-    if enc.report.used == 0:
+    if report.used == 0:
         sys.exit(1)
 
 

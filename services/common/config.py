@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mpdp import limits
@@ -49,14 +49,47 @@ class Endpoint(BaseModel):
 
 
 class DatasetConfig(BaseModel):
-    path: Path
-    format: Literal["libsvm", "csv", "auto"] = "auto"
+    path: Path = Field(Path(), description="the data file (a Parquet file or folder of parts for parquet; unused for sql)")
+    format: Literal["libsvm", "csv", "auto", "parquet", "sql"] = "auto"
     n_features: int | None = None
     label_column: str | int = -1
     # "schema" in YAML; the attribute is schema_file because pydantic's BaseModel already has a ``schema`` method
     schema_file: Path | None = Field(None, alias="schema", description="the federation's data schema (docs/schema.md): the file is validated and encoded by it")
+    table: str | None = Field(None, description="sql: the table (schema.table allowed) holding the rows")
+    query: str | None = Field(None, description="sql: a SELECT whose result holds the rows (instead of table)")
+    dsn_env: str | None = Field(None, description="sql: the environment variable holding the PostgreSQL connection string (never logged)")
+    dsn: SecretStr | None = Field(None, description="sql: the connection string itself (prefer dsn_env; never logged)")
+    batch_rows: int = Field(65_536, ge=1, le=10_000_000, description="rows read and computed on at a time: bounds the party's memory")
+    dask: str = Field("", description="run this dataset's batch computations on Dask: \"local\" (a local cluster of dask_workers processes) or a scheduler address")
+    dask_workers: int = Field(2, ge=1, le=256, description="worker processes of a local Dask cluster")
 
     model_config = ConfigDict(populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _source(self) -> "DatasetConfig":
+        if self.format == "sql":
+            if (self.table is None) == (self.query is None):
+                raise ValueError("an sql dataset names exactly one of table and query")
+            if (self.dsn is None) == (self.dsn_env is None):
+                raise ValueError("an sql dataset names exactly one of dsn_env and dsn")
+            if self.schema_file is None:
+                raise ValueError("an sql dataset needs a schema (it names the columns and their encoding)")
+        elif self.format == "parquet" and self.schema_file is None:
+            raise ValueError("a parquet dataset needs a schema (it names the columns and their encoding)")
+        elif self.path == Path():
+            raise ValueError("a file dataset needs its path")
+        return self
+
+    def connection_string(self) -> str:
+        """The PostgreSQL connection string of an sql dataset; the error names the variable, never its value."""
+        import os
+
+        if self.dsn is not None:
+            return self.dsn.get_secret_value()
+        value = os.environ.get(self.dsn_env or "", "")
+        if not value:
+            raise ValueError(f"the environment variable {self.dsn_env} holding the dataset's connection string is not set")
+        return value
 
 
 class _Base(BaseSettings):

@@ -20,16 +20,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from mpdp.data.dataset import DoesNotFit, load_dataset, require_rows
+from mpdp.data.engine import dpgd_contribution, statistics_contribution
 from mpdp import limits
 from mpdp.contribution import AcceptedRound
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd import wire as dpgd_wire
-from mpdp.dpgd.model import party_rows
-from mpdp.dpgd.plan import party_vector, round_job_id
+from mpdp.dpgd.plan import round_job_id
 from mpdp.ledger import LedgerError
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc
-from mpdp.regression.statistics import party_statistics
 from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, roles_by_method
@@ -77,13 +75,8 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         cfg = party.cfg
         ds = await dataset_for(party, context, request.dataset, request.schema_sha256)
 
-        def compute():
-            data = load_dataset(ds, name=request.dataset)
-            X, y = data.X, data.y
-            require_rows(len(y), max(1, request.records_per_client), "records_per_client")
-            if len(request.bounds) != X.shape[1] + 1:
-                raise DoesNotFit("the job's clip box (bounds) does not match the dataset's columns", f"{X.shape[1]} features, {len(request.bounds)} bounds")
-            return party_statistics(X, y, round_name, tuple(request.bounds))
+        def compute():  # over the dataset's batches (bounded memory; on Dask if it names a cluster)
+            return statistics_contribution(ds, request.dataset, round_name, tuple(request.bounds), max(1, request.records_per_client))
 
         async def vector(params: DcaParams):
             return await computed(party, context, request.dca_job_id, request.dataset, compute)
@@ -130,14 +123,8 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
                           "round": msg.round, "dca_job_id": request.dca_job_id, "purpose": "covered by the dp-gd job's charge"}
                 return entry, marker
 
-            def compute():
-                data = load_dataset(ds, name=request.dataset)
-                X, y = data.X, data.y
-                require_rows(len(y), max(1, request.records_per_client), "records_per_client")
-                if X.shape[1] != plan.dimension:
-                    raise DoesNotFit("the dataset's feature count is not the plan's dimension", f"{X.shape[1]} features, the plan {plan.dimension}")
-                X, y = party_rows(plan.task, X, y)
-                return party_vector(plan, msg.round, W, X, y)
+            def compute():  # over the dataset's batches (bounded memory; on Dask if it names a cluster)
+                return dpgd_contribution(ds, request.dataset, plan, msg.round, W, max(1, request.records_per_client))
 
             async def vector(params: DcaParams):
                 return await computed(party, context, request.dca_job_id, request.dataset, compute)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mpdp import limits
-from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema, schema_of
-from mpdp.data.loaders import DatasetError, to_pm1
+from mpdp.data.dataset import SchemaMismatch, require_schema, schema_of
+from mpdp.data.loaders import DatasetError
 from mpdp.learn import model_cache
 from mpdp.learn.model_cache import LocalModel, ModelCache
 from mpdp.ledger import FAILED, RELEASED, BudgetExceeded, LedgerError
@@ -22,7 +23,7 @@ from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.paillier import PublicKey
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.params import InvalidJob, PathakParams
-from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachine, implausible_local_model
+from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachine, implausible_local_model, train_local_rows
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.schema import SchemaError
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send, Spend
@@ -89,19 +90,27 @@ def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
 
 
 def _size(path) -> int:
+    """The data file's bytes (a Parquet folder's: its parts')."""
     try:
+        if os.path.isdir(path):
+            return sum(os.stat(p).st_size for p in sorted(Path(path).glob("*.parquet")))
         return os.stat(path).st_size
     except OSError:
         return 0
 
 
-def local_model_key(ds: cfgmod.DatasetConfig, params: PathakParams) -> str:
+def local_model_key(ds: cfgmod.DatasetConfig, params: PathakParams) -> str | None:
     """The model cache's key (:mod:`mpdp.learn.model_cache`): every input that changes ŵ_j. The data and
     schema files by content, how the file is read, the schema's canonical digest, λ and the objective's
-    convention, the clipping bound and the solver's settings, and the label encoding."""
+    convention, the clipping bound and the solver's settings, and the label encoding. None for a database
+    table (its content has no digest short of reading it): its model is trained for every job."""
+    if ds.format == "sql":
+        return None
     schema = ds.schema_file
     try:
-        digests = (model_cache.file_digest(ds.path), model_cache.file_digest(schema) if schema is not None else "", schema_sha256_of(ds))
+        files = sorted(ds.path.glob("*.parquet")) if ds.path.is_dir() else [ds.path]
+        data = model_cache.file_digest(ds.path) if len(files) == 1 and files[0] == ds.path else model_cache.cache_key(parts=[model_cache.file_digest(f) for f in files])
+        digests = (data, model_cache.file_digest(schema) if schema is not None else "", schema_sha256_of(ds))
     except (OSError, SchemaError) as e:
         raise DatasetError(f"{ds.path}: {e}") from e
     return model_cache.cache_key(
@@ -233,16 +242,16 @@ class PathakParty(pb_grpc.PartyServicer):
         """The job's machine, with ŵ_j from the model cache when this data file and learner setting were seen."""
         params = PathakParams.from_spec(request.job_id, request.spec)
         key = local_model_key(ds, params)
-        local = self.models.get(key)
+        local = self.models.get(key) if key is not None else None
         why = implausible_local_model(local, params, _size(ds.path)) if local is not None else None
         if why is not None:  # planted or damaged: retrained below, and the fresh ŵ_j replaces it
             log.warning("job %s: the cached local model for dataset %s is implausible (%s); retraining", request.job_id, request.spec.dataset, why)
             local = None
         if local is not None:
             return PartyMachine(self.cfg.name, request, None, None, self.resources, local=local)
-        data = load_dataset(ds, name=request.spec.dataset)
-        machine = PartyMachine(self.cfg.name, request, data.X, to_pm1(data.y), self.resources)
-        if local_model_key(ds, params) == key:  # the file did not change while it was read
+        trained = train_local_rows(ds, request.spec.dataset, params)  # batch by batch: memory bounded by ds.batch_rows
+        machine = PartyMachine(self.cfg.name, request, None, None, self.resources, local=trained)
+        if key is not None and local_model_key(ds, params) == key:  # the file did not change while it was read
             self.models.put(key, LocalModel(machine.w, machine.n))
         return machine
 

@@ -372,7 +372,10 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
 
 def _dataset_dict(ds: DatasetConfig) -> dict:
     d = ds.model_dump(exclude_defaults=True, by_alias=True)
-    d["path"] = str(ds.path)
+    if ds.format != "sql":
+        d["path"] = str(ds.path)
+    if ds.dsn is not None:  # the plan's own connection string (dsn_env keeps it out of every file)
+        d["dsn"] = ds.dsn.get_secret_value()
     if ds.schema_file is not None:
         d["schema"] = str(ds.schema_file)
     return d

@@ -1,0 +1,155 @@
+"""Sums over a party's rows, batch by batch: in this process, or as Dask tasks over the source's parts.
+
+Every party computation that is a sum over rows (regression's sufficient statistics, a DP-GD round's clipped
+gradient sum, the Newton terms of Pathak's local training) is a *kernel* ``kernel(X, y) -> tuple`` applied to each
+batch of encoded rows (:class:`mpdp.data.dataset.Rows`), its results added up coordinate by coordinate. Memory is
+bounded by the batch size, whatever the row count.
+
+With a Dask cluster (the dataset's ``dask`` setting: ``"local"`` starts a local cluster of worker processes, anything
+else is a scheduler address), each part of the source (a file of a Parquet folder) is one task that reduces its own
+batches and returns its partial sums; this process adds the parts' sums in order. Only those sums leave a worker,
+and only the finished aggregate leaves the party, as without Dask. Dask is optional (``pip install 'mpdp[dask]'``).
+
+The functions at the bottom are what a party's servicers call: they open the configured dataset, check its fit
+against the job's public bounds (:class:`mpdp.data.dataset.DoesNotFit`), and reduce.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from functools import partial
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from mpdp.data.dataset import DatasetSource, DoesNotFit, Rows, open_rows, require_rows
+
+log = logging.getLogger("mpdp.data")
+
+Kernel = Callable[[np.ndarray, np.ndarray], tuple]
+
+
+def add_up(batches: Iterable[tuple[np.ndarray, np.ndarray]], kernel: Kernel) -> list:
+    """Σ over batches of ``kernel(X, y)``, coordinate by coordinate, in batch order."""
+    total = _sum(batches, kernel)
+    if total is None:  # pragma: no cover (Rows yields at least one row or raises)
+        raise ValueError("the dataset has no batch")
+    return total
+
+
+def _sum(batches: Iterable[tuple[np.ndarray, np.ndarray]], kernel: Kernel) -> list | None:
+    total: list | None = None
+    for X, y in batches:
+        terms = kernel(X, y)
+        total = list(terms) if total is None else [a + b for a, b in zip(total, terms)]
+    return total
+
+
+def _part_sum(rows: Rows, kernel: Kernel) -> list | None:
+    """A Dask task: one part's batches reduced on a worker (None for a part left with no row)."""
+    return _sum(rows.batches(), kernel)
+
+
+# -- Dask clusters, one per setting per process ---------------------------------------------------------------------
+_clients: dict[tuple[str, int], Any] = {}
+_lock = threading.Lock()
+
+
+def dask_client(address: str, workers: int = 2):
+    """The Dask client for ``address`` ("local": a local cluster of ``workers`` single-threaded worker processes,
+    started once and closed when this process exits), created on first use."""
+    key = (address, workers if address == "local" else 0)
+    with _lock:
+        client = _clients.get(key)
+        if client is not None and client.status == "running":
+            return client
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as e:
+            raise RuntimeError("the dataset asks for Dask, which is not installed: pip install 'mpdp[dask]'") from e
+        if address == "local":
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            client = Client(cluster)
+        else:
+            client = Client(address, timeout="30s")
+        _clients[key] = client
+        return client
+
+
+def close_clients() -> None:
+    """Close every Dask client (and local cluster) this process started."""
+    with _lock:
+        for client in _clients.values():
+            cluster = client.cluster
+            client.close()
+            if cluster is not None:
+                cluster.close()
+        _clients.clear()
+
+
+atexit.register(close_clients)
+
+
+def reduce_rows(rows: Rows, kernel: Kernel, *, dask: str = "", workers: int = 2) -> list:
+    """Σ of ``kernel`` over every batch of ``rows``: here, or (``dask`` set) as one Dask task per part of the source."""
+    parts = rows.parts()
+    if not dask:
+        return add_up(rows.batches(), kernel)
+    client = dask_client(dask, workers)
+    futures = [client.submit(_part_sum, part, kernel, pure=False) for part in parts]
+    sums = [s for s in client.gather(futures) if s is not None]
+    if not sums:
+        from mpdp.data.loaders import DatasetError
+
+        raise DatasetError(f"{rows.name}: no row is left after encoding by the schema")
+    total = list(sums[0])
+    for s in sums[1:]:
+        total = [a + b for a, b in zip(total, s)]
+    rows.report = None  # the parts' reports stay on the workers (their logs)
+    return total
+
+
+def _reducer(src: DatasetSource, rows: Rows) -> Callable[[Kernel], list]:
+    return partial(reduce_rows, rows, dask=getattr(src, "dask", ""), workers=int(getattr(src, "dask_workers", 2)))
+
+
+# -- what a party's servicers call --------------------------------------------------------------------------------------
+def statistics_contribution(src: DatasetSource, name: str, round: str, bounds: Sequence[float], records_limit: int) -> np.ndarray:
+    """A regression round's contribution (:func:`mpdp.regression.statistics.party_statistics`) over the dataset's batches."""
+    from mpdp.regression.statistics import party_statistics_batches, record_statistics
+
+    rows = open_rows(src, name=name)
+    if len(bounds) != rows.dimension + 1:
+        raise DoesNotFit("the job's clip box (bounds) does not match the dataset's columns", f"{rows.dimension} features, {len(bounds)} bounds")
+    if getattr(src, "dask", ""):  # parts summed apart, then added: equal up to the order of additions
+        total, n = _reducer(src, rows)(partial(_statistics_terms, record_statistics, round, tuple(bounds)))
+    else:  # one running sum over the rows in order: equal bit for bit to the whole table's
+        total, n = party_statistics_batches(rows.batches(), round, tuple(bounds))  # type: ignore[arg-type]
+    require_rows(int(n), records_limit, "records_per_client")
+    return np.asarray(total)
+
+
+def _statistics_terms(record_statistics, round: str, bounds: tuple, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int]:
+    return record_statistics(X, y, round, bounds).sum(axis=0), len(y)
+
+
+def dpgd_contribution(src: DatasetSource, name: str, plan, r: int, W: np.ndarray, records_limit: int) -> np.ndarray:
+    """A DP-GD round's contribution (:func:`mpdp.dpgd.plan.party_vector`) over the dataset's batches."""
+    from mpdp.dpgd.plan import party_vector_of, party_vector_terms
+
+    rows = open_rows(src, name=name)
+    if rows.dimension != plan.dimension:
+        raise DoesNotFit("the dataset's feature count is not the plan's dimension", f"{rows.dimension} features, the plan {plan.dimension}")
+    total, n = _reducer(src, rows)(partial(party_vector_terms, plan, r, W, rows.label_values()))
+    require_rows(int(n), records_limit, "records_per_client")
+    return party_vector_of(plan, r, np.asarray(total), int(n))
+
+
+def local_logreg(src: DatasetSource, name: str, lam: float, convention: str, *, clip: float, tol: float, max_iter: int) -> tuple[np.ndarray, int]:
+    """Pathak's local model over the dataset's batches (:func:`mpdp.learn.logreg.fit_batches`, labels ±1), and n."""
+    from mpdp.learn.logreg import fit_batches
+
+    rows = open_rows(src, name=name).pm1()
+    return fit_batches(_reducer(src, rows), rows.dimension, lam, convention, clip=clip, tol=tol, max_iter=max_iter)  # type: ignore[arg-type]
