@@ -270,6 +270,12 @@ class Circuit:
         self.proof_len = self.arity + 2 * self.n - 1  # per repetition
         self.verifier_len = self.arity + 2  # per repetition: V, f_1(r)..f_2c(r), p(r)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Circuit) and self.predicates == other.predicates
+
+    def __hash__(self) -> int:
+        return hash(self.predicates)
+
     # -- structure --------------------------------------------------------------------------------------
     def _slices(self, arr: np.ndarray, lens: list[int]) -> list[np.ndarray]:
         out, at = [], 0
