@@ -431,7 +431,8 @@ def lagrange_weights(n: int, r: np.ndarray) -> np.ndarray:
         raise CircuitError("a query point is an n-th root of unity")
     pts = F.powers(F.root_of_unity(n), n)
     den = F.mul(F.sub(r[..., None], pts), F.scalar(n))
-    return F.mul(F.mul(pts, F.inv(den)), rn1[..., None])
+    inv_den = F.batch_inv(den.reshape(-1)).reshape(den.shape)  # one exponentiation (Montgomery's trick)
+    return F.mul(F.mul(pts, inv_den), rn1[..., None])
 
 
 def query_points(circuit: Circuit, dst: bytes, seed: bytes, binder: bytes) -> np.ndarray:  # one client

@@ -1,0 +1,174 @@
+"""Validated vs unvalidated DCA contributions: client proof time, node verification time, bytes per client.
+
+    python benchmarks/dca_validated.py [--dims 10,1000] [--clients 1000,10000] [--nodes 3] [--kinds range,l2,one-hot]
+        [--sample 20] [--end-to-end 200] [--json benchmarks/results/dca_validated.json]
+
+Per (kind, d, M), on ``--sample`` clients (the per-client costs do not depend on N):
+
+* ``client_ms`` — one client's step 1–2: clip, round, exact discrete-Gaussian noise, and for a validated job the bit
+  encoding, Field64 shares, joint randomness and the proof (R repetitions); unvalidated: the same noise, encoding into
+  Z_(2^64) and M-way sharing;
+* ``node_ms`` — one node's work for one client: unvalidated, unpack and add the share; validated, check lengths and
+  canonical elements, recompute its joint-randomness part, the query (its verifier share) and its output share;
+* ``decide_ms`` — one node's decision once the M verifier records are in (validated only);
+* ``bytes`` — the client's messages to all M nodes (serialised ClientShare), full shares and seed-compressed;
+  ``record_bytes`` — one verifier record a node sends each other node (in its received-set report).
+
+Node time for N clients is N·(node_ms + decide_ms), reported for every ``--clients`` N (a projection: linear in N,
+no per-job term is left out at these sizes). ``--end-to-end`` N > 0 also runs one whole job of N clients through the
+real machines in one process (mpdp.dca.driver: clients, M nodes, the aggregator; no network, no TLS) for each d,
+validated (range) and unvalidated, and reports its wall time. This is the core cost only: a run over real processes and
+TLS adds the transport, the same for both modes but for the validated mode's larger messages.
+The machine is shared (2 cores, other jobs running): figures are indicative, the load average is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mpdp.dca import sharing, validation
+from mpdp.dca.client import ClientMachine, contributions, validated_values
+from mpdp.dca.driver import run_job
+from mpdp.dca.params import DcaParams
+from mpdp.math.drbg import Drbg
+from mpdp.messages import dca_pb2 as pb
+
+EPS, DELTA = 1.0, 1e-5
+
+
+def params(kind: str, d: int, m: int, n: int, *, seeded: bool = False) -> DcaParams:
+    return DcaParams(job_id="bench", dimension=d, clients=n, max_missing=1, epsilon=EPS, delta=DELTA, sensitivity=2.0, nodes=tuple(f"n{k}" for k in range(m)),
+                     frac_bits=16, noise="discrete-gaussian", validate=kind, seed_compressed=seeded)
+
+
+def data(kind: str, d: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    if kind == "one-hot":
+        return np.eye(d)[rng.integers(d, size=count)]
+    z = rng.uniform(-1, 1, (count, d))
+    return z / np.maximum(1.0, np.linalg.norm(z, axis=1, keepdims=True)) if kind == "l2" else z
+
+
+def measure(kind: str, d: int, m: int, sample: int) -> dict:
+    rng = np.random.default_rng(d)
+    Z = data(kind, d, sample, rng)
+    out: dict = {"kind": kind, "d": d, "M": m}
+    if kind == "none":
+        prm = params("none", d, m, 1000)
+        t_client, t_node, nbytes = [], [], 0
+        for i in range(sample):
+            t0 = time.perf_counter()
+            _, _, u = contributions(prm, Z[i], Drbg.from_os())
+            shares = sharing.share_u64(u, m, Drbg.from_os())
+            msgs = [pb.ClientShare(job_id="bench", client_id=f"c{i}", masked_vector=sharing.pack_u64(shares[k])) for k in range(m)]
+            t_client.append(time.perf_counter() - t0)
+            acc = np.zeros(d, dtype=np.uint64)
+            t0 = time.perf_counter()
+            acc += sharing.unpack_u64(msgs[1].masked_vector, d)
+            t_node.append(time.perf_counter() - t0)
+            nbytes = sum(len(x.SerializeToString()) for x in msgs)
+        out.update(client_ms=1e3 * statistics.median(t_client), node_ms=1e3 * statistics.median(t_node), decide_ms=0.0, bytes=nbytes,
+                   bytes_seed_compressed=len(msgs[0].SerializeToString()) + (m - 1) * (len(msgs[1].SerializeToString()) - 8 * d + sharing.SEED_BYTES),
+                   record_bytes=0)
+        return out
+    for seeded in (False, True):
+        prm = params(kind, d, m, 1000, seeded=seeded)
+        plan = prm.validation
+        assert plan is not None
+        key = os.urandom(32)
+        t_client, t_node, t_decide, nbytes = [], [], [], 0
+        for i in range(sample):
+            cid = f"c{i}"
+            t0 = time.perf_counter()
+            y, eta = validated_values(prm, Z[i], Drbg.from_os())
+            meas = validation.encode_input(plan, y, eta)
+            shares = validation.client_shares(plan, "bench", cid, meas, m, seeded=seeded)
+            msgs = [pb.ClientShare(job_id="bench", client_id=cid, validated=pb.ValidatedShare(
+                measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)) for s in shares]
+            t_client.append(time.perf_counter() - t0)
+            nbytes = sum(len(x.SerializeToString()) for x in msgs)
+            records = []
+            for k in range(m):
+                t0 = time.perf_counter()
+                _, rec = validation.check_share(plan, shares[k], job_id="bench", client_id=cid, k=k, nodes=m, seeded=seeded, verify_key=key)
+                t_node.append(time.perf_counter() - t0)
+                records.append(rec)
+            t0 = time.perf_counter()
+            ok = validation.decide(plan, records)
+            t_decide.append(time.perf_counter() - t0)
+            assert ok
+        tag = "_seed_compressed" if seeded else ""
+        if not seeded:
+            out.update(client_ms=1e3 * statistics.median(t_client), node_ms=1e3 * statistics.median(t_node), decide_ms=1e3 * statistics.median(t_decide),
+                       bytes=nbytes, record_bytes=plan.record_bytes, proofs=plan.circuit.proofs, meas_len=plan.circuit.meas_len,
+                       proof_len=plan.circuit.proofs * plan.circuit.proof_len, soundness_log2=plan.circuit.soundness_log2)
+        else:
+            out[f"bytes{tag}"] = nbytes
+            out[f"client_ms{tag}"] = 1e3 * statistics.median(t_client)
+            out[f"node_ms{tag}"] = 1e3 * statistics.median(t_node)
+    return out
+
+
+def end_to_end(d: int, m: int, n: int) -> list[dict]:
+    rows = []
+    for kind in ("none", "range"):
+        prm = params(kind, d, m, n)
+        Z = data(kind, d, n, np.random.default_rng(n))
+        t0 = time.perf_counter()
+        run = run_job(prm, Z, Drbg.from_os(), client_mode="machines", record=False)
+        seconds = time.perf_counter() - t0
+        assert run.release is not None, run.error
+        rows.append({"kind": kind, "d": d, "M": m, "N": n, "seconds": seconds, "clients_seconds": run.seconds.get("clients", 0.0),
+                     "nodes_seconds": run.seconds.get("network+nodes", 0.0), "rejected": run.release.clients_rejected})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dims", default="10,1000")
+    ap.add_argument("--clients", default="1000,10000")
+    ap.add_argument("--nodes", default="3")
+    ap.add_argument("--kinds", default="range,l2,one-hot")
+    ap.add_argument("--sample", type=int, default=20)
+    ap.add_argument("--end-to-end", type=int, default=0, help="also run one whole job of this many clients per d (in process)")
+    ap.add_argument("--json", default="benchmarks/results/dca_validated.json")
+    a = ap.parse_args()
+    dims = [int(x) for x in a.dims.split(",")]
+    ns = [int(x) for x in a.clients.split(",")]
+    ms = [int(x) for x in a.nodes.split(",")]
+    kinds = ["none"] + [k for k in a.kinds.split(",") if k]
+    started = time.time()
+    cells = []
+    print(f"{'kind':8} {'M':>2} {'d':>5} {'client ms':>10} {'node ms':>9} {'decide ms':>9} {'bytes':>10} {'bytes (seeds)':>13} "
+          + " ".join(f"{'nodes s, N=' + str(n):>14}" for n in ns))
+    for m in ms:
+        for d in dims:
+            for kind in kinds:
+                if kind == "one-hot" and d > 1000:
+                    continue
+                c = measure(kind, d, m, a.sample)
+                c["node_seconds"] = {str(n): n * (c["node_ms"] + c["decide_ms"]) / 1e3 for n in ns}
+                cells.append(c)
+                print(f"{kind:8} {m:>2} {d:>5} {c['client_ms']:>10.2f} {c['node_ms']:>9.3f} {c['decide_ms']:>9.3f} {c['bytes']:>10} {c['bytes_seed_compressed']:>13} "
+                      + " ".join(f"{c['node_seconds'][str(n)]:>14.2f}" for n in ns), flush=True)
+    e2e = []
+    if a.end_to_end:
+        for d in dims:
+            for row in end_to_end(d, ms[0], a.end_to_end):
+                e2e.append(row)
+                print(f"end to end (in process): {row}", flush=True)
+    result = {"cells": cells, "end_to_end": e2e, "run": {"argv": a.__dict__, "load": os.getloadavg(), "wall_seconds": time.time() - started,
+                                                          "epsilon": EPS, "delta": DELTA, "frac_bits": 16}}
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps(result, indent=1))
+    print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
