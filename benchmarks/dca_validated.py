@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from mpdp.dca import sharing, validation
-from mpdp.dca.client import ClientMachine, contributions, validated_values
+from mpdp.dca.client import contributions, validated_values
 from mpdp.dca.driver import run_job
 from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg

@@ -1,0 +1,113 @@
+"""A malicious client in a validated DCA job (``--validate range``), over real processes and mutual TLS.
+
+Mallory (a PARTY certificate of the federation's CA) follows the protocol's message format but puts 10^9 into her
+first coordinate: the bits of her measurement no longer are bits, and her proof — computed honestly on that input —
+cannot make the circuit vanish. She streams her shares to the three compute nodes with a raw stub. A second attacker
+sends a validated share one element short. Expected:
+
+- the short share is refused at the node (MALFORMED, a clean detail) and its client counts as missing;
+- Mallory's shares are taken (they are well formed) but every node rejects her proof alike: she is left out of A
+  and counted in ``clients_rejected``, never named;
+- the job releases (N = 5, T = 2: two missing) and its release is the honest clients' sum within its noise, nowhere
+  near 10^9; the verify key that seeds the nodes' query randomness is never shown to a client (GetJob).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+
+from mpdp.dca import validation
+from mpdp.dca.params import DcaParams
+from mpdp.math import field as F
+from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.dca_client.client import submit_vector
+
+from tests.adversarial.conftest import (
+    NODES,
+    assert_all_serving,
+    channel,
+    create_dca,
+    dca_spec,
+    mint,
+    operator_curator,
+    wait_dca,
+)
+
+D, N, T, F_BITS = 3, 5, 2, 16
+HONEST = ["honest-1", "honest-2", "honest-3"]
+
+
+def _announcement(fed, tls, job: str) -> dca_pb2.DcaJobAnnouncement:
+    with channel(fed, "curator", tls) as ch:
+        return dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job), timeout=30)
+
+
+def _stream(fed, tls, node: str, shares: list[dca_pb2.ClientShare]) -> dca_pb2.ShareReceipt:
+    with channel(fed, node, tls) as ch:
+        return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter(shares), timeout=30)
+
+
+def _mallory_shares(params: DcaParams, job: str, cid: str) -> list[dca_pb2.ValidatedShare]:
+    """Shares of an input whose coordinate 0 reads 10^9 (its lowest 'bit' holds 10^9·2^f), with an honest proof of it."""
+    plan = params.validation
+    assert plan is not None
+    meas = validation.encode_input(plan, np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)).astype(np.uint64)
+    meas[0] = F.scalar(10**9 * 2**F_BITS + int(meas[0]))
+    return [dca_pb2.ValidatedShare(measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)
+            for s in validation.client_shares(plan, job, cid, meas, params.M, seeded=False)]
+
+
+def test_a_client_sending_1e9_is_rejected_counted_and_the_job_releases_the_honest_sum(fed):
+    spec = dca_spec(n=N, d=D, deadline=15.0, max_missing=T, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE, fractional_bits=F_BITS,
+                    sensitivity=2.0)
+    job = create_dca(fed, spec)
+    mallory, shorty = mint(fed, "party", "mallory"), mint(fed, "party", "mallory-short")
+    ann = _announcement(fed, mallory, job)
+    assert ann.spec.validate == dca_pb2.VALIDATE_RANGE and ann.verify_key == b""  # the key is the nodes' alone
+    params = DcaParams.from_spec(job, ann.spec)
+
+    # the honest clients, through the product's client
+    ep = Endpoints.load(fed.workdir)
+    Z = np.random.default_rng(7).uniform(-0.8, 0.8, (len(HONEST), D))
+    for cid, z in zip(HONEST, Z):
+        rep = asyncio.run(submit_vector(ep, mint(fed, "party", cid), cid, job, z))
+        assert not rep.rejected
+
+    # a share one element short: refused at its node, nothing taken
+    short = _mallory_shares(params, job, "mallory-short")
+    short[0].measurement = short[0].measurement[:-8]
+    receipt = _stream(fed, shorty, NODES[0], [dca_pb2.ClientShare(job_id=job, client_id="mallory-short", validated=short[0])])
+    assert receipt.accepted == 0 and [r.problem for r in receipt.rejected] == [common_pb2.MALFORMED]
+    assert len(receipt.rejected[0].detail) < 300 and "mallory" not in receipt.rejected[0].detail
+
+    # Mallory: well-formed shares of an invalid input, to every node
+    for k, share in enumerate(_mallory_shares(params, job, "mallory")):
+        receipt = _stream(fed, mallory, NODES[k], [dca_pb2.ClientShare(job_id=job, client_id="mallory", validated=share)])
+        assert receipt.accepted == 1, receipt
+
+    st = wait_dca(fed, job, timeout=120)
+    assert st.state == "RELEASED", st
+    with operator_curator(fed) as ch:
+        r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+    assert (r.clients_included, r.clients_rejected, r.validate) == (len(HONEST), 1, dca_pb2.VALIDATE_RANGE)
+    assert "mallory" not in str(r)
+    err = np.array(r.values) - Z.sum(axis=0)
+    assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + len(HONEST) * 2.0**-F_BITS), (err, r.noise_variance)
+    assert np.max(np.abs(r.values)) < 1e3  # nowhere near 10^9
+    assert_all_serving(fed)
+
+
+def test_a_validated_job_refuses_unvalidated_shares(fed):
+    """A plain masked vector (the unvalidated wire format) is refused, with a clean detail."""
+    job = create_dca(fed, dca_spec(n=3, d=D, deadline=5.0, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_ONE_HOT, fractional_bits=F_BITS,
+                                   sensitivity=2.0))
+    tls = mint(fed, "party", "plain")
+    receipt = _stream(fed, tls, NODES[1], [dca_pb2.ClientShare(job_id=job, client_id="plain", masked_vector=bytes(8 * D))])
+    assert receipt.accepted == 0 and [r.problem for r in receipt.rejected] == [common_pb2.MALFORMED]
+    assert "validated" in receipt.rejected[0].detail
+    st = wait_dca(fed, job, timeout=60)  # nobody else submits: the job fails at its deadline, nothing released
+    assert st.state == "FAILED" and st.problem == common_pb2.INSUFFICIENT_NOISE, st
