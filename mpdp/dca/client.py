@@ -188,6 +188,36 @@ def validated_values(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.nd
     return rounded.reshape(-1), noise.reshape(-1)
 
 
+def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, batch_size: int = 0) -> Iterator[list[list[pb.ClientShare]]]:
+    """Many simulated clients of a validated job (load generator, benchmarks; not private: one Drbg for all): per
+    batch, the ClientShare messages for each node (out[k] goes to node k). Each client's values as
+    :func:`validated_values`; the batch's proofs in one call (:func:`mpdp.dca.validation.client_shares_many`)."""
+    plan = params.validation
+    if plan is None:
+        raise InvalidJob("not a validated job")
+    check_seeding(params, rng)
+    Z = np.asarray(Z, dtype=np.float64)
+    if Z.shape != (len(client_ids), params.dimension):
+        raise InvalidJob(f"Z must have shape ({len(client_ids)}, {params.dimension}), got {Z.shape}")
+    step = batch_size or validation.batch_size(plan)
+    for at in range(0, len(client_ids), step):
+        ids = client_ids[at : at + step]
+        meas = []
+        for j, cid in enumerate(ids):
+            y, eta = validated_values(params, Z[at + j], rng.child(f"noise/{cid}"))
+            try:
+                meas.append(validation.encode_input(plan, y, eta))
+            except validation.ValidationError as e:
+                raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
+        shares = validation.client_shares_many(plan, params.job_id, ids, np.stack(meas), params.M, seeded=params.seed_compressed)
+        yield [
+            [pb.ClientShare(job_id=params.job_id, client_id=cid, validated=pb.ValidatedShare(
+                measurement=sh[k].measurement, proof=sh[k].proof, share_seed=sh[k].share_seed, blind=sh[k].blind, joint_rand_parts=sh[k].joint_rand_parts))
+             for cid, sh in zip(ids, shares)]
+            for k in range(params.M)
+        ]
+
+
 @dataclass
 class CohortBatch:
     """One batch of simulated clients: per-node ShareBatch messages and, with keep_noise, their contributions."""

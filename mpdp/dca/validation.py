@@ -186,36 +186,61 @@ def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndar
         raise ValidationError(str(e)) from None
 
 
+BATCH_ELEMENTS = 1 << 21  # clients proven or verified together hold at most this many measurement elements (~16 MB a copy)
+
+
+def batch_size(p: Plan) -> int:
+    """How many clients to prove or verify at once (bounded memory; the circuit code takes batch axes)."""
+    return max(1, BATCH_ELEMENTS // p.circuit.meas_len)
+
+
 def client_shares(p: Plan, job_id: str, client_id: str, meas: np.ndarray, nodes: int, *, seeded: bool) -> list[ShareForNode]:
     """Steps 2–4 for one client: one :class:`ShareForNode` per node. Every random value comes from os.urandom."""
+    return client_shares_many(p, job_id, [client_id], np.asarray(meas)[None, :], nodes, seeded=seeded)[0]
+
+
+def client_shares_many(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
+    """Steps 2–4 for many clients at once (rows of ``meas``), proven in one batched call: per client, one
+    :class:`ShareForNode` per node. Every random value comes from os.urandom."""
     c = p.circuit
-    bind = binder(job_id, client_id)
-    blinds = [os.urandom(SEED) for _ in range(nodes)]
-    seeds = [os.urandom(SEED) for _ in range(nodes)] if seeded else []
-    helpers: list[tuple[np.ndarray, np.ndarray]] = []
+    b = len(client_ids)
+    meas = np.asarray(meas, dtype=np.uint64).reshape(b, c.meas_len)
+    binds = [binder(job_id, cid) for cid in client_ids]
+    blinds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)]
+    seeds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)] if seeded else []
+    helper_meas = np.empty((nodes - 1, b, c.meas_len), dtype=np.uint64)
+    helper_proof = np.empty((nodes - 1, b, c.proofs, c.proof_len), dtype=np.uint64)
     for k in range(1, nodes):
         if seeded:
-            helpers.append(expand_share(p, seeds[k], bind, k))
+            for i in range(b):
+                helper_meas[k - 1, i], helper_proof[k - 1, i] = expand_share(p, seeds[i][k], binds[i], k)
         else:
-            helpers.append((F.rand(c.meas_len), F.rand(c.proofs * c.proof_len).reshape(c.proofs, c.proof_len)))
-    lead_meas = meas.astype(np.uint64)
-    for hm, _ in helpers:
-        lead_meas = F.sub(lead_meas, hm)
-    parts = [_part(blinds[0], bind, 0, F.encode(lead_meas))]
-    for k in range(1, nodes):
-        parts.append(_part(blinds[k], bind, k, seeds[k] if seeded else F.encode(helpers[k - 1][0])))
-    jr = _joint_rand(p, joint_rand_seed(parts))
-    proof = c.prove(meas.astype(np.uint64), jr, F.rand(c.proofs * c.arity).reshape(c.proofs, c.arity))
+            helper_meas[k - 1] = F.rand(b * c.meas_len).reshape(b, c.meas_len)
+            helper_proof[k - 1] = F.rand(b * c.proofs * c.proof_len).reshape(b, c.proofs, c.proof_len)
+    lead_meas = meas
+    for k in range(nodes - 1):
+        lead_meas = F.sub(lead_meas, helper_meas[k])
+    jr = np.empty((b, c.proofs, c.jr_len), dtype=np.uint64)
+    hints = []
+    for i in range(b):
+        parts = [_part(blinds[i][0], binds[i], 0, F.encode(lead_meas[i]))]
+        for k in range(1, nodes):
+            parts.append(_part(blinds[i][k], binds[i], k, seeds[i][k] if seeded else F.encode(helper_meas[k - 1, i])))
+        jr[i] = _joint_rand(p, joint_rand_seed(parts))
+        hints.append(b"".join(parts))
+    proof = c.prove(meas, jr, F.rand(b * c.proofs * c.arity).reshape(b, c.proofs, c.arity))
     lead_proof = proof
-    for _, hp in helpers:
-        lead_proof = F.sub(lead_proof, hp)
-    hint = b"".join(parts)
-    out = [ShareForNode(F.encode(lead_meas), F.encode(lead_proof), b"", blinds[0], hint)]
-    for k in range(1, nodes):
-        if seeded:
-            out.append(ShareForNode(b"", b"", seeds[k], blinds[k], hint))
-        else:
-            out.append(ShareForNode(F.encode(helpers[k - 1][0]), F.encode(helpers[k - 1][1]), b"", blinds[k], hint))
+    for k in range(nodes - 1):
+        lead_proof = F.sub(lead_proof, helper_proof[k])
+    out = []
+    for i in range(b):
+        row = [ShareForNode(F.encode(lead_meas[i]), F.encode(lead_proof[i]), b"", blinds[i][0], hints[i])]
+        for k in range(1, nodes):
+            if seeded:
+                row.append(ShareForNode(b"", b"", seeds[i][k], blinds[i][k], hints[i]))
+            else:
+                row.append(ShareForNode(F.encode(helper_meas[k - 1, i]), F.encode(helper_proof[k - 1, i]), b"", blinds[i][k], hints[i]))
+        out.append(row)
     return out
 
 
@@ -227,32 +252,66 @@ def query_rand(p: Plan, verify_key: bytes, bind: bytes) -> np.ndarray:
 def check_share(p: Plan, share: ShareForNode, *, job_id: str, client_id: str, k: int, nodes: int, seeded: bool, verify_key: bytes) -> tuple[np.ndarray, bytes]:
     """Node k's step for one client: (its output share of ỹ + η, its record for :func:`decide`).
     MalformedShare if a length or an element is wrong (the client is then refused, never summed)."""
+    got = check_shares(p, [share], job_id=job_id, client_ids=[client_id], k=k, nodes=nodes, seeded=seeded, verify_key=verify_key)[0]
+    if isinstance(got, MalformedShare):
+        raise got
+    return got
+
+
+def _parse(p: Plan, share: ShareForNode, bind: bytes, k: int, nodes: int, seeded: bool) -> tuple[np.ndarray, np.ndarray, bytes]:
     c = p.circuit
-    bind = binder(job_id, client_id)
     if len(share.blind) != SEED or len(share.joint_rand_parts) != SEED * nodes:
         raise MalformedShare(f"a validated share needs a {SEED}-byte blind and {nodes} × {SEED} bytes of joint-randomness parts")
-    helper_seed = seeded and k >= 1
-    if helper_seed:
+    if seeded and k >= 1:
         if len(share.share_seed) != SEED or share.measurement or share.proof:
             raise MalformedShare(f"node {k} takes a {SEED}-byte share seed in this job")
         meas, proof = expand_share(p, share.share_seed, bind, k)
-        material = share.share_seed
-    else:
-        if share.share_seed:
-            raise MalformedShare(f"node {k} takes full shares in this job")
-        try:
-            meas = F.decode(share.measurement, c.meas_len)
-            proof = F.decode(share.proof, c.proofs * c.proof_len).reshape(c.proofs, c.proof_len)
-        except F.NotCanonical as e:
-            raise MalformedShare(f"wrong length or a non-canonical element: {e}") from None
-        material = share.measurement
-    parts = [share.joint_rand_parts[SEED * j : SEED * (j + 1)] for j in range(nodes)]
-    own = _part(share.blind, bind, k, material)
-    parts[k] = own
-    seed = joint_rand_seed(parts)
-    jr = _joint_rand(p, seed)
-    verifier = c.query(meas, proof, query_rand(p, verify_key, bind), jr, nodes)
-    return c.truncate(meas, nodes), F.encode(verifier) + own + seed
+        return meas, proof, share.share_seed
+    if share.share_seed:
+        raise MalformedShare(f"node {k} takes full shares in this job")
+    try:
+        meas = F.decode(share.measurement, c.meas_len)
+        proof = F.decode(share.proof, c.proofs * c.proof_len).reshape(c.proofs, c.proof_len)
+    except F.NotCanonical as e:
+        raise MalformedShare(f"wrong length or a non-canonical element: {e}") from None
+    return meas, proof, share.measurement
+
+
+def check_shares(p: Plan, shares: list[ShareForNode], *, job_id: str, client_ids: list[str], k: int, nodes: int, seeded: bool,
+                 verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
+    """:func:`check_share` for many clients, the well-formed ones queried together (in batches of
+    :func:`batch_size`): per client (output share, record), or the MalformedShare that refuses it."""
+    c = p.circuit
+    out: list[tuple[np.ndarray, bytes] | MalformedShare] = []
+    step = batch_size(p)
+    for at in range(0, len(shares), step):
+        chunk = list(zip(shares[at : at + step], client_ids[at : at + step]))
+        parsed: list[tuple[np.ndarray, np.ndarray, bytes, bytes, np.ndarray] | MalformedShare] = []
+        for share, cid in chunk:
+            bind = binder(job_id, cid)
+            try:
+                meas, proof, material = _parse(p, share, bind, k, nodes, seeded)
+            except MalformedShare as e:
+                parsed.append(e)
+                continue
+            parts = [share.joint_rand_parts[SEED * j : SEED * (j + 1)] for j in range(nodes)]
+            parts[k] = _part(share.blind, bind, k, material)
+            seed = joint_rand_seed(parts)
+            parsed.append((meas, proof, parts[k], seed, query_rand(p, verify_key, bind)))
+        good = [x for x in parsed if not isinstance(x, MalformedShare)]
+        if good:
+            meas_b = np.stack([g[0] for g in good])
+            verifier = c.query(meas_b, np.stack([g[1] for g in good]), np.stack([g[4] for g in good]),
+                               np.stack([_joint_rand(p, g[3]) for g in good]), nodes)
+            rows = c.truncate(meas_b, nodes)
+        j = 0
+        for x in parsed:
+            if isinstance(x, MalformedShare):
+                out.append(x)
+            else:
+                out.append((rows[j], F.encode(verifier[j]) + x[2] + x[3]))
+                j += 1
+    return out
 
 
 def decide(p: Plan, records: list[bytes]) -> bool:

@@ -269,6 +269,7 @@ class Circuit:
         self.proofs = repetitions(self.n)
         self.proof_len = self.arity + 2 * self.n - 1  # per repetition
         self.verifier_len = self.arity + 2  # per repetition: V, f_1(r)..f_2c(r), p(r)
+        self._coset = F.powers(F.root_of_unity(2 * self.n), self.n)  # ζ^k: shifts a polynomial's evaluations to ζ·ω^i
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Circuit) and self.predicates == other.predicates
@@ -350,11 +351,12 @@ class Circuit:
         out = np.empty(batch + (self.proofs, self.proof_len), dtype=np.uint64)
         for j in range(self.proofs):
             a, b, _ = self._terms(meas, joint_rand[..., j, :], np.uint64(1))
-            coeffs = F.intt(self._wires(a, b, prove_rand[..., j, :]))  # f_1..f_2c, degree < n
-            wide = np.zeros(batch + (self.arity, 2 * self.n), dtype=np.uint64)
-            wide[..., : self.n] = coeffs
-            ev = F.ntt(wide)
-            gadget_evals = F.sum(F.mul(ev[..., 0::2, :], ev[..., 1::2, :]), axis=-2)  # G(f) = Σ_i f_2i·f_2i+1 at 2n points
+            wires = self._wires(a, b, prove_rand[..., j, :])  # f_1..f_2c at ω^0..ω^(n−1)
+            coeffs = F.intt(wires)  # degree < n
+            coset = F.ntt(F.mul(coeffs, self._coset))  # f_j(ζ·ω^i), ζ a primitive 2n-th root (ζ² = ω)
+            gadget_evals = np.empty(batch + (2 * self.n,), dtype=np.uint64)  # G(f) = Σ_i f_2i·f_2i+1 at ζ^0..ζ^(2n−1)
+            gadget_evals[..., 0::2] = F.sum(F.mul(wires[..., 0::2, :], wires[..., 1::2, :]), axis=-2)
+            gadget_evals[..., 1::2] = F.sum(F.mul(coset[..., 0::2, :], coset[..., 1::2, :]), axis=-2)
             poly = F.intt(gadget_evals)  # degree ≤ 2(n − 1): the last coefficient is 0
             out[..., j, : self.arity] = prove_rand[..., j, :]
             out[..., j, self.arity :] = poly[..., : 2 * self.n - 1]

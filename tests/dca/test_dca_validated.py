@@ -190,3 +190,47 @@ def test_validated_job_parameters():
     assert prm.guarantee.delta <= 1e-5
     back = DcaParams.from_spec(prm.job_id, prm.to_spec())
     assert back.validate == "l2" and back.validation == prm.validation
+
+
+def test_a_run_of_shares_is_verified_in_one_batch_with_the_same_outcome():
+    """A router's stream (ComputeNodeMachine.receive_shares) verifies its run's proofs together; each share is still
+    accepted or refused on its own, and the release is the same as one step per share."""
+    from mpdp.dca.aggregator import AggregatorMachine
+    from mpdp.dca.client import ClientMachine
+    from mpdp.dca.compute_node import ComputeNodeMachine
+    from mpdp.driver import Wire
+    from mpdp.protocol import CURATOR, Peer, Send
+
+    prm = _params("l2")
+    ids = [f"client-{i:06d}" for i in range(N)]
+    Z = _data("l2", np.random.default_rng(8))
+    sends: dict[str, list[pb.ClientShare]] = {n: [] for n in prm.nodes}
+    kept = []
+    for i, cid in enumerate(ids):
+        c = ClientMachine(prm, cid, Z[i], Drbg.from_seed(cid), keep_noise=True)
+        for o in c.submit():
+            if isinstance(o, Send):
+                sends[o.to.name].append(o.message)
+        kept.append(c.encoded.view(np.int64))
+    forged = _attack(prm, {ids[2]: "huge-value", ids[6]: "altered-proof", ids[9]: "wrong-length"})
+    wire = Wire()
+    agg = AggregatorMachine(prm)
+    wire.machines[CURATOR] = agg
+    ann = agg.announce()
+    for o in ann:
+        wire.machines[o.to] = ComputeNodeMachine.from_announcement(o.to.name, o.message, report_every=4)
+    router = Peer("operator", "router")
+    rejected = {}
+    for n in prm.nodes:
+        node = wire.machines[Peer("compute_node", n)]
+        run = [forged(router, Peer("compute_node", n), m) for m in sends[n]]
+        outs, refused = node.receive_shares(router, run)
+        rejected[n] = [(run[j].client_id, e.problem) for j, e in refused]
+        wire.route(node.me, outs[1:])
+        wire.pump()
+    assert rejected[prm.nodes[0]] == [(ids[9], Problem.MALFORMED)]
+    wire.route(CURATOR, agg.close_submissions())
+    wire.pump()
+    r = agg.dp_sum()
+    assert (r.clients_included, r.clients_rejected) == (N - 3, 2)
+    assert np.array_equal(_released_units(r), np.sum([kept[i] for i in range(N) if i not in (2, 6, 9)], axis=0))
