@@ -8,6 +8,8 @@ sends a validated share one element short. Expected:
 - the short share is refused at the node (MALFORMED, a clean detail) and its client counts as missing;
 - Mallory's shares are taken (they are well formed) but every node rejects her proof alike: she is left out of A
   and counted in ``clients_rejected``, never named;
+- a router's ShareBatch (no proofs) is refused (MALFORMED) without harming the job; a router's validated cohort
+  (one ClientShare per client) releases;
 - the job releases (N = 5, T = 2: two missing) and its release is the honest clients' sum within its noise, nowhere
   near 10^9; the verify key that seeds the nodes' query randomness is never shown to a client (GetJob).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 
+import grpc
 import numpy as np
 
 from mpdp.dca import validation
@@ -24,16 +27,18 @@ from mpdp.dca.params import DcaParams
 from mpdp.math import field as F
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.dca_client.client import submit_vector
+from mpdp_services.dca_client.client import submit_cohort, submit_vector
 
 from tests.adversarial.conftest import (
     NODES,
     assert_all_serving,
+    assert_status,
     channel,
     create_dca,
     dca_spec,
     mint,
     operator_curator,
+    refused,
     wait_dca,
 )
 
@@ -111,3 +116,20 @@ def test_a_validated_job_refuses_unvalidated_shares(fed):
     assert "validated" in receipt.rejected[0].detail
     st = wait_dca(fed, job, timeout=60)  # nobody else submits: the job fails at its deadline, nothing released
     assert st.state == "FAILED" and st.problem == common_pb2.INSUFFICIENT_NOISE, st
+
+
+def test_a_router_batch_into_a_validated_job_is_refused_cleanly(fed):
+    """ShareBatch carries no proofs: a validated job refuses it (MALFORMED), with a clean detail, and the job lives on."""
+    job = create_dca(fed, dca_spec(n=3, d=D, deadline=30.0, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE, fractional_bits=F_BITS,
+                                   sensitivity=2.0))
+    ep = Endpoints.load(fed.workdir)
+    batch = dca_pb2.ShareBatch(job_id=job, client_ids=["r-1", "r-2"], masked_vectors=bytes(16 * D))
+    with channel(fed, NODES[0], ep.tls) as ch:
+        e = refused(lambda: dca_pb2_grpc.ComputeNodeStub(ch).SubmitShareBatch(batch, timeout=30))
+    assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, "r-1")
+    # the job is still open: three honest clients through the product's client release it
+    Z = np.random.default_rng(11).uniform(-0.5, 0.5, (3, D))
+    rep = asyncio.run(submit_cohort(ep, ep.tls, job, ["v-1", "v-2", "v-3"], Z))
+    assert rep.accepted == 3 * len(NODES) and not rep.rejected
+    st = wait_dca(fed, job, timeout=120)
+    assert st.state == "RELEASED" and st.clients_included == 3, st
