@@ -137,7 +137,6 @@ class ClientMachine(DcaMachine):
         self._z[:] = 0.0  # the client's data is not needed any more
         return out
 
-
     def _submit_validated(self) -> list[Output]:
         """A validated job (:mod:`mpdp.dca.validation`): the integers (ỹ, η), their bits, Field64 shares and the proof."""
         prm = self.params
@@ -148,7 +147,7 @@ class ClientMachine(DcaMachine):
             meas = validation.encode_input(plan, y, eta)
         except validation.ValidationError as e:  # only the noise norm, probability ≤ 2^-96, data-independent (in δ)
             raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
-        out: list[Output] = []
+        out: list[Output] = [Spend(self.charge if self.charge is not None else (prm.ledger_entry(),))]
         for k, sh in enumerate(validation.client_shares(plan, self.job_id, self.client_id, meas, prm.M, seeded=prm.seed_compressed)):
             msg = pb.ValidatedShare(measurement=sh.measurement, proof=sh.proof, share_seed=sh.share_seed, blind=sh.blind, joint_rand_parts=sh.joint_rand_parts)
             out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, validated=msg)))
@@ -156,7 +155,6 @@ class ClientMachine(DcaMachine):
             noise = np.zeros(prm.dimension, dtype=np.int64) if eta is None else eta
             self.noise, self.encoded = noise / 2.0**prm.frac_bits, (y + noise).view(np.uint64)
         self._z[:] = 0.0
-        out.append(Record(prm.ledger_entry()))
         return out
 
 
