@@ -182,7 +182,8 @@ def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, bu
 @endpoints_option
 @click.option("--job", "job_id", required=True, help="DCA job id")
 @click.option("--clients", "-n", type=int, required=True, help="simulated clients")
-@click.option("--batched/--unbatched", default=True, show_default=True, help="ShareBatch messages, or one ClientShare per client on a stream")
+@click.option("--batched/--unbatched", default=True, show_default=True,
+              help="ShareBatch messages, or one ClientShare per client on a stream (a validated job always takes the latter)")
 @click.option("--batch-size", type=int, default=1000, show_default=True, help="clients per batch")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the public simulation data (not of the noise)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
