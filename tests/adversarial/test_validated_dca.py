@@ -11,7 +11,10 @@ sends a validated share one element short. Expected:
 - a router's ShareBatch (no proofs) is refused (MALFORMED) without harming the job; a router's validated cohort
   (one ClientShare per client) releases;
 - the job releases (N = 5, T = 2: two missing) and its release is the honest clients' sum within its noise, nowhere
-  near 10^9; the verify key that seeds the nodes' query randomness is never shown to a client (GetJob).
+  near 10^9; the verify key that seeds the nodes' query randomness is never shown to a client (GetJob);
+- in one more job every other class — out of range, 10^9 noise, a proof share altered at one node, a proof made for
+  another client id — is rejected by every node alike, while a client that omits its noise is accepted (its η = 0 is
+  within the proven bound) and counts among the T the calibration allows.
 """
 
 from __future__ import annotations
@@ -133,3 +136,74 @@ def test_a_router_batch_into_a_validated_job_is_refused_cleanly(fed):
     assert rep.accepted == 3 * len(NODES) and not rep.rejected
     st = wait_dca(fed, job, timeout=120)
     assert st.state == "RELEASED" and st.clients_included == 3, st
+
+
+def _shares_of(params: DcaParams, job: str, cid: str, meas: np.ndarray, bind_as: str | None = None) -> list[dca_pb2.ValidatedShare]:
+    plan = params.validation
+    assert plan is not None
+    return [dca_pb2.ValidatedShare(measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)
+            for s in validation.client_shares(plan, job, bind_as or cid, meas.astype(np.uint64), params.M, seeded=False)]
+
+
+def _bits(v: int, width: int) -> list[int]:
+    return [(v >> j) & 1 for j in range(width)]
+
+
+def test_every_malicious_class_is_rejected_alike_and_an_omitted_noise_counts_within_t(fed):
+    """One job, N = 8, T = 4: three honest clients; one that omits its noise (η = 0 is inside the proven bound: it is
+    accepted, and is one of the T the calibration allows); and four attackers, each rejected by every node — a value
+    of 2 where |z_j| ≤ 1 (its second bit decomposition wraps), noise of 10^9, an honest proof share altered at one node,
+    and a proof made for another client id. The release is over the four accepted clients, within its noise."""
+    n, t = 8, 4
+    job = create_dca(fed, dca_spec(n=n, d=D, deadline=20.0, max_missing=t, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE,
+                                   fractional_bits=F_BITS, sensitivity=2.0))
+    ann = _announcement(fed, mint(fed, "party", "quiet"), job)
+    params = DcaParams.from_spec(job, ann.spec)
+    plan = params.validation
+    assert plan is not None
+    zeros = np.zeros(D, dtype=np.int64)
+    honest_meas = validation.encode_input(plan, zeros, zeros)
+
+    ep = Endpoints.load(fed.workdir)
+    Z = np.random.default_rng(9).uniform(-0.8, 0.8, (len(HONEST) + 1, D))
+    for cid, z in zip(HONEST, Z):
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"{cid}-b"), f"{cid}-b", job, z)).rejected
+    quiet = np.rint(Z[-1] * 2**F_BITS).astype(np.int64)  # omits its noise: a valid input of the circuit
+    attacks: dict[str, list[dca_pb2.ValidatedShare]] = {"quiet": _shares_of(params, job, "quiet", validation.encode_input(plan, quiet, zeros))}
+
+    rng_pred = plan.circuit.predicates[0]
+    x = 2 * 2**F_BITS + rng_pred.offset  # y_0 = 2 > clip 1: x_0 fits b bits, x_0 + gap does not (it wraps)
+    out_of_range = honest_meas.copy()
+    out_of_range[: rng_pred.bits] = _bits(x, rng_pred.bits)
+    at = D * rng_pred.bits
+    out_of_range[at : at + rng_pred.bits] = _bits((x + rng_pred.gap) % (1 << rng_pred.bits), rng_pred.bits)
+    attacks["over-range"] = _shares_of(params, job, "over-range", out_of_range)
+
+    noisy = honest_meas.astype(np.uint64)
+    noisy[rng_pred.meas_len] = F.scalar(10**9 * 2**F_BITS)  # the noise part's first entry reads 10^9 (in real units)
+    attacks["loud"] = _shares_of(params, job, "loud", noisy)
+
+    altered = _shares_of(params, job, "altered", honest_meas)
+    c = plan.circuit
+    proof = F.decode(altered[2].proof, c.proofs * c.proof_len)
+    proof[5] = F.add(proof[5], np.uint64(1))
+    altered[2].proof = F.encode(proof)
+    attacks["altered"] = altered
+
+    attacks["replayer"] = _shares_of(params, job, "replayer", honest_meas, bind_as="somebody-else")
+
+    for cid, shares in attacks.items():
+        tls = mint(fed, "party", cid)
+        for k, share in enumerate(shares):
+            receipt = _stream(fed, tls, NODES[k], [dca_pb2.ClientShare(job_id=job, client_id=cid, validated=share)])
+            assert receipt.accepted == 1, (cid, receipt)
+
+    st = wait_dca(fed, job, timeout=120)
+    assert st.state == "RELEASED", st
+    with operator_curator(fed) as ch:
+        r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+    assert (r.clients_included, r.clients_rejected) == (len(HONEST) + 1, 4)
+    assert not any(cid in str(r) for cid in attacks)
+    err = np.array(r.values) - Z.sum(axis=0)
+    assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + n * 2.0**-F_BITS), (err, r.noise_variance)
+    assert_all_serving(fed)
