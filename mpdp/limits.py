@@ -48,6 +48,7 @@ MAX_PATHAK_PARTIES = 64  # Stage 1 is a knockout tournament: K − 1 bitwise DGK
 MAX_PATHAK_DIMENSION = 4096  # Paillier work per coordinate (noise chain, masks, reshare)
 MAX_DCA_DIMENSION = 1 << 20  # 8 MiB per packed vector; the ensemble's vote vector N·C is a DCA vector
 MAX_DCA_CLIENTS = 1_000_000  # 10× the largest benchmark (N = 10⁵); nodes keep per-client state
+MAX_VALIDATED_DIMENSION = 4096  # a validated client's proof input is ~20–60 Field64 elements a coordinate (mpdp.dca.validation)
 MAX_NODES = 63  # per-client node bitmasks are int64 (mpdp.dca.agreement)
 MAX_CLIENT_ID_BYTES = 256
 MAX_ROSTER_DIGITS = 12  # DcaJobSpec.roster_range: ids prefix + a zero-padded decimal index
@@ -197,6 +198,10 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("purpose", "text", 0, 128, "", "a label copied into ledgers and releases"),
         Limit("noise", "choice", None, None, "", "how clients draw η: floating-point Gaussian, or exact integer discrete Gaussian (mode CORRECTED)",
               choices=(dca_pb2.GAUSSIAN, dca_pb2.DISCRETE_GAUSSIAN), choice_names=("GAUSSIAN", "DISCRETE_GAUSSIAN")),
+        Limit("validate", "choice", None, None, "", "what each contribution is proven to satisfy (Field64 shares and a proof; d ≤ "
+              f"{MAX_VALIDATED_DIMENSION}, noise DISCRETE_GAUSSIAN or a secure sum)",
+              choices=(dca_pb2.VALIDATE_NONE, dca_pb2.VALIDATE_RANGE, dca_pb2.VALIDATE_L2, dca_pb2.VALIDATE_ONE_HOT),
+              choice_names=("VALIDATE_NONE", "VALIDATE_RANGE", "VALIDATE_L2", "VALIDATE_ONE_HOT")),
     ),
     "RosterRange": (  # DcaJobSpec.roster_range: client i is prefix + i zero-padded to `digits` (digits ≥ those of N − 1)
         Limit("prefix", "text", 0, MAX_ID, "", "the common start of the N client ids"),
@@ -210,6 +215,7 @@ TABLE: dict[str, tuple[Limit, ...]] = {
     "DcaJobAnnouncement": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and file names"),
         Limit("node_addresses", "count", 0, MAX_NODES, "", "one address per compute node of the job", item="id"),
+        Limit("verify_key", "bytes", 0, 32, "bytes", "validated jobs: 32 bytes, to the nodes only (checked with the spec)"),
     ),
     "StatisticRequest": (
         Limit("dca_job_id", "id", None, None, "", "the DCA job the statistic is submitted to"),

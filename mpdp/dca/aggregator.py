@@ -11,12 +11,15 @@ nothing is released; :meth:`AggregatorMachine.dp_sum` raises the named error
 
 from __future__ import annotations
 
+import os
 
 import numpy as np
 
 from mpdp.dca import mechanism, sharing, states
 from mpdp.dca.engine import DcaMachine
-from mpdp.dca.params import MODE_ENUM, NOISE_ENUM, TRUST_MODEL, DcaParams
+from mpdp.dca import validation
+from mpdp.dca.params import MODE_ENUM, NOISE_ENUM, VALIDATE_ENUM, DcaParams
+from mpdp.math import field as F
 from mpdp.math.fixedpoint import decode_u64
 from mpdp.messages import common_pb2, dca_pb2 as pb
 from mpdp.protocol import CURATOR, Output, Peer, Problem, ProtocolError, Publish, RemoteProtocolError, Send, require
@@ -44,11 +47,17 @@ class AggregatorMachine(DcaMachine):
         self._sums: dict[int, pb.PartialSum] = {}
         self._closed = False
         self._release: pb.DpSum | None = None
+        # a validated job: the nodes' shared key for the query randomness, drawn here and sent to the nodes only
+        self._verify_key = os.urandom(validation.SEED) if params.validation is not None else b""
 
     # -- public ----------------------------------------------------------------------------------------
-    def announcement(self) -> pb.DcaJobAnnouncement:
-        """What nodes get at start and clients fetch with GetJob."""
-        return pb.DcaJobAnnouncement(job_id=self.job_id, spec=self.spec, node_addresses=self.node_addresses)
+    def announcement(self, *, for_nodes: bool = False) -> pb.DcaJobAnnouncement:
+        """What clients fetch with GetJob; ``for_nodes``: what the nodes get at start (with a validated job's verify key,
+        which no client may see: it seeds the query randomness of every proof)."""
+        ann = pb.DcaJobAnnouncement(job_id=self.job_id, spec=self.spec, node_addresses=self.node_addresses)
+        if for_nodes:
+            ann.verify_key = self._verify_key
+        return ann
 
     def announce(self) -> list[Output]:
         """Setup: send the job to every compute node."""
@@ -91,7 +100,7 @@ class AggregatorMachine(DcaMachine):
 
     # -- handlers ------------------------------------------------------------------------------------------
     def _on_announce(self) -> list[Output]:
-        ann = self.announcement()
+        ann = self.announcement(for_nodes=True)
         return [Send(Peer("compute_node", n), ann) for n in self.params.nodes]
 
     def _on_close(self) -> list[Output]:
@@ -119,7 +128,7 @@ class AggregatorMachine(DcaMachine):
         prm = self.params
         first = self._sums[0]
         for k, s in self._sums.items():
-            if s.clients_included != first.clients_included or s.agreed_set_digest != first.agreed_set_digest:
+            if s.clients_included != first.clients_included or s.agreed_set_digest != first.agreed_set_digest or s.clients_rejected != first.clients_rejected:
                 raise RemoteProtocolError(
                     Problem.JOB_FAILED,
                     f"compute nodes disagree on the agreed set: {prm.nodes[0]} has {first.clients_included} clients, "
@@ -127,7 +136,11 @@ class AggregatorMachine(DcaMachine):
                 )
         included = first.clients_included
         mechanism.require_enough_clients(included, prm.clients, prm.max_missing)
-        total = sharing.ring_sum(np.stack([sharing.unpack_u64(self._sums[k].partial_sum, prm.dimension) for k in range(prm.M)]))
+        parts = np.stack([sharing.unpack_u64(self._sums[k].partial_sum, prm.dimension) for k in range(prm.M)])
+        if prm.validation is not None:  # Σ_k q_k mod p, lifted to (−p/2, p/2), as int64 two's complement in Z_(2^64)
+            total = F.to_signed(F.sum(F.canon(parts), axis=0)).view(np.uint64)
+        else:
+            total = sharing.ring_sum(parts)
         check_window(prm, total)
         g = prm.guarantee
         release = pb.DpSum(
@@ -149,7 +162,7 @@ class AggregatorMachine(DcaMachine):
             guarantee=common_pb2.Guarantee(**g.as_dict()),
             fractional_bits=prm.frac_bits,
             seeded=prm.seeded,
-            trust_model=TRUST_MODEL,
+            trust_model=prm.trust_model,
             agreed_set_digest=first.agreed_set_digest,
             seed_compressed=prm.seed_compressed,
             purpose=prm.purpose,
@@ -157,6 +170,8 @@ class AggregatorMachine(DcaMachine):
             noise=NOISE_ENUM[prm.noise],
             rho=prm.rho,
             sigma2_units=f"{prm.discrete.sigma2.numerator}/{prm.discrete.sigma2.denominator}" if prm.discrete is not None else "",
+            validate=VALIDATE_ENUM[prm.validate],
+            clients_rejected=first.clients_rejected,
         )
         self._release = release
         self._sums.clear()
@@ -166,11 +181,17 @@ class AggregatorMachine(DcaMachine):
 def check_window(params: DcaParams, total: np.ndarray) -> None:
     """Wrap-around is never silent (`discrete-gaussian` mode, :mod:`mpdp.dca.discrete`): every coordinate of a valid
     sum satisfies |S_j| ≤ B (the job's window) except with probability 2^-96; a sum outside it wrapped in Z_2^64 or
-    a node deviated, and nothing is released. (The Gaussian mode's headroom check bounds its sum at creation.)"""
-    if params.discrete is None:
+    a node deviated, and nothing is released. (The Gaussian mode's headroom check bounds its sum at creation.)
+    A validated job's window is deterministic: every accepted contribution has |ỹ_j| and |η_j| within the proven
+    bounds, so a sum outside N·(max |ỹ_j| + max |η_j|) can only come from a deviating node."""
+    if params.validation is not None:
+        window = params.validation.window
+    elif params.discrete is not None:
+        window = params.discrete.window
+    else:
         return
     signed = np.asarray(total, dtype=np.uint64).view(np.int64)
-    b = np.int64(params.discrete.window)  # < 2^62 (checked at creation)
+    b = np.int64(window)  # < 2^62 (checked at creation)
     if np.any((signed > b) | (signed < -b)):
         raise RemoteProtocolError(
             Problem.JOB_FAILED,

@@ -25,6 +25,7 @@ import itertools
 import numpy as np
 
 from mpdp.dca import sharing
+from mpdp.math import field as F
 from mpdp.dca.params import DcaParams
 
 MAX_NODES = 63  # node masks live in at most 64 bits
@@ -290,10 +291,14 @@ class ClientBook:
         full = self.dtype(self.full)
         return (after == full) & (before != full)
 
-    def selection(self, bit: int) -> np.ndarray:
-        """Boolean array over indices: the clients whose mask contains ``bit`` (R_l for node l's bit; A for full)."""
+    def selection(self, bit: int, exclude: np.ndarray | None = None) -> np.ndarray:
+        """Boolean array over indices: the clients whose mask contains ``bit`` (R_l for node l's bit; A for full),
+        minus the indices flagged in ``exclude`` (a validated job's rejected clients)."""
         b = self.dtype(bit)
-        return (self._masks[: self.size] & b) == b
+        sel = (self._masks[: self.size] & b) == b
+        if exclude is not None:
+            sel &= ~exclude[: self.size]
+        return sel
 
     def count(self, bit: int) -> int:
         return int(np.count_nonzero(self.selection(bit)))
@@ -302,11 +307,11 @@ class ClientBook:
         """Ids of the clients whose mask contains ``bit``."""
         return self.roster.names(np.flatnonzero(self.selection(bit)))
 
-    def digest(self, bit: int) -> bytes:
+    def digest(self, bit: int, exclude: np.ndarray | None = None) -> bytes:
         """Names {i : bit ⊆ mask_i}: a roster job hashes the packed bitmap of indices (SHA-256 of a tag, N and the
         ⌈N/8⌉ bytes, LSB first); an open job hashes its sorted ids (:func:`~mpdp.dca.sharing.set_digest`, computed
         once per distinct set: the received sets and A are usually the same set)."""
-        sel = self.selection(bit)
+        sel = self.selection(bit, exclude)
         if self.roster.closed:
             h = hashlib.sha256(_DIGEST_TAG)
             h.update(int(self.size).to_bytes(8, "big"))
@@ -344,8 +349,9 @@ class ClientBook:
         self._seeds.update(zip(idx.tolist(), seeds))
         self._count_pending(idx.size)
 
-    def take(self, idx: np.ndarray) -> np.ndarray:
-        """Σ mod 2^64 of the pending shares of ``idx`` (each must be pending), removed from the buffer."""
+    def take(self, idx: np.ndarray, *, field: bool = False) -> np.ndarray:
+        """Σ mod 2^64 (mod p with ``field``: a validated job's Field64 rows) of the pending shares of ``idx`` (each
+        must be pending), removed from the buffer."""
         total = np.zeros(self.d, dtype=np.uint64)
         if idx.size == 0:
             return total
@@ -353,7 +359,7 @@ class ClientBook:
         has_row = rows >= 0
         if has_row.any():
             slots = rows[has_row]
-            total += sharing.ring_sum(self._buf[slots])
+            total = F.sum(self._buf[slots], axis=0) if field else total + sharing.ring_sum(self._buf[slots])
             self._free.extend(slots.tolist())
             self._row[idx[has_row]] = -1
         seeded = idx[~has_row]

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import numpy as np
 
-from mpdp.dca import discrete, mechanism, sharing, states
+from mpdp.dca import discrete, mechanism, sharing, states, validation
 from mpdp.dca.agreement import roster_for
 from mpdp.dca.engine import DcaMachine
 from mpdp.dca.errors import InvalidJob
@@ -118,6 +118,8 @@ class ClientMachine(DcaMachine):
 
     def _on_submit(self) -> list[Output]:
         prm = self.params
+        if prm.validation is not None:
+            return self._submit_validated()
         _, eta, u = contributions(prm, self._z, self._rng.child("noise"))
         masks_rng = self._rng.child("masks")
         out: list[Output] = [Spend(self.charge if self.charge is not None else (prm.ledger_entry(),))]
@@ -134,6 +136,88 @@ class ClientMachine(DcaMachine):
             self.noise, self.encoded = eta, u
         self._z[:] = 0.0  # the client's data is not needed any more
         return out
+
+    def _submit_validated(self) -> list[Output]:
+        """A validated job (:mod:`mpdp.dca.validation`): the integers (ỹ, η), their bits, Field64 shares and the proof."""
+        prm = self.params
+        plan = prm.validation
+        assert plan is not None
+        y, eta = validated_values(prm, self._z, self._rng.child("noise"))
+        try:
+            meas = validation.encode_input(plan, y, eta)
+        except validation.ValidationError as e:  # only the noise norm, probability ≤ 2^-96, data-independent (in δ)
+            raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
+        out: list[Output] = [Spend(self.charge if self.charge is not None else (prm.ledger_entry(),))]
+        for k, sh in enumerate(validation.client_shares(plan, self.job_id, self.client_id, meas, prm.M, seeded=prm.seed_compressed)):
+            msg = pb.ValidatedShare(measurement=sh.measurement, proof=sh.proof, share_seed=sh.share_seed, blind=sh.blind, joint_rand_parts=sh.joint_rand_parts)
+            out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, validated=msg)))
+        if self.keep_noise:
+            noise = np.zeros(prm.dimension, dtype=np.int64) if eta is None else eta
+            self.noise, self.encoded = noise / 2.0**prm.frac_bits, (y + noise).view(np.uint64)
+        self._z[:] = 0.0
+        return out
+
+
+def validated_values(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.ndarray, np.ndarray | None]:
+    """Step 1 of a validated job for one client: (ỹ, η) as int64 in units of 2^-f (η None in a secure sum).
+
+    range: z clipped per coordinate; l2: clipped, then scaled into the ℓ2 ball of radius c; one-hot: z must be a one-hot
+    0/1 vector (ỹ = z·2^f exactly). ỹ is the conditional randomized rounding of the discrete mode (or the nearest
+    integer in a secure sum); η the exact discrete Gaussian."""
+    plan = params.validation
+    assert plan is not None
+    z = np.asarray(z, dtype=np.float64)
+    if z.shape != (params.dimension,) or not np.all(np.isfinite(z)):
+        raise InvalidJob(f"z must hold d = {params.dimension} finite values")
+    if plan.kind == "one-hot":
+        if not (np.all((z == 0) | (z == 1)) and int(z.sum()) == 1):
+            raise InvalidJob("a one-hot job takes a vector of zeros with a single 1")
+        clipped = z
+    else:
+        c = params.clip_vector()
+        clipped = np.clip(z, -c, c)
+        if plan.kind == "l2":
+            norm = float(np.linalg.norm(clipped))
+            radius = float(c[0])
+            if norm > radius:
+                clipped = clipped * (radius / norm)
+    if params.discrete is None:  # a secure sum: no noise, the nearest integer
+        return np.rint(clipped * 2.0**params.frac_bits).astype(np.int64), None
+    try:
+        rounded, noise = discrete.client_integers(clipped, params.frac_bits, params.discrete.sigma2, rng)  # 0/1·2^f: exact
+    except discrete.EncodeRefused as e:  # probability ≤ p_fail, data-independent
+        raise LocalProtocolError(Problem.INTERNAL, f"encoding overflow: {e}") from None
+    return rounded.reshape(-1), noise.reshape(-1)
+
+
+def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, batch_size: int = 0) -> Iterator[list[list[pb.ClientShare]]]:
+    """Many simulated clients of a validated job (load generator, benchmarks; not private: one Drbg for all): per
+    batch, the ClientShare messages for each node (out[k] goes to node k). Each client's values as
+    :func:`validated_values`; the batch's proofs in one call (:func:`mpdp.dca.validation.client_shares_many`)."""
+    plan = params.validation
+    if plan is None:
+        raise InvalidJob("not a validated job")
+    check_seeding(params, rng)
+    Z = np.asarray(Z, dtype=np.float64)
+    if Z.shape != (len(client_ids), params.dimension):
+        raise InvalidJob(f"Z must have shape ({len(client_ids)}, {params.dimension}), got {Z.shape}")
+    step = batch_size or validation.batch_size(plan)
+    for at in range(0, len(client_ids), step):
+        ids = client_ids[at : at + step]
+        meas = []
+        for j, cid in enumerate(ids):
+            y, eta = validated_values(params, Z[at + j], rng.child(f"noise/{cid}"))
+            try:
+                meas.append(validation.encode_input(plan, y, eta))
+            except validation.ValidationError as e:
+                raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
+        shares = validation.client_shares_many(plan, params.job_id, ids, np.stack(meas), params.M, seeded=params.seed_compressed)
+        yield [
+            [pb.ClientShare(job_id=params.job_id, client_id=cid, validated=pb.ValidatedShare(
+                measurement=sh[k].measurement, proof=sh[k].proof, share_seed=sh[k].share_seed, blind=sh[k].blind, joint_rand_parts=sh[k].joint_rand_parts))
+             for cid, sh in zip(ids, shares)]
+            for k in range(params.M)
+        ]
 
 
 @dataclass
@@ -153,6 +237,8 @@ class ClientCohort:
 
     def __init__(self, params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, *, keep_noise: bool = False) -> None:
         check_seeding(params, rng)
+        if params.validation is not None:
+            raise InvalidJob("a validated job takes one proof per client: simulate its clients with ClientMachine")
         Z = np.asarray(Z, dtype=np.float64)
         if Z.shape != (len(client_ids), params.dimension):
             raise InvalidJob(f"Z must have shape ({len(client_ids)}, {params.dimension}), got {Z.shape}")

@@ -38,11 +38,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mpdp.dca import mechanism, sharing, states
+from mpdp.dca import mechanism, sharing, states, validation
 from mpdp import limits
 from mpdp.dca.agreement import ClientBook, decode_indices, encode_indices, is_run, roster_for
 from mpdp.dca.engine import DcaMachine
+from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams, valid_client_id
+from mpdp.math import field as F
 from mpdp.messages import dca_pb2 as pb
 from mpdp.protocol import CURATOR, LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
 
@@ -63,13 +65,26 @@ class ComputeNodeMachine(DcaMachine):
     TERMINAL = ("RELEASED", states.FAILED)
     TABLE = states.COMPUTE_NODE_TABLE
 
-    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True, workers: int = 1) -> None:
+    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True, workers: int = 1,
+                 verify_key: bytes = b"") -> None:
         super().__init__(params.job_id, Peer("compute_node", name), record=record)
         self.params = params
         self.k = params.node_index(name)
         self.d = params.dimension
         self.report_every = max(1, report_every)
-        self.takes_seeds = params.node_gets_seed(self.k)
+        # a validated job (mpdp.dca.validation): Field64 shares with a proof, verified with the other nodes
+        self.plan = params.validation
+        self._verdicts: validation.Verdicts | None = None
+        self._rejected = np.zeros(0, dtype=bool)  # client index → its proof failed (held by every node, not in A)
+        if self.plan is not None:
+            if len(verify_key) != validation.SEED:
+                raise InvalidJob(f"a validated job's announcement carries a {validation.SEED}-byte verify key")
+            if workers > 1:
+                raise InvalidJob("validated jobs run on compute nodes with one process (workers = 1)")
+            self._verdicts = validation.Verdicts(self.plan, params.M, self.k)
+        self._verify_key = bytes(verify_key)
+        self._prechecked: dict[int, tuple[np.ndarray, bytes] | validation.MalformedShare] = {}  # id(ClientShare) → its check
+        self.takes_seeds = params.node_gets_seed(self.k) and self.plan is None
         self._bit = 1 << self.k
         self._peers = [p for p in range(params.M) if p != self.k]
         self._book = ClientBook(params.M, self.k, self.d, roster_for(params))
@@ -99,7 +114,12 @@ class ComputeNodeMachine(DcaMachine):
 
     @classmethod
     def from_announcement(cls, name: str, announcement: pb.DcaJobAnnouncement, **kw: Any) -> "ComputeNodeMachine":
-        return cls(DcaParams.from_spec(announcement.job_id, announcement.spec), name, **kw)
+        return cls(DcaParams.from_spec(announcement.job_id, announcement.spec), name, verify_key=announcement.verify_key, **kw)
+
+    @property
+    def rejected(self) -> int:
+        """Clients of a validated job held by every node whose proof failed (not in A)."""
+        return 0 if self._verdicts is None else self._verdicts.rejected
 
     # -- public ------------------------------------------------------------------------------------
     def close(self) -> list[Output]:
@@ -129,21 +149,37 @@ class ComputeNodeMachine(DcaMachine):
         if out is not None:
             return out, []
         accepted, outputs, rejected = 0, [], []
-        for j, share in enumerate(shares):
-            try:
-                for o in self.receive(sender, share):
-                    if isinstance(o, Reply):
-                        accepted += o.message.accepted
-                    else:
-                        outputs.append(o)
-            except ProtocolError as e:
-                rejected.append((j, e))
+        self._precheck(shares)
+        try:
+            for j, share in enumerate(shares):
+                try:
+                    for o in self.receive(sender, share):
+                        if isinstance(o, Reply):
+                            accepted += o.message.accepted
+                        else:
+                            outputs.append(o)
+                except ProtocolError as e:
+                    rejected.append((j, e))
+        finally:
+            self._prechecked.clear()
         return [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=accepted))] + outputs, rejected
+
+    def _precheck(self, shares: Sequence[pb.ClientShare]) -> None:
+        """A validated job: verify a run of shares' proofs in batched calls before the per-share steps take them
+        (a pure function of each message and the verify key; the steps then find their result here)."""
+        if self.plan is None or self.state != "AWAIT_SHARES" or len(shares) < 2:
+            return
+        run = [s for s in shares if s.job_id == self.job_id and s.WhichOneof("share") == "validated"]
+        results = validation.check_shares(
+            self.plan, [_share_fields(s.validated) for s in run], job_id=self.job_id, client_ids=[s.client_id for s in run], k=self.k,
+            nodes=self.params.M, seeded=self.params.seed_compressed, verify_key=self._verify_key,
+        )
+        self._prechecked = {id(s): r for s, r in zip(run, results)}
 
     def _fast_shares(self, sender: Peer, shares: Sequence[pb.ClientShare]) -> list[Output] | None:
         """All of ``shares`` accepted in one step, or None (nothing changed) if any of them needs a closer look."""
         n = len(shares)
-        if not n or self.state != "AWAIT_SHARES" or n > self.params.clients - self.received:
+        if not n or self.state != "AWAIT_SHARES" or n > self.params.clients - self.received or self.plan is not None:
             return None
         row = self.lookup(self.state, "ClientShare")
         if self._kinds(sender).isdisjoint(row.senders):
@@ -228,6 +264,8 @@ class ComputeNodeMachine(DcaMachine):
     def _release_memory(self) -> None:
         self._book.drop_pending()
         self._running = np.zeros(self.d, dtype=np.uint64)
+        if self._verdicts is not None:
+            self._verdicts.clear()
 
     # -- step 2: shares ----------------------------------------------------------------------------------
     def _on_ClientShare(self, sender: Peer, msg: pb.ClientShare) -> list[Output]:
@@ -240,7 +278,22 @@ class ComputeNodeMachine(DcaMachine):
         if problem:
             raise RemoteProtocolError(*problem)
         kind = msg.WhichOneof("share")
-        if self.takes_seeds:
+        if self.plan is not None:
+            require(kind == "validated", MALFORMED, f"job {self.job_id} is validated: it takes a ValidatedShare, got {kind}")
+            checked = self._prechecked.pop(id(msg), None)
+            try:
+                if checked is None:
+                    checked = validation.check_share(
+                        self.plan, _share_fields(msg.validated), job_id=self.job_id, client_id=cid, k=self.k, nodes=self.params.M,
+                        seeded=self.params.seed_compressed, verify_key=self._verify_key,
+                    )
+                if isinstance(checked, validation.MalformedShare):
+                    raise checked
+            except validation.MalformedShare as e:
+                raise RemoteProtocolError(MALFORMED, f"validated share: {e}") from None
+            row, record = checked
+            self._accept_validated(cid, look, row, record)
+        elif self.takes_seeds:
             require(kind == "mask_seed", MALFORMED, f"node {self.me.name} takes 32-byte mask seeds in this job, got {kind}")
             require(len(msg.mask_seed) == sharing.SEED_BYTES, MALFORMED, f"a mask seed must be {sharing.SEED_BYTES} bytes, got {len(msg.mask_seed)}")
             self._accept([cid], look, None, [msg.mask_seed])
@@ -273,6 +326,7 @@ class ComputeNodeMachine(DcaMachine):
 
     def _on_ShareBatch(self, sender: Peer, msg: pb.ShareBatch) -> list[Output]:
         self._check_relay(sender)
+        require(self.plan is None, MALFORMED, f"job {self.job_id} is validated: it takes one ClientShare (with its proof) per client")
         ids: list[str] | None = list(msg.client_ids)
         raw_idx = msg.client_indices
         look: np.ndarray | None = None
@@ -377,6 +431,45 @@ class ComputeNodeMachine(DcaMachine):
                 assert seeds is not None
                 self._book.hold_seeds(idx[later], [seeds[j] for j in later.tolist()])
 
+    def _accept_validated(self, cid: str, look: np.ndarray, row: np.ndarray, record: bytes) -> None:
+        """Commit one validated client's share: its output share (Field64) waits until every node's verifier record
+        is in; then it is folded (valid) or dropped and counted (invalid)."""
+        assert self._verdicts is not None
+        idx = look if self.by_index else self._book.admit([cid], look)
+        full_now = self._book.mark(idx, self._bit)
+        self.received += 1
+        self._unreported.append(idx)
+        self._unreported_n += 1
+        self._verdicts.put_own(int(idx[0]), record)
+        if bool(full_now[0]):
+            if bool(self._settle(idx)[0]):
+                self.confirmed += 1
+                self._running = F.add(self._running, row)
+        else:
+            self._book.hold_rows(idx, row[None, :])
+
+    def _settle(self, idx: np.ndarray) -> np.ndarray:
+        """Decide clients whose every record is in; flag the rejected ones (they leave A, and count like dropouts)."""
+        assert self._verdicts is not None
+        valid = self._verdicts.settle(idx)
+        if not bool(valid.all()):
+            need = int(idx.max()) + 1
+            if self._rejected.size < need:
+                grown = np.zeros(max(need, 2 * self._rejected.size, 64), dtype=bool)
+                grown[: self._rejected.size] = self._rejected
+                self._rejected = grown
+            self._rejected[idx[~valid]] = True
+        return valid
+
+    def _excluded(self) -> np.ndarray | None:
+        """The rejected clients as a flag per index (None when no client was rejected)."""
+        if not self.rejected:
+            return None
+        out = np.zeros(self._book.size, dtype=bool)
+        n = min(out.size, self._rejected.size)
+        out[:n] = self._rejected[:n]
+        return out
+
     # -- fault tolerance: received sets -------------------------------------------------------------
     def _report(self, *, final: bool) -> list[Output]:
         if not final and (not self._unreported_n or (self.state == "AWAIT_SHARES" and self.received >= self.params.clients)):
@@ -389,6 +482,8 @@ class ComputeNodeMachine(DcaMachine):
             msg.bitmap_start, msg.bitmap = start, bitmap
         else:
             msg.client_ids.extend(self._book.roster.names(idx))
+        if self._verdicts is not None:  # the receiver decodes a roster job's indices in ascending order
+            msg.verifier_shares = self._verdicts.outgoing(np.sort(idx) if self.by_index else idx)
         if final:
             msg.total = self.received
             msg.digest = self._book.digest(self._bit)
@@ -430,11 +525,19 @@ class ComputeNodeMachine(DcaMachine):
                         raise RemoteProtocolError(MALFORMED, f"{sender} reported an invalid client id {bad[0]!r}")
         if bool(self._book.has(look, bit).any()):
             raise RemoteProtocolError(MALFORMED, f"{sender} reported a client twice")
+        records = msg.verifier_shares
+        if self.plan is None:
+            require(not records, MALFORMED, f"{sender} sent verifier shares in a job without validation")
+        else:
+            width = self.plan.record_bytes
+            require(len(records) == width * look.size, MALFORMED, f"{sender}'s report must carry {width} bytes of verifier record per client")
         # commit
         seqs.add(msg.sequence)
         self._peer_count[p] += look.size
         if look.size:
             idx = look if self.by_index else self._book.admit(ids, look)
+            if self._verdicts is not None:
+                self._verdicts.put(p, idx, records)
             confirmed = idx[self._book.mark(idx, bit)]
             if confirmed.size:
                 self._confirm(confirmed)
@@ -444,7 +547,16 @@ class ComputeNodeMachine(DcaMachine):
         return []
 
     def _confirm(self, idx: np.ndarray) -> None:
-        """Clients that just became members of A: fold the shares held here, queue the others for their worker."""
+        """Clients that just became members of A: fold the shares held here, queue the others for their worker.
+        In a validated job, first decide each one: a rejected client's share is dropped, never summed."""
+        if self.plan is not None:
+            valid = self._settle(idx)
+            self._book.take(idx[~valid], field=True)  # removed from the pending buffer, discarded
+            good = idx[valid]
+            self.confirmed += good.size
+            if good.size:
+                self._running = F.add(self._running, self._book.take(good, field=True))
+            return
         self.confirmed += idx.size
         if self.workers > 1:
             self._grow_owner()
@@ -592,7 +704,8 @@ class ComputeNodeMachine(DcaMachine):
 
     def _on_agreement(self) -> list[Output]:
         """A = {i : every node holds m_{i,·}}; q_k = Σ_{i∈A} m_{i,k}; refuse when |A| < N − T."""
-        agreed = np.flatnonzero(self._book.selection(self._book.full))
+        excluded = self._excluded()  # a validated job: clients whose proof failed are not in A
+        agreed = np.flatnonzero(self._book.selection(self._book.full, excluded))
         assert agreed.size == self.confirmed, (agreed.size, self.confirmed)
         mechanism.require_enough_clients(agreed.size, self.params.clients, self.params.max_missing)
         self._agreed = agreed
@@ -600,7 +713,13 @@ class ComputeNodeMachine(DcaMachine):
             job_id=self.job_id,
             partial_sum=sharing.pack_u64(self._running),
             clients_included=agreed.size,
-            agreed_set_digest=self._book.digest(self._book.full),
+            agreed_set_digest=self._book.digest(self._book.full, excluded),
+            clients_rejected=self.rejected,
         )
         self._book.drop_pending()  # R_k \ A: never summed
         return [Send(CURATOR, self._partial)]
+
+
+def _share_fields(msg: pb.ValidatedShare) -> validation.ShareForNode:
+    """The fields of a ValidatedShare (each protobuf bytes read once)."""
+    return validation.ShareForNode(msg.measurement, msg.proof, msg.share_seed, msg.blind, msg.joint_rand_parts)

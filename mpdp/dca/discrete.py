@@ -156,8 +156,10 @@ def clip_units(clip_max: float, frac_bits: int) -> int:
     return math.ceil(clip_max * 2.0**frac_bits)
 
 
-def account(sigma2: Fraction, *, sensitivity: float, frac_bits: int, d: int, clients: int, max_missing: int, clip_max: float, epsilon: float) -> Account:
-    """The (ρ, ε, δ) a job with per-client σ² (units²) really gives, at the job's ε."""
+def account(sigma2: Fraction, *, sensitivity: float, frac_bits: int, d: int, clients: int, max_missing: int, clip_max: float, epsilon: float,
+            extra_fail: float = 0.0) -> Account:
+    """The (ρ, ε, δ) a job with per-client σ² (units²) really gives, at the job's ε. ``extra_fail``: the probability of
+    any further noise-caused refusal (a validated job's noise-norm bound, :mod:`mpdp.dca.validation`), added to p_fail."""
     s2 = float(sigma2)
     if sigma2 < Fraction(1, 4):
         raise ValueError("KLS21 Prop. 14 needs σ ≥ 1/2 unit")
@@ -175,19 +177,21 @@ def account(sigma2: Fraction, *, sensitivity: float, frac_bits: int, d: int, cli
     # client refusal: some |ỹ + η| ≥ 2^62 needs |η| ≥ 2^62 − c_u − 1 (σ²-subgaussian tail, N·d draws)
     gap = float(CLIENT_BOUND - c_u - 1)
     log_client = math.log(2.0 * clients * d) - gap * gap / (2 * s2)
-    p_fail = min(1.0, math.exp(min(0.0, log_client)) + 2.0**WINDOW_LOG2_P)
+    p_fail = min(1.0, math.exp(min(0.0, log_client)) + 2.0**WINDOW_LOG2_P + extra_fail)
     delta = min(1.0, math.exp(min(0.0, float(logd[i]))) + (1 + math.exp(min(epsilon, 700.0))) * p_fail)
     return Account(sigma2, n, t, l2, l1, rho, epsilon, delta, float(_ALPHAS[i]), p_fail, window(clients, c_u, s2, d))
 
 
-def calibrate(*, epsilon: float, delta: float, sensitivity: float, frac_bits: int, d: int, clients: int, max_missing: int, clip_max: float) -> Account:
+def calibrate(*, epsilon: float, delta: float, sensitivity: float, frac_bits: int, d: int, clients: int, max_missing: int, clip_max: float,
+              extra_fail: float = 0.0) -> Account:
     """The smallest σ² (units², a rational with denominator 2^8) whose account gives (ε, ≤ δ); raises ValueError."""
     n = clients - max_missing - 1
     if n < 1:
         raise ValueError(f"N − T − 1 must be at least 1, got N={clients}, T={max_missing}")
 
     def ok(s: float) -> bool:
-        return account(_rational(s * s), sensitivity=sensitivity, frac_bits=frac_bits, d=d, clients=clients, max_missing=max_missing, clip_max=clip_max, epsilon=epsilon).delta <= delta
+        return account(_rational(s * s), sensitivity=sensitivity, frac_bits=frac_bits, d=d, clients=clients, max_missing=max_missing, clip_max=clip_max,
+                       epsilon=epsilon, extra_fail=extra_fail).delta <= delta
 
     l2, _ = sensitivities(sensitivity, frac_bits, d)
     lo, hi = 0.5, max(1.0, l2 / math.sqrt(n))
@@ -203,7 +207,8 @@ def calibrate(*, epsilon: float, delta: float, sensitivity: float, frac_bits: in
             lo, hi = (lo, mid) if ok(mid) else (mid, hi)
             if hi / lo < 1 + 1e-7:
                 break
-    return account(_rational(hi * hi), sensitivity=sensitivity, frac_bits=frac_bits, d=d, clients=clients, max_missing=max_missing, clip_max=clip_max, epsilon=epsilon)
+    return account(_rational(hi * hi), sensitivity=sensitivity, frac_bits=frac_bits, d=d, clients=clients, max_missing=max_missing, clip_max=clip_max, epsilon=epsilon,
+                   extra_fail=extra_fail)
 
 
 def _rational(s2: float) -> Fraction:

@@ -85,7 +85,7 @@ def run_job(
     or drop it (None). ``close``: the aggregator closes submissions once every client has sent (the deadline).
     """
     if client_mode is None:  # a listed roster's clients submit for themselves; others may be relayed as a cohort
-        client_mode = "machines" if params.roster else "cohort"
+        client_mode = "machines" if params.roster or params.validation is not None else "cohort"
     t0 = time.perf_counter()
     Z = np.asarray(Z, dtype=np.float64)
     n = Z.shape[0]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mpdp import accounting, limits
-from mpdp.dca import discrete, mechanism
+from mpdp.dca import discrete, mechanism, validation
 from mpdp.dca.errors import InvalidJob
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.math.fixedpoint import U64_MODULUS, EncodingOverflow, check_sum_headroom
@@ -34,6 +34,8 @@ MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
 MODE_ENUM = {v: k for k, v in MODE_NAMES.items()}
 NOISE_NAMES = {dca_pb2.GAUSSIAN: "gaussian", dca_pb2.DISCRETE_GAUSSIAN: discrete.NAME}
 NOISE_ENUM = {v: k for k, v in NOISE_NAMES.items()}
+VALIDATE_NAMES = {dca_pb2.VALIDATE_NONE: "none", dca_pb2.VALIDATE_RANGE: "range", dca_pb2.VALIDATE_L2: "l2", dca_pb2.VALIDATE_ONE_HOT: "one-hot"}
+VALIDATE_ENUM = {v: k for k, v in VALIDATE_NAMES.items()}
 
 SECURE_SUM_MECHANISM = "secure sum (DCA masks, no noise)"
 SECURE_SUM_STATEMENT = (
@@ -44,6 +46,12 @@ SECURE_SUM_STATEMENT = (
 
 TRUST_MODEL = (
     "honest-but-curious clients, compute nodes and curator; at most T clients collude or drop out; "
+    "at least one compute node is honest (does not collude); channels are encrypted (TLS)"
+)
+VALIDATED_TRUST_MODEL = (
+    "clients may be malicious: every contribution is proven valid on its shares (fully linear proof, soundness error ≤ 2^-60) "
+    "and an invalid one is dropped like a dropout; at most T clients collude, omit their noise, drop out or are rejected; "
+    "honest-but-curious compute nodes and curator (the curator draws the nodes' verify key and does not give it to clients); "
     "at least one compute node is honest (does not collude); channels are encrypted (TLS)"
 )
 
@@ -71,10 +79,12 @@ class DcaParams:
     secure_sum: bool = False  # no noise: the sum is not DP and may only be consumed inside the curator (see below)
     noise: str = "gaussian"  # or "discrete-gaussian": exact integer noise, accounted in mpdp.dca.discrete
     roster_range: tuple[str, int] | None = None  # (prefix, digits): client i is prefix + i zero-padded (instead of ``roster``)
+    validate: str = "none"  # or range, l2, one-hot: Field64 shares with a proof (mpdp.dca.validation)
     sigma_std: float = field(init=False)
     sigma_client: float = field(init=False)
     guarantee: Guarantee = field(init=False)
     discrete: discrete.Account | None = field(init=False, default=None)  # the discrete-gaussian mode's account
+    validation: validation.Plan | None = field(init=False, default=None)  # a validated job's circuit and bounds
 
     def __post_init__(self) -> None:
         for name, conv in (("nodes", str), ("roster", str), ("clip_bounds", float)):
@@ -111,10 +121,13 @@ class DcaParams:
             raise InvalidJob(f"a roster must list exactly N = {self.clients} distinct client ids, got {len(self.roster)}")
         if self.roster_range is not None:
             self._check_roster_range()
+        if self.validate != "none":
+            self._check_validated()
         if self.secure_sum:
             if self.noise != "gaussian":
                 raise InvalidJob("a secure-sum job adds no noise: leave noise at GAUSSIAN")
             self._init_secure_sum()
+            self._init_validation()
             return
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise InvalidJob(f"epsilon must be finite and positive, got {self.epsilon}")
@@ -124,6 +137,7 @@ class DcaParams:
             raise InvalidJob(f"sensitivity Δ₂ must be finite and positive, got {self.sensitivity}")
         if self.noise == discrete.NAME:
             self._init_discrete()
+            self._init_validation()
             return
         try:
             s_std = mechanism.sigma_std(self.mode, self.sensitivity, self.epsilon, self.delta)
@@ -156,6 +170,43 @@ class DcaParams:
         if not valid_client_id(prefix + "0" * digits):
             raise InvalidJob("roster_range: the client ids would be longer than 256 UTF-8 bytes")
 
+    def _check_validated(self) -> None:
+        if self.validate not in VALIDATE_ENUM:
+            raise InvalidJob(f"validate must be one of {tuple(VALIDATE_ENUM)}")
+        if self.dimension > limits.MAX_VALIDATED_DIMENSION:
+            raise InvalidJob(f"a validated job has d ≤ {limits.MAX_VALIDATED_DIMENSION} (a client's proof input is ~50 bits a coordinate)")
+        if not self.secure_sum and self.noise != discrete.NAME:
+            raise InvalidJob("a validated job needs noise DISCRETE_GAUSSIAN (integer noise whose norm the proof bounds) or a secure sum")
+
+    def _init_validation(self) -> None:
+        """A validated job's circuit (:mod:`mpdp.dca.validation`): refused here if any sum it checks could wrap mod p."""
+        if self.validate == "none":
+            return
+        acc = self.discrete
+        try:
+            plan = validation.plan(
+                self.validate, d=self.dimension, clip_bounds=self.clip_bounds, frac_bits=self.frac_bits, clients=self.clients,
+                sigma2=None if acc is None else acc.sigma2,
+                rounding_sq=self.dimension / 4 if acc is None else discrete.rounding_bound_sq(self.dimension) * (1 + discrete.SLACK),
+            )
+        except validation.ValidationError as e:
+            raise InvalidJob(f"validation: {e}") from None
+        object.__setattr__(self, "validation", plan)
+        c = plan.circuit
+        note = (
+            f" Every contribution is proven valid ({self.validate}"
+            + (f"; its noise's ‖η‖₂² ≤ {plan.noise_bound} units², else the client sends nothing, probability ≤ 2^-{validation.NOISE_TAIL_LOG2} a client, in δ"
+               if plan.has_noise else "")
+            + f") by a fully linear proof with {c.proofs} repetitions, soundness error ≤ 2^{c.soundness_log2:.0f}; rejected contributions count"
+            " like dropouts against T, and the guarantee holds when at most T clients drop out, are rejected, collude or omit their noise."
+        )
+        g = self.guarantee
+        object.__setattr__(self, "guarantee", Guarantee(g.mechanism, g.epsilon, g.delta, g.sensitivity, g.norm, g.statement + note))
+
+    @property
+    def trust_model(self) -> str:
+        return VALIDATED_TRUST_MODEL if self.validation is not None else TRUST_MODEL
+
     def _init_secure_sum(self) -> None:
         """A secure sum (DCA without the Gaussian noise, ours): the clients' masks hide each vector from every
         node coalition short of all M, but the sum itself is exact. Used where the curator feeds the sum into a
@@ -183,6 +234,7 @@ class DcaParams:
             acc = discrete.calibrate(
                 epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity, frac_bits=self.frac_bits, d=self.dimension,
                 clients=self.clients, max_missing=self.max_missing, clip_max=max(self.clip_bounds),
+                extra_fail=validation.refusal_probability(self.clients) if self.validate != "none" else 0.0,
             )
         except ValueError as e:
             raise InvalidJob(f"discrete Gaussian calibration: {e}") from None
@@ -302,6 +354,8 @@ class DcaParams:
             raise InvalidJob("mode must be CORRECTED or PAPER")
         if spec.noise not in NOISE_NAMES:
             raise InvalidJob("noise must be GAUSSIAN or DISCRETE_GAUSSIAN")
+        if spec.validate not in VALIDATE_NAMES:
+            raise InvalidJob("validate must be VALIDATE_NONE, VALIDATE_RANGE, VALIDATE_L2 or VALIDATE_ONE_HOT")
         return cls(
             job_id=job_id,
             dimension=spec.dimension,
@@ -322,6 +376,7 @@ class DcaParams:
             secure_sum=spec.secure_sum,
             noise=NOISE_NAMES[spec.noise],
             roster_range=(spec.roster_range.prefix, spec.roster_range.digits) if spec.HasField("roster_range") else None,
+            validate=VALIDATE_NAMES[spec.validate],
         )
 
     def to_spec(self) -> dca_pb2.DcaJobSpec:
@@ -344,6 +399,7 @@ class DcaParams:
             secure_sum=self.secure_sum,
             noise=NOISE_ENUM[self.noise],
             roster_range=dca_pb2.RosterRange(prefix=self.roster_range[0], digits=self.roster_range[1]) if self.roster_range is not None else None,
+            validate=VALIDATE_ENUM[self.validate],
         )
 
 

@@ -52,6 +52,36 @@ DISCRETE_GAUSSIAN: NoiseKind.ValueType  # 1
 """integer η_ij ~ N_Z(0, σ²) in units of 2^-f from an exact sampler (Canonne, Kamath & Steinke 2020)"""
 Global___NoiseKind: _TypeAlias = NoiseKind  # noqa: Y015
 
+class _Validation:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ValidationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Validation.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VALIDATE_NONE: _Validation.ValueType  # 0
+    """shares in Z_(2^64), nothing checked (honest-but-curious clients)"""
+    VALIDATE_RANGE: _Validation.ValueType  # 1
+    """every |ỹ_j| ≤ ⌈max c·2^f⌉ (bit decomposition, as Prio3SumVec)"""
+    VALIDATE_L2: _Validation.ValueType  # 2
+    """‖ỹ‖₂ ≤ ⌈c·2^f⌉ + R (as libprio's FixedPointBoundedL2VecSum); one clip bound c"""
+    VALIDATE_ONE_HOT: _Validation.ValueType  # 3
+    """z ∈ {0, 1}^d with one 1 (as Prio3Histogram)"""
+
+class Validation(_Validation, metaclass=_ValidationEnumTypeWrapper):
+    """What every contribution is proven to satisfy before it counts (docs/protocols/dca.md, "Validated mode"): none, or
+    a fully linear proof (Boneh et al. 2019, as Prio3) on the Field64 shares. The proof also bounds the noise's norm.
+    """
+
+VALIDATE_NONE: Validation.ValueType  # 0
+"""shares in Z_(2^64), nothing checked (honest-but-curious clients)"""
+VALIDATE_RANGE: Validation.ValueType  # 1
+"""every |ỹ_j| ≤ ⌈max c·2^f⌉ (bit decomposition, as Prio3SumVec)"""
+VALIDATE_L2: Validation.ValueType  # 2
+"""‖ỹ‖₂ ≤ ⌈c·2^f⌉ + R (as libprio's FixedPointBoundedL2VecSum); one clip bound c"""
+VALIDATE_ONE_HOT: Validation.ValueType  # 3
+"""z ∈ {0, 1}^d with one 1 (as Prio3Histogram)"""
+Global___Validation: _TypeAlias = Validation  # noqa: Y015
+
 @_typing.final
 class DcaJobSpec(_message.Message):
     """What an operator asks for: one DP sum Σ_i (z_i + η_i) over N clients' d-vectors (§4.1–4.3)."""
@@ -76,6 +106,7 @@ class DcaJobSpec(_message.Message):
     SECURE_SUM_FIELD_NUMBER: _builtins.int
     NOISE_FIELD_NUMBER: _builtins.int
     ROSTER_RANGE_FIELD_NUMBER: _builtins.int
+    VALIDATE_FIELD_NUMBER: _builtins.int
     dimension: _builtins.int
     """d"""
     clients: _builtins.int
@@ -105,6 +136,10 @@ class DcaJobSpec(_message.Message):
     """
     noise: Global___NoiseKind.ValueType
     """GAUSSIAN (default) or DISCRETE_GAUSSIAN (mode must then be CORRECTED)"""
+    validate: Global___Validation.ValueType
+    """VALIDATE_*: clients share in Field64 with a proof; nodes drop (and count) every contribution whose proof fails.
+    Needs noise DISCRETE_GAUSSIAN (or a secure sum) and mode CORRECTED.
+    """
     @_builtins.property
     def clip_bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """|z_ij| ≤ c_j after the client clips: one value for all j, or d values"""
@@ -144,10 +179,11 @@ class DcaJobSpec(_message.Message):
         secure_sum: _builtins.bool = ...,
         noise: Global___NoiseKind.ValueType = ...,
         roster_range: Global___RosterRange | None = ...,
+        validate: Global___Validation.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["roster_range", b"roster_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients", b"clients", "clip_bounds", b"clip_bounds", "compute_nodes", b"compute_nodes", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "purpose", b"purpose", "roster", b"roster", "roster_range", b"roster_range", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "sensitivity", b"sensitivity", "simulation_seed", b"simulation_seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients", b"clients", "clip_bounds", b"clip_bounds", "compute_nodes", b"compute_nodes", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "purpose", b"purpose", "roster", b"roster", "roster_range", b"roster_range", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "sensitivity", b"sensitivity", "simulation_seed", b"simulation_seed", "validate", b"validate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -271,6 +307,8 @@ class DpSum(_message.Message):
     NOISE_FIELD_NUMBER: _builtins.int
     RHO_FIELD_NUMBER: _builtins.int
     SIGMA2_UNITS_FIELD_NUMBER: _builtins.int
+    VALIDATE_FIELD_NUMBER: _builtins.int
+    CLIENTS_REJECTED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     encoded_sum: _builtins.bytes
     """Σ_k q_k mod 2^64, packed (exact ring value behind `values`)"""
@@ -308,6 +346,9 @@ class DpSum(_message.Message):
     """DISCRETE_GAUSSIAN: the sum is ρ-zCDP (KLS21 Prop. 14, n = N − T − 1); 0 otherwise"""
     sigma2_units: _builtins.str
     """DISCRETE_GAUSSIAN: each client's exact σ² in units of 2^-2f, "num/den" """
+    validate: Global___Validation.ValueType
+    clients_rejected: _builtins.int
+    """validated jobs: contributions whose proof failed (counted like dropouts; never named)"""
     @_builtins.property
     def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """d decoded coordinates"""
@@ -343,10 +384,12 @@ class DpSum(_message.Message):
         noise: Global___NoiseKind.ValueType = ...,
         rho: _builtins.float = ...,
         sigma2_units: _builtins.str = ...,
+        validate: Global___Validation.ValueType = ...,
+        clients_rejected: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["guarantee", b"guarantee"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agreed_set_digest", b"agreed_set_digest", "clients_expected", b"clients_expected", "clients_included", b"clients_included", "compute_nodes", b"compute_nodes", "delta", b"delta", "dimension", b"dimension", "encoded_sum", b"encoded_sum", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "guarantee", b"guarantee", "job_id", b"job_id", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "noise_variance", b"noise_variance", "purpose", b"purpose", "rho", b"rho", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "seeded", b"seeded", "sensitivity", b"sensitivity", "sigma2_units", b"sigma2_units", "sigma_client", b"sigma_client", "sigma_std", b"sigma_std", "trust_model", b"trust_model", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agreed_set_digest", b"agreed_set_digest", "clients_expected", b"clients_expected", "clients_included", b"clients_included", "clients_rejected", b"clients_rejected", "compute_nodes", b"compute_nodes", "delta", b"delta", "dimension", b"dimension", "encoded_sum", b"encoded_sum", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "guarantee", b"guarantee", "job_id", b"job_id", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "noise_variance", b"noise_variance", "purpose", b"purpose", "rho", b"rho", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "seeded", b"seeded", "sensitivity", b"sensitivity", "sigma2_units", b"sigma2_units", "sigma_client", b"sigma_client", "sigma_std", b"sigma_std", "trust_model", b"trust_model", "validate", b"validate", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -405,7 +448,10 @@ class DcaJobAnnouncement(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
     NODE_ADDRESSES_FIELD_NUMBER: _builtins.int
+    VERIFY_KEY_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
+    verify_key: _builtins.bytes
+    """validated jobs, to the nodes only (never in GetJob): seeds the query randomness"""
     @_builtins.property
     def spec(self) -> Global___DcaJobSpec: ...
     @_builtins.property
@@ -418,10 +464,11 @@ class DcaJobAnnouncement(_message.Message):
         job_id: _builtins.str = ...,
         spec: Global___DcaJobSpec | None = ...,
         node_addresses: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        verify_key: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "node_addresses", b"node_addresses", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "node_addresses", b"node_addresses", "spec", b"spec", "verify_key", b"verify_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -462,12 +509,17 @@ class ClientShare(_message.Message):
     CLIENT_ID_FIELD_NUMBER: _builtins.int
     MASKED_VECTOR_FIELD_NUMBER: _builtins.int
     MASK_SEED_FIELD_NUMBER: _builtins.int
+    VALIDATED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     client_id: _builtins.str
     masked_vector: _builtins.bytes
     """m_{i,k} ∈ Z_q^d, 8·d bytes"""
     mask_seed: _builtins.bytes
     """32 bytes"""
+    @_builtins.property
+    def validated(self) -> Global___ValidatedShare:
+        """validated jobs (DcaJobSpec.validate)"""
+
     def __init__(
         self,
         *,
@@ -475,16 +527,55 @@ class ClientShare(_message.Message):
         client_id: _builtins.str = ...,
         masked_vector: _builtins.bytes = ...,
         mask_seed: _builtins.bytes = ...,
+        validated: Global___ValidatedShare | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["mask_seed", b"mask_seed", "masked_vector", b"masked_vector", "share", b"share"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mask_seed", b"mask_seed", "masked_vector", b"masked_vector", "share", b"share", "validated", b"validated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "job_id", b"job_id", "mask_seed", b"mask_seed", "masked_vector", b"masked_vector", "share", b"share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "job_id", b"job_id", "mask_seed", b"mask_seed", "masked_vector", b"masked_vector", "share", b"share", "validated", b"validated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_share: _TypeAlias = _typing.Literal["masked_vector", "mask_seed"]  # noqa: Y015
+    _WhichOneofReturnType_share: _TypeAlias = _typing.Literal["masked_vector", "mask_seed", "validated"]  # noqa: Y015
     _WhichOneofArgType_share: _TypeAlias = _typing.Literal["share", b"share"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_share) -> _WhichOneofReturnType_share | None: ...
 
 Global___ClientShare: _TypeAlias = ClientShare  # noqa: Y015
+
+@_typing.final
+class ValidatedShare(_message.Message):
+    """Client i's share for node k in a validated job (Field64 elements packed little-endian, canonical, < p)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEASUREMENT_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    SHARE_SEED_FIELD_NUMBER: _builtins.int
+    BLIND_FIELD_NUMBER: _builtins.int
+    JOINT_RAND_PARTS_FIELD_NUMBER: _builtins.int
+    measurement: _builtins.bytes
+    """node 0, or every node without seed compression: the share of the encoded bits"""
+    proof: _builtins.bytes
+    """  and of the proof (R repetitions)"""
+    share_seed: _builtins.bytes
+    """seed-compressed helpers (k ≥ 1): 32 bytes expanding to both shares"""
+    blind: _builtins.bytes
+    """32 bytes: node k's joint-randomness blind"""
+    joint_rand_parts: _builtins.bytes
+    """M × 32 bytes: every node's joint-randomness part (the hint)"""
+    def __init__(
+        self,
+        *,
+        measurement: _builtins.bytes = ...,
+        proof: _builtins.bytes = ...,
+        share_seed: _builtins.bytes = ...,
+        blind: _builtins.bytes = ...,
+        joint_rand_parts: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blind", b"blind", "joint_rand_parts", b"joint_rand_parts", "measurement", b"measurement", "proof", b"proof", "share_seed", b"share_seed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatedShare: _TypeAlias = ValidatedShare  # noqa: Y015
 
 @_typing.final
 class ShareBatch(_message.Message):
@@ -602,6 +693,7 @@ class ReceivedClients(_message.Message):
     INDEX_RUNS_FIELD_NUMBER: _builtins.int
     BITMAP_START_FIELD_NUMBER: _builtins.int
     BITMAP_FIELD_NUMBER: _builtins.int
+    VERIFIER_SHARES_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     sequence: _builtins.int
     final: _builtins.bool
@@ -613,6 +705,8 @@ class ReceivedClients(_message.Message):
     """roster jobs: bit j of `bitmap` (LSB first in each byte) is index bitmap_start + j;"""
     bitmap: _builtins.bytes
     """  bitmap_start is a multiple of 8, bits at N and beyond are 0"""
+    verifier_shares: _builtins.bytes
+    """validated jobs: per reported client (ascending index; id order without a roster)"""
     @_builtins.property
     def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """jobs without a roster"""
@@ -633,10 +727,11 @@ class ReceivedClients(_message.Message):
         index_runs: _abc.Iterable[_builtins.int] | None = ...,
         bitmap_start: _builtins.int = ...,
         bitmap: _builtins.bytes = ...,
+        verifier_shares: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitmap", b"bitmap", "bitmap_start", b"bitmap_start", "client_ids", b"client_ids", "digest", b"digest", "final", b"final", "index_runs", b"index_runs", "job_id", b"job_id", "sequence", b"sequence", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitmap", b"bitmap", "bitmap_start", b"bitmap_start", "client_ids", b"client_ids", "digest", b"digest", "final", b"final", "index_runs", b"index_runs", "job_id", b"job_id", "sequence", b"sequence", "total", b"total", "verifier_shares", b"verifier_shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -652,6 +747,7 @@ class PartialSum(_message.Message):
     PARTIAL_SUM_FIELD_NUMBER: _builtins.int
     CLIENTS_INCLUDED_FIELD_NUMBER: _builtins.int
     AGREED_SET_DIGEST_FIELD_NUMBER: _builtins.int
+    CLIENTS_REJECTED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     partial_sum: _builtins.bytes
     """q_k, 8·d bytes"""
@@ -659,6 +755,8 @@ class PartialSum(_message.Message):
     """|A|"""
     agreed_set_digest: _builtins.bytes
     """names A (as ReceivedClients.digest names R_k); all M nodes must agree"""
+    clients_rejected: _builtins.int
+    """validated jobs: clients held by every node whose proof failed (not in A)"""
     def __init__(
         self,
         *,
@@ -666,10 +764,11 @@ class PartialSum(_message.Message):
         partial_sum: _builtins.bytes = ...,
         clients_included: _builtins.int = ...,
         agreed_set_digest: _builtins.bytes = ...,
+        clients_rejected: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agreed_set_digest", b"agreed_set_digest", "clients_included", b"clients_included", "job_id", b"job_id", "partial_sum", b"partial_sum"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agreed_set_digest", b"agreed_set_digest", "clients_included", b"clients_included", "clients_rejected", b"clients_rejected", "job_id", b"job_id", "partial_sum", b"partial_sum"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

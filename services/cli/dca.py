@@ -43,18 +43,27 @@ def dca() -> None:
 @click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="analytic Gaussian (corrected) or classic formula (paper)")
 @click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default="gaussian", show_default=True,
               help="floating-point Gaussian, or exact integer discrete Gaussian (Canonne et al. 2020; ρ-zCDP and (ε, δ), Kairouz et al. 2021)")
-@click.option("--frac-bits", type=int, default=32, show_default=True, help="f: values travel in units of 2^-f")
+@click.option("--frac-bits", type=int, default=None, help="f: values travel in units of 2^-f  [default: 32; 16 with --validate]")
 @click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
 @click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")
+@click.option("--validate", type=click.Choice(["none", "range", "l2", "one-hot"]), default="none", show_default=True,
+              help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the noise's norm too); "
+                   "invalid ones are dropped and counted like dropouts. Needs --noise discrete-gaussian")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, as_json) -> None:
+def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, validate,
+           as_json) -> None:
     """Create a DCA job at the curator; prints its id."""
-    from mpdp.dca.params import NOISE_ENUM
+    from mpdp.dca.params import NOISE_ENUM, VALIDATE_ENUM
+
+    if validate != "none" and noise != "discrete-gaussian":
+        raise click.UsageError("--validate needs --noise discrete-gaussian (integer noise whose norm the proof bounds)")
+    if frac_bits is None:
+        frac_bits = 32 if validate == "none" else 16
 
     spec = pb.DcaJobSpec(
         dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
         mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, clip_bounds=[clip], compute_nodes=nodes.split(","),
-        deadline_seconds=deadline, seed_compressed=seed_compressed, noise=NOISE_ENUM[noise], fractional_bits=frac_bits,
+        deadline_seconds=deadline, seed_compressed=seed_compressed, noise=NOISE_ENUM[noise], fractional_bits=frac_bits, validate=VALIDATE_ENUM[validate],
     )
     with _operator(endpoints) as op:
         try:
@@ -90,7 +99,7 @@ def watch(endpoints, job_id, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (the only output of this command; accepted for a uniform grammar)")
 def release(endpoints, job_id, as_json: bool) -> None:
     """Print the released DP sum and its guarantee as JSON (ρ-zCDP too for the discrete-gaussian noise)."""
-    from mpdp.dca.params import NOISE_NAMES
+    from mpdp.dca.params import NOISE_NAMES, VALIDATE_NAMES
 
     with _operator(endpoints) as op:
         try:
@@ -103,6 +112,7 @@ def release(endpoints, job_id, as_json: bool) -> None:
         "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None,
                       "statement": r.guarantee.statement},
         "noise": NOISE_NAMES.get(r.noise, "unknown"), "sigma2_units": r.sigma2_units or None, "fractional_bits": r.fractional_bits, "seeded": r.seeded,
+        "validate": VALIDATE_NAMES.get(r.validate, "unknown"), "clients_rejected": r.clients_rejected,
     }))
 
 
@@ -172,7 +182,8 @@ def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, bu
 @endpoints_option
 @click.option("--job", "job_id", required=True, help="DCA job id")
 @click.option("--clients", "-n", type=int, required=True, help="simulated clients")
-@click.option("--batched/--unbatched", default=True, show_default=True, help="ShareBatch messages, or one ClientShare per client on a stream")
+@click.option("--batched/--unbatched", default=True, show_default=True,
+              help="ShareBatch messages, or one ClientShare per client on a stream (a validated job always takes the latter)")
 @click.option("--batch-size", type=int, default=1000, show_default=True, help="clients per batch")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the public simulation data (not of the noise)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")

@@ -19,7 +19,7 @@ from typing import AsyncIterator, Awaitable, Callable, Iterator
 import grpc
 import numpy as np
 
-from mpdp.dca.client import ClientCohort, ClientMachine
+from mpdp.dca.client import ClientCohort, ClientMachine, validated_cohort
 from mpdp.dca.params import DcaParams
 from mpdp.ledger import FAILED, Ledger
 from mpdp.math.drbg import Drbg
@@ -194,6 +194,10 @@ async def submit_cohort(
     ann = await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())
+    if params.validation is not None:
+        report = await _submit_validated(ann, tls, params, client_ids, Z, rng)
+        report.seconds = time.perf_counter() - t0
+        return report
     cohort = ClientCohort(params, client_ids, Z, rng)
     conns = max(1, connections)
     channel_sets = [_node_channels(ann, tls, own_connection=conns > 1) for _ in range(conns)]
@@ -237,6 +241,45 @@ async def submit_cohort(
     finally:
         await asyncio.gather(*(c.close() for channels in channel_sets for c in channels))
     report.seconds = time.perf_counter() - t0
+    return report
+
+
+async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg) -> SubmitReport:
+    """A validated job's cohort: one ClientShare (with its proof share) per client and node, one stream per node;
+    each batch of proofs is built while the nodes take the previous one."""
+    channels = _node_channels(ann, tls)
+    stubs = [pb_grpc.ComputeNodeStub(c) for c in channels]
+    queues: list[asyncio.Queue[list[pb.ClientShare] | None]] = [asyncio.Queue(maxsize=2) for _ in stubs]
+    report = SubmitReport()
+
+    async def stream(k: int) -> pb.ShareReceipt:
+        async def it() -> AsyncIterator[pb.ClientShare]:
+            while (item := await queues[k].get()) is not None:
+                for msg in item:
+                    yield msg
+
+        return await stubs[k].SubmitShares(it(), timeout=3600)
+
+    tasks = [asyncio.ensure_future(stream(k)) for k in range(len(stubs))]
+    try:
+        gen = validated_cohort(params, client_ids, Z, rng)
+        while True:
+            t = time.perf_counter()
+            batch = await asyncio.to_thread(next, gen, None)
+            report.client_seconds += time.perf_counter() - t
+            if batch is None:
+                break
+            for k, msgs in enumerate(batch):
+                await queues[k].put(msgs)
+        for q in queues:
+            await q.put(None)
+        for r in await asyncio.gather(*tasks):
+            report.accepted += r.accepted
+            report.rejected.extend(r.rejected)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*(c.close() for c in channels))
     return report
 
 

@@ -18,6 +18,7 @@ def spec() -> pb.DcaJobSpec:
     s.secure_sum = True  # wire round trip only (a real secure-sum spec leaves ε, δ, Δ₂ unset)
     s.noise = pb.DISCRETE_GAUSSIAN  # likewise (a secure sum has no noise)
     s.roster_range.prefix, s.roster_range.digits = "c", 2  # likewise (a job has a roster list or a range)
+    s.validate = pb.VALIDATE_L2  # likewise (a validated job has DISCRETE_GAUSSIAN noise or a secure sum)
     return s
 
 
@@ -30,18 +31,20 @@ MESSAGES = {
         compute_nodes=3, mode=common_pb2.PAPER, epsilon=1.0, delta=1e-5, sensitivity=2.0, sigma_std=9.7, sigma_client=2.5,
         noise_variance=112.5, guarantee=common_pb2.Guarantee(mechanism="m", epsilon=1.0, delta=1e-5, sensitivity=2.0, norm="l2", statement="s"),
         fractional_bits=32, seeded=True, trust_model="t", agreed_set_digest=b"\x07" * 32, seed_compressed=True, purpose="p",
-        secure_sum=True, noise=pb.DISCRETE_GAUSSIAN, rho=0.03, sigma2_units="4185040256825957888/1",
+        secure_sum=True, noise=pb.DISCRETE_GAUSSIAN, rho=0.03, sigma2_units="4185040256825957888/1", validate=pb.VALIDATE_RANGE, clients_rejected=2,
     ),
-    "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"}),
+    "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"},
+                                                        verify_key=b"\x09" * 32),
     "SubmissionsClose": lambda: pb.SubmissionsClose(job_id="j"),
     "ClientShare": lambda: pb.ClientShare(job_id="j", client_id="c1", masked_vector=VEC),
+    "ValidatedShare": lambda: pb.ValidatedShare(measurement=VEC, proof=VEC, share_seed=b"\x04" * 32, blind=b"\x05" * 32, joint_rand_parts=b"\x06" * 96),
     "ShareBatch": lambda: pb.ShareBatch(job_id="j", client_ids=["c1", "c2"], mask_seeds=b"\x01" * 64, client_indices=b"\x01\0\0\0"),
     "ShareReceipt": lambda: pb.ShareReceipt(job_id="j", accepted=3, rejected=[pb.ShareRejection(client_id="c9", problem=common_pb2.REPLAY, detail="again")]),
     "ShareRejection": lambda: pb.ShareRejection(client_id="c9", problem=common_pb2.MALFORMED, detail="short"),
     "ReceivedClients": lambda: pb.ReceivedClients(job_id="j", sequence=4, client_ids=["a", "b"], final=True, total=9, digest=b"\x02" * 32,
-                                                  index_runs=[3, 5, 100, 2], bitmap_start=8, bitmap=b"\x81"),
+                                                  index_runs=[3, 5, 100, 2], bitmap_start=8, bitmap=b"\x81", verifier_shares=b"\x08" * 16),
     "RosterRange": lambda: pb.RosterRange(prefix="client-", digits=6),
-    "PartialSum": lambda: pb.PartialSum(job_id="j", partial_sum=VEC, clients_included=17, agreed_set_digest=b"\x03" * 32),
+    "PartialSum": lambda: pb.PartialSum(job_id="j", partial_sum=VEC, clients_included=17, agreed_set_digest=b"\x03" * 32, clients_rejected=1),
     "NodeRegistration": lambda: pb.NodeRegistration(address="node-a.example.org:7300"),
     "WorkerClaim": lambda: pb.WorkerClaim(job_id="j", sender_role="operator", sender_name="router", client_ids=["c1"], client_indices=b"\x01\0\0\0"),
     "WorkerClaimReply": lambda: pb.WorkerClaimReply(verdicts=b"\x00\x02", indices=b"\0" * 8, rejected=[pb.ShareRejection(client_id="c9", problem=common_pb2.REPLAY, detail="x")],

@@ -1,0 +1,381 @@
+"""Validated DCA contributions: Field64 shares with a fully linear proof (docs/protocols/dca.md, "Validated mode").
+
+Ours, after Prio3 (draft-irtf-cfrg-vdaf §7: FLP on secret shares, joint randomness by Fiat–Shamir from the shares,
+query randomness from a key the verifiers share) on the DCA of Heikkilä et al. 2017.
+
+Client i with integer data ỹ_i (units of 2^-f, after clipping and rounding) and integer noise η_i:
+
+1. x = enc(ỹ_i, η_i) ∈ {0, 1}^n, the bits of the job's circuit (:func:`plan`): the data predicate (range, L2 ball
+   or one-hot) and, unless the job is a secure sum, ‖η_i‖₂² ≤ B_η;
+2. x is shared additively over Field64 among the M nodes (node k ≥ 1 gets a 32-byte seed when the job is
+   seed-compressed; node 0 gets x minus the expansions);
+3. joint randomness (Prio3's, §7.2.1.2): node k's part J_k = XOF(blind_k, job ‖ client ‖ k ‖ node k's measurement
+   share, or its seed), the seed s = XOF(J_0 ‖ … ‖ J_(M−1)), ρ = XOF(s); the client sends every node its blind and
+   all M parts (the hint);
+4. π = FLP.prove(x, ρ), shared like x (proof shares are part of each seed's expansion).
+
+Node k recomputes its own part, derives s_k from the hint with its own part in place, and computes its verifier
+share with query randomness r = XOF(verify key, job ‖ client) — the key is drawn by the curator and given to the
+nodes only, so the client cannot know r. It sends (verifier share, J_k, s_k) with its next received-set report.
+Every node then decides from the same M records (:func:`decide`): all s_l equal XOF(J_0 ‖ … ‖ J_(M−1)) computed
+from the *reported* parts, and FLP.decide on the sum of the verifier shares. Each node's output share is
+Σ_predicates truncate(its measurement share) = a share of ỹ_i + η_i, folded into its sum only if the client is valid.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from mpdp.math import field as F
+from mpdp.math import flp
+
+KINDS = ("none", "range", "l2", "one-hot")
+SEED = 32  # bytes of a blind, a part, a joint-randomness seed, a share seed, the verify key
+NOISE_TAIL_LOG2 = 96  # an honest client's ‖η‖² exceeds B_η with probability ≤ 2^-96 (then it sends nothing)
+_T = NOISE_TAIL_LOG2 * math.log(2)
+_DST_PART, _DST_SEED, _DST_JR = b"mpdp/dca/flp/joint-rand-part", b"mpdp/dca/flp/joint-rand-seed", b"mpdp/dca/flp/joint-rand"
+_DST_QUERY, _DST_SHARE = b"mpdp/dca/flp/query-rand", b"mpdp/dca/flp/share"
+
+
+class ValidationError(ValueError):
+    """A validated job whose circuit cannot be built (a sum could wrap), or a client input outside its predicate."""
+
+
+class MalformedShare(ValueError):
+    """A ValidatedShare of the wrong shape (lengths, non-canonical elements)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The circuit of one validated job and the bounds it enforces (all in units of 2^-f)."""
+
+    kind: str
+    circuit: flp.Circuit
+    d: int
+    data_bound: int  # max |ỹ_j| an accepted contribution can have
+    noise_bound: int  # B_η: ‖η‖₂² of an accepted contribution (0: a secure sum, no noise part)
+    noise_entry: int  # max |η_j| an accepted contribution can have
+    l2_bound: int  # the L2 kind: ‖ỹ‖₂² ≤ l2_bound (0 otherwise)
+    window: int  # |Σ_{i∈A} u_ij| ≤ window for every accepted set: no wrap modulo p (< 2^62, checked)
+    scale: int  # one-hot: the unit 2^f of a vote
+
+    @property
+    def has_noise(self) -> bool:
+        return self.noise_bound > 0
+
+    @property
+    def record_bytes(self) -> int:
+        """One node's record for one client: verifier share, its part, the seed it used."""
+        c = self.circuit
+        return F.ENCODED_SIZE * c.proofs * c.verifier_len + 2 * SEED
+
+    @property
+    def share_len(self) -> int:
+        """Elements of one full share: the measurement, then the R proofs."""
+        c = self.circuit
+        return c.meas_len + c.proofs * c.proof_len
+
+
+def noise_norm_bound(sigma2: Fraction, d: int) -> int:
+    """B_η = ⌈σ²·(d + 2√(d·t) + 2t)⌉ with t = 96·ln 2: a σ²-subgaussian vector of d independent coordinates (the
+    discrete Gaussian N_Z(0, σ²) is one, Canonne, Kamath & Steinke 2020) exceeds it in squared norm with probability
+    ≤ e^(−t) = 2^-96 (Hsu, Kakade & Zhang 2012, Thm 1; Laurent & Massart 2000 for the Gaussian)."""
+    return math.ceil(float(sigma2) * (d + 2 * math.sqrt(d * _T) + 2 * _T) * (1 + 1e-9))
+
+
+def refusal_probability(clients: int) -> float:
+    """An honest client whose ‖η‖² exceeds B_η sends nothing: probability ≤ N·2^-96 over the job."""
+    return clients * 2.0**-NOISE_TAIL_LOG2
+
+
+def plan(kind: str, *, d: int, clip_bounds: tuple[float, ...], frac_bits: int, sigma2: Fraction | None, clients: int, rounding_sq: float) -> Plan:
+    """Build the circuit of a validated job. ``sigma2``: the discrete Gaussian's σ² in units² (None: a secure sum);
+    ``rounding_sq``: R², the bound on the conditional rounding's squared error (0 without rounding)."""
+    if kind not in KINDS[1:]:
+        raise ValidationError(f"validate must be one of {KINDS[1:]}")
+    scale = 1 << frac_bits
+    c_units = math.ceil(max(clip_bounds) * scale)
+    l2_bound = 0
+    try:
+        if kind == "range":
+            data: flp.Predicate = flp.RangeVec(d, 2 * c_units, c_units)
+            data_bound = c_units
+        elif kind == "l2":
+            if len(set(clip_bounds)) != 1:
+                raise ValidationError("validate L2 takes one clip bound: the radius c of the ℓ2 ball")
+            r_units = math.ceil(math.sqrt(rounding_sq))
+            l2_bound = (c_units + r_units) ** 2  # ‖ỹ‖ ≤ ‖z·2^f‖ + ‖rounding error‖ ≤ c·2^f + R
+            data = flp.L2Ball(d, c_units.bit_length() + 1, l2_bound)  # |ỹ_j| ≤ c_u < 2^(b−1)
+            data_bound = min(c_units + r_units, 1 << c_units.bit_length())
+        else:
+            data = flp.OneHot(d, scale)
+            data_bound = scale
+        preds = [data]
+        noise_bound = noise_entry = 0
+        if sigma2 is not None:
+            noise_bound = noise_norm_bound(sigma2, d)
+            bits = math.isqrt(noise_bound).bit_length() + 1  # 2^(b−1) > √B_η ≥ any |η_j| of an accepted η
+            preds.append(flp.L2Ball(d, bits, noise_bound))
+            noise_entry = (1 << (bits - 1))
+        circuit = flp.Circuit(preds)
+    except flp.CircuitError as e:
+        raise ValidationError(f"{e}; lower fractional_bits or the clip bound") from None
+    window = clients * (data_bound + noise_entry)
+    if window >= 2**62:
+        raise ValidationError("N·(max |ỹ_j| + max |η_j|) must stay below 2^62 (no wrap modulo p); lower fractional_bits, the clip bound or N")
+    return Plan(kind, circuit, d, data_bound, noise_bound, noise_entry, l2_bound, window, scale)
+
+
+# -- client -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShareForNode:
+    """What node k receives (fields of ValidatedShare)."""
+
+    measurement: bytes
+    proof: bytes
+    share_seed: bytes
+    blind: bytes
+    joint_rand_parts: bytes
+
+
+def binder(job_id: str, client_id: str) -> bytes:
+    j, c = job_id.encode(), client_id.encode()
+    return len(j).to_bytes(2, "big") + j + len(c).to_bytes(2, "big") + c
+
+
+def _part(blind: bytes, bind: bytes, k: int, material: bytes) -> bytes:
+    return F.xof_bytes(_DST_PART, blind, bind + k.to_bytes(2, "big") + material, SEED)
+
+
+def joint_rand_seed(parts: list[bytes]) -> bytes:
+    return F.xof_bytes(_DST_SEED, b"", b"".join(parts), SEED)
+
+
+def _joint_rand(p: Plan, seed: bytes) -> np.ndarray:
+    c = p.circuit
+    return F.xof(_DST_JR, seed, b"", c.proofs * c.jr_len).reshape(c.proofs, c.jr_len)
+
+
+def expand_share(p: Plan, seed: bytes, bind: bytes, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seed-compressed helper's (measurement share, proof share)."""
+    c = p.circuit
+    flat = F.xof(_DST_SHARE, seed, bind + k.to_bytes(2, "big"), p.share_len)
+    return flat[: c.meas_len], flat[c.meas_len :].reshape(c.proofs, c.proof_len)
+
+
+def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
+    """The bits of (ỹ, η); ValidationError if the input is outside the predicate (an honest client never is,
+    except its noise with probability ≤ 2^-96)."""
+    values = [np.asarray(data, dtype=np.int64)]
+    if p.kind == "one-hot":  # ỹ = z·2^f with z one-hot: the circuit's input is z itself (its output is scale·z)
+        if bool((values[0] % p.scale != 0).any()):
+            raise ValidationError("a one-hot input is a 0/1 vector times 2^f")
+        values[0] = values[0] // p.scale
+    if p.has_noise:
+        if noise is None:
+            raise ValidationError("this job's contributions carry noise")
+        values.append(np.asarray(noise, dtype=np.int64))
+    try:
+        return p.circuit.encode(values)
+    except flp.CircuitError as e:
+        raise ValidationError(str(e)) from None
+
+
+BATCH_ELEMENTS = 1 << 21  # clients proven or verified together hold at most this many measurement elements (~16 MB a copy)
+
+
+def batch_size(p: Plan) -> int:
+    """How many clients to prove or verify at once (bounded memory; the circuit code takes batch axes)."""
+    return max(1, BATCH_ELEMENTS // p.circuit.meas_len)
+
+
+def client_shares(p: Plan, job_id: str, client_id: str, meas: np.ndarray, nodes: int, *, seeded: bool) -> list[ShareForNode]:
+    """Steps 2–4 for one client: one :class:`ShareForNode` per node. Every random value comes from os.urandom."""
+    return client_shares_many(p, job_id, [client_id], np.asarray(meas)[None, :], nodes, seeded=seeded)[0]
+
+
+def client_shares_many(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
+    """Steps 2–4 for many clients at once (rows of ``meas``), proven in one batched call: per client, one
+    :class:`ShareForNode` per node. Every random value comes from os.urandom."""
+    c = p.circuit
+    b = len(client_ids)
+    meas = np.asarray(meas, dtype=np.uint64).reshape(b, c.meas_len)
+    binds = [binder(job_id, cid) for cid in client_ids]
+    blinds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)]
+    seeds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)] if seeded else []
+    helper_meas = np.empty((nodes - 1, b, c.meas_len), dtype=np.uint64)
+    helper_proof = np.empty((nodes - 1, b, c.proofs, c.proof_len), dtype=np.uint64)
+    for k in range(1, nodes):
+        if seeded:
+            for i in range(b):
+                helper_meas[k - 1, i], helper_proof[k - 1, i] = expand_share(p, seeds[i][k], binds[i], k)
+        else:
+            helper_meas[k - 1] = F.rand(b * c.meas_len).reshape(b, c.meas_len)
+            helper_proof[k - 1] = F.rand(b * c.proofs * c.proof_len).reshape(b, c.proofs, c.proof_len)
+    lead_meas = meas
+    for k in range(nodes - 1):
+        lead_meas = F.sub(lead_meas, helper_meas[k])
+    jr = np.empty((b, c.proofs, c.jr_len), dtype=np.uint64)
+    hints = []
+    for i in range(b):
+        parts = [_part(blinds[i][0], binds[i], 0, F.encode(lead_meas[i]))]
+        for k in range(1, nodes):
+            parts.append(_part(blinds[i][k], binds[i], k, seeds[i][k] if seeded else F.encode(helper_meas[k - 1, i])))
+        jr[i] = _joint_rand(p, joint_rand_seed(parts))
+        hints.append(b"".join(parts))
+    proof = c.prove(meas, jr, F.rand(b * c.proofs * c.arity).reshape(b, c.proofs, c.arity))
+    lead_proof = proof
+    for k in range(nodes - 1):
+        lead_proof = F.sub(lead_proof, helper_proof[k])
+    out = []
+    for i in range(b):
+        row = [ShareForNode(F.encode(lead_meas[i]), F.encode(lead_proof[i]), b"", blinds[i][0], hints[i])]
+        for k in range(1, nodes):
+            if seeded:
+                row.append(ShareForNode(b"", b"", seeds[i][k], blinds[i][k], hints[i]))
+            else:
+                row.append(ShareForNode(F.encode(helper_meas[k - 1, i]), F.encode(helper_proof[k - 1, i]), b"", blinds[i][k], hints[i]))
+        out.append(row)
+    return out
+
+
+# -- node ---------------------------------------------------------------------------------------------------
+def query_rand(p: Plan, verify_key: bytes, bind: bytes) -> np.ndarray:
+    return flp.query_points(p.circuit, _DST_QUERY, verify_key, bind)
+
+
+def check_share(p: Plan, share: ShareForNode, *, job_id: str, client_id: str, k: int, nodes: int, seeded: bool, verify_key: bytes) -> tuple[np.ndarray, bytes]:
+    """Node k's step for one client: (its output share of ỹ + η, its record for :func:`decide`).
+    MalformedShare if a length or an element is wrong (the client is then refused, never summed)."""
+    got = check_shares(p, [share], job_id=job_id, client_ids=[client_id], k=k, nodes=nodes, seeded=seeded, verify_key=verify_key)[0]
+    if isinstance(got, MalformedShare):
+        raise got
+    return got
+
+
+def _parse(p: Plan, share: ShareForNode, bind: bytes, k: int, nodes: int, seeded: bool) -> tuple[np.ndarray, np.ndarray, bytes]:
+    c = p.circuit
+    if len(share.blind) != SEED or len(share.joint_rand_parts) != SEED * nodes:
+        raise MalformedShare(f"a validated share needs a {SEED}-byte blind and {nodes} × {SEED} bytes of joint-randomness parts")
+    if seeded and k >= 1:
+        if len(share.share_seed) != SEED or share.measurement or share.proof:
+            raise MalformedShare(f"node {k} takes a {SEED}-byte share seed in this job")
+        meas, proof = expand_share(p, share.share_seed, bind, k)
+        return meas, proof, share.share_seed
+    if share.share_seed:
+        raise MalformedShare(f"node {k} takes full shares in this job")
+    try:
+        meas = F.decode(share.measurement, c.meas_len)
+        proof = F.decode(share.proof, c.proofs * c.proof_len).reshape(c.proofs, c.proof_len)
+    except F.NotCanonical as e:
+        raise MalformedShare(f"wrong length or a non-canonical element: {e}") from None
+    return meas, proof, share.measurement
+
+
+def check_shares(p: Plan, shares: list[ShareForNode], *, job_id: str, client_ids: list[str], k: int, nodes: int, seeded: bool,
+                 verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
+    """:func:`check_share` for many clients, the well-formed ones queried together (in batches of
+    :func:`batch_size`): per client (output share, record), or the MalformedShare that refuses it."""
+    c = p.circuit
+    out: list[tuple[np.ndarray, bytes] | MalformedShare] = []
+    step = batch_size(p)
+    for at in range(0, len(shares), step):
+        chunk = list(zip(shares[at : at + step], client_ids[at : at + step]))
+        parsed: list[tuple[np.ndarray, np.ndarray, bytes, bytes, np.ndarray] | MalformedShare] = []
+        for share, cid in chunk:
+            bind = binder(job_id, cid)
+            try:
+                meas, proof, material = _parse(p, share, bind, k, nodes, seeded)
+            except MalformedShare as e:
+                parsed.append(e)
+                continue
+            parts = [share.joint_rand_parts[SEED * j : SEED * (j + 1)] for j in range(nodes)]
+            parts[k] = _part(share.blind, bind, k, material)
+            seed = joint_rand_seed(parts)
+            parsed.append((meas, proof, parts[k], seed, query_rand(p, verify_key, bind)))
+        good = [x for x in parsed if not isinstance(x, MalformedShare)]
+        if good:
+            meas_b = np.stack([g[0] for g in good])
+            verifier = c.query(meas_b, np.stack([g[1] for g in good]), np.stack([g[4] for g in good]),
+                               np.stack([_joint_rand(p, g[3]) for g in good]), nodes)
+            rows = c.truncate(meas_b, nodes)
+        j = 0
+        for x in parsed:
+            if isinstance(x, MalformedShare):
+                out.append(x)
+            else:
+                out.append((rows[j], F.encode(verifier[j]) + x[2] + x[3]))
+                j += 1
+    return out
+
+
+def decide(p: Plan, records: list[bytes]) -> bool:
+    """Valid iff every node used the joint randomness of the parts the nodes themselves computed, and the verifier
+    shares add up to an accepting verifier message. Every node computes this from the same M records."""
+    c = p.circuit
+    vb = p.record_bytes - 2 * SEED
+    if any(len(r) != p.record_bytes for r in records):
+        return False
+    parts = [r[vb : vb + SEED] for r in records]
+    want = joint_rand_seed(parts)
+    if any(r[vb + SEED :] != want for r in records):
+        return False
+    try:
+        shares = [F.decode(r[:vb], c.proofs * c.verifier_len) for r in records]
+    except F.NotCanonical:
+        return False
+    total = F.sum(np.stack(shares), axis=0).reshape(c.proofs, c.verifier_len)
+    return bool(c.decide(total))
+
+
+class Verdicts:
+    """Node k's per-client records of a validated job, until each client's M records are in (then :meth:`settle`),
+    and its own records until they ride in one of its received-set reports (:meth:`outgoing`)."""
+
+    def __init__(self, p: Plan, nodes: int, own: int) -> None:
+        self.plan = p
+        self.nodes = nodes
+        self.own = own
+        self._records: dict[int, list[bytes | None]] = {}
+        self._outbox: dict[int, bytes] = {}
+        self.rejected = 0
+
+    def _slot(self, i: int) -> list[bytes | None]:
+        slot = self._records.get(i)
+        if slot is None:
+            slot = self._records[i] = [None] * self.nodes
+        return slot
+
+    def put_own(self, i: int, record: bytes) -> None:
+        self._slot(i)[self.own] = record
+        self._outbox[i] = record
+
+    def put(self, node: int, idx: np.ndarray, blob: bytes) -> None:
+        """Node ``node``'s records for ``idx`` (concatenated in that order); ValueError on a wrong length."""
+        w = self.plan.record_bytes
+        if len(blob) != w * idx.size:
+            raise ValueError(f"{idx.size} verifier records must be {w * idx.size} bytes, got {len(blob)}")
+        for j, i in enumerate(idx.tolist()):
+            self._slot(i)[node] = blob[w * j : w * (j + 1)]
+
+    def outgoing(self, idx: np.ndarray) -> bytes:
+        """This node's records for ``idx`` (its report's clients, in the report's order), taken from the outbox."""
+        return b"".join(self._outbox.pop(i) for i in idx.tolist())
+
+    def settle(self, idx: np.ndarray) -> np.ndarray:
+        """Decide the clients ``idx`` (every node's record is in): a boolean array, True = valid. Forgets them."""
+        out = np.zeros(idx.size, dtype=bool)
+        for j, i in enumerate(idx.tolist()):
+            recs = self._records.pop(i, None)
+            out[j] = recs is not None and all(r is not None for r in recs) and decide(self.plan, recs)  # type: ignore[arg-type]
+        self.rejected += int(idx.size - np.count_nonzero(out))
+        return out
+
+    def clear(self) -> None:
+        self._records.clear()
+        self._outbox.clear()

@@ -1,0 +1,209 @@
+"""A malicious client in a validated DCA job (``--validate range``), over real processes and mutual TLS.
+
+Mallory (a PARTY certificate of the federation's CA) follows the protocol's message format but puts 10^9 into her
+first coordinate: the bits of her measurement no longer are bits, and her proof — computed honestly on that input —
+cannot make the circuit vanish. She streams her shares to the three compute nodes with a raw stub. A second attacker
+sends a validated share one element short. Expected:
+
+- the short share is refused at the node (MALFORMED, a clean detail) and its client counts as missing;
+- Mallory's shares are taken (they are well formed) but every node rejects her proof alike: she is left out of A
+  and counted in ``clients_rejected``, never named;
+- a router's ShareBatch (no proofs) is refused (MALFORMED) without harming the job; a router's validated cohort
+  (one ClientShare per client) releases;
+- the job releases (N = 5, T = 2: two missing) and its release is the honest clients' sum within its noise, nowhere
+  near 10^9; the verify key that seeds the nodes' query randomness is never shown to a client (GetJob);
+- in one more job every other class — out of range, 10^9 noise, a proof share altered at one node, a proof made for
+  another client id — is rejected by every node alike, while a client that omits its noise is accepted (its η = 0 is
+  within the proven bound) and counts among the T the calibration allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import grpc
+import numpy as np
+
+from mpdp.dca import validation
+from mpdp.dca.params import DcaParams
+from mpdp.math import field as F
+from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
+from mpdp_services.common.endpoints import Endpoints
+from mpdp_services.dca_client.client import submit_cohort, submit_vector
+
+from tests.adversarial.conftest import (
+    NODES,
+    assert_all_serving,
+    assert_status,
+    channel,
+    create_dca,
+    dca_spec,
+    mint,
+    operator_curator,
+    refused,
+    wait_dca,
+)
+
+D, N, T, F_BITS = 3, 5, 2, 16
+HONEST = ["honest-1", "honest-2", "honest-3"]
+
+
+def _announcement(fed, tls, job: str) -> dca_pb2.DcaJobAnnouncement:
+    with channel(fed, "curator", tls) as ch:
+        return dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job), timeout=30)
+
+
+def _stream(fed, tls, node: str, shares: list[dca_pb2.ClientShare]) -> dca_pb2.ShareReceipt:
+    with channel(fed, node, tls) as ch:
+        return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter(shares), timeout=30)
+
+
+def _mallory_shares(params: DcaParams, job: str, cid: str) -> list[dca_pb2.ValidatedShare]:
+    """Shares of an input whose coordinate 0 reads 10^9 (its lowest 'bit' holds 10^9·2^f), with an honest proof of it."""
+    plan = params.validation
+    assert plan is not None
+    meas = validation.encode_input(plan, np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64)).astype(np.uint64)
+    meas[0] = F.scalar(10**9 * 2**F_BITS + int(meas[0]))
+    return [dca_pb2.ValidatedShare(measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)
+            for s in validation.client_shares(plan, job, cid, meas, params.M, seeded=False)]
+
+
+def test_a_client_sending_1e9_is_rejected_counted_and_the_job_releases_the_honest_sum(fed):
+    spec = dca_spec(n=N, d=D, deadline=15.0, max_missing=T, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE, fractional_bits=F_BITS,
+                    sensitivity=2.0)
+    job = create_dca(fed, spec)
+    mallory, shorty = mint(fed, "party", "mallory"), mint(fed, "party", "mallory-short")
+    ann = _announcement(fed, mallory, job)
+    assert ann.spec.validate == dca_pb2.VALIDATE_RANGE and ann.verify_key == b""  # the key is the nodes' alone
+    params = DcaParams.from_spec(job, ann.spec)
+
+    # the honest clients, through the product's client
+    ep = Endpoints.load(fed.workdir)
+    Z = np.random.default_rng(7).uniform(-0.8, 0.8, (len(HONEST), D))
+    for cid, z in zip(HONEST, Z):
+        rep = asyncio.run(submit_vector(ep, mint(fed, "party", cid), cid, job, z))
+        assert not rep.rejected
+
+    # a share one element short: refused at its node, nothing taken
+    short = _mallory_shares(params, job, "mallory-short")
+    short[0].measurement = short[0].measurement[:-8]
+    receipt = _stream(fed, shorty, NODES[0], [dca_pb2.ClientShare(job_id=job, client_id="mallory-short", validated=short[0])])
+    assert receipt.accepted == 0 and [r.problem for r in receipt.rejected] == [common_pb2.MALFORMED]
+    assert len(receipt.rejected[0].detail) < 300 and "mallory" not in receipt.rejected[0].detail
+
+    # Mallory: well-formed shares of an invalid input, to every node
+    for k, share in enumerate(_mallory_shares(params, job, "mallory")):
+        receipt = _stream(fed, mallory, NODES[k], [dca_pb2.ClientShare(job_id=job, client_id="mallory", validated=share)])
+        assert receipt.accepted == 1, receipt
+
+    st = wait_dca(fed, job, timeout=120)
+    assert st.state == "RELEASED", st
+    with operator_curator(fed) as ch:
+        r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+    assert (r.clients_included, r.clients_rejected, r.validate) == (len(HONEST), 1, dca_pb2.VALIDATE_RANGE)
+    assert "mallory" not in str(r)
+    err = np.array(r.values) - Z.sum(axis=0)
+    assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + len(HONEST) * 2.0**-F_BITS), (err, r.noise_variance)
+    assert np.max(np.abs(r.values)) < 1e3  # nowhere near 10^9
+    assert_all_serving(fed)
+
+
+def test_a_validated_job_refuses_unvalidated_shares(fed):
+    """A plain masked vector (the unvalidated wire format) is refused, with a clean detail."""
+    job = create_dca(fed, dca_spec(n=3, d=D, deadline=5.0, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_ONE_HOT, fractional_bits=F_BITS,
+                                   sensitivity=2.0))
+    tls = mint(fed, "party", "plain")
+    receipt = _stream(fed, tls, NODES[1], [dca_pb2.ClientShare(job_id=job, client_id="plain", masked_vector=bytes(8 * D))])
+    assert receipt.accepted == 0 and [r.problem for r in receipt.rejected] == [common_pb2.MALFORMED]
+    assert "validated" in receipt.rejected[0].detail
+    st = wait_dca(fed, job, timeout=60)  # nobody else submits: the job fails at its deadline, nothing released
+    assert st.state == "FAILED" and st.problem == common_pb2.INSUFFICIENT_NOISE, st
+
+
+def test_a_router_batch_into_a_validated_job_is_refused_cleanly(fed):
+    """ShareBatch carries no proofs: a validated job refuses it (MALFORMED), with a clean detail, and the job lives on."""
+    job = create_dca(fed, dca_spec(n=3, d=D, deadline=30.0, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE, fractional_bits=F_BITS,
+                                   sensitivity=2.0))
+    ep = Endpoints.load(fed.workdir)
+    batch = dca_pb2.ShareBatch(job_id=job, client_ids=["r-1", "r-2"], masked_vectors=bytes(16 * D))
+    with channel(fed, NODES[0], ep.tls) as ch:
+        e = refused(lambda: dca_pb2_grpc.ComputeNodeStub(ch).SubmitShareBatch(batch, timeout=30))
+    assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, "r-1")
+    # the job is still open: three honest clients through the product's client release it
+    Z = np.random.default_rng(11).uniform(-0.5, 0.5, (3, D))
+    rep = asyncio.run(submit_cohort(ep, ep.tls, job, ["v-1", "v-2", "v-3"], Z))
+    assert rep.accepted == 3 * len(NODES) and not rep.rejected
+    st = wait_dca(fed, job, timeout=120)
+    assert st.state == "RELEASED" and st.clients_included == 3, st
+
+
+def _shares_of(params: DcaParams, job: str, cid: str, meas: np.ndarray, bind_as: str | None = None) -> list[dca_pb2.ValidatedShare]:
+    plan = params.validation
+    assert plan is not None
+    return [dca_pb2.ValidatedShare(measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)
+            for s in validation.client_shares(plan, job, bind_as or cid, meas.astype(np.uint64), params.M, seeded=False)]
+
+
+def _bits(v: int, width: int) -> list[int]:
+    return [(v >> j) & 1 for j in range(width)]
+
+
+def test_every_malicious_class_is_rejected_alike_and_an_omitted_noise_counts_within_t(fed):
+    """One job, N = 8, T = 4: three honest clients; one that omits its noise (η = 0 is inside the proven bound: it is
+    accepted, and is one of the T the calibration allows); and four attackers, each rejected by every node — a value
+    of 2 where |z_j| ≤ 1 (its second bit decomposition wraps), noise of 10^9, an honest proof share altered at one node,
+    and a proof made for another client id. The release is over the four accepted clients, within its noise."""
+    n, t = 8, 4
+    job = create_dca(fed, dca_spec(n=n, d=D, deadline=20.0, max_missing=t, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE,
+                                   fractional_bits=F_BITS, sensitivity=2.0))
+    ann = _announcement(fed, mint(fed, "party", "quiet"), job)
+    params = DcaParams.from_spec(job, ann.spec)
+    plan = params.validation
+    assert plan is not None
+    zeros = np.zeros(D, dtype=np.int64)
+    honest_meas = validation.encode_input(plan, zeros, zeros)
+
+    ep = Endpoints.load(fed.workdir)
+    Z = np.random.default_rng(9).uniform(-0.8, 0.8, (len(HONEST) + 1, D))
+    for cid, z in zip(HONEST, Z):
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"{cid}-b"), f"{cid}-b", job, z)).rejected
+    quiet = np.rint(Z[-1] * 2**F_BITS).astype(np.int64)  # omits its noise: a valid input of the circuit
+    attacks: dict[str, list[dca_pb2.ValidatedShare]] = {"quiet": _shares_of(params, job, "quiet", validation.encode_input(plan, quiet, zeros))}
+
+    rng_pred = plan.circuit.predicates[0]
+    x = 2 * 2**F_BITS + rng_pred.offset  # y_0 = 2 > clip 1: x_0 fits b bits, x_0 + gap does not (it wraps)
+    out_of_range = honest_meas.copy()
+    out_of_range[: rng_pred.bits] = _bits(x, rng_pred.bits)
+    at = D * rng_pred.bits
+    out_of_range[at : at + rng_pred.bits] = _bits((x + rng_pred.gap) % (1 << rng_pred.bits), rng_pred.bits)
+    attacks["over-range"] = _shares_of(params, job, "over-range", out_of_range)
+
+    noisy = honest_meas.astype(np.uint64)
+    noisy[rng_pred.meas_len] = F.scalar(10**9 * 2**F_BITS)  # the noise part's first entry reads 10^9 (in real units)
+    attacks["loud"] = _shares_of(params, job, "loud", noisy)
+
+    altered = _shares_of(params, job, "altered", honest_meas)
+    c = plan.circuit
+    proof = F.decode(altered[2].proof, c.proofs * c.proof_len)
+    proof[5] = F.add(proof[5], np.uint64(1))
+    altered[2].proof = F.encode(proof)
+    attacks["altered"] = altered
+
+    attacks["replayer"] = _shares_of(params, job, "replayer", honest_meas, bind_as="somebody-else")
+
+    for cid, shares in attacks.items():
+        tls = mint(fed, "party", cid)
+        for k, share in enumerate(shares):
+            receipt = _stream(fed, tls, NODES[k], [dca_pb2.ClientShare(job_id=job, client_id=cid, validated=share)])
+            assert receipt.accepted == 1, (cid, receipt)
+
+    st = wait_dca(fed, job, timeout=120)
+    assert st.state == "RELEASED", st
+    with operator_curator(fed) as ch:
+        r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+    assert (r.clients_included, r.clients_rejected) == (len(HONEST) + 1, 4)
+    assert not any(cid in str(r) for cid in attacks)
+    err = np.array(r.values) - Z.sum(axis=0)
+    assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + n * 2.0**-F_BITS), (err, r.noise_variance)
+    assert_all_serving(fed)

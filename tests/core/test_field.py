@@ -1,0 +1,77 @@
+"""Field64 arithmetic against Python integers: every operation, edge values, the NTT and the XOF sampler."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from mpdp.math import field as F
+
+P = F.P
+EDGES = [0, 1, 2, P - 1, P - 2, 2**32, 2**32 - 1, 2**32 + 1, 2**63, 2**63 - 1, P - 2**32, 2**64 - 2**33, (P - 1) // 2, (P + 1) // 2]
+
+
+def _pairs(n: int, seed: int) -> tuple[list[int], list[int]]:
+    rng = random.Random(seed)
+    xs = [rng.randrange(P) for _ in range(n)] + [a for a in EDGES for _ in EDGES]
+    ys = [rng.randrange(P) for _ in range(n)] + [b for _ in EDGES for b in EDGES]
+    return xs, ys
+
+
+def test_add_sub_mul_neg_match_python_integers():
+    xs, ys = _pairs(50_000, 1)
+    a, b = np.array(xs, dtype=np.uint64), np.array(ys, dtype=np.uint64)
+    assert F.mul(a, b).tolist() == [x * y % P for x, y in zip(xs, ys)]
+    assert F.add(a, b).tolist() == [(x + y) % P for x, y in zip(xs, ys)]
+    assert F.sub(a, b).tolist() == [(x - y) % P for x, y in zip(xs, ys)]
+    assert F.neg(a).tolist() == [(-x) % P for x in xs]
+    assert int(F.mul(np.uint64(P - 1), np.uint64(P - 1))) == 1  # 0-d operands too
+
+
+def test_sum_dot_inverse_and_powers():
+    xs, ys = _pairs(20_000, 2)
+    a, b = np.array(xs, dtype=np.uint64), np.array(ys, dtype=np.uint64)
+    assert int(F.sum(a)) == sum(xs) % P
+    assert int(F.dot(a, b)) == sum(x * y for x, y in zip(xs, ys)) % P
+    m = a[: 600].reshape(20, 30)
+    assert F.sum(m, axis=1).tolist() == [sum(xs[30 * i : 30 * i + 30]) % P for i in range(20)]
+    nz = a[a != 0][:300]
+    assert F.inv(nz).tolist() == [pow(int(x), P - 2, P) for x in nz]
+    assert F.batch_inv(nz).tolist() == [pow(int(x), P - 2, P) for x in nz]
+    assert F.powers(12345, 40).tolist() == [pow(12345, i, P) for i in range(40)]
+    assert F.powers_of(np.array([3, P - 1], dtype=np.uint64), 5).tolist() == [[pow(3, i, P) for i in range(5)], [pow(P - 1, i, P) for i in range(5)]]
+    assert F.pow_vec(np.array([7], dtype=np.uint64), P - 1).tolist() == [1]
+
+
+def test_signed_lift_and_canonical_decoding():
+    x = np.array([-(2**62), -5, 0, 3, 2**62], dtype=np.int64)
+    assert F.to_signed(F.from_signed(x)).tolist() == x.tolist()
+    assert F.from_signed(np.array([-1])).tolist() == [P - 1]
+    data = F.encode(np.array([1, P - 1], dtype=np.uint64))
+    assert F.decode(data, 2).tolist() == [1, P - 1]
+    with pytest.raises(F.NotCanonical):
+        F.decode(np.array([P], dtype="<u8").tobytes(), 1)
+    with pytest.raises(F.NotCanonical):
+        F.decode(data, 3)
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 64])
+def test_ntt_is_evaluation_at_roots_of_unity(n):
+    rng = random.Random(n)
+    coeffs = [rng.randrange(P) for _ in range(2 * n)]
+    c = np.array(coeffs, dtype=np.uint64).reshape(2, n)
+    w = F.root_of_unity(n)
+    assert pow(w, n, P) == 1 and (n == 1 or pow(w, n // 2, P) != 1)
+    want = [[sum(coeffs[r * n + j] * pow(w, i * j, P) for j in range(n)) % P for i in range(n)] for r in range(2)]
+    assert F.ntt(c).tolist() == want
+    assert F.intt(F.ntt(c)).tolist() == c.tolist()
+
+
+def test_xof_is_deterministic_separated_and_canonical():
+    a = F.xof(b"dst", b"seed", b"binder", 1000)
+    assert a.tolist() == F.xof(b"dst", b"seed", b"binder", 1000).tolist()
+    assert a[:10].tolist() != F.xof(b"dsu", b"seed", b"binder", 10).tolist()
+    assert F.xof(b"dst", b"seed", b"binder", 10).tolist() == a[:10].tolist()  # a prefix of the same stream
+    assert bool((a < np.uint64(P)).all()) and bool((F.rand(1000) < np.uint64(P)).all())

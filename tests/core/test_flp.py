@@ -1,0 +1,248 @@
+"""Fully linear proofs (mpdp.math.flp): completeness and soundness, statistically.
+
+Every predicate at small d: valid inputs are accepted in every trial; every invalid class — out of range, over the
+norm, two-hot (and zero-hot), non-bit entries, a proof computed for another vector, a proof share altered at one
+node, a forged proof that zeroes the circuit's output, a wrong length — is rejected in every one of TRIALS random
+trials. Trials run as one batch (the circuit takes leading batch axes), with M = 3 verifiers, fresh joint and query
+randomness per trial.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpdp.math import field as F
+from mpdp.math import flp
+
+TRIALS = 1000
+M = 3
+rng = np.random.default_rng(20251126)  # public test data only; every share, seed and query point is from F.rand
+
+
+def _rand(*shape: int) -> np.ndarray:
+    return F.rand(int(np.prod(shape))).reshape(shape)
+
+
+def _share(x: np.ndarray) -> list[np.ndarray]:
+    helpers = [_rand(*x.shape) for _ in range(M - 1)]
+    lead = x.copy()
+    for h in helpers:
+        lead = F.sub(lead, h)
+    return [lead] + helpers
+
+
+def _verify(c: flp.Circuit, meas: np.ndarray, proof: np.ndarray, jr: np.ndarray, alter=None) -> np.ndarray:
+    ms, ps = _share(meas), _share(proof)
+    if alter is not None:
+        alter(ms, ps)
+    qr = _rand(meas.shape[0], c.proofs)
+    while bool((F.pow_vec(qr, c.n) == 1).any()):  # never in practice (probability n/p)
+        qr = _rand(meas.shape[0], c.proofs)
+    ver = F.sum(np.stack([c.query(ms[k], ps[k], qr, jr, M) for k in range(M)]), axis=0)
+    return c.decide(ver)
+
+
+def _prove(c: flp.Circuit, meas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = meas.shape[0]
+    jr = _rand(n, c.proofs, c.jr_len)
+    return c.prove(meas, jr, _rand(n, c.proofs, c.arity)), jr
+
+
+def _accepts(c: flp.Circuit, meas: np.ndarray, alter=None) -> np.ndarray:
+    proof, jr = _prove(c, meas)
+    return _verify(c, meas, proof, jr, alter)
+
+
+def _encode(c: flp.Circuit, rows: list[list[np.ndarray]]) -> np.ndarray:
+    return np.stack([c.encode(r) for r in rows]).astype(np.uint64)
+
+
+# -- circuits at small d ---------------------------------------------------------------------------------------
+D = 4
+RANGE = flp.Circuit([flp.RangeVec(D, 10, 5)])  # every y_j ∈ [−5, 5]
+L2 = flp.Circuit([flp.L2Ball(D, 5, 100)])  # ‖y‖² ≤ 100, |y_j| ≤ 16
+ONE_HOT = flp.Circuit([flp.OneHot(D, 1)])
+
+
+def _valid_range(n: int) -> list[list[np.ndarray]]:
+    return [[rng.integers(-5, 6, D)] for _ in range(n)]
+
+
+def _valid_l2(n: int) -> list[list[np.ndarray]]:
+    out = []
+    while len(out) < n:
+        y = rng.integers(-10, 11, D)
+        if int((y * y).sum()) <= 100:
+            out.append([y])
+    return out
+
+
+def _valid_hot(n: int) -> list[list[np.ndarray]]:
+    return [[np.eye(D, dtype=np.int64)[rng.integers(D)]] for _ in range(n)]
+
+
+def _bits(values: np.ndarray, width: int) -> np.ndarray:
+    return ((values[:, None] >> np.arange(width)) & 1).reshape(-1)
+
+
+def test_soundness_bound_and_repetitions():
+    for c in (RANGE, L2, ONE_HOT, flp.Circuit([flp.RangeVec(1000, 2**18 - 3, 2**17), flp.L2Ball(1000, 20, 2**40)])):
+        assert c.soundness_log2 <= -flp.SOUNDNESS_BITS
+        assert c.soundness_log2 + 40 <= -flp.TARGET_BITS  # ≤ 2^-60 with 2^40 XOF evaluations
+        assert c.proofs >= 2
+
+
+@pytest.mark.parametrize("circuit,valid", [(RANGE, _valid_range), (L2, _valid_l2), (ONE_HOT, _valid_hot)], ids=["range", "l2", "one-hot"])
+def test_valid_inputs_are_always_accepted_and_truncate_to_the_input(circuit, valid):
+    rows = valid(TRIALS)
+    meas = _encode(circuit, rows)
+    assert bool(_accepts(circuit, meas).all())
+    out = F.sum(np.stack([circuit.truncate(s, M) for s in _share(meas)]), axis=0)
+    assert np.array_equal(F.to_signed(out), np.stack([r[0] for r in rows]))
+
+
+def _out_of_range(n: int) -> np.ndarray:
+    """y_j ∉ [−5, 5] for one coordinate: its first decomposition is honest (x = y + 5 < 16), the second wraps mod 16."""
+    c = RANGE.predicates[0]
+    out = []
+    for _ in range(n):
+        y = rng.integers(-5, 6, D)
+        y[rng.integers(D)] = rng.choice([6, 7, 8, 10])
+        x = y + 5
+        out.append(np.concatenate([_bits(x, c.bits), _bits((x + c.gap) % (1 << c.bits), c.bits)]))
+    return np.stack(out).astype(np.uint64)
+
+
+def _non_bits(c: flp.Circuit, rows: np.ndarray, big: bool) -> np.ndarray:
+    """One measurement element per trial replaced by a non-bit: 2, −1, 10^9 or a uniform field element."""
+    rows = rows.copy()
+    pos = rng.integers(rows.shape[1], size=rows.shape[0])
+    vals = F.rand(rows.shape[0]) if big else F.from_ints(rng.choice([2, -1, 10**9], size=rows.shape[0]).tolist())
+    vals = np.where(vals <= 1, np.uint64(2), vals)
+    rows[np.arange(rows.shape[0]), pos] = vals
+    return rows
+
+
+def _over_norm(n: int) -> np.ndarray:
+    """‖y‖² ∈ (100, 4·256]: entries in range, the slack bits those of (bound − ‖y‖²) mod 2^7 or random."""
+    c = L2.predicates[0]
+    out = []
+    while len(out) < n:
+        y = rng.integers(-16, 16, D)
+        norm2 = int((y * y).sum())
+        if norm2 <= 100:
+            continue
+        slack = (100 - norm2) % (1 << c.slack_bits) if rng.random() < 0.5 else int(rng.integers(1 << c.slack_bits))
+        out.append(np.concatenate([_bits(y + 16, c.entry_bits), _bits(np.array([slack]), c.slack_bits)]))
+    return np.stack(out).astype(np.uint64)
+
+
+def _multi_hot(n: int) -> np.ndarray:
+    out = []
+    for _ in range(n):
+        k = int(rng.choice([0, 2, 3, 4]))  # zero-hot, two-hot, …
+        x = np.zeros(D, dtype=np.int64)
+        x[rng.choice(D, size=k, replace=False)] = 1
+        out.append(x)
+    return np.stack(out).astype(np.uint64)
+
+
+@pytest.mark.parametrize(
+    "circuit,invalid",
+    [
+        (RANGE, _out_of_range),
+        (L2, _over_norm),
+        (ONE_HOT, _multi_hot),
+        (RANGE, lambda n: _non_bits(RANGE, _encode(RANGE, _valid_range(n)), False)),
+        (L2, lambda n: _non_bits(L2, _encode(L2, _valid_l2(n)), True)),
+        (ONE_HOT, lambda n: _non_bits(ONE_HOT, _encode(ONE_HOT, _valid_hot(n)), False)),
+    ],
+    ids=["range-out-of-range", "l2-over-norm", "one-hot-two-hot", "range-non-bit", "l2-non-bit", "one-hot-non-bit"],
+)
+def test_invalid_inputs_with_honest_proofs_are_always_rejected(circuit, invalid):
+    meas = invalid(TRIALS)
+    assert not bool(circuit.valid(meas).any())  # the input really is invalid
+    assert not bool(_accepts(circuit, meas).any())
+
+
+VALID = {"range": (RANGE, _valid_range), "l2": (L2, _valid_l2), "one-hot": (ONE_HOT, _valid_hot)}
+INVALID = {"range": _out_of_range, "l2": _over_norm, "one-hot": _multi_hot}
+
+
+@pytest.mark.parametrize("name", list(VALID))
+def test_proof_for_another_vector_is_rejected(name):
+    """A valid proof of some valid x′ presented with an invalid x (and with a different valid x)."""
+    c, valid = VALID[name]
+    other = _encode(c, valid(TRIALS))
+    proof, jr = _prove(c, other)
+    bad = INVALID[name](TRIALS)
+    assert not bool(_verify(c, bad, proof, jr).any())
+    mine = _encode(c, valid(TRIALS))
+    differs = np.any(mine != other, axis=1)
+    assert not bool(_verify(c, mine, proof, jr)[differs].any())
+
+
+@pytest.mark.parametrize("name", list(VALID))
+def test_proof_share_altered_at_one_node_is_rejected(name):
+    c, valid = VALID[name]
+    meas = _encode(c, valid(TRIALS))
+    node = rng.integers(M, size=TRIALS)
+    rep = rng.integers(c.proofs, size=TRIALS)
+    pos = rng.integers(c.proof_len, size=TRIALS)
+    delta = F.rand(TRIALS)
+    delta = np.where(delta == 0, np.uint64(1), delta)
+
+    def alter(ms, ps):
+        for t in range(TRIALS):
+            ps[node[t]][t, rep[t], pos[t]] = F.add(ps[node[t]][t, rep[t], pos[t]], delta[t])
+
+    assert not bool(_accepts(c, meas, alter).any())
+
+
+@pytest.mark.parametrize("name", list(VALID))
+def test_forged_proof_that_zeroes_the_circuit_is_rejected(name):
+    """The strongest cheat on an invalid x: shift the gadget polynomial at ω^1 by −V(x) so that the circuit's output
+    is 0; only the polynomial identity at the secret query point catches it."""
+    c, _ = VALID[name]
+    meas = INVALID[name](TRIALS)
+    proof, jr = _prove(c, meas)
+    basis = F.intt(np.eye(c.n, dtype=np.uint64)[1])  # L_1: 1 at ω^1, 0 at the other n-th roots
+    for j in range(c.proofs):
+        a, b, lin = c._terms(meas, jr[:, j, :], np.uint64(1))
+        v = F.add(F.dot(a, b), lin)  # V(x) ≠ 0
+        proof[:, j, c.arity : c.arity + c.n] = F.sub(proof[:, j, c.arity : c.arity + c.n], F.mul(v[:, None], basis))
+    ms, ps = _share(meas), _share(proof)
+    qr = _rand(TRIALS, c.proofs)
+    ver = F.sum(np.stack([c.query(ms[k], ps[k], qr, jr, M) for k in range(M)]), axis=0)
+    assert bool((ver[:, :, 0] == 0).all())  # the forgery does zero V …
+    assert not bool(c.decide(ver).any())  # … and is caught
+
+
+@pytest.mark.parametrize("name", list(VALID))
+def test_wrong_length_is_refused(name):
+    c, valid = VALID[name]
+    meas = _encode(c, valid(4))
+    proof, jr = _prove(c, meas)
+    qr = _rand(4, c.proofs)
+    for bad_meas, bad_proof in ((meas[:, :-1], proof), (np.concatenate([meas, meas[:, :1]], axis=1), proof), (meas, proof[:, :, :-1])):
+        with pytest.raises(flp.CircuitError):
+            c.query(bad_meas, bad_proof, qr, jr, M)
+    with pytest.raises(flp.CircuitError):
+        c.encode([np.zeros(D + 1, dtype=np.int64)])
+
+
+def test_circuits_refuse_parameters_whose_sums_could_wrap():
+    with pytest.raises(flp.CircuitError):
+        flp.L2Ball(2**20, 23, 1)  # d·4^(b−1) ≥ p
+    with pytest.raises(flp.CircuitError):
+        flp.RangeVec(4, 2**63, 0)
+    with pytest.raises(flp.CircuitError):
+        flp.Circuit([flp.OneHot(3), flp.RangeVec(4, 3)])  # two output lengths
+
+
+def test_a_query_point_among_the_roots_of_unity_is_refused():
+    with pytest.raises(flp.CircuitError):
+        flp.lagrange_weights(8, np.array([F.root_of_unity(8)], dtype=np.uint64))
+    pts = flp.query_points(RANGE, b"q", b"k" * 32, b"client")
+    assert pts.shape == (RANGE.proofs,) and bool((F.pow_vec(pts, RANGE.n) != 1).all())
