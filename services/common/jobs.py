@@ -20,9 +20,11 @@ of any job bumps :data:`changes`, which the operators' watchers wait on.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict, deque
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Generic, Protocol, TypeVar
 
@@ -30,6 +32,7 @@ from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import RemoteProtocolError
 from mpdp_services.common import calls, errors, metrics
+from mpdp_services.common.durable import write_atomic
 
 log = logging.getLogger("mpdp.jobs")
 
@@ -344,10 +347,42 @@ class TaskJobs(Generic[T]):
     at once and the job goes on without it: :meth:`start` runs it, :meth:`stage` notes where it is, :meth:`cancel`
     stops it (FAILED, CANCELLED), :meth:`wait` gives its release or raises :class:`errors.Refused` as it failed."""
 
-    def __init__(self, table: "JobTable[Any]") -> None:
+    RUNNING_SUFFIX, FAILED_SUFFIX = ".running.json", ".failed.json"
+
+    def __init__(self, table: "JobTable[Any]", folder: "Path | None" = None) -> None:
         self.table = table
+        # ``folder``: where a running job leaves a durable mark, and a failed one its failure, so that a curator killed
+        # mid-job reports the job FAILED after its restart (:meth:`recover`) instead of not knowing it
+        self.folder = folder
+
+    def recover(self, reason: str = "the curator restarted mid-job; nothing was published; the parties' charges are kept") -> list[str]:
+        """After a restart: every job that was running when the process died is FAILED (JOB_FAILED, ``reason``)."""
+        if self.folder is None or not self.folder.is_dir():
+            return []
+        lost = []
+        for mark in self.folder.glob("*" + self.RUNNING_SUFFIX):
+            job_id = mark.name[: -len(self.RUNNING_SUFFIX)]
+            if valid_id(job_id):
+                self._write_failure(job_id, P.JOB_FAILED, reason)
+                lost.append(job_id)
+            mark.unlink(missing_ok=True)
+        return lost
+
+    def failures(self) -> "list[tuple[str, str, float]]":
+        """(job id, FAILED, mtime) of the failures on disk (the catalog's jobs of an earlier run)."""
+        if self.folder is None or not self.folder.is_dir():
+            return []
+        out = []
+        for p in self.folder.glob("*" + self.FAILED_SUFFIX):
+            job_id = p.name[: -len(self.FAILED_SUFFIX)]
+            if valid_id(job_id):
+                out.append((job_id, FAILED, p.stat().st_mtime))
+        return out
 
     def start(self, job_id: str, job: TaskJob, run: Callable[[], Awaitable[T]]) -> None:
+        if self.folder is not None:
+            write_atomic(self.folder / f"{job_id}{self.RUNNING_SUFFIX}", b"{}")
+
         async def body() -> T:
             try:
                 result = await run()
@@ -395,7 +430,15 @@ class TaskJobs(Generic[T]):
     def _end(self, job_id: str, job: TaskJob, state: str, problem: int, detail: str) -> None:
         job.state, job.problem, job.detail = state, problem, detail
         self.table.finish(job_id, state, problem)
+        if self.folder is not None:
+            if state == FAILED:
+                self._write_failure(job_id, problem, detail)
+            (self.folder / f"{job_id}{self.RUNNING_SUFFIX}").unlink(missing_ok=True)
         changes.bump()
+
+    def _write_failure(self, job_id: str, problem: int, detail: str) -> None:
+        assert self.folder is not None
+        write_atomic(self.folder / f"{job_id}{self.FAILED_SUFFIX}", json.dumps({"problem": int(problem), "detail": detail[:240]}))
 
 
 def _retrieved(task: "asyncio.Task") -> None:

@@ -60,7 +60,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         self.test_mode = test_mode
         # running jobs (spec, auxiliary chunks, stage); a finished job's entry stays for the retention, then its record
         self.running: jobs.JobTable[EnsembleJob] = jobs.JobTable("hamm2016", jobs.task_outcome, max_live=max_live, admission=admission)
-        self.tasks: jobs.TaskJobs[pb.EnsembleRelease] = jobs.TaskJobs(self.running)
+        self.tasks: jobs.TaskJobs[pb.EnsembleRelease] = jobs.TaskJobs(self.running, self.store.folder)
 
     async def cancel(self, job_id: str) -> bool:
         """The operator's `mpdp jobs cancel`: stop the job; its vote sum is aborted at the nodes, nothing is published."""

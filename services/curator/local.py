@@ -39,7 +39,7 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         self.channels = channels
         self.addresses = addresses  # shared with the Pathak curator's registry (parties register once)
         self.test_mode = test_mode
-        self.tasks: jobs.TaskJobs[pb.LocalModelSet] = jobs.TaskJobs(self.jobs)  # each job its own task
+        self.tasks: jobs.TaskJobs[pb.LocalModelSet] = jobs.TaskJobs(self.jobs, self.store.folder)  # each job its own task
 
     async def cancel(self, job_id: str) -> bool:
         """The operator's `mpdp jobs cancel`: stop asking the parties; the job ends CANCELLED and publishes nothing."""

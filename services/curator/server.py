@@ -338,6 +338,9 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners), add, services)
     await dca.recover()
     await learner.recover()  # a learner job the previous process was running is FAILED (its round's DCA job aborted)
+    for task_jobs in (local.tasks, ensemble.tasks):  # so is an ensemble or a set of local releases
+        for job_id in task_jobs.recover():
+            log.warning("job %s: the curator restarted mid-job; marked FAILED", job_id)
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
     await curator.watch.close()
@@ -354,10 +357,10 @@ def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: Local
         catalogs.Source("dca", dca.jobs, lambda j: dca.store.release(j) is not None or dca.store.consumed(j) is not None,
                         lambda: [*files(dca_dir, ".release.binpb", "RELEASED"), *files(dca_dir, ".consumed.json", "RELEASED"),
                                  *files(dca_dir, ".failed.json", "FAILED")], catalogs.hosted_live, catalogs.hosted_stage),
-        catalogs.Source("lmgc", local.jobs, lambda j: local.store.get(j) is not None, lambda: files(state_dir / "local", ".binpb", "PUBLISHED"),
-                        catalogs.task_live),
+        catalogs.Source("lmgc", local.jobs, lambda j: local.store.get(j) is not None,
+                        lambda: [*files(state_dir / "local", ".binpb", "PUBLISHED"), *local.tasks.failures()], catalogs.task_live),
         catalogs.Source("hamm2016", ensemble.running, lambda j: ensemble.store.get(j) is not None,
-                        lambda: files(state_dir / "ensembles", ".binpb", "PUBLISHED"), catalogs.task_live),
+                        lambda: [*files(state_dir / "ensembles", ".binpb", "PUBLISHED"), *ensemble.tasks.failures()], catalogs.task_live),
         *(learner_sources(learner) if learner is not None else []),
     ])
 

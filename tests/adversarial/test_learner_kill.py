@@ -94,3 +94,37 @@ def test_curator_killed_mid_dpgd_job(fed):
     assert states[-1] == "DONE", states
     assert_all_serving(fed)
     assert_ledgers_within_budget(fed)
+
+
+def test_curator_killed_mid_ensemble_then_the_job_is_failed_not_forgotten(fed):
+    """An ensemble runs as the curator's own task: killed with the process, it is FAILED after the restart (the job
+    host's watch, summary and release say so), and the restarted curator publishes the next ensemble."""
+    import os
+
+    from mpdp.messages import hamm2016_pb2 as hm, operations_pb2 as ops, operations_pb2_grpc as ops_grpc
+
+    spec = hm.EnsembleJobSpec(dataset="synthetic", auxiliary="aux", method="soft", lam=1e-2, epsilon=1.0, classes=["-1", "1"], parties=PARTIES,
+                              compute_nodes=NODES, local_lam=1e-2, simulation_seed=b"kill")
+    pid = fed.procs["party-3"].popen.pid
+    os.kill(pid, signal.SIGSTOP)  # its vote never comes: the job waits
+    try:
+        with operator_curator(fed) as ch:
+            job = ops_grpc.JobOperationsStub(ch).SubmitJob(ops.JobSubmission(hamm2016=spec), timeout=60).job_id
+        assert (fed.workdir / "curator" / "state" / "ensembles" / f"{job}.running.json").exists()
+        fed.kill("curator", signal.SIGKILL)
+        fed.restart("curator")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    with operator_curator(fed) as ch:
+        host = ops_grpc.JobOperationsStub(ch)
+        last = list(host.WatchJob(common_pb2.JobRef(job_id=job), timeout=60))[-1]
+        assert last.terminal and last.state == "FAILED" and last.problem == common_pb2.JOB_FAILED, last
+        with pytest.raises(grpc.RpcError) as e:
+            host.GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        assert e.value.code() == grpc.StatusCode.ABORTED
+        spec.simulation_seed = b"after"
+        again = host.SubmitJob(ops.JobSubmission(hamm2016=spec), timeout=60)
+        assert list(host.WatchJob(common_pb2.JobRef(job_id=again.job_id), timeout=300))[-1].state == "PUBLISHED"
+    assert not (fed.workdir / "curator" / "state" / "ensembles" / f"{job}.running.json").exists()
+    assert_ledgers_within_budget(fed)
+    assert_all_serving(fed)
