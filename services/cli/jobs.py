@@ -12,6 +12,7 @@ from typing import Literal
 
 import click
 
+from mpdp_services.cli.errors import CliError, from_rpc
 from mpdp_services.cli.options import endpoints_option
 import numpy as np
 from rich.console import Console
@@ -23,6 +24,7 @@ from mpdp.learn import logreg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010 import tester
 
+from mpdp_services.operator.jobs import ordered_stages
 from mpdp_services.operator.pathak2010 import MODES, make_spec
 
 err = Console(stderr=True)
@@ -39,14 +41,14 @@ def mode_name(model: pb.PublishedModel) -> str:
     return "corrected" if model.mode == common_pb2.CORRECTED else "paper"
 
 
-def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool) -> tuple[str, pb.JobStatus]:
+def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool, address: str | None = None) -> tuple[str, pb.JobStatus]:
     """Submit, show live progress per stage (stderr), return the final status."""
     import grpc
 
     try:
         job_id = client.submit(spec)
     except grpc.RpcError as e:
-        raise click.ClickException(f"the curator refused the job: {e.details()}")
+        raise from_rpc(e, "the curator", address, "the job") from None
     if quiet:
         return job_id, client.wait(job_id)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"), TimeElapsedColumn(), console=err) as prog:
@@ -76,7 +78,7 @@ def model_summary(model: pb.PublishedModel) -> dict:
         "lambda": getattr(model, "lambda"),
         "parties": model.parties,
         "dimension": model.dimension,
-        "stage_seconds": dict(model.stage_seconds),
+        "stage_seconds": ordered_stages(dict(model.stage_seconds), STAGES),
         "paillier_ops": dict(model.paillier_ops),
         "guarantee": {"epsilon": model.guarantee.epsilon, "delta": model.guarantee.delta, "mechanism": model.guarantee.mechanism, "statement": model.guarantee.statement},
         "trust_model": model.trust_model,
@@ -111,6 +113,9 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from mpdp_services.launcher.federation import LocalFederation
 
+    _check_key_bits(key_bits, test_mode)
+    if n_parties < 1:
+        raise click.BadParameter("a federation needs at least one party", param_hint="--parties")
     names = [f"party-{i + 1}" for i in range(n_parties)]
     ds: dict[str, dict[str, dict]] = {}
     for item in datasets:
@@ -131,9 +136,10 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         aux[name] = {"path": str(Path(path).resolve())}
     fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes, auxiliary=aux,
                           budget_epsilon=budget_epsilon, budget_delta=budget_delta, node_workers=node_workers, log_format=log_format)
-    with err.status("starting curator, parties and compute nodes"):
-        fed.start()
-    err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
+    t0 = time.perf_counter()
+    err.print(f"starting the curator, then {n_parties} part{'y' if n_parties == 1 else 'ies'}{f' and {n_nodes} compute node(s)' if nodes else ''} ({key_bits}-bit keys)")
+    _start(fed, lambda proc: err.print(f"  {proc.role:<12} {proc.name:<10} ready on 127.0.0.1:{proc.port}  ({time.perf_counter() - t0:.1f} s)"))
+    err.print(f"federation up in {time.perf_counter() - t0:.1f} s: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
     if nodes:
         err.print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
     cur_http = fed.procs["curator"].http_port
@@ -243,8 +249,10 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         else:
             Console().print_json(json.dumps(summary))
         return
-    with OperatorClient(Endpoints.load(endpoints)) as client:
-        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta, colluders=colluders, schema_sha256=schema_sha256), as_json)
+    ep = Endpoints.load(endpoints)
+    with OperatorClient(ep) as client:
+        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta, colluders=colluders, schema_sha256=schema_sha256),
+                                       as_json, ep.curator_address)
         _fail_if_failed(status)
         summary = model_summary(client.model(job_id))
     if as_json:
@@ -327,10 +335,11 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
 @click.option("--epsilon", type=float, default=2.0, show_default=True, help="privacy parameter ε")
 @click.option("--lambda", "lam", type=float, default=0.1, show_default=True, help="regularisation λ")
 @click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=MODE_HELP)
-@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier/DGK modulus size")
+@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier/DGK modulus size (below 2048 with --test-mode only)")
+@click.option("--test-mode", is_flag=True, help="allow small keys (fast, never for real data)")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None, help="keep the federation's files here (default: a temporary folder)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, workdir: str | None, as_json: bool) -> None:
+def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, test_mode: bool, workdir: str | None, as_json: bool) -> None:
     """Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."""
     from sklearn.datasets import load_breast_cancer
 
@@ -340,6 +349,7 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
 
     if n_parties < 3:
         raise click.BadParameter("the demo needs at least 3 parties", param_hint="--parties")
+    _check_key_bits(key_bits, test_mode)
     X, y = load_breast_cancer(return_X_y=True)
     y = np.where(y == 1, 1.0, -1.0)
     X = (X - X.mean(axis=0)) / X.std(axis=0)  # demo-only public scaling; parties clip rows to ‖x‖ ≤ 1
@@ -359,11 +369,11 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savetxt(path, np.column_stack([X[idx], y[idx]]), delimiter=",", fmt="%.10g")
         datasets[name] = {"breast_cancer": {"path": str(path), "format": "csv"}}
-    fed = LocalFederation(root, names, datasets, paillier_bits=key_bits, dgk_bits=key_bits, test_mode=key_bits < 2048)
+    fed = LocalFederation(root, names, datasets, paillier_bits=key_bits, dgk_bits=key_bits, test_mode=test_mode)
     t0 = time.perf_counter()
     try:
         with err.status(f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)", spinner="dots") if not as_json else _null():
-            fed.start()
+            _start(fed)
         with OperatorClient(Endpoints.load(root)) as client:
             job_id, status = run_and_watch(client, make_spec("breast_cancer", names, epsilon, lam, mode), as_json)
             _fail_if_failed(status)
@@ -430,9 +440,10 @@ def _protocol_of(endpoints: str, job_id: str) -> str:
     from mpdp_services.operator.jobs import get_job
 
     try:
-        return str(get_job(Endpoints.load(endpoints), job_id)["protocol"])
+        ep = Endpoints.load(endpoints)
+        return str(get_job(ep, job_id)["protocol"])
     except grpc.RpcError as e:
-        raise click.ClickException(f"{e.details()} (`mpdp jobs ls` lists the jobs this curator knows)")
+        raise from_rpc(e, "the curator", ep.curator_address, f"to show job {job_id}") from None
 
 
 def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
@@ -475,6 +486,29 @@ def _schema(path: str):
     except SchemaError as e:
         raise click.BadParameter(str(e), param_hint="--schema")
     return Path(path).resolve(), s.sha256(), s
+
+
+def _check_key_bits(key_bits: int, test_mode: bool) -> None:
+    """The same rule as every role's config: 2048 bits and up, smaller keys in test mode only."""
+    from mpdp.limits import SpecError, check_key_bits
+
+    try:
+        check_key_bits(key_bits, test_mode=test_mode)
+    except SpecError as e:
+        hint = "add --test-mode for a throwaway federation on public data, or use --key-bits 2048 or more" if not test_mode else ""
+        raise CliError(f"--key-bits {key_bits}: {e}", code="usage", hint=hint, exit_code=2) from None
+
+
+def _start(fed, on_ready=None) -> None:
+    """Start a local federation; a role that exits or hangs during start-up is one error naming its log."""
+    try:
+        fed.start(on_ready=on_ready)
+    except (RuntimeError, TimeoutError) as e:
+        fed.stop()
+        first, _, log = str(e).partition("\n")
+        last = [ln for ln in log.splitlines() if ln.strip()][-1:] or [""]
+        raise CliError(f"{first.removesuffix('; log:')}{': ' + last[0] if last[0] else ''}", code="failed",
+                       hint=f"each role's log is WORKDIR/<site>/service.log (here {fed.workdir})") from None
 
 
 def _interrupt(signum, frame) -> None:

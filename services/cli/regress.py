@@ -11,7 +11,7 @@ from mpdp_services.cli.options import endpoints_option
 import numpy as np
 
 
-@click.command()
+@click.command(short_help="Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2).")
 @endpoints_option
 @click.option("--dataset", required=True, help="dataset name every party maps to its own CSV (last column = target)")
 @click.option("--parties", required=True, help="comma-separated party names (each is one DCA client)")
