@@ -144,14 +144,17 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     from mpdp_services.common.rpc import TlsFiles
     from mpdp_services.dca_client.client import submit_vector
 
-    folder = Path(site)
-    tls = TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
-    cid = str(x509.load_pem_x509_certificate(tls.cert.read_bytes()).subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value)  # a CN is a str
-    ledger = client_ledger(folder, ledger_path, budget_epsilon, budget_delta)
     try:
         z = np.loadtxt(values[1:]) if values.startswith("@") else np.array([float(v) for v in values.split(",")])
     except (OSError, ValueError) as e:
         raise click.BadParameter(f"not a vector: {e}", param_hint="--values") from None
+    folder = Path(site)
+    tls = TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
+    missing = [p.name for p in (tls.cert, tls.key, tls.ca) if not p.exists()]
+    if missing:
+        raise click.BadParameter(f"{folder} is not a site folder: {', '.join(missing)} missing (`mpdp provision` writes them)", param_hint="--site")
+    cid = str(x509.load_pem_x509_certificate(tls.cert.read_bytes()).subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value)  # a CN is a str
+    ledger = client_ledger(folder, ledger_path, budget_epsilon, budget_delta)
     try:
         rep = asyncio.run(submit_vector(Endpoints.load(endpoints), tls, str(cid), job_id, np.atleast_1d(z), ledger=ledger))
     except BudgetExceeded as e:

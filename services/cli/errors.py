@@ -93,7 +93,8 @@ def as_cli_error(e: BaseException) -> CliError | None:
     if isinstance(e, CliError):
         return e
     if isinstance(e, click.UsageError):
-        return CliError(e.format_message(), code="usage", hint=USAGE_HINT, exit_code=2)
+        hint = f"`{e.ctx.command_path} --help` lists its options" if e.ctx is not None else USAGE_HINT
+        return CliError(e.format_message(), code="usage", hint=hint, exit_code=2)
     if isinstance(e, click.ClickException):
         return CliError(e.format_message(), exit_code=e.exit_code or 1)
     if isinstance(e, (KeyboardInterrupt, click.Abort)):

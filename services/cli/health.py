@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from mpdp_services.cli.errors import CliError
+
 
 def probe(address: str, tls_dir: Path, server_name: str | None, service: str, timeout: float) -> tuple[bool, str]:
     """One Health.Check call; returns (serving, what happened)."""
@@ -79,15 +81,19 @@ def health(address: str, tls_dir: str, server_name: str | None, service: str, ti
         if ok or time.monotonic() >= deadline:
             break
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # polling a remote service: nothing to wait on locally
-    if as_json:
-        click.echo(json.dumps({"address": address, "service": service or None, "healthy": ok, "status": what}))
+    hint = ("is the service running at that address, and is --tls-dir a site of the same federation? "
+            "--server-name names the site the address should be (default: the name on its certificate)")
+    if as_json:  # one object either way; a failure's carries "error" too
+        doc: dict[str, object] = {"address": address, "service": service or None, "healthy": ok, "status": what}
+        if not ok:
+            doc["error"] = {"code": "unhealthy", "message": f"unhealthy: {what}", "hint": hint}
+        click.echo(json.dumps(doc))
         sys.exit(0 if ok else 1)
     if ok:
         if not quiet:
             click.echo(what)
         return
-    click.echo(f"unhealthy: {what}", err=True)
-    sys.exit(1)
+    raise CliError(f"unhealthy: {what}", code="unhealthy", hint=hint)
 
 
 if __name__ == "__main__":

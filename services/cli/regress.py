@@ -41,12 +41,15 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
     from mpdp_services.cli.model import submit_and_follow
     from mpdp_services.operator.regression import regression_spec
 
-    b = [float(v) for v in bounds.split(",")]
+    try:
+        b = [float(v) for v in bounds.split(",")]
+        reps = tuple(int(v) for v in grid_repeats.split(","))
+    except ValueError:
+        raise click.BadParameter("comma-separated numbers, please", param_hint="--bounds / --grid-repeats") from None
     if len(b) == 1:
         b = b * (dimension + 1)
     if len(b) != dimension + 1:
         raise click.BadParameter(f"give 1 or d+1 = {dimension + 1} bounds", param_hint="--bounds")
-    reps = tuple(int(v) for v in grid_repeats.split(","))
     try:
         spec = regression_spec(dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta, total_records, records_per_party, mode=mode,
                                noise=noise, grid_repeats=reps)  # type: ignore[arg-type]
