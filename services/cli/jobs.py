@@ -7,28 +7,33 @@ import sys
 import signal
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from mpdp_services.cli.errors import CliError, from_rpc
 from mpdp_services.cli.options import endpoints_option
-import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from mpdp_services.operator.pathak2010 import MODES
 
-from mpdp.data.loaders import DatasetError, load, to_pm1
-from mpdp.learn import logreg
-from mpdp.messages import common_pb2, pathak2010_pb2 as pb
-from mpdp.pathak2010 import tester
+if TYPE_CHECKING:  # numpy, gRPC, rich and the protocol cores load when a command runs, not for its --help
+    from mpdp.messages import pathak2010_pb2 as pb
 
-from mpdp_services.operator.jobs import ordered_stages
-from mpdp_services.operator.pathak2010 import MODES, make_spec
-
-err = Console(stderr=True)
 STAGES = ["setup", "stage1", "stage2", "stage3"]
+
+
+def _stdout_json(doc: dict) -> None:
+    from rich.console import Console
+
+    Console().print_json(json.dumps(doc))
+
+
+@cache
+def _stderr() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 MODE_HELP = ("noise mode: gaussian-distributed (every party draws a share of Gaussian noise, (ε, δ)-DP, no t parties know it), "
@@ -36,6 +41,8 @@ MODE_HELP = ("noise mode: gaussian-distributed (every party draws a share of Gau
 
 
 def mode_name(model: pb.PublishedModel) -> str:
+    from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+
     if model.noise == pb.DISTRIBUTED_GAUSSIAN:
         return "gaussian-distributed"
     return "corrected" if model.mode == common_pb2.CORRECTED else "paper"
@@ -44,6 +51,7 @@ def mode_name(model: pb.PublishedModel) -> str:
 def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool, address: str | None = None) -> tuple[str, pb.JobStatus]:
     """Submit, show live progress per stage (stderr), return the final status."""
     import grpc
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     try:
         job_id = client.submit(spec)
@@ -51,7 +59,7 @@ def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool, address: str | No
         raise from_rpc(e, "the curator", address, "the job") from None
     if quiet:
         return job_id, client.wait(job_id)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"), TimeElapsedColumn(), console=err) as prog:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"), TimeElapsedColumn(), console=_stderr()) as prog:
         task = prog.add_task(f"job {job_id}", total=len(STAGES), state="submitted")
         final = None
         for st in client.watch(job_id):
@@ -65,11 +73,16 @@ def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool, address: str | No
 
 
 def _fail_if_failed(status: pb.JobStatus) -> None:
+    from mpdp.messages import common_pb2
+
     if status.state == "FAILED":
         raise click.ClickException(f"job {status.job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was published.")
 
 
 def model_summary(model: pb.PublishedModel) -> dict:
+    from mpdp.messages import pathak2010_pb2 as pb
+    from mpdp_services.operator.jobs import ordered_stages
+
     return {
         "job_id": model.job_id,
         "mode": mode_name(model),
@@ -137,16 +150,16 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
     fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes, auxiliary=aux,
                           budget_epsilon=budget_epsilon, budget_delta=budget_delta, node_workers=node_workers, log_format=log_format)
     t0 = time.perf_counter()
-    err.print(f"starting the curator, then {n_parties} part{'y' if n_parties == 1 else 'ies'}{f' and {n_nodes} compute node(s)' if nodes else ''} ({key_bits}-bit keys)")
-    _start(fed, lambda proc: err.print(f"  {proc.role:<12} {proc.name:<10} ready on 127.0.0.1:{proc.port}  ({time.perf_counter() - t0:.1f} s)"))
-    err.print(f"federation up in {time.perf_counter() - t0:.1f} s: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
+    _stderr().print(f"starting the curator, then {n_parties} part{'y' if n_parties == 1 else 'ies'}{f' and {n_nodes} compute node(s)' if nodes else ''} ({key_bits}-bit keys)")
+    _start(fed, lambda proc: _stderr().print(f"  {proc.role:<12} {proc.name:<10} ready on 127.0.0.1:{proc.port}  ({time.perf_counter() - t0:.1f} s)"))
+    _stderr().print(f"federation up in {time.perf_counter() - t0:.1f} s: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
     if nodes:
-        err.print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
+        _stderr().print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
     cur_http = fed.procs["curator"].http_port
     if cur_http:
-        err.print(f"dashboard: http://127.0.0.1:{cur_http}/", soft_wrap=True)
-        err.print("(each role's HTTP base URL is under \"http\" in endpoints.json: URL/metrics, and URL/ is a party's ledger page)")
-    err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C or SIGTERM stops everything)")
+        _stderr().print(f"dashboard: http://127.0.0.1:{cur_http}/", soft_wrap=True)
+        _stderr().print("(each role's HTTP base URL is under \"http\" in endpoints.json: URL/metrics, and URL/ is a party's ledger page)")
+    _stderr().print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C or SIGTERM stops everything)")
     if as_json:
         endpoints_file = Path(workdir).resolve() / "endpoints.json"
         urls = json.loads(endpoints_file.read_text()).get("http", {})
@@ -158,7 +171,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         while all(p.popen.poll() is None for p in fed.procs.values()):
             time.sleep(1.0)
         dead = [n for n, p in fed.procs.items() if p.popen.poll() is not None]
-        err.print(f"[red]process exited: {dead}; stopping the federation")
+        _stderr().print(f"[red]process exited: {dead}; stopping the federation")
     except KeyboardInterrupt:
         pass
     finally:
@@ -202,6 +215,8 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
           auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
           dimension: int, total_records: int, records_per_party: int, rounds: int, schema_file: str | None, detach: bool, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
+    from mpdp_services.operator.pathak2010 import make_spec
+
     import grpc
 
     schema_sha256 = _schema(schema_file)[1] if schema_file else ""
@@ -227,12 +242,12 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
                                             delta=(delta or 1e-6) if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
                                             schema_sha256=schema_sha256)
         try:
-            with err.status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
+            with _stderr().status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
                 rel = train_ensemble(Endpoints.load(endpoints), spec)
         except grpc.RpcError as e:
             raise click.ClickException(f"the ensemble job failed: {e.details()}")
         out = ens_summary(rel)
-        print(json.dumps(out)) if as_json else Console().print_json(json.dumps(out))
+        print(json.dumps(out)) if as_json else _stdout_json(out)
         return
 
     if model == "lmgc":
@@ -247,7 +262,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         if as_json:
             print(json.dumps(summary))
         else:
-            Console().print_json(json.dumps(summary))
+            _stdout_json(summary)
         return
     ep = Endpoints.load(endpoints)
     with OperatorClient(ep) as client:
@@ -272,6 +287,11 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, schema_file: str | None, as_json: bool) -> None:
     """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."""
+    import numpy as np
+
+    from mpdp.data.loaders import DatasetError, load, to_pm1
+    from mpdp.pathak2010 import tester
+
     import grpc
 
     from mpdp_services.common.endpoints import Endpoints
@@ -341,6 +361,12 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, test_mode: bool, workdir: str | None, as_json: bool) -> None:
     """Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."""
+    import numpy as np
+
+    from mpdp.learn import logreg
+    from mpdp.pathak2010 import tester
+    from mpdp_services.operator.pathak2010 import make_spec
+
     from sklearn.datasets import load_breast_cancer
 
     from mpdp_services.common.endpoints import Endpoints
@@ -372,7 +398,7 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
     fed = LocalFederation(root, names, datasets, paillier_bits=key_bits, dgk_bits=key_bits, test_mode=test_mode)
     t0 = time.perf_counter()
     try:
-        with err.status(f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)", spinner="dots") if not as_json else _null():
+        with _stderr().status(f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)", spinner="dots") if not as_json else _null():
             _start(fed)
         with OperatorClient(Endpoints.load(root)) as client:
             job_id, status = run_and_watch(client, make_spec("breast_cancer", names, epsilon, lam, mode), as_json)
@@ -448,6 +474,10 @@ def _protocol_of(endpoints: str, job_id: str) -> str:
 
 def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
     """Classify with a dp-gd model from the curator's store (rows scaled onto the unit ball, as the parties trained on them)."""
+    import numpy as np
+
+    from mpdp.data.loaders import DatasetError, load
+
     import grpc
 
     from mpdp.dpgd.model import party_rows, prepare
@@ -525,6 +555,9 @@ def _endpoint_nodes(endpoints: str) -> list[str]:
 
 
 def _print_summary(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     out = Console()
     t = Table(title=f"job {s['job_id']}", show_header=False)
     for k in ("mode", "epsilon", "delta", "colluders", "lambda", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
