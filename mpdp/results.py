@@ -278,11 +278,17 @@ class Result:
             raise TypeError(f"a {self.protocol} release is not a predictor")
         return self.model.score(X, y)
 
+    @property
+    def backend(self) -> str:
+        """Where it ran: ``in-process`` or ``live`` (``mode`` is this field's old name, kept for one release)."""
+        return self.mode
+
     def to_dict(self) -> dict:
         g = self.guarantee
         return {
             "protocol": self.protocol,
-            "mode": self.mode,
+            "backend": self.mode,
+            "mode": self.mode,  # deprecated spelling of "backend", kept for one release
             "job_id": self.job_id,
             "guarantee": {**g.as_dict(), "noise": self.noise},
             "trust_model": self.trust_model,

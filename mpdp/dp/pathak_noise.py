@@ -43,7 +43,7 @@ Mode = Literal["corrected", "paper", "gaussian-distributed"]
 MODES: tuple[str, ...] = ("corrected", "paper", "gaussian-distributed")
 GAUSSIAN = "gaussian-distributed"
 NOISE_STREAM = "pathak2010/noise"
-DEFAULT_DELTA = 1e-6
+DEFAULT_DELTA = limits.DEFAULT_DELTA
 # Fixed point of the distributed Gaussian (docs/protocols/pathak2010.md, "Fixed point"): in units 2^-f of K·ŵ_s,
 # σ̄ = ⌈S·2^SIGMA_FRAC_BITS⌉ with S = K·σ·2^f < 2^(f + SCALE_BITS); z̄_i = round(z_i·2^fz), |z_i| < 2^Z_INT_BITS.
 SIGMA_FRAC_BITS = 32

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from mpdp_services.cli.errors import CliError, from_rpc
-from mpdp_services.cli.options import endpoints_option
+from mpdp_services.cli.options import endpoints_option, renamed_option
 
 # The spec's noise names (mpdp.dca.params.NOISE_ENUM, whose import pulls in the accountant): kept equal by a test.
 NOISES = ("gaussian", "discrete-gaussian")
@@ -42,9 +42,10 @@ def dca() -> None:
 @click.option("--sensitivity", type=float, required=True, help="Δ₂ of one client's vector (after clipping)")
 @click.option("--clip", type=float, default=1.0, show_default=True, help="|z_ij| ≤ clip, enforced by every client")
 @click.option("--nodes", required=True, help="comma-separated compute node names")
-@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="analytic Gaussian (corrected) or classic formula (paper)")
+@renamed_option("--calibration", "--mode", "mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
+                help="how σ is calibrated to (ε, δ): the analytic Gaussian (corrected) or the classic formula (paper)")
 @click.option("--noise", type=click.Choice(NOISES), default="gaussian", show_default=True,
-              help="floating-point Gaussian, or exact integer discrete Gaussian (Canonne et al. 2020; ρ-zCDP and (ε, δ), Kairouz et al. 2021)")
+              help="the noise: floating-point Gaussian, or exact integer discrete Gaussian (Canonne et al. 2020; ρ-zCDP and (ε, δ), Kairouz et al. 2021)")
 @click.option("--frac-bits", type=int, default=32, show_default=True, help="f: values travel in units of 2^-f")
 @click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
 @click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from mpdp_services.cli.options import renamed_option
+
 from mpdp.data.loaders import DatasetError
 from mpdp.experiments import pathak2010 as exp
 from mpdp.experiments.common import parse_float_list, rich_progress, to_json
@@ -58,10 +60,10 @@ def _table(result: exp.Pathak2010Result) -> None:
 @click.command("pathak2010")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DATA, show_default=True,
               help="Folder holding a9a.gz and a9a.t.gz (LIBSVM a9a; loaded with n_features=123).")
-@click.option("--lambda", "lam", type=click.FloatRange(min=0, min_open=True), default=exp.PAPER_LAMBDA, show_default=True,
-              help="Regularisation λ. corrected mode trains with (λ/2)‖w‖², paper mode with λ‖w‖² (the paper ran λ=1).")
-@click.option("--paper-lambda", "paper_lam", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="λ for paper mode only (default: --lambda). λ/2 gives paper mode the same local models as corrected mode.")
+@renamed_option("--lam", "--lambda", "lam", type=click.FloatRange(min=0, min_open=True), default=exp.PAPER_LAMBDA, show_default=True,
+                help="The regulariser λ. corrected mode trains with (λ/2)‖w‖², paper mode with λ‖w‖² (the paper ran λ=1).")
+@renamed_option("--paper-lam", "--paper-lambda", "paper_lam", type=click.FloatRange(min=0, min_open=True), default=None,
+                help="λ for paper mode only (default: --lam). λ/2 gives paper mode the same local models as corrected mode.")
 @click.option("--epsilons", default=DEFAULT_EPSILONS, show_default=True,
               help="Comma-separated ε grid; results are keyed by ε exactly as written here.")
 @click.option("--runs", type=click.IntRange(min=1), default=exp.PAPER_RUNS, show_default=True,

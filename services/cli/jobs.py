@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from mpdp_services.cli.errors import CliError, from_rpc
-from mpdp_services.cli.options import endpoints_option
+from mpdp_services.cli.options import deprecated, endpoints_option, renamed_option
 from mpdp_services.operator.pathak2010 import MODES
+from mpdp.limits import DEFAULT_DELTA
 
 if TYPE_CHECKING:  # numpy, gRPC, rich and the protocol cores load when a command runs, not for its --help
     from mpdp.messages import pathak2010_pb2 as pb
@@ -36,7 +37,7 @@ def _stderr() -> Any:
     return Console(stderr=True)
 
 
-MODE_HELP = ("noise mode: gaussian-distributed (every party draws a share of Gaussian noise, (ε, δ)-DP, no t parties know it), "
+NOISE_HELP = ("noise scheme: gaussian-distributed (every party draws a share of Gaussian noise, (ε, δ)-DP, no t parties know it), "
              "corrected (the smallest party's spherical Laplace, ε-DP, that party knows its noise) or paper (as published)")
 
 
@@ -85,10 +86,10 @@ def model_summary(model: pb.PublishedModel) -> dict:
 
     return {
         "job_id": model.job_id,
-        "mode": mode_name(model),
+        "noise": mode_name(model),
         "epsilon": model.epsilon,
         "delta": model.guarantee.delta,
-        "lambda": getattr(model, "lambda"),
+        "lam": getattr(model, "lambda"),
         "parties": model.parties,
         "dimension": model.dimension,
         "stage_seconds": ordered_stages(dict(model.stage_seconds), STAGES),
@@ -97,6 +98,8 @@ def model_summary(model: pb.PublishedModel) -> dict:
         "trust_model": model.trust_model,
         **({"colluders": model.colluders} if model.noise == pb.DISTRIBUTED_GAUSSIAN else {}),
         "seeded": model.seeded,
+        "mode": mode_name(model),  # deprecated spelling of "noise", kept for one release
+        "lambda": getattr(model, "lambda"),  # deprecated spelling of "lam", kept for one release
     }
 
 
@@ -183,9 +186,11 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--dataset", required=True, help="dataset name every party maps to its own file")
 @click.option("--parties", required=True, help="comma-separated party names; the first is P1")
 @click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
-@click.option("--lambda", "lam", type=float, required=True, help="regularisation λ (logreg: L2; lmgc: trace regulariser)")
-@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=MODE_HELP + "; lmgc: corrected or paper")
-@click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, help="δ of gaussian-distributed and dp-gd jobs (0 = 1e-6)")
+@renamed_option("--lam", "--lambda", "lam", type=float, required=True, help="the regulariser λ (logreg: L2; lmgc: trace regulariser)")
+@renamed_option("--noise", "--mode", "mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
+                help=NOISE_HELP + "; lmgc and dp-gd take the calibration: corrected or paper")
+@click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True), default=None,
+              help=f"δ of gaussian-distributed, dp-gd and pate jobs  [default: {DEFAULT_DELTA:g}; pure ε-DP noise takes none]")
 @click.option("--colluders", type=click.IntRange(min=0), default=None, help="gaussian-distributed: t, parties that may pool their noise (default max(1, K−2))")
 @click.option("--model", type=click.Choice(["logreg", "lmgc", "hamm2016", "dp-gd"]), default="logreg", show_default=True,
               help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average; "
@@ -196,13 +201,13 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--auxiliary", default="", help="hamm2016: the curator's auxiliary dataset name (curator config `auxiliary:`)")
 @click.option("--method", type=click.Choice(["soft", "vote", "pate"]), default="soft", show_default=True,
               help="hamm2016: soft labels (Alg. 2), majority votes (Alg. 1), both ε-DP by output perturbation; or pate: the voters add Gaussian noise "
-                   "inside the vote sum, the curator sees only noisy counts and labels by their noisy argmax (GNMax), (ε, δ)-DP (δ from --delta, default 1e-6)")
+                   "inside the vote sum, the curator sees only noisy counts and labels by their noisy argmax (GNMax), (ε, δ)-DP (δ from --delta)")
 @click.option("--queries", type=click.IntRange(min=0), default=0, help="hamm2016 pate: Q auxiliary points queried (a public random subset; 0 = all distinct points)")
 @click.option("--classes", default="-1,1", show_default=True, help="hamm2016: the class labels, comma-separated (binary: the second is +1)")
 @click.option("--compute-nodes", default="", help="hamm2016: comma-separated compute nodes that sum the votes (default: all in endpoints.json)")
 @click.option("--max-missing", type=int, default=0, show_default=True, help="hamm2016: voters that may drop out")
 @click.option("--protect-aux", is_flag=True, help="hamm2016: also protect one auxiliary point (§3.4)")
-@click.option("--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lambda)")
+@renamed_option("--local-lam", "--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lam)")
 @click.option("--dimension", type=int, default=0, help="dp-gd: the number of features d every party's dataset has")
 @click.option("--total-records", type=int, default=0, help="dp-gd: the public total row count N (replace-one adjacency)")
 @click.option("--records-per-party", type=int, default=0, help="dp-gd: public bound on one party's row count")
@@ -211,7 +216,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
               help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")
 @click.option("--detach", is_flag=True, help="dp-gd: print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float, colluders: int | None, model: str, ridge: float, data_norm: float,
+def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float | None, colluders: int | None, model: str, ridge: float, data_norm: float,
           auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
           dimension: int, total_records: int, records_per_party: int, rounds: int, schema_file: str | None, detach: bool, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
@@ -219,6 +224,14 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 
     import grpc
 
+    if delta == 0:
+        deprecated("--delta 0", f"--delta {DEFAULT_DELTA:g} (the default), or leave it out")
+        delta = None
+    if delta is not None and model == "logreg" and mode != "gaussian-distributed":
+        raise click.BadParameter(f"{mode} noise is pure ε-DP: it takes no δ", param_hint="--delta")
+    if delta is not None and model == "hamm2016" and method != "pate":
+        raise click.BadParameter(f"hamm2016 {method} is pure ε-DP: it takes no δ (pate does)", param_hint="--delta")
+    delta_used = DEFAULT_DELTA if delta is None else delta
     schema_sha256 = _schema(schema_file)[1] if schema_file else ""
 
     from mpdp_services.common.endpoints import Endpoints
@@ -226,7 +239,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 
     if model == "dp-gd":
         dpgd_mode = "corrected" if mode == "gaussian-distributed" else mode  # dp-gd's own calibrations; the Pathak default names the provable one
-        _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta or 1e-6, lam, dpgd_mode, classes.split(","), dimension, total_records,
+        _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta_used, lam, dpgd_mode, classes.split(","), dimension, total_records,
                     records_per_party, rounds, max_missing, as_json, schema_sha256, detach)
         return
 
@@ -239,13 +252,13 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
             raise click.BadParameter("hamm2016 needs the curator's auxiliary dataset name", param_hint="--auxiliary")
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset, auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon, classes=classes.split(","),
                                             parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam,
-                                            delta=(delta or 1e-6) if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
+                                            delta=delta_used if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
                                             schema_sha256=schema_sha256)
         try:
             with _stderr().status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
                 rel = train_ensemble(Endpoints.load(endpoints), spec)
         except grpc.RpcError as e:
-            raise click.ClickException(f"the ensemble job failed: {e.details()}")
+            raise from_rpc(e, "the federation", None, "the ensemble job") from None
         out = ens_summary(rel)
         print(json.dumps(out)) if as_json else _stdout_json(out)
         return
@@ -258,7 +271,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         try:
             summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
         except grpc.RpcError as e:
-            raise click.ClickException(e.details())
+            raise from_rpc(e, "the federation", None, "the lmgc job") from None
         if as_json:
             print(json.dumps(summary))
         else:
@@ -266,7 +279,8 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         return
     ep = Endpoints.load(endpoints)
     with OperatorClient(ep) as client:
-        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta, colluders=colluders, schema_sha256=schema_sha256),
+        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta_used if mode == "gaussian-distributed" else 0.0, colluders=colluders,
+                                                         schema_sha256=schema_sha256),
                                        as_json, ep.curator_address)
         _fail_if_failed(status)
         summary = model_summary(client.model(job_id))
@@ -353,8 +367,8 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
 @click.command()
 @click.option("--parties", "n_parties", type=int, default=3, show_default=True, help="number of parties (≥ 3)")
 @click.option("--epsilon", type=float, default=2.0, show_default=True, help="privacy parameter ε")
-@click.option("--lambda", "lam", type=float, default=0.1, show_default=True, help="regularisation λ")
-@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=MODE_HELP)
+@renamed_option("--lam", "--lambda", "lam", type=float, default=0.1, show_default=True, help="the regulariser λ")
+@renamed_option("--noise", "--mode", "mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=NOISE_HELP)
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier/DGK modulus size (below 2048 with --test-mode only)")
 @click.option("--test-mode", is_flag=True, help="allow small keys (fast, never for real data)")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None, help="keep the federation's files here (default: a temporary folder)")
@@ -560,7 +574,7 @@ def _print_summary(s: dict) -> None:
 
     out = Console()
     t = Table(title=f"job {s['job_id']}", show_header=False)
-    for k in ("mode", "epsilon", "delta", "colluders", "lambda", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
+    for k in ("noise", "epsilon", "delta", "colluders", "lam", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
         if k in s:
             v = s[k]
             t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from mpdp_services.cli.options import endpoints_option
+from mpdp_services.cli.options import endpoints_option, renamed_option
 import numpy as np
 
 
@@ -22,7 +22,8 @@ import numpy as np
 @click.option("--delta", type=float, default=1e-4, show_default=True, help="δ of the whole fit")
 @click.option("--total-records", type=int, required=True, help="N, the public total number of records (substitution adjacency keeps it fixed)")
 @click.option("--records-per-party", type=int, required=True, help="public bound on any party's row count (scales the DCA clip box)")
-@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="corrected sensitivities and analytic Gaussian, or the authors' code")
+@renamed_option("--calibration", "--mode", "mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
+                help="corrected sensitivities and analytic Gaussian, or the authors' code")
 @click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default="gaussian", show_default=True,
               help="the DCA rounds' noise: floating-point Gaussian, or exact integer discrete Gaussian (ρ-zCDP and (ε, δ))")
 @click.option("--grid-repeats", default="20,20", show_default=True, help="auxiliary-data grid search repeats (data sets, noise draws)")
@@ -62,7 +63,8 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
             "job_id": model.job_id,
             "std_job": run.std_job,
             "main_job": run.main_job,
-            "mode": mode,
+            "calibration": mode,
+            "mode": mode,  # deprecated spelling of "calibration", kept for one release
             "noise": noise,
             "epsilon": epsilon,
             "delta": delta,

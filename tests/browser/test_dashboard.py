@@ -120,7 +120,7 @@ def fed(tmp_path_factory):
 def jobs(fed) -> dict[str, str]:
     """One `mpdp train` (Pathak 2010) and one DCA sum with one of its five clients missing."""
     train = subprocess.run(_mpdp("train", "--endpoints", str(fed["workdir"]), "--dataset", "synthetic", "--parties", ",".join(PARTIES),
-                                 "--epsilon", "1", "--lambda", "0.05", "--json"), cwd=REPO, capture_output=True, text=True, timeout=600)
+                                 "--epsilon", "1", "--lam", "0.05", "--json"), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert train.returncode == 0, train.stderr[-3000:]
     pathak = json.loads(train.stdout.strip().splitlines()[-1])["job_id"]
 

@@ -39,7 +39,7 @@ SPEC = {
         {"name": "hospital-b", "address": "b.example.org:7101", "budget_epsilon": 3.0},
         {"name": "hospital-c", "address": "c.example.org:7101"},
     ],
-    "defaults": {"dataset": "adult", "epsilon": 0.5, "lambda": 0.01},
+    "defaults": {"dataset": "adult", "epsilon": 0.5, "lam": 0.01},
 }
 
 
@@ -99,7 +99,7 @@ def test_configs_load_with_the_services_config_classes(tmp_path):
     ep = Endpoints.load(out / "operator")  # relative TLS paths resolve against endpoints.json's folder
     assert ep.curator_address == "charlie.example.org:7000" and ep.tls.cert == out / "operator" / "site.crt"
     readme = (out / "operator" / "README.md").read_text()
-    assert "--parties hospital-a,hospital-b,hospital-c --epsilon 0.5 --lambda 0.01" in readme
+    assert "--parties hospital-a,hospital-b,hospital-c --epsilon 0.5 --lam 0.01" in readme
     assert "7101" in (out / "hospital-a" / "README.md").read_text() and "ledger" in (out / "hospital-a" / "README.md").read_text()
 
 
