@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from mpdp_services.cli.errors import CliError, from_rpc
-from mpdp_services.cli.options import endpoints_option, renamed_option
+from mpdp_services.cli.options import ProgressLine, endpoints_option, renamed_option
 
 # The spec's noise names (mpdp.dca.params.NOISE_ENUM, whose import pulls in the accountant): kept equal by a test.
 NOISES = ("gaussian", "discrete-gaussian")
@@ -224,10 +224,15 @@ def loadgen(endpoints, job_id, clients, batched, batch_bytes, batch_size, seed, 
     Z = np.random.default_rng(seed).uniform(-clip, clip, size=(clients, d))  # public simulation data
     if not as_json:
         _err(f"{clients} clients, d = {d}: {-(-clients // size)} batch(es) of up to {size} clients")
+    line = None if as_json else ProgressLine("clients sent")
     try:
-        rep = asyncio.run(submit_cohort(ep, ep.tls, job_id, ids, Z, batched=batched, batch_size=size, batch_bytes=batch_bytes or BATCH_BYTES))
+        rep = asyncio.run(submit_cohort(ep, ep.tls, job_id, ids, Z, batched=batched, batch_size=size, batch_bytes=batch_bytes or BATCH_BYTES,
+                                        progress=line.update if line else None))
     except grpc.RpcError as e:
         raise from_rpc(e, "a compute node or the curator", None, f"the shares of job {job_id}") from None
+    finally:
+        if line:
+            line.close()
     out = {"job_id": job_id, "clients": clients, "dimension": d, "batch_size": size, "accepted_shares": rep.accepted, "rejected": len(rep.rejected),
            "seconds": rep.seconds, "client_seconds": rep.client_seconds, "batched": batched}
     _show(out, as_json)

@@ -269,7 +269,8 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         if mode == "gaussian-distributed":
             mode = "corrected"  # lmgc has its own two calibrations; the Pathak default names the provable one
         try:
-            summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
+            with _stderr().status(f"lmgc job: each of {len(parties.split(','))} parties fits and releases its classifier") if not as_json else _null():
+                summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
         except grpc.RpcError as e:
             raise from_rpc(e, "the federation", None, "the lmgc job") from None
         if as_json:

@@ -81,3 +81,34 @@ def renamed_option(new: str, old: str, dest: str, *, required: bool = False, **k
         return click.option(new, dest, callback=take_new, help=help_text, **kwargs)(fn)
 
     return decorate
+
+
+class ProgressLine:
+    """One progress line on stderr for a long command (never on stdout, so --json output stays one object):
+    rewritten in place on a terminal, else a line per tenth of the way."""
+
+    def __init__(self, what: str) -> None:
+        import sys
+        import time
+
+        self.what = what
+        self._stream = sys.stderr
+        self._tty = sys.stderr.isatty()
+        self._t0 = time.monotonic()
+        self._shown = -1
+
+    def update(self, done: int, total: int) -> None:
+        import time
+
+        tenth = 10 * done // max(total, 1)
+        if not self._tty and tenth == self._shown:
+            return
+        self._shown = tenth
+        text = f"{self.what}: {done:,} / {total:,} ({100 * done / max(total, 1):.0f} %, {time.monotonic() - self._t0:.1f} s)"
+        self._stream.write(f"\r{text}\033[K" if self._tty else text + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._tty and self._shown >= 0:
+            self._stream.write("\n")
+            self._stream.flush()

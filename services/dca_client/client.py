@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterator, Iterator
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator
 
 import grpc
 
@@ -203,6 +203,7 @@ async def submit_cohort(
     rng: Drbg | None = None,
     connections: int = 1,
     in_flight: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SubmitReport:
     """Simulate many clients over long-lived TLS channels (load generator, benchmarks, tests): ``connections``
     connections per node (each its own TCP connection), batches spread over them round-robin, up to
@@ -210,7 +211,7 @@ async def submit_cohort(
     previous ones) or one stream per connection (unbatched).
 
     A batch holds as many clients as fit in ``batch_bytes`` per node message (:func:`batch_size_for`: any d of the
-    limits table works), at most ``batch_size`` when given."""
+    limits table works), at most ``batch_size`` when given. ``progress(clients sent, clients)`` is called as batches go."""
     from mpdp.dca.client import ClientCohort
     from mpdp.dca.params import DcaParams
     from mpdp.math.drbg import Drbg
@@ -227,10 +228,18 @@ async def submit_cohort(
     stubs = [[pb_grpc.ComputeNodeStub(c) for c in channels] for channels in channel_sets]
     report = SubmitReport()
 
+    sent = 0
+
     def take(receipts) -> None:
         for r in receipts:
             report.accepted += r.accepted
             report.rejected.extend(r.rejected)
+
+    def went(n: int) -> None:
+        nonlocal sent
+        sent = min(sent + n, len(client_ids))  # the last batch may be short
+        if progress is not None:
+            progress(sent, len(client_ids))
 
     try:
         if batched:
@@ -240,8 +249,10 @@ async def submit_cohort(
                 pending.append(asyncio.ensure_future(asyncio.gather(*(ss[k].SubmitShareBatch(msg, timeout=120) for k, msg in enumerate(b.batches)))))
                 if len(pending) >= max(conns, in_flight):
                     take(await pending.pop(0))
+                    went(size)
             for f in pending:
                 take(await f)
+                went(size)
         else:
             queues: list[list[asyncio.Queue[tuple[list[str], pb.ShareBatch] | None]]] = [[asyncio.Queue(maxsize=4) for _ in ss] for ss in stubs]
 
@@ -257,6 +268,7 @@ async def submit_cohort(
             for j, b in enumerate(_timed_batches(cohort, size, report)):
                 for k, msg in enumerate(b.batches):
                     await queues[j % conns][k].put((b.client_ids, msg))
+                went(len(b.client_ids))
             for qs in queues:
                 for q in qs:
                     await q.put(None)
