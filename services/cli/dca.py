@@ -142,7 +142,7 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
 
     from mpdp.ledger import BudgetExceeded, LedgerError
     from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.common.rpc import TlsFiles
+    from mpdp_services.common.channels import TlsFiles
     from mpdp_services.dca_client.client import submit_vector
 
     try:

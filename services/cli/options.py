@@ -15,6 +15,8 @@ def _remember_profile(ctx: click.Context, _param: click.Parameter, value: str | 
 
 
 def _resolve(ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    if value:  # --endpoints or MPDP_ENDPOINTS: no profile to read
+        return value
     from mpdp_services.common.profiles import ProfileError, resolve
 
     try:

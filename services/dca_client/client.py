@@ -21,7 +21,7 @@ import grpc
 from mpdp import limits
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS, MAX_MESSAGE, TlsFiles
+from mpdp_services.common.channels import CHANNEL_OPTIONS, MAX_MESSAGE, TlsFiles
 
 if TYPE_CHECKING:  # the DCA core (numpy, the accountant) loads when clients are simulated, not for an operator's call
     import numpy as np

@@ -10,7 +10,7 @@ from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.erm import predict
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.common.channels import CHANNEL_OPTIONS
 
 
 def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.EnsembleCuratorStub]:

@@ -10,7 +10,7 @@ import grpc
 
 from mpdp.messages import common_pb2, operations_pb2 as pb, operations_pb2_grpc as pb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.common.channels import CHANNEL_OPTIONS
 
 TIMEOUT = 30.0
 

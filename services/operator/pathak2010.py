@@ -39,7 +39,7 @@ class OperatorClient:
         import grpc
 
         from mpdp.messages import pathak2010_pb2_grpc as pb_grpc
-        from mpdp_services.common.rpc import CHANNEL_OPTIONS
+        from mpdp_services.common.channels import CHANNEL_OPTIONS
 
         opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", endpoints.curator_name)]
         self.channel = grpc.secure_channel(endpoints.curator_address, endpoints.tls.channel_credentials(), options=opts)
