@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from mpdp_services.cli.options import endpoints_option, renamed_option
-import numpy as np
 
 
 @click.command(short_help="Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2).")
@@ -58,6 +57,8 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
         raise click.ClickException(f"not a valid regression job: {e}")
 
     def summary(model) -> dict:
+        import numpy as np
+
         run = RegressionRun.of(model)
         result = {
             "job_id": model.job_id,
