@@ -59,7 +59,7 @@ def assert_failed(capsys, argv: list[str]) -> dict | None:
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert len(lines) == 1, (argv, out)
     doc = json.loads(lines[0])
-    assert set(doc) == {"error"} or argv[0] == "health", doc  # health's object keeps its status fields beside the error
+    assert set(doc) == {"error"} or argv[0] in ("health", "schema", "provision"), doc  # a check's report keeps its fields beside the error
     assert set(doc["error"]) == {"code", "message", "hint"}, doc
     assert doc["error"]["code"] and doc["error"]["message"], doc
     return doc["error"]
@@ -125,6 +125,7 @@ def test_no_federation_is_one_clear_error(capsys, tmp_path, name, as_json):
     (["ledger", "show"], "failed", ["--site"]),
     (["health", "--address", "127.0.0.1:1", "--tls-dir", "."], "unhealthy", ["TLS files missing"]),
     (["serve", "curator", "--config", "nowhere.yaml"], "failed", ["nowhere.yaml"]),
+    (["provision", "check", "."], "invalid", ["site.crt", "provision sites"]),
 ])
 def test_known_failures_say_what_to_do(capsys, argv, code, words):
     has_json = any(p.name == "as_json" for p in LEAVES[" ".join(argv[:2]) if " ".join(argv[:2]) in LEAVES else argv[0]].params)
