@@ -1,21 +1,30 @@
-"""A contribution round: Charlie asks each listed party to contribute a statistic of its own records to a DCA
-job as a DCA client (regression's two rounds, and any other statistic), and gathers their receipts.
+"""Contributing to a DCA job: Charlie asks each listed party to contribute a vector computed from its own records
+(regression's statistics, a dp-gd round's clipped gradient sum, an ensemble's votes) to a DCA job as a DCA client.
 
-:class:`ContributionRound` is Charlie's sans-IO role on the one engine (:mod:`mpdp.protocol`):
-ASK → AWAIT_RECEIPTS → DONE, or FAILED. ``services/curator/contribution.py`` only moves its messages. A
-party's part is one request and one response (spend, compute, submit its shares; ``services/party/contribution.py``
-over the DCA client machine), so it has no machine of its own here; the DCA job's roles are in :mod:`mpdp.dca`.
+Two sans-IO roles on the one engine (:mod:`mpdp.protocol`):
+
+* :class:`ContributionRound`, Charlie's: ASK → AWAIT_RECEIPTS → DONE, or FAILED (``services/curator/contribution.py``
+  only moves its messages);
+* :class:`Contributor`, the party's one contribution step, the same for every protocol that sums through the DCA:
+  AWAIT_JOB → AWAIT_VECTOR → AWAIT_RECEIPTS → DONE, or FAILED. It holds the announced DCA job to the round the party
+  accepted (:class:`AcceptedRound`: roster, N, the compute nodes, secure sum or noise, seeding, and the protocol's own
+  check of σ, Δ₂, the dimension and the purpose), then outputs the party's Spend before its shares (the engine's spend
+  rule). ``services/party/contribute.py`` carries it out; the DCA job's own roles are in :mod:`mpdp.dca`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
 
 from mpdp.messages import contribution_pb2 as pb
-from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, RemoteProtocolError, Send, row
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, row
 
 if TYPE_CHECKING:
     from mpdp.dca.params import DcaParams
+    from mpdp.math.drbg import Drbg
 
 ASK, AWAIT_RECEIPTS, DONE = "ASK", "AWAIT_RECEIPTS", "DONE"
 INTERNAL_FAILURE = "internal error (see the curator's log)"
@@ -121,7 +130,8 @@ def check_members(parties: Sequence[str], members: Sequence[str]) -> None:
         raise ValueError(f"the job names {len(outsiders)} part{'y' if len(outsiders) == 1 else 'ies'} that are not members of this federation")
 
 
-def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = None, members: Sequence[str] | None = None) -> None:
+def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = None, members: Sequence[str] | None = None, *,
+                 secure_sum: bool = False) -> None:
     """The DCA job ``params`` is a round of exactly ``parties`` (and of ``me``, a party checking for itself):
     a DP sum whose roster names these parties and no one else, so N = |parties|. Raises ValueError otherwise.
 
@@ -130,9 +140,13 @@ def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = N
     takes a named client's share only over that client's own certificate (no relaying), so every delivered slot is a
     party's own, and a roster padded with invented ids would only add missing clients, bounded by T like any other
     (docs/protocols/dca.md, "Rosters"). Checking that the roster *is* the round's parties closes the rest: N cannot
-    be inflated to shrink each party's noise slice, nor a slot squatted by a party that was not asked."""
-    if params.secure_sum:
-        raise ValueError("the DCA job adds no noise; statistics are contributed to DP sums only")
+    be inflated to shrink each party's noise slice, nor a slot squatted by a party that was not asked.
+
+    ``secure_sum``: the round is a plain secure sum (an ensemble's votes, released later with the ensemble's own
+    noise), which the DCA job must then be; otherwise it must be a DP sum."""
+    if params.secure_sum != secure_sum:
+        raise ValueError("the DCA job adds no noise; statistics are contributed to DP sums only" if params.secure_sum
+                         else "the DCA job adds noise where the round is a plain secure sum")
     if params.roster_range is not None or not params.roster:
         raise ValueError("the DCA job must name its clients: its roster must be the round's parties")
     if len(set(parties)) != len(parties) or not parties:
@@ -143,3 +157,104 @@ def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = N
         raise ValueError("this party is not on the DCA job's roster")
     if members is not None:
         check_members(params.roster, members)
+
+
+# -- the party's one contribution step ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AcceptedRound:
+    """The DCA job a party agreed to contribute to, as the job that asked says it must be.
+
+    ``parties`` is the round's roster (the job's must be exactly it); ``nodes`` the compute nodes the job names (None:
+    any); ``secure_sum`` whether the round is a plain secure sum; ``seeded`` whether it may carry a simulation seed
+    (None: as the party's test mode allows); ``check`` the protocol's own test that the job is the round accepted (its
+    σ, Δ₂, dimension, purpose), raising ValueError; ``charge`` the entries the party spends for its shares (None: the
+    sum's own guarantee)."""
+
+    dca_job: str
+    parties: tuple[str, ...]
+    nodes: tuple[str, ...] | None = None
+    secure_sum: bool = False
+    seeded: bool | None = None
+    check: Callable[["DcaParams"], None] | None = None
+    charge: Callable[["DcaParams"], tuple[dict, ...]] | None = None
+
+
+def hold_round(params: "DcaParams", accepted: AcceptedRound, me: str, members: Sequence[str], test_mode: bool) -> None:
+    """The announced job ``params`` is the round ``accepted`` (ValueError otherwise): the checks every protocol's
+    contribution makes, whoever created the DCA job."""
+    if params.job_id != accepted.dca_job:
+        raise ValueError("the announced job is not the one asked for")
+    if params.seeded and not test_mode:
+        raise ValueError("simulation_seed is refused outside test mode")
+    if accepted.seeded is not None and params.seeded != accepted.seeded:
+        raise ValueError("the DCA job's simulation seed does not match the job that asked for it")
+    check_roster(params, list(accepted.parties), me, members, secure_sum=accepted.secure_sum)
+    if accepted.nodes is not None and params.nodes != tuple(accepted.nodes):
+        raise ValueError("the DCA job's compute nodes are not the job's")
+    if accepted.check is not None:
+        accepted.check(params)
+
+
+AWAIT_JOB, AWAIT_VECTOR = "AWAIT_JOB", "AWAIT_VECTOR"
+
+
+class Contributor(Machine):
+    """A party's contribution to one DCA job, sans-IO: AWAIT_JOB → AWAIT_VECTOR → AWAIT_RECEIPTS → DONE, or FAILED.
+
+    :meth:`announced` holds the job the curator announces to the accepted round (:func:`hold_round`; INVALID_JOB
+    otherwise); :meth:`computed` takes the party's vector and outputs its Spend, then its shares (a DCA client
+    machine's, with this round's charge); :meth:`receipts` takes the compute nodes' answers (JOB_FAILED if any
+    share was rejected). Every event is the party's own (``self``); the role takes no message.
+    """
+
+    ROLE = "contributor"
+    STATES = (AWAIT_JOB, AWAIT_VECTOR, AWAIT_RECEIPTS, DONE, FAILED)
+    TERMINAL = (DONE, FAILED)
+    TABLE = (
+        row(AWAIT_JOB, "announced", "self", AWAIT_VECTOR),
+        row(AWAIT_VECTOR, "computed", "self", AWAIT_RECEIPTS),
+        row(AWAIT_RECEIPTS, "receipts", "self", DONE),
+    )
+    PARTICIPANTS = frozenset()
+    SPENDS = True
+
+    def __init__(self, accepted: AcceptedRound, me: str, members: Sequence[str], test_mode: bool) -> None:
+        super().__init__(accepted.dca_job, Peer("party", me), record=False)
+        self.accepted = accepted
+        self.members = tuple(members)
+        self.test_mode = test_mode
+        self.params: "DcaParams | None" = None
+        self.charge: tuple[dict, ...] = ()
+
+    def announced(self, params: "DcaParams") -> list[Output]:
+        return self._local("announced", params)
+
+    def computed(self, z: np.ndarray, rng: "Drbg") -> list[Output]:
+        return self._local("computed", z, rng)
+
+    def receipts(self, accepted: int, rejected: Sequence[Any]) -> list[Output]:
+        return self._local("receipts", accepted, rejected)
+
+    def _kinds(self, sender: Peer) -> frozenset[str]:
+        return frozenset()  # the party's own steps only
+
+    def _on_announced(self, params: "DcaParams") -> list[Output]:
+        try:
+            hold_round(params, self.accepted, self.me.name, self.members, self.test_mode)
+            self.charge = self.accepted.charge(params) if self.accepted.charge is not None else (params.ledger_entry(),)
+        except ValueError as e:
+            raise LocalProtocolError(Problem.INVALID_JOB, str(e)) from None
+        self.params = params
+        return []
+
+    def _on_computed(self, z: np.ndarray, rng: "Drbg") -> list[Output]:
+        from mpdp.dca.client import ClientMachine  # the DCA core imports this module's roster checks
+
+        assert self.params is not None
+        client = ClientMachine(self.params, self.me.name, z, rng, record=False, charge=self.charge)
+        return client.submit()  # its Spend (this round's charge), then one share per compute node
+
+    def _on_receipts(self, accepted: int, rejected: Sequence[Any]) -> list[Output]:
+        if rejected:
+            raise LocalProtocolError(Problem.JOB_FAILED, f"the compute nodes refused {len(rejected)} of this party's shares")
+        return []

@@ -14,7 +14,7 @@ import collections
 from typing import Any, Callable
 
 from mpdp.math.drbg import Drbg
-from mpdp.protocol import Machine, Output, Peer, ProtocolError, Publish, Record, Reply, Send
+from mpdp.protocol import Machine, Output, Peer, ProtocolError, Publish, Record, Reply, Send, Spend
 
 Tamper = Callable[[Peer, Peer, Any], Any | None]
 
@@ -50,8 +50,15 @@ class Wire:
                 self.queue.append((sender, o.to, o.message))
             elif isinstance(o, Publish):
                 self.releases.append(o.release)
-            elif isinstance(o, Record):
-                self.ledger.setdefault(sender.name, []).append(o.entry)
+            elif isinstance(o, Spend):
+                self.ledger.setdefault(sender.name, []).extend(o.entries)
+            elif isinstance(o, Record):  # a release's record: it marks the entry its Spend made, or is the entry
+                entries = self.ledger.setdefault(sender.name, [])
+                spent = next((e for e in entries if (e.get("protocol"), e.get("job_id")) == (o.entry.get("protocol"), o.entry.get("job_id"))), None)
+                if spent is None:
+                    entries.append(o.entry)
+                else:
+                    spent["status"] = "released"
             elif isinstance(o, Reply):
                 self.replies.append(o.message)
 

@@ -7,10 +7,11 @@ model on its own records (:func:`party_release`) and releases the DP parameters;
 set and the average are max_j ε_j-DP. Averaging is refused, with the reason, when the releases are not
 comparable (different classes or dimensions) or when any release is not proven private (paper mode).
 
-The curator's part is :class:`LocalReleaseCurator`, a sans-IO role on the one engine (:mod:`mpdp.protocol`):
-ASK_RELEASES → AWAIT_RELEASES → PUBLISHED, or FAILED. ``services/curator/local.py`` only moves its messages.
-A party's part is one request and one response (spend, train, release: :func:`ledger_entry`,
-:func:`party_release`); it has no step of its own to order, so it has no machine.
+Two sans-IO roles on the one engine (:mod:`mpdp.protocol`): the curator's :class:`LocalReleaseCurator`
+(ASK_RELEASES → AWAIT_RELEASES → PUBLISHED, or FAILED; ``services/curator/local.py`` only moves its messages) and the
+party's :class:`LocalReleaseParty` (AWAIT_REQUEST → TRAINING → RELEASED, or FAILED; ``services/party/local.py``):
+its Spend of :func:`ledger_entry` comes before the training, and its release (the answer to the curator's call) only
+after it (the engine's spend rule).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from mpdp.lmgc.estimator import LargeMarginGaussianClassifier, clip_rows
 from mpdp.lmgc.params import augment, quadratic_scores
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, local_release_pb2 as pb
-from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, RemoteProtocolError, Send, row
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Reply, Send, Spend, row
 
 MODELS = ("lmgc",)
 PROTOCOL = "local-release/lmgc"
@@ -265,3 +266,53 @@ def _jsonable(d: dict) -> dict:
         else:
             out[k] = v
     return out
+
+
+AWAIT_REQUEST, TRAINING, RELEASED = "AWAIT_REQUEST", "TRAINING", "RELEASED"
+
+
+class LocalReleaseParty(Machine):
+    """A party in one local-release job, sans-IO: AWAIT_REQUEST → TRAINING → RELEASED, or FAILED.
+
+    :meth:`requested` takes the curator's LocalModelRequest and outputs the release's Spend (:func:`ledger_entry`),
+    to be spent before the party trains; :meth:`trained` takes the DP release :func:`party_release` made and outputs
+    it as the answer to the curator's call (:class:`~mpdp.protocol.Reply`), checked against the spec first (the
+    guarantee it states is within the ε spent; this party, this job). :meth:`fail` (the engine's) ends it on a failed
+    training or the deadline; the charge stays.
+    """
+
+    ROLE = "local_release_party"
+    STATES = (AWAIT_REQUEST, TRAINING, RELEASED, FAILED)
+    TERMINAL = (RELEASED, FAILED)
+    TABLE = (
+        row(AWAIT_REQUEST, "requested", "self", TRAINING),
+        row(TRAINING, "trained", "self", RELEASED),
+    )
+    PARTICIPANTS = frozenset()
+    SPENDS = True
+
+    def __init__(self, name: str, request: pb.LocalModelRequest) -> None:
+        super().__init__(request.job_id, Peer("party", name), record=False)
+        self.request = request
+
+    def requested(self) -> list[Output]:
+        return self._local("requested")
+
+    def trained(self, release: pb.LocalModelRelease) -> list[Output]:
+        return self._local("trained", release)
+
+    def _kinds(self, sender: Peer) -> frozenset[str]:
+        return frozenset()  # the party's own steps only
+
+    def _on_requested(self) -> list[Output]:
+        try:
+            return [Spend((ledger_entry(self.request),))]
+        except ReleaseError as e:
+            raise LocalProtocolError(Problem.INVALID_JOB, str(e)) from None
+
+    def _on_trained(self, release: pb.LocalModelRelease) -> list[Output]:
+        try:
+            check_release(self.request.spec, self.job_id, self.me.name, release)
+        except ReleaseError as e:
+            raise LocalProtocolError(Problem.INTERNAL, f"the party's own release is not publishable: {e}") from None
+        return [Reply(release)]

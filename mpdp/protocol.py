@@ -1,8 +1,8 @@
 """The one engine of every sans-IO role machine: peers, outputs, errors, the transition table and its rows.
 
 A machine takes one message from one peer and returns the outputs it causes (:class:`Send` to a peer,
-:class:`Publish` of a release, :class:`Record` for the party's privacy ledger, :class:`Reply` to the call
-that carried the message). It never touches a socket. Every transition is a :class:`Row` of the role's
+:class:`Spend` of the party's charge, :class:`Publish` of a release, :class:`Record` for the party's privacy ledger,
+:class:`Reply` to the call that carried the message). It never touches a socket. Every transition is a :class:`Row` of the role's
 ``TABLE`` (one file per protocol owns its transitions, as data); :func:`render_table` writes a
 table into the protocol's docs page (``tools/render_tables.py``), so docs cannot drift from code.
 
@@ -33,6 +33,12 @@ Failure policy (one for every protocol, :func:`admit_sender` and :func:`fails_jo
 * Any other refusal of a participant's message (wrong step, replay, bad shape, a kind of message
   it may not send) fails the job closed, with abort notices to the other participants.
 * A local refusal (our own check, e.g. insufficient noise) fails the job.
+
+Spend rule (one for every role that holds data, ``SPENDS = True``): every :class:`Send` and :class:`Reply` of such a
+role, except the message kinds it names ``PUBLIC`` (an acceptance, an abort notice: nothing derived from its records), may only follow
+the role's :class:`Spend`, in the same output list or an earlier one. A handler that breaks the order fails the job
+(INTERNAL) and nothing of that list leaves. Whoever carries out the
+outputs spends a :class:`Spend` durably before it carries out anything after it, and stops if the spend is refused.
 """
 
 from __future__ import annotations
@@ -66,6 +72,14 @@ class Send:
 
 
 @dataclass(frozen=True)
+class Spend:
+    """The party's charge for what follows: every entry spent in its privacy ledger in one durable step before any
+    later output is carried out (a refused spend stops them all). The entries are built by the protocol's core."""
+
+    entries: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
 class Publish:
     """A release leaves the protocol (Charlie's model registry)."""
 
@@ -86,7 +100,7 @@ class Reply:
     message: Any
 
 
-Output = Send | Publish | Record | Reply
+Output = Send | Spend | Publish | Record | Reply
 
 
 class ProtocolError(Exception):
@@ -168,6 +182,8 @@ class Machine:
     TABLE: ClassVar[tuple[Row, ...]]
     PARTICIPANTS: ClassVar[frozenset[str]]
     RELAY_ABORTS: ClassVar[bool] = True  # on a participant's JobAbort, tell the other participants (False: they were told)
+    SPENDS: ClassVar[bool] = False  # holds data: its Sends must follow its Spend (the spend rule)
+    PUBLIC: ClassVar[frozenset[str]] = frozenset({"JobAbort"})  # message kinds a spending role may send before its Spend
 
     _ROWS: ClassVar[dict[str, tuple[Row, ...]]] = {}
     _ORDER: ClassVar[dict[str, int]] = {}
@@ -183,6 +199,7 @@ class Machine:
         self.me = me
         self.state = self.STATES[0]
         self.error: ProtocolError | None = None
+        self.spent = False  # this role has output its Spend (the spend rule)
         self._inbox: dict[tuple[type, str], Any] = {}
         self._seen: set[tuple[type, str]] = set()
         # Everything this role took, in order (None when recording is off, e.g. served DCA nodes).
@@ -271,7 +288,7 @@ class Machine:
                 self._took(sender, message)
                 out: list[Output] = []
             else:
-                out = getattr(self, f"_on_{event}")(sender, message)
+                out = self._spend_first(getattr(self, f"_on_{event}")(sender, message))
                 self._took(sender, message)
                 if self.failed:  # a JobAbort
                     return out
@@ -299,7 +316,7 @@ class Machine:
         except RemoteProtocolError as e:  # our own caller broke the order
             raise LocalProtocolError(e.problem, e.detail) from None
         try:
-            out = getattr(self, f"_on_{event}")(*args)
+            out = self._spend_first(getattr(self, f"_on_{event}")(*args))
             self._move(r)
         except ProtocolError as e:
             if not self.terminal:
@@ -347,12 +364,25 @@ class Machine:
                 break
             r = self.lookup(self.state, event)
             try:
-                produced = getattr(self, f"_on_{event}")()
+                produced = self._spend_first(getattr(self, f"_on_{event}")())
                 self._move(r)
             except ProtocolError as e:
                 self._fail(e)
                 return out + e.notices
             out += produced
+        return out
+
+    def _spend_first(self, out: list[Output]) -> list[Output]:
+        """The spend rule: in a spending role, no Send or Reply but a PUBLIC kind before the role's Spend (else INTERNAL)."""
+        if not self.SPENDS:
+            return out
+        spent = self.spent
+        for o in out:
+            if isinstance(o, Spend):
+                spent = True
+            elif isinstance(o, (Send, Reply)) and not spent and type(o.message).__name__ not in self.PUBLIC:
+                raise LocalProtocolError(Problem.INTERNAL, f"a {self.ROLE} would send data of job {self.job_id} before its spend")
+        self.spent = spent
         return out
 
     def _failed_error(self) -> RemoteProtocolError:

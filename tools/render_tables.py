@@ -26,8 +26,8 @@ PAGES: dict[str, tuple[str, ...]] = {
     "pathak2010.md": ("mpdp.pathak2010.party.PartyMachine", "mpdp.pathak2010.curator.CuratorMachine"),
     "dca.md": ("mpdp.dca.client.ClientMachine", "mpdp.dca.compute_node.ComputeNodeMachine", "mpdp.dca.aggregator.AggregatorMachine"),
     "hamm2016.md": ("mpdp.hamm2016.job.CuratorRole",),
-    "local-release.md": ("mpdp.local_release.LocalReleaseCurator",),
-    "regression.md": ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound"),
+    "local-release.md": ("mpdp.local_release.LocalReleaseCurator", "mpdp.local_release.LocalReleaseParty"),
+    "regression.md": ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound", "mpdp.contribution.Contributor"),
     "dpgd.md": ("mpdp.dpgd.role.DpgdRole",),
 }
 

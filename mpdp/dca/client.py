@@ -26,7 +26,7 @@ from mpdp.dca.params import DcaParams, valid_client_id
 from mpdp.math.drbg import Drbg
 from mpdp.math.fixedpoint import EncodingOverflow, encode_u64
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import LocalProtocolError, Output, Peer, Problem, Record, Send
+from mpdp.protocol import LocalProtocolError, Output, Peer, Problem, Send, Spend
 
 
 def node_peer(name: str) -> Peer:
@@ -86,8 +86,10 @@ class ClientMachine(DcaMachine):
     STATES = states.CLIENT_STATES
     TERMINAL = ("DONE", states.FAILED)
     TABLE = states.CLIENT_TABLE
+    SPENDS = True  # the shares carry z_i: the client's Spend goes first
 
-    def __init__(self, params: DcaParams, client_id: str, z: np.ndarray, rng: Drbg, *, keep_noise: bool = False, record: bool = True) -> None:
+    def __init__(self, params: DcaParams, client_id: str, z: np.ndarray, rng: Drbg, *, keep_noise: bool = False, record: bool = True,
+                 charge: tuple[dict, ...] | None = None) -> None:
         super().__init__(params.job_id, Peer("party", client_id), record=record)
         if not valid_client_id(client_id):
             raise InvalidJob(f"client id must be 1..256 UTF-8 bytes, got {client_id!r}")
@@ -103,19 +105,22 @@ class ClientMachine(DcaMachine):
         self.keep_noise = keep_noise
         self.noise: np.ndarray | None = None  # η_i, kept only with keep_noise (tests)
         self.encoded: np.ndarray | None = None  # u_i, kept only with keep_noise (tests)
+        # what the shares cost: the sum's own guarantee (DcaParams.ledger_entry) unless the job that asked for them
+        # charges otherwise (a dp-gd round is covered by its job's one charge, an ensemble vote by the ensemble's)
+        self.charge = charge
 
     def _sender_kind(self, sender: Peer) -> str | None:
         return None  # a client takes no messages
 
     def submit(self) -> list[Output]:
-        """Steps 1–2: the M messages m_{i,k} (Send to node k) and the ledger record."""
+        """Steps 1–2: the client's Spend, then the M messages m_{i,k} (Send to node k)."""
         return self._local("submit")
 
     def _on_submit(self) -> list[Output]:
         prm = self.params
         _, eta, u = contributions(prm, self._z, self._rng.child("noise"))
         masks_rng = self._rng.child("masks")
-        out: list[Output] = []
+        out: list[Output] = [Spend(self.charge if self.charge is not None else (prm.ledger_entry(),))]
         if prm.seed_compressed:
             m0, seeds = sharing.share_u64_seeded_packed(u, prm.M, masks_rng)
             out.append(Send(node_peer(prm.nodes[0]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(m0))))
@@ -128,7 +133,6 @@ class ClientMachine(DcaMachine):
         if self.keep_noise:
             self.noise, self.encoded = eta, u
         self._z[:] = 0.0  # the client's data is not needed any more
-        out.append(Record(prm.ledger_entry()))
         return out
 
 

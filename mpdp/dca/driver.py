@@ -157,8 +157,9 @@ def run_job(
                 wire.queue.append((routers[k], node_peer(params.nodes[k]), msg))
             pump()
             seconds["network+nodes"] += time.perf_counter() - t
+        entry = params.ledger_entry()
         for cid in cohort.client_ids:
-            run.ledger.setdefault(cid, []).append(params.ledger_entry())
+            run.ledger.setdefault(cid, []).append(entry)
     else:
         raise ValueError(f"client_mode must be 'machines' or 'cohort', got {client_mode!r}")
 

@@ -1,7 +1,7 @@
 """What the DCA role machines share on top of the one engine (:class:`mpdp.protocol.Machine`; Algorithm 1).
 
-One message in, a list of outputs out (:class:`~mpdp.protocol.Send`, :class:`~mpdp.protocol.Publish`,
-:class:`~mpdp.protocol.Record`, and :class:`~mpdp.protocol.Reply` — the answer to the RPC that carried the
+One message in, a list of outputs out (:class:`~mpdp.protocol.Send`, a client's :class:`~mpdp.protocol.Spend`,
+:class:`~mpdp.protocol.Publish`, :class:`~mpdp.protocol.Record`, and :class:`~mpdp.protocol.Reply` — the answer to the RPC that carried the
 message). The tables are in :mod:`mpdp.dca.states`; a handler ``_on_<event>`` validates everything before it
 changes anything, so a rejected message leaves the machine as it was.
 

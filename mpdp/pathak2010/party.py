@@ -27,12 +27,30 @@ from mpdp.pathak2010.params import MODEL_BOUND, NOISE_INT_BITS, PathakParams
 from mpdp.pathak2010.resources import PartyResources
 from mpdp.math.drbg import Drbg
 from mpdp.math.opcount import OpCounter
-from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Record, Send, StageClock, require
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Record, Send, Spend, StageClock, require
 
 
 CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (PRR10 Sec. 3.1); with the solver's settings below, part of the model cache's key
 FIT_TOL = SOLVER_TOL  # the noise's sensitivity adds the slack of this tolerance (PathakCalibration.model_sensitivity)
 FIT_MAX_ITER = 100
+
+
+def charge_of(machine: Any) -> dict:
+    """What a Pathak job charges a party (its ``job_id``, ``d`` and ``params``): the guarantee the release really gives
+    (:meth:`PathakCalibration.guarantee`; in paper mode √d·ε/(2K), not the nominal ε), the same figures the DONE
+    record carries. The accountant sees gaussian-distributed as a Gaussian with σ/Δ = σ₁ (``sigma_one``: the released
+    noise is rounded up from σ₁ times the fixed-point sensitivity) that differs from the ideal release w.p. ≤ τ (the
+    fixed point), and the smallest-party modes as pure ε (spherical or coordinate Laplace)."""
+    from mpdp import accounting  # the accountant's records; imported where a charge is built
+
+    cal = machine.params.calibration
+    g = cal.guarantee(machine.d)
+    if cal.distributed:
+        record = accounting.gaussian(cal.sigma_one, tv=cal.fixed_point_delta(machine.d) / (1.0 + math.exp(min(cal.epsilon, 700.0))))
+    else:
+        record = accounting.pure_epsilon("spherical Laplace" if cal.mode == "corrected" else "coordinate Laplace (paper calibration)")
+    return {"job_id": machine.job_id, "protocol": "pathak2010", "mechanism": g.mechanism, "epsilon": g.epsilon, "nominal_epsilon": cal.epsilon,
+            "delta": g.delta, "mode": cal.mode, "dataset": machine.params.dataset, "accounting": record}
 
 
 class PartyMachine(Machine):
@@ -41,6 +59,8 @@ class PartyMachine(Machine):
     TERMINAL = ("DONE", FAILED)
     TABLE = states.PARTY_TABLE
     PARTICIPANTS = frozenset({"curator", "party"})
+    SPENDS = True  # ProtocolStart's step outputs the job's Spend before any message derived from the records
+    PUBLIC = frozenset({"JobAbort", "JobAcceptance"})  # the acceptance carries only d
 
     def __init__(
         self, name: str, announcement: pb.JobAnnouncement, X: np.ndarray | None, y: np.ndarray | None, resources: PartyResources, *, local: LocalModel | None = None
@@ -93,6 +113,10 @@ class PartyMachine(Machine):
     def start(self) -> list[Output]:
         """S0: accept the job (the service has checked the ledger before building the machine)."""
         return [Send(CURATOR, pb.JobAcceptance(job_id=self.job_id, dimension=self.d))]
+
+    def charge(self) -> dict:
+        """This job's charge (:func:`charge_of`)."""
+        return charge_of(self)
 
     def _kinds(self, sender: Peer) -> frozenset[str]:
         if sender.role == "curator":
@@ -167,15 +191,16 @@ class PartyMachine(Machine):
         start = self._take(pb.ProtocolStart, CURATOR.name)
         require(start.dimension == self.d, Problem.MALFORMED, f"ProtocolStart says d={start.dimension}, this party has d={self.d}")
         self.stages.enter("stage1")
+        spend: list[Output] = [Spend((self.charge(),))]  # every party has accepted: the job's charge, before anything else
         if self.j != 0:
             self.state = "AWAIT_PARTY_SECRETS"
-            return []
+            return spend
         # P1: generate ξ and π1, hand sk and π1 to the other parties, pk to Charlie.
         key = self.res.party_key_source()
         check_key_bits(key.public.bits, test_mode=self.res.test_mode)
         self.party_key = key
         self.pi1 = self.rng.child("pi1").permutation(self.K)
-        out: list[Output] = [Send(CURATOR, pb.PartyPublicKey(job_id=self.job_id, paillier_n=_b(key.public.n)))]
+        out: list[Output] = spend + [Send(CURATOR, pb.PartyPublicKey(job_id=self.job_id, paillier_n=_b(key.public.n)))]
         secrets_msg = pb.PartySecrets(job_id=self.job_id, paillier_p=_b(key.p), paillier_q=_b(key.q), pi1=self.pi1)
         for i in range(1, self.K):
             out += self._to_party(i, secrets_msg)
@@ -417,18 +442,7 @@ class PartyMachine(Machine):
         z = sharing.combine(vecs, q)
         self.stages.stop()
         self.state = "DONE"
-        cal = self.params.calibration
-        g = cal.guarantee(self.d)
-        entry = {
-            "job_id": self.job_id,
-            "protocol": "pathak2010",
-            "mechanism": g.mechanism,
-            "epsilon": g.epsilon,
-            "nominal_epsilon": cal.epsilon,
-            "delta": g.delta,
-            "mode": cal.mode,
-            "dataset": self.params.dataset,
-        }
+        entry = {k: v for k, v in self.charge().items() if k != "accounting"}  # the release's record of what was spent
         return [
             Send(CURATOR, pb.PublishedShare(job_id=self.job_id, share=sharing.pack_ring(z, 128), paillier_ops=dict(self.ops), stage_seconds=self.stages.seconds)),
             Record(entry),

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterator
 
 import grpc
 
 from mpdp import limits
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
+from mpdp.protocol import Send, Spend
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common.channels import CHANNEL_OPTIONS, MAX_MESSAGE, TlsFiles
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:  # the DCA core (numpy, the accountant) loads when clients are
     from mpdp.dca.params import DcaParams
     from mpdp.ledger import Ledger
     from mpdp.math.drbg import Drbg
-    from mpdp.protocol import Send
 
 # Batches of simulated clients are sized in bytes, not clients: a node's ShareBatch carries 8·d bytes of share per
 # client (32 with seed compression) plus its id, and must stay under the gRPC message limit for every d in the
@@ -137,38 +137,56 @@ async def submit_vector(
 ) -> SubmitReport:
     """One client's contribution: shares with fresh noise, one stream per node. Raises if any node refuses.
 
-    With ``ledger``, the job's true (ε, δ) (:meth:`DcaParams.ledger_entry`, the guarantee the sum gives) is
-    spent there before any share leaves: :class:`mpdp.ledger.BudgetExceeded` if it does not fit. A
-    submission that fails after spending keeps its charge, marked failed. ``announcement`` is the job as the
-    caller already fetched and checked it (fetched here otherwise).
+    With ``ledger``, the client machine's Spend (the job's true (ε, δ), :meth:`DcaParams.ledger_entry`) is spent
+    there before any share leaves: :class:`mpdp.ledger.BudgetExceeded` if it does not fit. A submission that fails
+    after spending keeps its charge, marked failed. ``announcement`` is the job as the caller already fetched and
+    checked it (fetched here otherwise).
     """
     from mpdp.dca.client import ClientMachine
     from mpdp.dca.params import DcaParams
+    from mpdp.ledger import FAILED
     from mpdp.math.drbg import Drbg
-    from mpdp.protocol import Send
 
     t0 = time.perf_counter()
     ann = announcement if announcement is not None else await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child(f"client/{client_id}") if params.seeded else Drbg.from_os())
-    machine = ClientMachine(params, client_id, z, rng)
-    outs = [o for o in machine.submit() if isinstance(o, Send)]
+    outputs = ClientMachine(params, client_id, z, rng).submit()
     client_seconds = time.perf_counter() - t0
-    entry = params.ledger_entry()
-    if ledger is not None:
-        from mpdp.ledger import FAILED
+    spent: list[dict] = []
 
-        await asyncio.to_thread(ledger.spend, entry)
-    try:
-        report = await _send_shares(ann, tls, params, outs, client_seconds)
-    except BaseException:
+    async def spend(entries: tuple[dict, ...]) -> None:
         if ledger is not None:
-            await asyncio.to_thread(ledger.mark, entry["protocol"], job_id, FAILED)
+            for e in entries:
+                await asyncio.to_thread(ledger.spend, e)
+                spent.append(e)
+
+    try:
+        report = await carry_out(ann, tls, params, outputs, spend, client_seconds=client_seconds)
+    except BaseException:
+        for e in spent:
+            await asyncio.to_thread(ledger.mark, e["protocol"], e["job_id"], FAILED)  # type: ignore[union-attr]
         raise
-    if report.rejected and ledger is not None:
-        await asyncio.to_thread(ledger.mark, entry["protocol"], job_id, FAILED)
+    if report.rejected:
+        for e in spent:
+            await asyncio.to_thread(ledger.mark, e["protocol"], e["job_id"], FAILED)  # type: ignore[union-attr]
     report.seconds = time.perf_counter() - t0
     return report
+
+
+async def carry_out(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, outputs: list, spend: Callable[[tuple[dict, ...]], Awaitable[None]],
+                    *, client_seconds: float = 0.0) -> SubmitReport:
+    """Carry out a client machine's outputs in their order: its :class:`~mpdp.protocol.Spend` through ``spend``
+    (durable; a refusal raises and nothing after it is sent), then its shares, one stream per node."""
+    sends: list[Send] = []
+    for o in outputs:
+        if isinstance(o, Spend):
+            if sends:
+                raise RuntimeError("a share came before the client's spend")  # the engine's spend rule forbids this
+            await spend(o.entries)
+        elif isinstance(o, Send):
+            sends.append(o)
+    return await _send_shares(ann, tls, params, sends, client_seconds)
 
 
 async def _send_shares(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, outs: list[Send], client_seconds: float) -> SubmitReport:

@@ -1,5 +1,6 @@
 """The party as a DCA client (regression and dp-gd contributions): computes a statistic of its own records and
-submits it with its noise slice to the job's compute nodes, having spent the job's true (ε, δ) first.
+submits it with its noise slice to the job's compute nodes, having spent the job's true (ε, δ) first, through the
+party's one contribution step (``services/party/contribute.py``, :class:`mpdp.contribution.Contributor`).
 
 A dp-gd round (statistic ``dpgd/round``, docs/protocols/dpgd.md) is charged differently: the party spends the whole
 dp-gd job's composed (ε, δ) (``DpgdPlan.ledger_entry``, protocol ``dpgd``) once — every round spends the same entry,
@@ -19,24 +20,20 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-import grpc
-
-from mpdp.data.dataset import DoesNotFit, SchemaMismatch, load_dataset, require_rows, require_schema
-from mpdp.data.loaders import DatasetError
+from mpdp.data.dataset import DoesNotFit, load_dataset, require_rows
 from mpdp import limits
-from mpdp.contribution import check_roster
+from mpdp.contribution import AcceptedRound
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd import wire as dpgd_wire
 from mpdp.dpgd.model import party_rows
 from mpdp.dpgd.plan import party_vector, round_job_id
-from mpdp.ledger import FAILED, BudgetExceeded, LedgerError
-from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2
+from mpdp.ledger import LedgerError
+from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc
 from mpdp.regression.statistics import party_statistics
-from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, roles_by_method
-from mpdp_services.dca_client.client import fetch_job, submit_vector
+from mpdp_services.party.contribute import computed, contribute, dataset_for
 
 if TYPE_CHECKING:
     from mpdp_services.party.server import Party
@@ -78,12 +75,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
 
     async def _contribute(self, party: "Party", request: contribution_pb2.StatisticRequest, round_name: str, context) -> contribution_pb2.ContributionReceipt:
         cfg = party.cfg
-        ds = await self._dataset(party, request, context)
-        tls = cfg.tls.files()
-        endpoints = Endpoints(cfg.curator.address, cfg.curator.name, tls)
-        ann, params = await self._dca_job(party, request, context)
-        charge = params.ledger_entry()
-        await party.precheck(context, charge["epsilon"], charge["delta"], charge.get("accounting"))
+        ds = await dataset_for(party, context, request.dataset, request.schema_sha256)
 
         def compute():
             data = load_dataset(ds, name=request.dataset)
@@ -93,17 +85,12 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
                 raise DoesNotFit("the job's clip box (bounds) does not match the dataset's columns", f"{X.shape[1]} features, {len(request.bounds)} bounds")
             return party_statistics(X, y, round_name, tuple(request.bounds))
 
-        z = await self._computed(party, request, compute, context)
-        try:  # spends the job's true (ε, δ) in the ledger before any share leaves; a failed submission keeps it
-            report = await submit_vector(endpoints, tls, cfg.name, request.dca_job_id, z, ledger=party.ledger, announcement=ann)
-        except BudgetExceeded as e:
-            await errors.refuse(context, Problem.BUDGET_EXCEEDED, f"party {cfg.name}: {e}")
-        except (LedgerError, OSError) as e:
-            await party.ledger_broken(context, e)
-        except grpc.aio.AioRpcError as e:
-            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its shares ({e.code().name})")
-        if report.rejected:
-            await errors.refuse(context, Problem.JOB_FAILED, f"party {cfg.name}'s shares were refused ({errors.problem_name(report.rejected[0].problem)})")
+        async def vector(params: DcaParams):
+            return await computed(party, context, request.dca_job_id, request.dataset, compute)
+
+        # spends the job's true (ε, δ) in the ledger before any share leaves; a failed submission keeps it
+        accepted = AcceptedRound(request.dca_job_id, tuple(request.parties))
+        report = await contribute(party, context, accepted, vector)
         return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
 
     # -- a round of a dp-gd job ---------------------------------------------------------------------------
@@ -125,22 +112,23 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
         round_id = round_job_id(msg.job_id, msg.round)
         async with party.claimed(context, dpgd_wire.ROUND_PROTOCOL, round_id):  # REPLAY if this round was contributed to
-            ds = await self._dataset(party, request, context)
-            ann, params = await self._dca_job(party, request, context)
-            try:
-                dpgd_wire.check_round_job(plan, msg, params)
-            except ValueError as e:
-                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {shown(request.dca_job_id)}: {e}")
-            entry = plan.ledger_entry(msg.job_id, seeded=params.seeded)
-            entry["parties"] = sorted(request.parties)  # every round of the job is a sum over these same parties
+            ds = await dataset_for(party, context, request.dataset, request.schema_sha256)
+            parties = sorted(request.parties)
             try:
                 charged = await asyncio.to_thread(party.ledger.find, dpgd_wire.PROTOCOL, msg.job_id)
             except (LedgerError, OSError) as e:
                 await party.ledger_broken(context, e)
-            if charged is not None and any(charged.get(k) != entry[k] for k in ("plan", "seeded", "parties")):
-                await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: dp-gd job {shown(msg.job_id)} was charged for another plan or other parties")
-            if charged is None:
-                await party.precheck(context, entry["epsilon"], entry["delta"], entry.get("accounting"))
+
+            def charge(params: DcaParams) -> tuple[dict, ...]:
+                """The one charge of the whole dp-gd job (stored once; every later round finds it), then this round's
+                zero-charge marker; the DCA submission itself spends nothing of its own."""
+                entry = plan.ledger_entry(msg.job_id, seeded=params.seeded)
+                entry["parties"] = parties  # every round of the job is a sum over these same parties
+                if charged is not None and any(charged.get(k) != entry[k] for k in ("plan", "seeded", "parties")):
+                    raise ValueError(f"dp-gd job {shown(msg.job_id)} was charged for another plan or other parties")
+                marker = {"protocol": dpgd_wire.ROUND_PROTOCOL, "job_id": round_id, "epsilon": 0.0, "delta": 0.0, "dpgd_job_id": msg.job_id,
+                          "round": msg.round, "dca_job_id": request.dca_job_id, "purpose": "covered by the dp-gd job's charge"}
+                return entry, marker
 
             def compute():
                 data = load_dataset(ds, name=request.dataset)
@@ -151,80 +139,10 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
                 X, y = party_rows(plan.task, X, y)
                 return party_vector(plan, msg.round, W, X, y)
 
-            z = await self._computed(party, request, compute, context)
-            # The one charge of the whole job (stored once; every later round finds it), then this round's marker;
-            # both before the round's first share leaves. The DCA submission itself spends nothing.
-            await party.spend(context, entry)
-            marker = {"protocol": dpgd_wire.ROUND_PROTOCOL, "job_id": round_id, "epsilon": 0.0, "delta": 0.0, "dpgd_job_id": msg.job_id,
-                      "round": msg.round, "dca_job_id": request.dca_job_id, "purpose": "covered by the dp-gd job's charge"}
-            await party.spend(context, marker)
-            report = await self._submit(party, request, z, ann, context, failed=((dpgd_wire.PROTOCOL, msg.job_id), (dpgd_wire.ROUND_PROTOCOL, round_id)))
+            async def vector(params: DcaParams):
+                return await computed(party, context, request.dca_job_id, request.dataset, compute)
+
+            accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: dpgd_wire.check_round_job(plan, msg, params), charge=charge)
+            report = await contribute(party, context, accepted, vector)
             return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
 
-    async def _submit(self, party: "Party", request: contribution_pb2.StatisticRequest, z, ann: dca_pb2.DcaJobAnnouncement, context,
-                      *, failed: tuple[tuple[str, str], ...]):
-        """Submit without spending (the caller spent); a failed submission marks ``failed`` entries failed (they keep their charge)."""
-        cfg = party.cfg
-        tls = cfg.tls.files()
-        endpoints = Endpoints(cfg.curator.address, cfg.curator.name, tls)
-        try:
-            report = await submit_vector(endpoints, tls, cfg.name, request.dca_job_id, z, announcement=ann)
-        except grpc.aio.AioRpcError as e:
-            for key in failed:
-                await party.mark(*key, FAILED)
-            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its shares ({e.code().name})")
-        if report.rejected:
-            for key in failed:
-                await party.mark(*key, FAILED)
-            await errors.refuse(context, Problem.JOB_FAILED, f"party {cfg.name}'s shares were refused ({errors.problem_name(report.rejected[0].problem)})")
-        return report
-
-    # -- shared steps -----------------------------------------------------------------------------------------
-    async def _dataset(self, party: "Party", request: contribution_pb2.StatisticRequest, context):
-        cfg = party.cfg
-        ds = cfg.datasets.get(request.dataset)
-        if ds is None:
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(request.dataset)} (configured: {sorted(cfg.datasets)})")
-        try:
-            require_schema(ds, request.schema_sha256)
-        except SchemaMismatch as e:
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(request.dataset)}: {e}")
-        return ds
-
-    async def _dca_job(self, party: "Party", request: contribution_pb2.StatisticRequest, context) -> tuple[dca_pb2.DcaJobAnnouncement, DcaParams]:
-        """The DCA job as the curator announces it, checked: a DP sum, seeded only in test mode."""
-        cfg = party.cfg
-        job = shown(request.dca_job_id)
-        tls = cfg.tls.files()
-        try:
-            ann = await fetch_job(cfg.curator.address, cfg.curator.name, tls, request.dca_job_id)
-            params = DcaParams.from_spec(request.dca_job_id, ann.spec)
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.NOT_FOUND:
-                await errors.refuse(context, Problem.UNKNOWN_JOB, f"party {cfg.name}: the curator has no DCA job {job}")
-            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not fetch DCA job {job} from its curator ({e.code().name})")
-        except ValueError as e:
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {job}: {e}")
-        if params.seeded and not cfg.test_mode:
-            await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
-        try:  # a DP sum over exactly the round's parties: N and the roster cannot dilute this party's noise slice
-            check_roster(params, list(request.parties), cfg.name, cfg.members)
-        except ValueError as e:
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {job}: {e}")
-        return ann, params
-
-    async def _computed(self, party: "Party", request: contribution_pb2.StatisticRequest, compute, context):
-        """``compute()`` off the event loop; a dataset or shape problem refuses the job as invalid."""
-        cfg = party.cfg
-        job = shown(request.dca_job_id)
-        try:
-            return await asyncio.to_thread(compute)
-        except DatasetError as e:
-            log.error("DCA job %s: dataset %s: %s", job, request.dataset, e)
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(request.dataset)}; see its log")
-        except DoesNotFit as e:  # names the job's public bound only; the counts stay in this party's log
-            log.warning("DCA job %s: dataset %s: %s", job, request.dataset, e.private)
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
-        except ValueError as e:  # computed from the records: the detail stays in this party's log
-            log.error("DCA job %s: dataset %s: %s", job, request.dataset, e)
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot compute its statistic from dataset {shown(request.dataset)}; see its log")

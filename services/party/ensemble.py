@@ -1,6 +1,7 @@
 """The party as an HCB16 voter (mpdp.hamm2016.job.VoterRole): train h_i, vote on the public auxiliary points,
 secret-share the votes to the compute nodes of the job's DCA vote sum (a secure sum; for method pate a Gaussian
-DCA job, so this party's share of the noise is added before sharing), having spent (ε, δ) in the ledger first.
+DCA job, so this party's share of the noise is added before sharing), having spent (ε, δ) in the ledger first —
+through the party's one contribution step (``services/party/contribute.py``).
 
 What leaves the party: additive shares of its vote vector (one per compute node, each uniformly random
 alone) and a receipt without votes, counts or sizes.
@@ -8,25 +9,21 @@ alone) and a receipt without votes, counts or sizes.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 import grpc
 
-from mpdp.data.dataset import DoesNotFit, SchemaMismatch, load_dataset, require_schema
-from mpdp.data.loaders import DatasetError
+from mpdp.contribution import AcceptedRound, check_members
+from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
 from mpdp.dca.params import DcaParams
 from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.local import CLASSIFIERS
-from mpdp.ledger import FAILED
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
-from mpdp.contribution import check_members
-from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import CHANNEL_OPTIONS, caller, roles_by_method
-from mpdp_services.dca_client.client import fetch_job, submit_vector
+from mpdp_services.party.contribute import computed, contribute
 
 if TYPE_CHECKING:
     from mpdp_services.party.server import Party
@@ -82,67 +79,42 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
     async def _vote(self, party: "Party", request: pb.VoteRequest, context) -> pb.VoteReceipt:
         cfg, spec = party.cfg, request.spec
         tls = cfg.tls.files()
-        vote_sum = shown(request.dca_job_id)
-        # the vote job must be the secure sum Charlie announced for this ensemble, with this party on its roster
-        try:
-            ann = await fetch_job(cfg.curator.address, cfg.curator.name, tls, request.dca_job_id)
-            params = DcaParams.from_spec(request.dca_job_id, ann.spec)
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.NOT_FOUND:
-                await errors.refuse(context, Problem.UNKNOWN_JOB, f"party {cfg.name}: the curator has no vote sum {vote_sum}")
-            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not fetch vote sum {vote_sum} from its curator ({e.code().name})")
-        except ValueError as e:
-            await errors.refuse(context, Problem.INVALID_JOB, f"vote sum {vote_sum}: {e}")
-        if (params.seeded and not cfg.test_mode) or params.seeded != bool(spec.simulation_seed):
-            await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {vote_sum} carries a simulation seed the ensemble job does not (or is seeded outside test mode)")
+        ds = cfg.datasets[spec.dataset]
         try:  # the vote job this party accepts: exactly the one the ensemble spec implies (pate: its noise, Δ₂, ε, δ)
             expected = core.vote_job(spec, request.dca_job_id, request.auxiliary_rows)
         except ValueError as e:
-            await errors.refuse(context, Problem.INVALID_JOB, f"vote sum {vote_sum}: {e}")
-        if not _same_noise(params, expected):
-            await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {vote_sum} is not the ensemble's vote sum (its noise, sensitivity or privacy parameters differ from the job's)")
-        expected_d = expected.dimension
-        if params.dimension != expected_d or cfg.name not in params.roster or set(params.roster) != set(spec.parties) or params.nodes != tuple(spec.compute_nodes):
-            await errors.refuse(context, Problem.INVALID_JOB, f"DCA job {vote_sum} does not match the ensemble job (d = {params.dimension}, expected {expected_d}; roster and nodes must be the job's)")
-        try:
-            chunks = [c async for c in self._auxiliary(cfg, tls, request.job_id)]
-            X_aux = core.assemble_auxiliary(chunks, request)
-        except grpc.aio.AioRpcError as e:
-            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not fetch the auxiliary data ({e.code().name})")
-        except core.EnsembleJobError as e:
-            await errors.refuse(context, Problem.MALFORMED, str(e))
+            await errors.refuse(context, Problem.INVALID_JOB, f"vote sum {shown(request.dca_job_id)}: {e}")
 
-        def compute():
-            data = load_dataset(ds, name=spec.dataset)
-            return core.VoterRole(cfg.name, cfg.local_classifier).vote(spec, data.X, data.y, X_aux)
+        def check(params: DcaParams) -> None:
+            if not _same_noise(params, expected):
+                raise ValueError("it is not the ensemble's vote sum (its noise, sensitivity or privacy parameters differ from the job's)")
+            if params.dimension != expected.dimension:
+                raise ValueError(f"it sums {params.dimension} values, the ensemble's votes are {expected.dimension}")
 
-        ds = cfg.datasets[spec.dataset]
-        try:
-            z = await asyncio.to_thread(compute)
-        except DatasetError as e:
-            log.error("ensemble job %s: dataset %s: %s", shown(request.job_id), spec.dataset, e)
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(spec.dataset)}; see its log")
-        except DoesNotFit as e:  # names the job's public parameter only; what was read stays in this party's log
-            log.warning("ensemble job %s: dataset %s: %s", shown(request.job_id), spec.dataset, e.private)
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
-        except (ValueError, RuntimeError) as e:  # from training on the records: the detail stays in this party's log
-            log.error("ensemble job %s: dataset %s: %s", shown(request.job_id), spec.dataset, e)
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} could not train its classifier on dataset {shown(spec.dataset)}; see its log")
-        # Spend ε before any share leaves, in one durable step (check and entry together, shared with every
-        # other protocol of this party): a vote that may reach a node is counted even if the job later fails.
-        await party.spend(context, core.ledger_entry(request.job_id, spec, request.dca_job_id, request.auxiliary_rows))
-        try:
-            report = await submit_vector(Endpoints(cfg.curator.address, cfg.curator.name, tls), tls, cfg.name, request.dca_job_id, z, announcement=ann)
-        except grpc.aio.AioRpcError as e:
-            await party.mark(PROTOCOL, request.job_id, FAILED)
-            await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its vote shares ({e.code().name})")
-        except BaseException:
-            await party.mark(PROTOCOL, request.job_id, FAILED)
-            raise
-        if report.rejected:
-            await party.mark(PROTOCOL, request.job_id, FAILED)
-            await errors.refuse(context, Problem.JOB_FAILED, f"party {cfg.name}'s vote shares were refused ({errors.problem_name(report.rejected[0].problem)})")
-        log.info("ensemble job %s: voted on %d auxiliary points with %s (vote sum %s)", shown(request.job_id), request.auxiliary_rows, cfg.local_classifier, vote_sum)
+        async def votes(params: DcaParams):
+            try:
+                chunks = [c async for c in self._auxiliary(cfg, tls, request.job_id)]
+                X_aux = core.assemble_auxiliary(chunks, request)
+            except grpc.aio.AioRpcError as e:
+                await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not fetch the auxiliary data ({e.code().name})")
+            except core.EnsembleJobError as e:
+                await errors.refuse(context, Problem.MALFORMED, str(e))
+
+            def compute():
+                data = load_dataset(ds, name=spec.dataset)
+                return core.VoterRole(cfg.name, cfg.local_classifier).vote(spec, data.X, data.y, X_aux)
+
+            return await computed(party, context, request.job_id, spec.dataset, compute, doing="train its classifier on")
+
+        # the vote sum Charlie announced for this ensemble: its voters, nodes, noise and seeding are the job's; the
+        # ensemble's ε is spent (core.ledger_entry) in one durable step before any vote share leaves, and a vote that
+        # may reach a node is counted even if the job later fails
+        accepted = AcceptedRound(request.dca_job_id, tuple(spec.parties), nodes=tuple(spec.compute_nodes), secure_sum=expected.secure_sum,
+                                 seeded=bool(spec.simulation_seed), check=check,
+                                 charge=lambda params: (core.ledger_entry(request.job_id, spec, request.dca_job_id, request.auxiliary_rows),))
+        report = await contribute(party, context, accepted, votes, what="vote shares")
+        log.info("ensemble job %s: voted on %d auxiliary points with %s (vote sum %s)", shown(request.job_id), request.auxiliary_rows, cfg.local_classifier,
+                 shown(request.dca_job_id))
         return pb.VoteReceipt(job_id=request.job_id, party=cfg.name, accepted_shares=report.accepted, local_model=cfg.local_classifier)
 
     async def _auxiliary(self, cfg, tls, job_id: str):

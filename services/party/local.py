@@ -1,4 +1,7 @@
-"""The party's local DP release (LMGC): trains and releases a DP model on its own records, spending ε first."""
+"""The party's local DP release (LMGC): trains and releases a DP model on its own records, spending ε first.
+
+:class:`mpdp.local_release.LocalReleaseParty` decides: its Spend is spent before the training, its release is the
+answer to the curator's call; this servicer checks the caller, keeps the job table and runs the training."""
 
 from __future__ import annotations
 
@@ -10,10 +13,10 @@ from typing import TYPE_CHECKING
 from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
 from mpdp.data.loaders import DatasetError
 from mpdp.ledger import FAILED, RELEASED
-from mpdp.local_release import PROTOCOL, ReleaseError, ledger_entry, party_release
+from mpdp.local_release import PROTOCOL, LocalReleaseParty, ReleaseError, party_release
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc
-from mpdp.protocol import ProtocolError
+from mpdp.protocol import ProtocolError, Reply, Spend
 from mpdp_services.common import config as cfgmod, errors, jobs, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, roles_by_method
@@ -62,10 +65,11 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
             await errors.refuse(context, Problem.WRONG_ROLE, f"only the curator of party {cfg.name} may request releases")
         if request.spec.simulation_seed and not cfg.test_mode:
             await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
+        role = LocalReleaseParty(cfg.name, request)
         try:
-            entry = ledger_entry(request)
-        except ReleaseError as e:
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
+            charge = next(o for o in role.requested() if isinstance(o, Spend))
+        except ProtocolError as e:
+            await errors.refuse(context, e.problem, f"party {cfg.name}: {e.detail}")
         ds = cfg.datasets.get(request.spec.dataset)
         if ds is None:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(request.spec.dataset)} (configured: {sorted(cfg.datasets)})")
@@ -84,8 +88,9 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
             with tracing.job_span(request.job_id, PROTOCOL, "party") as span:  # a child of the curator's span that asked
                 try:
                     async with party.claimed(context, PROTOCOL, request.job_id):
-                        await party.spend(context, entry)  # before training: the release is the first data-dependent message
-                        return await self._release(party, request, ds, job, context)
+                        for entry in charge.entries:  # before training: the release is the first data-dependent message
+                            await party.spend(context, entry)
+                        return await self._release(party, role, ds, job, context)
                 finally:
                     span.done(job.state if job.state != TRAINING else "FAILED", errors.problem_name(job.problem) if job.problem else "")
         finally:
@@ -95,8 +100,8 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
             self.jobs.sweep()
             log.info("party %s: %s jobs in memory: %d running, %d held", cfg.name, PROTOCOL, self.jobs.live_count(), len(self.jobs.held()))
 
-    async def _release(self, party: "Party", request: local_release_pb2.LocalModelRequest, ds: cfgmod.DatasetConfig, job: LocalJob, context) -> local_release_pb2.LocalModelRelease:
-        cfg = party.cfg
+    async def _release(self, party: "Party", role: LocalReleaseParty, ds: cfgmod.DatasetConfig, job: LocalJob, context) -> local_release_pb2.LocalModelRelease:
+        cfg, request = party.cfg, role.request
         rng = Drbg.from_seed(request.spec.simulation_seed).child(f"party/{cfg.name}") if request.spec.simulation_seed else party.rng.child(f"local/{request.job_id}")
 
         def train():
@@ -105,8 +110,10 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
 
         try:
             async with asyncio.timeout(cfg.job_deadline_seconds):  # the job's deadline, counted from the spend
-                release, details = await asyncio.to_thread(train)
+                made, details = await asyncio.to_thread(train)
+            release = next(o.message for o in role.trained(made) if isinstance(o, Reply))
         except BaseException as e:  # any failure after spending keeps the charge, marked failed
+            role.fail(Problem.JOB_FAILED, "the release was not made")
             job.state, job.problem = "FAILED", Problem.PEER_UNREACHABLE if isinstance(e, TimeoutError) else Problem.JOB_FAILED
             await party.mark(PROTOCOL, request.job_id, FAILED)
             if isinstance(e, TimeoutError):
@@ -118,6 +125,9 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(request.spec.dataset)}; see its log")
             if isinstance(e, ReleaseError):  # the spec's own fields and the guarantee it asks for
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot release: {e}")
+            if isinstance(e, ProtocolError):  # the release it made is not one the job may publish
+                log.error("local job %s: %s", shown(request.job_id), e.detail)
+                await errors.refuse(context, Problem.INTERNAL, f"party {cfg.name} could not make a publishable release; see its log")
             if isinstance(e, (ValueError, RuntimeError)):  # from training on the records: the detail stays in this party's log
                 log.error("local job %s: dataset %s: %s", shown(request.job_id), request.spec.dataset, e)
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} could not train on dataset {shown(request.spec.dataset)}; see its log")

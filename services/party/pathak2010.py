@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 from typing import TYPE_CHECKING
 
-from mpdp import accounting, limits
+from mpdp import limits
 from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema, schema_of
 from mpdp.data.loaders import DatasetError, to_pm1
 from mpdp.learn import model_cache
 from mpdp.learn.model_cache import LocalModel, ModelCache
-from mpdp.ledger import FAILED, RELEASED
+from mpdp.ledger import FAILED, RELEASED, BudgetExceeded, LedgerError
 from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.paillier import PublicKey
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
@@ -26,7 +25,7 @@ from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachine, implausible_local_model
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.schema import SchemaError
-from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send
+from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send, Spend
 from mpdp.contribution import check_members
 from mpdp_services.common import config as cfgmod, errors, jobs, metrics
 from mpdp_services.common.errors import shown
@@ -80,6 +79,7 @@ class PathakJob(Hosted[PartyMachine]):
         self.addresses = addresses
         self.settled = False  # the ledger entry is marked released, failed or voided
         self.spent_after: int | None = None  # messages the machine had produced when this party spent (None: not spent)
+        self.spend_refused: tuple[int, str] | None = None  # (Problem, detail) when the ledger refused the job's Spend
 
 
 def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
@@ -123,22 +123,6 @@ def local_model_key(ds: cfgmod.DatasetConfig, params: PathakParams) -> str:
 def schema_sha256_of(ds: cfgmod.DatasetConfig) -> str:
     schema = schema_of(ds)
     return schema.sha256() if schema is not None else ""
-
-
-def pathak_entry(machine: PartyMachine) -> dict:
-    """What a Pathak job charges: the guarantee the release really gives (:meth:`PathakCalibration.guarantee`;
-    in paper mode √d·ε/(2K), not the nominal ε), the same figures the machine's DONE record carries.
-    The accountant sees gaussian-distributed as a Gaussian with σ/Δ = σ₁ (``sigma_one``: the released noise is
-    rounded up from σ₁ times the fixed-point sensitivity) that differs from the ideal release w.p. ≤ τ
-    (the fixed point), and the smallest-party modes as pure ε (spherical or coordinate Laplace)."""
-    cal = machine.params.calibration
-    g = cal.guarantee(machine.d)
-    if cal.distributed:
-        record = accounting.gaussian(cal.sigma_one, tv=cal.fixed_point_delta(machine.d) / (1.0 + math.exp(min(cal.epsilon, 700.0))))
-    else:
-        record = accounting.pure_epsilon("spherical Laplace" if cal.mode == "corrected" else "coordinate Laplace (paper calibration)")
-    return {"job_id": machine.job_id, "protocol": PROTOCOL, "mechanism": g.mechanism, "epsilon": g.epsilon, "nominal_epsilon": cal.epsilon,
-            "delta": g.delta, "mode": cal.mode, "dataset": machine.params.dataset, "accounting": record}
 
 
 class PathakParty(pb_grpc.PartyServicer):
@@ -235,7 +219,7 @@ class PathakParty(pb_grpc.PartyServicer):
         except ProtocolError as e:
             await errors.abort(context, e)
         self.reaper.ensure_running()
-        entry = pathak_entry(machine)
+        entry = machine.charge()
         try:  # a job that cannot fit is refused now; it spends at ProtocolStart (StartProtocol), once every party accepted
             await self.party.precheck(context, entry["epsilon"], entry["delta"], entry["accounting"])
         except BaseException:
@@ -290,24 +274,32 @@ class PathakParty(pb_grpc.PartyServicer):
 
     async def StartProtocol(self, request: pb.ProtocolStart, context) -> common_pb2.Ack:
         """The spend step: every party has accepted, and the curator asks the parties one job at a time (P1 last).
-        The job's true guarantee (paper mode: √d·ε/(2K), not the nominal ε) is spent here, before the first
-        data-dependent message leaves (JobAcceptance carried only d), and this call is answered once it is spent."""
-        await self._ready(context)
+        The machine's step outputs the job's Spend (its true guarantee: paper mode √d·ε/(2K), not the nominal ε)
+        before its first data-dependent message (JobAcceptance carried only d); :meth:`_route` spends it durably
+        before anything else leaves, and this call is answered once it is spent (BUDGET_EXCEEDED if refused)."""
+        ack = await self._deliver(request, context)
         hosted = self.jobs.get(request.job_id)
-        if hosted is not None and caller(context).name == self.cfg.curator.name and hosted.spent_after is None \
-                and hosted.machine.state == "AWAIT_START" and request.dimension == hosted.machine.d:
-            await self._spend(hosted, context)
-        return await self._deliver(request, context)
+        if hosted is not None and hosted.spend_refused is not None:
+            await errors.refuse(context, *hosted.spend_refused)
+        return ack
 
-    async def _spend(self, hosted: PathakJob, context) -> None:
+    async def _spend(self, hosted: PathakJob, entries: tuple[dict, ...], sends_after: int) -> bool:
+        """Spend the job's charge (the machine's Spend); False (and the job failed) if the ledger refuses it."""
         m = hosted.machine
         try:
-            await self.party.spend(context, pathak_entry(m))
-        except BaseException:  # refused (BUDGET_EXCEEDED, or a broken ledger): the job fails here, nothing spent
-            await hosted.fail(Problem.BUDGET_EXCEEDED, f"party {self.cfg.name} cannot pay job {m.job_id}")  # routed: settled, ended
-            raise
-        if hosted.spent_after is None:  # a concurrent StartProtocol may have spent and delivered meanwhile: never move the mark past its messages
-            hosted.spent_after = hosted.emitted
+            for entry in entries:
+                await asyncio.to_thread(self.party.ledger.spend, entry)
+        except BudgetExceeded as e:  # nothing spent: the job fails here, no message leaves
+            hosted.spend_refused = (Problem.BUDGET_EXCEEDED, f"party {self.cfg.name}: {e}")
+        except (LedgerError, OSError) as e:
+            log.error("ledger %s: %s", self.party.ledger.path, e)
+            hosted.spend_refused = (Problem.INTERNAL, f"party {self.cfg.name} cannot use its privacy ledger; see its log")
+        if hosted.spend_refused is not None:
+            await hosted.fail(Problem.BUDGET_EXCEEDED, f"party {self.cfg.name} cannot pay job {m.job_id}")
+            return False
+        if hosted.spent_after is None:  # the messages of this step come after the spend: a failure from here keeps it
+            hosted.spent_after = hosted.emitted - sends_after
+        return True
 
     SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
     SendPartySecrets = SendSizeShare = SendSealedSizeRemainder = SendMaskedSize = SendNoiseChain = _deliver
@@ -317,10 +309,15 @@ class PathakParty(pb_grpc.PartyServicer):
     # -- outputs ----------------------------------------------------------------------------------
     async def _route(self, hosted: PathakJob, outputs) -> None:
         m = hosted.machine
-        for o in outputs:  # DONE: the charge was spent at announce; the release only marks it, before the share leaves
+        for i, o in enumerate(outputs):  # the Spend goes first (the engine's spend rule); a refusal stops every output
+            if isinstance(o, Spend):
+                later = sum(1 for s in outputs[i + 1:] if isinstance(s, Send) and not isinstance(s.message, common_pb2.JobAbort))
+                if not await self._spend(hosted, o.entries, later):
+                    return
+        for o in outputs:  # DONE: the release marks the charge spent at ProtocolStart, before the share leaves
             if isinstance(o, Record):
-                if o.entry.get("epsilon") != pathak_entry(m)["epsilon"]:
-                    log.error("job %s: the release records ε=%s, but ε=%s was spent", m.job_id, o.entry.get("epsilon"), pathak_entry(m)["epsilon"])
+                if o.entry.get("epsilon") != m.charge()["epsilon"]:
+                    log.error("job %s: the release records ε=%s, but ε=%s was spent", m.job_id, o.entry.get("epsilon"), m.charge()["epsilon"])
                 hosted.settled = True
                 await self.party.mark(PROTOCOL, m.job_id, RELEASED)
         for o in outputs:

@@ -236,7 +236,7 @@ def _builders() -> list[tuple[str, dict, bool]]:
     from mpdp.messages import common_pb2, hamm2016_pb2, local_release_pb2
     from mpdp.regression import ledger_entry as regression_entry
     from mpdp.regression import main_round_spec, std_round_spec
-    from mpdp_services.party.pathak2010 import pathak_entry
+    from mpdp.pathak2010.party import charge_of as pathak_entry
 
     out = []
     for mode in ("corrected", "paper"):

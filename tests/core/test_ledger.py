@@ -189,7 +189,7 @@ def test_every_write_is_fsynced_file_then_folder(tmp_path, monkeypatch):
 
 def test_paper_mode_spends_the_true_epsilon_not_the_nominal_one(tmp_path):
     """Budget 10, K = 2, nominal ε = 8, d = 30: the guarantee is √30·8/4 ≈ 10.95 > 10, so the job is refused."""
-    from mpdp_services.party.pathak2010 import pathak_entry
+    from mpdp.pathak2010.party import charge_of as pathak_entry
 
     cal = PathakCalibration("paper", 8.0, 0.05, 2)
     machine = SimpleNamespace(job_id="pk-paper", d=30, params=SimpleNamespace(calibration=cal, dataset="synthetic"))

@@ -199,3 +199,29 @@ def test_an_invalid_spec_is_refused_before_the_role_exists():
 
     with pytest.raises(ReleaseError):
         LocalReleaseCurator("lm-1", _spec().__class__(dataset="d", model="lmgc", epsilon=5.0, parties=["p1", "p1"], mode=common_pb2.CORRECTED))
+
+
+# -- the party's role -------------------------------------------------------------------------------------------
+def test_the_party_spends_before_it_trains_and_answers_with_its_checked_release(releases):
+    from mpdp.local_release import RELEASED, LocalReleaseParty, ledger_entry
+    from mpdp.protocol import Reply, Spend
+
+    req = pb.LocalModelRequest(job_id="lm-1", spec=_spec())
+    role = LocalReleaseParty("p1", req)
+    with pytest.raises(ProtocolError) as e:  # a release before the request (and its spend) is out of order
+        role.trained(releases["p1"])
+    assert e.value.problem == Problem.STEP_OUT_OF_ORDER
+    role = LocalReleaseParty("p1", req)
+    assert role.requested() == [Spend((ledger_entry(req),))]
+    assert role.trained(releases["p1"]) == [Reply(releases["p1"])] and role.state == RELEASED
+
+
+def test_the_party_never_answers_with_a_release_the_job_cannot_publish(releases):
+    from mpdp.local_release import LocalReleaseParty
+
+    role = LocalReleaseParty("p1", pb.LocalModelRequest(job_id="lm-1", spec=_spec()))
+    role.requested()
+    with pytest.raises(ProtocolError) as e:  # another party's release (or one with a weaker guarantee) is refused
+        role.trained(releases["p2"])
+    assert e.value.problem == Problem.INTERNAL and role.state == FAILED
+    check_table(LocalReleaseParty)

@@ -1,0 +1,135 @@
+"""The party's one "contribute to a DCA job" step, for every protocol that sums through the DCA: regression's
+statistics, dp-gd rounds, ensemble votes and contribution rounds.
+
+:func:`contribute` carries out :class:`mpdp.contribution.Contributor`: fetch the DCA job as the curator announces
+it, hold it to the round the party accepted (roster, N, compute nodes, noise, seeding, the protocol's own check),
+precheck the charge, compute the vector off the event loop, spend the charge durably, then send the shares. A
+submission that fails after the spend keeps every entry of the charge, marked failed. Every refusal goes through the
+party's RPC ``context`` (the one error table) and names only the job's public parameters.
+
+:func:`dataset_for` and :func:`computed` are the steps around it that read the party's own data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+import grpc
+import numpy as np
+
+from mpdp.contribution import AcceptedRound, Contributor
+from mpdp.data.dataset import DoesNotFit, SchemaMismatch, require_schema
+from mpdp.data.loaders import DatasetError
+from mpdp.dca.params import DcaParams
+from mpdp.ledger import FAILED, LedgerError
+from mpdp.math.drbg import Drbg
+from mpdp.messages import common_pb2
+from mpdp.protocol import ProtocolError
+from mpdp_services.common import errors
+from mpdp_services.common.errors import shown
+from mpdp_services.dca_client.client import SubmitReport, carry_out, fetch_job
+
+if TYPE_CHECKING:
+    from mpdp_services.common.config import DatasetConfig
+    from mpdp_services.party.server import Party
+
+log = logging.getLogger("mpdp.party")
+Problem = common_pb2.Problem
+
+
+async def contribute(party: "Party", context, accepted: AcceptedRound, compute: Callable[[DcaParams], Awaitable[np.ndarray]], *,
+                     what: str = "shares") -> SubmitReport:
+    """Contribute ``compute(params)`` to the DCA job of ``accepted``, spending the round's charge first; ``what``
+    names the shares in refusals ("vote shares")."""
+    cfg = party.cfg
+    job = shown(accepted.dca_job)
+    role = Contributor(accepted, cfg.name, cfg.members, cfg.test_mode)
+    tls = cfg.tls.files()
+    try:
+        ann = await fetch_job(cfg.curator.address, cfg.curator.name, tls, accepted.dca_job)
+        params = DcaParams.from_spec(accepted.dca_job, ann.spec)
+    except grpc.aio.AioRpcError as e:
+        if e.code() == grpc.StatusCode.NOT_FOUND:
+            await errors.refuse(context, Problem.UNKNOWN_JOB, f"party {cfg.name}: the curator has no DCA job {job}")
+        await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not fetch DCA job {job} from its curator ({e.code().name})")
+    except ValueError as e:
+        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: DCA job {job}: {e}")
+    try:
+        role.announced(params)
+    except ProtocolError as e:
+        await errors.refuse(context, e.problem, f"party {cfg.name}: DCA job {job}: {e.detail}")
+    for entry in role.charge:  # advisory, before the costly local work; the spend decides
+        if await _charged(party, context, entry) is None:
+            await party.precheck(context, entry["epsilon"], entry["delta"], entry.get("accounting"))
+    z = await compute(params)
+    rng = Drbg.from_seed(params.simulation_seed).child(f"client/{cfg.name}") if params.seeded else Drbg.from_os()
+    try:
+        outputs = role.computed(z, rng)
+    except ProtocolError as e:
+        await errors.refuse(context, e.problem, f"party {cfg.name}: DCA job {job}: {e.detail}")
+    spent: list[dict] = []
+
+    async def spend(entries: tuple[dict, ...]) -> None:
+        for entry in entries:  # each in one durable step of the ledger, before any share leaves
+            spent.append(await party.spend(context, entry))
+
+    try:
+        report = await carry_out(ann, tls, params, outputs, spend)
+    except grpc.aio.AioRpcError as e:
+        await _failed(party, spent)
+        await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its {what} ({e.code().name})")
+    except BaseException:
+        await _failed(party, spent)
+        raise
+    try:
+        role.receipts(report.accepted, report.rejected)
+    except ProtocolError as e:
+        await _failed(party, spent)
+        await errors.refuse(context, e.problem, f"party {cfg.name}'s {what} were refused ({errors.problem_name(report.rejected[0].problem)})")
+    return report
+
+
+async def _charged(party: "Party", context, entry: dict) -> dict | None:
+    try:
+        return await asyncio.to_thread(party.ledger.find, entry["protocol"], entry["job_id"])
+    except (LedgerError, OSError) as e:
+        await party.ledger_broken(context, e)
+
+
+async def _failed(party: "Party", spent: list[dict]) -> None:
+    """A failed submission keeps its charge: every entry spent for it is marked failed."""
+    for entry in spent:
+        await party.mark(entry["protocol"], entry["job_id"], FAILED)
+
+
+async def dataset_for(party: "Party", context, dataset: str, schema_sha256: str) -> "DatasetConfig":
+    """The party's configured dataset ``dataset``, checked against the job's schema digest (INVALID_JOB otherwise)."""
+    cfg = party.cfg
+    ds = cfg.datasets.get(dataset)
+    if ds is None:
+        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(dataset)} (configured: {sorted(cfg.datasets)})")
+    try:
+        require_schema(ds, schema_sha256)
+    except SchemaMismatch as e:
+        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(dataset)}: {e}")
+    return ds
+
+
+async def computed(party: "Party", context, job_id: str, dataset: str, compute: Callable[[], np.ndarray], *, doing: str = "compute its statistic from") -> np.ndarray:
+    """``compute()`` off the event loop; a dataset or shape problem refuses the job as invalid, and what was read
+    from the records (counts, values) stays in this party's log."""
+    cfg = party.cfg
+    job = shown(job_id)
+    try:
+        return await asyncio.to_thread(compute)
+    except DatasetError as e:
+        log.error("job %s: dataset %s: %s", job, dataset, e)
+        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(dataset)}; see its log")
+    except DoesNotFit as e:  # names the job's public bound only; the counts stay in this party's log
+        log.warning("job %s: dataset %s: %s", job, dataset, e.private)
+        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
+    except (ValueError, RuntimeError) as e:  # computed from the records: the detail stays in this party's log
+        log.error("job %s: dataset %s: %s", job, dataset, e)
+        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} could not {doing} dataset {shown(dataset)}; see its log")
