@@ -159,9 +159,10 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     try:
         rep = asyncio.run(submit_vector(Endpoints.load(endpoints), tls, str(cid), job_id, np.atleast_1d(z), ledger=ledger))
     except BudgetExceeded as e:
-        raise click.ClickException(f"RESOURCE_EXHAUSTED: BUDGET_EXCEEDED: client {cid}: {e}")
+        raise CliError(f"RESOURCE_EXHAUSTED: BUDGET_EXCEEDED: client {cid}: {e}", code="budget_exceeded",
+                       hint=f"`mpdp ledger show --site {folder}` shows what is left; nothing was sent") from None
     except LedgerError as e:
-        raise click.ClickException(f"the privacy ledger {ledger.path} cannot be used: {e}")
+        raise CliError(f"the privacy ledger {ledger.path} cannot be used: {e}", hint="repair or restore the ledger file; nothing was sent") from None
     except grpc.RpcError as e:
         raise from_rpc(e, "a compute node or the curator", None, f"the submission of {cid}") from None
     out = {"client_id": cid, "accepted": rep.accepted, "rejected": [r.detail for r in rep.rejected], "seconds": rep.seconds}

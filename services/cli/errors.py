@@ -11,7 +11,7 @@ any of them; an unexpected exception (a bug) prints its traceback on stderr and,
 error object (code ``internal``) on stdout.
 
 Codes are short and stable (scripts may branch on them): ``usage``, ``endpoints``, ``unreachable``,
-``invalid``, ``job_failed``, ``failed``, ``interrupted``, ``internal``, and for a service's refusal the gRPC
+``invalid``, ``job_failed``, ``budget_exceeded``, ``unhealthy``, ``failed``, ``interrupted``, ``internal``, and for a service's refusal the gRPC
 status in lower case (``permission_denied``, ``not_found``, ``invalid_argument``, ``resource_exhausted``, ...).
 """
 
