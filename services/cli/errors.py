@@ -36,7 +36,8 @@ class CliError(click.ClickException):
         super().__init__(message)
         self.code = code
         self.hint = hint
-        self.status = exit_code  # the process's exit status (click's ClickException.exit_code is a class variable)
+        self.status = exit_code  # the process's exit status
+        setattr(self, "exit_code", exit_code)  # the same when click's own handler exits (ClickException declares a class variable)
 
     def show(self, file: Any = None) -> None:
         click.echo(f"Error: {self.format_message()}", err=True)
