@@ -27,7 +27,8 @@ def summary(r: pb.EnsembleRelease) -> dict:
         "features": r.features,
         "parties_included": r.parties_included,
         "auxiliary_rows": r.auxiliary_rows,
-        "lambda": r.lam,
+        "lam": r.lam,
+        "lambda": r.lam,  # deprecated spelling of "lam", kept for one release
         "epsilon": r.epsilon,
         "sensitivity": r.sensitivity,
         "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "statement": r.guarantee.statement},

@@ -22,7 +22,7 @@ def summary(s: pb.LocalModelSet) -> dict:
         "job_id": s.job_id,
         "model": "lmgc",
         "parties": [r.party for r in s.releases],
-        "releases": {r.party: {"epsilon": r.guarantee.epsilon, "mode": r.mode, "classes": list(r.classes), "guarantee": r.guarantee.statement} for r in s.releases},
+        "releases": {r.party: {"epsilon": r.guarantee.epsilon, "calibration": r.mode, "mode": r.mode, "classes": list(r.classes), "guarantee": r.guarantee.statement} for r in s.releases},
         "aggregate": s.aggregate_statement,
         "seeded": s.seeded,
     }
