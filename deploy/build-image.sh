@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Build the mpdp image without any registry:
-#   1. base image mpdp-base:bookworm (once): debootstrap --variant=minbase bookworm from apt's own Debian
-#      mirror, imported with `docker import`;
-#   2. wheels: the project and its dependencies, pinned to this checkout's .venv (pip freeze), into
-#      build/deploy/context/wheels;
+#   1. base image mpdp-base:trixie (once): debootstrap --variant=minbase trixie (Debian 13, python3 3.13) from
+#      apt's own Debian mirror, imported with `docker import`;
+#   2. wheels for the image's Python (3.13, whatever the host runs): the project's own wheel, and its
+#      dependencies as binary wheels for cp313 on manylinux (`pip download --python-version 3.13
+#      --only-binary :all:`), pinned to this checkout's .venv (pip freeze), into build/deploy/context/wheels;
 #   3. `docker build --network none -f deploy/Dockerfile`: pip installs from those wheels with --no-index;
-#   4. the Prometheus image mpdp-prometheus:bookworm (once): Debian's own `prometheus` package, debootstrapped
+#   4. the Prometheus image mpdp-prometheus:trixie (once): Debian's own `prometheus` package, debootstrapped
 #      the same way (compose's `prometheus` service scrapes every role; docs/deploy.md §4).
-# Usage: deploy/build-image.sh            (env: MPDP_IMAGE=mpdp:local, MPDP_BASE_IMAGE=mpdp-base:bookworm,
-#                                          MPDP_PROMETHEUS_IMAGE=mpdp-prometheus:bookworm,
+# Usage: deploy/build-image.sh            (env: MPDP_IMAGE=mpdp:local, MPDP_BASE_IMAGE=mpdp-base:trixie,
+#                                          MPDP_PROMETHEUS_IMAGE=mpdp-prometheus:trixie,
 #                                          MPDP_REBUILD_BASE=1 to redo steps 1 and 4)
+# The suite itself runs on the host's Python (3.11 or later); the compose federation runs on the image's 3.13,
+# so every `make test` exercises both.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 PY="${PY:-$ROOT/.venv/bin/python}"
 IMAGE="${MPDP_IMAGE:-mpdp:local}"
-BASE="${MPDP_BASE_IMAGE:-mpdp-base:bookworm}"
-PROM_IMAGE="${MPDP_PROMETHEUS_IMAGE:-mpdp-prometheus:bookworm}"
+SUITE=trixie           # Debian 13
+IMAGE_PYTHON=3.13      # its python3
+BASE="${MPDP_BASE_IMAGE:-mpdp-base:$SUITE}"
+PROM_IMAGE="${MPDP_PROMETHEUS_IMAGE:-mpdp-prometheus:$SUITE}"
 BUILD="$ROOT/build/deploy"
 t0=$SECONDS
 mkdir -p "$BUILD"
@@ -35,8 +40,8 @@ if [ -n "${MPDP_REBUILD_BASE:-}" ] || ! docker image inspect "$BASE" >/dev/null 
   rootfs="$(mktemp -d /var/tmp/mpdp-rootfs.XXXXXX)"
   trap 'rm -rf "$rootfs"' EXIT
   mirror="$(debian_mirror)"
-  echo "build-image: debootstrap bookworm from $mirror (about a minute)" >&2
-  if ! debootstrap --variant=minbase --include=python3,python3-venv bookworm "$rootfs" "$mirror" >"$BUILD/debootstrap.log" 2>&1; then
+  echo "build-image: debootstrap $SUITE from $mirror (about a minute)" >&2
+  if ! debootstrap --variant=minbase --include=python3,python3-venv "$SUITE" "$rootfs" "$mirror" >"$BUILD/debootstrap.log" 2>&1; then
     echo "build-image: debootstrap failed; last lines of $BUILD/debootstrap.log:" >&2; tail -n 20 "$BUILD/debootstrap.log" >&2; exit 1
   fi
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/*
@@ -47,14 +52,22 @@ if [ -n "${MPDP_REBUILD_BASE:-}" ] || ! docker image inspect "$BASE" >/dev/null 
 fi
 mkdir -p "$BUILD"
 
-# Wheels, pinned to the versions this checkout is tested with.
+# Wheels for the image's Python, pinned to the versions this checkout is tested with: the project's own wheel
+# (pure Python) built here, every dependency a binary wheel for cp$IMAGE_PYTHON downloaded from the index.
 tw=$SECONDS
 ctx="$BUILD/context"
 rm -rf "$ctx"
 mkdir -p "$ctx/wheels"
 "$PY" -m pip freeze --exclude-editable | grep -v '^-e ' > "$BUILD/constraints.txt"
-"$PY" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$ctx/wheels" -c "$BUILD/constraints.txt" "$ROOT" 2> "$BUILD/wheels.log" \
+"$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$ctx/wheels" "$ROOT" 2> "$BUILD/wheels.log" \
   || { echo "build-image: pip wheel failed; see $BUILD/wheels.log" >&2; tail -n 20 "$BUILD/wheels.log" >&2; exit 1; }
+"$PY" -c 'import tomllib, sys; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$ROOT/pyproject.toml" > "$BUILD/requirements.txt"
+platforms=()
+for p in manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do platforms+=(--platform "${p}_x86_64"); done
+abi="cp${IMAGE_PYTHON/./}"
+"$PY" -m pip download --quiet --disable-pip-version-check --only-binary :all: --python-version "$IMAGE_PYTHON" --implementation cp \
+  --abi "$abi" --abi abi3 --abi none "${platforms[@]}" -c "$BUILD/constraints.txt" -r "$BUILD/requirements.txt" -d "$ctx/wheels" 2>> "$BUILD/wheels.log" \
+  || { echo "build-image: pip download (cp$IMAGE_PYTHON wheels) failed; see $BUILD/wheels.log" >&2; tail -n 20 "$BUILD/wheels.log" >&2; exit 1; }
 t1=$SECONDS
 
 version="$("$PY" -c 'import mpdp; print(mpdp.__version__)')"
@@ -70,8 +83,8 @@ if [ -n "${MPDP_REBUILD_BASE:-}" ] || ! docker image inspect "$PROM_IMAGE" >/dev
   tp=$SECONDS
   promfs="$(mktemp -d /var/tmp/mpdp-promfs.XXXXXX)"
   trap 'rm -rf "$promfs"' EXIT
-  echo "build-image: debootstrap bookworm with prometheus (about a minute)" >&2
-  if ! debootstrap --variant=minbase --include=prometheus bookworm "$promfs" "$(debian_mirror)" >"$BUILD/debootstrap-prometheus.log" 2>&1; then
+  echo "build-image: debootstrap $SUITE with prometheus (about a minute)" >&2
+  if ! debootstrap --variant=minbase --include=prometheus "$SUITE" "$promfs" "$(debian_mirror)" >"$BUILD/debootstrap-prometheus.log" 2>&1; then
     echo "build-image: debootstrap (prometheus) failed; last lines of $BUILD/debootstrap-prometheus.log:" >&2; tail -n 20 "$BUILD/debootstrap-prometheus.log" >&2; exit 1
   fi
   rm -rf "$promfs"/var/cache/apt/archives/*.deb "$promfs"/var/cache/apt/*.bin "$promfs"/var/lib/apt/lists/* "$promfs"/usr/share/doc/* "$promfs"/usr/share/man/*

@@ -13,6 +13,7 @@ Public names (imported on first use, so ``import mpdp`` stays cheap):
   ``timings``, ``operations``, ``to_json()``.
 * :class:`Guarantee`, :class:`JobFailed`; the models :class:`LinearClassifier`, :class:`LmgcClassifier`,
   :class:`LinearRegressor`, :class:`DpSumRelease`.
+* :class:`FederatedLogisticRegression` — a scikit-learn classifier whose every ``fit`` is one Pathak job.
 * :mod:`mpdp.baselines` — non-private baselines, only by name.
 
 See docs/api.md.
@@ -34,6 +35,7 @@ _EXPORTS = {
     "LmgcClassifier": "mpdp.results",
     "LinearRegressor": "mpdp.results",
     "DpSumRelease": "mpdp.results",
+    "FederatedLogisticRegression": "mpdp.estimator",
 }
 _MODULES = ("baselines",)
 
@@ -41,6 +43,7 @@ __all__ = sorted([*_EXPORTS, *_MODULES, "__version__"])
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpdp import baselines  # noqa: F401 - re-exported lazily (__all__)
+    from mpdp.estimator import FederatedLogisticRegression  # noqa: F401
     from mpdp.federation import Federation  # noqa: F401
     from mpdp.results import DpSumRelease, Guarantee, JobFailed, LinearClassifier, LinearRegressor, LmgcClassifier, Result  # noqa: F401
 

@@ -45,6 +45,7 @@ SPENT, RELEASED, FAILED, VOIDED = "spent", "released", "failed", "voided"
 STATUSES = (SPENT, RELEASED, FAILED, VOIDED)
 DEFAULT_BUDGET_DELTA = 1e-3
 _SLACK = 1e-12  # floating-point slack on the comparison with the budget
+MAX_TIMELINE_POINTS = 60  # prefixes composed for the budget-over-time chart (each one accountant run)
 
 
 class BudgetExceeded(ValueError):
@@ -107,6 +108,12 @@ def composition(entries: Iterable[dict], delta: float, cap: float | None = None)
 
 def _fits(composed: Composition, budget_epsilon: float) -> bool:
     return composed.epsilon <= budget_epsilon + _SLACK
+
+
+def _spent_at(entry: dict) -> float:
+    """When an entry was spent (``spent_at``), or −inf for an entry written without one (such entries come first)."""
+    at = entry.get("spent_at")
+    return float(at) if isinstance(at, (int, float)) and math.isfinite(at) else -math.inf
 
 
 def _key(entry: dict) -> tuple[str, str]:
@@ -173,6 +180,27 @@ class PrivacyLedger:
             "basic": {"epsilon": math.fsum(r["epsilon"] for r in rows if r["status"] != VOIDED), "delta": c.basic_delta, "left_epsilon": num(basic_left),
                       "left_delta": self.budget_delta - c.basic_delta},
         }
+
+    def timeline(self, max_points: int = MAX_TIMELINE_POINTS) -> list[dict]:
+        """Budget spent over time: after each charged entry, in the order they were spent (``spent_at``; entries
+        without one first, in file order), the composed ε of the entries so far at the budget δ (the
+        accountant; None when no bound holds) and their Σε (basic composition). With more than ``max_points``
+        entries, evenly spaced prefixes are composed (the last always), so the cost stays bounded.
+
+        >>> led = PrivacyLedger(10.0, 1e-3, [{"job_id": "a", "epsilon": 1.0, "spent_at": 5.0}, {"job_id": "b", "epsilon": 2.0, "spent_at": 9.0}])
+        >>> [(p["job_id"], p["basic_epsilon"]) for p in led.timeline()]
+        [('a', 1.0), ('b', 3.0)]
+        """
+        order = [e for _, e in sorted(enumerate(charged(self.entries)), key=lambda ie: (_spent_at(ie[1]), ie[0]))]
+        n = len(order)
+        keep = range(n) if n <= max_points else sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
+        points = []
+        for k in keep:
+            c = composition(order[:k + 1], self.budget_delta, self.budget_epsilon)
+            at = order[k].get("spent_at")
+            points.append({"job_id": str(order[k].get("job_id", "")), "at": float(at) if isinstance(at, (int, float)) else None,
+                           "epsilon": c.epsilon if math.isfinite(c.epsilon) else None, "basic_epsilon": math.fsum(charge_of(e)[0] for e in order[:k + 1])})
+        return points
 
     def find(self, protocol: str, job_id: str) -> dict | None:
         return next((e for e in self.entries if _key(e) == (protocol, job_id)), None)

@@ -21,15 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "protocols"
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- end table -->)", re.S)
 
-# Every machine whose table must appear in the docs, by page.
-PAGES: dict[str, tuple[str, ...]] = {
-    "pathak2010.md": ("mpdp.pathak2010.party.PartyMachine", "mpdp.pathak2010.curator.CuratorMachine"),
-    "dca.md": ("mpdp.dca.client.ClientMachine", "mpdp.dca.compute_node.ComputeNodeMachine", "mpdp.dca.aggregator.AggregatorMachine"),
-    "hamm2016.md": ("mpdp.hamm2016.job.CuratorRole",),
-    "local-release.md": ("mpdp.local_release.LocalReleaseCurator", "mpdp.local_release.LocalReleaseParty"),
-    "regression.md": ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound", "mpdp.contribution.Contributor"),
-    "dpgd.md": ("mpdp.dpgd.role.DpgdRole",),
-}
+# Every machine whose table must appear in the docs, by page: from the protocol registry (mpdp.registry).
+sys.path.insert(0, str(ROOT))
+from mpdp.registry import pages  # noqa: E402
+
+PAGES: dict[str, tuple[str, ...]] = pages()
 
 
 def machine_class(dotted: str) -> type:

@@ -23,9 +23,14 @@ _sym_db = _symbol_database.Default()
 
 
 from mpdp.messages import common_pb2 as mpdp_dot_messages_dot_common__pb2
+from mpdp.messages import dca_pb2 as mpdp_dot_messages_dot_dca__pb2
+from mpdp.messages import hamm2016_pb2 as mpdp_dot_messages_dot_hamm2016__pb2
+from mpdp.messages import learner_pb2 as mpdp_dot_messages_dot_learner__pb2
+from mpdp.messages import local_release_pb2 as mpdp_dot_messages_dot_local__release__pb2
+from mpdp.messages import pathak2010_pb2 as mpdp_dot_messages_dot_pathak2010__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1empdp/messages/operations.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\">\n\x08JobQuery\x12\x10\n\x08protocol\x18\x01 \x01(\t\x12\x11\n\tlive_only\x18\x02 \x01(\x08\x12\r\n\x05limit\x18\x03 \x01(\r\"S\n\x08JobEvent\x12\x0f\n\x07\x61t_unix\x18\x01 \x01(\x01\x12\r\n\x05state\x18\x02 \x01(\t\x12\'\n\x07problem\x18\x03 \x01(\x0e\x32\x16.mpdp.messages.Problem\"\xf4\x02\n\nJobSummary\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x10\n\x08terminal\x18\x04 \x01(\x08\x12\'\n\x07problem\x18\x05 \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x14\n\x0c\x63reated_unix\x18\x07 \x01(\x01\x12\x12\n\nended_unix\x18\x08 \x01(\x01\x12\'\n\x06\x65vents\x18\t \x03(\x0b\x32\x17.mpdp.messages.JobEvent\x12\x42\n\rstage_seconds\x18\n \x03(\x0b\x32+.mpdp.messages.JobSummary.StageSecondsEntry\x12\x10\n\x08released\x18\x0b \x01(\x08\x12\x0c\n\x04held\x18\x0c \x01(\x08\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"2\n\x07JobList\x12\'\n\x04jobs\x18\x01 \x03(\x0b\x32\x19.mpdp.messages.JobSummary2\xc7\x01\n\rJobOperations\x12;\n\x08ListJobs\x12\x17.mpdp.messages.JobQuery\x1a\x16.mpdp.messages.JobList\x12:\n\x06GetJob\x12\x15.mpdp.messages.JobRef\x1a\x19.mpdp.messages.JobSummary\x12=\n\tCancelJob\x12\x15.mpdp.messages.JobRef\x1a\x19.mpdp.messages.JobSummaryb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1empdp/messages/operations.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\x1a\x17mpdp/messages/dca.proto\x1a\x1cmpdp/messages/hamm2016.proto\x1a\x1bmpdp/messages/learner.proto\x1a!mpdp/messages/local_release.proto\x1a\x1empdp/messages/pathak2010.proto\">\n\x08JobQuery\x12\x10\n\x08protocol\x18\x01 \x01(\t\x12\x11\n\tlive_only\x18\x02 \x01(\x08\x12\r\n\x05limit\x18\x03 \x01(\r\"S\n\x08JobEvent\x12\x0f\n\x07\x61t_unix\x18\x01 \x01(\x01\x12\r\n\x05state\x18\x02 \x01(\t\x12\'\n\x07problem\x18\x03 \x01(\x0e\x32\x16.mpdp.messages.Problem\"\x83\x03\n\nJobSummary\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x10\n\x08terminal\x18\x04 \x01(\x08\x12\'\n\x07problem\x18\x05 \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x14\n\x0c\x63reated_unix\x18\x07 \x01(\x01\x12\x12\n\nended_unix\x18\x08 \x01(\x01\x12\'\n\x06\x65vents\x18\t \x03(\x0b\x32\x17.mpdp.messages.JobEvent\x12\x42\n\rstage_seconds\x18\n \x03(\x0b\x32+.mpdp.messages.JobSummary.StageSecondsEntry\x12\x10\n\x08released\x18\x0b \x01(\x08\x12\x0c\n\x04held\x18\x0c \x01(\x08\x12\r\n\x05stage\x18\r \x01(\t\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x8d\x02\n\rJobSubmission\x12\x32\n\npathak2010\x18\x01 \x01(\x0b\x32\x1c.mpdp.messages.PathakJobSpecH\x00\x12(\n\x03\x64\x63\x61\x18\x02 \x01(\x0b\x32\x19.mpdp.messages.DcaJobSpecH\x00\x12\x30\n\x04lmgc\x18\x03 \x01(\x0b\x32 .mpdp.messages.LocalModelJobSpecH\x00\x12\x32\n\x08hamm2016\x18\x04 \x01(\x0b\x32\x1e.mpdp.messages.EnsembleJobSpecH\x00\x12\x30\n\x07learner\x18\x05 \x01(\x0b\x32\x1d.mpdp.messages.LearnerJobSpecH\x00\x42\x06\n\x04spec\"\xa5\x02\n\nJobRelease\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x33\n\npathak2010\x18\x03 \x01(\x0b\x32\x1d.mpdp.messages.PublishedModelH\x00\x12#\n\x03\x64\x63\x61\x18\x04 \x01(\x0b\x32\x14.mpdp.messages.DpSumH\x00\x12,\n\x04lmgc\x18\x05 \x01(\x0b\x32\x1c.mpdp.messages.LocalModelSetH\x00\x12\x32\n\x08hamm2016\x18\x06 \x01(\x0b\x32\x1e.mpdp.messages.EnsembleReleaseH\x00\x12.\n\x07learner\x18\x07 \x01(\x0b\x32\x1b.mpdp.messages.LearnerModelH\x00\x42\t\n\x07release\"2\n\x07JobList\x12\'\n\x04jobs\x18\x01 \x03(\x0b\x32\x19.mpdp.messages.JobSummary2\x8d\x03\n\rJobOperations\x12\x44\n\tSubmitJob\x12\x1c.mpdp.messages.JobSubmission\x1a\x19.mpdp.messages.JobSummary\x12>\n\x08WatchJob\x12\x15.mpdp.messages.JobRef\x1a\x19.mpdp.messages.JobSummary0\x01\x12>\n\nGetRelease\x12\x15.mpdp.messages.JobRef\x1a\x19.mpdp.messages.JobRelease\x12;\n\x08ListJobs\x12\x17.mpdp.messages.JobQuery\x1a\x16.mpdp.messages.JobList\x12:\n\x06GetJob\x12\x15.mpdp.messages.JobRef\x1a\x19.mpdp.messages.JobSummary\x12=\n\tCancelJob\x12\x15.mpdp.messages.JobRef\x1a\x19.mpdp.messages.JobSummaryb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,16 +39,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBSUMMARY_STAGESECONDSENTRY']._loaded_options = None
   _globals['_JOBSUMMARY_STAGESECONDSENTRY']._serialized_options = b'8\001'
-  _globals['_JOBQUERY']._serialized_start=77
-  _globals['_JOBQUERY']._serialized_end=139
-  _globals['_JOBEVENT']._serialized_start=141
-  _globals['_JOBEVENT']._serialized_end=224
-  _globals['_JOBSUMMARY']._serialized_start=227
-  _globals['_JOBSUMMARY']._serialized_end=599
-  _globals['_JOBSUMMARY_STAGESECONDSENTRY']._serialized_start=548
-  _globals['_JOBSUMMARY_STAGESECONDSENTRY']._serialized_end=599
-  _globals['_JOBLIST']._serialized_start=601
-  _globals['_JOBLIST']._serialized_end=651
-  _globals['_JOBOPERATIONS']._serialized_start=654
-  _globals['_JOBOPERATIONS']._serialized_end=853
+  _globals['_JOBQUERY']._serialized_start=228
+  _globals['_JOBQUERY']._serialized_end=290
+  _globals['_JOBEVENT']._serialized_start=292
+  _globals['_JOBEVENT']._serialized_end=375
+  _globals['_JOBSUMMARY']._serialized_start=378
+  _globals['_JOBSUMMARY']._serialized_end=765
+  _globals['_JOBSUMMARY_STAGESECONDSENTRY']._serialized_start=714
+  _globals['_JOBSUMMARY_STAGESECONDSENTRY']._serialized_end=765
+  _globals['_JOBSUBMISSION']._serialized_start=768
+  _globals['_JOBSUBMISSION']._serialized_end=1037
+  _globals['_JOBRELEASE']._serialized_start=1040
+  _globals['_JOBRELEASE']._serialized_end=1333
+  _globals['_JOBLIST']._serialized_start=1335
+  _globals['_JOBLIST']._serialized_end=1385
+  _globals['_JOBOPERATIONS']._serialized_start=1388
+  _globals['_JOBOPERATIONS']._serialized_end=1785
 # @@protoc_insertion_point(module_scope)

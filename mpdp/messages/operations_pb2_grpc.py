@@ -35,6 +35,21 @@ class JobOperationsStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.SubmitJob = channel.unary_unary(
+                '/mpdp.messages.JobOperations/SubmitJob',
+                request_serializer=mpdp_dot_messages_dot_operations__pb2.JobSubmission.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_operations__pb2.JobSummary.FromString,
+                _registered_method=True)
+        self.WatchJob = channel.unary_stream(
+                '/mpdp.messages.JobOperations/WatchJob',
+                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_operations__pb2.JobSummary.FromString,
+                _registered_method=True)
+        self.GetRelease = channel.unary_unary(
+                '/mpdp.messages.JobOperations/GetRelease',
+                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_operations__pb2.JobRelease.FromString,
+                _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/mpdp.messages.JobOperations/ListJobs',
                 request_serializer=mpdp_dot_messages_dot_operations__pb2.JobQuery.SerializeToString,
@@ -54,6 +69,27 @@ class JobOperationsStub:
 
 class JobOperationsServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def SubmitJob(self, request, context):
+        """operator: the job's id and first summary, at once
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJob(self, request, context):
+        """operator: one summary now and one per change, until it ends
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRelease(self, request, context):
+        """operator: what an ended job published
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
         """operator
@@ -79,6 +115,21 @@ class JobOperationsServicer:
 
 def add_JobOperationsServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'SubmitJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitJob,
+                    request_deserializer=mpdp_dot_messages_dot_operations__pb2.JobSubmission.FromString,
+                    response_serializer=mpdp_dot_messages_dot_operations__pb2.JobSummary.SerializeToString,
+            ),
+            'WatchJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJob,
+                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
+                    response_serializer=mpdp_dot_messages_dot_operations__pb2.JobSummary.SerializeToString,
+            ),
+            'GetRelease': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRelease,
+                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
+                    response_serializer=mpdp_dot_messages_dot_operations__pb2.JobRelease.SerializeToString,
+            ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
                     request_deserializer=mpdp_dot_messages_dot_operations__pb2.JobQuery.FromString,
@@ -104,6 +155,87 @@ def add_JobOperationsServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class JobOperations:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def SubmitJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.JobOperations/SubmitJob',
+            mpdp_dot_messages_dot_operations__pb2.JobSubmission.SerializeToString,
+            mpdp_dot_messages_dot_operations__pb2.JobSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mpdp.messages.JobOperations/WatchJob',
+            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
+            mpdp_dot_messages_dot_operations__pb2.JobSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRelease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.JobOperations/GetRelease',
+            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
+            mpdp_dot_messages_dot_operations__pb2.JobRelease.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def ListJobs(request,

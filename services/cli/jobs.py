@@ -112,8 +112,9 @@ def federation() -> None:
 @click.option("--workdir", type=click.Path(file_okay=False), default="runs/federation", show_default=True, help="folder for certificates, configs, logs and endpoints.json")
 @click.option("--parties", "n_parties", type=int, default=3, show_default=True, help="number of parties")
 @click.option("--dataset", "datasets", multiple=True, metavar="NAME=PARTY:PATH", help="give PARTY a dataset file (repeatable), e.g. adult=party-1:/data/a.libsvm")
-@click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="the federation's data schema (docs/schema.md): every --dataset is validated and encoded by it (LIBSVM parts read with its d)")
+@click.option("--schema", "schemas", multiple=True, metavar="[NAME=]PATH",
+              help="a data schema (docs/schema.md): NAME=PATH for the datasets called NAME (repeatable, one per dataset), or PATH for every dataset; "
+                   "each dataset is checked against its schema before anything starts (LIBSVM parts read with its d)")
 @click.option("--test-mode", is_flag=True, help="allow small keys and simulation seeds (never for real data)")
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier and DGK modulus size")
 @click.option("--compute-nodes", "n_nodes", type=int, default=0, show_default=True, help="also start M DCA compute nodes")
@@ -124,7 +125,7 @@ def federation() -> None:
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, envvar="MPDP_LOG_FORMAT",
               help="each role's WORKDIR/<site>/service.log: text, or one JSON object per line")
 @click.option("--json", "as_json", is_flag=True, help="once everything is up, print one JSON object (endpoints file, addresses, HTTP URLs, dashboard) on stdout")
-def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schema_file: str | None, test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
+def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schemas: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
                   budget_epsilon: float, budget_delta: float, node_workers: int, log_format: str, as_json: bool) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from mpdp_services.launcher.federation import LocalFederation
@@ -141,8 +142,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         except ValueError:
             raise click.BadParameter(f"{item!r}: use NAME=PARTY:PATH")
         ds.setdefault(party, {})[name] = {"path": str(Path(path).resolve())}
-        if schema_file:
-            ds[party][name]["schema"] = str(_schema(schema_file)[0])
+    _apply_schemas(ds, schemas)
     nodes = [f"node-{k + 1}" for k in range(n_nodes)]
     aux: dict[str, dict] = {}
     for item in auxiliary:
@@ -152,6 +152,11 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         aux[name] = {"path": str(Path(path).resolve())}
     fed = LocalFederation(Path(workdir).resolve(), names, ds, test_mode=test_mode, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes, auxiliary=aux,
                           budget_epsilon=budget_epsilon, budget_delta=budget_delta, node_workers=node_workers, log_format=log_format)
+    if (fed.workdir / "ca" / "ca.crt").exists():  # a previous run's folder: keep its certificates and state, take this run's datasets, schemas and budgets
+        missing = [site for site in ["curator", "operator", *names, *nodes] if not (fed.workdir / site / "site.crt").exists()]
+        if missing:
+            raise click.UsageError(f"{workdir} holds another federation (no certificate for {', '.join(missing)}): use a new --workdir or remove that folder")
+        fed.write_configs()
     t0 = time.perf_counter()
     _stderr().print(f"starting the curator, then {n_parties} part{'y' if n_parties == 1 else 'ies'}{f' and {n_nodes} compute node(s)' if nodes else ''} ({key_bits}-bit keys)")
     _start(fed, lambda proc: _stderr().print(f"  {proc.role:<12} {proc.name:<10} ready on 127.0.0.1:{proc.port}  ({time.perf_counter() - t0:.1f} s)"))
@@ -520,6 +525,40 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
     except ValueError:
         pass  # unlabelled or other labels: no accuracy
     print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+
+
+def _apply_schemas(ds: dict[str, dict[str, dict]], schemas: tuple[str, ...]) -> None:
+    """Give each dataset its schema (``--schema NAME=PATH`` per dataset name, ``--schema PATH`` for all), then check
+    every file against its schema as its party will: a mismatch is a usage error now, not a refused job later."""
+    from mpdp_services.common.config import DatasetConfig
+    from mpdp_services.party.datasets import schema_problems
+
+    names = {n for per in ds.values() for n in per}
+    every: Path | None = None
+    by_name: dict[str, Path] = {}
+    for item in schemas:
+        name, sep, path = item.partition("=")
+        if not sep:
+            if every is not None:
+                raise click.BadParameter("give one --schema PATH for every dataset, or NAME=PATH per dataset", param_hint="--schema")
+            every = _schema(item)[0]
+        elif name not in names:
+            raise click.BadParameter(f"{item!r}: no --dataset is called {name!r} (datasets: {', '.join(sorted(names)) or 'none'})", param_hint="--schema")
+        elif name in by_name:
+            raise click.BadParameter(f"dataset {name!r} has two schemas", param_hint="--schema")
+        else:
+            by_name[name] = _schema(path)[0]
+    problems = []
+    for party, per in ds.items():
+        for name, entry in per.items():
+            schema = by_name.get(name, every)
+            if schema is not None:
+                entry["schema"] = str(schema)
+        checked = schema_problems({n: DatasetConfig.model_validate(e) for n, e in per.items() if "schema" in e})
+        problems += [f"{party}: {p}" for p in checked]
+    if problems:
+        hint = "; give each dataset its own schema with --schema NAME=PATH" if every is not None and len(names) > 1 else ""
+        raise click.UsageError("; ".join(problems) + hint)
 
 
 def _schema(path: str):

@@ -34,7 +34,7 @@ def _run(cfg_name: str, config_path: str, quiet: bool, server_module: str, log_f
     role = _ROLES.get(cfg_cls.__name__, cfg_cls.__name__)
     logs.setup(log_format, not quiet, role, cfg.name)
     try:
-        tracing.setup(cfg.traces, role, cfg.name)  # off by default (MPDP_TRACES / the config's `traces`)
+        tracing.setup(cfg.traces, role, cfg.name)  # off by default (the config's `traces`, the OTEL_* variables)
     except ValueError as e:
         raise click.ClickException(f"{cfg.name}: {e}")
     exit_if_orphaned()  # started by a parent that is already gone: nobody would ever stop this service

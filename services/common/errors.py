@@ -44,6 +44,15 @@ MAX_DETAIL = 240  # characters of status details after the Problem name
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+class Refused(Exception):
+    """A job this service refused or that failed in it: its Problem (the gRPC status by :data:`STATUS`) and a short
+    detail, raised by a service's own steps and turned into a refusal where a call answers (:func:`refuse`)."""
+
+    def __init__(self, problem: int, detail: str) -> None:
+        super().__init__(detail)
+        self.problem, self.detail = problem, detail
+
+
 def status_for(problem: int) -> grpc.StatusCode:
     return STATUS.get(problem, grpc.StatusCode.UNKNOWN)
 

@@ -12,7 +12,9 @@ It owns what every role must do the same way and no protocol cares about:
   late peer still gets its answer; then only a :class:`JobRecord` remains: id, protocol, state, problem name and
   times, no values. Records are bounded too (``max_records``, oldest dropped first).
 
-The table is sans-IO (the clock is injected); :class:`Reaper` is the one asyncio task that sweeps it.
+The table is sans-IO (the clock is injected); :class:`Reaper` is the one asyncio task that sweeps it. A job that
+is one asyncio task of the curator's own (an ensemble, local releases) runs under :class:`TaskJobs`; every change
+of any job bumps :data:`changes`, which the operators' watchers wait on.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ import logging
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Generic, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Protocol, TypeVar
 
 from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import RemoteProtocolError
-from mpdp_services.common import calls, metrics
+from mpdp_services.common import calls, errors, metrics
 
 log = logging.getLogger("mpdp.jobs")
 
@@ -41,6 +43,7 @@ MAX_RETAINED = 64
 MAX_RECORDS = 10_000
 MAX_EVENTS = 16  # per job: the states it passed through (the first and the last always kept)
 SWEEP_SECONDS = 1.0
+CANCEL_WAIT = 5.0  # seconds a cancel waits for the job's task to clean up and end
 
 
 def valid_id(job_id: str) -> bool:
@@ -104,6 +107,9 @@ class JobRecord:
             self.first = event
         elif not self.events or self.events[-1].state != state or self.events[-1].problem != problem:
             self.events.append(event)
+        else:
+            return  # no change (reading a job notes its state again)
+        changes.bump()
 
     def log(self) -> list[JobEvent]:
         """The state log, oldest first."""
@@ -314,38 +320,117 @@ def state_seconds(record: JobRecord) -> dict[str, float]:
     return out
 
 
-class CallJobs:
-    """Jobs that run inside one RPC handler (LMGC releases, ensembles): their handler tasks, so the operator can
-    cancel one (`mpdp jobs cancel`). The handler calls :meth:`track` when it starts the job and :meth:`end` in its
-    ``finally``; a cancelled handler sees ``CancelledError`` and :meth:`cancelled` tells it the operator asked."""
+PUBLISHED, FAILED = "PUBLISHED", "FAILED"
 
-    def __init__(self) -> None:
-        self._tasks: dict[str, asyncio.Task] = {}
-        self._cancelled: set[str] = set()
 
-    def track(self, job_id: str) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks[job_id] = task
+@dataclass
+class TaskJob:
+    """A curator job that runs as one asyncio task (an ensemble, a set of local releases): its stage while it
+    runs, then PUBLISHED or FAILED with the Problem and the curator's own words."""
 
-    def cancel(self, job_id: str) -> bool:
-        """Cancel the job's handler; False if no handler of that job is running."""
-        task = self._tasks.get(job_id)
-        if task is None or task.done():
+    state: str
+    problem: int = P.PROBLEM_UNSPECIFIED
+    detail: str = ""
+    task: "asyncio.Task | None" = None
+    stop: tuple[int, str] | None = None  # (Problem, detail) of a cancel
+
+
+def task_outcome(job: TaskJob) -> tuple[str, bool, int]:
+    return job.state, job.state in (PUBLISHED, FAILED), job.problem
+
+
+class TaskJobs(Generic[T]):
+    """Runs each job of ``table`` (entries are :class:`TaskJob`) as its own task, so that the operator's call returns
+    at once and the job goes on without it: :meth:`start` runs it, :meth:`stage` notes where it is, :meth:`cancel`
+    stops it (FAILED, CANCELLED), :meth:`wait` gives its release or raises :class:`errors.Refused` as it failed."""
+
+    def __init__(self, table: "JobTable[Any]") -> None:
+        self.table = table
+
+    def start(self, job_id: str, job: TaskJob, run: Callable[[], Awaitable[T]]) -> None:
+        async def body() -> T:
+            try:
+                result = await run()
+            except errors.Refused as e:
+                self._end(job_id, job, FAILED, e.problem, e.detail)
+                raise
+            except asyncio.CancelledError:
+                if job.stop is None:  # the server is stopping
+                    self._end(job_id, job, FAILED, P.JOB_FAILED, "the curator stopped mid-job")
+                    raise
+                self._end(job_id, job, FAILED, *job.stop)
+                raise errors.Refused(*job.stop) from None
+            except Exception:
+                log.exception("%s job %s: the host raised", self.table.protocol, job_id)
+                self._end(job_id, job, FAILED, P.INTERNAL, "internal error (see the curator's log)")
+                raise errors.Refused(P.INTERNAL, "internal error (see the curator's log)") from None
+            self._end(job_id, job, PUBLISHED, P.PROBLEM_UNSPECIFIED, "")
+            return result
+
+        job.task = asyncio.ensure_future(body())
+        job.task.add_done_callback(_retrieved)
+
+    def stage(self, job_id: str, job: TaskJob, state: str) -> None:
+        job.state = state
+        self.table.observe(job_id)
+        changes.bump()
+
+    async def cancel(self, job_id: str) -> bool:
+        """Stop the job (it ends FAILED, CANCELLED; its own ``finally`` cleans up); False if it is not running."""
+        job = self.table.get(job_id)
+        if not isinstance(job, TaskJob) or job.task is None or job.task.done():
             return False
-        self._cancelled.add(job_id)
-        task.cancel()
+        job.stop = (P.CANCELLED, f"job {job_id} was cancelled by the operator")
+        job.task.cancel()
+        await asyncio.wait({job.task}, timeout=CANCEL_WAIT)
         return True
 
-    def cancelled(self, job_id: str) -> bool:
-        return job_id in self._cancelled
+    async def wait(self, job_id: str) -> T:
+        """The job's release; :class:`errors.Refused` as it failed. Cancelling the waiter leaves the job running."""
+        job = self.table.get(job_id)
+        if not isinstance(job, TaskJob) or job.task is None:
+            raise errors.Refused(P.UNKNOWN_JOB, f"job {job_id} is not running")
+        return await asyncio.shield(job.task)
 
-    def end(self, job_id: str) -> bool:
-        """Forget the job's handler; True if the operator had cancelled it."""
-        self._tasks.pop(job_id, None)
-        was = job_id in self._cancelled
-        self._cancelled.discard(job_id)
-        return was
+    def _end(self, job_id: str, job: TaskJob, state: str, problem: int, detail: str) -> None:
+        job.state, job.problem, job.detail = state, problem, detail
+        self.table.finish(job_id, state, problem)
+        changes.bump()
+
+
+def _retrieved(task: "asyncio.Task") -> None:
+    """A job's task ended: its failure is the job's (recorded), not an unhandled error of the event loop."""
+    if not task.cancelled():
+        task.exception()
+
+
+class Changes:
+    """One counter every job change bumps (a state noted, a hosted machine's step), so that a watcher of any job
+    wakes when something changed and reads the job's summary again (JobOperations.WatchJob)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._event: asyncio.Event | None = None
+
+    def bump(self) -> None:
+        self.version += 1
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+    async def wait(self, since: int, timeout: float) -> int:
+        """Wait until the counter moves past ``since`` (or ``timeout`` seconds pass); returns the counter."""
+        if self.version == since:
+            if self._event is None:
+                self._event = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except TimeoutError:
+                pass
+        return self.version
+
+
+changes = Changes()
 
 
 class Reaper:

@@ -18,7 +18,7 @@ import grpc
 
 from mpdp.messages import common_pb2
 from mpdp.protocol import Machine, Output, Peer, ProtocolError, Reply, Send
-from mpdp_services.common import errors, logs, tracing
+from mpdp_services.common import errors, jobs, logs, tracing
 
 log = logging.getLogger("mpdp")
 
@@ -137,6 +137,7 @@ class Hosted(Generic[M]):
         async with self.changed:
             self.version += 1
             self.changed.notify_all()
+        jobs.changes.bump()  # the operators' watchers of any job (JobOperations.WatchJob)
 
     async def watch(self, status):
         """Yield ``status()`` now and after every change until the machine is terminal.

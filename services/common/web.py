@@ -34,6 +34,7 @@ import hmac
 import html
 import ipaddress
 import logging
+import math
 import secrets
 import socket
 import threading
@@ -373,6 +374,75 @@ padding:8px 12px;border:1px solid #dde1e7}dt{font-weight:600}dd{margin:0}
 font-size:11px;line-height:26px;padding:0 3px;color:#fff;border-right:1px solid #fff}
 .bar{background:#6b8cc7;height:12px;display:inline-block;vertical-align:middle}.muted{color:#6a7280}.warn{color:#8a1c1c;font-weight:600}
 """
+
+
+@dataclass(frozen=True)
+class Line:
+    """One series of :func:`step_chart`: ``ys[i]`` holds from ``xs[i]`` until the next point (None: no value there)."""
+
+    id: str
+    label: str
+    ys: list[float | None]
+    color: str
+    dash: str = ""
+
+
+def step_chart(element_id: str, title: str, xs: list[float], lines: list[Line], levels: list[tuple[str, str, float, str]],
+               x_ticks: tuple[str, str], y_label: str, width: int = 760, height: int = 260) -> str:
+    """An inline SVG step chart rendered here (no script, nothing fetched: the page's CSP holds): every line starts at
+    0 before ``xs[0]`` and steps at each x; ``levels`` are horizontal lines (id, label, y, color), e.g. a budget (one
+    more than 3× above the lines sits on the top edge, labelled as above the scale, so the lines stay readable).
+    ``x_ticks``: the labels under the first and the last x. Numbers and text are escaped; ids name the elements."""
+    left, right, top, bottom = 56, 16, 28, 34
+    pw, ph = width - left - right, height - top - bottom
+    drawn = max([y for ln in lines for y in ln.ys if y is not None and math.isfinite(y)] + [1e-12])
+    near = [lv[2] for lv in levels if lv[2] <= 3 * drawn]  # a level far above the lines is drawn at the top edge, marked off scale
+    y_max = max([drawn, *near]) * (1.08 if near else 1.25)
+    lo, hi = (xs[0], xs[-1]) if xs else (0.0, 1.0)
+    span = hi - lo if hi > lo else 1.0
+
+    def px(x: float) -> float:  # the first step sits a little right of the axis so the rise from 0 shows
+        return left + 0.04 * pw + 0.94 * pw * (x - lo) / span if hi > lo else left + pw / 2
+
+    def py(y: float) -> float:
+        return top + ph - ph * min(y, y_max) / y_max
+
+    out = [f'<svg id="{esc(element_id)}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+           f'role="img" aria-labelledby="{esc(element_id)}-title" font-size="11" font-family="system-ui,sans-serif">',
+           f'<title id="{esc(element_id)}-title">{esc(title)}</title>',
+           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#c9ced6"/>']
+    for i in range(5):  # y grid and ticks
+        v = y_max / 1.08 * i / 4
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(v):.1f}" y2="{py(v):.1f}" stroke="#eef1f5"/>'
+                   f'<text x="{left - 6}" y="{py(v) + 4:.1f}" text-anchor="end" fill="#6a7280">{esc(format(v, ".3g"))}</text>')
+    out.append(f'<text x="12" y="{top + ph / 2:.1f}" transform="rotate(-90 12 {top + ph / 2:.1f})" text-anchor="middle" fill="#1d2330">{esc(y_label)}</text>')
+    out.append(f'<text x="{px(lo):.1f}" y="{height - 12}" text-anchor="start" fill="#6a7280">{esc(x_ticks[0])}</text>'
+               f'<text x="{left + pw}" y="{height - 12}" text-anchor="end" fill="#6a7280">{esc(x_ticks[1])}</text>')
+    for lid, label, y, color in levels:
+        out.append(f'<line id="{esc(lid)}" x1="{left}" x2="{left + pw}" y1="{py(y):.1f}" y2="{py(y):.1f}" stroke="{esc(color)}" stroke-width="1.5" '
+                   f'stroke-dasharray="6 3" data-value="{y!r}"/>')
+        if y > y_max:
+            out.append(f'<text x="{left + pw - 4}" y="{top + 13}" text-anchor="end" fill="{esc(color)}">↑ {esc(label)}: above this scale</text>')
+    for ln in lines:
+        pts, prev = [(float(left), py(0.0))], 0.0
+        for x, maybe in zip(xs, ln.ys):
+            y = prev if maybe is None else maybe
+            pts += [(px(x), py(prev)), (px(x), py(y))]
+            prev = y
+        pts.append((float(left + pw), py(prev)))
+        dash = f' stroke-dasharray="{esc(ln.dash)}"' if ln.dash else ""
+        out.append(f'<polyline id="{esc(ln.id)}" fill="none" stroke="{esc(ln.color)}" stroke-width="2"{dash} data-last="{prev!r}" '
+                   f'points="{" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)}"/>')
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{esc(ln.color)}"/>' for x, y in zip(xs, ln.ys) if y is not None]
+    legend = [(ln.label, ln.color, ln.dash) for ln in lines] + [(lv[1], lv[3], "6 3") for lv in levels]
+    lx = left
+    for label, color, dash in legend:
+        d = f' stroke-dasharray="{esc(dash)}"' if dash else ""
+        out.append(f'<line x1="{lx}" x2="{lx + 22}" y1="12" y2="12" stroke="{esc(color)}" stroke-width="2"{d}/>'
+                   f'<text x="{lx + 27}" y="16" fill="#1d2330">{esc(label)}</text>')
+        lx += 40 + 6 * len(label)
+    out.append("</svg>")
+    return "".join(out)
 
 
 def document(title: str, site: str, nav: list[tuple[str, str]], body: str, refresh: int = 0) -> Response:

@@ -29,7 +29,8 @@ class Source:
     """One protocol's jobs at the curator.
 
     ``released(job_id)`` says whether something was published; ``stored()`` lists (job_id, state, Unix time) of
-    jobs on disk (an earlier run's too); ``live(entry)`` reads a held entry's (failure detail, stage seconds).
+    jobs on disk (an earlier run's too); ``live(entry)`` reads a held entry's (failure detail, stage seconds);
+    ``stage(entry)`` where a running job is, in words ("round 3 of 11"; its state by default).
     """
 
     protocol: str
@@ -37,6 +38,7 @@ class Source:
     released: Callable[[str], bool]
     stored: Callable[[], Iterable[tuple[str, str, float]]] = lambda: ()
     live: Callable[[Any], tuple[str, dict[str, float]]] | None = None
+    stage: Callable[[Any], str] | None = None
 
 
 @dataclass
@@ -94,13 +96,17 @@ class Catalog:
             if record.problem != P.PROBLEM_UNSPECIFIED:
                 s.detail = detail[:240]
         s.stage_seconds.update(stages or state_seconds(record))
+        if record.terminal or entry is None or source.stage is None:
+            s.stage = (record.state or "admitted").lower()
+        else:
+            s.stage = source.stage(entry)
         s.released = record.terminal and record.problem == P.PROBLEM_UNSPECIFIED and source.released(record.job_id)
         return s
 
 
 def _stored(source: Source, job_id: str, state: str, at: float) -> pb.JobSummary:
     failed = state == "FAILED"
-    return pb.JobSummary(job_id=job_id, protocol=source.protocol, state=state, terminal=True, created_unix=at, ended_unix=at,
+    return pb.JobSummary(job_id=job_id, protocol=source.protocol, state=state, terminal=True, created_unix=at, ended_unix=at, stage=state.lower(),
                          problem=P.JOB_FAILED if failed else P.PROBLEM_UNSPECIFIED, released=not failed)
 
 
@@ -114,6 +120,18 @@ def files(folder: Path, suffix: str, state: str) -> Iterable[tuple[str, str, flo
                 job_id = entry.name[: -len(suffix)]
                 if valid_id(job_id):
                     yield job_id, state, entry.stat().st_mtime
+
+
+def task_live(job: Any) -> tuple[str, dict[str, float]]:
+    """A task job's (:class:`jobs.TaskJob`) failure detail; it keeps no stage clock."""
+    return job.detail, {}
+
+
+def hosted_stage(hosted: Any) -> str:
+    """A hosted role machine's stage: its stage clock's current stage, else its state."""
+    stages = getattr(hosted.machine, "stages", None)
+    current = getattr(stages, "_current", None) if stages is not None else None
+    return current or str(hosted.machine.state).lower()
 
 
 def hosted_live(hosted: Any) -> tuple[str, dict[str, float]]:

@@ -25,14 +25,6 @@ PARTY_SERVICE = "mpdp.messages.ContributionParty"
 ROLES = roles_by_method(SERVICE, {"RequestContributions": ("operator",)})
 
 
-class ContributionRefused(Exception):
-    """A contribution round that was refused or failed: its Problem (status by errors.STATUS) and a short detail."""
-
-    def __init__(self, problem: int, detail: str) -> None:
-        super().__init__(detail)
-        self.problem, self.detail = problem, detail
-
-
 class ContributionCurator(pb_grpc.ContributionCuratorServicer):
     def __init__(self, channels: PeerChannels, addresses: dict[str, str], trace_parent: Callable[[str], Any] | None = None,
                  dca_spec: Callable[[str], dca_pb2.DcaJobSpec | None] | None = None) -> None:
@@ -44,36 +36,36 @@ class ContributionCurator(pb_grpc.ContributionCuratorServicer):
     async def RequestContributions(self, request: pb.ContributionRound, context) -> pb.ContributionSummary:
         try:
             return await self.run(request)
-        except ContributionRefused as e:
+        except errors.Refused as e:
             await errors.refuse(context, e.problem, e.detail)
 
     async def run(self, request: pb.ContributionRound) -> pb.ContributionSummary:
         """One contribution round, checked then run (the operator's RPC and the curator's own learner jobs,
-        services/curator/learner.py); raises :class:`ContributionRefused` with the Problem to answer."""
+        services/curator/learner.py); raises :class:`errors.Refused` with the Problem to answer."""
         if not jobs.valid_id(request.request.dca_job_id):
-            raise ContributionRefused(common_pb2.UNKNOWN_JOB, "no such DCA job (not a job id)")
+            raise errors.Refused(common_pb2.UNKNOWN_JOB, "no such DCA job (not a job id)")
         try:
             limits.check_contribution_round(request)
         except limits.SpecError as e:
-            raise ContributionRefused(common_pb2.INVALID_JOB, str(e)) from None
+            raise errors.Refused(common_pb2.INVALID_JOB, str(e)) from None
         if not request.parties:
-            raise ContributionRefused(common_pb2.INVALID_JOB, "name at least one party")
+            raise errors.Refused(common_pb2.INVALID_JOB, "name at least one party")
         if len(set(request.parties)) != len(request.parties):
-            raise ContributionRefused(common_pb2.INVALID_JOB, "parties must be distinct: a party contributes once")
+            raise errors.Refused(common_pb2.INVALID_JOB, "parties must be distinct: a party contributes once")
         unknown = [p for p in request.parties if p not in self.addresses]
         if unknown:
-            raise ContributionRefused(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
 
         job_id = request.request.dca_job_id
         spec = self._dca_spec(job_id) if self._dca_spec else None
         if spec is None:
-            raise ContributionRefused(common_pb2.UNKNOWN_JOB, "no such DCA job at this curator")
+            raise errors.Refused(common_pb2.UNKNOWN_JOB, "no such DCA job at this curator")
         try:  # the round's parties are the DCA job's whole roster (each party checks it again)
             check_roster(DcaParams.from_spec(job_id, spec), list(request.parties))
         except InvalidJob as e:
-            raise ContributionRefused(common_pb2.INVALID_JOB, f"DCA job {job_id}: {e.detail}") from None
+            raise errors.Refused(common_pb2.INVALID_JOB, f"DCA job {job_id}: {e.detail}") from None
         except ValueError as e:
-            raise ContributionRefused(common_pb2.INVALID_JOB, f"DCA job {job_id}: {e}") from None
+            raise errors.Refused(common_pb2.INVALID_JOB, f"DCA job {job_id}: {e}") from None
         del request.request.parties[:]
         request.request.parties.extend(request.parties)  # what each party holds the round to
         with tracing.job_span(job_id, "contribution", "curator", self._trace_parent(job_id) if self._trace_parent else None) as span:
@@ -102,6 +94,6 @@ class ContributionCurator(pb_grpc.ContributionCuratorServicer):
         await asyncio.gather(*(ask(s) for s in role.ask()))
         if role.error is not None:  # failed: INVALID_JOB when every party called the request invalid, else the job failed
             problem = role.error.problem if role.error.problem == common_pb2.INVALID_JOB else common_pb2.JOB_FAILED
-            raise ContributionRefused(problem, role.error.detail)
+            raise errors.Refused(problem, role.error.detail)
         log.info("DCA job %s: %d parties contributed %s", request.request.dca_job_id, len(request.parties), request.request.statistic)
         return next(o.release for o in outs if isinstance(o, Publish))

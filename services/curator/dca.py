@@ -90,15 +90,6 @@ class DcaStore:
         return {p.name.split(".")[0]: pb.DcaJobSpec.FromString(p.read_bytes()) for p in self.folder.glob("*.spec.binpb")}
 
 
-class DcaJobRefused(Exception):
-    """A job could not be created or ended without a sum: its Problem (status by errors.STATUS) and a short detail."""
-
-    def __init__(self, problem: int, detail: str) -> None:
-        super().__init__(detail)
-        self.problem = problem
-        self.detail = detail
-
-
 _safe = jobs.valid_id  # a job id names a file only if it could be one of ours
 
 
@@ -146,14 +137,17 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
 
     # -- operator ---------------------------------------------------------------------------------------
     async def CreateJob(self, request: pb.DcaJobSpec, context) -> pb.DcaJobTicket:
-        if request.secure_sum:
-            await errors.refuse(context, common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only "
-                                "(e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
         try:
-            job_id = await self.create(request)
-        except DcaJobRefused as e:
+            return pb.DcaJobTicket(job_id=await self.submit(request))
+        except errors.Refused as e:
             await errors.refuse(context, e.problem, e.detail)
-        return pb.DcaJobTicket(job_id=job_id)
+
+    async def submit(self, request: pb.DcaJobSpec) -> str:
+        """An operator's DP sum (CreateJob, the job host's SubmitJob): secure sums are the curator's own."""
+        if request.secure_sum:
+            raise errors.Refused(common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only "
+                                 "(e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
+        return await self.create(request)
 
     async def create(self, request: pb.DcaJobSpec) -> str:
         """Create and announce a job (operators through CreateJob; the curator's own mechanisms directly)."""
@@ -161,22 +155,22 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         try:
             params = DcaParams.from_spec(job_id, request)
         except InvalidJob as e:
-            raise DcaJobRefused(common_pb2.INVALID_JOB, e.detail) from None
+            raise errors.Refused(common_pb2.INVALID_JOB, e.detail) from None
         except ValueError:
-            raise DcaJobRefused(common_pb2.INVALID_JOB, "the job's parameters are out of range") from None
+            raise errors.Refused(common_pb2.INVALID_JOB, "the job's parameters are out of range") from None
         if params.seeded and not self.test_mode:
-            raise DcaJobRefused(common_pb2.INVALID_JOB, "simulation_seed (the fixed-noise debug switch) is refused outside test mode")
+            raise errors.Refused(common_pb2.INVALID_JOB, "simulation_seed (the fixed-noise debug switch) is refused outside test mode")
         missing = [n for n in params.nodes if n not in self.nodes]
         if missing:
             names = ", ".join(errors.shown(n) for n in missing[:4])
-            raise DcaJobRefused(common_pb2.INVALID_JOB, f"compute nodes {names} are not registered with the curator ({len(self.nodes)} are)")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"compute nodes {names} are not registered with the curator ({len(self.nodes)} are)")
         machine = AggregatorMachine(params, node_addresses={n: self.nodes[n] for n in params.nodes}, record=False)
         hosted = Hosted(machine, self._route)
         hosted.on_change = self.jobs.observe
         try:
             self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds) + 5.0)
         except ProtocolError as e:
-            raise DcaJobRefused(e.problem, e.detail) from None
+            raise errors.Refused(e.problem, e.detail) from None
         self.reaper.ensure_running()
         self.store.put_spec(job_id, request)
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
@@ -189,21 +183,21 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         await hosted.notify()
         if machine.failed and machine.error is not None:
             self.forget(job_id)  # never announced everywhere: nothing will ever arrive for it
-            raise DcaJobRefused(common_pb2.PEER_UNREACHABLE, f"job {job_id} could not be announced: {machine.error.detail}")
+            raise errors.Refused(common_pb2.PEER_UNREACHABLE, f"job {job_id} could not be announced: {machine.error.detail}")
         return job_id
 
     async def result(self, job_id: str) -> pb.DpSum:
-        """Wait for a job of this process to end; its sum (secure-sum jobs included) or DcaJobRefused."""
+        """Wait for a job of this process to end; its sum (secure-sum jobs included) or errors.Refused."""
         hosted = self.jobs.get(job_id)
         if hosted is None:
-            raise DcaJobRefused(common_pb2.UNKNOWN_JOB, f"no running DCA job {errors.shown(job_id)}")
+            raise errors.Refused(common_pb2.UNKNOWN_JOB, f"no running DCA job {errors.shown(job_id)}")
         async for st in hosted.watch(lambda: hosted.machine.status()):
             if st.terminal:
                 break
         m = hosted.machine
         if m.failed or m.error is not None:
             detail = m.error.detail if m.error is not None else m.state
-            raise DcaJobRefused(m.error.problem if m.error else common_pb2.JOB_FAILED, f"DCA job {job_id}: {detail}")
+            raise errors.Refused(m.error.problem if m.error else common_pb2.JOB_FAILED, f"DCA job {job_id}: {detail}")
         return m.dp_sum()
 
     async def WatchJob(self, request: common_pb2.JobRef, context):

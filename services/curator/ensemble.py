@@ -1,6 +1,7 @@
 """Charlie for HCB16 ensembles without a trusted collector (mpdp.hamm2016.job; docs/protocols/hamm2016.md).
 
-TrainEnsemble runs one job to the end: publish the auxiliary features (GetAuxiliary, voters only), create the
+:meth:`EnsembleCurator.submit` (the job host's SubmitJob; TrainEnsemble submits and waits) checks the job and
+starts it as the curator's own task, which runs it to the end: publish the auxiliary features (GetAuxiliary, voters only), create the
 DCA job for the votes (a secure sum; for method pate a Gaussian DCA job whose noise the voters add), ask every voter to vote (EnsembleParty.Vote), close submissions once all
 have answered, take the summed counts from the DCA aggregator in this process, train and perturb, publish.
 The summed counts never leave this process and are dropped as soon as w_p exists; releases persist in
@@ -13,6 +14,7 @@ import asyncio
 import logging
 import secrets as pysecrets
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -26,7 +28,7 @@ from mpdp_services.common import calls, errors, jobs, tracing
 from mpdp_services.common.config import DatasetConfig
 from mpdp_services.common.rpc import PeerChannels, caller, roles_by_method
 from mpdp_services.common.store import MessageStore
-from mpdp_services.curator.dca import DcaCurator, DcaJobRefused
+from mpdp_services.curator.dca import DcaCurator
 from mpdp_services.curator.admission import Admission
 
 log = logging.getLogger("mpdp.curator.ensemble")
@@ -34,6 +36,17 @@ log = logging.getLogger("mpdp.curator.ensemble")
 SERVICE = "mpdp.messages.EnsembleCurator"
 PARTY_SERVICE = "mpdp.messages.EnsembleParty"
 ROLES = roles_by_method(SERVICE, {"TrainEnsemble": ("operator",), "GetEnsemble": ("operator", "party"), "GetAuxiliary": ("party",)})
+
+
+VOTING = "VOTING"
+
+
+@dataclass
+class EnsembleJob(jobs.TaskJob):
+    """A running ensemble: VOTING → PUBLISHED or FAILED, with what the voters fetch while it votes."""
+
+    spec: pb.EnsembleJobSpec = field(default_factory=pb.EnsembleJobSpec)
+    chunks: list[pb.AuxiliaryChunk] = field(default_factory=list)
 
 
 class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
@@ -45,35 +58,45 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         self.dca = dca
         self.auxiliary = auxiliary
         self.test_mode = test_mode
-        # running jobs' (spec, auxiliary chunks); a finished job leaves at once, its value-free record stays
-        self.running: jobs.JobTable[tuple[pb.EnsembleJobSpec, list[pb.AuxiliaryChunk]]] = jobs.JobTable("hamm2016", max_live=max_live, admission=admission)
-        self.calls = jobs.CallJobs()  # running jobs' handlers (`mpdp jobs cancel`)
+        # running jobs (spec, auxiliary chunks, stage); a finished job's entry stays for the retention, then its record
+        self.running: jobs.JobTable[EnsembleJob] = jobs.JobTable("hamm2016", jobs.task_outcome, max_live=max_live, admission=admission)
+        self.tasks: jobs.TaskJobs[pb.EnsembleRelease] = jobs.TaskJobs(self.running)
 
     async def cancel(self, job_id: str) -> bool:
         """The operator's `mpdp jobs cancel`: stop the job; its vote sum is aborted at the nodes, nothing is published."""
-        return self.calls.cancel(job_id)
+        return await self.tasks.cancel(job_id)
 
     async def TrainEnsemble(self, request: pb.EnsembleJobSpec, context) -> pb.EnsembleRelease:
+        """Submit and wait for the release (JobOperations.SubmitJob returns at once instead). Cancelling this call
+        stops the waiting, not the job."""
+        try:
+            job_id = await self.submit(request)
+            return await self.tasks.wait(job_id)
+        except errors.Refused as e:
+            await errors.refuse(context, e.problem, e.detail)
+
+    async def submit(self, request: pb.EnsembleJobSpec) -> str:
+        """Check the job, admit it and start it as the curator's own task; its id at once (errors.Refused otherwise)."""
         try:
             core.validate_spec(request)
         except core.EnsembleJobError as e:
-            await errors.refuse(context, common_pb2.INVALID_JOB, str(e))
+            raise errors.Refused(common_pb2.INVALID_JOB, str(e)) from None
         if request.simulation_seed and not self.test_mode:
-            await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed is refused outside test mode")
+            raise errors.Refused(common_pb2.INVALID_JOB, "simulation_seed is refused outside test mode")
         unknown = [p for p in request.parties if p not in self.addresses]
         if unknown:
-            await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
         aux_cfg = self.auxiliary.get(request.auxiliary)
         if aux_cfg is None:
-            await errors.refuse(context, common_pb2.INVALID_JOB, f"the curator has no auxiliary dataset {errors.shown(request.auxiliary)} ({len(self.auxiliary)} configured); "
-                                "add it under `auxiliary:` in the curator config")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"the curator has no auxiliary dataset {errors.shown(request.auxiliary)} ({len(self.auxiliary)} configured); "
+                                 "add it under `auxiliary:` in the curator config")
         try:
             X_aux = await asyncio.to_thread(_load_auxiliary, aux_cfg)
         except core.EnsembleJobError as e:
-            await errors.refuse(context, common_pb2.INVALID_JOB, f"auxiliary dataset {errors.shown(request.auxiliary)}: {e}")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"auxiliary dataset {errors.shown(request.auxiliary)}: {e}") from None
         except DatasetError as e:  # names the curator's file: logged here, never sent
             log.warning("auxiliary dataset %s cannot be loaded: %s", errors.shown(request.auxiliary), e)
-            await errors.refuse(context, common_pb2.INVALID_JOB, f"auxiliary dataset {errors.shown(request.auxiliary)} cannot be loaded (see the curator's log)")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"auxiliary dataset {errors.shown(request.auxiliary)} cannot be loaded (see the curator's log)") from None
         job_id = "hm-" + pysecrets.token_hex(6)
         try:
             if request.method == core.PATE:  # the queried points are the job's auxiliary set (a public choice)
@@ -83,51 +106,40 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             if request.method != core.PATE:
                 core.ensemble_params(request, X_aux.shape[0], len(request.parties))
         except ProtocolError as e:  # InvalidJob from the DCA parameters
-            await errors.refuse(context, common_pb2.INVALID_JOB, e.detail)
+            raise errors.Refused(common_pb2.INVALID_JOB, e.detail) from None
         except ValueError as e:  # our own validation messages (core.EnsembleJobError and the size checks)
-            await errors.refuse(context, common_pb2.INVALID_JOB, str(e) if isinstance(e, core.EnsembleJobError) else "the job's parameters are out of range")
+            raise errors.Refused(common_pb2.INVALID_JOB, str(e) if isinstance(e, core.EnsembleJobError) else "the job's parameters are out of range") from None
+        job = EnsembleJob(VOTING, spec=request, chunks=core.auxiliary_chunks(X_aux))
         try:
-            self.running.admit(job_id, (request, core.auxiliary_chunks(X_aux)), float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0)
+            self.running.admit(job_id, job, float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0)
         except ProtocolError as e:
-            await errors.abort(context, e)
-        with tracing.job_span(job_id, "hamm2016", "curator") as span:  # its vote-sum DCA job and the parties' votes are children
-            release = await self._train(job_id, request, vote_params, X_aux, context)
-            span.done("PUBLISHED")
-            return release
+            raise errors.Refused(e.problem, e.detail) from None
+        self.tasks.start(job_id, job, lambda: self._train(job_id, request, vote_params, X_aux))
+        return job_id
 
-    async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray, context) -> pb.EnsembleRelease:
-        try:
+    async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray) -> pb.EnsembleRelease:
+        with tracing.job_span(job_id, "hamm2016", "curator") as span:  # its vote-sum DCA job and the parties' votes are children
             with calls.sub_job():  # the vote sum counts against the admission bounds but is never refused by them
                 dca_job = await self.dca.create(vote_params.to_spec())
-        except DcaJobRefused as e:
-            self.running.finish(job_id, "FAILED", e.problem, keep=False)
-            await errors.refuse(context, e.problem, e.detail)
-        log.info("ensemble job %s (%s, ε=%g): %d voters, N=%d auxiliary points, d=%d, votes summed by DCA job %s",
-                 job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
-        release = None
-        failure: int = common_pb2.JOB_FAILED
-        self.calls.track(job_id)
-        try:
-            release = await self._run(job_id, dca_job, request, X_aux)
-        except _JobFailed as e:
-            log.warning("ensemble job %s failed: %s", job_id, e.detail)
-            failure = e.problem
-            await errors.refuse(context, e.problem, e.detail)
-        except asyncio.CancelledError:
-            if not self.calls.cancelled(job_id):
+            log.info("ensemble job %s (%s, ε=%g): %d voters, N=%d auxiliary points, d=%d, votes summed by DCA job %s",
+                     job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
+            release = None
+            try:
+                release = await self._run(job_id, dca_job, request, X_aux)
+            except errors.Refused as e:
+                log.warning("ensemble job %s failed: %s", job_id, e.detail)
                 raise
-            failure = common_pb2.CANCELLED
-            await errors.refuse(context, common_pb2.CANCELLED, f"ensemble job {job_id} was cancelled by the operator")
-        finally:
-            if self.calls.end(job_id):
-                failure = common_pb2.CANCELLED
-            self.running.finish(job_id, "PUBLISHED" if release is not None else "FAILED", common_pb2.PROBLEM_UNSPECIFIED if release is not None else failure, keep=False)
-            if release is None:  # failed, cancelled or crashed: the nodes must drop the vote shares
-                await asyncio.shield(self.dca.abort(dca_job, f"ensemble job {job_id} ended without a release"))
-            self.dca.forget(dca_job)
-        self.store.put(job_id, release)
-        log.info("ensemble job %s published over %d voters (Δ₂=%.4g)", job_id, release.parties_included, release.sensitivity)
-        return release
+            finally:
+                held = self.running.get(job_id)
+                if held is not None:
+                    held.chunks = []  # the voters have what they need; the retained entry keeps no auxiliary data
+                if release is None:  # failed, cancelled or crashed: the nodes must drop the vote shares
+                    await asyncio.shield(self.dca.abort(dca_job, f"ensemble job {job_id} ended without a release"))
+                self.dca.forget(dca_job)
+            self.store.put(job_id, release)
+            log.info("ensemble job %s published over %d voters (Δ₂=%.4g)", job_id, release.parties_included, release.sensitivity)
+            span.done("PUBLISHED")
+            return release
 
     async def _run(self, job_id: str, dca_job: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> pb.EnsembleRelease:
         """Move Charlie's messages (core.CuratorRole decides): VoteRequests out, answers in, the vote sum in."""
@@ -156,7 +168,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
                 abort = next((o for o in await done if isinstance(o, core.AbortVoteSum)), None)
                 if abort is not None:  # more than T voters failed: stop at once, the others need not vote
                     await self.dca.abort(dca_job, abort.detail)
-                    raise _JobFailed(common_pb2.JOB_FAILED, abort.detail)
+                    raise errors.Refused(common_pb2.JOB_FAILED, abort.detail)
         finally:
             for a in asks:
                 a.cancel()
@@ -166,15 +178,15 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         await self.dca.close(dca_job)  # CloseVoteSum: every voter answered, no need to wait for the deadline
         try:
             vote_sum = await self.dca.result(dca_job)
-        except DcaJobRefused as e:
-            raise _JobFailed(common_pb2.JOB_FAILED, f"job {job_id}: the vote sum failed: {e.detail}") from None
+        except errors.Refused as e:
+            raise errors.Refused(common_pb2.JOB_FAILED, f"job {job_id}: the vote sum failed: {e.detail}") from None
         t2 = time.perf_counter()
         try:
             outs = await asyncio.to_thread(role.vote_sum, vote_sum)
         finally:
             del vote_sum
         if role.state != core.RELEASED:
-            raise _JobFailed(common_pb2.JOB_FAILED, str(role.error))
+            raise errors.Refused(common_pb2.JOB_FAILED, str(role.error))
         release = next(o.release for o in outs if isinstance(o, Publish))
         # Published: the voters' and the nodes' times. Not the fit's: its Newton steps depend on the exact counts.
         release.stage_seconds.update({"votes": t1 - t0, "vote_sum": t2 - t1})
@@ -198,20 +210,14 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         if not jobs.valid_id(request.job_id):
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
         entry = self.running.get(request.job_id)
-        if entry is None:
+        if entry is None or entry.state != VOTING:
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no running ensemble job {errors.shown(request.job_id)}")
-        spec, chunks = entry
+        spec, chunks = entry.spec, entry.chunks
         who = caller(context).name
         if who not in spec.parties:
             await errors.refuse(context, common_pb2.WRONG_ROLE, f"the caller is not a voter of job {request.job_id}")
         for c in chunks:
             yield c
-
-
-class _JobFailed(Exception):
-    def __init__(self, problem: int, detail: str) -> None:
-        super().__init__(detail)
-        self.problem, self.detail = problem, detail
 
 
 def _load_auxiliary(cfg: DatasetConfig) -> np.ndarray:

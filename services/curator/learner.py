@@ -42,8 +42,8 @@ from mpdp_services.common import calls, errors, jobs
 from mpdp_services.common.durable import make_private_dir, write_atomic
 from mpdp_services.common.rpc import roles_by_method
 from mpdp_services.common.runtime import Hosted
-from mpdp_services.curator.contribution import ContributionCurator, ContributionRefused
-from mpdp_services.curator.dca import DcaCurator, DcaJobRefused
+from mpdp_services.curator.contribution import ContributionCurator
+from mpdp_services.curator.dca import DcaCurator
 
 log = logging.getLogger("mpdp.curator.learner")
 
@@ -173,12 +173,6 @@ async def _finish_first(step: asyncio.Future) -> Any:
         raise
 
 
-class _RoundFailed(Exception):
-    def __init__(self, problem: int, detail: str) -> None:
-        super().__init__(detail)
-        self.problem, self.detail = problem, detail
-
-
 class LearnerHost(pb_grpc.LearnerCuratorServicer):
     def __init__(self, state_dir: Path, dca: DcaCurator, contribution: ContributionCurator, addresses: dict[str, str], test_mode: bool, *,
                  retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: jobs.Admission | None = None) -> None:
@@ -208,40 +202,44 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
     # -- operator ------------------------------------------------------------------------------------------------------
     async def SubmitLearner(self, request: pb.LearnerJobSpec, context) -> pb.LearnerTicket:
         try:
-            job = self._admit(request)
-        except _RoundFailed as e:
+            return pb.LearnerTicket(job_id=await self.submit(request))
+        except errors.Refused as e:
             await errors.refuse(context, e.problem, e.detail)
+
+    async def submit(self, spec: pb.LearnerJobSpec) -> str:
+        """Check, admit and start a learner job; its id at once (errors.Refused otherwise)."""
+        try:
+            return self._admit(spec).machine.job_id
         except ProtocolError as e:
-            await errors.abort(context, e)
-        return pb.LearnerTicket(job_id=job.machine.job_id)
+            raise errors.Refused(e.problem, e.detail) from None
 
     def _admit(self, spec: pb.LearnerJobSpec) -> LearnerJob:
-        """Check every field, build the role and round 0, persist, start the task; _RoundFailed(INVALID_JOB, …) otherwise."""
+        """Check every field, build the role and round 0, persist, start the task; errors.Refused(INVALID_JOB, …) otherwise."""
         try:
             limits.check_learner_job_spec(spec)
         except limits.SpecError as e:
-            raise _RoundFailed(common_pb2.INVALID_JOB, str(e)) from None
+            raise errors.Refused(common_pb2.INVALID_JOB, str(e)) from None
         learner = LEARNERS[str(spec.WhichOneof("learner"))]
         if spec.simulation_seed and not self.test_mode:
-            raise _RoundFailed(common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
+            raise errors.Refused(common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
         unknown = [p for p in spec.parties if p not in self.addresses]
         if unknown:
-            raise _RoundFailed(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
         missing = [n for n in spec.compute_nodes if n not in self.dca.nodes]
         if missing:
-            raise _RoundFailed(common_pb2.INVALID_JOB, f"compute nodes {', '.join(errors.shown(n) for n in missing[:4])} are not registered with the curator")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"compute nodes {', '.join(errors.shown(n) for n in missing[:4])} are not registered with the curator")
         job_id = spec.job_id or learner.prefix + pysecrets.token_hex(6)
         if not job_id.startswith(learner.prefix):
-            raise _RoundFailed(common_pb2.INVALID_JOB, f"a {learner.protocol} job id starts with {learner.prefix}")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"a {learner.protocol} job id starts with {learner.prefix}")
         if any(job_id in t for t in self.tables.values()) or self.store.state(job_id) is not None:
-            raise _RoundFailed(common_pb2.REPLAY, f"job {job_id} already exists")
+            raise errors.Refused(common_pb2.REPLAY, f"job {job_id} already exists")
         try:
             role: Any = learner.role(spec, job_id)
             outputs = role.start()  # round 0's DCA parameters are checked here, before anything runs
         except (ValueError, InvalidJob) as e:
-            raise _RoundFailed(common_pb2.INVALID_JOB, f"not a valid {learner.protocol} job: {e}") from None
+            raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid {learner.protocol} job: {e}") from None
         except ProtocolError as e:
-            raise _RoundFailed(common_pb2.INVALID_JOB, f"not a valid {learner.protocol} job: {e.detail}") from None
+            raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid {learner.protocol} job: {e.detail}") from None
         job = LearnerJob(role, self._route, learner, spec)
         job.on_change = self.tables[learner.protocol].observe
         _, rounds = learner.progress(role)
@@ -265,7 +263,7 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
                 await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no learner job {errors.shown(request.job_id)} at this curator")
             yield stored
             return
-        async for st in job.watch(lambda: self._status(job)):
+        async for st in job.watch(lambda: self.status(job)):
             yield st
 
     async def GetLearnerModel(self, request, context) -> pb.LearnerModel:
@@ -276,8 +274,8 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
             return model
         job = self._job(request.job_id)
         if job is not None and not job.machine.terminal:
-            await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({self._status(job).stage})")
-        st = self._status(job) if job is not None else self._stored_status(request.job_id)
+            await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({self.status(job).stage})")
+        st = self.status(job) if job is not None else self._stored_status(request.job_id)
         if st is None:
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no learner job {errors.shown(request.job_id)} at this curator")
         await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} ended {st.state} and released nothing: {st.detail}")
@@ -324,7 +322,7 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
                     log.info("%s job %s released (%d rounds)", learner.protocol, role.job_id, len(seconds))
                 self._persist(job)
                 await job.notify()
-        except _RoundFailed as e:
+        except errors.Refused as e:
             await self._failed(job, e.problem, e.detail)
         except ProtocolError as e:  # the role refused a release (not this round's, not finite): FAILED already
             await self._failed(job, e.problem, e.detail)
@@ -337,7 +335,7 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
             await self._failed(job, common_pb2.INTERNAL, "internal error (see the curator's log)")
 
     async def _round(self, job: LearnerJob, ask: Any) -> tuple[str, dca_pb2.DpSum]:
-        """One round: the DCA job, the parties' contributions, the release; _RoundFailed naming the round otherwise."""
+        """One round: the DCA job, the parties' contributions, the release; errors.Refused naming the round otherwise."""
         r, rounds = job.learner.progress(job.machine)
         name = f"round {r + 1} of {rounds}"
         with calls.sub_job():  # the round's DCA job counts against the bounds but is never refused by them
@@ -347,23 +345,23 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         except asyncio.CancelledError:  # stopped while the DCA job was being announced: it exists, and is aborted with the job
             try:
                 job.dca_job = await create
-            except DcaJobRefused:
+            except errors.Refused:
                 pass
             raise
-        except DcaJobRefused as e:
-            raise _RoundFailed(e.problem, f"{name}: the curator refused its DCA job: {e.detail}") from None
+        except errors.Refused as e:
+            raise errors.Refused(e.problem, f"{name}: the curator refused its DCA job: {e.detail}") from None
         job.dca_job = dca_job
         self._persist(job)
         await job.notify()
         request = job.learner.request(job.spec, ask, dca_job)
         try:
             await self.contribution.run(cpb.ContributionRound(request=request, parties=list(job.spec.parties)))
-        except ContributionRefused as e:
-            raise _RoundFailed(common_pb2.JOB_FAILED, f"{name} ({dca_job}): {e.detail}") from None
+        except errors.Refused as e:
+            raise errors.Refused(common_pb2.JOB_FAILED, f"{name} ({dca_job}): {e.detail}") from None
         try:
             release = await self.dca.result(dca_job)
-        except DcaJobRefused as e:
-            raise _RoundFailed(common_pb2.JOB_FAILED, f"{name} ({dca_job}) released nothing: {e.detail}") from None
+        except errors.Refused as e:
+            raise errors.Refused(common_pb2.JOB_FAILED, f"{name} ({dca_job}) released nothing: {e.detail}") from None
         return dca_job, release
 
     async def _failed(self, job: LearnerJob, problem: int, detail: str) -> None:
@@ -391,11 +389,11 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         return None
 
     def _persist(self, job: LearnerJob) -> None:
-        st = self._status(job)
+        st = self.status(job)
         self.store.put_state(st.job_id, {"protocol": st.protocol, "state": st.state, "round": st.round, "rounds": st.rounds, "dca_job": st.dca_job_id,
                                          "terminal": st.terminal, "problem": int(st.problem), "detail": st.detail})
 
-    def _status(self, job: LearnerJob) -> pb.LearnerStatus:
+    def status(self, job: LearnerJob) -> pb.LearnerStatus:
         m = job.machine
         r, rounds = job.learner.progress(m)
         st = pb.LearnerStatus(job_id=m.job_id, protocol=job.learner.protocol, state=str(m.state), round=r, rounds=rounds, dca_job_id=job.dca_job,

@@ -28,53 +28,59 @@ log = logging.getLogger("mpdp.curator.local")
 SERVICE = "mpdp.messages.LocalModelCurator"
 PARTY_SERVICE = "mpdp.messages.LocalModelParty"
 PARTY_TIMEOUT = 600.0
+TRAINING = "TRAINING"
 ROLES = roles_by_method(SERVICE, {"SubmitLocalJob": ("operator",), "GetLocalModels": ("operator", "party")})
 
 
 class LocalCurator(pb_grpc.LocalModelCuratorServicer):
     def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], test_mode: bool, *, max_live: int = jobs.MAX_LIVE, admission: Admission | None = None) -> None:
         self.store = MessageStore(Path(state_dir) / "local", pb.LocalModelSet)
-        self.jobs: jobs.JobTable[None] = jobs.JobTable("lmgc", max_live=max_live, admission=admission)  # value-free: which jobs run or ended
+        self.jobs: jobs.JobTable[jobs.TaskJob] = jobs.JobTable("lmgc", jobs.task_outcome, max_live=max_live, admission=admission)
         self.channels = channels
         self.addresses = addresses  # shared with the Pathak curator's registry (parties register once)
         self.test_mode = test_mode
-        self.calls = jobs.CallJobs()  # running jobs' handlers (`mpdp jobs cancel`)
+        self.tasks: jobs.TaskJobs[pb.LocalModelSet] = jobs.TaskJobs(self.jobs)  # each job its own task
 
     async def cancel(self, job_id: str) -> bool:
         """The operator's `mpdp jobs cancel`: stop asking the parties; the job ends CANCELLED and publishes nothing."""
-        return self.calls.cancel(job_id)
+        return await self.tasks.cancel(job_id)
 
     async def SubmitLocalJob(self, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:
+        """Submit and wait for the published set (JobOperations.SubmitJob returns at once instead). Cancelling this
+        call stops the waiting, not the job."""
+        try:
+            job_id = self.submit(request)
+            return await self.tasks.wait(job_id)
+        except errors.Refused as e:
+            await errors.refuse(context, e.problem, e.detail)
+
+    def submit(self, request: pb.LocalModelJobSpec) -> str:
+        """Check the job, admit it and start it as the curator's own task; its id at once (errors.Refused otherwise)."""
         try:
             validate_spec(request)
         except ReleaseError as e:
-            await errors.refuse(context, common_pb2.INVALID_JOB, str(e))
+            raise errors.Refused(common_pb2.INVALID_JOB, str(e)) from None
         if request.simulation_seed and not self.test_mode:
-            await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed is refused outside test mode")
+            raise errors.Refused(common_pb2.INVALID_JOB, "simulation_seed is refused outside test mode")
         unknown = [p for p in request.parties if p not in self.addresses]
         if unknown:
-            await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
         job_id = "lm-" + pysecrets.token_hex(6)
+        job = jobs.TaskJob(TRAINING)
         try:
-            self.jobs.admit(job_id, None, PARTY_TIMEOUT + 60.0)
+            self.jobs.admit(job_id, job, PARTY_TIMEOUT + 60.0)
         except ProtocolError as e:
-            await errors.abort(context, e)
-        self.calls.track(job_id)
-        try:
-            with tracing.job_span(job_id, "lmgc", "curator") as span:  # the parties' spans join it (their requests carry it)
-                published_set = await self._run(job_id, request, context)
-                span.done("PUBLISHED")
-                return published_set
-        except asyncio.CancelledError:
-            if self.calls.cancelled(job_id):
-                await errors.refuse(context, common_pb2.CANCELLED, f"local-release job {job_id} was cancelled by the operator")
-            raise
-        finally:
-            published = self.store.get(job_id) is not None
-            problem = common_pb2.CANCELLED if self.calls.end(job_id) else common_pb2.JOB_FAILED
-            self.jobs.finish(job_id, "PUBLISHED" if published else "FAILED", common_pb2.PROBLEM_UNSPECIFIED if published else problem, keep=False)
+            raise errors.Refused(e.problem, e.detail) from None
+        self.tasks.start(job_id, job, lambda: self._traced(job_id, request))
+        return job_id
 
-    async def _run(self, job_id: str, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:
+    async def _traced(self, job_id: str, request: pb.LocalModelJobSpec) -> pb.LocalModelSet:
+        with tracing.job_span(job_id, "lmgc", "curator") as span:  # the parties' spans join it (their requests carry it)
+            published = await self._run(job_id, request)
+            span.done("PUBLISHED")
+            return published
+
+    async def _run(self, job_id: str, request: pb.LocalModelJobSpec) -> pb.LocalModelSet:
         """Move Charlie's messages (LocalReleaseCurator decides): requests out, each party's answer in."""
         role = LocalReleaseCurator(job_id, request)
         outs: list = []
@@ -107,7 +113,7 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         if role.failed:
             detail = role.error.detail if role.error is not None else f"job {job_id} published nothing"
             log.warning("local job %s failed: %s", job_id, detail)
-            await errors.refuse(context, common_pb2.JOB_FAILED, detail)
+            raise errors.Refused(common_pb2.JOB_FAILED, detail)
         published = next(o.release for o in outs if isinstance(o, Publish))
         self.store.put(job_id, published)
         log.info("local job %s published: %d releases; %s", job_id, len(published.releases), published.aggregate_statement[:80])

@@ -7,6 +7,7 @@ Servicer methods only look up the job, feed its machine and forward what comes o
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 import json
 import logging
 import secrets as pysecrets
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 
+from mpdp import registry
 from mpdp.math.drbg import Drbg
 from mpdp.math.paillier import check_key_bits
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
@@ -34,7 +36,7 @@ from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE
 from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, learner_pb2_grpc, local_release_pb2_grpc, operations_pb2_grpc
 from mpdp_services.curator import catalog as catalogs
 from mpdp_services.curator.dashboard import Dashboard
-from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE as OPERATIONS_SERVICE, JobOperations
+from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE as OPERATIONS_SERVICE, HostedProtocol, JobOperations
 from mpdp_services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
 from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
 from mpdp_services.curator.learner import LEARNERS, ROLES as LEARNER_ROLES, SERVICE as LEARNER_SERVICE, LearnerHost
@@ -105,31 +107,39 @@ class Curator(pb_grpc.CuratorServicer):
 
     # -- operator ------------------------------------------------------------------------
     async def SubmitJob(self, request: pb.PathakJobSpec, context) -> pb.JobTicket:
+        try:
+            return pb.JobTicket(job_id=await self.submit(request))
+        except errors.Refused as e:
+            await errors.refuse(context, e.problem, e.detail)
+
+    async def submit(self, request: pb.PathakJobSpec) -> str:
+        """Check, admit and start a job; its id once every party has been told (errors.Refused otherwise)."""
         job_id = "pk-" + pysecrets.token_hex(6)
         try:
             params = PathakParams.from_spec(job_id, request)
         except InvalidJob as e:
-            await errors.refuse(context, common_pb2.INVALID_JOB, str(e))
+            raise errors.Refused(common_pb2.INVALID_JOB, str(e)) from None
         except ValueError:
-            await errors.refuse(context, common_pb2.INVALID_JOB, "the job's parameters are out of range")
+            raise errors.Refused(common_pb2.INVALID_JOB, "the job's parameters are out of range") from None
         if params.seeded and not self.cfg.test_mode:
-            await errors.refuse(context, common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
+            raise errors.Refused(common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
         unknown = [p for p in params.parties if p not in self.addresses]
         if unknown:
-            await errors.refuse(context, common_pb2.INVALID_JOB, f"parties {_names(unknown)} are not registered with the curator; start them or fix their names ({len(self.addresses)} are registered)")
+            raise errors.Refused(common_pb2.INVALID_JOB, f"parties {_names(unknown)} are not registered with the curator; start them or fix their names "
+                                 f"({len(self.addresses)} are registered)")
         machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode))
         hosted = Hosted(machine, self._route)
         hosted.on_change = self.jobs.observe
         try:  # the job table's bounds and the federation's and operator's (admission): before any party hears of it
             self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds))
         except ProtocolError as e:
-            await errors.abort(context, e)
+            raise errors.Refused(e.problem, e.detail) from None
         self.reaper.ensure_running()
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
         hosted.spawn(self._watch_parties(hosted))
         log.info("job %s submitted: %d parties, dataset %s, ε=%g, mode %s", job_id, params.K, params.dataset, params.calibration.epsilon, params.calibration.mode)
         await hosted.start(machine.start())
-        return pb.JobTicket(job_id=job_id)
+        return job_id
 
     async def WatchJob(self, request: common_pb2.JobRef, context):
         await _check_id(request.job_id, context)
@@ -308,8 +318,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     learner = LearnerHost(Path(cfg.state_dir), dca, contribution, curator.addresses, cfg.test_mode, retention=retention, max_live=max_live,
                           admission=curator.admission)
     catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble, learner)
-    operations = JobOperations(catalog, {"pathak2010": curator.cancel, "dca": dca.cancel, "lmgc": local.cancel, "hamm2016": ensemble.cancel,
-                                         **{p: learner.cancel for p in LEARNERS}})
+    operations = JobOperations(catalog, hosted_protocols(curator, dca, local, ensemble, learner))
     Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()
 
     def add(server) -> None:
@@ -336,18 +345,19 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
 
 
 def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: LocalCurator, ensemble: EnsembleCurator, learner: LearnerHost | None = None) -> catalogs.Catalog:
-    """Every protocol's jobs at this curator, for `mpdp jobs` and the dashboard."""
+    """Every protocol's jobs at this curator, for `mpdp jobs`, the job host and the dashboard."""
     files = catalogs.files
     dca_dir = state_dir / "dca"
     return catalogs.Catalog([
         catalogs.Source("pathak2010", curator.jobs, lambda j: curator.registry.get(j) is not None,
-                        lambda: files(state_dir / "models", ".binpb", "PUBLISHED"), catalogs.hosted_live),
+                        lambda: files(state_dir / "models", ".binpb", "PUBLISHED"), catalogs.hosted_live, catalogs.hosted_stage),
         catalogs.Source("dca", dca.jobs, lambda j: dca.store.release(j) is not None or dca.store.consumed(j) is not None,
                         lambda: [*files(dca_dir, ".release.binpb", "RELEASED"), *files(dca_dir, ".consumed.json", "RELEASED"),
-                                 *files(dca_dir, ".failed.json", "FAILED")], catalogs.hosted_live),
-        catalogs.Source("lmgc", local.jobs, lambda j: local.store.get(j) is not None, lambda: files(state_dir / "local", ".binpb", "PUBLISHED")),
+                                 *files(dca_dir, ".failed.json", "FAILED")], catalogs.hosted_live, catalogs.hosted_stage),
+        catalogs.Source("lmgc", local.jobs, lambda j: local.store.get(j) is not None, lambda: files(state_dir / "local", ".binpb", "PUBLISHED"),
+                        catalogs.task_live),
         catalogs.Source("hamm2016", ensemble.running, lambda j: ensemble.store.get(j) is not None,
-                        lambda: files(state_dir / "ensembles", ".binpb", "PUBLISHED")),
+                        lambda: files(state_dir / "ensembles", ".binpb", "PUBLISHED"), catalogs.task_live),
         *(learner_sources(learner) if learner is not None else []),
     ])
 
@@ -356,8 +366,23 @@ def learner_sources(learner: LearnerHost) -> list[catalogs.Source]:
     """The multi-round learners the curator hosts (dpgd, regression), one source each."""
     def source(protocol: str) -> catalogs.Source:
         return catalogs.Source(protocol, learner.tables[protocol], lambda j: learner.store.model(j) is not None,
-                               lambda: learner.stored(protocol), catalogs.hosted_live)
+                               lambda: learner.stored(protocol), catalogs.hosted_live, lambda job: learner.status(job).stage)
     return [source(p) for p in LEARNERS]
+
+
+def hosted_protocols(curator: Curator, dca: DcaCurator, local: LocalCurator, ensemble: EnsembleCurator, learner: LearnerHost) -> list[HostedProtocol]:
+    """Each protocol of the registry with the servicer that runs its jobs (the job host's JobOperations)."""
+    async def local_submit(spec) -> str:
+        return local.submit(spec)
+
+    by_name: dict[str, tuple[Any, Any, Any]] = {
+        "pathak2010": (curator.submit, curator.registry.get, curator.cancel),
+        "dca": (dca.submit, dca.store.release, dca.cancel),
+        "lmgc": (local_submit, local.store.get, local.cancel),
+        "hamm2016": (ensemble.submit, ensemble.store.get, ensemble.cancel),
+        **{p: (learner.submit, learner.store.model, learner.cancel) for p in LEARNERS},
+    }
+    return [HostedProtocol(p, *by_name[p.name]) for p in registry.PROTOCOLS]
 
 
 async def _check_id(job_id: str, context) -> None:

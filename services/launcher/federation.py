@@ -70,6 +70,11 @@ class LocalFederation:
         for site, role in sites:
             key, cert = pki.issue(ca_key, ca_cert, role, site, ["127.0.0.1", "localhost"])
             pki.write_site(self.workdir / site, key, cert, ca_cert)
+        self.write_configs()
+
+    def write_configs(self) -> None:
+        """Every role's config from this object's fields (datasets, schemas, budgets, …), over any a previous run wrote;
+        the certificates and every role's state (ledgers, published models) are kept."""
         tls = {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}
         common = {"federation": self.federation, "test_mode": self.test_mode, "paillier_bits": self.paillier_bits, "listen": "127.0.0.1:0"}
         _write_yaml(self.workdir / "curator" / "curator.yaml", {**common, "name": "curator", "tls": tls, "state_dir": "state", "dgk_bits": self.dgk_bits, "auxiliary": self.auxiliary,
@@ -90,6 +95,7 @@ class LocalFederation:
     def start(self, timeout: float = 180.0, on_ready: Callable[[Proc], None] | None = None) -> None:
         """Provision if needed, start the curator, then every party and compute node; ``on_ready(proc)`` is called as
         each one reports ready (its port known)."""
+        (self.workdir / "endpoints.json").unlink(missing_ok=True)  # a previous run's: it appears again once every role is up
         if not (self.workdir / "ca" / "ca.crt").exists():
             self.provision()
         cur = self._spawn("curator", "curator", self.workdir / "curator" / "curator.yaml", [])

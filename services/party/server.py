@@ -26,7 +26,7 @@ from mpdp.pathak2010.resources import CuratorPublicKeys
 from mpdp_services.common import config as cfgmod, errors, metrics
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, register_at_curator, serve_until_signal, start_server, tls_failure
-from mpdp_services.party import contribution, ensemble, local, pathak2010
+from mpdp_services.party import contribution, datasets, ensemble, local, pathak2010
 from mpdp_services.party.pathak2010 import CURATOR_SERVICE, PathakParty, curator_keys_from
 from mpdp_services.party.ledger_page import LedgerPage
 from mpdp_services.party.precompute import PRECOMPUTE_HEALTH
@@ -130,6 +130,10 @@ async def register(cfg: cfgmod.PartyConfig, port: int, patience: float = 120.0) 
 
 
 async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
+    problems = datasets.schema_problems(cfg.datasets)
+    if problems:  # before anything listens: a dataset with another dataset's schema would only fail at job time
+        print(f"mpdp party {cfg.name}: " + "; ".join(problems) + f"; {datasets.HINT}", file=sys.stderr)
+        raise SystemExit(2)
     party = Party(cfg)
     loop = asyncio.get_running_loop()
 

@@ -214,9 +214,10 @@ def test_docstring_examples_run():
     import doctest
 
     import mpdp.baselines
+    import mpdp.estimator
     import mpdp.federation
     import mpdp.results
 
-    for m in (mpdp, mpdp.federation, mpdp.results, mpdp.baselines):
+    for m in (mpdp, mpdp.federation, mpdp.results, mpdp.baselines, mpdp.estimator):
         res = doctest.testmod(m)
         assert res.failed == 0 and res.attempted > 0, m.__name__

@@ -87,7 +87,7 @@ def test_dca_sum_live(live):
     Z = np.random.default_rng(2).uniform(-1, 1, size=(30, 4))  # public simulation vectors
     f = mpdp.Federation.connect(fed.workdir)
     r = f.dca_sum(Z, epsilon=1.0, delta=1e-5, max_missing=1)
-    assert r.mode == "live" and isinstance(r.model, DpSumRelease) and r.model.clients_included == 30
+    assert r.backend == "live" and isinstance(r.model, DpSumRelease) and r.model.clients_included == 30
     assert r.operations["accepted_shares"] == 30 * len(NODES) and r.guarantee.delta == 1e-5
     assert np.all(np.abs(r.model.values - Z.sum(axis=0)) < 8 * np.sqrt(r.model.noise_variance))
     _same_shape(r, mpdp.Federation.in_process(parties=parts).dca_sum(Z, epsilon=1.0, delta=1e-5, max_missing=1))
@@ -112,3 +112,15 @@ def test_lmgc_regression_dpgd_ensemble_live(live):
         f.ensemble(auxiliary=Xte, epsilon=1.0)
     with pytest.raises(mpdp.JobFailed):
         f.logistic_regression(epsilon=1.0, dataset="no-such-dataset")
+
+
+def test_the_sklearn_estimator_fits_on_a_live_federation_one_job_per_fit(live):
+    """mpdp.FederatedLogisticRegression over the live federation: fit() is one job the parties spend in their ledgers."""
+    fed, _, _, Xte, yte = live
+    f = mpdp.Federation.connect(fed.workdir, dataset="bc")
+    clf = mpdp.FederatedLogisticRegression(f, epsilon=2.0, lam=0.1, classes=(0, 1)).fit()
+    assert clf.classes_.tolist() == [0, 1] and clf.coef_.shape == (1, 30) and clf.score(Xte, yte) > 0.6
+    job = clf.job_["job_id"]
+    for p in PARTIES:
+        entries = json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]
+        assert any(e["job_id"] == job and e["epsilon"] == 2.0 for e in entries)

@@ -8,7 +8,7 @@ If the browser cannot be installed, these tests fail with the reason: they are n
 
 What a user sees: the job list names the job; following its link opens its page with the state timeline and
 per-stage times; the DCA job's page shows the node agreement and the dropout; a party's page shows its ledger
-with the ε it spent. No page loads anything from another host. Screenshots go to ``MPDP_SCREENSHOTS`` (a folder;
+with the ε it spent and the chart of budget spent over time (inline SVG). No page loads anything from another host. Screenshots go to ``MPDP_SCREENSHOTS`` (a folder;
 default: the test's tmp folder); ``tools/dashboard_screenshots.py`` refreshes docs/images/ with them.
 """
 
@@ -86,7 +86,8 @@ def fed(tmp_path_factory):
     workdir = root / "fed"
     data = write_parts(root, PARTIES, synthetic_parts([60, 45, 52]))
     datasets = [f"--dataset=synthetic={p}:{d['synthetic']['path']}" for p, d in data.items()]
-    launcher = spawn(_mpdp("federation", "up", "--workdir", str(workdir), "--parties", "3", "--compute-nodes", "2", "--test-mode", "--key-bits", "1024", *datasets),
+    launcher = spawn(_mpdp("federation", "up", "--workdir", str(workdir), "--parties", "3", "--compute-nodes", "2", "--test-mode", "--key-bits", "1024",
+                           "--budget-epsilon", "6", *datasets),
                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
     lines: list[str] = []
     url_found = threading.Event()
@@ -201,13 +202,26 @@ def test_dca_job_shows_node_agreement_and_the_dropout(browser, fed, jobs, shots)
 
 
 def test_a_party_page_shows_its_ledger(browser, fed, jobs, shots):
+    """The ledger's entries, the ε spent, and the chart of budget spent over time: two more jobs make three steps."""
     from selenium.webdriver.common.by import By
 
+    for eps in ("2", "0.5"):
+        more = subprocess.run(_mpdp("train", "--endpoints", str(fed["workdir"]), "--dataset", "synthetic", "--parties", ",".join(PARTIES),
+                                    "--epsilon", eps, "--lam", "0.05", "--json"), cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert more.returncode == 0, more.stderr[-3000:]
     origin = fed["http"]["party-1"]
     browser.get(origin + "/")
     assert browser.find_element(By.TAG_NAME, "h1").text == "Privacy ledger of party-1"
     spent = float(browser.find_element(By.ID, "spent-epsilon").text)
-    assert 0 < spent < 100  # federation up's default budget
+    assert 0 < spent < 6  # the budget this federation was started with
     assert jobs["pathak"] in browser.find_element(By.ID, "entries").text
+    chart = browser.find_element(By.ID, "budget-chart")
+    assert chart.tag_name == "svg" and chart.is_displayed() and chart.size["width"] > 600 and chart.size["height"] > 200
+    basic, acc, budget = (browser.find_element(By.ID, i) for i in ("basic-line", "accountant-line", "budget-line"))
+    assert float(basic.get_attribute("data-last")) == 3.5 and float(budget.get_attribute("data-value")) == 6.0
+    assert 0 < float(acc.get_attribute("data-last")) <= 3.5 and abs(float(acc.get_attribute("data-last")) - spent) < 1e-3 * max(1.0, spent)
+    # drawn, not just present: the lines have length on screen and three rises (one per job)
+    assert browser.execute_script("return arguments[0].getTotalLength()", basic) > 300
+    assert len(basic.get_attribute("points").split()) == 2 + 2 * 3
     _same_origin_only(browser, origin)
     _shot(browser, shots / "party-ledger.png")

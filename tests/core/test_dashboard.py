@@ -304,6 +304,39 @@ def test_the_ledger_page_shows_entries_and_spent_epsilon(tmp_path):
     assert page.page("", {}).status == 503
 
 
+def test_the_ledger_page_draws_budget_spent_over_time_as_inline_svg(tmp_path):
+    """One point per job in the order spent: the accountant's composed ε (never above basic composition), Σε, and
+    the budget line; an inline SVG with no script, the hostile job name escaped."""
+    import re
+
+    from mpdp.ledger import PrivacyLedger
+
+    ledger = Ledger(tmp_path / "ledger.json", 10.0, 1e-3)
+    page = LedgerPage("party-1", ledger)
+    assert 'id="budget-chart">Nothing spent yet' in page.page("", {}).body.decode()
+    g = {"kind": "gaussian", "noise_multiplier": 3.0}
+    for i, eps in enumerate([1.0, 2.0, 0.5]):
+        ledger.spend({"protocol": "pathak2010", "job_id": f"pk-{i}{HOSTILE}", "epsilon": eps, "delta": 1e-6, "mechanism": "m", "status": "spent", "accounting": g})
+    snap = ledger.snapshot()
+    tl = snap.timeline()
+    assert [round(p["basic_epsilon"], 9) for p in tl] == [1.0, 3.0, 3.5]
+    assert all(p["epsilon"] <= p["basic_epsilon"] + 1e-9 for p in tl) and tl[-1]["epsilon"] == pytest.approx(snap.report()["accountant"]["epsilon"])
+    assert [p["at"] for p in tl] == sorted(p["at"] for p in tl)
+    body = page.page("", {}).body.decode()
+    svg = body[body.index('<svg id="budget-chart"'):body.index("</svg>")]
+    assert "<script" not in body and HOSTILE not in body
+    basic = re.search(r'<polyline id="basic-line"[^>]* data-last="([^"]+)" points="([^"]+)"', svg)
+    acc = re.search(r'<polyline id="accountant-line"[^>]* data-last="([^"]+)"', svg)
+    budget = re.search(r'<line id="budget-line"[^>]* data-value="([^"]+)"', svg)
+    assert basic and acc and budget
+    assert float(basic.group(1)) == pytest.approx(3.5) and float(acc.group(1)) == pytest.approx(tl[-1]["epsilon"]) and float(budget.group(1)) == 10.0
+    assert len(basic.group(2).split()) == 2 + 2 * 3  # from 0 at the axis, a rise at each of the 3 jobs, on to the right edge
+    # more entries than points: bounded prefixes, the last always composed
+    many = PrivacyLedger(1000.0, 1e-3, [{"job_id": f"j{i}", "epsilon": 1.0, "spent_at": float(i)} for i in range(200)])
+    pts = many.timeline(max_points=20)
+    assert len(pts) == 20 and pts[-1]["basic_epsilon"] == 200.0 and pts[0]["job_id"] == "j0"
+
+
 def test_reads_run_on_the_roles_event_loop(dashboard):
     """With a loop given, the catalog is read on the loop's thread (which owns the job tables)."""
     import asyncio

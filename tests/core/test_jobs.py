@@ -6,7 +6,7 @@ import pytest
 
 from mpdp.messages import common_pb2
 from mpdp.protocol import ProtocolError
-from mpdp_services.common import jobs
+from mpdp_services.common import errors, jobs
 
 P = common_pb2
 
@@ -168,39 +168,51 @@ def test_bad_bounds_are_refused():
         jobs.JobTable("x", max_live=0)
 
 
-def test_call_jobs_cancel_a_running_handler_and_say_so():
-    """CallJobs (LMGC and ensemble jobs run inside one handler): cancel reaches the handler, which learns it was the
-    operator; an unknown or finished job cannot be cancelled; nothing is kept after the handler ends."""
+def test_task_jobs_run_detached_end_cancelled_on_cancel_and_say_how_they_ended():
+    """TaskJobs (ensembles and local releases run as the curator's own tasks): the job runs on when its waiter is
+    cancelled; a cancel fails it CANCELLED (its own cleanup runs); a refusal fails it with its Problem; a release
+    publishes it; an unknown or finished job cannot be cancelled. Every end bumps the watchers' counter."""
     import asyncio
 
-    from mpdp_services.common.jobs import CallJobs
-
-    calls = CallJobs()
-    seen: list[str] = []
-
-    async def handler(job_id: str, started: asyncio.Event) -> None:
-        calls.track(job_id)
-        try:
-            started.set()
-            await asyncio.Event().wait()  # a job waiting on its parties
-        except asyncio.CancelledError:
-            seen.append("cancelled by the operator" if calls.cancelled(job_id) else "cancelled otherwise")
-            raise
-        finally:
-            seen.append(f"ended, operator={calls.end(job_id)}")
+    P = jobs.P
+    cleaned: list[str] = []
 
     async def main() -> None:
-        started = asyncio.Event()
-        task = asyncio.ensure_future(handler("lm-1", started))
-        await started.wait()
-        assert not calls.cancel("lm-2")  # no such handler
-        assert calls.cancel("lm-1")
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        assert not calls.cancel("lm-1")  # finished: nothing left to cancel
-        assert not calls.cancelled("lm-1")
+        table: jobs.JobTable[jobs.TaskJob] = jobs.JobTable("t", jobs.task_outcome)
+        tasks: jobs.TaskJobs[str] = jobs.TaskJobs(table)
+        gate = asyncio.Event()
+
+        async def waits(job_id: str) -> str:
+            try:
+                await gate.wait()
+                return f"release of {job_id}"
+            finally:
+                cleaned.append(job_id)
+
+        async def refused() -> str:
+            raise errors.Refused(P.JOB_FAILED, "a party refused")
+
+        for job_id in ("t-1", "t-2"):
+            job = jobs.TaskJob("RUNNING")
+            table.admit(job_id, job, 60.0)
+            tasks.start(job_id, job, lambda j=job_id: waits(j))
+        table.admit("t-3", failing := jobs.TaskJob("RUNNING"), 60.0)
+        tasks.start("t-3", failing, refused)
+        waiter = asyncio.ensure_future(tasks.wait("t-1"))
+        await asyncio.sleep(0)
+        waiter.cancel()  # the operator's call goes away: the job does not
+        before = jobs.changes.version
+        assert await tasks.cancel("t-2") and not await tasks.cancel("t-9")
+        assert table.record("t-2").state == "FAILED" and table.record("t-2").problem == P.CANCELLED and jobs.changes.version > before
+        with pytest.raises(errors.Refused) as e:
+            await tasks.wait("t-2")
+        assert e.value.problem == P.CANCELLED and not await tasks.cancel("t-2")
+        with pytest.raises(errors.Refused) as e:
+            await tasks.wait("t-3")
+        assert e.value.problem == P.JOB_FAILED and table.record("t-3").state == "FAILED"
+        assert table.record("t-1").state == "RUNNING"
+        gate.set()
+        assert await tasks.wait("t-1") == "release of t-1" and table.record("t-1").state == "PUBLISHED"
 
     asyncio.run(main())
-    assert seen == ["cancelled by the operator", "ended, operator=True"]
+    assert sorted(cleaned) == ["t-1", "t-2"]

@@ -176,3 +176,88 @@ def test_cli_check_prints_the_local_report_and_draft_warns_on_stderr(tmp_path):
     out = CliRunner().invoke(group, ["draft", str(data), "-o", str(tmp_path / "draft.yaml")])
     assert out.exit_code == 0 and "NOT public" in out.stderr
     assert Schema.load(tmp_path / "draft.yaml").label.column == "outcome"
+
+
+OTHER = """\
+mpdp_schema: 1
+version: 1
+columns: [height, label]
+features:
+  - {name: height, type: numeric, bounds: [0, 3]}
+label: {column: label, positive: [tall], negative: [short]}
+"""
+
+
+def _two_datasets(tmp_path):
+    a = _write(tmp_path / "a.csv", "age,colour,smoker,amount,outcome\n40,red,yes,10,sick\n50,blue,no,3,well\n")
+    b = _write(tmp_path / "b.csv", "height,label\n1.9,tall\n1.5,short\n")
+    return a, b, _write(tmp_path / "a.yaml", SCHEMA), _write(tmp_path / "b.yaml", OTHER)
+
+
+def test_federation_up_gives_each_dataset_its_schema_and_refuses_a_mix_before_starting(tmp_path):
+    """`--schema NAME=PATH` per dataset; one schema for two different datasets is a usage error at once, naming the
+    party, the dataset and what does not fit, before any process starts (nothing is written to the workdir)."""
+    from click.testing import CliRunner
+
+    from mpdp_services.cli.jobs import _apply_schemas, federation
+
+    a, b, sa, sb = _two_datasets(tmp_path)
+    ds = {"party-1": {"a": {"path": str(a)}, "b": {"path": str(b)}}, "party-2": {"a": {"path": str(a)}}}
+    _apply_schemas(ds, (f"a={sa}", f"b={sb}"))
+    assert ds["party-1"]["a"]["schema"] == str(sa.resolve()) and ds["party-1"]["b"]["schema"] == str(sb.resolve()) and ds["party-2"]["a"]["schema"] == str(sa.resolve())
+    work = tmp_path / "fed"
+    args = ["up", "--workdir", str(work), "--parties", "2", "--test-mode", "--key-bits", "512", f"--dataset=a=party-1:{a}", f"--dataset=b=party-1:{b}"]
+    mixed = CliRunner().invoke(federation, [*args, "--schema", str(sa)])
+    assert mixed.exit_code == 2 and not work.exists(), mixed.output
+    assert "party-1: dataset 'b' (b.csv) does not fit its schema a.yaml" in mixed.output and "--schema NAME=PATH" in mixed.output
+    assert "Traceback" not in mixed.output
+    for bad, says in ([f"c={sa}"], "no --dataset is called 'c'"), ([f"a={sa}", f"a={sb}"], "has two schemas"), ([f"b={sa}"], "does not fit its schema a.yaml"):
+        out = CliRunner().invoke(federation, [*args, *[x for s in bad for x in ("--schema", s)]])
+        assert out.exit_code == 2 and says in out.output and not work.exists(), out.output
+
+
+def test_a_party_with_a_dataset_that_does_not_fit_its_schema_stops_at_startup(tmp_path):
+    """The party config's per-dataset schemas are checked before the party listens (`mpdp serve party`)."""
+    import asyncio
+
+    from mpdp_services.common.config import DatasetConfig
+    from mpdp_services.party import server
+    from mpdp_services.party.datasets import schema_problems
+
+    a, b, sa, sb = _two_datasets(tmp_path)
+    good = {"a": DatasetConfig(path=a, schema=sa), "b": DatasetConfig(path=b, schema=sb), "raw": DatasetConfig(path=b)}
+    assert schema_problems(good) == []
+    bad = {"a": DatasetConfig(path=a, schema=sa), "b": DatasetConfig(path=b, schema=sa)}
+    [problem] = schema_problems(bad)
+    assert problem.startswith("dataset 'b' (b.csv) does not fit its schema a.yaml: ") and "no row is left after encoding" in problem
+
+    class Cfg:  # only what serve() reads before it would listen
+        name, datasets = "party-1", bad
+
+    with pytest.raises(SystemExit) as stop:
+        asyncio.run(server.serve(Cfg()))  # type: ignore[arg-type]
+    assert stop.value.code == 2
+
+
+def test_federation_up_again_in_the_same_folder_takes_the_new_datasets_and_schemas(tmp_path):
+    """A second `federation up` in a folder a previous run left keeps the certificates but writes this run's configs
+    (before, the old party.yaml files were reused and new --dataset/--schema options silently ignored)."""
+    import yaml
+
+    from mpdp_services.launcher.federation import LocalFederation
+
+    a, b, sa, sb = _two_datasets(tmp_path)
+    first = LocalFederation(tmp_path / "fed", ["party-1"], {"party-1": {"a": {"path": str(a), "schema": str(sa)}}})
+    first.provision()
+    cert = (tmp_path / "fed" / "party-1" / "site.crt").read_bytes()
+    again = LocalFederation(tmp_path / "fed", ["party-1"], {"party-1": {"b": {"path": str(b), "schema": str(sb)}}}, budget_epsilon=7.0)
+    again.write_configs()
+    cfg = yaml.safe_load((tmp_path / "fed" / "party-1" / "party.yaml").read_text())
+    assert cfg["datasets"] == {"b": {"path": str(b), "schema": str(sb)}} and cfg["budget_epsilon"] == 7.0
+    assert (tmp_path / "fed" / "party-1" / "site.crt").read_bytes() == cert
+    from click.testing import CliRunner
+
+    from mpdp_services.cli.jobs import federation
+
+    other = CliRunner().invoke(federation, ["up", "--workdir", str(tmp_path / "fed"), "--parties", "2", "--test-mode", "--key-bits", "512"])
+    assert other.exit_code == 2 and "holds another federation (no certificate for party-2)" in other.output, other.output

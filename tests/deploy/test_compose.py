@@ -12,6 +12,9 @@ The stage: install docker.io/debootstrap/compose when missing (deploy/host-setup
   published; after a restart the resubmitted job publishes;
 - `docker compose down && docker compose up` keeps the curator's published models and DCA releases and
   every party's ledger;
+- the containers run the image's Python (Debian 13's 3.13; the suite itself runs on the host's, e.g. 3.11), and
+  the suite's core unit tests (math, DP, accounting, ledger, schema, Pathak and DCA cores) pass on it, run in a
+  throwaway container of the same image with no network;
 - everything is torn down (containers, network, volumes; the engine if this test started it).
 
 Its own compose project (mpdp-ci), image tag and site folder, so a developer's `docker compose up` is untouched.
@@ -41,6 +44,12 @@ PARTIES = ["party-1", "party-2", "party-3"]
 NODES = ["compute-1", "compute-2", "compute-3"]
 DCA_N, DCA_D = 60, 5
 TIMINGS: dict[str, float] = {}
+IMAGE_PYTHON = "3.13"  # deploy/build-image.sh: Debian 13 trixie's python3
+# The suite's core unit tests that need nothing but the package and pytest: run again on the image's Python.
+CORE_TESTS = ["tests/core/test_math.py", "tests/core/test_dp.py", "tests/core/test_accountant.py", "tests/core/test_ledger.py",
+              "tests/core/test_limits.py", "tests/core/test_schema.py", "tests/core/test_logreg.py", "tests/core/test_pathak_protocol.py",
+              "tests/core/test_jobs.py", "tests/core/test_failure_policy.py", "tests/dca/test_dca_encoding.py", "tests/dca/test_dca_sharing.py",
+              "tests/dca/test_discrete_gaussian.py"]
 
 # Runs inside the operator container: submit a job, print every status change as one JSON line.
 WATCH_JOB = """
@@ -160,6 +169,27 @@ def test_compose_file_passes_the_real_compose_config(compose):
     # the CA key is never mounted anywhere
     mounted = [Path(v["source"]) for s in services.values() for v in s.get("volumes", []) if v["type"] == "bind"]
     assert not any((m / "ca.key").exists() for m in mounted)
+
+
+def test_containers_run_the_image_python_and_the_core_tests_pass_on_it(compose, tmp_path):
+    """The federation's containers run Python 3.13 (the suite runs on the host's); the core unit tests pass on it too:
+    pytest's wheels for the image's Python are fetched on the host, the tests run from this checkout mounted read-only
+    in a throwaway container of the image (root inside it only to install pytest into that container), with no network."""
+    version = compose("exec", "-T", "curator", "python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
+    assert version == IMAGE_PYTHON, version
+    wheels = tmp_path / "wheels"
+    run([PY, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary", ":all:", "--python-version", IMAGE_PYTHON,
+         "--dest", str(wheels), "pytest>=8", "pytest-timeout>=2.3"], timeout=300)
+    shared = REPO.parent / "shared" / "data"
+    assert (shared / "adult").is_dir(), f"{shared} is missing"
+    script = ("pip install --quiet --no-index --disable-pip-version-check --find-links /wheels pytest pytest-timeout"
+              f" && cd /src && python -m pytest -q -p no:cacheprovider {' '.join(CORE_TESTS)}")
+    p = _timed(f"core unit tests on Python {IMAGE_PYTHON}", run,
+               ["docker", "run", "--rm", "--network", "none", "--user", "0", "-v", f"{REPO}:/src:ro", "-v", f"{wheels}:/wheels:ro",
+                "-v", f"{shared}:/shared/data:ro", "-e", "HOME=/tmp", IMAGE, "sh", "-c", script], timeout=900, check=False)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    summary = p.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary and "error" not in summary, summary
 
 
 def test_training_job_across_containers(compose):
