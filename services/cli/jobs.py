@@ -77,7 +77,8 @@ def _fail_if_failed(status: pb.JobStatus) -> None:
     from mpdp.messages import common_pb2
 
     if status.state == "FAILED":
-        raise click.ClickException(f"job {status.job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was published.")
+        raise CliError(f"job {status.job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was published.", code="job_failed",
+                       hint=f"`mpdp jobs logs {status.job_id}` shows each state it entered; a party's service.log says more")
 
 
 def model_summary(model: pb.PublishedModel) -> dict:
