@@ -198,7 +198,7 @@ def health(fed: LocalFederation, deadline: float) -> Outcome:
 
 def job(fed: LocalFederation, deadline: float) -> Outcome:
     return run_client(["train", "--endpoints", str(fed.workdir), "--dataset", "bench", "--parties", ",".join(PARTIES),
-                       "--epsilon", "1", "--lambda", "0.01", "--json"], deadline)
+                       "--epsilon", "1", "--lam", "0.01", "--json"], deadline)
 
 
 def descriptors(pid: int) -> int:

@@ -44,7 +44,7 @@ def main() -> None:
     print(json.dumps({
         "dataset": "scikit-learn breast_cancer (569 rows, d = 30)",
         "protocol": result.protocol,
-        "mode": result.mode,
+        "backend": result.backend,
         "parties": {name: len(part[1]) for name, part in zip(fed.parties, parties)},
         "test_rows": len(test),
         "accuracy": result.score(X[test], labels[test]),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -141,8 +142,14 @@ class Federation:
         return cls(live.LiveBackend(Path(endpoints), dataset=dataset, schema_sha256=schema_sha256))
 
     @property
+    def backend(self) -> str:
+        """Where jobs run: ``in-process`` or ``live``."""
+        return self._backend.mode
+
+    @property
     def mode(self) -> str:
-        """``in-process`` or ``live``."""
+        """Deprecated: the old name of :attr:`backend`, kept for one release (warns)."""
+        warnings.warn("Federation.mode is deprecated and goes in the next release; use Federation.backend", FutureWarning, stacklevel=2)
         return self._backend.mode
 
     @property
@@ -154,7 +161,7 @@ class Federation:
         return self._backend.compute_nodes
 
     def __repr__(self) -> str:
-        return f"Federation({self.mode}, parties={list(self.parties)}, compute_nodes={list(self.compute_nodes)})"
+        return f"Federation({self.backend}, parties={list(self.parties)}, compute_nodes={list(self.compute_nodes)})"
 
     def close(self) -> None:
         self._backend.close()

@@ -45,6 +45,7 @@ MAX_DEADLINE = 86400.0  # 24 h
 MAX_SEED_BYTES = 128
 MAX_PARTIES = 256  # site lists of contribution rounds, local releases and ensemble voters
 MAX_PATHAK_PARTIES = 64  # Stage 1 is a knockout tournament: K − 1 bitwise DGK comparisons in ⌈log2 K⌉ rounds; measured at K = 50
+DEFAULT_DELTA = 1e-6  # δ of an (ε, δ) job that names none: Pathak gaussian-distributed (spec delta 0), PATE votes, dp-gd from the CLI
 MAX_PATHAK_DIMENSION = 4096  # Paillier work per coordinate (noise chain, masks, reshare)
 MAX_DCA_DIMENSION = 1 << 20  # 8 MiB per packed vector; the ensemble's vote vector N·C is a DCA vector
 MAX_DCA_CLIENTS = 1_000_000  # 10× the largest benchmark (N = 10⁵); nodes keep per-client state

@@ -278,11 +278,17 @@ class Result:
             raise TypeError(f"a {self.protocol} release is not a predictor")
         return self.model.score(X, y)
 
+    @property
+    def backend(self) -> str:
+        """Where it ran: ``in-process`` or ``live`` (``mode`` is this field's old name, kept for one release)."""
+        return self.mode
+
     def to_dict(self) -> dict:
         g = self.guarantee
         return {
             "protocol": self.protocol,
-            "mode": self.mode,
+            "backend": self.mode,
+            "mode": self.mode,  # deprecated spelling of "backend", kept for one release
             "job_id": self.job_id,
             "guarantee": {**g.as_dict(), "noise": self.noise},
             "trust_model": self.trust_model,
@@ -348,7 +354,7 @@ def pathak_result(model: Any, *, mode: str, classes: Sequence[Any], noise: str, 
         protocol=PATHAK, mode=mode, job_id=model.job_id, model=LinearClassifier(w, tuple(classes)), guarantee=guarantee_of(model.guarantee),
         noise=noise, trust_model=model.trust_model, timings=_total({**timings, **dict(model.stage_seconds)}, total),
         operations={**{k: int(v) for k, v in model.paillier_ops.items()}, **operations}, seeded=model.seeded,
-        details={"dataset": model.dataset, "parties": model.parties, "dimension": model.dimension, "lambda": getattr(model, "lambda"),
+        details={"dataset": model.dataset, "parties": model.parties, "dimension": model.dimension, "lam": getattr(model, "lambda"), "lambda": getattr(model, "lambda"),
                  **({"colluders": model.colluders} if noise == "gaussian-distributed" else {})},
     )
 
@@ -415,7 +421,7 @@ def ensemble_result(release: Any, *, mode: str, classes: Sequence[Any], total: f
         guarantee=guarantee_of(release.guarantee), noise="output perturbation", trust_model=release.trust_model,
         timings=_total(dict(release.stage_seconds), total), operations=operations, seeded=release.seeded,
         details={"method": release.method, "parties_included": release.parties_included, "auxiliary_rows": release.auxiliary_rows,
-                 "lambda": release.lam, "sensitivity": release.sensitivity, "vote_sum_job": release.dca_job_id},
+                 "lam": release.lam, "lambda": release.lam, "sensitivity": release.sensitivity, "vote_sum_job": release.dca_job_id},
     )
 
 

@@ -24,15 +24,31 @@ Generated from the commands by `python tools/gen_cli_docs.py > docs/cli.md` (a t
   `experiment`), a verb what you do to it (`up`, `create`, `submit`, `watch`, `show`, ...). The protocol runs that
   publish a model are verbs of their own: `train`, `regress`, `predict`; `demo` runs everything once.
 * Every command that prints a result takes `--json` and then prints exactly one JSON object on standard output;
-  progress and notices go to standard error.
+  progress and notices go to standard error (long jobs show a progress line there, never with `--json`).
+* Failures: with `--json`, exactly one object `{"error": {"code", "message", "hint"}}` on standard output and a
+  non-zero exit; without it, `Error: ...` and `Hint: ...` on standard error. No traceback for any user error.
+  Codes scripts may branch on: `usage`, `endpoints` (no endpoints file), `unreachable` (a service is not reachable
+  at its address), `invalid`, `job_failed`, `budget_exceeded`, `unhealthy`, `failed`, `interrupted`, `internal`
+  (a bug: its traceback is on standard error), and a service's refusal as its gRPC status in lower case
+  (`invalid_argument`, `not_found`, `permission_denied`, `resource_exhausted`, ...). A check that reports
+  (`health`, `schema check`, `provision check`) keeps its report's fields beside `error`.
+* Into a pipe or a file (standard output not a terminal), listings print whole values, one tab-separated line per
+  row (`mpdp jobs ls | cut -f1` gives the job ids).
+* One name per concept, as in the Python API: `--lam` the regulariser λ (`lam=`, JSON `lam`); `--noise` the noise
+  scheme or distribution (`noise=`); `--calibration` how σ is calibrated to (ε, δ), `corrected` or `paper`; δ
+  defaults are written out in each `--help` (1e-6 where a job names none). The old spellings `--lambda`,
+  `--local-lambda`, `--paper-lambda`, `--mode` (for the noise scheme or the calibration) and `--delta 0` still work in
+  this release, with a warning on standard error; JSON outputs carry both the new key and the old one (`mode`,
+  `lambda`) until the next.
 * Commands that talk to a running federation take `--endpoints PATH` (the `endpoints.json` written by
   `mpdp federation up` or `mpdp provision`, or its folder). Without it they read the environment variable
   `MPDP_ENDPOINTS`, then a connection profile (`--profile NAME`, `MPDP_PROFILE`, else the default of
   `~/.config/mpdp/profiles.yaml`; `mpdp profile add NAME PATH`), then fall back to `runs/federation`.
 * Exit codes: 0 success; 1 the operation failed (the message says why and what to do: a refused job carries the
   gRPC status and the problem, e.g. `RESOURCE_EXHAUSTED: BUDGET_EXCEEDED`); 2 a usage error (unknown command or
-  option, a value out of range).
-* `mpdp --help` answers without loading any protocol code (about 0.1 s); each command's `--help` lists all options.
+  option, a value out of range); 130 interrupted (Ctrl-C: a job already submitted goes on at the curator).
+* `mpdp --help` answers without loading any protocol code (about 0.1 s); each command's `--help` lists all options
+  (`benchmarks/cli_startup.py` times each one, `docs/benchmarks.md` has the table).
 """
 
 

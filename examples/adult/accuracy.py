@@ -49,7 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1000, help="noise draws (each one run of run.sh)")
     ap.add_argument("--epsilon", type=float, default=1.0)
-    ap.add_argument("--lambda", dest="lam", type=float, default=1.5e-3, help="run.sh's LAMBDA")
+    ap.add_argument("--lam", "--lambda", dest="lam", type=float, default=1.5e-3, help="the regulariser λ (run.sh's LAMBDA; --lambda is its old spelling)")
     ap.add_argument("--delta", type=float, default=1e-6, help="mpdp train's default δ")
     ap.add_argument("--seed", type=int, default=None, help="fix the noise (simulation: reproducible, not private)")
     args = ap.parse_args()

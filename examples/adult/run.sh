@@ -65,7 +65,7 @@ done
 
 # 4. Train at ε = 1; the job carries the schema's sha256, so a party with another schema would refuse it.
 trained="$(mpdp train --endpoints "$WORK/fed" --model logreg --dataset adult --parties "$(IFS=,; echo "${PARTIES[*]}")" \
-           --epsilon "$EPSILON" --lambda "$LAMBDA" --schema "$SCHEMA" --json)"
+           --epsilon "$EPSILON" --lam "$LAMBDA" --schema "$SCHEMA" --json)"
 job="$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["job_id"])' "$trained")"
 
 # 5. Score the published model on adult.test, encoded by the same schema.

@@ -43,7 +43,7 @@ Mode = Literal["corrected", "paper", "gaussian-distributed"]
 MODES: tuple[str, ...] = ("corrected", "paper", "gaussian-distributed")
 GAUSSIAN = "gaussian-distributed"
 NOISE_STREAM = "pathak2010/noise"
-DEFAULT_DELTA = 1e-6
+DEFAULT_DELTA = limits.DEFAULT_DELTA
 # Fixed point of the distributed Gaussian (docs/protocols/pathak2010.md, "Fixed point"): in units 2^-f of K·ŵ_s,
 # σ̄ = ⌈S·2^SIGMA_FRAC_BITS⌉ with S = K·σ·2^f < 2^(f + SCALE_BITS); z̄_i = round(z_i·2^fz), |z_i| < 2^Z_INT_BITS.
 SIGMA_FRAC_BITS = 32
@@ -87,7 +87,9 @@ class PathakCalibration:
             if not 0 <= self.colluders <= max(self.parties - 1, 0):
                 raise ValueError(f"colluders t must be in [0, K−1] = [0, {max(self.parties - 1, 0)}], got {self.colluders}")
             if self.z_frac_bits > MAX_Z_FRAC_BITS:
-                raise ValueError(f"epsilon {self.epsilon:g} with delta {self.delta:g} needs {self.z_frac_bits} fractional bits for z (at most {MAX_Z_FRAC_BITS})")
+                top = largest_epsilon(self.delta, self.parties, self.frac_bits)
+                raise ValueError(f"epsilon {self.epsilon:g} is too large for gaussian-distributed noise at delta {self.delta:g}: the largest allowed "
+                                 f"is {top:.4g} (z would need over {MAX_Z_FRAC_BITS} fractional bits); lower epsilon, raise delta or use the corrected mode")
         elif self.delta != 0 or self.colluders != 0:
             raise ValueError(f"{self.mode} mode is pure ε-DP: delta and colluders must be 0")
 
@@ -115,12 +117,7 @@ class PathakCalibration:
     def z_frac_bits(self) -> int:
         """fz: the smallest number of fractional bits of z̄_i with (1 + e^ε)·τ ≤ δ·2^-10, where
         τ = d·K·S_max·2^-fz·(1 + 1/(√(2π)·σ₁)) bounds P[fixed-point release ≠ ideal release] (docs, "Fixed point")."""
-        log2_one_plus_exp = (self.epsilon + math.log1p(math.exp(-self.epsilon))) / math.log(2.0)
-        log2_tau_factor = (
-            math.log2(MAX_DIMENSION) + math.log2(self.parties) + self.frac_bits + SCALE_BITS
-            + math.log2(1.0 + 1.0 / (math.sqrt(2.0 * math.pi) * self.sigma_one))
-        )
-        return math.ceil(log2_tau_factor + log2_one_plus_exp - math.log2(self.delta * FIXED_POINT_DELTA_SHARE))
+        return _z_frac_bits(self.epsilon, self.delta, self.parties, self.frac_bits, self.sigma_one)
 
     def fixed_point_delta(self, d: int) -> float:
         """(1 + e^ε)·τ for dimension d: the δ the fixed-point error costs (≤ δ·2^-10 by the choice of fz)."""
@@ -241,3 +238,31 @@ class PathakCalibration:
                 f"fixed-point integer as for ŵ_s (the scale also carries 2·√d·2^-{self.frac_bits}/ε for the models' rounding)"
             ),
         )
+
+
+def largest_epsilon(delta: float, parties: int, frac_bits: int = 32) -> float:
+    """The largest ε whose gaussian-distributed calibration fits the fixed point (fz ≤ MAX_Z_FRAC_BITS) at this δ and
+    K: fz grows with ε (the (1 + e^ε) factor and 1/σ₁), so bisection finds it (to 4 significant digits)."""
+
+    def fits(eps: float) -> bool:
+        sigma_one = analytic_gaussian_sigma(1.0, eps, delta * (1.0 - FIXED_POINT_DELTA_SHARE))
+        return _z_frac_bits(eps, delta, parties, frac_bits, sigma_one) <= MAX_Z_FRAC_BITS
+
+    lo, hi = 0.0, 1.0
+    while fits(hi):
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e6:
+            return math.inf
+    while hi - lo > 1e-4 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _z_frac_bits(epsilon: float, delta: float, parties: int, frac_bits: int, sigma_one: float) -> int:
+    """fz of :attr:`PathakCalibration.z_frac_bits` from its inputs (σ₁ = the analytic Gaussian σ for Δ = 1)."""
+    log2_one_plus_exp = (epsilon + math.log1p(math.exp(-epsilon))) / math.log(2.0)
+    log2_tau_factor = (
+        math.log2(MAX_DIMENSION) + math.log2(parties) + frac_bits + SCALE_BITS + math.log2(1.0 + 1.0 / (math.sqrt(2.0 * math.pi) * sigma_one))
+    )
+    return math.ceil(log2_tau_factor + log2_one_plus_exp - math.log2(delta * FIXED_POINT_DELTA_SHARE))

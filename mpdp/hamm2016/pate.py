@@ -37,13 +37,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mpdp import limits
 from mpdp.dca.discrete import epsilon_from_rdp
 from mpdp.dp.mechanisms import Guarantee, gaussian
 from mpdp.hamm2016.erm import DEFAULT_TOL, fit_soft
 from mpdp.hamm2016.labels import one_hot
 from mpdp.math.drbg import Drbg
 
-DEFAULT_DELTA = 1e-6
+DEFAULT_DELTA = limits.DEFAULT_DELTA
 DEFAULT_QUERIES = 1000
 ALPHAS = np.concatenate([1.0 + np.logspace(-5, 0, 800), np.logspace(0.302, 7, 4000)])  # Rényi orders searched
 NOT_PRIVATE = "none: not private (1/ε = 0 baseline): exact vote counts, noise-free argmax"

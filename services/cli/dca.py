@@ -8,24 +8,27 @@ from pathlib import Path
 
 import click
 
-from mpdp_services.cli.options import endpoints_option
-import grpc
-import numpy as np
-from rich.console import Console
+from mpdp_services.cli.errors import CliError, from_rpc
+from mpdp_services.cli.options import ProgressLine, endpoints_option, renamed_option
 
-from mpdp.messages import common_pb2, dca_pb2 as pb
-
-err = Console(stderr=True)
+# The spec's noise names (mpdp.dca.params.NOISE_ENUM, whose import pulls in the accountant): kept equal by a test.
+NOISES = ("gaussian", "discrete-gaussian")  # by their NoiseKind number (dca.proto)
+VALIDATIONS = ("none", "range", "l2", "one-hot")  # by their Validation number (dca.proto)
 
 
 def _operator(endpoints: str):
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.dca_client.client import DcaOperator
 
-    return DcaOperator(Endpoints.load(endpoints))
+    ep = Endpoints.load(endpoints)
+    return ep.curator_address, DcaOperator(ep)
 
 
-@click.group()
+def _err(text: str) -> None:
+    click.echo(text, err=True)
+
+
+@click.group(short_help="Distributed Compute Algorithm (Heikkilä et al. 2017): secret-shared Gaussian sums over compute nodes.")
 def dca() -> None:
     """Distributed Compute Algorithm (Heikkilä et al. 2017): secret-shared Gaussian sums over compute nodes."""
 
@@ -40,20 +43,23 @@ def dca() -> None:
 @click.option("--sensitivity", type=float, required=True, help="Δ₂ of one client's vector (after clipping)")
 @click.option("--clip", type=float, default=1.0, show_default=True, help="|z_ij| ≤ clip, enforced by every client")
 @click.option("--nodes", required=True, help="comma-separated compute node names")
-@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="analytic Gaussian (corrected) or classic formula (paper)")
-@click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default="gaussian", show_default=True,
-              help="floating-point Gaussian, or exact integer discrete Gaussian (Canonne et al. 2020; ρ-zCDP and (ε, δ), Kairouz et al. 2021)")
+@renamed_option("--calibration", "--mode", "mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
+                help="how σ is calibrated to (ε, δ): the analytic Gaussian (corrected) or the classic formula (paper)")
+@click.option("--noise", type=click.Choice(NOISES), default="gaussian", show_default=True,
+              help="the noise: floating-point Gaussian, or exact integer discrete Gaussian (Canonne et al. 2020; ρ-zCDP and (ε, δ), Kairouz et al. 2021)")
 @click.option("--frac-bits", type=int, default=None, help="f: values travel in units of 2^-f  [default: 32; 16 with --validate]")
 @click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
 @click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")
-@click.option("--validate", type=click.Choice(["none", "range", "l2", "one-hot"]), default="none", show_default=True,
+@click.option("--validate", type=click.Choice(VALIDATIONS), default="none", show_default=True,
               help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the noise's norm too); "
                    "invalid ones are dropped and counted like dropouts. Needs --noise discrete-gaussian")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, validate,
            as_json) -> None:
     """Create a DCA job at the curator; prints its id."""
-    from mpdp.dca.params import NOISE_ENUM, VALIDATE_ENUM
+    import grpc
+
+    from mpdp.messages import common_pb2, dca_pb2 as pb
 
     if validate != "none" and noise != "discrete-gaussian":
         raise click.UsageError("--validate needs --noise discrete-gaussian (integer noise whose norm the proof bounds)")
@@ -63,13 +69,14 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
     spec = pb.DcaJobSpec(
         dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
         mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, clip_bounds=[clip], compute_nodes=nodes.split(","),
-        deadline_seconds=deadline, seed_compressed=seed_compressed, noise=NOISE_ENUM[noise], fractional_bits=frac_bits, validate=VALIDATE_ENUM[validate],
+        deadline_seconds=deadline, seed_compressed=seed_compressed, noise=NOISES.index(noise), fractional_bits=frac_bits, validate=VALIDATIONS.index(validate),
     )
-    with _operator(endpoints) as op:
+    address, op = _operator(endpoints)
+    with op:
         try:
             job = op.create(spec)
         except grpc.RpcError as e:
-            raise click.ClickException(e.details())
+            raise from_rpc(e, "the curator", address, "the DCA job") from None
     print(json.dumps({"job_id": job}) if as_json else job)
 
 
@@ -79,18 +86,24 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
 @click.option("--json", "as_json", is_flag=True, help="print the final status as one JSON object")
 def watch(endpoints, job_id, as_json) -> None:
     """Follow a job until it is released or fails."""
-    with _operator(endpoints) as op:
+    import grpc
+
+    address, op = _operator(endpoints)
+    with op:
         last = None
-        for st in op.watch(job_id):
-            last = st
-            if not as_json:
-                err.print(f"{st.state}: {st.nodes_reported} partial sums, {st.clients_included} clients {st.detail}")
-            if st.terminal:
-                break
+        try:
+            for st in op.watch(job_id):
+                last = st
+                if not as_json:
+                    _err(f"{st.state}: {st.nodes_reported} partial sums, {st.clients_included} clients {st.detail}")
+                if st.terminal:
+                    break
+        except grpc.RpcError as e:
+            raise from_rpc(e, "the curator", address) from None
+    if last is not None and last.state == "FAILED":
+        raise CliError(f"job {job_id} failed: {last.detail}", code="job_failed", hint=f"`mpdp jobs logs {job_id}` shows each state it entered")
     if as_json and last is not None:
         print(json.dumps({"job_id": job_id, "state": last.state, "clients_included": last.clients_included, "detail": last.detail}))
-    if last is not None and last.state == "FAILED":
-        raise click.ClickException(f"job {job_id} failed: {last.detail}")
 
 
 @dca.command("release")
@@ -99,20 +112,22 @@ def watch(endpoints, job_id, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (the only output of this command; accepted for a uniform grammar)")
 def release(endpoints, job_id, as_json: bool) -> None:
     """Print the released DP sum and its guarantee as JSON (ρ-zCDP too for the discrete-gaussian noise)."""
-    from mpdp.dca.params import NOISE_NAMES, VALIDATE_NAMES
+    import grpc
 
-    with _operator(endpoints) as op:
+
+    address, op = _operator(endpoints)
+    with op:
         try:
             r = op.release(job_id)
         except grpc.RpcError as e:
-            raise click.ClickException(e.details())
+            raise from_rpc(e, "the curator", address, f"the release of job {job_id}") from None
     print(json.dumps({
         "job_id": r.job_id, "values": list(r.values), "clients_included": r.clients_included, "clients_expected": r.clients_expected,
         "sigma_std": r.sigma_std, "sigma_client": r.sigma_client, "noise_variance": r.noise_variance,
         "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None,
                       "statement": r.guarantee.statement},
-        "noise": NOISE_NAMES.get(r.noise, "unknown"), "sigma2_units": r.sigma2_units or None, "fractional_bits": r.fractional_bits, "seeded": r.seeded,
-        "validate": VALIDATE_NAMES.get(r.validate, "unknown"), "clients_rejected": r.clients_rejected,
+        "noise": NOISES[r.noise] if 0 <= r.noise < len(NOISES) else "unknown", "sigma2_units": r.sigma2_units or None, "fractional_bits": r.fractional_bits, "seeded": r.seeded,
+        "validate": VALIDATIONS[r.validate] if 0 <= r.validate < len(VALIDATIONS) else "unknown", "clients_rejected": r.clients_rejected,
     }))
 
 
@@ -132,26 +147,35 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     The job's true (ε, δ) is spent in this client's privacy ledger first (the same file, under the same lock,
     as the party service of this site); the submission is refused when it does not fit the budget.
     """
+    import grpc
+    import numpy as np
     from cryptography import x509
 
     from mpdp.ledger import BudgetExceeded, LedgerError
     from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.common.rpc import TlsFiles
+    from mpdp_services.common.channels import TlsFiles
     from mpdp_services.dca_client.client import submit_vector
 
+    try:
+        z = np.loadtxt(values[1:]) if values.startswith("@") else np.array([float(v) for v in values.split(",")])
+    except (OSError, ValueError) as e:
+        raise click.BadParameter(f"not a vector: {e}", param_hint="--values") from None
     folder = Path(site)
     tls = TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
+    missing = [p.name for p in (tls.cert, tls.key, tls.ca) if not p.exists()]
+    if missing:
+        raise click.BadParameter(f"{folder} is not a site folder: {', '.join(missing)} missing (`mpdp provision` writes them)", param_hint="--site")
     cid = str(x509.load_pem_x509_certificate(tls.cert.read_bytes()).subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value)  # a CN is a str
     ledger = client_ledger(folder, ledger_path, budget_epsilon, budget_delta)
-    z = np.loadtxt(values[1:]) if values.startswith("@") else np.array([float(v) for v in values.split(",")])
     try:
         rep = asyncio.run(submit_vector(Endpoints.load(endpoints), tls, str(cid), job_id, np.atleast_1d(z), ledger=ledger))
     except BudgetExceeded as e:
-        raise click.ClickException(f"RESOURCE_EXHAUSTED: BUDGET_EXCEEDED: client {cid}: {e}")
+        raise CliError(f"RESOURCE_EXHAUSTED: BUDGET_EXCEEDED: client {cid}: {e}", code="budget_exceeded",
+                       hint=f"`mpdp ledger show --site {folder}` shows what is left; nothing was sent") from None
     except LedgerError as e:
-        raise click.ClickException(f"the privacy ledger {ledger.path} cannot be used: {e}")
+        raise CliError(f"the privacy ledger {ledger.path} cannot be used: {e}", hint="repair or restore the ledger file; nothing was sent") from None
     except grpc.RpcError as e:
-        raise click.ClickException(f"{e.code().name}: {e.details()}")
+        raise from_rpc(e, "a compute node or the curator", None, f"the submission of {cid}") from None
     out = {"client_id": cid, "accepted": rep.accepted, "rejected": [r.detail for r in rep.rejected], "seconds": rep.seconds}
     _show(out, as_json)
 
@@ -181,25 +205,48 @@ def client_ledger(site: Path, path: str | None, budget_epsilon: float | None, bu
 @dca.command("loadgen")
 @endpoints_option
 @click.option("--job", "job_id", required=True, help="DCA job id")
-@click.option("--clients", "-n", type=int, required=True, help="simulated clients")
-@click.option("--batched/--unbatched", default=True, show_default=True,
-              help="ShareBatch messages, or one ClientShare per client on a stream (a validated job always takes the latter)")
-@click.option("--batch-size", type=int, default=1000, show_default=True, help="clients per batch")
+@click.option("--clients", "-n", type=click.IntRange(1), required=True, help="simulated clients")
+@click.option("--batched/--unbatched", default=True, show_default=True, help="ShareBatch messages, or one ClientShare per client on a stream (a validated job always takes the latter)")
+@click.option("--batch-bytes", type=click.IntRange(1), default=None,
+              help="bytes of share per node message: a batch holds as many clients as fit (any d works)  [default: a quarter of the 64 MiB gRPC message limit]")
+@click.option("--batch-size", type=click.IntRange(1), default=None, help="at most this many clients per batch  [default: as many as fit in --batch-bytes]")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the public simulation data (not of the noise)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def loadgen(endpoints, job_id, clients, batched, batch_size, seed, as_json) -> None:
+def loadgen(endpoints, job_id, clients, batched, batch_bytes, batch_size, seed, as_json) -> None:
     """Simulate many clients against real compute nodes over TLS (operator certificate, per-client accounting)."""
+    import grpc
+    import numpy as np
+
     from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.dca_client.client import DcaOperator, submit_cohort
+    from mpdp_services.dca_client.client import BATCH_BYTES, DcaOperator, batch_size_for, submit_cohort
 
     ep = Endpoints.load(endpoints)
-    with DcaOperator(ep) as op:
-        ann = op.job(job_id)
+    try:
+        with DcaOperator(ep) as op:
+            ann = op.job(job_id)
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, f"to show job {job_id}") from None
     d = ann.spec.dimension
+    ids = [f"client-{i}" for i in range(clients)]
+    try:
+        size = batch_size_for(d, clients, batch_bytes or BATCH_BYTES, max(len(c) for c in ids), batch_size)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--batch-bytes") from None
     clip = ann.spec.clip_bounds[0] if ann.spec.clip_bounds else 1.0
     Z = np.random.default_rng(seed).uniform(-clip, clip, size=(clients, d))  # public simulation data
-    rep = asyncio.run(submit_cohort(ep, ep.tls, job_id, [f"client-{i}" for i in range(clients)], Z, batched=batched, batch_size=batch_size))
-    out = {"job_id": job_id, "clients": clients, "accepted_shares": rep.accepted, "rejected": len(rep.rejected), "seconds": rep.seconds, "client_seconds": rep.client_seconds, "batched": batched}
+    if not as_json:
+        _err(f"{clients} clients, d = {d}: {-(-clients // size)} batch(es) of up to {size} clients")
+    line = None if as_json else ProgressLine("clients sent")
+    try:
+        rep = asyncio.run(submit_cohort(ep, ep.tls, job_id, ids, Z, batched=batched, batch_size=size, batch_bytes=batch_bytes or BATCH_BYTES,
+                                        progress=line.update if line else None))
+    except grpc.RpcError as e:
+        raise from_rpc(e, "a compute node or the curator", None, f"the shares of job {job_id}") from None
+    finally:
+        if line:
+            line.close()
+    out = {"job_id": job_id, "clients": clients, "dimension": d, "batch_size": size, "accepted_shares": rep.accepted, "rejected": len(rep.rejected),
+           "seconds": rep.seconds, "client_seconds": rep.client_seconds, "batched": batched}
     _show(out, as_json)
 
 

@@ -7,11 +7,8 @@ from pathlib import Path
 
 import click
 
-from mpdp.data.loaders import DatasetError
-from mpdp.experiments import hamm2016 as exp
-from mpdp.experiments.common import parse_float_list, rich_progress, to_json
-from mpdp.hamm2016.pate import DEFAULT_DELTA, DEFAULT_QUERIES
-from mpdp.hamm2016.simulation import DEFAULT_EPSILONS_INV, LINEAR_LOCAL_METHODS, LOCAL_CHOICES, METHODS
+from mpdp_services.cli.experiment_options import (HAMM_EPSILONS_INV, HAMM_LOCAL_CHOICES, HAMM_METHODS as METHODS, HAMM_PARTIES, HAMM_PATE_DELTA,
+                                                   HAMM_PATE_QUERIES)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -61,9 +58,9 @@ def _table(result: dict) -> None:
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DATA, show_default=True,
               help="Folder holding kddcup99/ (or the kddcup99 folder itself): kddcup.data_10_percent.gz, corrected.gz, "
                    "training_attack_types.txt. Read in place.")
-@click.option("--parties", default=",".join(str(m) for m in exp.DEFAULT_PARTIES), show_default=True,
+@click.option("--parties", default=",".join(str(m) for m in HAMM_PARTIES), show_default=True,
               help="Comma-separated numbers of parties M (one figure panel each).")
-@click.option("--epsilons-inv", default=",".join(f"{e:g}" for e in DEFAULT_EPSILONS_INV), show_default=True,
+@click.option("--epsilons-inv", default=",".join(f"{e:g}" for e in HAMM_EPSILONS_INV), show_default=True,
               help="Comma-separated privacy levels 1/ε; 0 means no noise (ε = ∞, not private).")
 @click.option("--trials", type=click.IntRange(min=1), default=10, show_default=True,
               help="Data trials (fresh public aux/party split each); the non-private methods get one value per trial.")
@@ -77,13 +74,13 @@ def _table(result: dict) -> None:
               help="Share of the training rows used as public auxiliary unlabeled data.")
 @click.option("--multiclass", is_flag=True,
               help="5 attack categories (normal/dos/probe/r2l/u2r) instead of normal vs attack; test attacks of unknown type are dropped.")
-@click.option("--local", type=click.Choice(LOCAL_CHOICES), default="logreg", show_default=True,
+@click.option("--local", type=click.Choice(HAMM_LOCAL_CHOICES), default="logreg", show_default=True,
               help="Local classifier of every party; 'mixed' cycles logreg, linear_svm, tree, naive_bayes (avg, avg-tight are then skipped).")
 @click.option("--methods", default=None,
               help="Comma-separated subset of: " + ", ".join(METHODS) + ". Default: all (without avg, avg-tight unless --local logreg).")
-@click.option("--pate-queries", type=click.IntRange(min=1), default=DEFAULT_QUERIES, show_default=True,
+@click.option("--pate-queries", type=click.IntRange(min=1), default=HAMM_PATE_QUERIES, show_default=True,
               help="pate: distinct auxiliary points the curator queries (noisy counts; RDP cost grows with their number).")
-@click.option("--pate-delta", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=DEFAULT_DELTA,
+@click.option("--pate-delta", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=HAMM_PATE_DELTA,
               show_default=True, help="pate: the δ of its (ε, δ) guarantee (the other private methods are pure ε-DP).")
 @click.option("--protect-aux", is_flag=True,
               help="Also protect one auxiliary sample (spec §3.4: soft sensitivity × (N+M−1)/N).")
@@ -110,6 +107,11 @@ def hamm2016(data_dir: Path, parties: str, epsilons_inv: str, trials: int, noise
              max_aux: int | None, max_test: int | None, seed: int | None, split_seed: int, threads: int,
              plot_path: Path | None, out_dir: Path | None, as_json: bool) -> None:
     """Test accuracy of batch, soft, avg, avg-tight, pate, vote and indiv against 1/ε for M parties on KDD-99 (HCB16 §6.2, Fig. 3)."""
+    from mpdp.data.loaders import DatasetError
+    from mpdp.experiments import hamm2016 as exp
+    from mpdp.experiments.common import parse_float_list, rich_progress, to_json
+    from mpdp.hamm2016.simulation import LINEAR_LOCAL_METHODS
+
     Ms = _ints(parties, "--parties")
     try:
         grid = tuple(v for _, v in parse_float_list(epsilons_inv))

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from mpdp.data.loaders import DatasetError
-from mpdp.experiments import heikkila2017 as exp
-from mpdp.experiments.common import parse_float_list, rich_progress, to_json
-from mpdp.regression.config import UCI_DATASETS, UCI_DELTA, UCI_EPSILON_LABELS, UCI_GRID_REPEATS, UCI_REPEATS
+from mpdp_services.cli.experiment_options import UCI_DATASET_NAMES, UCI_DELTA, UCI_EPSILON_LABELS, UCI_GRID_REPEATS, UCI_REPEATS
+
+if TYPE_CHECKING:  # the experiment loads with the command, not for its --help
+    from mpdp.experiments import heikkila2017 as exp
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
 def _modes(text: str) -> tuple[str, ...]:
+    from mpdp.experiments import heikkila2017 as exp
+
     names = tuple(s.strip() for s in text.split(",") if s.strip())
     bad = [s for s in names if s not in exp.MODES]
     if bad or not names or len(set(names)) != len(names):
@@ -39,6 +42,9 @@ def _table(result: exp.Heikkila2017Result) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from mpdp.experiments import heikkila2017 as exp
+    from mpdp.regression.config import UCI_DATASETS
+
     c = result.config
     console = Console()
     for mode in c.modes:
@@ -59,7 +65,7 @@ def _table(result: exp.Heikkila2017Result) -> None:
 @click.command("heikkila2017", short_help="Heikkilä et al. 2017 Fig. 2: BLR test MAE vs ε on UCI data (TA, DDP via DCA, projection).")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DATA, show_default=True,
               help="Folder holding wine_quality/ and abalone/ (the offline UCI copies).")
-@click.option("--dataset", type=click.Choice(sorted(UCI_DATASETS)), default="red", show_default=True,
+@click.option("--dataset", type=click.Choice(UCI_DATASET_NAMES), default="red", show_default=True,
               help="red wine (1000/500, d=11), white wine (3000/1000, d=11) or abalone (3000/1000, d=8).")
 @click.option("--repeats", type=click.IntRange(min=1), default=UCI_REPEATS, show_default=True,
               help="Random train/test splits (fixed across ε and modes); the paper used 25.")
@@ -85,6 +91,10 @@ def _table(result: exp.Heikkila2017Result) -> None:
 def heikkila2017(data_dir: Path, dataset: str, repeats: int, epsilons: str, delta: float, modes: str, grid_repeats: str,
                  grid_per_repeat: bool, paper_reader: bool, seed: int, workers: int, out_dir: Path, as_json: bool) -> None:
     """Heikkilä et al. 2017 Fig. 2: BLR test MAE vs ε on a UCI data set (NP, TA, DDP via DCA, projections, input perturbation)."""
+    from mpdp.data.loaders import DatasetError
+    from mpdp.experiments import heikkila2017 as exp
+    from mpdp.experiments.common import parse_float_list, rich_progress, to_json
+
     try:
         grid = parse_float_list(epsilons)
     except ValueError as e:

@@ -7,10 +7,7 @@ from pathlib import Path
 
 import click
 
-from mpdp.data.loaders import DatasetError
-from mpdp.experiments import lmgc as exp
-from mpdp.experiments.common import parse_float_list, rich_progress, to_json
-from mpdp.lmgc.datasets import DATASETS
+from mpdp_services.cli.experiment_options import LMGC_DATASETS, LMGC_EPSILONS, LMGC_METHODS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -43,9 +40,9 @@ def _table(result: dict) -> None:
 
 
 @click.command("lmgc")
-@click.option("--dataset", type=click.Choice(DATASETS), required=True,
+@click.option("--dataset", type=click.Choice(LMGC_DATASETS), required=True,
               help="digits and wine are scikit-learn's bundled sets; kdd99 is the 5-category KDD-99 task read from --data.")
-@click.option("--epsilons", default=",".join(f"{e:g}" for e in exp.DEFAULT_EPSILONS), show_default=True,
+@click.option("--epsilons", default=",".join(f"{e:g}" for e in LMGC_EPSILONS), show_default=True,
               help="Comma-separated total privacy budgets ε for the DP methods.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
               help="Runs per point; each run has a fresh train/test split and fresh noise.")
@@ -53,8 +50,8 @@ def _table(result: dict) -> None:
               help="Folder holding kddcup99/ (or the kddcup99 folder itself); only used for --dataset kdd99. Data is read in place.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/lmgc"), show_default=True,
               help="Output folder for lmgc_<dataset>.json, .csv and .png.")
-@click.option("--methods", default=",".join(exp.METHODS), show_default=True,
-              help="Comma-separated subset of: " + ", ".join(exp.METHODS) + ".")
+@click.option("--methods", default=",".join(LMGC_METHODS), show_default=True,
+              help="Comma-separated subset of: " + ", ".join(LMGC_METHODS) + ".")
 @click.option("--seed", type=int, default=None,
               help="Seed the noise generator (reproducible simulation, NOT a private release). Default: OS-keyed noise.")
 @click.option("--split-seed", type=int, default=0, show_default=True,
@@ -80,6 +77,10 @@ def lmgc(dataset: str, epsilons: str, runs: int, data_dir: Path, out_dir: Path, 
          lam: float, huber_h: float, ridge_floor: float, jacobian_share: float, lr_reg: float, lr_reg_dp: float,
          kdd_per_class: int, threads: int, as_json: bool) -> None:
     """Accuracy vs ε: non-private and DP LMGC (corrected and paper modes) against (DP) multinomial LR."""
+    from mpdp.data.loaders import DatasetError
+    from mpdp.experiments import lmgc as exp
+    from mpdp.experiments.common import parse_float_list, rich_progress, to_json
+
     try:
         grid = parse_float_list(epsilons)
     except ValueError as e:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from mpdp.data.loaders import DatasetError
-from mpdp.experiments import pathak2010 as exp
-from mpdp.experiments.common import parse_float_list, rich_progress, to_json
+from mpdp_services.cli.experiment_options import PATHAK_EPSILONS, PATHAK_LAMBDA, PATHAK_RUNS, PATHAK_SPLITS
+from mpdp_services.cli.options import renamed_option
+
+if TYPE_CHECKING:  # the experiment loads with the command, not for its --help
+    from mpdp.experiments import pathak2010 as exp
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "a9a"
-DEFAULT_EPSILONS = ",".join(f"{e:g}" for e in exp.PAPER_EPSILONS)
+DEFAULT_EPSILONS = ",".join(f"{e:g}" for e in PATHAK_EPSILONS)
 
 
 def _names(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -29,6 +32,8 @@ def _names(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
 def _table(result: exp.Pathak2010Result) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from mpdp.experiments import pathak2010 as exp
 
     c = result.config
     s = result.summary()
@@ -58,15 +63,15 @@ def _table(result: exp.Pathak2010Result) -> None:
 @click.command("pathak2010")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DATA, show_default=True,
               help="Folder holding a9a.gz and a9a.t.gz (LIBSVM a9a; loaded with n_features=123).")
-@click.option("--lambda", "lam", type=click.FloatRange(min=0, min_open=True), default=exp.PAPER_LAMBDA, show_default=True,
-              help="Regularisation λ. corrected mode trains with (λ/2)‖w‖², paper mode with λ‖w‖² (the paper ran λ=1).")
-@click.option("--paper-lambda", "paper_lam", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="λ for paper mode only (default: --lambda). λ/2 gives paper mode the same local models as corrected mode.")
+@renamed_option("--lam", "--lambda", "lam", type=click.FloatRange(min=0, min_open=True), default=PATHAK_LAMBDA, show_default=True,
+                help="The regulariser λ. corrected mode trains with (λ/2)‖w‖², paper mode with λ‖w‖² (the paper ran λ=1).")
+@renamed_option("--paper-lam", "--paper-lambda", "paper_lam", type=click.FloatRange(min=0, min_open=True), default=None,
+                help="λ for paper mode only (default: --lam). λ/2 gives paper mode the same local models as corrected mode.")
 @click.option("--epsilons", default=DEFAULT_EPSILONS, show_default=True,
               help="Comma-separated ε grid; results are keyed by ε exactly as written here.")
-@click.option("--runs", type=click.IntRange(min=1), default=exp.PAPER_RUNS, show_default=True,
+@click.option("--runs", type=click.IntRange(min=1), default=PATHAK_RUNS, show_default=True,
               help="Runs per point (fresh random split and fresh noise each run).")
-@click.option("--splits", default=",".join(exp.SPLIT_NAMES), show_default=True,
+@click.option("--splits", default=",".join(PATHAK_SPLITS), show_default=True,
               help="Comma-separated subset of even (n₍₁₎=6512), 15pct (4884), 10pct (3256).")
 @click.option("--modes", default="corrected,paper", show_default=True,
               help="Noise modes: corrected (spherical Laplace, ε-DP), paper (as published) and/or gaussian-distributed "
@@ -89,6 +94,10 @@ def _table(result: exp.Pathak2010Result) -> None:
 def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: str, runs: int, splits: str, modes: str, delta: float, seed: int, workers: int,
                out_dir: Path, protocol: bool, protocol_epsilons: str | None, protocol_runs: int, protocol_key_bits: int, as_json: bool) -> None:
     """PRR10 Figure 2: test error of the DP aggregate classifier on a9a vs ε (K=5, three splits, both modes)."""
+    from mpdp.data.loaders import DatasetError
+    from mpdp.experiments import pathak2010 as exp
+    from mpdp.experiments.common import parse_float_list, rich_progress, to_json
+
     try:
         grid = parse_float_list(epsilons)
     except ValueError as e:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from mpdp.data.loaders import DatasetError
-from mpdp.experiments import price_of_distrust as exp
-from mpdp.experiments.common import parse_float_list, to_json
+from mpdp_services.cli.errors import CliError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -30,6 +27,10 @@ DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
 def command(data_dir: Path, epsilons: str, runs: int, seed: int, datasets: str, diffprivlib: bool, work: Path | None, plot_path: Path | None, as_json: bool) -> None:
     """Test error of multiparty DP-GD (DCA), Pathak 2010 (both modes), central output and objective perturbation,
     and diffprivlib, on a9a (K = 5) and digits, at the same (ε, δ = 1e-6)."""
+    from mpdp.data.loaders import DatasetError
+    from mpdp.experiments import price_of_distrust as exp
+    from mpdp.experiments.common import parse_float_list, to_json
+
     try:
         eps = [e for _, e in parse_float_list(epsilons)]
     except ValueError as e:
@@ -40,8 +41,7 @@ def command(data_dir: Path, epsilons: str, runs: int, seed: int, datasets: str, 
     try:
         out = exp.run(data_dir, eps, runs, seed=seed, diffprivlib=diffprivlib, work=work, datasets=names)
     except DatasetError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
+        raise CliError(str(e), code="not_found", hint="--data names the folder holding a9a/ (a9a.gz, a9a.t.gz)", exit_code=2) from None
     if plot_path is not None:
         exp.plot(out, plot_path)
     if as_json:

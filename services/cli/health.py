@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from mpdp_services.cli.errors import CliError
+
 
 def probe(address: str, tls_dir: Path, server_name: str | None, service: str, timeout: float) -> tuple[bool, str]:
     """One Health.Check call; returns (serving, what happened)."""
@@ -26,8 +28,12 @@ def probe(address: str, tls_dir: Path, server_name: str | None, service: str, ti
     missing = [str(p) for p in (cert, key, ca) if not p.exists()]
     if missing:
         return False, f"TLS files missing: {', '.join(missing)}"
-    if server_name is None:  # default: the site checks itself, so the server name is the CN of its own certificate
-        server_name = str(x509.load_pem_x509_certificate(cert.read_bytes()).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+    if server_name is None:  # default: the name on the certificate the server presents (signed by this federation's CA)
+        try:
+            der = _server_certificate(address, cert, key, ca, timeout)
+        except (OSError, ValueError) as e:
+            return False, f"{address}: not reachable over TLS with this federation's CA: {e}"
+        server_name = str(x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
     creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes(), private_key=key.read_bytes(), certificate_chain=cert.read_bytes())
     with grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", server_name)]) as ch:
         try:
@@ -38,10 +44,30 @@ def probe(address: str, tls_dir: Path, server_name: str | None, service: str, ti
     return resp.status == health_pb2.HealthCheckResponse.SERVING, f"{address} ({server_name}) service {service or '(server)'!r}: {status}"
 
 
+def _server_certificate(address: str, cert: Path, key: Path, ca: Path, timeout: float) -> bytes:
+    """The DER certificate the service at ``address`` presents in a mutual-TLS handshake, its chain verified against
+    ``ca`` (the name is what we learn here, so it is not checked; the gRPC call then verifies it)."""
+    import socket
+    import ssl
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{address!r} is not HOST:PORT")
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw, ctx.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    if not der:
+        raise ValueError("the service presented no certificate")
+    return der
+
+
 @click.command("health")
 @click.option("--address", required=True, help="host:port of the service")
 @click.option("--tls-dir", required=True, type=click.Path(file_okay=False, exists=True), help="folder with site.crt, site.key, ca.crt (any certificate of the federation)")
-@click.option("--server-name", default=None, help="site name to verify in the server's certificate  [default: the CN of --tls-dir's certificate, i.e. check yourself]")
+@click.option("--server-name", default=None, help="site name to verify in the server's certificate  [default: the name on the certificate it presents, signed by the CA of --tls-dir]")
 @click.option("--service", default="", help="health service name, e.g. mpdp.messages.Party (party registered with the curator)  [default: the server]")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="seconds per attempt")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="keep asking for up to this many seconds until SERVING")
@@ -55,15 +81,19 @@ def health(address: str, tls_dir: str, server_name: str | None, service: str, ti
         if ok or time.monotonic() >= deadline:
             break
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # polling a remote service: nothing to wait on locally
-    if as_json:
-        click.echo(json.dumps({"address": address, "service": service or None, "healthy": ok, "status": what}))
+    hint = ("is the service running at that address, and is --tls-dir a site of the same federation? "
+            "--server-name names the site the address should be (default: the name on its certificate)")
+    if as_json:  # one object either way; a failure's carries "error" too
+        doc: dict[str, object] = {"address": address, "service": service or None, "healthy": ok, "status": what}
+        if not ok:
+            doc["error"] = {"code": "unhealthy", "message": f"unhealthy: {what}", "hint": hint}
+        click.echo(json.dumps(doc))
         sys.exit(0 if ok else 1)
     if ok:
         if not quiet:
             click.echo(what)
         return
-    click.echo(f"unhealthy: {what}", err=True)
-    sys.exit(1)
+    raise CliError(f"unhealthy: {what}", code="unhealthy", hint=hint)
 
 
 if __name__ == "__main__":

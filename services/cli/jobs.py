@@ -7,49 +7,60 @@ import sys
 import signal
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from mpdp_services.cli.options import endpoints_option
-import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from mpdp_services.cli.errors import CliError, from_rpc
+from mpdp_services.cli.options import deprecated, endpoints_option, renamed_option
+from mpdp_services.operator.pathak2010 import MODES
+from mpdp.limits import DEFAULT_DELTA
 
-from mpdp.data.loaders import DatasetError, load, to_pm1
-from mpdp.learn import logreg
-from mpdp.messages import common_pb2, pathak2010_pb2 as pb
-from mpdp.pathak2010 import tester
+if TYPE_CHECKING:  # numpy, gRPC, rich and the protocol cores load when a command runs, not for its --help
+    from mpdp.messages import pathak2010_pb2 as pb
 
-from mpdp_services.operator.pathak2010 import MODES, make_spec
-
-err = Console(stderr=True)
 STAGES = ["setup", "stage1", "stage2", "stage3"]
 
 
-MODE_HELP = ("noise mode: gaussian-distributed (every party draws a share of Gaussian noise, (ε, δ)-DP, no t parties know it), "
+def _stdout_json(doc: dict) -> None:
+    from rich.console import Console
+
+    Console().print_json(json.dumps(doc))
+
+
+@cache
+def _stderr() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+NOISE_HELP = ("noise scheme: gaussian-distributed (every party draws a share of Gaussian noise, (ε, δ)-DP, no t parties know it), "
              "corrected (the smallest party's spherical Laplace, ε-DP, that party knows its noise) or paper (as published)")
 
 
 def mode_name(model: pb.PublishedModel) -> str:
+    from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+
     if model.noise == pb.DISTRIBUTED_GAUSSIAN:
         return "gaussian-distributed"
     return "corrected" if model.mode == common_pb2.CORRECTED else "paper"
 
 
-def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool) -> tuple[str, pb.JobStatus]:
+def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool, address: str | None = None) -> tuple[str, pb.JobStatus]:
     """Submit, show live progress per stage (stderr), return the final status."""
     import grpc
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     try:
         job_id = client.submit(spec)
     except grpc.RpcError as e:
-        raise click.ClickException(f"the curator refused the job: {e.details()}")
+        raise from_rpc(e, "the curator", address, "the job") from None
     if quiet:
         return job_id, client.wait(job_id)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"), TimeElapsedColumn(), console=err) as prog:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"), TimeElapsedColumn(), console=_stderr()) as prog:
         task = prog.add_task(f"job {job_id}", total=len(STAGES), state="submitted")
         final = None
         for st in client.watch(job_id):
@@ -63,25 +74,33 @@ def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool) -> tuple[str, pb.
 
 
 def _fail_if_failed(status: pb.JobStatus) -> None:
+    from mpdp.messages import common_pb2
+
     if status.state == "FAILED":
-        raise click.ClickException(f"job {status.job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was published.")
+        raise CliError(f"job {status.job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was published.", code="job_failed",
+                       hint=f"`mpdp jobs logs {status.job_id}` shows each state it entered; a party's service.log says more")
 
 
 def model_summary(model: pb.PublishedModel) -> dict:
+    from mpdp.messages import pathak2010_pb2 as pb
+    from mpdp_services.operator.jobs import ordered_stages
+
     return {
         "job_id": model.job_id,
-        "mode": mode_name(model),
+        "noise": mode_name(model),
         "epsilon": model.epsilon,
         "delta": model.guarantee.delta,
-        "lambda": getattr(model, "lambda"),
+        "lam": getattr(model, "lambda"),
         "parties": model.parties,
         "dimension": model.dimension,
-        "stage_seconds": dict(model.stage_seconds),
+        "stage_seconds": ordered_stages(dict(model.stage_seconds), STAGES),
         "paillier_ops": dict(model.paillier_ops),
         "guarantee": {"epsilon": model.guarantee.epsilon, "delta": model.guarantee.delta, "mechanism": model.guarantee.mechanism, "statement": model.guarantee.statement},
         "trust_model": model.trust_model,
         **({"colluders": model.colluders} if model.noise == pb.DISTRIBUTED_GAUSSIAN else {}),
         "seeded": model.seeded,
+        "mode": mode_name(model),  # deprecated spelling of "noise", kept for one release
+        "lambda": getattr(model, "lambda"),  # deprecated spelling of "lam", kept for one release
     }
 
 
@@ -112,6 +131,9 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
     from mpdp_services.launcher.federation import LocalFederation
 
+    _check_key_bits(key_bits, test_mode)
+    if n_parties < 1:
+        raise click.BadParameter("a federation needs at least one party", param_hint="--parties")
     names = [f"party-{i + 1}" for i in range(n_parties)]
     ds: dict[str, dict[str, dict]] = {}
     for item in datasets:
@@ -136,16 +158,17 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         if missing:
             raise click.UsageError(f"{workdir} holds another federation (no certificate for {', '.join(missing)}): use a new --workdir or remove that folder")
         fed.write_configs()
-    with err.status("starting curator, parties and compute nodes"):
-        fed.start()
-    err.print(f"federation up: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
+    t0 = time.perf_counter()
+    _stderr().print(f"starting the curator, then {n_parties} part{'y' if n_parties == 1 else 'ies'}{f' and {n_nodes} compute node(s)' if nodes else ''} ({key_bits}-bit keys)")
+    _start(fed, lambda proc: _stderr().print(f"  {proc.role:<12} {proc.name:<10} ready on 127.0.0.1:{proc.port}  ({time.perf_counter() - t0:.1f} s)"))
+    _stderr().print(f"federation up in {time.perf_counter() - t0:.1f} s: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
     if nodes:
-        err.print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
+        _stderr().print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
     cur_http = fed.procs["curator"].http_port
     if cur_http:
-        err.print(f"dashboard: http://127.0.0.1:{cur_http}/", soft_wrap=True)
-        err.print("(each role's HTTP base URL is under \"http\" in endpoints.json: URL/metrics, and URL/ is a party's ledger page)")
-    err.print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C or SIGTERM stops everything)")
+        _stderr().print(f"dashboard: http://127.0.0.1:{cur_http}/", soft_wrap=True)
+        _stderr().print("(each role's HTTP base URL is under \"http\" in endpoints.json: URL/metrics, and URL/ is a party's ledger page)")
+    _stderr().print(f"endpoints: {Path(workdir).resolve() / 'endpoints.json'}  (Ctrl-C or SIGTERM stops everything)")
     if as_json:
         endpoints_file = Path(workdir).resolve() / "endpoints.json"
         urls = json.loads(endpoints_file.read_text()).get("http", {})
@@ -157,7 +180,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         while all(p.popen.poll() is None for p in fed.procs.values()):
             time.sleep(1.0)
         dead = [n for n, p in fed.procs.items() if p.popen.poll() is not None]
-        err.print(f"[red]process exited: {dead}; stopping the federation")
+        _stderr().print(f"[red]process exited: {dead}; stopping the federation")
     except KeyboardInterrupt:
         pass
     finally:
@@ -169,9 +192,11 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--dataset", required=True, help="dataset name every party maps to its own file")
 @click.option("--parties", required=True, help="comma-separated party names; the first is P1")
 @click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
-@click.option("--lambda", "lam", type=float, required=True, help="regularisation λ (logreg: L2; lmgc: trace regulariser)")
-@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=MODE_HELP + "; lmgc: corrected or paper")
-@click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, help="δ of gaussian-distributed and dp-gd jobs (0 = 1e-6)")
+@renamed_option("--lam", "--lambda", "lam", type=float, required=True, help="the regulariser λ (logreg: L2; lmgc: trace regulariser)")
+@renamed_option("--noise", "--mode", "mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
+                help=NOISE_HELP + "; lmgc and dp-gd take the calibration: corrected or paper")
+@click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True), default=None,
+              help=f"δ of gaussian-distributed, dp-gd and pate jobs  [default: {DEFAULT_DELTA:g}; pure ε-DP noise takes none]")
 @click.option("--colluders", type=click.IntRange(min=0), default=None, help="gaussian-distributed: t, parties that may pool their noise (default max(1, K−2))")
 @click.option("--model", type=click.Choice(["logreg", "lmgc", "hamm2016", "dp-gd"]), default="logreg", show_default=True,
               help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average; "
@@ -182,13 +207,13 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--auxiliary", default="", help="hamm2016: the curator's auxiliary dataset name (curator config `auxiliary:`)")
 @click.option("--method", type=click.Choice(["soft", "vote", "pate"]), default="soft", show_default=True,
               help="hamm2016: soft labels (Alg. 2), majority votes (Alg. 1), both ε-DP by output perturbation; or pate: the voters add Gaussian noise "
-                   "inside the vote sum, the curator sees only noisy counts and labels by their noisy argmax (GNMax), (ε, δ)-DP (δ from --delta, default 1e-6)")
+                   "inside the vote sum, the curator sees only noisy counts and labels by their noisy argmax (GNMax), (ε, δ)-DP (δ from --delta)")
 @click.option("--queries", type=click.IntRange(min=0), default=0, help="hamm2016 pate: Q auxiliary points queried (a public random subset; 0 = all distinct points)")
 @click.option("--classes", default="-1,1", show_default=True, help="hamm2016: the class labels, comma-separated (binary: the second is +1)")
 @click.option("--compute-nodes", default="", help="hamm2016: comma-separated compute nodes that sum the votes (default: all in endpoints.json)")
 @click.option("--max-missing", type=int, default=0, show_default=True, help="hamm2016: voters that may drop out")
 @click.option("--protect-aux", is_flag=True, help="hamm2016: also protect one auxiliary point (§3.4)")
-@click.option("--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lambda)")
+@renamed_option("--local-lam", "--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lam)")
 @click.option("--dimension", type=int, default=0, help="dp-gd: the number of features d every party's dataset has")
 @click.option("--total-records", type=int, default=0, help="dp-gd: the public total row count N (replace-one adjacency)")
 @click.option("--records-per-party", type=int, default=0, help="dp-gd: public bound on one party's row count")
@@ -197,12 +222,22 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
               help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")
 @click.option("--detach", is_flag=True, help="dp-gd: print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float, colluders: int | None, model: str, ridge: float, data_norm: float,
+def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float | None, colluders: int | None, model: str, ridge: float, data_norm: float,
           auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
           dimension: int, total_records: int, records_per_party: int, rounds: int, schema_file: str | None, detach: bool, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
+    from mpdp_services.operator.pathak2010 import make_spec
+
     import grpc
 
+    if delta == 0:
+        deprecated("--delta 0", f"--delta {DEFAULT_DELTA:g} (the default), or leave it out")
+        delta = None
+    if delta is not None and model == "logreg" and mode != "gaussian-distributed":
+        raise click.BadParameter(f"{mode} noise is pure ε-DP: it takes no δ", param_hint="--delta")
+    if delta is not None and model == "hamm2016" and method != "pate":
+        raise click.BadParameter(f"hamm2016 {method} is pure ε-DP: it takes no δ (pate does)", param_hint="--delta")
+    delta_used = DEFAULT_DELTA if delta is None else delta
     schema_sha256 = _schema(schema_file)[1] if schema_file else ""
 
     from mpdp_services.common.endpoints import Endpoints
@@ -210,7 +245,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 
     if model == "dp-gd":
         dpgd_mode = "corrected" if mode == "gaussian-distributed" else mode  # dp-gd's own calibrations; the Pathak default names the provable one
-        _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta or 1e-6, lam, dpgd_mode, classes.split(","), dimension, total_records,
+        _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta_used, lam, dpgd_mode, classes.split(","), dimension, total_records,
                     records_per_party, rounds, max_missing, as_json, schema_sha256, detach)
         return
 
@@ -223,15 +258,15 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
             raise click.BadParameter("hamm2016 needs the curator's auxiliary dataset name", param_hint="--auxiliary")
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset, auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon, classes=classes.split(","),
                                             parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam,
-                                            delta=(delta or 1e-6) if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
+                                            delta=delta_used if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
                                             schema_sha256=schema_sha256)
         try:
-            with err.status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
+            with _stderr().status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
                 rel = train_ensemble(Endpoints.load(endpoints), spec)
         except grpc.RpcError as e:
-            raise click.ClickException(f"the ensemble job failed: {e.details()}")
+            raise from_rpc(e, "the federation", None, "the ensemble job") from None
         out = ens_summary(rel)
-        print(json.dumps(out)) if as_json else Console().print_json(json.dumps(out))
+        print(json.dumps(out)) if as_json else _stdout_json(out)
         return
 
     if model == "lmgc":
@@ -240,16 +275,20 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         if mode == "gaussian-distributed":
             mode = "corrected"  # lmgc has its own two calibrations; the Pathak default names the provable one
         try:
-            summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
+            with _stderr().status(f"lmgc job: each of {len(parties.split(','))} parties fits and releases its classifier") if not as_json else _null():
+                summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
         except grpc.RpcError as e:
-            raise click.ClickException(e.details())
+            raise from_rpc(e, "the federation", None, "the lmgc job") from None
         if as_json:
             print(json.dumps(summary))
         else:
-            Console().print_json(json.dumps(summary))
+            _stdout_json(summary)
         return
-    with OperatorClient(Endpoints.load(endpoints)) as client:
-        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta, colluders=colluders, schema_sha256=schema_sha256), as_json)
+    ep = Endpoints.load(endpoints)
+    with OperatorClient(ep) as client:
+        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta_used if mode == "gaussian-distributed" else 0.0, colluders=colluders,
+                                                         schema_sha256=schema_sha256),
+                                       as_json, ep.curator_address)
         _fail_if_failed(status)
         summary = model_summary(client.model(job_id))
     if as_json:
@@ -269,6 +308,11 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, schema_file: str | None, as_json: bool) -> None:
     """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."""
+    import numpy as np
+
+    from mpdp.data.loaders import DatasetError, load, to_pm1
+    from mpdp.pathak2010 import tester
+
     import grpc
 
     from mpdp_services.common.endpoints import Endpoints
@@ -330,13 +374,20 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
 @click.command()
 @click.option("--parties", "n_parties", type=int, default=3, show_default=True, help="number of parties (≥ 3)")
 @click.option("--epsilon", type=float, default=2.0, show_default=True, help="privacy parameter ε")
-@click.option("--lambda", "lam", type=float, default=0.1, show_default=True, help="regularisation λ")
-@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=MODE_HELP)
-@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier/DGK modulus size")
+@renamed_option("--lam", "--lambda", "lam", type=float, default=0.1, show_default=True, help="the regulariser λ")
+@renamed_option("--noise", "--mode", "mode", type=click.Choice(MODES), default=MODES[0], show_default=True, help=NOISE_HELP)
+@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier/DGK modulus size (below 2048 with --test-mode only)")
+@click.option("--test-mode", is_flag=True, help="allow small keys (fast, never for real data)")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None, help="keep the federation's files here (default: a temporary folder)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, workdir: str | None, as_json: bool) -> None:
+def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, test_mode: bool, workdir: str | None, as_json: bool) -> None:
     """Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."""
+    import numpy as np
+
+    from mpdp.learn import logreg
+    from mpdp.pathak2010 import tester
+    from mpdp_services.operator.pathak2010 import make_spec
+
     from sklearn.datasets import load_breast_cancer
 
     from mpdp_services.common.endpoints import Endpoints
@@ -345,6 +396,7 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
 
     if n_parties < 3:
         raise click.BadParameter("the demo needs at least 3 parties", param_hint="--parties")
+    _check_key_bits(key_bits, test_mode)
     X, y = load_breast_cancer(return_X_y=True)
     y = np.where(y == 1, 1.0, -1.0)
     X = (X - X.mean(axis=0)) / X.std(axis=0)  # demo-only public scaling; parties clip rows to ‖x‖ ≤ 1
@@ -364,11 +416,11 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, w
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savetxt(path, np.column_stack([X[idx], y[idx]]), delimiter=",", fmt="%.10g")
         datasets[name] = {"breast_cancer": {"path": str(path), "format": "csv"}}
-    fed = LocalFederation(root, names, datasets, paillier_bits=key_bits, dgk_bits=key_bits, test_mode=key_bits < 2048)
+    fed = LocalFederation(root, names, datasets, paillier_bits=key_bits, dgk_bits=key_bits, test_mode=test_mode)
     t0 = time.perf_counter()
     try:
-        with err.status(f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)", spinner="dots") if not as_json else _null():
-            fed.start()
+        with _stderr().status(f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)", spinner="dots") if not as_json else _null():
+            _start(fed)
         with OperatorClient(Endpoints.load(root)) as client:
             job_id, status = run_and_watch(client, make_spec("breast_cancer", names, epsilon, lam, mode), as_json)
             _fail_if_failed(status)
@@ -435,13 +487,18 @@ def _protocol_of(endpoints: str, job_id: str) -> str:
     from mpdp_services.operator.jobs import get_job
 
     try:
-        return str(get_job(Endpoints.load(endpoints), job_id)["protocol"])
+        ep = Endpoints.load(endpoints)
+        return str(get_job(ep, job_id)["protocol"])
     except grpc.RpcError as e:
-        raise click.ClickException(f"{e.details()} (`mpdp jobs ls` lists the jobs this curator knows)")
+        raise from_rpc(e, "the curator", ep.curator_address, f"to show job {job_id}") from None
 
 
 def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
     """Classify with a dp-gd model from the curator's store (rows scaled onto the unit ball, as the parties trained on them)."""
+    import numpy as np
+
+    from mpdp.data.loaders import DatasetError, load
+
     import grpc
 
     from mpdp.dpgd.model import party_rows, prepare
@@ -516,6 +573,29 @@ def _schema(path: str):
     return Path(path).resolve(), s.sha256(), s
 
 
+def _check_key_bits(key_bits: int, test_mode: bool) -> None:
+    """The same rule as every role's config: 2048 bits and up, smaller keys in test mode only."""
+    from mpdp.limits import SpecError, check_key_bits
+
+    try:
+        check_key_bits(key_bits, test_mode=test_mode)
+    except SpecError as e:
+        hint = "add --test-mode for a throwaway federation on public data, or use --key-bits 2048 or more" if not test_mode else ""
+        raise CliError(f"--key-bits {key_bits}: {e}", code="usage", hint=hint, exit_code=2) from None
+
+
+def _start(fed, on_ready=None) -> None:
+    """Start a local federation; a role that exits or hangs during start-up is one error naming its log."""
+    try:
+        fed.start(on_ready=on_ready)
+    except (RuntimeError, TimeoutError) as e:
+        fed.stop()
+        first, _, log = str(e).partition("\n")
+        last = [ln for ln in log.splitlines() if ln.strip()][-1:] or [""]
+        raise CliError(f"{first.removesuffix('; log:')}{': ' + last[0] if last[0] else ''}", code="failed",
+                       hint=f"each role's log is WORKDIR/<site>/service.log (here {fed.workdir})") from None
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -530,9 +610,12 @@ def _endpoint_nodes(endpoints: str) -> list[str]:
 
 
 def _print_summary(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     out = Console()
     t = Table(title=f"job {s['job_id']}", show_header=False)
-    for k in ("mode", "epsilon", "delta", "colluders", "lambda", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
+    for k in ("noise", "epsilon", "delta", "colluders", "lam", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
         if k in s:
             v = s[k]
             t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))

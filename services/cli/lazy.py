@@ -44,14 +44,13 @@ class LazyGroup(click.Group):
         return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = []
-        limit = formatter.width - 6 - max((len(n) for n in self.list_commands(ctx)), default=0)
+        rows = []  # whole summaries, wrapped by the formatter (never cut)
         for name in self.list_commands(ctx):
             if name in self.commands:
-                rows.append((name, self.commands[name].get_short_help_str(limit)))
+                cmd = self.commands[name]
+                rows.append((name, cmd.short_help or cmd.get_short_help_str(1000)))
             else:
-                text = self.lazy[name].short_help
-                rows.append((name, text if len(text) <= limit else text[: max(limit - 3, 0)].rstrip() + "..."))
+                rows.append((name, self.lazy[name].short_help))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
 import click
 
 from mpdp import __version__
+from mpdp_services.cli import errors
 from mpdp_services.cli.lazy import Lazy, LazyGroup
 
 _CLI = "mpdp_services.cli."
 
 COMMANDS = {
-    "dca": Lazy(_CLI + "dca:dca", "Distributed Compute Algorithm (Heikkilä et al."),
+    "dca": Lazy(_CLI + "dca:dca", "Distributed Compute Algorithm (Heikkilä et al. 2017): secret-shared Gaussian sums over compute nodes."),
     "demo": Lazy(_CLI + "jobs:demo", "Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."),
     "federation": Lazy(_CLI + "jobs:federation", "Start a local federation (curator + parties as separate processes, throwaway CA, mutual TLS)."),
     "jobs": Lazy(_CLI + "operate:jobs", "See, follow and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles, dp-gd, regression)."),
@@ -20,7 +24,7 @@ COMMANDS = {
     "predict": Lazy(_CLI + "jobs:predict", "Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."),
     "profile": Lazy(_CLI + "profile:profile", "Connection profiles: named endpoints files, chosen with --profile or MPDP_PROFILE."),
     "provision": Lazy(_CLI + "provision:provision", "Provision a federation: a CA, a certificate per site, each site's config and README."),
-    "regress": Lazy(_CLI + "regress:regress", "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al."),
+    "regress": Lazy(_CLI + "regress:regress", "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2)."),
     "schema": Lazy(_CLI + "schema:schema", "Check a data file against the federation's schema, or draft a schema from a file (docs/schema.md)."),
     "serve": Lazy(_CLI + "serve:serve", "Run one role of the federation as a service (one OS process per role)."),
     "train": Lazy(_CLI + "jobs:train", "Run a training job across the parties and print the published model's summary."),
@@ -50,11 +54,19 @@ def experiment() -> None:
     """Reproduce the papers' experiments (fast mechanism path, optional real-protocol spot checks)."""
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Run one command; every failure is reported by services/cli/errors.py (one JSON error object with --json)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    as_json = errors.wants_json(args)
     try:
-        cli()
-    except FileNotFoundError as e:  # e.g. no endpoints.json (EndpointsError says what to do): the message, no traceback
-        raise SystemExit(f"Error: {e}") from None
+        rv = cli.main(args=args, prog_name="mpdp", standalone_mode=False)
+    except SystemExit as e:
+        if as_json and e.code not in (None, 0) and not isinstance(e.code, int):  # a message instead of a status
+            errors.report(errors.CliError(str(e.code)), True)
+        raise
+    except BaseException as e:  # noqa: BLE001 - every failure leaves as one message (a bug: with its traceback)
+        errors.report(e, as_json)
+    raise SystemExit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
-import numpy as np
-from rich.console import Console
 
 from mpdp_services.cli.options import endpoints_option
 
-err = Console(stderr=True)
+if TYPE_CHECKING:  # numpy and rich load when a command runs, not for its --help
+    import numpy as np
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr)
 
 
 def _refused(e) -> click.ClickException:
@@ -29,6 +34,7 @@ def follow(client, job_id: str, as_json: bool, timeout: float | None = None):
     """Watch a learner job to its end (status on stderr); its final LearnerStatus. Ctrl-C stops watching only."""
     import grpc
 
+    err = _console(stderr=True)
     last = None
     try:
         with err.status(f"job {job_id}: submitted") if not as_json else _null() as status:
@@ -61,7 +67,7 @@ def submit_and_follow(endpoints: str, spec, detach: bool, as_json: bool, summary
             click.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
             return
         if not as_json:
-            err.print(f"job {job_id} submitted; the curator runs it (Ctrl-C stops watching only)")
+            _console(stderr=True).print(f"job {job_id} submitted; the curator runs it (Ctrl-C stops watching only)")
         status = follow(client, job_id, as_json)
         if status.state != "DONE":
             raise click.ClickException(f"job {job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was released.")
@@ -70,7 +76,7 @@ def submit_and_follow(endpoints: str, spec, detach: bool, as_json: bool, summary
         except grpc.RpcError as e:
             raise click.ClickException(e.details()) from None
     out = summary(model)
-    print(json.dumps(out)) if as_json else Console().print_json(json.dumps(out))
+    print(json.dumps(out)) if as_json else _console().print_json(json.dumps(out))
 
 
 class _null:
@@ -87,6 +93,8 @@ def model() -> None:
 
 
 def _dpgd(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    import numpy as np
+
     from mpdp.dpgd.role import DpgdRun
 
     run = DpgdRun.of(m)
@@ -97,6 +105,8 @@ def _dpgd(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def _regression(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    import numpy as np
+
     from mpdp.regression.role import RegressionRun
 
     run = RegressionRun.of(m)
@@ -148,6 +158,8 @@ def export(endpoints: str, job_id: str, fmt: str, out: str | None) -> None:
             return
         write_atomic(out, text)
     else:
+        import numpy as np
+
         buf = io.BytesIO()
         meta = {k: v for k, v in doc.items() if k not in arrays and k != "weights"}
         np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any
 
 import click
 
+from mpdp_services.cli.errors import CliError, from_rpc
 from mpdp_services.cli.options import endpoints_option
 
 PROTOCOLS = ("pathak2010", "dca", "lmgc", "hamm2016", "dpgd", "regression")
@@ -19,22 +21,13 @@ def _endpoints(path: str):
     return Endpoints.load(path)
 
 
-def _call(fn, *args) -> Any:
+def _call(fn, endpoints, *args) -> Any:
     import grpc
 
     try:
-        return fn(*args)
+        return fn(endpoints, *args)
     except grpc.RpcError as e:
-        raise _refusal(e) from None
-
-
-def _refusal(e) -> click.ClickException:
-    import grpc
-
-    code = e.code()
-    hint = {grpc.StatusCode.UNAVAILABLE: " (is the federation running? `mpdp health` checks a service)",
-            grpc.StatusCode.PERMISSION_DENIED: " (use the operator's certificate: the endpoints.json of `mpdp federation up` or `mpdp provision`)"}
-    return click.ClickException(f"the curator answered {code.name if code else 'an error'}: {e.details()}{hint.get(code, '')}")
+        raise from_rpc(e, "the curator", endpoints.curator_address) from None
 
 
 def _when(t: float | None) -> str:
@@ -64,14 +57,20 @@ def ls(endpoints: str, protocol: str | None, live: bool, limit: int, as_json: bo
     if as_json:
         click.echo(json.dumps({"jobs": found}, indent=2))
         return
+    cols = ("job", "protocol", "state", "problem", "released", "started", "seconds")
+    rows = [(j["job_id"], j["protocol"], j["state"], j["problem"] or "", "yes" if j["released"] else "", _when(j["created"]), _seconds(j)) for j in found]
+    if not sys.stdout.isatty():  # a pipe or a file: whole values, one tab-separated line per job (`cut -f1` gives the ids)
+        for row in (cols, *rows):
+            click.echo("\t".join(row))
+        return
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{len(found)} job(s)", title_justify="left")
-    for col in ("job", "protocol", "state", "problem", "released", "started", "seconds"):
-        table.add_column(col)
-    for j in found:
-        table.add_row(j["job_id"], j["protocol"], j["state"], j["problem"] or "", "yes" if j["released"] else "", _when(j["created"]), _seconds(j))
+    for col in cols:
+        table.add_column(col, no_wrap=col == "job", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
     Console().print(table)
 
 
@@ -127,8 +126,9 @@ def watch(endpoints: str, job_id: str, as_json: bool) -> None:
     import grpc
 
     last: dict[str, Any] = {}
+    ep = _endpoints(endpoints)
     try:
-        for last in follow(_endpoints(endpoints), job_id):
+        for last in follow(ep, job_id):
             if as_json:
                 click.echo(json.dumps(last))
             else:
@@ -138,9 +138,10 @@ def watch(endpoints: str, job_id: str, as_json: bool) -> None:
         click.echo(f"stopped watching; job {job_id} goes on at the curator", err=True)
         raise SystemExit(130) from None
     except grpc.RpcError as e:
-        raise _refusal(e) from None
+        raise from_rpc(e, "the curator", ep.curator_address) from None
     if last.get("problem"):
-        raise SystemExit(1)
+        raise CliError(f"job {job_id} failed: {last['problem']}: {last.get('detail') or ''}".rstrip(": "), code="job_failed",
+                       hint=f"`mpdp jobs logs {job_id}` shows each state it entered")
 
 
 @jobs.command("cancel")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from mpdp_services.cli.errors import CliError
+
 from mpdp_services.common import pki
 
 
@@ -137,13 +139,17 @@ def check(folder: str, as_json: bool) -> None:
     from mpdp_services.provisioning.provision import verify_site
 
     problems = verify_site(folder)
-    if as_json:
-        click.echo(json.dumps({"folder": folder, "ok": not problems, "problems": problems}))
+    hint = "`mpdp provision sites` writes a site folder again; `mpdp provision show FILE` says what a certificate holds"
+    if as_json:  # one object, as when ok, with the error beside "ok"
+        doc: dict[str, object] = {"folder": folder, "ok": not problems, "problems": problems}
+        if problems:
+            doc["error"] = {"code": "invalid", "message": f"{folder}: " + "; ".join(problems), "hint": hint}
+        click.echo(json.dumps(doc))
         if problems:
             raise SystemExit(1)
         return
     if problems:
-        raise click.ClickException(f"{folder}: " + "; ".join(problems))
+        raise CliError(f"{folder}: " + "; ".join(problems), code="invalid", hint=hint)
     click.echo(f"{folder}: ok")
 
 

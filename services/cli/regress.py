@@ -7,11 +7,10 @@ from pathlib import Path
 
 import click
 
-from mpdp_services.cli.options import endpoints_option
-import numpy as np
+from mpdp_services.cli.options import endpoints_option, renamed_option
 
 
-@click.command()
+@click.command(short_help="Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2).")
 @endpoints_option
 @click.option("--dataset", required=True, help="dataset name every party maps to its own CSV (last column = target)")
 @click.option("--parties", required=True, help="comma-separated party names (each is one DCA client)")
@@ -22,7 +21,8 @@ import numpy as np
 @click.option("--delta", type=float, default=1e-4, show_default=True, help="δ of the whole fit")
 @click.option("--total-records", type=int, required=True, help="N, the public total number of records (substitution adjacency keeps it fixed)")
 @click.option("--records-per-party", type=int, required=True, help="public bound on any party's row count (scales the DCA clip box)")
-@click.option("--mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True, help="corrected sensitivities and analytic Gaussian, or the authors' code")
+@renamed_option("--calibration", "--mode", "mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
+                help="corrected sensitivities and analytic Gaussian, or the authors' code")
 @click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default="gaussian", show_default=True,
               help="the DCA rounds' noise: floating-point Gaussian, or exact integer discrete Gaussian (ρ-zCDP and (ε, δ))")
 @click.option("--grid-repeats", default="20,20", show_default=True, help="auxiliary-data grid search repeats (data sets, noise draws)")
@@ -41,12 +41,15 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
     from mpdp_services.cli.model import submit_and_follow
     from mpdp_services.operator.regression import regression_spec
 
-    b = [float(v) for v in bounds.split(",")]
+    try:
+        b = [float(v) for v in bounds.split(",")]
+        reps = tuple(int(v) for v in grid_repeats.split(","))
+    except ValueError:
+        raise click.BadParameter("comma-separated numbers, please", param_hint="--bounds / --grid-repeats") from None
     if len(b) == 1:
         b = b * (dimension + 1)
     if len(b) != dimension + 1:
         raise click.BadParameter(f"give 1 or d+1 = {dimension + 1} bounds", param_hint="--bounds")
-    reps = tuple(int(v) for v in grid_repeats.split(","))
     try:
         spec = regression_spec(dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta, total_records, records_per_party, mode=mode,
                                noise=noise, grid_repeats=reps)  # type: ignore[arg-type]
@@ -54,12 +57,15 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
         raise click.ClickException(f"not a valid regression job: {e}")
 
     def summary(model) -> dict:
+        import numpy as np
+
         run = RegressionRun.of(model)
         result = {
             "job_id": model.job_id,
             "std_job": run.std_job,
             "main_job": run.main_job,
-            "mode": mode,
+            "calibration": mode,
+            "mode": mode,  # deprecated spelling of "calibration", kept for one release
             "noise": noise,
             "epsilon": epsilon,
             "delta": delta,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from mpdp_services.cli.errors import CliError
+
 
 @click.group()
 def schema() -> None:
@@ -33,11 +35,14 @@ def check(schema_file: str, data: str, fmt: str, as_json: bool) -> None:
         s = Schema.load(schema_file)
         report = s.check_file(data, fmt)  # batch by batch: bounded memory
     except (SchemaError, DatasetError) as e:
-        if as_json:
-            print(json.dumps({"ok": False, "error": str(e)}))
+        hint = "fix the file or the schema as the message says (docs/schema.md); `mpdp schema draft FILE` drafts a schema from a file"
+        if as_json:  # one object, as on success, with the error beside "ok"
+            print(json.dumps({"ok": False, "error": {"code": "invalid", "message": str(e), "hint": hint}}))
             sys.exit(1)
-        raise click.ClickException(str(e))
+        raise CliError(str(e), code="invalid", hint=hint) from None
     out = {"ok": report.used > 0, "schema_sha256": s.sha256(), "schema_version": s.version, "dimension": s.dimension, **report.to_json()}
+    if not out["ok"]:
+        out["error"] = {"code": "invalid", "message": "no row of the file could be used", "hint": "the counts above say which rows were dropped and why"}
     if as_json:
         print(json.dumps(out))
     else:
@@ -51,7 +56,9 @@ def check(schema_file: str, data: str, fmt: str, as_json: bool) -> None:
             click.echo(f"values of {k} outside the schema, e.g.: {', '.join(v)}")
         click.echo("This report is about your own records: keep it here (the counts are private).", err=True)
     if report.used == 0:
-        sys.exit(1)
+        if as_json:
+            sys.exit(1)
+        raise CliError(out["error"]["message"], code="invalid", hint=out["error"]["hint"])
 
 
 @schema.command("draft")

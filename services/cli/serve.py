@@ -7,8 +7,7 @@ import logging
 
 import click
 
-from mpdp_services.common import config as cfgmod, logs, tracing
-from mpdp_services.common.processes import exit_if_orphaned, raise_fd_limit
+from mpdp_services.common import logs
 
 
 @click.group()
@@ -19,10 +18,15 @@ def serve() -> None:
 _ROLES = {"CuratorConfig": "curator", "PartyConfig": "party", "ComputeNodeConfig": "compute-node"}
 
 
-def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, log_format: str = "text", **overrides) -> None:
-    """Load a role's config and run its server until a signal; config and start-up errors become CLI errors."""
+def _run(cfg_name: str, config_path: str, quiet: bool, server_module: str, log_format: str = "text", **overrides) -> None:
+    """Load a role's config (``cfg_name``: its class in services/common/config.py) and run its server until a signal;
+    config and start-up errors become CLI errors."""
     import importlib
 
+    from mpdp_services.common import config as cfgmod, tracing
+    from mpdp_services.common.processes import exit_if_orphaned, raise_fd_limit
+
+    cfg_cls = getattr(cfgmod, cfg_name)
     try:
         cfg = cfgmod.load(cfg_cls, config_path, **overrides)
     except cfgmod.ConfigError as e:
@@ -30,7 +34,7 @@ def _run(cfg_cls, config_path: str, quiet: bool, server_module: str, log_format:
     role = _ROLES.get(cfg_cls.__name__, cfg_cls.__name__)
     logs.setup(log_format, not quiet, role, cfg.name)
     try:
-        tracing.setup(cfg.traces, role, cfg.name)  # off by default (MPDP_TRACES / the config's `traces`)
+        tracing.setup(cfg.traces, role, cfg.name)  # off by default (the config's `traces`, the OTEL_* variables)
     except ValueError as e:
         raise click.ClickException(f"{cfg.name}: {e}")
     exit_if_orphaned()  # started by a parent that is already gone: nobody would ever stop this service
@@ -56,7 +60,7 @@ log_format_option = click.option("--log-format", type=click.Choice(logs.FORMATS)
 @log_format_option
 def serve_curator(config_path: str, quiet: bool, log_format: str) -> None:
     """Run Charlie, the curator: job submission, protocol steps, model registry."""
-    _run(cfgmod.CuratorConfig, config_path, quiet, "mpdp_services.curator.server", log_format)
+    _run("CuratorConfig", config_path, quiet, "mpdp_services.curator.server", log_format)
 
 
 @serve.command("party")
@@ -65,7 +69,7 @@ def serve_curator(config_path: str, quiet: bool, log_format: str) -> None:
 @log_format_option
 def serve_party(config_path: str, quiet: bool, log_format: str) -> None:
     """Run a party P_j: trains locally on its own data and takes part in jobs."""
-    _run(cfgmod.PartyConfig, config_path, quiet, "mpdp_services.party.server", log_format)
+    _run("PartyConfig", config_path, quiet, "mpdp_services.party.server", log_format)
 
 
 @serve.command("compute-node")
@@ -75,4 +79,4 @@ def serve_party(config_path: str, quiet: bool, log_format: str) -> None:
 @log_format_option
 def serve_compute_node(config_path: str, quiet: bool, workers: int | None, log_format: str) -> None:
     """Run a DCA compute node: sums clients' shares and agrees with the other nodes before releasing."""
-    _run(cfgmod.ComputeNodeConfig, config_path, quiet, "mpdp_services.compute_node.server", log_format, **({"workers": workers} if workers else {}))
+    _run("ComputeNodeConfig", config_path, quiet, "mpdp_services.compute_node.server", log_format, **({"workers": workers} if workers else {}))

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpdp_services.common.rpc import TlsFiles
+from mpdp_services.common.channels import TlsFiles
 
 
 class EndpointsError(FileNotFoundError):

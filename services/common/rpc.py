@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,18 +25,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from mpdp.messages import common_pb2
 from mpdp_services.common import calls, errors, metrics, tracing, web
 from mpdp_services.common import pki
+from mpdp_services.common.channels import CHANNEL_OPTIONS as CHANNEL_OPTIONS, MAX_MESSAGE as MAX_MESSAGE, TlsFiles as TlsFiles  # the roles import them from here too
 from mpdp_services.common.pki import Identity, check_server_certificate, identity_from_pem
 from mpdp_services.common.transcript import Transcript
 
 log = logging.getLogger("mpdp.rpc")
 P = common_pb2.Problem
 
-MAX_MESSAGE = 64 * 1024 * 1024
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE),
-    ("grpc.max_receive_message_length", MAX_MESSAGE),
-    ("grpc.keepalive_time_ms", 30000),
-]
 # Server-side bounds (a connection that never finishes its TLS handshake, or sits idle, is dropped; a
 # connection carries a bounded number of concurrent streams; metadata is small).
 HANDSHAKE_TIMEOUT_MS = 5_000
@@ -54,27 +48,6 @@ SERVER_OPTIONS = CHANNEL_OPTIONS + [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
 ]
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    cert: Path
-    key: Path
-    ca: Path
-
-    def read(self) -> tuple[bytes, bytes, bytes]:
-        missing = [str(p) for p in (self.cert, self.key, self.ca) if not Path(p).exists()]
-        if missing:
-            raise FileNotFoundError(f"TLS files missing: {', '.join(missing)}; run `mpdp provision` or check the config paths")
-        return Path(self.cert).read_bytes(), Path(self.key).read_bytes(), Path(self.ca).read_bytes()
-
-    def server_credentials(self) -> grpc.ServerCredentials:
-        cert, key, ca = self.read()
-        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
-
-    def channel_credentials(self) -> grpc.ChannelCredentials:
-        cert, key, ca = self.read()
-        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
 def caller(context: grpc.aio.ServicerContext) -> Identity:

@@ -15,7 +15,17 @@ data, dataset sizes, keys, shares or other values (docs/protocols/job-model.md: 
 
 Turning traces on. The package depends on ``opentelemetry-api`` only; without the SDK (extra ``mpdp[traces]``)
 or with traces off (the default) every function here is a no-op costing one attribute test. A role process
-calls :func:`setup` at start-up with its config's ``traces`` field (env ``MPDP_TRACES``), one or more of,
+calls :func:`setup` at start-up with its config's ``traces`` field; the standard OpenTelemetry variables are
+honoured too (:func:`exporters`):
+
+- ``OTEL_TRACES_EXPORTER``: ``otlp``, ``console`` or ``none`` (comma-separated), added to the config's exporters;
+- ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) alone turns ``otlp`` on; the exporter reads it and
+  ``OTEL_EXPORTER_OTLP_HEADERS``; ``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`` picks the HTTP exporter;
+- ``OTEL_SERVICE_NAME`` replaces the service name (default ``mpdp-<role>``), ``OTEL_RESOURCE_ATTRIBUTES`` adds
+  resource attributes; ``OTEL_SDK_DISABLED=true`` turns traces off whatever else says.
+
+``MPDP_TRACES`` (the config field's environment override) still works and is deprecated: it goes in the next
+release (``OTEL_TRACES_EXPORTER`` for otlp and console, the config's ``traces`` for files). The ``traces`` values,
 comma-separated:
 
 - ``off`` or empty: no traces (the default);
@@ -75,19 +85,46 @@ def parse(spec: str | None) -> list[str]:
     return out
 
 
+_OTEL_EXPORTERS = {"otlp": "otlp", "console": "console", "none": None}
+
+
+def exporters(spec: str | None, environ: Any = None) -> list[str]:
+    """The exporters to run: the ``traces`` setting's, plus the standard ``OTEL_*`` variables' (module docstring).
+    ValueError names an unknown exporter."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return []
+    out = parse(spec)
+    named = env.get("OTEL_TRACES_EXPORTER", "").strip()
+    if named:
+        for part in named.split(","):
+            part = part.strip().lower()
+            if part not in _OTEL_EXPORTERS:
+                raise ValueError(f"OTEL_TRACES_EXPORTER: unknown exporter {part!r}; use otlp, console or none (files: the config's traces)")
+            if _OTEL_EXPORTERS[part]:
+                out.append(str(_OTEL_EXPORTERS[part]))
+    elif env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        out.append("otlp")
+    return list(dict.fromkeys(out))
+
+
 def setup(spec: str | None, role: str, site: str) -> bool:
-    """Configure this role process's traces from its ``traces`` setting (see the module docstring).
+    """Configure this role process's traces from its ``traces`` setting and the ``OTEL_*`` variables (see the
+    module docstring).
 
     Returns whether traces are on. Raises ValueError for a bad setting or a missing SDK/exporter package."""
-    exporters = parse(spec)
-    if not exporters:
+    if os.environ.get("MPDP_TRACES"):
+        log.warning("MPDP_TRACES is deprecated and goes in the next release: use OTEL_TRACES_EXPORTER (otlp, console) "
+                    "or the config's traces (file:PATH)")
+    chosen = exporters(spec)
+    if not chosen:
         return False
     try:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
     except ImportError:
-        raise ValueError("traces are on (MPDP_TRACES) but the OpenTelemetry SDK is not installed: pip install 'mpdp[traces]'") from None
+        raise ValueError("traces are on but the OpenTelemetry SDK is not installed: pip install 'mpdp[traces]'") from None
     processors: list[Any] = []
-    for e in exporters:
+    for e in chosen:
         if e == "console":
             processors.append(SimpleSpanProcessor(JsonLinesExporter(stream=sys.stderr)))
         elif e.startswith("file:"):
@@ -96,19 +133,25 @@ def setup(spec: str | None, role: str, site: str) -> bool:
         else:
             processors.append(BatchSpanProcessor(_otlp_exporter()))
     configure(role, site, processors, set_global=True)
-    log.info("traces on: %s", ", ".join(exporters))
+    log.info("traces on: %s", ", ".join(chosen))
     return True
 
 
 def _otlp_exporter() -> Any:
-    try:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    except ImportError:
+    """The OTLP span exporter: gRPC unless OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL says http/protobuf (either when only one
+    is installed); it reads its endpoint and headers from the OTEL_EXPORTER_OTLP_* variables itself."""
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    kinds = ["http", "grpc"] if protocol.startswith("http") else ["grpc", "http"]
+    for kind in kinds:
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            if kind == "grpc":
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            else:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
-            raise ValueError("traces: otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp") from None
-    return OTLPSpanExporter()
+            continue
+        return OTLPSpanExporter()
+    raise ValueError("traces: otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp")
 
 
 def configure(role: str, site: str, processors: Sequence[Any], *, set_global: bool = False) -> Any:
@@ -118,7 +161,10 @@ def configure(role: str, site: str, processors: Sequence[Any], *, set_global: bo
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
-    resource = Resource.create({"service.name": f"mpdp-{role}", "service.instance.id": site, "mpdp.role": role, "mpdp.site": site})
+    attrs = {"service.instance.id": site, "mpdp.role": role, "mpdp.site": site}
+    if not os.environ.get("OTEL_SERVICE_NAME"):  # set, it names the service (Resource.create reads it and OTEL_RESOURCE_ATTRIBUTES)
+        attrs["service.name"] = f"mpdp-{role}"
+    resource = Resource.create(attrs)
     provider = TracerProvider(resource=resource)
     for p in processors:
         provider.add_span_processor(p)

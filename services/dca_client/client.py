@@ -14,19 +14,49 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterator
 
 import grpc
-import numpy as np
 
-from mpdp.dca.client import ClientCohort, ClientMachine, validated_cohort
-from mpdp.dca.params import DcaParams
-from mpdp.ledger import FAILED, Ledger
-from mpdp.math.drbg import Drbg
+from mpdp import limits
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Send, Spend
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS, TlsFiles
+from mpdp_services.common.channels import CHANNEL_OPTIONS, MAX_MESSAGE, TlsFiles
+
+if TYPE_CHECKING:  # the DCA core (numpy, the accountant) loads when clients are simulated, not for an operator's call
+    import numpy as np
+
+    from mpdp.dca.client import ClientCohort
+    from mpdp.dca.params import DcaParams
+    from mpdp.ledger import Ledger
+    from mpdp.math.drbg import Drbg
+
+# Batches of simulated clients are sized in bytes, not clients: a node's ShareBatch carries 8·d bytes of share per
+# client (32 with seed compression) plus its id, and must stay under the gRPC message limit for every d in the
+# limits table. A quarter of the limit leaves room for the encoding and keeps a batch's memory modest.
+BATCH_BYTES = MAX_MESSAGE // 4
+_ID_OVERHEAD = 8  # per repeated-string entry: tag, length (a roster job names clients by 4-byte index instead)
+
+
+def client_bytes(dimension: int, client_id_bytes: int = limits.MAX_CLIENT_ID_BYTES) -> int:
+    """An upper bound on the bytes one client adds to the largest of a batch's per-node messages (the full share)."""
+    return 8 * dimension + client_id_bytes + _ID_OVERHEAD
+
+
+def batch_size_for(dimension: int, clients: int, batch_bytes: int = BATCH_BYTES, client_id_bytes: int = limits.MAX_CLIENT_ID_BYTES,
+                   most: int | None = None) -> int:
+    """Clients per batch so that no node's message of the batch exceeds ``batch_bytes`` (at least 1; at most
+    ``most`` when given, and never more than ``clients``). ValueError if one client alone does not fit."""
+    if not 0 < batch_bytes <= MAX_MESSAGE:
+        raise ValueError(f"batch bytes must be in [1, {MAX_MESSAGE}] (the gRPC message limit), got {batch_bytes}")
+    per = client_bytes(dimension, client_id_bytes)
+    if per > batch_bytes:
+        raise ValueError(f"one client's share of d = {dimension} takes {per} bytes, more than a batch of {batch_bytes} bytes")
+    n = batch_bytes // per
+    if most is not None:
+        n = min(n, most)
+    return max(1, min(n, max(clients, 1)))
 
 
 class DcaOperator:
@@ -112,6 +142,11 @@ async def submit_vector(
     after spending keeps its charge, marked failed. ``announcement`` is the job as the caller already fetched and
     checked it (fetched here otherwise).
     """
+    from mpdp.dca.client import ClientMachine
+    from mpdp.dca.params import DcaParams
+    from mpdp.ledger import FAILED
+    from mpdp.math.drbg import Drbg
+
     t0 = time.perf_counter()
     ann = announcement if announcement is not None else await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
@@ -181,18 +216,29 @@ async def submit_cohort(
     Z: np.ndarray,
     *,
     batched: bool = True,
-    batch_size: int = 1000,
+    batch_size: int | None = None,
+    batch_bytes: int = BATCH_BYTES,
     rng: Drbg | None = None,
     connections: int = 1,
     in_flight: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SubmitReport:
     """Simulate many clients over long-lived TLS channels (load generator, benchmarks, tests): ``connections``
     connections per node (each its own TCP connection), batches spread over them round-robin, up to
     max(``in_flight``, ``connections``) batches in flight (batched: the next batch is built while the nodes take the
-    previous ones) or one stream per connection (unbatched)."""
+    previous ones) or one stream per connection (unbatched).
+
+    A batch holds as many clients as fit in ``batch_bytes`` per node message (:func:`batch_size_for`: any d of the
+    limits table works), at most ``batch_size`` when given. ``progress(clients sent, clients)`` is called as batches go."""
+    from mpdp.dca.client import ClientCohort
+    from mpdp.dca.params import DcaParams
+    from mpdp.math.drbg import Drbg
+
     t0 = time.perf_counter()
     ann = await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
+    id_bytes = max((len(c.encode()) for c in client_ids), default=0)
+    size = batch_size_for(params.dimension, len(client_ids), batch_bytes, id_bytes, batch_size)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())
     if params.validation is not None:
         report = await _submit_validated(ann, tls, params, client_ids, Z, rng)
@@ -204,21 +250,31 @@ async def submit_cohort(
     stubs = [[pb_grpc.ComputeNodeStub(c) for c in channels] for channels in channel_sets]
     report = SubmitReport()
 
+    sent = 0
+
     def take(receipts) -> None:
         for r in receipts:
             report.accepted += r.accepted
             report.rejected.extend(r.rejected)
 
+    def went(n: int) -> None:
+        nonlocal sent
+        sent = min(sent + n, len(client_ids))  # the last batch may be short
+        if progress is not None:
+            progress(sent, len(client_ids))
+
     try:
         if batched:
             pending: list[asyncio.Future] = []
-            for j, b in enumerate(_timed_batches(cohort, batch_size, report)):
+            for j, b in enumerate(_timed_batches(cohort, size, report)):
                 ss = stubs[j % conns]
                 pending.append(asyncio.ensure_future(asyncio.gather(*(ss[k].SubmitShareBatch(msg, timeout=120) for k, msg in enumerate(b.batches)))))
                 if len(pending) >= max(conns, in_flight):
                     take(await pending.pop(0))
+                    went(size)
             for f in pending:
                 take(await f)
+                went(size)
         else:
             queues: list[list[asyncio.Queue[tuple[list[str], pb.ShareBatch] | None]]] = [[asyncio.Queue(maxsize=4) for _ in ss] for ss in stubs]
 
@@ -231,9 +287,10 @@ async def submit_cohort(
                 return await stubs[c][k].SubmitShares(it(), timeout=3600)
 
             tasks = [asyncio.ensure_future(stream(c, k)) for c in range(conns) for k in range(len(stubs[c]))]
-            for j, b in enumerate(_timed_batches(cohort, batch_size, report)):
+            for j, b in enumerate(_timed_batches(cohort, size, report)):
                 for k, msg in enumerate(b.batches):
                     await queues[j % conns][k].put((b.client_ids, msg))
+                went(len(b.client_ids))
             for qs in queues:
                 for q in qs:
                     await q.put(None)
@@ -259,6 +316,8 @@ async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: D
                     yield msg
 
         return await stubs[k].SubmitShares(it(), timeout=3600)
+
+    from mpdp.dca.client import validated_cohort
 
     tasks = [asyncio.ensure_future(stream(k)) for k in range(len(stubs))]
     try:

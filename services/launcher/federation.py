@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -91,20 +92,22 @@ class LocalFederation:
             _write_yaml(self.workdir / n / "compute_node.yaml", {**common, "name": n, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "workers": self.node_workers})
 
     # -- processes --------------------------------------------------------------------------------
-    def start(self, timeout: float = 180.0) -> None:
+    def start(self, timeout: float = 180.0, on_ready: Callable[[Proc], None] | None = None) -> None:
+        """Provision if needed, start the curator, then every party and compute node; ``on_ready(proc)`` is called as
+        each one reports ready (its port known)."""
         (self.workdir / "endpoints.json").unlink(missing_ok=True)  # a previous run's: it appears again once every role is up
         if not (self.workdir / "ca" / "ca.crt").exists():
             self.provision()
         cur = self._spawn("curator", "curator", self.workdir / "curator" / "curator.yaml", [])
         self.procs["curator"] = cur
-        self._wait_ready([cur], timeout)
+        self._wait_ready([cur], timeout, on_ready)
         for name, role in [(p, "party") for p in self.parties] + [(n, "compute-node") for n in self.compute_nodes]:
             cfgp = self.workdir / name / _CONFIG[role]
             cfg = yaml.safe_load(cfgp.read_text())
             cfg["curator"]["address"] = f"127.0.0.1:{cur.port}"
             _write_yaml(cfgp, cfg)
             self.procs[name] = self._spawn(name, role, cfgp, [])
-        self._wait_ready([self.procs[p] for p in self.parties + self.compute_nodes], timeout)
+        self._wait_ready([self.procs[p] for p in self.parties + self.compute_nodes], timeout, on_ready)
         self.write_endpoints()
 
     def restart(self, name: str, timeout: float = 120.0) -> None:
@@ -135,7 +138,7 @@ class LocalFederation:
             )
         return Proc(name, role, popen, 0, log)
 
-    def _wait_ready(self, procs: list[Proc], timeout: float) -> None:
+    def _wait_ready(self, procs: list[Proc], timeout: float, on_ready: Callable[[Proc], None] | None = None) -> None:
         sel = selectors.DefaultSelector()
         pending = {p.popen.stdout.fileno(): p for p in procs}  # type: ignore[union-attr]
         for p in procs:
@@ -159,6 +162,8 @@ class LocalFederation:
                         ready.http_port = next((int(w[5:]) for w in words[2:] if w.startswith("http=")), 0)
                         sel.unregister(out)
                         pending.pop(out.fileno())
+                        if on_ready is not None:
+                            on_ready(ready)
         finally:
             sel.close()
 

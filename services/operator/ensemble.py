@@ -10,7 +10,7 @@ from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.erm import predict
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.common.channels import CHANNEL_OPTIONS
 
 
 def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.EnsembleCuratorStub]:
@@ -27,7 +27,8 @@ def summary(r: pb.EnsembleRelease) -> dict:
         "features": r.features,
         "parties_included": r.parties_included,
         "auxiliary_rows": r.auxiliary_rows,
-        "lambda": r.lam,
+        "lam": r.lam,
+        "lambda": r.lam,  # deprecated spelling of "lam", kept for one release
         "epsilon": r.epsilon,
         "sensitivity": r.sensitivity,
         "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "statement": r.guarantee.statement},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Iterator
 
@@ -9,7 +10,7 @@ import grpc
 
 from mpdp.messages import common_pb2, operations_pb2 as pb, operations_pb2_grpc as pb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.common.channels import CHANNEL_OPTIONS
 
 TIMEOUT = 30.0
 
@@ -32,9 +33,21 @@ def as_dict(s: pb.JobSummary) -> dict[str, Any]:
         "ended": s.ended_unix or None,
         "seconds": (s.ended_unix - s.created_unix) if s.ended_unix else None,
         "released": s.released,
-        "stage_seconds": dict(s.stage_seconds),
+        "stage_seconds": ordered_stages(dict(s.stage_seconds), [e.state for e in s.events]),
         "events": [{"at": e.at_unix, "state": e.state, "problem": common_pb2.Problem.Name(e.problem) if e.problem else None} for e in s.events],
     }
+
+
+def ordered_stages(stage_seconds: dict[str, float], states: list[str]) -> dict[str, float]:
+    """Stages in the order the job went through them: by the first state-log entry naming them, then setup first
+    and numbers in numeric order (stage2 before stage10); protobuf maps keep no order."""
+    seen = {s.lower(): i for i, s in reversed(list(enumerate(states)))}
+
+    def key(name: str) -> tuple:
+        parts = re.split(r"(\d+)", name.lower())
+        return (seen.get(name.lower(), len(states)), name.lower() != "setup", [int(p) if p.isdigit() else p for p in parts])
+
+    return {k: stage_seconds[k] for k in sorted(stage_seconds, key=key)}
 
 
 def list_jobs(ep: Endpoints, protocol: str = "", live_only: bool = False, limit: int = 0) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from mpdp.data.loaders import load
 from mpdp.local_release import label_text, predict
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.common.channels import CHANNEL_OPTIONS
 
 
 def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.LocalModelCuratorStub]:
@@ -22,7 +22,7 @@ def summary(s: pb.LocalModelSet) -> dict:
         "job_id": s.job_id,
         "model": "lmgc",
         "parties": [r.party for r in s.releases],
-        "releases": {r.party: {"epsilon": r.guarantee.epsilon, "mode": r.mode, "classes": list(r.classes), "guarantee": r.guarantee.statement} for r in s.releases},
+        "releases": {r.party: {"epsilon": r.guarantee.epsilon, "calibration": r.mode, "mode": r.mode, "classes": list(r.classes), "guarantee": r.guarantee.statement} for r in s.releases},
         "aggregate": s.aggregate_statement,
         "seeded": s.seeded,
     }

@@ -6,13 +6,11 @@ explicit addresses and TLS files.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import grpc
-
-from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
-from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS
+if TYPE_CHECKING:  # gRPC and the messages load with the first client or spec, so `mpdp train --help` imports neither
+    from mpdp.messages import pathak2010_pb2 as pb
+    from mpdp_services.common.endpoints import Endpoints
 
 
 MODES = ("gaussian-distributed", "corrected", "paper")  # the first is the default (docs/experiments/pathak2010.md)
@@ -21,6 +19,8 @@ MODES = ("gaussian-distributed", "corrected", "paper")  # the first is the defau
 def make_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, deadline: float = 0.0,
               delta: float = 0.0, colluders: int | None = None, schema_sha256: str = "") -> pb.PathakJobSpec:
     """A Pathak job; ``delta`` (0 = default 1e-6) and ``colluders`` (None = default) apply to gaussian-distributed only."""
+    from mpdp.messages import common_pb2, pathak2010_pb2 as pb
+
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     spec = pb.PathakJobSpec(
@@ -36,6 +36,11 @@ def make_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mode
 
 class OperatorClient:
     def __init__(self, endpoints: Endpoints) -> None:
+        import grpc
+
+        from mpdp.messages import pathak2010_pb2_grpc as pb_grpc
+        from mpdp_services.common.channels import CHANNEL_OPTIONS
+
         opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", endpoints.curator_name)]
         self.channel = grpc.secure_channel(endpoints.curator_address, endpoints.tls.channel_credentials(), options=opts)
         self.curator = pb_grpc.CuratorStub(self.channel)
@@ -44,6 +49,8 @@ class OperatorClient:
         return self.curator.SubmitJob(spec, timeout=timeout).job_id
 
     def watch(self, job_id: str, timeout: float | None = None) -> Iterator[pb.JobStatus]:
+        from mpdp.messages import common_pb2
+
         yield from self.curator.WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout)
 
     def wait(self, job_id: str, timeout: float | None = None) -> pb.JobStatus:
@@ -56,9 +63,13 @@ class OperatorClient:
         return last
 
     def model(self, job_id: str) -> pb.PublishedModel:
+        from mpdp.messages import common_pb2
+
         return self.curator.GetModel(common_pb2.JobRef(job_id=job_id), timeout=30)
 
     def models(self) -> list[str]:
+        from mpdp.messages import common_pb2
+
         return list(self.curator.ListModels(common_pb2.Ack(), timeout=30).job_ids)
 
     def close(self) -> None:

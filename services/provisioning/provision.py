@@ -24,6 +24,7 @@ import datetime as dt
 import json
 import re
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -118,10 +119,22 @@ class Defaults(_Strict):
     dgk_bits: int = Field(default=2048, ge=256)
     budget_epsilon: float = Field(default=10.0, gt=0)
     test_mode: bool = Field(default=False, description="small keys and seeds allowed: never with real data")
-    mode: Literal["corrected", "paper"] = "corrected"
+    noise: Literal["gaussian-distributed", "corrected", "paper"] = Field(default="corrected", description="suggested noise scheme per job")
     epsilon: float = Field(default=1.0, gt=0, description="suggested ε per job (printed in the operator's README)")
-    lam: float = Field(default=0.01, gt=0, alias="lambda", description="suggested λ per job")
+    lam: float = Field(default=0.01, gt=0, description="suggested regulariser λ per job")
     dataset: str | None = Field(default=None, description="suggested dataset name for jobs")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: object) -> object:
+        """``lambda`` and ``mode`` are the old spellings of ``lam`` and ``noise``: still read for one release, with a warning."""
+        if isinstance(data, dict):
+            data = dict(data)
+            for old, new in (("lambda", "lam"), ("mode", "noise")):
+                if old in data:
+                    warnings.warn(f"defaults: {old!r} is deprecated and goes in the next release; use {new!r}", FutureWarning, stacklevel=2)
+                    data.setdefault(new, data.pop(old))
+        return data
 
     @model_validator(mode="after")
     def _keys(self) -> "Defaults":
@@ -587,7 +600,7 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
             "Submit a job (the curator must be up):",
             "",
             "```sh",
-            f"mpdp train --endpoints . --dataset {d.dataset or 'DATASET'} --parties {parties} --epsilon {d.epsilon:g} --lambda {d.lam:g} --mode {d.mode}",
+            f"mpdp train --endpoints . --dataset {d.dataset or 'DATASET'} --parties {parties} --epsilon {d.epsilon:g} --lam {d.lam:g} --noise {d.noise}",
             "mpdp predict --endpoints . --job JOB_ID --data test.csv",
             "```",
         ]

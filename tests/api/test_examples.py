@@ -29,7 +29,7 @@ def test_quickstart_prints_one_json_object_with_accuracy_and_guarantee():
     lines = [line for line in out.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, out.stdout
     doc = json.loads(lines[0])
-    assert doc["mode"] == "in-process" and doc["protocol"] == "pathak2010" and doc["key_bits"] == 2048
+    assert doc["backend"] == "in-process" and doc["protocol"] == "pathak2010" and doc["key_bits"] == 2048
     assert doc["guarantee"]["epsilon"] == 1.0 and doc["guarantee"]["delta"] == 1e-6 and doc["guarantee"]["noise"] == "gaussian-distributed"
     assert 0.5 < doc["accuracy"] <= 1.0 and doc["nonprivate_accuracy"] > 0.9
     assert sum(doc["parties"].values()) + doc["test_rows"] == 569 and doc["operations"]["paillier_encrypt"] > 0

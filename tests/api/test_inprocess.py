@@ -33,7 +33,7 @@ def cancer():
 
 
 def _check_common(r: Result, protocol: str) -> dict:
-    assert isinstance(r, Result) and r.protocol == protocol and r.mode == "in-process"
+    assert isinstance(r, Result) and r.protocol == protocol and r.backend == "in-process"
     assert r.guarantee.epsilon > 0 and r.guarantee.statement and r.trust_model and r.job_id
     assert r.timings["total"] > 0 and all(v >= 0 for v in r.timings.values())
     assert all(isinstance(v, int) and v >= 0 for v in r.operations.values())

@@ -61,7 +61,7 @@ def _same_shape(a: Result, b: Result) -> None:
 def test_connect_reads_the_endpoints(live, monkeypatch):
     fed, *_ = live
     f = mpdp.Federation.connect(fed.workdir, dataset="bc")
-    assert f.mode == "live" and f.parties == tuple(PARTIES) and f.compute_nodes == tuple(NODES)
+    assert f.backend == "live" and f.parties == tuple(PARTIES) and f.compute_nodes == tuple(NODES)
     monkeypatch.setenv("MPDP_ENDPOINTS", str(fed.workdir / "endpoints.json"))
     assert mpdp.Federation.connect().parties == tuple(PARTIES)
 
@@ -70,7 +70,7 @@ def test_pathak_live_equals_the_in_process_type(live):
     fed, parts, _, Xte, yte = live
     f = mpdp.Federation.connect(fed.workdir, dataset="bc")
     r = f.logistic_regression(epsilon=2.0, lam=0.1, classes=[0, 1])
-    assert r.mode == "live" and r.protocol == "pathak2010" and isinstance(r.model, LinearClassifier)
+    assert r.backend == "live" and r.protocol == "pathak2010" and isinstance(r.model, LinearClassifier)
     assert r.guarantee.epsilon == 2.0 and r.noise == "gaussian-distributed" and r.operations["paillier_encrypt"] > 0
     assert {"stage1", "stage2", "stage3", "total"} <= set(r.timings)
     assert set(r.predict(Xte)) <= {0, 1} and r.score(Xte, yte) > 0.6
@@ -87,7 +87,7 @@ def test_dca_sum_live(live):
     Z = np.random.default_rng(2).uniform(-1, 1, size=(30, 4))  # public simulation vectors
     f = mpdp.Federation.connect(fed.workdir)
     r = f.dca_sum(Z, epsilon=1.0, delta=1e-5, max_missing=1)
-    assert r.mode == "live" and isinstance(r.model, DpSumRelease) and r.model.clients_included == 30
+    assert r.backend == "live" and isinstance(r.model, DpSumRelease) and r.model.clients_included == 30
     assert r.operations["accepted_shares"] == 30 * len(NODES) and r.guarantee.delta == 1e-5
     assert np.all(np.abs(r.model.values - Z.sum(axis=0)) < 8 * np.sqrt(r.model.noise_variance))
     _same_shape(r, mpdp.Federation.in_process(parties=parts).dca_sum(Z, epsilon=1.0, delta=1e-5, max_missing=1))
@@ -97,7 +97,7 @@ def test_lmgc_regression_dpgd_ensemble_live(live):
     fed, parts, lin, Xte, yte = live
     f = mpdp.Federation.connect(fed.workdir, dataset="bc")
     m = f.lmgc(epsilon=1000.0, data_norm=8.0)
-    assert m.mode == "live" and isinstance(m.model, LmgcClassifier) and m.score(Xte, yte) > 0.6
+    assert m.backend == "live" and isinstance(m.model, LmgcClassifier) and m.score(Xte, yte) > 0.6
     assert set(m.details["releases"]) == set(PARTIES)
     reg = f.linear_regression(bounds=(2, 2, 2, 4), epsilon=4.0, total_records=360, records_per_party=200, grid_repeats=(2, 2), dataset="lin")
     assert isinstance(reg.model, LinearRegressor) and reg.guarantee.epsilon == pytest.approx(4.0) and len(reg.details["dca_jobs"]) == 2

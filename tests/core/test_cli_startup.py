@@ -27,7 +27,7 @@ def test_every_command_module_is_registered():
 
     folder = Path(main.__file__).parent
     targets = {lz.target.split(":")[0].rsplit(".", 1)[1] for lz in [*main.COMMANDS.values(), *main.EXPERIMENTS.values()]}
-    helpers = {"__init__", "main", "lazy", "options"}
+    helpers = {"__init__", "main", "lazy", "options", "errors", "experiment_options"}
     modules = {p.stem for p in folder.glob("*.py")} - helpers
     # every module under cli/ either is a command's home or is imported by one (none today)
     assert modules == targets, sorted(modules ^ targets)
@@ -61,3 +61,36 @@ def test_cli_reference_is_current():
     finally:
         sys.path.remove(str(repo / "tools"))
     assert (repo / "docs" / "cli.md").read_text() == gen_cli_docs.render(), "run `python tools/gen_cli_docs.py > docs/cli.md`"
+
+
+def test_experiment_help_values_equal_the_experiments():
+    """`mpdp experiment NAME --help` shows values copied into services/cli/experiment_options.py (so it imports no
+    experiment); each copy equals its source."""
+    from mpdp.experiments import hamm2016, lmgc, pathak2010
+    from mpdp.hamm2016 import pate, simulation
+    from mpdp.lmgc.datasets import DATASETS
+    from mpdp.regression import config as uci
+    from mpdp_services.cli import experiment_options as o
+
+    assert (o.PATHAK_EPSILONS, o.PATHAK_LAMBDA, o.PATHAK_RUNS, o.PATHAK_SPLITS) == \
+        (pathak2010.PAPER_EPSILONS, pathak2010.PAPER_LAMBDA, pathak2010.PAPER_RUNS, pathak2010.SPLIT_NAMES)
+    assert (o.LMGC_DATASETS, o.LMGC_EPSILONS, o.LMGC_METHODS) == (DATASETS, lmgc.DEFAULT_EPSILONS, lmgc.METHODS)
+    assert (o.UCI_DATASET_NAMES, o.UCI_DELTA, o.UCI_EPSILON_LABELS, o.UCI_GRID_REPEATS, o.UCI_REPEATS) == \
+        (tuple(sorted(uci.UCI_DATASETS)), uci.UCI_DELTA, uci.UCI_EPSILON_LABELS, uci.UCI_GRID_REPEATS, uci.UCI_REPEATS)
+    assert (o.HAMM_PARTIES, o.HAMM_EPSILONS_INV, o.HAMM_LOCAL_CHOICES, o.HAMM_METHODS, o.HAMM_PATE_QUERIES, o.HAMM_PATE_DELTA) == \
+        (hamm2016.DEFAULT_PARTIES, simulation.DEFAULT_EPSILONS_INV, simulation.LOCAL_CHOICES, simulation.METHODS, pate.DEFAULT_QUERIES, pate.DEFAULT_DELTA)
+
+
+@pytest.mark.parametrize("group", ["experiment", "dca", "jobs", "ledger", "model", "profile", "provision", "schema", "serve", "federation"])
+def test_a_command_help_imports_no_protocol_core(group):
+    """Each command's --help loads its module only: no scipy, dp-accounting, scikit-learn, pandas or protocol core."""
+    code = ("import sys, json\nfrom mpdp_services.cli.main import cli\nimport click\n"
+            f"g = cli.get_command(click.Context(cli), {group!r})\n"
+            "names = g.list_commands(click.Context(g)) if isinstance(g, click.Group) else []\n"
+            "[g.get_command(click.Context(g), n) for n in names]\n"
+            "heavy = {'scipy', 'sklearn', 'dp_accounting', 'pandas'}\n"
+            "cores = ('mpdp.pathak2010', 'mpdp.lmgc', 'mpdp.dca', 'mpdp.regression', 'mpdp.hamm2016', 'mpdp.dpgd', 'mpdp.experiments', 'mpdp.accounting')\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(cores))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []

@@ -171,7 +171,7 @@ def test_cli_check_prints_the_local_report_and_draft_warns_on_stderr(tmp_path):
     assert doc["ok"] and doc["used"] == 2 and doc["clipped"] == {"age": 1} and doc["schema_sha256"] == Schema.load(s).sha256()
     bad = _write(tmp_path / "bad.csv", "30,purple,no,1,well\n")
     out = CliRunner().invoke(group, ["check", str(s), str(bad), "--json"])
-    assert out.exit_code == 1 and "colour" in json.loads(out.output)["error"]
+    assert out.exit_code == 1 and "colour" in json.loads(out.output)["error"]["message"]
     data = _write(tmp_path / "d.csv", "age,colour,outcome\n30,red,sick\n70,blue,well\n45,green,well\n")
     out = CliRunner().invoke(group, ["draft", str(data), "-o", str(tmp_path / "draft.yaml")])
     assert out.exit_code == 0 and "NOT public" in out.stderr

@@ -228,3 +228,31 @@ print("api-only ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "api-only ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_the_standard_otel_variables_are_honoured():
+    assert tracing.exporters("off", {}) == []
+    assert tracing.exporters("off", {"OTEL_TRACES_EXPORTER": "otlp"}) == ["otlp"]
+    assert tracing.exporters("file:/tmp/x.jsonl", {"OTEL_TRACES_EXPORTER": "console,none"}) == ["file:/tmp/x.jsonl", "console"]
+    assert tracing.exporters("console", {"OTEL_TRACES_EXPORTER": "console"}) == ["console"]
+    assert tracing.exporters("", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}) == ["otlp"]
+    assert tracing.exporters("", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_TRACES_EXPORTER": "none"}) == []
+    assert tracing.exporters("console", {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}) == []
+    with pytest.raises(ValueError, match="OTEL_TRACES_EXPORTER: unknown exporter 'zipkin'"):
+        tracing.exporters("", {"OTEL_TRACES_EXPORTER": "zipkin"})
+
+
+def test_otel_service_name_names_the_service_and_mpdp_traces_warns(monkeypatch, caplog, tmp_path):
+    pytest.importorskip("opentelemetry.sdk")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "hospital-a-party")
+    provider = tracing.configure("party", "p", [])
+    try:
+        assert provider.resource.attributes["service.name"] == "hospital-a-party"
+        assert provider.resource.attributes["mpdp.site"] == "p"
+    finally:
+        tracing.shutdown()
+    monkeypatch.setenv("MPDP_TRACES", f"file:{tmp_path}/x.jsonl")
+    with caplog.at_level("WARNING", logger="mpdp.tracing"):
+        assert tracing.setup(f"file:{tmp_path}/x.jsonl", "party", "p")
+    tracing.shutdown()
+    assert any("MPDP_TRACES is deprecated" in r.getMessage() for r in caplog.records)

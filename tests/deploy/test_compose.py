@@ -99,7 +99,7 @@ class Compose:
         return self("run", "--rm", "-T", "--no-deps", "operator", *cmd, timeout=timeout, check=check)
 
     def train(self) -> dict:
-        p = self.operator("mpdp", "train", "--endpoints", "/site", "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lambda", "0.1", "--json")
+        p = self.operator("mpdp", "train", "--endpoints", "/site", "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.1", "--json")
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     def ledger(self, party: str) -> dict:
@@ -241,7 +241,7 @@ def test_ensemble_job_votes_summed_by_the_compute_nodes(compose):
     sum the votes, the curator publishes the DP global classifier; Dave classifies the held-out rows."""
     p = _timed("ensemble job (hamm2016)", compose.operator, "mpdp", "train", "--endpoints", "/site", "--model", "hamm2016", "--dataset", "breast_cancer",
                "--auxiliary", "breast_cancer_aux", "--method", "soft", "--classes=-1,1", "--parties", ",".join(PARTIES), "--compute-nodes", ",".join(NODES),
-               "--epsilon", "2", "--lambda", "0.1", "--json")
+               "--epsilon", "2", "--lam", "0.1", "--json")
     s = json.loads(p.stdout.strip().splitlines()[-1])
     assert s["model"] == "hamm2016" and s["parties_included"] == 3 and not s["seeded"]
     out = json.loads(compose.operator("mpdp", "predict", "--endpoints", "/site", "--job", s["job_id"], "--data", "/data/breast_cancer_test.csv", "--json").stdout.strip().splitlines()[-1])

@@ -39,7 +39,7 @@ SPEC = {
         {"name": "hospital-b", "address": "b.example.org:7101", "budget_epsilon": 3.0},
         {"name": "hospital-c", "address": "c.example.org:7101"},
     ],
-    "defaults": {"dataset": "adult", "epsilon": 0.5, "lambda": 0.01},
+    "defaults": {"dataset": "adult", "epsilon": 0.5, "lam": 0.01},
 }
 
 
@@ -99,7 +99,7 @@ def test_configs_load_with_the_services_config_classes(tmp_path):
     ep = Endpoints.load(out / "operator")  # relative TLS paths resolve against endpoints.json's folder
     assert ep.curator_address == "charlie.example.org:7000" and ep.tls.cert == out / "operator" / "site.crt"
     readme = (out / "operator" / "README.md").read_text()
-    assert "--parties hospital-a,hospital-b,hospital-c --epsilon 0.5 --lambda 0.01" in readme
+    assert "--parties hospital-a,hospital-b,hospital-c --epsilon 0.5 --lam 0.01" in readme
     assert "7101" in (out / "hospital-a" / "README.md").read_text() and "ledger" in (out / "hospital-a" / "README.md").read_text()
 
 
@@ -251,7 +251,9 @@ def test_health_probe_over_mutual_tls(tmp_path):
         assert probe(addr, tmp_path / "sites" / "hospital-a", "curator", "", 5)[0]
         ok, what = probe(addr, cur, None, "mpdp.messages.Party", 5)
         assert not ok and "NOT_SERVING" in what
-        ok, what = probe(addr, tmp_path / "sites" / "hospital-a", None, "", 5)  # hospital-a is not the server's name
+        ok, what = probe(addr, tmp_path / "sites" / "hospital-a", None, "", 5)  # default: the name the server's certificate bears
+        assert ok and "(curator)" in what
+        ok, what = probe(addr, tmp_path / "sites" / "hospital-a", "hospital-a", "", 5)  # hospital-a is not the server's name
         assert not ok and "UNAVAILABLE" in what
         foreign = tmp_path / "foreign"
         k, c = pki.make_ca("elsewhere")
@@ -259,6 +261,8 @@ def test_health_probe_over_mutual_tls(tmp_path):
         pki.write_site(foreign, key, cert, c)
         ok, what = probe(addr, foreign, "curator", "", 5)
         assert not ok and "handshake" in what.lower()
+        ok, what = probe(addr, foreign, None, "", 5)  # learning the name needs a certificate signed by the same CA
+        assert not ok and "this federation's CA" in what
         r = CliRunner().invoke(cli, ["health", "--address", addr, "--tls-dir", str(cur), "--service", "mpdp.messages.Party"])
         assert r.exit_code == 1 and "unhealthy" in r.output
     finally:

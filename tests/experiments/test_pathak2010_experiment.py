@@ -225,7 +225,7 @@ def test_cli_json_and_files(tmp_path: Path) -> None:
     from mpdp_services.cli.experiment_pathak import pathak2010
 
     out = tmp_path / "out"
-    res = CliRunner().invoke(pathak2010, ["--data", str(A9A), "--lambda", "1e-3", "--epsilons", "0.1,0.40", "--runs", "2",
+    res = CliRunner().invoke(pathak2010, ["--data", str(A9A), "--lam", "1e-3", "--epsilons", "0.1,0.40", "--runs", "2",
                                           "--splits", "even", "--seed", "5", "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     obj = json.loads(res.stdout)

@@ -251,8 +251,9 @@ def test_concurrent_dca_submissions_from_a_party_site_never_overspend(fed):
     ok = {j for j, r in zip(jobs, runs) if r.returncode == 0}
     refused = [r for r in runs if r.returncode != 0]
     assert len(ok) == 2 and len(refused) == JOBS - 2, [r.stderr for r in runs]  # one ledger: exactly 2 fit
-    for r in refused:
-        assert REFUSED in r.stderr and "client party-3" in r.stderr, r.stderr
+    for r in refused:  # --json: the refusal is the one error object on stdout
+        error = json.loads(r.stdout)["error"]
+        assert error["code"] == "budget_exceeded" and REFUSED in error["message"] and "client party-3" in error["message"], r.stdout
     mine = entries_for(fed, "party-3", "dca", set(jobs))
     assert {e["job_id"] for e in mine} == ok and all(e["status"] == "spent" for e in mine)
     assert all(e["epsilon"] == charge for e in mine)

@@ -115,7 +115,7 @@ def test_dpgd_job_over_sockets(tmp_path):
         # the CLI: train (unseeded), store, predict
         from mpdp_services.cli.jobs import predict, train
 
-        args = ["--endpoints", str(fed.workdir), "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lambda", "0.01",
+        args = ["--endpoints", str(fed.workdir), "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.01",
                 "--model", "dp-gd", "--dimension", str(D), "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--rounds", "1", "--json"]
         res = CliRunner().invoke(train, args, catch_exceptions=False)
         assert res.exit_code == 0, res.output

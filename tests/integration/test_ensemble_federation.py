@@ -210,7 +210,7 @@ def test_cli_train_and_predict(fed):
     from mpdp_services.cli.jobs import train as train_cmd
 
     args = ["--endpoints", str(fed.workdir), "--model", "hamm2016", "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "vote",
-            "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "2000", "--lambda", "0.01", "--json"]
+            "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "2000", "--lam", "0.01", "--json"]
     out = CliRunner().invoke(train_cmd, args)
     assert out.exit_code == 0, out.output
     s = json.loads(out.output)
@@ -299,7 +299,7 @@ def test_cli_trains_a_pate_ensemble(fed):
     help_text = CliRunner().invoke(train_cmd, ["--help"]).output
     assert "pate" in help_text and "--queries" in help_text
     args = ["--endpoints", str(fed.workdir), "--model", "hamm2016", "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "pate", "--queries", "40",
-            "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "30", "--delta", "1e-7", "--lambda", "0.01", "--json"]
+            "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "30", "--delta", "1e-7", "--lam", "0.01", "--json"]
     out = CliRunner().invoke(train_cmd, args)
     assert out.exit_code == 0, out.output
     s = json.loads(out.output)

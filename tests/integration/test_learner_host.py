@@ -183,7 +183,7 @@ def test_cli_detach_watch_export_predict(fed, tmp_path):
 
     ep = ["--endpoints", str(fed.workdir)]
     run = CliRunner()
-    res = run.invoke(train, [*ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lambda", "0.01", "--model", "dp-gd",
+    res = run.invoke(train, [*ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.01", "--model", "dp-gd",
                              "--dimension", str(D), "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--rounds", "2", "--detach", "--json"],
                      catch_exceptions=False)
     assert res.exit_code == 0, res.output
