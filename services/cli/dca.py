@@ -69,7 +69,8 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
     spec = pb.DcaJobSpec(
         dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
         mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, clip_bounds=[clip], compute_nodes=nodes.split(","),
-        deadline_seconds=deadline, seed_compressed=seed_compressed, noise=NOISES.index(noise), fractional_bits=frac_bits, validate=VALIDATIONS.index(validate),
+        deadline_seconds=deadline, seed_compressed=seed_compressed, noise=pb.NoiseKind.ValueType(NOISES.index(noise)), fractional_bits=frac_bits,
+        validate=pb.Validation.ValueType(VALIDATIONS.index(validate)),
     )
     address, op = _operator(endpoints)
     with op:
