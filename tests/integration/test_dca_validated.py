@@ -62,11 +62,12 @@ def test_cli_validated_job_releases_with_its_proof_stated(fed):
 
 
 def test_cli_refuses_validate_without_discrete_noise(fed):
-    out = create(fed, "--validate", "one-hot")
-    assert out.returncode != 0 and "--noise discrete-gaussian" in out.stderr
+    out = create(fed, "--validate", "one-hot")  # --json: the failure is one JSON error object on stdout
+    assert out.returncode != 0 and "--noise discrete-gaussian" in json.loads(out.stdout)["error"]["message"]
 
 
 def test_curator_refuses_a_validated_job_whose_sums_could_wrap(fed):
     out = create(fed, "--noise", "discrete-gaussian", "--validate", "l2", "--frac-bits", "40", clip=4.0)
     assert out.returncode != 0
-    assert "INVALID_JOB" in out.stderr and "validation" in out.stderr
+    error = json.loads(out.stdout)["error"]
+    assert error["code"] == "invalid_argument" and "validation" in error["message"], error
