@@ -220,7 +220,8 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
 @click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")
-@click.option("--detach", is_flag=True, help="dp-gd: print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it)")
+@click.option("--detach", is_flag=True, help="print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it, "
+                                              "`mpdp model export JOB` writes its model)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float | None, colluders: int | None, model: str, ridge: float, data_norm: float,
           auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
@@ -260,6 +261,9 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
                                             parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam,
                                             delta=delta_used if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
                                             schema_sha256=schema_sha256)
+        if detach:
+            _detached(endpoints, as_json, hamm2016=spec)
+            return
         try:
             with _stderr().status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
                 rel = train_ensemble(Endpoints.load(endpoints), spec)
@@ -270,10 +274,13 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         return
 
     if model == "lmgc":
-        from mpdp_services.operator.local import submit_local
+        from mpdp_services.operator.local import local_spec, submit_local
 
         if mode == "gaussian-distributed":
             mode = "corrected"  # lmgc has its own two calibrations; the Pathak default names the provable one
+        if detach:
+            _detached(endpoints, as_json, lmgc=local_spec(dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256))
+            return
         try:
             with _stderr().status(f"lmgc job: each of {len(parties.split(','))} parties fits and releases its classifier") if not as_json else _null():
                 summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
@@ -285,10 +292,13 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
             _stdout_json(summary)
         return
     ep = Endpoints.load(endpoints)
+    pathak = make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta_used if mode == "gaussian-distributed" else 0.0, colluders=colluders,
+                       schema_sha256=schema_sha256)
+    if detach:
+        _detached(endpoints, as_json, pathak2010=pathak)
+        return
     with OperatorClient(ep) as client:
-        job_id, status = run_and_watch(client, make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta_used if mode == "gaussian-distributed" else 0.0, colluders=colluders,
-                                                         schema_sha256=schema_sha256),
-                                       as_json, ep.curator_address)
+        job_id, status = run_and_watch(client, pathak, as_json, ep.curator_address)
         _fail_if_failed(status)
         summary = model_summary(client.model(job_id))
     if as_json:
@@ -341,7 +351,17 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
         print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
         return
     if protocol == "regression":
-        raise click.ClickException(f"job {job_id} is a regression job: `mpdp model export {job_id}` writes its posterior")
+        from mpdp_services.operator.regression import predict_regression
+
+        ep = Endpoints.load(endpoints)
+        try:
+            out = predict_regression(ep, job_id, data_path, fmt)
+        except grpc.RpcError as e:
+            raise from_rpc(e, "the curator", ep.curator_address, f"the release of job {job_id}") from None
+        except (DatasetError, ValueError) as e:
+            raise click.ClickException(str(e)) from None
+        print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        return
     if protocol != "pathak2010":
         raise click.ClickException(f"job {job_id} is a {protocol} job: it released a sum, not a model (`mpdp dca release --job {job_id}`)")
     with OperatorClient(Endpoints.load(endpoints)) as client:
@@ -447,6 +467,23 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
         print(json.dumps(summary))
     else:
         _print_summary(summary)
+
+
+def _detached(endpoints: str, as_json: bool, **spec) -> None:
+    """Submit one job through the curator's job host and print its id (with --json: its first summary). The curator
+    runs it; this process is free to go."""
+    import grpc
+
+    from mpdp.messages import operations_pb2
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.jobs import submit
+
+    ep = Endpoints.load(endpoints)
+    try:
+        summary = submit(ep, operations_pb2.JobSubmission(**spec))
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, "the job") from None
+    click.echo(json.dumps(summary) if as_json else summary["job_id"])
 
 
 def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes: str, epsilon: float, delta: float, lam: float, mode: str,

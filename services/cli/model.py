@@ -1,4 +1,4 @@
-"""`mpdp model export`: a released dp-gd or regression model from the curator's store, as JSON or NumPy npz; and the
+"""`mpdp model export`: any job's released model from the curator's store, as JSON or NumPy npz; and the
 CLI side of curator-hosted learner jobs (``mpdp train --model dp-gd``, ``mpdp regress``): submit, then follow or detach.
 
 The curator runs every round of such a job itself. With ``--detach`` the command prints the job id and returns at
@@ -17,7 +17,7 @@ import click
 from mpdp_services.cli.options import endpoints_option
 
 if TYPE_CHECKING:  # numpy and rich load when a command runs, not for its --help
-    import numpy as np
+    pass
 
 
 def _console(stderr: bool = False) -> Any:
@@ -89,41 +89,7 @@ class _null:
 
 @click.group("model")
 def model() -> None:
-    """Released models of curator-hosted learner jobs (dp-gd, regression)."""
-
-
-def _dpgd(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    import numpy as np
-
-    from mpdp.dpgd.role import DpgdRun
-
-    run = DpgdRun.of(m)
-    doc = run.summary()
-    doc["iterates"] = [np.asarray(it).tolist() for it in run.iterates]
-    arrays = {"weights": np.asarray(run.model), "iterates": np.stack([np.asarray(it) for it in run.iterates])}
-    return doc, arrays
-
-
-def _regression(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    import numpy as np
-
-    from mpdp.regression.role import RegressionRun
-
-    run = RegressionRun.of(m)
-    p = run.posterior
-    releases = [{"job": r.job_id, "values": list(r.values), "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "statement": r.guarantee.statement}
-                for r in (run.std_release, run.main_release)]
-    doc = {
-        "job_id": m.job_id, "model": "regression", "parties": list(m.parties), "bounds": list(run.plan.bounds), "epsilon": run.plan.epsilon,
-        "delta": run.plan.delta, "mode": run.plan.mode, "posterior_mean": p.mean.tolist(), "posterior_precision": np.asarray(p.precision).tolist(),
-        "posterior_lambda": p.lam, "thresholds": np.asarray(run.thresholds).tolist(), "multipliers": list(run.multipliers),
-        "std_release": releases[0], "main_release": releases[1],
-        "guarantee": {"epsilon": m.guarantee.epsilon, "delta": m.guarantee.delta, "mechanism": m.guarantee.mechanism, "statement": m.guarantee.statement},
-        "trust_model": m.trust_model, "seeded": m.seeded,
-    }
-    arrays = {"posterior_mean": p.mean, "posterior_precision": np.asarray(p.precision), "thresholds": np.asarray(run.thresholds),
-              "std_release": np.asarray(run.std_release.values), "main_release": np.asarray(run.main_release.values)}
-    return doc, arrays
+    """Released models of every protocol's jobs, from the curator's job host."""
 
 
 @model.command("export")
@@ -132,23 +98,28 @@ def _regression(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 @click.option("--format", "fmt", type=click.Choice(["json", "npz"]), default="json", show_default=True,
               help="json: the whole release (weights or posterior, plan, guarantee, trust model); npz: its arrays, plus the rest as JSON under 'meta'")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="write here (default: JSON to stdout; npz needs --out)")
-def export(endpoints: str, job_id: str, fmt: str, out: str | None) -> None:
-    """Write the model a dp-gd or regression job released, read from the curator's store."""
+@click.option("--json", "as_json", is_flag=True, help="a failure is one JSON error object on stdout (the model is JSON either way)")
+def export(endpoints: str, job_id: str, fmt: str, out: str | None, as_json: bool) -> None:
+    """Write the model (or sum) any job released — Pathak, LMGC, HCB16, dp-gd, regression, DCA — read from the curator's
+    store through its job host: coefficients, intercept and classes (or the posterior, or the sum), the guarantee and
+    the trust model."""
     import grpc
 
+    from mpdp_services.cli.errors import from_rpc
     from mpdp_services.common.durable import write_atomic
     from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.learner import LearnerClient
+    from mpdp_services.operator.export import exported
+    from mpdp_services.operator.jobs import release
 
     if fmt == "npz" and not out:
         raise click.BadParameter("npz is binary: name a file", param_hint="--out")
-    with LearnerClient(Endpoints.load(endpoints)) as client:
-        try:
-            m = client.model(job_id)
-        except grpc.RpcError as e:
-            raise click.ClickException(f"the curator answered {e.code().name}: {e.details()}") from None
+    ep = Endpoints.load(endpoints)
     try:
-        doc, arrays = (_dpgd if m.WhichOneof("model") == "dpgd" else _regression)(m)
+        rel = release(ep, job_id)
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, f"the release of job {job_id}") from None
+    try:
+        doc, arrays = exported(rel)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     if fmt == "json":
@@ -164,4 +135,4 @@ def export(endpoints: str, job_id: str, fmt: str, out: str | None) -> None:
         meta = {k: v for k, v in doc.items() if k not in arrays and k != "weights"}
         np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
         write_atomic(out, buf.getvalue())  # type: ignore[arg-type]
-    click.echo(f"wrote {m.protocol} model {job_id} to {out}", err=True)
+    click.echo(f"wrote {rel.protocol} model {job_id} to {out}", err=True)

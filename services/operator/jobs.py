@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from typing import Any, Iterator
 
 import grpc
@@ -33,6 +32,7 @@ def as_dict(s: pb.JobSummary) -> dict[str, Any]:
         "ended": s.ended_unix or None,
         "seconds": (s.ended_unix - s.created_unix) if s.ended_unix else None,
         "released": s.released,
+        "stage": s.stage,
         "stage_seconds": ordered_stages(dict(s.stage_seconds), [e.state for e in s.events]),
         "events": [{"at": e.at_unix, "state": e.state, "problem": common_pb2.Problem.Name(e.problem) if e.problem else None} for e in s.events],
     }
@@ -69,44 +69,26 @@ def cancel_job(ep: Endpoints, job_id: str) -> dict[str, Any]:
         return as_dict(stub.CancelJob(common_pb2.JobRef(job_id=job_id), timeout=TIMEOUT))
 
 
-def _status(st: Any, stage: str | None = None) -> dict[str, Any]:
-    return {"job_id": st.job_id, "state": st.state, "stage": stage if stage is not None else st.stage, "terminal": st.terminal,
-            "problem": common_pb2.Problem.Name(st.problem) if st.problem else None, "detail": st.detail or None}
-
-
-def follow(ep: Endpoints, job_id: str, poll: float = 0.5) -> Iterator[dict[str, Any]]:
-    """A job's state and stage now and after each change, until it ends (`mpdp jobs watch`): streamed from the
-    protocol's own watch where it has one (learner jobs: "round r of R"; Pathak: its stage; DCA: its state),
-    else the catalog's summary, polled."""
-    from mpdp.messages import dca_pb2_grpc, learner_pb2_grpc, pathak2010_pb2_grpc
-
-    protocol = get_job(ep, job_id)["protocol"]
-    ref = common_pb2.JobRef(job_id=job_id)
-    ch, _ = _stub(ep)
-    stream: Iterator[dict[str, Any]]
+def submit(ep: Endpoints, submission: pb.JobSubmission) -> dict[str, Any]:
+    """Submit a job of any protocol to the curator's job host; its first summary, at once (the curator runs it)."""
+    ch, stub = _stub(ep)
     with ch:
-        if protocol in ("dpgd", "regression"):
-            stream = (_status(st) for st in learner_pb2_grpc.LearnerCuratorStub(ch).WatchLearner(ref))
-        elif protocol == "pathak2010":
-            stream = (_status(st) for st in pathak2010_pb2_grpc.CuratorStub(ch).WatchJob(ref))
-        elif protocol == "dca":
-            stream = (_status(st, st.state.lower()) for st in dca_pb2_grpc.DcaCuratorStub(ch).WatchJob(ref))
-        else:
-            stream = _poll(ep, job_id, poll)
-        for st in stream:
-            yield st
-            if st["terminal"]:
+        return as_dict(stub.SubmitJob(submission, timeout=120))
+
+
+def release(ep: Endpoints, job_id: str) -> pb.JobRelease:
+    """What a job published (any protocol), from the curator's job host."""
+    ch, stub = _stub(ep)
+    with ch:
+        return stub.GetRelease(common_pb2.JobRef(job_id=job_id), timeout=60)
+
+
+def follow(ep: Endpoints, job_id: str, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+    """A job's summary now and after each change, until it ends (`mpdp jobs watch`): the job host's WatchJob, the
+    same for every protocol (stage "round r of R" for learners, the Pathak stage, the DCA state)."""
+    ch, stub = _stub(ep)
+    with ch:
+        for s in stub.WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout):
+            yield as_dict(s)
+            if s.terminal:
                 return
-
-
-def _poll(ep: Endpoints, job_id: str, poll: float) -> Iterator[dict[str, Any]]:
-    seen = None
-    while True:
-        j = get_job(ep, job_id)
-        st = {"job_id": j["job_id"], "state": j["state"], "stage": j["state"].lower(), "terminal": j["terminal"], "problem": j["problem"], "detail": j["detail"]}
-        if st != seen:
-            yield st
-            seen = st
-        if st["terminal"]:
-            return
-        time.sleep(poll)

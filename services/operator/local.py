@@ -28,11 +28,17 @@ def summary(s: pb.LocalModelSet) -> dict:
     }
 
 
-def submit_local(ep: Endpoints, dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, ridge: float, data_norm: float, seed: bytes = b"",
-                 schema_sha256: str = "") -> dict:
+def local_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, ridge: float, data_norm: float, seed: bytes = b"",
+               schema_sha256: str = "") -> pb.LocalModelJobSpec:
     spec = pb.LocalModelJobSpec(dataset=dataset, model="lmgc", epsilon=epsilon, parties=parties, mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER,
                                 ridge=ridge, data_norm=data_norm, simulation_seed=seed, schema_sha256=schema_sha256)
     setattr(spec, "lambda", lam)
+    return spec
+
+
+def submit_local(ep: Endpoints, dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, ridge: float, data_norm: float, seed: bytes = b"",
+                 schema_sha256: str = "") -> dict:
+    spec = local_spec(dataset, parties, epsilon, lam, mode, ridge, data_norm, seed, schema_sha256)
     ch, stub = _stub(ep)
     with ch:
         return summary(stub.SubmitLocalJob(spec, timeout=900))

@@ -61,3 +61,26 @@ def run_regression(
 def fetch_model(ep: Endpoints, job_id: str) -> RegressionRun:
     with LearnerClient(ep) as client:
         return RegressionRun.of(client.model(job_id))
+
+
+def predict_regression(ep: Endpoints, job_id: str, data_path: str, fmt: str) -> dict:
+    """Predict a file's targets (its last column, if any) with a regression job's posterior (ŷ = x*ᵀμ, predictive
+    variance 1/λ + x*ᵀΛ⁻¹x*: post-processing of the DP releases); the mean absolute error if the file is labelled."""
+    import numpy as np
+
+    from mpdp.data.loaders import load
+    from mpdp_services.operator.jobs import release
+
+    rel = release(ep, job_id)
+    if rel.WhichOneof("release") != "learner" or rel.learner.WhichOneof("model") != "regression":
+        raise ValueError(f"job {job_id} is a {rel.protocol} job, not a regression")
+    post = RegressionRun.of(rel.learner).posterior
+    X, y = load(data_path, fmt)
+    if X.shape[1] != post.mean.size:
+        raise ValueError(f"{data_path} has {X.shape[1]} features, the posterior has {post.mean.size}")
+    p = post.predict(X)
+    out = {"job_id": job_id, "rows": int(len(p.mean)), "mean_prediction": float(np.mean(p.mean)), "mean_predictive_variance": float(np.mean(p.variance)),
+           "guarantee": rel.learner.guarantee.statement}
+    if y is not None and len(y) == len(p.mean):
+        out["mae"] = float(np.mean(np.abs(np.asarray(y, dtype=np.float64) - p.mean)))
+    return out

@@ -219,6 +219,12 @@ def test_cli_detach_watch_export_predict(fed, tmp_path):
     res = run.invoke(model_cmd, ["export", rg, *ep], catch_exceptions=False)
     doc = json.loads(res.output.strip().splitlines()[0])
     assert len(doc["posterior_mean"]) == D and np.asarray(doc["posterior_precision"]).shape == (D, D) and doc["std_release"]["job"] != doc["main_release"]["job"]
+    data = fed.workdir.parent / "data" / "party-1.csv"  # predict works on a regression job too: ŷ = x·μ from its posterior
+    res = run.invoke(predict, [*ep, "--job", rg, "--data", str(data), "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    pred = json.loads(res.output.strip().splitlines()[-1])
+    rows = np.loadtxt(data, delimiter=",")
+    assert pred["rows"] == SIZES[0] and np.isclose(pred["mae"], np.mean(np.abs(rows[:, -1] - rows[:, :-1] @ np.asarray(doc["posterior_mean"]))))
     # without --detach, regress follows the job and prints the posterior
     res = run.invoke(regress, [*ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--nodes", ",".join(NODES), "--bounds", "2,2,2,1", "-d", str(D),
                                "--epsilon", "5", "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--grid-repeats", "2,2", "--json"],
