@@ -27,11 +27,11 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from mpdp.results import JobFailed, Result
+from mpdp.results import LIVE, JobFailed, Result
 
 __all__ = ["Federation", "JobFailed", "PATHAK_NOISE", "DCA_NOISE"]
 
@@ -171,6 +171,29 @@ class Federation:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- the curator's jobs (live federations) ------------------------------------------------------
+    def _host(self) -> Any:
+        if self._backend.mode != LIVE:
+            raise ValueError("an in-process federation runs each job to its end in the call; only a live federation's curator holds jobs")
+        return self._backend
+
+    def jobs(self, protocol: str = "", *, live_only: bool = False) -> list[dict[str, Any]]:
+        """The curator's jobs of every protocol (value-free summaries, newest first), as `mpdp jobs ls` shows them."""
+        return self._host().list_jobs(protocol, live_only)
+
+    def watch(self, job_id: str) -> Iterator[dict[str, Any]]:
+        """A job's summary now and after each change (state, stage), until it ends; any protocol."""
+        return self._host().watch(job_id)
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Fail a running job with CANCELLED; charges already made at the parties stay."""
+        return self._host().cancel(job_id)
+
+    def export(self, job_id: str) -> dict[str, Any]:
+        """What a job of any protocol released, as `mpdp model export` writes it (coefficients, classes, guarantee,
+        trust model; or the sum, or the posterior)."""
+        return self._host().export(job_id)
 
     # -- protocols -----------------------------------------------------------------------------------
     def logistic_regression(self, *, epsilon: float, lam: float = 0.01, noise: str = PATHAK_NOISE[0], delta: float | None = None,

@@ -390,7 +390,7 @@ def regression_result(run: Any, *, mode: str, total: float, operations: Mapping[
     from mpdp.dca.params import NOISE_NAMES
 
     return Result(
-        protocol=REGRESSION, mode=mode, job_id=run.main_job, model=LinearRegressor(p.mean, p.precision, p.lam), guarantee=g,
+        protocol=REGRESSION, mode=mode, job_id=run.job_id or run.main_job, model=LinearRegressor(p.mean, p.precision, p.lam), guarantee=g,
         noise=NOISE_NAMES.get(run.main_release.noise, "unknown"), trust_model=run.main_release.trust_model, timings=_total(run.seconds, total),
         operations=operations, seeded=bool(run.main_release.seeded),
         details={"dca_jobs": [run.std_job, run.main_job], "bounds": list(run.plan.bounds), "thresholds": np.asarray(run.thresholds).tolist(),

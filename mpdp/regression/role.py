@@ -64,6 +64,7 @@ class RegressionRun:
     multipliers: tuple[float, float]
     posterior: Posterior
     seconds: dict[str, float] = field(default_factory=dict)
+    job_id: str = ""  # the regression job's own id where a host ran it ("" in memory: the main round's DCA job names it)
 
     def message(self, job_id: str, parties: Sequence[str], noise: int = dca_pb2.GAUSSIAN, total_records: int = 0) -> learner_pb2.LearnerModel:
         """The release as the curator's learner store keeps it (learner.proto LearnerModel); :meth:`of` reads it back.
@@ -100,7 +101,7 @@ class RegressionRun:
             raise ValueError(f"job {msg.job_id}: the stored posterior is not {d}-dimensional")
         post = Posterior(np.asarray(m.posterior_mean, dtype=np.float64), np.asarray(m.posterior_precision, dtype=np.float64).reshape(d, d), m.posterior_lambda)
         return cls(plan, msg.dca_jobs[0], msg.dca_jobs[1], msg.releases[0], msg.releases[1], np.asarray(m.thresholds, dtype=np.float64),
-                   (m.multipliers[0], m.multipliers[1]), post, dict(msg.seconds))
+                   (m.multipliers[0], m.multipliers[1]), post, dict(msg.seconds), msg.job_id)
 
 
 class RegressionRole(Machine):

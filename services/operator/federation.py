@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import grpc
 import numpy as np
@@ -41,6 +41,28 @@ class LiveBackend:
 
     def close(self) -> None:
         pass
+
+    # -- the curator's job host -------------------------------------------------------------------------
+    def list_jobs(self, protocol: str, live_only: bool) -> list[dict[str, Any]]:
+        from mpdp_services.operator.jobs import list_jobs
+
+        return list_jobs(self.endpoints, protocol, live_only)
+
+    def watch(self, job_id: str) -> Iterator[dict[str, Any]]:
+        from mpdp_services.operator.jobs import follow
+
+        return follow(self.endpoints, job_id)
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        from mpdp_services.operator.jobs import cancel_job
+
+        return cancel_job(self.endpoints, job_id)
+
+    def export(self, job_id: str) -> dict[str, Any]:
+        from mpdp_services.operator.export import exported
+        from mpdp_services.operator.jobs import release
+
+        return exported(release(self.endpoints, job_id))[0]
 
     # -- helpers --------------------------------------------------------------------------------------
     def _dataset(self, dataset: str | None) -> str:

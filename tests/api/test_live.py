@@ -112,6 +112,16 @@ def test_lmgc_regression_dpgd_ensemble_live(live):
         f.ensemble(auxiliary=Xte, epsilon=1.0)
     with pytest.raises(mpdp.JobFailed):
         f.logistic_regression(epsilon=1.0, dataset="no-such-dataset")
+    # the curator's jobs through its job host: every protocol's job listed, watched to its end, exported
+    listed = {j["job_id"]: j for j in f.jobs()}
+    for r in (m, reg, gd, ens):
+        assert listed[r.job_id]["terminal"] and list(f.watch(r.job_id))[-1]["released"]
+        doc = f.export(r.job_id)
+        assert doc["job_id"] == r.job_id and doc["guarantee"]["epsilon"] > 0
+    exported = f.export(reg.job_id)
+    assert np.array_equal(exported["posterior_mean"], reg.model.coef), sorted(exported)
+    with pytest.raises(ValueError, match="only a live federation"):
+        mpdp.Federation.in_process(parties=parts).jobs()
 
 
 def test_the_sklearn_estimator_fits_on_a_live_federation_one_job_per_fit(live):
