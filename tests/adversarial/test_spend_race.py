@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import queue
 import threading
 import time
 from concurrent import futures
@@ -25,28 +24,12 @@ from mpdp.ledger import Ledger
 from mpdp.math.paillier import KeyPair
 from mpdp.messages import common_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 
+from tests.integration.conftest import MockParty
+
 from .conftest import BUDGET, channel, ledger_job_ids, mint, pathak_spec, start_federation, submit_pathak, wait_pathak
 
 pytestmark = pytest.mark.integration
 REAL, LEADER = "party-1", "party-mock"
-
-
-class RecordingParty(pk_grpc.PartyServicer):
-    """The leader the test plays: it records every message it is sent and acknowledges it."""
-
-    def __init__(self) -> None:
-        self.inbox: queue.Queue = queue.Queue()
-
-    def __getattribute__(self, name):
-        if name[:1].isupper() and name != "inbox":
-            inbox = object.__getattribute__(self, "inbox")
-
-            def handler(request, context):
-                inbox.put(request)
-                return common_pb2.Ack()
-
-            return handler
-        return object.__getattribute__(self, name)
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -72,7 +55,7 @@ def fed(tmp_path_factory):
 
 def test_a_step_pushed_while_the_spend_is_written_waits_for_it_and_a_refused_spend_lets_nothing_out(fed):
     tls = mint(fed, "party", LEADER)
-    leader = RecordingParty()
+    leader = MockParty()  # the leader the test plays: it records what it is sent and acknowledges it
     server = grpc.server(futures.ThreadPoolExecutor(4))
     pk_grpc.add_PartyServicer_to_server(leader, server)
     port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
