@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Literal, Sequence, cast
 
 import numpy as np
 
@@ -70,6 +70,24 @@ def main_sensitivity(thresholds: Floats) -> float:
     outer = np.outer(bx, bx)
     off = float(np.sum(np.triu(outer, 1) ** 2))
     return float(np.sqrt(np.sum(bx**4) + 4.0 * off + 4.0 * by**2 * np.sum(bx**2)))
+
+
+def check_round_job(round: str, bounds: Floats, params: DcaParams) -> None:
+    """The DCA job ``params`` may carry this round's statistic of records clipped to ``bounds`` (a party's check before
+    it contributes): it sums the round's D values and its noise is calibrated to at least the statistic's Δ₂ over that
+    box (std: :func:`std_sensitivity` in the job's mode; main: :func:`main_sensitivity`). A job declaring less would
+    release the statistic with less noise than the ε each party is charged for. ValueError otherwise."""
+    _check_round(round)
+    r = cast(Round, round)
+    c = np.asarray(bounds, dtype=np.float64).ravel()
+    if c.size < 2 or not np.all(np.isfinite(c)) or not np.all(c > 0):
+        raise ValueError("the round's clip box must be d + 1 ≥ 2 finite positive values")
+    if params.dimension != round_dimension(r, c.size - 1):
+        raise ValueError(f"the DCA job sums {params.dimension} values; the {round} round over d = {c.size - 1} sums {round_dimension(r, c.size - 1)}")
+    need = std_sensitivity(c, "paper" if params.mode == "paper" else "corrected") if round == "std" else main_sensitivity(c)
+    if not params.sensitivity >= need * (1.0 - 1e-9):
+        raise ValueError(f"the DCA job's sensitivity Δ₂ = {params.sensitivity:.6g} is below the {round} statistic's Δ₂ = {need:.6g} "
+                         "over the round's clip box: its noise would be too small for the ε charged")
 
 
 def record_value_bounds(round: Round, bounds: Sequence[float]) -> np.ndarray:

@@ -411,12 +411,14 @@ class TaskJobs(Generic[T]):
         changes.bump()
 
     async def cancel(self, job_id: str) -> bool:
-        """Stop the job (it ends FAILED, CANCELLED; its own ``finally`` cleans up); False if it is not running."""
+        """Stop the job (it ends FAILED, CANCELLED; its own ``finally`` cleans up); False if it is not running. A job
+        already being stopped is not cancelled again (that would cut its cleanup short): the call waits like the first."""
         job = self.table.get(job_id)
         if not isinstance(job, TaskJob) or job.task is None or job.task.done():
             return False
-        job.stop = (P.CANCELLED, f"job {job_id} was cancelled by the operator")
-        job.task.cancel()
+        if job.stop is None:
+            job.stop = (P.CANCELLED, f"job {job_id} was cancelled by the operator")
+            job.task.cancel()
         await asyncio.wait({job.task}, timeout=CANCEL_WAIT)
         return True
 

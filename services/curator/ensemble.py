@@ -11,6 +11,7 @@ The summed counts never leave this process and are dropped as soon as w_p exists
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets as pysecrets
 import time
@@ -119,12 +120,18 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
 
     async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray) -> pb.EnsembleRelease:
         with tracing.job_span(job_id, "hamm2016", "curator") as span:  # its vote-sum DCA job and the parties' votes are children
-            with calls.sub_job():  # the vote sum counts against the admission bounds but is never refused by them
-                dca_job = await self.dca.create(vote_params.to_spec())
-            log.info("ensemble job %s (%s, ε=%g): %d voters, N=%d auxiliary points, d=%d, votes summed by DCA job %s",
-                     job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
-            release = None
+            dca_job, release = "", None
             try:
+                with calls.sub_job():  # the vote sum counts against the admission bounds but is never refused by them
+                    create = asyncio.ensure_future(self.dca.create(vote_params.to_spec()))
+                try:
+                    dca_job = await asyncio.shield(create)
+                except asyncio.CancelledError:  # stopped while the vote sum was being announced: it exists, and is aborted below
+                    with contextlib.suppress(errors.Refused):
+                        dca_job = await create
+                    raise
+                log.info("ensemble job %s (%s, ε=%g): %d voters, N=%d auxiliary points, d=%d, votes summed by DCA job %s",
+                         job_id, request.method, request.epsilon, len(request.parties), X_aux.shape[0], X_aux.shape[1], dca_job)
                 release = await self._run(job_id, dca_job, request, X_aux)
             except errors.Refused as e:
                 log.warning("ensemble job %s failed: %s", job_id, e.detail)
@@ -133,9 +140,10 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
                 held = self.running.get(job_id)
                 if held is not None:
                     held.chunks = []  # the voters have what they need; the retained entry keeps no auxiliary data
-                if release is None:  # failed, cancelled or crashed: the nodes must drop the vote shares
-                    await asyncio.shield(self.dca.abort(dca_job, f"ensemble job {job_id} ended without a release"))
-                self.dca.forget(dca_job)
+                if dca_job:
+                    if release is None:  # failed, cancelled or crashed: the nodes must drop the vote shares
+                        await asyncio.shield(self.dca.abort(dca_job, f"ensemble job {job_id} ended without a release"))
+                    self.dca.forget(dca_job)
             self.store.put(job_id, release)
             log.info("ensemble job %s published over %d voters (Δ₂=%.4g)", job_id, release.parties_included, release.sensitivity)
             span.done("PUBLISHED")

@@ -81,6 +81,16 @@ class PathakJob(Hosted[PartyMachine]):
         self.settled = False  # the ledger entry is marked released, failed or voided
         self.spent_after: int | None = None  # messages the machine had produced when this party spent (None: not spent)
         self.spend_refused: tuple[int, str] | None = None  # (Problem, detail) when the ledger refused the job's Spend
+        self.spend_mark: int | None = None  # messages the machine had produced before its Spend (None: no Spend yet)
+        self.paid = asyncio.Event()  # set once the Spend is decided (spent or refused); the ledger is written outside the lock
+
+    def _count(self, outputs) -> None:
+        if self.spend_mark is None:
+            for i, o in enumerate(outputs):
+                if isinstance(o, Spend):
+                    self.spend_mark = self.emitted + sum(1 for s in outputs[:i] if isinstance(s, Send) and not isinstance(s.message, common_pb2.JobAbort))
+                    break
+        super()._count(outputs)
 
 
 def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
@@ -292,7 +302,7 @@ class PathakParty(pb_grpc.PartyServicer):
             await errors.refuse(context, *hosted.spend_refused)
         return ack
 
-    async def _spend(self, hosted: PathakJob, entries: tuple[dict, ...], sends_after: int) -> bool:
+    async def _spend(self, hosted: PathakJob, entries: tuple[dict, ...]) -> bool:
         """Spend the job's charge (the machine's Spend); False (and the job failed) if the ledger refuses it."""
         m = hosted.machine
         try:
@@ -303,11 +313,13 @@ class PathakParty(pb_grpc.PartyServicer):
         except (LedgerError, OSError) as e:
             log.error("ledger %s: %s", self.party.ledger.path, e)
             hosted.spend_refused = (Problem.INTERNAL, f"party {self.cfg.name} cannot use its privacy ledger; see its log")
+        finally:
+            hosted.paid.set()
         if hosted.spend_refused is not None:
             await hosted.fail(Problem.BUDGET_EXCEEDED, f"party {self.cfg.name} cannot pay job {m.job_id}")
             return False
-        if hosted.spent_after is None:  # the messages of this step come after the spend: a failure from here keeps it
-            hosted.spent_after = hosted.emitted - sends_after
+        if hosted.spent_after is None:  # the messages after the Spend come after the spend: a failure from here keeps it
+            hosted.spent_after = hosted.spend_mark
         return True
 
     SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
@@ -318,11 +330,13 @@ class PathakParty(pb_grpc.PartyServicer):
     # -- outputs ----------------------------------------------------------------------------------
     async def _route(self, hosted: PathakJob, outputs) -> None:
         m = hosted.machine
-        for i, o in enumerate(outputs):  # the Spend goes first (the engine's spend rule); a refusal stops every output
-            if isinstance(o, Spend):
-                later = sum(1 for s in outputs[i + 1:] if isinstance(s, Send) and not isinstance(s.message, common_pb2.JobAbort))
-                if not await self._spend(hosted, o.entries, later):
-                    return
+        for o in outputs:  # the Spend goes first (the engine's spend rule); a refusal stops every output
+            if isinstance(o, Spend) and not await self._spend(hosted, o.entries):
+                return
+        if m.spent and any(isinstance(o, Send) and type(o.message).__name__ not in m.PUBLIC for o in outputs):
+            await hosted.paid.wait()  # a later step taken while the spend was still being written: its messages wait for it
+            if hosted.spend_refused is not None:
+                return  # the spend was refused: nothing derived from the records leaves
         for o in outputs:  # DONE: the release marks the charge spent at ProtocolStart, before the share leaves
             if isinstance(o, Record):
                 if o.entry.get("epsilon") != m.charge()["epsilon"]:

@@ -12,7 +12,9 @@ refused; the host keeps serving.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import time
 
 import grpc
 import pytest
@@ -123,4 +125,34 @@ def test_another_operator_sees_none_of_our_jobs_and_bad_submissions_are_refused(
                      lambda: host(ch).GetRelease(common_pb2.JobRef(job_id=mine.job_id), timeout=30),
                      lambda: host(ch).CancelJob(common_pb2.JobRef(job_id=mine.job_id), timeout=30)):
             assert_status(refused(call), grpc.StatusCode.NOT_FOUND)
+    assert_all_serving(fed)
+
+
+def test_an_ensemble_cancelled_while_its_vote_sum_is_announced_aborts_that_vote_sum(fed):
+    """node-3 is stopped (SIGSTOP): the curator's announcement of the ensemble's vote-sum DCA job hangs there, and the
+    operator cancels meanwhile. The vote sum exists (the other nodes have it): it is aborted with the ensemble, not
+    left running until its own deadline."""
+    log = fed.workdir / "curator" / "service.log"
+    before = len(log.read_text())
+    pid = fed.procs["node-3"].popen.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with operator_curator(fed) as ch:
+            first = host(ch).SubmitJob(ops.JobSubmission(hamm2016=ensemble_spec(simulation_seed=b"announce")), timeout=60)
+            vote_sum = None
+            for _ in range(600):  # the curator names the vote sum as it announces it (bounded wait on its log)
+                found = re.search(r"DCA job (dca-[0-9a-f]+): d=", log.read_text()[before:])
+                if found:
+                    vote_sum = found.group(1)
+                    break
+                time.sleep(0.05)
+            assert vote_sum is not None, "the vote sum was never announced"
+            host(ch).CancelJob(common_pb2.JobRef(job_id=first.job_id), timeout=60)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    with operator_curator(fed) as ch:
+        last = watched(ch, first.job_id)[-1]
+        assert last.terminal and last.problem == common_pb2.CANCELLED
+        summary = host(ch).GetJob(common_pb2.JobRef(job_id=vote_sum), timeout=60)
+        assert summary.terminal and summary.state == "FAILED", summary
     assert_all_serving(fed)

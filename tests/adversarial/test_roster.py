@@ -20,9 +20,11 @@ import os
 
 import grpc
 import numpy as np
+import pytest
 
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp.regression.plan import RegressionPlan
+from mpdp.regression.statistics import main_round_spec
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
@@ -71,6 +73,23 @@ def assert_nothing_spent(fed, job: str) -> None:
     for p in PARTIES:
         assert job not in ledger_job_ids(fed, p), f"{p} spent ε on a refused round"
     assert_ledgers_within_budget(fed)
+
+
+@pytest.mark.parametrize("round_name", ["std", "main"])
+def test_a_round_whose_dca_job_declares_a_smaller_sensitivity_than_its_statistic_is_refused_by_every_party(fed, round_name):
+    """An operator's DCA job over the parties, its noise calibrated to a Δ₂ a thousand times below what one record
+    changes the statistic by (for the clip box the request names): the release would carry a thousandth of the noise
+    the parties are charged ε for. Each party refuses it INVALID_JOB before it computes or spends anything."""
+    spec = PLAN.std_round() if round_name == "std" else main_round_spec(PLAN.bounds, 1.0, 1e-4, "corrected")
+    params = spec.dca_params("pending", len(PARTIES), NODES, records_per_client=100, roster=PARTIES, deadline_seconds=20.0).to_spec()
+    params.sensitivity = spec.sensitivity / 1000
+    job = create_dca(fed, params)
+    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic=f"linreg/{round_name}", bounds=list(spec.bounds),
+                                            records_per_client=100)
+    e = refused(lambda: request_round(fed, req, PARTIES))
+    assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
+    assert "sensitivity" in (e.details() or "") or "Δ₂" in (e.details() or "")
+    assert_nothing_spent(fed, job)
 
 
 def test_a_padded_roster_is_refused_by_the_curator_before_anyone_spends(fed):

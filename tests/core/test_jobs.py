@@ -216,3 +216,43 @@ def test_task_jobs_run_detached_end_cancelled_on_cancel_and_say_how_they_ended()
 
     asyncio.run(main())
     assert sorted(cleaned) == ["t-1", "t-2"]
+
+
+def test_a_second_cancel_does_not_cut_the_first_ones_cleanup_short():
+    """An operator who cancels a task job again while its cleanup runs (a vote sum being aborted at the nodes, then
+    dropped from memory) gets the same answer; the cleanup runs to its end and the job ends CANCELLED."""
+    import asyncio
+
+    P = jobs.P
+    cleaned: list[str] = []
+
+    async def main() -> None:
+        table: jobs.JobTable[jobs.TaskJob] = jobs.JobTable("t", jobs.task_outcome)
+        tasks: jobs.TaskJobs[str] = jobs.TaskJobs(table)
+        started, cleaning, finish = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def runs() -> str:
+            try:
+                started.set()
+                await asyncio.Event().wait()  # runs until cancelled
+                return "never"
+            finally:
+                cleaning.set()
+                await finish.wait()  # e.g. the nodes acknowledging the abort
+                cleaned.append("t-1")
+
+        job = jobs.TaskJob("RUNNING")
+        table.admit("t-1", job, 60.0)
+        tasks.start("t-1", job, runs)
+        await started.wait()
+        first = asyncio.ensure_future(tasks.cancel("t-1"))
+        await cleaning.wait()
+        second = asyncio.ensure_future(tasks.cancel("t-1"))
+        await asyncio.sleep(0)  # the second cancel has run its first step
+        finish.set()
+        assert await first and await second
+        record = table.record("t-1")
+        assert record is not None and record.state == "FAILED" and record.problem == P.CANCELLED
+
+    asyncio.run(main())
+    assert cleaned == ["t-1"]

@@ -3,6 +3,7 @@ steps 1–4)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -121,3 +122,21 @@ def test_validation_names_the_problem():
         st.main_round_spec([1.0] * 3, 1.0, 1e-5, "corrected", declared_bounds=[0.5] * 3)
     with pytest.raises(ValueError, match="finite"):
         st.suff_stats([np.nan] * 5, 2)
+
+
+@pytest.mark.parametrize("mode", ["corrected", "paper"])
+def test_a_party_takes_a_round_only_if_the_dca_job_is_calibrated_to_the_statistics_sensitivity(mode):
+    """check_round_job: the round's own DCA job passes; one declaring a smaller Δ₂ than the statistic has over the
+    request's clip box (less noise than the ε charged), or summing another number of values, is refused."""
+    c = (1.0, 2.0, 0.5, 1.5)
+    for spec in (st.std_round_spec(c, 0.3, 1e-5, mode), st.main_round_spec(c, 0.7, 1e-5, mode)):
+        params = spec.dca_params("dca-1", 3, ("n1", "n2", "n3"))
+        st.check_round_job(spec.round, c, params)
+        low = dataclasses.replace(params, sensitivity=spec.sensitivity * 0.99)
+        with pytest.raises(ValueError, match="sensitivity"):
+            st.check_round_job(spec.round, c, low)
+        with pytest.raises(ValueError, match="sensitivity"):  # the same job, a wider clip box in the request
+            st.check_round_job(spec.round, tuple(2 * b for b in c), params)
+        other = "main" if spec.round == "std" else "std"
+        with pytest.raises(ValueError, match="sums"):
+            st.check_round_job(other, c, params)
