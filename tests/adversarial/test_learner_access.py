@@ -97,3 +97,30 @@ def test_hostile_ids_name_no_job(fed, job_id):
             spec = _spec()
             spec.job_id = job_id  # a raw body: the client library would refuse it first
             assert_status(refused(lambda: stub.SubmitLearner(spec, timeout=20)), grpc.StatusCode.INVALID_ARGUMENT, job_id)
+
+
+def test_a_replayed_round_is_refused_by_every_party_and_spends_nothing(fed):
+    """Round 1 of a finished dp-gd job sent again to each party, straight from a certificate with the curator's
+    name (a curator replaying a round to get a second noisy gradient at the same iterate): each party refuses it
+    REPLAY (ALREADY_EXISTS) before it reads its data, and its ledger does not move."""
+    from mpdp.dpgd import wire as dpgd_wire
+    from mpdp.messages import contribution_pb2, contribution_pb2_grpc
+
+    from .conftest import ledger
+
+    with operator_curator(fed) as ch:
+        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
+        job = stub.SubmitLearner(_spec(rounds=1), timeout=60).job_id
+        for _ in stub.WatchLearner(common_pb2.JobRef(job_id=job), timeout=180):
+            pass
+        model = stub.GetLearnerModel(common_pb2.JobRef(job_id=job), timeout=30)
+    req = contribution_pb2.StatisticRequest(dca_job_id=model.dca_jobs[0], dataset="synthetic", statistic=dpgd_wire.STATISTIC, records_per_client=60,
+                                            dpgd=model.dpgd.plan, parties=PARTIES)
+    before = {p: ledger(fed, p)["entries"] for p in PARTIES}
+    rogue = mint(fed, "curator", "curator")
+    for p in PARTIES:
+        with channel(fed, p, rogue) as ch:
+            e = refused(lambda: contribution_pb2_grpc.ContributionPartyStub(ch).Contribute(req, timeout=60))
+        assert_status(e, grpc.StatusCode.ALREADY_EXISTS)
+        assert ledger(fed, p)["entries"] == before[p]
+    assert_ledgers_within_budget(fed)
