@@ -51,7 +51,6 @@ SERVICE = "mpdp.messages.LearnerCurator"
 ROLES = roles_by_method(SERVICE, {"SubmitLearner": ("operator",), "WatchLearner": ("operator",), "GetLearnerModel": ("operator",)})
 DEFAULT_DEADLINE = 600.0
 RESTARTED = "the curator restarted mid-job"
-CANCEL_WAIT = 5.0  # seconds `mpdp jobs cancel` waits for the job's task to abort its round and end
 
 
 # -- one adapter per learner: its role, its round's request, its stage, its release ------------------------------
@@ -293,9 +292,10 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         job = self._job(job_id)
         if job is None or job.machine.terminal or job.task is None or job.task.done():
             return False
-        job.stop = (problem, detail)
-        job.task.cancel()
-        await asyncio.wait({job.task}, timeout=CANCEL_WAIT)
+        if job.stop is None:  # a job already being stopped is not cancelled again (that would cut its cleanup short)
+            job.stop = (problem, detail)
+            job.task.cancel()
+        await asyncio.wait({job.task}, timeout=jobs.CANCEL_WAIT)
         return True
 
     # -- the job's task --------------------------------------------------------------------------------------------------
