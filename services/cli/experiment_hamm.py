@@ -83,7 +83,7 @@ def _table(result: dict) -> None:
 @click.option("--pate-delta", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=HAMM_PATE_DELTA,
               show_default=True, help="pate: the δ of its (ε, δ) guarantee (the other private methods are pure ε-DP).")
 @click.option("--protect-aux", is_flag=True,
-              help="Also protect one auxiliary sample (spec §3.4: soft sensitivity × (N+M−1)/N).")
+              help="Also protect one auxiliary sample (HCB16 §3.4: soft sensitivity × (N+M−1)/N).")
 @click.option("--indiv-parties", type=click.IntRange(min=1), default=1000, show_default=True,
               help="indiv = mean test accuracy of this many randomly chosen local classifiers (all if M is smaller).")
 @click.option("--max-aux", type=click.IntRange(min=2), default=None,

@@ -80,7 +80,7 @@ def _table(result: exp.Heikkila2017Result) -> None:
 @click.option("--grid-per-repeat", is_flag=True,
               help="Re-run the grid search inside every repeat with fresh synthetic data, as the authors' script did (repeats× slower).")
 @click.option("--paper-reader", is_flag=True,
-              help="Reproduce the authors' wine reader (last row dropped, an all-zero row added; dca.md §4.7 g): puts MAE on the paper's scale. No effect on abalone.")
+              help="Reproduce the authors' wine reader (last row dropped, an all-zero row added; docs/experiments/heikkila2017.md): puts MAE on the paper's scale. No effect on abalone.")
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Seed of the splits, the grid search and the seeded noise generators (simulation: reproducible, not private).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,

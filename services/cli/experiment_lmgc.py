@@ -63,7 +63,7 @@ def _table(result: dict) -> None:
 @click.option("--ridge-floor", type=click.FloatRange(min=0), default=1e-3, show_default=True,
               help="Minimum ridge Δ of the corrected mechanism; Δ = max(floor, Δ(ε/2)) and ε_J is recomputed from it.")
 @click.option("--jacobian-share", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.5, show_default=True,
-              help="Share of ε spent on the Jacobian term when Δ comes from ε (lmgc.md §2.5 step 1).")
+              help="Share of ε spent on the Jacobian term when Δ comes from ε (Pathak & Raj, the corrected calibration; docs/experiments/lmgc.md).")
 @click.option("--lr-reg", type=click.FloatRange(min=0, min_open=True), default=1e-5, show_default=True,
               help="L2 weight Λ of non-private multinomial LR, (Λ/2)‖W‖².")
 @click.option("--lr-reg-dp", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True,

@@ -17,6 +17,10 @@ from mpdp_services.cli.errors import CliError, from_rpc
 from mpdp_services.cli.options import deprecated, endpoints_option, renamed_option
 from mpdp_services.operator.pathak2010 import MODES
 from mpdp.limits import DEFAULT_DELTA
+from mpdp.registry import models as _registered_models
+
+# `mpdp train --model`: every registered model trained from a dataset name alone (regression has `mpdp regress`)
+TRAIN_MODELS = [m for m, p in _registered_models().items() if p.name != "regression"]
 
 if TYPE_CHECKING:  # numpy, gRPC, rich and the protocol cores load when a command runs, not for its --help
     from mpdp.messages import pathak2010_pb2 as pb
@@ -198,7 +202,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True), default=None,
               help=f"δ of gaussian-distributed, dp-gd and pate jobs  [default: {DEFAULT_DELTA:g}; pure ε-DP noise takes none]")
 @click.option("--colluders", type=click.IntRange(min=0), default=None, help="gaussian-distributed: t, parties that may pool their noise (default max(1, K−2))")
-@click.option("--model", type=click.Choice(["logreg", "lmgc", "hamm2016", "dp-gd"]), default="logreg", show_default=True,
+@click.option("--model", type=click.Choice(TRAIN_MODELS), default="logreg", show_default=True,
               help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average; "
                    "hamm2016: parties vote on the curator's public auxiliary data, the votes are summed by the DCA compute nodes, the curator releases a DP global classifier; "
                    "dp-gd: DP gradient descent over the DCA (parties submit noisy clipped gradient sums each round, the curator steps; binary or softmax logistic regression)")
@@ -212,7 +216,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--classes", default="-1,1", show_default=True, help="hamm2016: the class labels, comma-separated (binary: the second is +1)")
 @click.option("--compute-nodes", default="", help="hamm2016: comma-separated compute nodes that sum the votes (default: all in endpoints.json)")
 @click.option("--max-missing", type=int, default=0, show_default=True, help="hamm2016: voters that may drop out")
-@click.option("--protect-aux", is_flag=True, help="hamm2016: also protect one auxiliary point (§3.4)")
+@click.option("--protect-aux", is_flag=True, help="hamm2016: also protect one auxiliary point (HCB16 §3.4)")
 @renamed_option("--local-lam", "--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lam)")
 @click.option("--dimension", type=int, default=0, help="dp-gd: the number of features d every party's dataset has")
 @click.option("--total-records", type=int, default=0, help="dp-gd: the public total row count N (replace-one adjacency)")

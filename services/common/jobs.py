@@ -351,6 +351,7 @@ class TaskJobs(Generic[T]):
 
     def __init__(self, table: "JobTable[Any]", folder: "Path | None" = None) -> None:
         self.table = table
+        self.reaper = Reaper(table, self._expire)  # a job past its deadline is stopped like a cancel, PEER_UNREACHABLE
         # ``folder``: where a running job leaves a durable mark, and a failed one its failure, so that a curator killed
         # mid-job reports the job FAILED after its restart (:meth:`recover`) instead of not knowing it
         self.folder = folder
@@ -404,20 +405,27 @@ class TaskJobs(Generic[T]):
 
         job.task = asyncio.ensure_future(body())
         job.task.add_done_callback(_retrieved)
+        self.reaper.ensure_running()
 
     def stage(self, job_id: str, job: TaskJob, state: str) -> None:
         job.state = state
         self.table.observe(job_id)
         changes.bump()
 
+    async def _expire(self, job_id: str) -> None:
+        await self._stop(job_id, (P.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline"))
+
     async def cancel(self, job_id: str) -> bool:
         """Stop the job (it ends FAILED, CANCELLED; its own ``finally`` cleans up); False if it is not running. A job
         already being stopped is not cancelled again (that would cut its cleanup short): the call waits like the first."""
+        return await self._stop(job_id, (P.CANCELLED, f"job {job_id} was cancelled by the operator"))
+
+    async def _stop(self, job_id: str, why: tuple[int, str]) -> bool:
         job = self.table.get(job_id)
         if not isinstance(job, TaskJob) or job.task is None or job.task.done():
             return False
         if job.stop is None:
-            job.stop = (P.CANCELLED, f"job {job_id} was cancelled by the operator")
+            job.stop = why
             job.task.cancel()
         await asyncio.wait({job.task}, timeout=CANCEL_WAIT)
         return True

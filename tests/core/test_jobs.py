@@ -256,3 +256,33 @@ def test_a_second_cancel_does_not_cut_the_first_ones_cleanup_short():
 
     asyncio.run(main())
     assert cleaned == ["t-1"]
+
+
+def test_a_task_job_past_its_deadline_is_stopped_like_a_cancel():
+    """TaskJobs sweep their table: a job still running past its deadline ends FAILED, PEER_UNREACHABLE, and its own
+    cleanup runs (the vote sum of an ensemble is aborted the same way as on a cancel)."""
+    import asyncio
+
+    cleaned: list[str] = []
+
+    async def main() -> None:
+        table: jobs.JobTable[jobs.TaskJob] = jobs.JobTable("t", jobs.task_outcome)
+        tasks: jobs.TaskJobs[str] = jobs.TaskJobs(table)
+
+        async def forever() -> str:
+            try:
+                await asyncio.Event().wait()
+                return "never"
+            finally:
+                cleaned.append("t-late")
+
+        job = jobs.TaskJob("RUNNING")
+        table.admit("t-late", job, 0.0)  # already past its deadline: the first sweep stops it
+        tasks.start("t-late", job, forever)
+        with pytest.raises(errors.Refused) as e:
+            await asyncio.wait_for(tasks.wait("t-late"), 30)
+        assert e.value.problem == jobs.P.PEER_UNREACHABLE and table.record("t-late").state == "FAILED"
+        tasks.reaper.stop()
+
+    asyncio.run(main())
+    assert cleaned == ["t-late"]
