@@ -13,6 +13,7 @@ import click
 from mpdp_services.cli.main import cli
 
 WIDTH = 100  # fixed, so the page does not depend on the terminal
+HELP = ["-h", "--help"]  # as every command has it under `mpdp` (click remembers a command's help option once built)
 
 HEADER = """# The `mpdp` command line
 
@@ -53,7 +54,7 @@ Generated from the commands by `python tools/gen_cli_docs.py > docs/cli.md` (a t
 
 
 def _section(cmd: click.Command, path: list[str], out: list[str]) -> None:
-    ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=WIDTH, max_content_width=WIDTH)
+    ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=WIDTH, max_content_width=WIDTH, help_option_names=HELP)
     if isinstance(cmd, click.Group):
         for name in cmd.list_commands(ctx):
             sub = cmd.get_command(ctx, name)
@@ -68,7 +69,7 @@ def _section(cmd: click.Command, path: list[str], out: list[str]) -> None:
 
 def _command(cmd: click.Command, path: list[str], out: list[str]) -> None:
     _relative_defaults(cmd)
-    ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=WIDTH, max_content_width=WIDTH)
+    ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=WIDTH, max_content_width=WIDTH, help_option_names=HELP)
     out.append(f"## `{' '.join(path)}`\n")
     out.append("```text")
     out.append(cmd.get_help(ctx).rstrip())

@@ -18,22 +18,39 @@ from mpdp_services.cli.errors import CliError
 
 
 def probe(address: str, tls_dir: Path, server_name: str | None, service: str, timeout: float) -> tuple[bool, str]:
-    """One Health.Check call; returns (serving, what happened)."""
-    import grpc
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+    """One Health.Check call (two when the server's name must be found); returns (serving, what happened)."""
     cert, key, ca = (tls_dir / "site.crt", tls_dir / "site.key", tls_dir / "ca.crt")
     missing = [str(p) for p in (cert, key, ca) if not p.exists()]
     if missing:
         return False, f"TLS files missing: {', '.join(missing)}"
-    if server_name is None:  # default: the name on the certificate the server presents (signed by this federation's CA)
-        try:
-            der = _server_certificate(address, cert, key, ca, timeout)
-        except (OSError, ValueError) as e:
-            return False, f"{address}: not reachable over TLS with this federation's CA: {e}"
-        server_name = str(x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+    if server_name is not None:
+        return _check(address, cert, key, ca, server_name, service, timeout)
+    # default: this site's own name (a service probing itself, as a container health check does), else the name on the
+    # certificate the server presents, signed by this federation's CA (an operator probing another site)
+    own = _common_name(cert.read_bytes(), pem=True)
+    ok, what = _check(address, cert, key, ca, own, service, timeout)
+    if ok or ": UNAVAILABLE:" not in what:  # it answered (serving or not): the name was right
+        return ok, what
+    try:
+        der = _server_certificate(address, cert, key, ca, timeout)
+    except (OSError, ValueError) as e:
+        return False, f"{what}; and {address} is not reachable over TLS with this federation's CA: {e}"
+    found = _common_name(der, pem=False)
+    return (ok, what) if found == own else _check(address, cert, key, ca, found, service, timeout)
+
+
+def _common_name(data: bytes, *, pem: bool) -> str:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    c = x509.load_pem_x509_certificate(data) if pem else x509.load_der_x509_certificate(data)
+    return str(c.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+
+
+def _check(address: str, cert: Path, key: Path, ca: Path, server_name: str, service: str, timeout: float) -> tuple[bool, str]:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes(), private_key=key.read_bytes(), certificate_chain=cert.read_bytes())
     with grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", server_name)]) as ch:
         try:
@@ -67,7 +84,8 @@ def _server_certificate(address: str, cert: Path, key: Path, ca: Path, timeout: 
 @click.command("health")
 @click.option("--address", required=True, help="host:port of the service")
 @click.option("--tls-dir", required=True, type=click.Path(file_okay=False, exists=True), help="folder with site.crt, site.key, ca.crt (any certificate of the federation)")
-@click.option("--server-name", default=None, help="site name to verify in the server's certificate  [default: the name on the certificate it presents, signed by the CA of --tls-dir]")
+@click.option("--server-name", default=None, help="site name to verify in the server's certificate  [default: this site's own name if the server "
+              "has it, else the name on the certificate the server presents, signed by the CA of --tls-dir]")
 @click.option("--service", default="", help="health service name, e.g. mpdp.messages.Party (party registered with the curator)  [default: the server]")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="seconds per attempt")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="keep asking for up to this many seconds until SERVING")

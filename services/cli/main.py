@@ -20,7 +20,7 @@ COMMANDS = {
     "jobs": Lazy(_CLI + "operate:jobs", "See, follow and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles, dp-gd, regression)."),
     "health": Lazy(_CLI + "health:health", "Exit 0 if the service at ADDRESS reports SERVING over mutual TLS, else 1 with the reason."),
     "ledger": Lazy(_CLI + "ledger:ledger", "Read a party's privacy ledger."),
-    "model": Lazy(_CLI + "model:model", "Released models of curator-hosted learner jobs (dp-gd, regression)."),
+    "model": Lazy(_CLI + "model:model", "Released models of every protocol's jobs, from the curator's job host."),
     "predict": Lazy(_CLI + "jobs:predict", "Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."),
     "profile": Lazy(_CLI + "profile:profile", "Connection profiles: named endpoints files, chosen with --profile or MPDP_PROFILE."),
     "provision": Lazy(_CLI + "provision:provision", "Provision a federation: a CA, a certificate per site, each site's config and README."),

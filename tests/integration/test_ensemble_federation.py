@@ -179,12 +179,12 @@ def test_multiclass_majority_vote_job(fed):
 def test_bad_jobs_are_refused_and_nothing_is_published(fed, change, code, words):
     ep = Endpoints.load(fed.workdir)
     with curator_channel(fed, site_tls(fed, "operator")) as ch:
-        before = set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*"))
+        before = set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*.binpb"))
         ledgers = {p: (fed.workdir / p / "state" / "ledger.json").read_text() for p in PARTIES}
         with pytest.raises(grpc.RpcError) as err:
             pb_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec(**change), timeout=120)
     assert err.value.code() == code and words in err.value.details(), err.value.details()
-    assert set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*")) == before
+    assert set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*.binpb")) == before
     assert {p: (fed.workdir / p / "state" / "ledger.json").read_text() for p in PARTIES} == ledgers  # nobody spent ε
     assert Endpoints.load(fed.workdir)  # the federation still serves: the next test runs a job
 
