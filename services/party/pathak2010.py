@@ -315,8 +315,10 @@ class PathakParty(pb_grpc.PartyServicer):
             hosted.spend_refused = (Problem.INTERNAL, f"party {self.cfg.name} cannot use its privacy ledger; see its log")
         finally:
             hosted.paid.set()
-        if hosted.spend_refused is not None:
-            await hosted.fail(Problem.BUDGET_EXCEEDED, f"party {self.cfg.name} cannot pay job {m.job_id}")
+        if hosted.spend_refused is not None:  # the job fails with the spend's own Problem (a broken ledger is not a budget)
+            problem = hosted.spend_refused[0]
+            await hosted.fail(problem, f"party {self.cfg.name} cannot pay job {m.job_id}" if problem == Problem.BUDGET_EXCEEDED
+                              else f"party {self.cfg.name} cannot use its privacy ledger")
             return False
         if hosted.spent_after is None:  # the messages after the Spend come after the spend: a failure from here keeps it
             hosted.spent_after = hosted.spend_mark
