@@ -148,6 +148,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
             raise click.BadParameter(f"{item!r}: use NAME=PARTY:PATH")
         ds.setdefault(party, {})[name] = {"path": str(Path(path).resolve())}
     _apply_schemas(ds, schemas)
+    _libsvm_dimensions(ds)
     nodes = [f"node-{k + 1}" for k in range(n_nodes)]
     aux: dict[str, dict] = {}
     for item in auxiliary:
@@ -567,6 +568,48 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
     except ValueError:
         pass  # unlabelled or other labels: no accuracy
     print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+
+
+def _libsvm_dimensions(ds: dict[str, dict[str, dict]]) -> None:
+    """LIBSVM parts of one dataset (no schema) are read with the same d: the largest feature index in any part. A
+    LIBSVM file lists only its non-zero features, so a part whose rows never use the last index would otherwise read
+    with fewer columns than the other parts (a9a split three ways: 122, 123, 122)."""
+    dims: dict[str, list[tuple[dict, int]]] = {}
+    for per in ds.values():
+        for name, entry in per.items():
+            if "schema" in entry:
+                continue
+            d = _libsvm_max_index(Path(entry["path"]))
+            if d is not None:
+                dims.setdefault(name, []).append((entry, d))
+    for parts in dims.values():
+        d = max(v for _, v in parts)
+        for entry, _ in parts:
+            entry.update(format="libsvm", n_features=d)
+
+
+def _libsvm_max_index(path: Path) -> int | None:
+    """The largest feature index of a LIBSVM file ("label idx:value ..."), or None if the file is not LIBSVM."""
+    import gzip
+
+    if not path.is_file() or path.suffix.lower() in (".csv", ".parquet"):
+        return None
+    most = 0
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as f:
+            for line in f:
+                tokens = line.split("#", 1)[0].split()
+                if not tokens:
+                    continue
+                for t in tokens[1:]:
+                    index, sep, _ = t.partition(":")
+                    if not sep or not index.isdigit():
+                        return None
+                    most = max(most, int(index))
+    except (OSError, UnicodeDecodeError):
+        return None
+    return most or None
 
 
 def _apply_schemas(ds: dict[str, dict[str, dict]], schemas: tuple[str, ...]) -> None:

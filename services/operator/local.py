@@ -55,7 +55,7 @@ def predict_local(ep: Endpoints, job_id: str, data_path: str, fmt: str, party: s
     rel = s.aggregate if party == "average" else next((r for r in s.releases if r.party == party), None)
     if rel is None or not rel.theta:
         raise ValueError(f"job {job_id} has no release {party!r}: {s.aggregate_statement if party == 'average' else 'unknown party'}")
-    X, y = load(data_path, fmt)
+    X, y = load(data_path, fmt, n_features=rel.dimension - 1 if fmt != "csv" else None)  # LIBSVM lists non-zero features only
     if X.shape[1] + 1 != rel.dimension:
         raise ValueError(f"{data_path} has {X.shape[1]} features, the model expects {rel.dimension - 1}")
     pred = predict(rel, X)
