@@ -1,10 +1,10 @@
 """DCA at a million clients: M compute-node processes, a curator, mutual TLS, batched shares.
 
     python benchmarks/dca_million.py [--clients 1000000] [--dimension 10] [--nodes 3] [--seed-compressed]
-        [--roster range|open] [--batch-bytes 4194304] [--in-flight 2] [--repeats 1] [--json FILE]
+        [--roster range|open] [--batch-bytes 4194304] [--in-flight 2] [--repeats 1] [--fresh] [--json FILE]
 
-``--clients`` takes a comma-separated list (e.g. ``100000,200000,500000,1000000``) to show the trend in N; every N runs
-in the same federation, smallest first. One job per repeat, measured exactly as in ``benchmarks/dca_table1.py``
+``--clients`` takes a comma-separated list (e.g. ``100000,200000,500000,1000000``) to show the trend in N, smallest
+first, all in one federation or, with ``--fresh``, each N in a new one (so that every N's node RSS starts alike). One job per repeat, measured exactly as in ``benchmarks/dca_table1.py``
 (``run_job``: the client process builds and sends ShareBatch messages over one long-lived TLS channel per node,
 the nodes account each client, agree on the received set and release; the release is checked against Σ z_i).
 Per job, beside ``dca_table1``'s fields (seconds, client_seconds, node_seconds, node_peak_rss_mb_each, CPU):
@@ -32,23 +32,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dca_table1 import load_average, mem_gib, parse_ints, run_job  # noqa: E402
+from mpdp.dca.client import ClientCohort, CohortBatch  # noqa: E402
 from mpdp_services.dca_client import client as dca_client  # noqa: E402
-from mpdp_services.dca_client.client import _timed_batches  # noqa: E402
+from mpdp_services.dca_client.client import SubmitReport, _timed_batches  # noqa: E402
 from mpdp_services.launcher.federation import LocalFederation  # noqa: E402
 
 
 SENT = {"message_bytes": 0}
 
 
-def _counted_batches(*args, **kwargs):  # type: ignore[no-untyped-def]
+def _counted_batches(cohort: ClientCohort, batch_size: int, report: SubmitReport) -> Iterator[CohortBatch]:
     """The load generator's batches, unchanged, their serialised ShareBatch bytes added to ``SENT`` as they go."""
-    for b in _timed_batches(*args, **kwargs):
+    for b in _timed_batches(cohort, batch_size, report):
         SENT["message_bytes"] += sum(m.ByteSize() for m in b.batches)
         yield b
 
