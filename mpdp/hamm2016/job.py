@@ -48,6 +48,14 @@ MAX_AUX_ROWS = limits.MAX_AUX_ROWS
 MAX_CLASSES = limits.MAX_CLASSES
 MAX_VOTE_DIMENSION = 1 << 20  # the DCA's largest vector (mpdp.dca.params.MAX_DIMENSION)
 MAX_MULTICLASS_PARAMETERS = 4096  # (C·d)² Hessian: 128 MiB
+VOTE_VALIDATION = "range"  # each vote entry proven in [−1, 1] (the DCA's range predicate, clip bound 1)
+MAX_VALIDATED_VOTES = limits.MAX_VALIDATED_DIMENSION
+VALIDATED_VOTES = (
+    " Every voter proves on its secret shares that each entry of its vote vector lies in [−1, 1] (fully linear proof, "
+    "soundness error ≤ 2^-60); an invalid vote vector is dropped like a missing voter and counted, never named. A malicious "
+    "voter therefore moves each count by at most one vote up or down (a multiclass point's margin by at most two), "
+    "whatever its software does."
+)
 TRUST_MODEL = (
     "honest-but-curious parties, compute nodes and curator; at least one compute node does not collude with the curator. "
     "The curator sees the public auxiliary features, the summed vote counts per auxiliary point and the number of voters "
@@ -100,6 +108,9 @@ def check_size(spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> None:
     C = len(spec.classes)
     if vote_dimension(n, C) > MAX_VOTE_DIMENSION:
         raise EnsembleJobError(f"N·C = {n}·{C} vote entries per party exceed {MAX_VOTE_DIMENSION}; use fewer auxiliary rows")
+    if validated(spec) and vote_dimension(n, C) > MAX_VALIDATED_VOTES:
+        raise EnsembleJobError(f"validated votes hold at most {MAX_VALIDATED_VOTES} entries, N·C = {n}·{C}; use fewer auxiliary rows (pate: queries) "
+                               "or take the votes unvalidated")
     if C > 2 and C * d > MAX_MULTICLASS_PARAMETERS:
         raise EnsembleJobError(f"C·d = {C}·{d} parameters exceed {MAX_MULTICLASS_PARAMETERS} (the exact Newton fit needs a (C·d)² Hessian)")
 
@@ -130,12 +141,30 @@ def pate_queries(spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(X[first])
 
 
+def validated(spec: pb.EnsembleJobSpec) -> bool:
+    """Whether the vote sum proves every vote vector valid (the default; ``unvalidated`` opts out)."""
+    return not spec.unvalidated
+
+
+def trust_model(spec: pb.EnsembleJobSpec) -> str:
+    base = TRUST_MODEL_PATE if spec.method == PATE else TRUST_MODEL
+    if not validated(spec):
+        return base
+    return base.replace("honest-but-curious parties, compute nodes", "parties whose vote vectors are proven valid (possibly malicious), honest-but-curious compute nodes", 1) + VALIDATED_VOTES
+
+
 def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
     """The DCA job that adds up the parties' vote vectors (entries 0/1, so clip bound 1).
 
     soft/vote: a secure sum (no noise; the curator's output perturbation is the mechanism). pate: a DCA Gaussian
     job with Δ₂ = √Q·Δ (:func:`pate_sensitivity`) at the job's (ε, δ): every voter adds N(0, σ_std²/(M − T − 1))
-    per entry (Thm 1), so the sum the curator receives is already (ε, δ)-DP."""
+    per entry (Thm 1), so the sum the curator receives is already (ε, δ)-DP.
+
+    Validated (the default): every vote vector is proven on its shares to have each entry in [−1, 1]
+    (:data:`VOTE_VALIDATION`; the DCA's one-hot predicate is one-hot over the whole vector, not per point, so the
+    range is what holds a vote of Q points); pate's noise is then the distributed discrete Gaussian, whose
+    (ε, δ) the DCA's calibration gives for the same Δ₂."""
+    check = validated(spec)
     if spec.method == PATE:
         return DcaParams(
             job_id=job_id,
@@ -152,6 +181,8 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
             simulation_seed=spec.simulation_seed,
             roster=tuple(spec.parties),
             purpose="hamm2016/pate-votes",
+            noise="discrete-gaussian" if check else "gaussian",
+            validate=VOTE_VALIDATION if check else "none",
         )
     return DcaParams(
         job_id=job_id,
@@ -169,6 +200,7 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
         roster=tuple(spec.parties),
         purpose="hamm2016/votes",
         secure_sum=True,
+        validate=VOTE_VALIDATION if check else "none",
     )
 
 
@@ -329,7 +361,7 @@ def curator_release(job_id: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray, vo
         epsilon=spec.epsilon,
         sensitivity=params.sensitivity,
         guarantee=common_pb2.Guarantee(**g.as_dict()),
-        trust_model=TRUST_MODEL,
+        trust_model=trust_model(spec),
         dca_job_id=vote_sum.job_id,
         seeded=bool(spec.simulation_seed),
     )
@@ -369,7 +401,7 @@ def pate_release(job_id: str, spec: pb.EnsembleJobSpec, X_query: np.ndarray, vot
         epsilon=g.epsilon,
         sensitivity=g.sensitivity,
         guarantee=common_pb2.Guarantee(**guarantee.as_dict()),
-        trust_model=TRUST_MODEL_PATE,
+        trust_model=trust_model(spec),
         dca_job_id=vote_sum.job_id,
         seeded=bool(spec.simulation_seed),
     )

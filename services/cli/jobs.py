@@ -224,8 +224,9 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--records-per-party", type=int, default=0, help="dp-gd: public bound on one party's row count")
 @click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
 @click.option("--validate", type=click.Choice(("on", "none")), default="on", show_default=True,
-              help="dp-gd and hamm2016 pate: every party proves on its shares that its round vector (dp-gd: ℓ2 ball of the public row bound × the clip) "
-                   "or its votes (pate: one-hot per teacher and point) are valid, over discrete Gaussian noise; none: Gaussian noise, no proofs (honest-but-curious parties)")
+              help="dp-gd and hamm2016: every party proves on its secret shares that its round vector (dp-gd: in the ℓ2 ball of the public row bound × the clip) "
+                   "or its vote vector (hamm2016: every entry in [−1, 1]) is valid, with discrete Gaussian noise where the sum adds noise; "
+                   "none: no proofs, Gaussian noise (honest-but-curious parties)")
 @click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")
 @click.option("--detach", is_flag=True, help="print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it, "
@@ -268,7 +269,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset, auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon, classes=classes.split(","),
                                             parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam,
                                             delta=delta_used if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
-                                            schema_sha256=schema_sha256)
+                                            schema_sha256=schema_sha256, unvalidated=validate == "none")
         if detach:
             _detached(endpoints, as_json, hamm2016=spec)
             return
