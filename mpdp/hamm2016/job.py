@@ -28,6 +28,7 @@ import numpy as np
 
 from mpdp import accounting, limits
 from mpdp.data.dataset import DoesNotFit
+from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.hamm2016 import pate
@@ -165,6 +166,8 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
     range is what holds a vote of Q points); pate's noise is then the distributed discrete Gaussian, whose
     (ε, δ) the DCA's calibration gives for the same Δ₂."""
     check = validated(spec)
+    if spec.method == PATE and check:
+        return _validated_pate_job(spec, job_id, n_aux)
     if spec.method == PATE:
         return DcaParams(
             job_id=job_id,
@@ -181,8 +184,6 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
             simulation_seed=spec.simulation_seed,
             roster=tuple(spec.parties),
             purpose="hamm2016/pate-votes",
-            noise="discrete-gaussian" if check else "gaussian",
-            validate=VOTE_VALIDATION if check else "none",
         )
     return DcaParams(
         job_id=job_id,
@@ -202,6 +203,25 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
         secure_sum=True,
         validate=VOTE_VALIDATION if check else "none",
     )
+
+
+def _validated_pate_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
+    """pate's validated vote sum: the largest f ≤ PATE_FRAC_BITS whose circuit fits Field64 (the noise's ℓ2 check
+    needs d·(its entry bound)² < p; votes are integers, so any f rounds them exactly)."""
+    last: InvalidJob | None = None
+    for f in range(PATE_FRAC_BITS, 3, -1):
+        try:
+            return DcaParams(
+                job_id=job_id, dimension=vote_dimension(n_aux, len(spec.classes)), clients=len(spec.parties), max_missing=spec.max_missing,
+                epsilon=spec.epsilon, delta=spec.delta, sensitivity=pate_sensitivity(n_aux, len(spec.classes)), nodes=tuple(spec.compute_nodes),
+                frac_bits=f, clip_bounds=(1.0,), deadline_seconds=spec.deadline_seconds or DEFAULT_DEADLINE, simulation_seed=spec.simulation_seed,
+                roster=tuple(spec.parties), purpose="hamm2016/pate-votes", noise="discrete-gaussian", validate=VOTE_VALIDATION,
+            )
+        except InvalidJob as e:
+            if not str(e).startswith("validation"):
+                raise
+            last = e
+    raise EnsembleJobError(f"no validated vote sum fits: {last}; take fewer queries or the votes unvalidated")
 
 
 def ensemble_params(spec: pb.EnsembleJobSpec, n_aux: int, voters: int) -> EnsembleParams:
