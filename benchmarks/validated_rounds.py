@@ -15,7 +15,11 @@ proofs):
   ``votes`` (the parties fit, vote, prove and send their shares) and ``vote_sum`` (closing the sum to its release,
   the nodes' decisions included), and the whole job (``job``).
 
-Medians over ``--repeats`` runs after one warm-up per mode, the modes alternating.
+Medians over ``--repeats`` runs after one warm-up per mode, the modes alternating. At these sizes a round's wall time
+is dominated by the services' round trips, so the per-contribution core costs are measured too (``core``, one
+process, ``--sample`` draws): a party's contribution (``client_ms``: noise, rounding, for a validated job the bits,
+Field64 shares and the proof; ``bytes`` to all M nodes) and one node's work for it (``node_ms``: its verifier share
+and output share, plus the decision from the M records; unvalidated: unpacking the share), for the same DCA jobs.
 
 Figures are wall times on a shared 2-core machine (other jobs running; the load average is recorded): indicative.
 """
@@ -32,7 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
+from mpdp.dca import sharing, validation
+from mpdp.dca.client import ClientMachine
+from mpdp.dca.params import DcaParams
 from mpdp.dpgd.model import Task
+from mpdp.hamm2016 import job as hamm
+from mpdp.hamm2016.labels import party_votes
+from mpdp.math.drbg import Drbg
+from mpdp.protocol import Send
 from mpdp.dpgd.plan import DpgdPlan
 from mpdp.messages import hamm2016_pb2 as pb
 from mpdp_services.common.endpoints import Endpoints
@@ -100,6 +111,53 @@ def alternate(repeats: int, once) -> dict[str, dict]:
     return {m: medians(v) for m, v in runs.items()}
 
 
+def core_cost(params: DcaParams, z: np.ndarray, sample: int) -> dict:
+    """Per contribution: one party's ClientMachine submit, and one node's check (validated: + the decision)."""
+    t_client, t_node = [], []
+    nbytes = 0
+    for i in range(sample):
+        t0 = time.perf_counter()
+        sends = [o for o in ClientMachine(params, "party-1", z, Drbg.from_os(), record=False).submit() if isinstance(o, Send)]
+        t_client.append(time.perf_counter() - t0)
+        nbytes = sum(len(o.message.SerializeToString()) for o in sends)
+        t0 = time.perf_counter()
+        if params.validation is None:
+            sharing.unpack_u64(sends[1].message.masked_vector, params.dimension)
+            t_node.append(time.perf_counter() - t0)
+            continue
+        key, records = os.urandom(32), []
+        for k, o in enumerate(sends):
+            v = o.message.validated
+            share = validation.ShareForNode(v.measurement, v.proof, v.share_seed, v.blind, v.joint_rand_parts)
+            t0 = time.perf_counter()
+            _, rec = validation.check_share(params.validation, share, job_id=params.job_id, client_id="party-1", k=k, nodes=params.M,
+                                            seeded=params.seed_compressed, verify_key=key)
+            if k == 1:
+                t_node.append(time.perf_counter() - t0)
+            records.append(rec)
+        t0 = time.perf_counter()
+        assert validation.decide(params.validation, records)
+        t_node[-1] += time.perf_counter() - t0
+    return {"client_ms": 1e3 * statistics.median(t_client), "node_ms": 1e3 * statistics.median(t_node), "bytes": nbytes}
+
+
+def core_costs(d: int, rows: int, rounds: int, queries: list[int], classes: int, sample: int) -> list[dict]:
+    out = []
+    g = np.random.default_rng(3)  # public simulation data
+    for mode in MODES:
+        plan = dpgd_plan(d, rows, rounds, mode)
+        for r in (0, 1):
+            params = plan.dca_params(r, "dca-bench", len(PARTIES), NODES, records_per_client=rows, max_missing=1, roster=PARTIES)
+            z = g.uniform(-1, 1, params.dimension)
+            z *= 0.5 * plan.l2_bound(r, rows) / np.linalg.norm(z)
+            out.append({"protocol": "dpgd", "round": r, "mode": mode, "dimension": params.dimension, "frac_bits": params.frac_bits, **core_cost(params, z, sample)})
+        for q in queries:
+            params = hamm.vote_job(pate_spec(q, classes, mode), "dca-bench", q)
+            z = party_votes(g.integers(0, classes, size=q), classes)
+            out.append({"protocol": "pate", "mode": mode, "dimension": params.dimension, "frac_bits": params.frac_bits, **core_cost(params, z, sample)})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--features", type=int, default=10)
@@ -108,9 +166,17 @@ def main() -> None:
     ap.add_argument("--queries", default="100,1000", help="pate Q values, comma-separated")
     ap.add_argument("--classes", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sample", type=int, default=5, help="draws per core cost")
+    ap.add_argument("--core-only", action="store_true", help="only the in-process core costs (no federation)")
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "validated_rounds.json")
     a = ap.parse_args()
     rows: list[dict] = []
+    core = core_costs(a.features, a.rows, a.rounds, [int(v) for v in a.queries.split(",")], a.classes, a.sample)
+    for c in core:
+        print(f"core  {c['protocol']:>5} {c['mode']:>11}: d = {c['dimension']:>5} (f = {c['frac_bits']}), party {c['client_ms']:8.1f} ms, "
+              f"node {c['node_ms']:7.1f} ms, {c['bytes'] / 1e3:8.1f} kB to the nodes", flush=True)
+    if a.core_only:
+        return
     with tempfile.TemporaryDirectory(prefix="mpdp-bench-valid-") as tmp:
         root = Path(tmp)
         ds, aux = write_data(root, a.features, a.rows, a.classes)
@@ -134,7 +200,7 @@ def main() -> None:
                     print(f"pate  {mode:>11}: Q·C = {rows[-1]['dimension']}, seconds {({k: round(v, 2) for k, v in got[mode].items()})}", flush=True)
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps({"benchmark": "validated_rounds", "parties": len(PARTIES), "nodes": len(NODES), "tls": True, "max_missing": 1,
-                                  "load_average": os.getloadavg(), "rows": rows}, indent=2))
+                                  "load_average": os.getloadavg(), "core": core, "rows": rows}, indent=2))
     print(f"wrote {a.json}")
 
 
