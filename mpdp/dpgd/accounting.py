@@ -70,7 +70,7 @@ def zcdp_rho(mu: float) -> float:
 # a ρ-zCDP mechanism is (α, αρ)-RDP, converted to (ε, δ) by Canonne, Kamath & Steinke 2020 (Prop. 12). Each round
 # also differs from the accounted one with probability ≤ TV_ROUND (a noise-caused refusal, mpdp.dca.discrete's
 # p_fail), which costs (1 + e^ε)·Σ tv in δ.
-TV_ROUND = 2.0**-60  # the largest p_fail a validated round may have (a real one is ≈ (N + 2)·2^-96)
+TV_ROUND = 2.0**-80  # the largest p_fail a validated round may have (a real one is ≈ (N + 2)·2^-96, so N < 2^16 parties)
 _ALPHAS = np.concatenate([1.0 + np.logspace(-4, 0, 400), np.logspace(0.302, 6, 1600)])
 
 

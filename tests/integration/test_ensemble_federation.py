@@ -287,7 +287,7 @@ def test_vote_sums_are_validated_by_default(fed):
     """Without ``unvalidated`` every voter proves each vote entry in [−1, 1] on its shares (pate: over the discrete
     Gaussian, δ at most the one asked for); honest voters are never rejected, and the release says what was proven."""
     ep = Endpoints.load(fed.workdir)
-    for kw in ({}, {"method": "pate", "epsilon": 200.0, "delta": 1e-6, "queries": 40, "simulation_seed": b"hamm-valid"}):
+    for kw in ({}, {"method": "pate", "epsilon": 20.0, "delta": 1e-6, "queries": 40, "simulation_seed": b"hamm-valid"}):
         s = spec(unvalidated=False, **kw)
         rel = train_ensemble(ep, s)
         assert rel.parties_included == 5 and "proves on its secret shares" in rel.trust_model
@@ -325,4 +325,4 @@ def test_cli_trains_a_pate_ensemble(fed):
     assert out.exit_code == 0, out.output
     s = json.loads(out.output)
     assert s["method"] == "pate" and not s["seeded"] and s["auxiliary_rows"] == 40 and s["parties_included"] == 5
-    assert s["guarantee"]["epsilon"] == 30.0 and s["guarantee"]["delta"] == 1e-7 and "GNMax" in s["guarantee"]["mechanism"]
+    assert s["guarantee"]["epsilon"] == 30.0 and 0 < s["guarantee"]["delta"] <= 1e-7 and "GNMax" in s["guarantee"]["mechanism"]
