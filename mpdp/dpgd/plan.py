@@ -164,7 +164,8 @@ class DpgdPlan:
             f"{self.rounds + 1} Gaussian rounds with ℓ2-sensitivities {', '.join(f'{s.sensitivity:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''} "
             f"and σ_std {', '.join(f'{s.sigma_std:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''}; composition: ρ = {accounting.zcdp_rho(real_mu):.4g}-zCDP "
             f"(μ = {real_mu:.4g}-GDP), converted to (ε, δ) exactly; holds when at most T parties collude or drop out "
-            f"in each round and at least one compute node is honest"
+            f"in each round and at least one compute node is honest; the parties' round vectors are not proven valid (validate none): "
+            f"a malicious party can move a round's sum arbitrarily"
         )
         object.__setattr__(self, "guarantee", Guarantee(MECHANISM, real_eps, self.delta, specs[-1].sensitivity, "l2", statement))
 

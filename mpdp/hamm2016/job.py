@@ -407,7 +407,8 @@ def pate_release(job_id: str, spec: pb.EnsembleJobSpec, X_query: np.ndarray, vot
         mechanism=f"GNMax (Papernot et al. 2018) on the DCA-noised vote sum, Q = {n} queried points; student L2-LR = post-processing",
         epsilon=g.epsilon, delta=g.delta, sensitivity=g.sensitivity, norm="l2 (√Q·Δ: Δ = 1 binary, √2 multiclass)",
         statement=(f"{g.statement} The counts are labelled by their noisy argmax and the model is trained on those labels only "
-                   f"(post-processing): the released weights are ({g.epsilon:g}, {g.delta:.3g})-DP with one whole party as the unit."),
+                   f"(post-processing): the released weights are ({g.epsilon:g}, {g.delta:.3g})-DP with one whole party as the unit."
+                   + ("" if validated(spec) else " The vote vectors are not proven valid (unvalidated): a malicious voter can move the counts arbitrarily.")),
     )
     return pb.EnsembleRelease(
         job_id=job_id,

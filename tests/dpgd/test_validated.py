@@ -83,7 +83,7 @@ def test_the_wire_carries_the_validation_and_unvalidated_is_the_explicit_opt_out
     assert wire.round_request(u, "dp-1", 0, np.zeros((4, 1))).unvalidated
     assert wire.plan_of(wire.round_request(u, "dp-1", 0, np.zeros((4, 1)))) == u
     assert "discrete Gaussian" in v.guarantee.statement and "proven" in v.guarantee.statement
-    assert "proven" not in u.guarantee.statement and "honest-but-curious parties" in u.trust_model
+    assert "not proven valid" in u.guarantee.statement and "not proven" not in v.guarantee.statement and "honest-but-curious parties" in u.trust_model
 
 
 def _accepted(p: DpgdPlan, r: int) -> AcceptedRound:
