@@ -169,22 +169,7 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
     if spec.method == PATE and check:
         return _validated_pate_job(spec, job_id, n_aux)
     if spec.method == PATE:
-        return DcaParams(
-            job_id=job_id,
-            dimension=vote_dimension(n_aux, len(spec.classes)),
-            clients=len(spec.parties),
-            max_missing=spec.max_missing,
-            epsilon=spec.epsilon,
-            delta=spec.delta,
-            sensitivity=pate_sensitivity(n_aux, len(spec.classes)),
-            nodes=tuple(spec.compute_nodes),
-            frac_bits=PATE_FRAC_BITS,
-            clip_bounds=(1.0,),
-            deadline_seconds=spec.deadline_seconds or DEFAULT_DEADLINE,
-            simulation_seed=spec.simulation_seed,
-            roster=tuple(spec.parties),
-            purpose="hamm2016/pate-votes",
-        )
+        return _pate_job(spec, job_id, n_aux, PATE_FRAC_BITS)
     return DcaParams(
         job_id=job_id,
         dimension=vote_dimension(n_aux, len(spec.classes)),
@@ -205,18 +190,34 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
     )
 
 
+def _pate_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int, frac_bits: int, noise: str = "gaussian", validate: str = "none") -> DcaParams:
+    return DcaParams(
+        job_id=job_id,
+        dimension=vote_dimension(n_aux, len(spec.classes)),
+        clients=len(spec.parties),
+        max_missing=spec.max_missing,
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        sensitivity=pate_sensitivity(n_aux, len(spec.classes)),
+        nodes=tuple(spec.compute_nodes),
+        frac_bits=frac_bits,
+        clip_bounds=(1.0,),
+        deadline_seconds=spec.deadline_seconds or DEFAULT_DEADLINE,
+        simulation_seed=spec.simulation_seed,
+        roster=tuple(spec.parties),
+        purpose="hamm2016/pate-votes",
+        noise=noise,
+        validate=validate,
+    )
+
+
 def _validated_pate_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
     """pate's validated vote sum: the largest f ≤ PATE_FRAC_BITS whose circuit fits Field64 (the noise's ℓ2 check
     needs d·(its entry bound)² < p; votes are integers, so any f rounds them exactly)."""
     last: InvalidJob | None = None
     for f in range(PATE_FRAC_BITS, 3, -1):
         try:
-            return DcaParams(
-                job_id=job_id, dimension=vote_dimension(n_aux, len(spec.classes)), clients=len(spec.parties), max_missing=spec.max_missing,
-                epsilon=spec.epsilon, delta=spec.delta, sensitivity=pate_sensitivity(n_aux, len(spec.classes)), nodes=tuple(spec.compute_nodes),
-                frac_bits=f, clip_bounds=(1.0,), deadline_seconds=spec.deadline_seconds or DEFAULT_DEADLINE, simulation_seed=spec.simulation_seed,
-                roster=tuple(spec.parties), purpose="hamm2016/pate-votes", noise="discrete-gaussian", validate=VOTE_VALIDATION,
-            )
+            return _pate_job(spec, job_id, n_aux, f, noise="discrete-gaussian", validate=VOTE_VALIDATION)
         except InvalidJob as e:
             if not str(e).startswith("validation"):
                 raise
