@@ -29,7 +29,7 @@ from mpdp.dpgd.plan import DpgdPlan, party_vector, round_job_id
 from mpdp.hamm2016 import job as hamm
 from mpdp.hamm2016.labels import party_votes
 from mpdp.math import field as F
-from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, hamm2016_pb2
+from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, hamm2016_pb2, hamm2016_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
@@ -228,3 +228,27 @@ def _send(fed, tls, params: DcaParams, job: str, meas: np.ndarray) -> None:
         with channel(fed, node, tls) as ch:
             receipt = dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter([msg]), timeout=30)
         assert receipt.accepted == 1, receipt  # well formed: only the proof can reject it
+
+
+@pytest.mark.parametrize("change", ["unvalidated", "looser"])
+def test_a_curator_cannot_announce_a_vote_sum_unvalidated_or_with_a_looser_range(fed, change):
+    """The pate ensemble spec says validated (every vote entry in [−1, 1]); the vote sum a certificate with the curator's
+    name announces is not — Gaussian noise without proofs, or range [−10, 10]. Each voter refuses it INVALID_ARGUMENT before
+    it fits, votes or spends anything."""
+    spec = _pate_spec()
+    params = hamm.vote_job(spec, "pending", Q)
+    assert params.validate == "range"
+    if change == "unvalidated":
+        loose = hamm.vote_job(hamm2016_pb2.EnsembleJobSpec(unvalidated=True, **{f.name: v for f, v in spec.ListFields()}), "pending", Q)
+    else:
+        loose = dataclasses.replace(params, clip_bounds=(10.0,))
+    dca_job = create_dca(fed, loose.to_spec())
+    job = f"hm-adv-{change}"
+    req = hamm2016_pb2.VoteRequest(job_id=job, dca_job_id=dca_job, spec=spec, auxiliary_rows=Q, auxiliary_features=D, auxiliary_digest=bytes(32))
+    for p in HONEST:
+        with channel(fed, p, mint(fed, "curator", "curator")) as ch:
+            e = refused(lambda: hamm2016_pb2_grpc.EnsemblePartyStub(ch).Vote(req, timeout=60))
+        assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
+        assert ("validation" if change == "unvalidated" else "bounds") in (e.details() or "")
+        assert job not in ledger_job_ids(fed, p)
+    assert_ledgers_within_budget(fed)
