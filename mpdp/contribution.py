@@ -7,8 +7,8 @@ Two sans-IO roles on the one engine (:mod:`mpdp.protocol`):
   only moves its messages);
 * :class:`Contributor`, the party's one contribution step, the same for every protocol that sums through the DCA:
   AWAIT_JOB → AWAIT_VECTOR → AWAIT_RECEIPTS → DONE, or FAILED. It holds the announced DCA job to the round the party
-  accepted (:class:`AcceptedRound`: roster, N, the compute nodes, secure sum or noise, seeding, and the protocol's own
-  check of σ, Δ₂, the dimension and the purpose), then outputs the party's Spend before its shares (the engine's spend
+  accepted (:class:`AcceptedRound`: roster, N, the compute nodes, secure sum or noise, seeding, the validation mode
+  and its bounds, and the protocol's own check of σ, Δ₂, the dimension and the purpose), then outputs the party's Spend before its shares (the engine's spend
   rule). ``services/party/contribute.py`` carries it out; the DCA job's own roles are in :mod:`mpdp.dca`.
 """
 
@@ -168,7 +168,9 @@ class AcceptedRound:
     any); ``secure_sum`` whether the round is a plain secure sum; ``seeded`` whether it may carry a simulation seed
     (None: as the party's test mode allows); ``check`` the protocol's own test that the job is the round accepted (its
     σ, Δ₂, dimension, purpose), raising ValueError; ``charge`` the entries the party spends for its shares (None: the
-    sum's own guarantee)."""
+    sum's own guarantee); ``validate`` the validation mode the round's plan says the job has (None: not held) and
+    ``bounds`` the clip bounds that mode proves (None: not held) — a curator cannot silently turn validation off or
+    loosen the bound another party's contribution is proven within."""
 
     dca_job: str
     parties: tuple[str, ...]
@@ -177,6 +179,8 @@ class AcceptedRound:
     seeded: bool | None = None
     check: Callable[["DcaParams"], None] | None = None
     charge: Callable[["DcaParams"], tuple[dict, ...]] | None = None
+    validate: str | None = None
+    bounds: tuple[float, ...] | None = None
 
 
 def hold_round(params: "DcaParams", accepted: AcceptedRound, me: str, members: Sequence[str], test_mode: bool) -> None:
@@ -191,6 +195,10 @@ def hold_round(params: "DcaParams", accepted: AcceptedRound, me: str, members: S
     check_roster(params, list(accepted.parties), me, members, secure_sum=accepted.secure_sum)
     if accepted.nodes is not None and params.nodes != tuple(accepted.nodes):
         raise ValueError("the DCA job's compute nodes are not the job's")
+    if accepted.validate is not None and params.validate != accepted.validate:
+        raise ValueError(f"the DCA job's validation ({params.validate}) is not the round's ({accepted.validate})")
+    if accepted.bounds is not None and params.clip_bounds != tuple(float(b) for b in accepted.bounds):
+        raise ValueError("the DCA job's bounds are not the ones the round's plan proves")
     if accepted.check is not None:
         accepted.check(params)
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from mpdp.dca import discrete
 from mpdp.dp.mechanisms import analytic_gaussian_sigma, gaussian_delta
 
 
@@ -58,3 +61,40 @@ def compose(mus: list[float]) -> float:
 def zcdp_rho(mu: float) -> float:
     """ρ of a μ-GDP Gaussian composition: μ²/2."""
     return 0.5 * mu * mu
+
+
+# -- validated rounds: the distributed discrete Gaussian, composed in zCDP --------------------------------------
+# A validated round's noise is the DCA's distributed discrete Gaussian (mpdp.dca.discrete): the sum of n = N − T − 1
+# honest parties' N_Z(0, σ²) is not a Gaussian, so the GDP curve above does not apply. Kairouz, Liu & Steinke 2021
+# (Prop. 14) bound each round by ρ_r-zCDP; zCDP composes adaptively by adding ρ (Bun & Steinke 2016, Lemma 2.3), and
+# a ρ-zCDP mechanism is (α, αρ)-RDP, converted to (ε, δ) by Canonne, Kamath & Steinke 2020 (Prop. 12). Each round
+# also differs from the accounted one with probability ≤ TV_ROUND (a noise-caused refusal, mpdp.dca.discrete's
+# p_fail), which costs (1 + e^ε)·Σ tv in δ.
+TV_ROUND = 2.0**-80  # the largest p_fail a validated round may have (a real one is ≈ (N + 2)·2^-96, so N < 2^16 parties)
+_ALPHAS = np.concatenate([1.0 + np.logspace(-4, 0, 400), np.logspace(0.302, 6, 1600)])
+
+
+def zcdp_delta(rho: float, epsilon: float, tv: float = 0.0) -> float:
+    """δ of a ρ-zCDP mechanism at ε (CKS20 Prop. 12 minimised over α), plus (1 + e^ε)·tv."""
+    return min(1.0, discrete.delta_from_rdp(_ALPHAS * rho, _ALPHAS, epsilon) + (1.0 + math.exp(min(epsilon, 700.0))) * tv)
+
+
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """The smallest ε (CKS20 Prop. 12 over α) a ρ-zCDP mechanism is (ε, δ)-DP at."""
+    return discrete.epsilon_from_rdp(_ALPHAS * rho, _ALPHAS, delta)[0]
+
+
+def zcdp_budget(epsilon: float, delta: float, tv: float) -> float:
+    """The largest ρ (bisection, checked) whose ρ-zCDP release, off by tv in total variation, is (ε, δ)-DP."""
+    if zcdp_delta(1e-12, epsilon, tv) > delta:
+        raise ValueError(f"no ρ gives ({epsilon}, {delta})-DP")
+    lo, hi = 1e-12, 1.0
+    while zcdp_delta(hi, epsilon, tv) <= delta:
+        lo, hi = hi, hi * 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if zcdp_delta(mid, epsilon, tv) <= delta else (lo, mid)
+        if hi - lo <= 1e-12 * hi:
+            break
+    assert zcdp_delta(lo, epsilon, tv) <= delta
+    return lo

@@ -19,6 +19,14 @@ round-0 count — or replaced — ``replace``, N public): with ‖x‖ ≤ 1 a r
 σ_r = Δ_r/μ_r with μ₀² = h·μ² and μ_t² = (1 − h)·μ²/R, so the job is μ-GDP with μ from (ε, δ)
 (:mod:`mpdp.dpgd.accounting`), whatever the DCA's T. Each round's DCA job is built from :class:`DcaParams` with
 the (ε_r, δ) whose σ_std is Δ_r/μ_r; the guarantee is recomputed from the σ_std the DCA really uses.
+
+**Validated rounds** (``validate="l2"``, the federation's default): every party proves on its secret shares that its
+round vector lies in the ℓ2 ball of radius n_max·b_r (n_max the public row bound, b_r = √(1 + C² [+ a²]) in round 0 —
+‖second moment‖_F ≤ n_p and the count a·n_p — and C after), so a malicious party moves a round's sum by at most that
+much (:mod:`mpdp.dca.validation`). The proof bounds integer noise, so the rounds use the DCA's distributed discrete
+Gaussian: the job's budget is ρ-zCDP (:func:`~mpdp.dpgd.accounting.zcdp_budget`, δ including each round's refusal
+probability ≤ TV_ROUND), split ρ₀ = h·ρ, ρ_t = (1 − h)·ρ/R, and each round's DCA job must have ρ ≤ ρ_r (checked
+when it is built and by every party).
 """
 
 from __future__ import annotations
@@ -30,12 +38,17 @@ from typing import Sequence
 import numpy as np
 
 from mpdp import accounting as ledger_accounting
+from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.dpgd import accounting
 from mpdp.dpgd.model import Preconditioner, Task, gradient_sum, party_rows, second_moment, unpack_second_moment
 
 REPLACE, ADD_REMOVE = "replace", "add-remove"
+VALIDATE_L2, VALIDATE_NONE = "l2", "none"
+VALIDATES = (VALIDATE_L2, VALIDATE_NONE)
+VALIDATED_MECHANISM = "DP gradient descent over validated DCA (distributed discrete Gaussian rounds composed in zCDP)"
+VALIDATED_FRAC_BITS = 16  # the largest f a validated round tries (the ℓ2 circuit needs d·(n_max·b_r·2^f)² < p)
 ADJACENCIES = (REPLACE, ADD_REMOVE)
 COUNT_WEIGHT = 0.5  # a: the count coordinate of round 0 (add/remove only)
 MU_SAFETY = 1.0 - 1e-9  # plan a hair under the target μ so that the recomputed ε never exceeds the one asked for
@@ -44,6 +57,13 @@ TRUST_MODEL = (
     "honest-but-curious parties, compute nodes and curator; at most T parties collude or drop out in any round; "
     "at least one compute node is honest (the compute nodes do not all collude); the curator sees only the noisy "
     "sums of each round and publishes every iterate; channels are mutual TLS"
+)
+VALIDATED_TRUST_MODEL = (
+    "parties may be malicious: each round vector is proven on its shares to lie in the public ℓ2 ball (n_max·b_r) with "
+    "its noise's norm bounded (fully linear proof, soundness error ≤ 2^-60), an invalid one is dropped like a dropout; at "
+    "most T parties collude, drop out, are rejected or omit their noise in any round; honest-but-curious compute nodes "
+    "and curator; at least one compute node is honest; the curator sees only the noisy sums of each round and publishes "
+    "every iterate; channels are mutual TLS"
 )
 
 # Public defaults, fixed on a simulated data set (mpdp.dpgd.tuning), never on the data they are used with.
@@ -70,8 +90,9 @@ class RoundSpec:
     sensitivity: float
     epsilon: float
     delta: float
-    sigma_std: float
+    sigma_std: float  # validated: the Gaussian σ with the same ρ, Δ_r/√(2ρ_r) (for reading only)
     purpose: str
+    rho: float = 0.0  # validated: the round's zCDP budget; its DCA job must have ρ ≤ rho
 
 
 @dataclass(frozen=True)
@@ -91,6 +112,7 @@ class DpgdPlan:
     adjacency: str = REPLACE
     total_records: int | None = None
     mode: str = "corrected"
+    validate: str = VALIDATE_NONE  # "l2": validated rounds over the discrete Gaussian (see the module's text)
     specs: tuple[RoundSpec, ...] = field(init=False)
     guarantee: Guarantee = field(init=False)
     mu: float = field(init=False)
@@ -117,6 +139,13 @@ class DpgdPlan:
         h = 1.0 if self.rounds == 0 else self.hessian_share
         if not 0 < h <= 1 or (self.rounds > 0 and h >= 1):
             raise ValueError(f"hessian_share must be in (0, 1) when rounds > 0, got {self.hessian_share}")
+        if self.validate not in VALIDATES:
+            raise ValueError(f"validate must be one of {VALIDATES}, got {self.validate!r}")
+        if self.validate == VALIDATE_L2:
+            if self.mode != "corrected":
+                raise ValueError("validated rounds use the discrete Gaussian's own calibration: leave mode at corrected")
+            self._init_validated(h)
+            return
         mu = accounting.gdp_mu(self.epsilon, self.delta) * MU_SAFETY
         mus = [math.sqrt(h) * mu] + ([math.sqrt((1 - h) / self.rounds) * mu] * self.rounds if self.rounds else [])
         specs = []
@@ -135,9 +164,59 @@ class DpgdPlan:
             f"{self.rounds + 1} Gaussian rounds with ℓ2-sensitivities {', '.join(f'{s.sensitivity:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''} "
             f"and σ_std {', '.join(f'{s.sigma_std:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''}; composition: ρ = {accounting.zcdp_rho(real_mu):.4g}-zCDP "
             f"(μ = {real_mu:.4g}-GDP), converted to (ε, δ) exactly; holds when at most T parties collude or drop out "
-            f"in each round and at least one compute node is honest"
+            f"in each round and at least one compute node is honest; the parties' round vectors are not proven valid (validate none): "
+            f"a malicious party can move a round's sum arbitrarily"
         )
         object.__setattr__(self, "guarantee", Guarantee(MECHANISM, real_eps, self.delta, specs[-1].sensitivity, "l2", statement))
+
+    def _init_validated(self, h: float) -> None:
+        """ρ-zCDP budget for the whole job, split like μ² above; each round's (ε_r, δ) is the one its ρ_r converts
+        to, which the DCA's discrete calibration turns into a σ² with ρ ≤ ρ_r (checked in :meth:`dca_params`)."""
+        tv = (self.rounds + 1) * accounting.TV_ROUND
+        rho = accounting.zcdp_budget(self.epsilon, self.delta, tv) * MU_SAFETY
+        rhos = [h * rho] + ([(1 - h) * rho / self.rounds] * self.rounds if self.rounds else [])
+        specs = []
+        for r, rho_r in enumerate(rhos):
+            sens = self.sensitivity(r)
+            eps_r = accounting.zcdp_epsilon(rho_r, self.delta)
+            specs.append(RoundSpec(r, self.round_dimension(r), sens, eps_r, self.delta, sens / math.sqrt(2 * rho_r), f"dpgd round {r} of {self.rounds}", rho_r))
+        object.__setattr__(self, "specs", tuple(specs))
+        total = math.fsum(s.rho for s in specs)
+        object.__setattr__(self, "mu", math.sqrt(2 * total))
+        real_eps = accounting.zcdp_epsilon(total, self.delta - (1 + math.exp(self.epsilon)) * tv)
+        if real_eps > self.epsilon:
+            raise ValueError(f"the validated rounds' budget gives ε = {real_eps:.6g} > {self.epsilon:g}")
+        statement = (
+            f"({real_eps:.6g}, {self.delta:.3g})-DP for the released model and every published iterate; "
+            f"adjacency = one row of one party {'replaced (N public)' if self.adjacency == REPLACE else 'added or removed'}; "
+            f"{self.rounds + 1} validated rounds of the distributed discrete Gaussian (Kairouz, Liu & Steinke 2021, Prop. 14) with "
+            f"ℓ2-sensitivities {', '.join(f'{s.sensitivity:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''}, each ρ_r-zCDP with "
+            f"ρ_r ≤ {', '.join(f'{s.rho:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''}; composition: ρ = {total:.4g}-zCDP, "
+            f"to (ε, δ) by Canonne, Kamath & Steinke 2020 (Prop. 12), δ including (1 + e^ε)·{tv:.3g} for noise-caused refusals; every "
+            "party's round vector is proven on its shares to lie in the public ℓ2 ball n_max·b_r (fully linear proof, soundness error "
+            "≤ 2^-60) and its noise's norm bounded, invalid ones are dropped like dropouts; holds when at most T parties collude, drop "
+            "out, are rejected or omit their noise in each round and at least one compute node is honest"
+        )
+        object.__setattr__(self, "guarantee", Guarantee(VALIDATED_MECHANISM, real_eps, self.delta, specs[-1].sensitivity, "l2", statement))
+
+    @property
+    def validated(self) -> bool:
+        return self.validate == VALIDATE_L2
+
+    @property
+    def trust_model(self) -> str:
+        return VALIDATED_TRUST_MODEL if self.validated else TRUST_MODEL
+
+    def l2_factor(self, r: int) -> float:
+        """b_r: one row's most ℓ2 norm in round r's vector (rows on the unit ball): √(1 + C² [+ a²]) in round 0
+        (‖x xᵀ‖_F = ‖x‖² ≤ 1, the clipped gradient ≤ C, the count a), C after."""
+        if r == 0:
+            return math.sqrt(1.0 + self.clip**2 + (COUNT_WEIGHT**2 if self.adjacency == ADD_REMOVE else 0.0))
+        return self.clip
+
+    def l2_bound(self, r: int, records_per_client: int) -> float:
+        """The radius a validated round proves each party's vector within: n_max·b_r."""
+        return float(records_per_client) * self.l2_factor(r)
 
     # -- public shapes ----------------------------------------------------------------------
     @property
@@ -179,6 +258,9 @@ class DpgdPlan:
         """Round r's DCA job: a party's vector coordinates are bounded by records_per_client·max(1, C).
         ``purpose`` labels the DCA job (a federation job names the round: ``<dp-gd job>.r<r>``)."""
         s = self.specs[r]
+        if self.validated:
+            return self._validated_params(r, job_id, clients, nodes, records_per_client=records_per_client, max_missing=max_missing,
+                                          simulation_seed=simulation_seed, roster=roster, deadline_seconds=deadline_seconds, purpose=purpose)
         params = DcaParams(
             job_id=job_id,
             dimension=s.dimension,
@@ -200,6 +282,32 @@ class DpgdPlan:
             raise ValueError(f"round {r}: the DCA's σ_std {params.sigma_std} is below the plan's {s.sigma_std}")
         return params
 
+    def _validated_params(self, r: int, job_id: str, clients: int, nodes: Sequence[str], *, records_per_client: int, max_missing: int,
+                          simulation_seed: bytes, roster: Sequence[str], deadline_seconds: float, purpose: str) -> DcaParams:
+        """Round r's validated DCA job: ℓ2 ball n_max·b_r, discrete Gaussian with ρ ≤ ρ_r, the largest f ≤ 16 whose
+        circuit fits Field64."""
+        s = self.specs[r]
+        last: Exception | None = None
+        for f in range(VALIDATED_FRAC_BITS, 3, -1):
+            eps = s.epsilon
+            for _ in range(20):  # the discrete calibration lands a hair over ρ_r at worst (floating point): ask for less
+                try:
+                    params = DcaParams(
+                        job_id=job_id, dimension=s.dimension, clients=clients, max_missing=max_missing, epsilon=eps, delta=s.delta,
+                        sensitivity=s.sensitivity, nodes=tuple(nodes), frac_bits=f, clip_bounds=(self.l2_bound(r, records_per_client),),
+                        simulation_seed=simulation_seed, roster=tuple(roster), purpose=purpose or s.purpose, deadline_seconds=deadline_seconds,
+                        noise="discrete-gaussian", validate=VALIDATE_L2,
+                    )
+                except InvalidJob as e:
+                    last = e
+                    break
+                if params.rho <= s.rho and params.discrete is not None and params.discrete.p_fail <= accounting.TV_ROUND:
+                    return params
+                eps *= 1 - 1e-6
+            else:
+                raise ValueError(f"round {r}: no discrete Gaussian job meets ρ ≤ {s.rho:.6g}")
+        raise ValueError(f"round {r}: no validated DCA job fits ({last})")
+
     def ledger_entry(self, job_id: str, *, seeded: bool = False) -> dict:
         """The one charge of the whole job (every round's release is covered by it); the accountant composes its
         R + 1 Gaussian rounds (σ_std/Δ_r each, no subsampling)."""
@@ -214,7 +322,8 @@ class DpgdPlan:
             "purpose": f"dp-gd {self.task.kind} model",
             "seeded": seeded,
             "plan": self.public(),
-            "accounting": ledger_accounting.gaussian([s.sigma_std / s.sensitivity for s in self.specs]),
+            "accounting": ledger_accounting.gaussian([s.sigma_std / s.sensitivity for s in self.specs]) if not self.validated
+            else ledger_accounting.discrete_gaussian(math.fsum(s.rho for s in self.specs), tv=(self.rounds + 1) * accounting.TV_ROUND),
         }
 
     def public(self) -> dict:
@@ -232,6 +341,7 @@ class DpgdPlan:
             "adjacency": self.adjacency,
             "total_records": self.total_records,
             "mode": self.mode,
+            "validate": self.validate,
         }
 
 

@@ -14,8 +14,9 @@ import math
 import numpy as np
 
 from mpdp.dca.params import DcaParams
+from mpdp.dpgd import accounting
 from mpdp.dpgd.model import BINARY, Task
-from mpdp.dpgd.plan import ADD_REMOVE, DpgdPlan, round_job_id
+from mpdp.dpgd.plan import ADD_REMOVE, VALIDATE_L2, VALIDATE_NONE, DpgdPlan, round_job_id
 from mpdp.messages import common_pb2, contribution_pb2 as pb
 
 STATISTIC = "dpgd/round"
@@ -37,6 +38,7 @@ def round_request(plan: DpgdPlan, job_id: str, r: int, W: np.ndarray) -> pb.Dpgd
         job_id=job_id, round=r, task=plan.task.kind, classes=plan.task.classes, dimension=plan.dimension, epsilon=plan.epsilon, delta=plan.delta,
         lam=plan.lam, rounds=plan.rounds, clip=plan.clip, hessian_share=plan.hessian_share, average_from=plan.average_from, adjacency=plan.adjacency,
         total_records=plan.total_records or 0, mode=MODES[plan.mode], iterate=[] if r == 0 else W.ravel().tolist(),
+        unvalidated=not plan.validated,
     )
 
 
@@ -51,7 +53,7 @@ def plan_of(msg: pb.DpgdRound) -> DpgdPlan:
         return DpgdPlan(
             task, msg.dimension, msg.epsilon, msg.delta, lam=msg.lam, rounds=msg.rounds, clip=msg.clip, hessian_share=msg.hessian_share,
             average_from=msg.average_from, adjacency=msg.adjacency, total_records=None if msg.adjacency == ADD_REMOVE else (msg.total_records or None),
-            mode=MODE_NAMES[msg.mode],
+            mode=MODE_NAMES[msg.mode], validate=VALIDATE_NONE if msg.unvalidated else VALIDATE_L2,
         )
     except ValueError as e:
         raise ValueError(f"dpgd: not a valid plan ({_first_words(e)})") from None
@@ -73,7 +75,9 @@ def iterate_of(msg: pb.DpgdRound, plan: DpgdPlan) -> np.ndarray:
 
 
 def check_round_job(plan: DpgdPlan, msg: pb.DpgdRound, params: DcaParams) -> None:
-    """The DCA job ``params`` is round ``msg.round`` of ``msg.job_id`` exactly as the plan has it."""
+    """The DCA job ``params`` is round ``msg.round`` of ``msg.job_id`` exactly as the plan has it: a validated plan's
+    round is validated over the discrete Gaussian with ρ ≤ ρ_r (the validation mode and ℓ2 bound themselves are held
+    by :func:`mpdp.contribution.hold_round` through :func:`expected_validation`)."""
     r = msg.round
     if r > plan.rounds:
         raise ValueError(f"round {r} is beyond the plan's {plan.rounds + 1} rounds")
@@ -84,8 +88,19 @@ def check_round_job(plan: DpgdPlan, msg: pb.DpgdRound, params: DcaParams) -> Non
         raise ValueError(f"the DCA job sums {params.dimension} values, round {r} of the plan sends {s.dimension}")
     if params.mode != plan.mode or params.sensitivity != s.sensitivity:
         raise ValueError(f"the DCA job's mode or Δ₂ is not round {r}'s of the plan")
+    if plan.validated:
+        if params.secure_sum or params.discrete is None or params.rho > s.rho or params.discrete.p_fail > accounting.TV_ROUND:
+            raise ValueError(f"the DCA job's noise is not round {r}'s of the plan (discrete Gaussian, ρ ≤ {s.rho:.6g})")
+        return
     if params.secure_sum or not math.isclose(params.sigma_std, s.sigma_std, rel_tol=SIGMA_TOLERANCE, abs_tol=0.0):
         raise ValueError(f"the DCA job's σ_std is not round {r}'s of the plan ({s.sigma_std:.6g})")
+
+
+def expected_validation(plan: DpgdPlan, r: int, records_per_client: int) -> tuple[str, tuple[float, ...] | None]:
+    """(validate mode, clip bounds) round r's DCA job must have: the ℓ2 ball n_max·b_r, or none (bounds not held)."""
+    if plan.validated:
+        return VALIDATE_L2, (plan.l2_bound(r, max(1, records_per_client)),)
+    return VALIDATE_NONE, None
 
 
 def _first_words(e: Exception) -> str:

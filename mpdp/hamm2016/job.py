@@ -28,6 +28,7 @@ import numpy as np
 
 from mpdp import accounting, limits
 from mpdp.data.dataset import DoesNotFit
+from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.hamm2016 import pate
@@ -48,6 +49,14 @@ MAX_AUX_ROWS = limits.MAX_AUX_ROWS
 MAX_CLASSES = limits.MAX_CLASSES
 MAX_VOTE_DIMENSION = 1 << 20  # the DCA's largest vector (mpdp.dca.params.MAX_DIMENSION)
 MAX_MULTICLASS_PARAMETERS = 4096  # (C·d)² Hessian: 128 MiB
+VOTE_VALIDATION = "range"  # each vote entry proven in [−1, 1] (the DCA's range predicate, clip bound 1)
+MAX_VALIDATED_VOTES = limits.MAX_VALIDATED_DIMENSION
+VALIDATED_VOTES = (
+    " Every voter proves on its secret shares that each entry of its vote vector lies in [−1, 1] (fully linear proof, "
+    "soundness error ≤ 2^-60); an invalid vote vector is dropped like a missing voter and counted, never named. A malicious "
+    "voter therefore moves each count by at most one vote up or down (a multiclass point's margin by at most two), "
+    "whatever its software does."
+)
 TRUST_MODEL = (
     "honest-but-curious parties, compute nodes and curator; at least one compute node does not collude with the curator. "
     "The curator sees the public auxiliary features, the summed vote counts per auxiliary point and the number of voters "
@@ -100,6 +109,9 @@ def check_size(spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> None:
     C = len(spec.classes)
     if vote_dimension(n, C) > MAX_VOTE_DIMENSION:
         raise EnsembleJobError(f"N·C = {n}·{C} vote entries per party exceed {MAX_VOTE_DIMENSION}; use fewer auxiliary rows")
+    if validated(spec) and vote_dimension(n, C) > MAX_VALIDATED_VOTES:
+        raise EnsembleJobError(f"validated votes hold at most {MAX_VALIDATED_VOTES} entries, N·C = {n}·{C}; use fewer auxiliary rows (pate: queries) "
+                               "or take the votes unvalidated")
     if C > 2 and C * d > MAX_MULTICLASS_PARAMETERS:
         raise EnsembleJobError(f"C·d = {C}·{d} parameters exceed {MAX_MULTICLASS_PARAMETERS} (the exact Newton fit needs a (C·d)² Hessian)")
 
@@ -130,29 +142,34 @@ def pate_queries(spec: pb.EnsembleJobSpec, X_aux: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(X[first])
 
 
+def validated(spec: pb.EnsembleJobSpec) -> bool:
+    """Whether the vote sum proves every vote vector valid (the default; ``unvalidated`` opts out)."""
+    return not spec.unvalidated
+
+
+def trust_model(spec: pb.EnsembleJobSpec) -> str:
+    base = TRUST_MODEL_PATE if spec.method == PATE else TRUST_MODEL
+    if not validated(spec):
+        return base
+    return base.replace("honest-but-curious parties, compute nodes", "parties whose vote vectors are proven valid (possibly malicious), honest-but-curious compute nodes", 1) + VALIDATED_VOTES
+
+
 def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
     """The DCA job that adds up the parties' vote vectors (entries 0/1, so clip bound 1).
 
     soft/vote: a secure sum (no noise; the curator's output perturbation is the mechanism). pate: a DCA Gaussian
     job with Δ₂ = √Q·Δ (:func:`pate_sensitivity`) at the job's (ε, δ): every voter adds N(0, σ_std²/(M − T − 1))
-    per entry (Thm 1), so the sum the curator receives is already (ε, δ)-DP."""
+    per entry (Thm 1), so the sum the curator receives is already (ε, δ)-DP.
+
+    Validated (the default): every vote vector is proven on its shares to have each entry in [−1, 1]
+    (:data:`VOTE_VALIDATION`; the DCA's one-hot predicate is one-hot over the whole vector, not per point, so the
+    range is what holds a vote of Q points); pate's noise is then the distributed discrete Gaussian, whose
+    (ε, δ) the DCA's calibration gives for the same Δ₂."""
+    check = validated(spec)
+    if spec.method == PATE and check:
+        return _validated_pate_job(spec, job_id, n_aux)
     if spec.method == PATE:
-        return DcaParams(
-            job_id=job_id,
-            dimension=vote_dimension(n_aux, len(spec.classes)),
-            clients=len(spec.parties),
-            max_missing=spec.max_missing,
-            epsilon=spec.epsilon,
-            delta=spec.delta,
-            sensitivity=pate_sensitivity(n_aux, len(spec.classes)),
-            nodes=tuple(spec.compute_nodes),
-            frac_bits=PATE_FRAC_BITS,
-            clip_bounds=(1.0,),
-            deadline_seconds=spec.deadline_seconds or DEFAULT_DEADLINE,
-            simulation_seed=spec.simulation_seed,
-            roster=tuple(spec.parties),
-            purpose="hamm2016/pate-votes",
-        )
+        return _pate_job(spec, job_id, n_aux, PATE_FRAC_BITS)
     return DcaParams(
         job_id=job_id,
         dimension=vote_dimension(n_aux, len(spec.classes)),
@@ -169,7 +186,43 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
         roster=tuple(spec.parties),
         purpose="hamm2016/votes",
         secure_sum=True,
+        validate=VOTE_VALIDATION if check else "none",
     )
+
+
+def _pate_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int, frac_bits: int, noise: str = "gaussian", validate: str = "none") -> DcaParams:
+    return DcaParams(
+        job_id=job_id,
+        dimension=vote_dimension(n_aux, len(spec.classes)),
+        clients=len(spec.parties),
+        max_missing=spec.max_missing,
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        sensitivity=pate_sensitivity(n_aux, len(spec.classes)),
+        nodes=tuple(spec.compute_nodes),
+        frac_bits=frac_bits,
+        clip_bounds=(1.0,),
+        deadline_seconds=spec.deadline_seconds or DEFAULT_DEADLINE,
+        simulation_seed=spec.simulation_seed,
+        roster=tuple(spec.parties),
+        purpose="hamm2016/pate-votes",
+        noise=noise,
+        validate=validate,
+    )
+
+
+def _validated_pate_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
+    """pate's validated vote sum: the largest f ≤ PATE_FRAC_BITS whose circuit fits Field64 (the noise's ℓ2 check
+    needs d·(its entry bound)² < p; votes are integers, so any f rounds them exactly)."""
+    last: InvalidJob | None = None
+    for f in range(PATE_FRAC_BITS, 3, -1):
+        try:
+            return _pate_job(spec, job_id, n_aux, f, noise="discrete-gaussian", validate=VOTE_VALIDATION)
+        except InvalidJob as e:
+            if not str(e).startswith("validation"):
+                raise
+            last = e
+    raise EnsembleJobError(f"no validated vote sum fits: {last}; take fewer queries or the votes unvalidated")
 
 
 def ensemble_params(spec: pb.EnsembleJobSpec, n_aux: int, voters: int) -> EnsembleParams:
@@ -329,7 +382,7 @@ def curator_release(job_id: str, spec: pb.EnsembleJobSpec, X_aux: np.ndarray, vo
         epsilon=spec.epsilon,
         sensitivity=params.sensitivity,
         guarantee=common_pb2.Guarantee(**g.as_dict()),
-        trust_model=TRUST_MODEL,
+        trust_model=trust_model(spec),
         dca_job_id=vote_sum.job_id,
         seeded=bool(spec.simulation_seed),
     )
@@ -355,7 +408,8 @@ def pate_release(job_id: str, spec: pb.EnsembleJobSpec, X_query: np.ndarray, vot
         mechanism=f"GNMax (Papernot et al. 2018) on the DCA-noised vote sum, Q = {n} queried points; student L2-LR = post-processing",
         epsilon=g.epsilon, delta=g.delta, sensitivity=g.sensitivity, norm="l2 (√Q·Δ: Δ = 1 binary, √2 multiclass)",
         statement=(f"{g.statement} The counts are labelled by their noisy argmax and the model is trained on those labels only "
-                   f"(post-processing): the released weights are ({g.epsilon:g}, {g.delta:.3g})-DP with one whole party as the unit."),
+                   f"(post-processing): the released weights are ({g.epsilon:g}, {g.delta:.3g})-DP with one whole party as the unit."
+                   + ("" if validated(spec) else " The vote vectors are not proven valid (unvalidated): a malicious voter can move the counts arbitrarily.")),
     )
     return pb.EnsembleRelease(
         job_id=job_id,
@@ -369,7 +423,7 @@ def pate_release(job_id: str, spec: pb.EnsembleJobSpec, X_query: np.ndarray, vot
         epsilon=g.epsilon,
         sensitivity=g.sensitivity,
         guarantee=common_pb2.Guarantee(**guarantee.as_dict()),
-        trust_model=TRUST_MODEL_PATE,
+        trust_model=trust_model(spec),
         dca_job_id=vote_sum.job_id,
         seeded=bool(spec.simulation_seed),
     )

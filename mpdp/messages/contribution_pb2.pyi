@@ -103,6 +103,7 @@ class DpgdRound(_message.Message):
     TOTAL_RECORDS_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     ITERATE_FIELD_NUMBER: _builtins.int
+    UNVALIDATED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """the dp-gd job: one ledger charge covers all its rounds"""
     round: _builtins.int
@@ -129,6 +130,8 @@ class DpgdRound(_message.Message):
     total_records: _builtins.int
     """N (replace adjacency; 0 under add-remove)"""
     mode: _common_pb2.NoiseMode.ValueType
+    unvalidated: _builtins.bool
+    """true: Gaussian rounds without validity proofs; default: validated (ℓ2 ball, discrete Gaussian)"""
     @_builtins.property
     def iterate(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """W_r row-major, d·m values (m = 1 binary, classes softmax); empty in round 0"""
@@ -152,10 +155,11 @@ class DpgdRound(_message.Message):
         total_records: _builtins.int = ...,
         mode: _common_pb2.NoiseMode.ValueType = ...,
         iterate: _abc.Iterable[_builtins.float] | None = ...,
+        unvalidated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adjacency", b"adjacency", "average_from", b"average_from", "classes", b"classes", "clip", b"clip", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "hessian_share", b"hessian_share", "iterate", b"iterate", "job_id", b"job_id", "lam", b"lam", "mode", b"mode", "round", b"round", "rounds", b"rounds", "task", b"task", "total_records", b"total_records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adjacency", b"adjacency", "average_from", b"average_from", "classes", b"classes", "clip", b"clip", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "hessian_share", b"hessian_share", "iterate", b"iterate", "job_id", b"job_id", "lam", b"lam", "mode", b"mode", "round", b"round", "rounds", b"rounds", "task", b"task", "total_records", b"total_records", "unvalidated", b"unvalidated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mpdp.messages import common_pb2 as mpdp_dot_messages_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cmpdp/messages/hamm2016.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\xc3\x02\n\x0f\x45nsembleJobSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\x11\n\tauxiliary\x18\x02 \x01(\t\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x0b\n\x03lam\x18\x04 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\x12\x0f\n\x07\x63lasses\x18\x06 \x03(\t\x12\x0f\n\x07parties\x18\x07 \x03(\t\x12\x15\n\rcompute_nodes\x18\x08 \x03(\t\x12\x13\n\x0bmax_missing\x18\t \x01(\r\x12\x13\n\x0bprotect_aux\x18\n \x01(\x08\x12\x11\n\tlocal_lam\x18\x0b \x01(\x01\x12\x17\n\x0fsimulation_seed\x18\x0c \x01(\x0c\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\r \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x0e \x01(\x01\x12\x0f\n\x07queries\x18\x0f \x01(\r\x12\x15\n\rschema_sha256\x18\x10 \x01(\t\"\xad\x01\n\x0bVoteRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\ndca_job_id\x18\x02 \x01(\t\x12,\n\x04spec\x18\x03 \x01(\x0b\x32\x1e.mpdp.messages.EnsembleJobSpec\x12\x18\n\x10\x61uxiliary_digest\x18\x04 \x01(\x0c\x12\x16\n\x0e\x61uxiliary_rows\x18\x05 \x01(\r\x12\x1a\n\x12\x61uxiliary_features\x18\x06 \x01(\r\"Z\n\x0bVoteReceipt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05party\x18\x02 \x01(\t\x12\x17\n\x0f\x61\x63\x63\x65pted_shares\x18\x03 \x01(\r\x12\x13\n\x0blocal_model\x18\x04 \x01(\t\"S\n\x0e\x41uxiliaryChunk\x12\x11\n\tfirst_row\x18\x01 \x01(\r\x12\x0c\n\x04rows\x18\x02 \x01(\r\x12\x10\n\x08\x66\x65\x61tures\x18\x03 \x01(\r\x12\x0e\n\x06values\x18\x04 \x01(\x0c\"\xae\x03\n\x0f\x45nsembleRelease\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07weights\x18\x03 \x03(\x01\x12\x0f\n\x07\x63lasses\x18\x04 \x03(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x05 \x01(\r\x12\x18\n\x10parties_included\x18\x06 \x01(\r\x12\x16\n\x0e\x61uxiliary_rows\x18\x07 \x01(\r\x12\x0b\n\x03lam\x18\x08 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\t \x01(\x01\x12\x13\n\x0bsensitivity\x18\n \x01(\x01\x12+\n\tguarantee\x18\x0b \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x13\n\x0btrust_model\x18\x0c \x01(\t\x12\x12\n\ndca_job_id\x18\r \x01(\t\x12\x0e\n\x06seeded\x18\x0e \x01(\x08\x12G\n\rstage_seconds\x18\x0f \x03(\x0b\x32\x30.mpdp.messages.EnsembleRelease.StageSecondsEntry\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\xf0\x01\n\x0f\x45nsembleCurator\x12O\n\rTrainEnsemble\x12\x1e.mpdp.messages.EnsembleJobSpec\x1a\x1e.mpdp.messages.EnsembleRelease\x12\x44\n\x0bGetEnsemble\x12\x15.mpdp.messages.JobRef\x1a\x1e.mpdp.messages.EnsembleRelease\x12\x46\n\x0cGetAuxiliary\x12\x15.mpdp.messages.JobRef\x1a\x1d.mpdp.messages.AuxiliaryChunk0\x01\x32O\n\rEnsembleParty\x12>\n\x04Vote\x12\x1a.mpdp.messages.VoteRequest\x1a\x1a.mpdp.messages.VoteReceiptb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cmpdp/messages/hamm2016.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\xd8\x02\n\x0f\x45nsembleJobSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\x11\n\tauxiliary\x18\x02 \x01(\t\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x0b\n\x03lam\x18\x04 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\x12\x0f\n\x07\x63lasses\x18\x06 \x03(\t\x12\x0f\n\x07parties\x18\x07 \x03(\t\x12\x15\n\rcompute_nodes\x18\x08 \x03(\t\x12\x13\n\x0bmax_missing\x18\t \x01(\r\x12\x13\n\x0bprotect_aux\x18\n \x01(\x08\x12\x11\n\tlocal_lam\x18\x0b \x01(\x01\x12\x17\n\x0fsimulation_seed\x18\x0c \x01(\x0c\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\r \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x0e \x01(\x01\x12\x0f\n\x07queries\x18\x0f \x01(\r\x12\x15\n\rschema_sha256\x18\x10 \x01(\t\x12\x13\n\x0bunvalidated\x18\x11 \x01(\x08\"\xad\x01\n\x0bVoteRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\ndca_job_id\x18\x02 \x01(\t\x12,\n\x04spec\x18\x03 \x01(\x0b\x32\x1e.mpdp.messages.EnsembleJobSpec\x12\x18\n\x10\x61uxiliary_digest\x18\x04 \x01(\x0c\x12\x16\n\x0e\x61uxiliary_rows\x18\x05 \x01(\r\x12\x1a\n\x12\x61uxiliary_features\x18\x06 \x01(\r\"Z\n\x0bVoteReceipt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05party\x18\x02 \x01(\t\x12\x17\n\x0f\x61\x63\x63\x65pted_shares\x18\x03 \x01(\r\x12\x13\n\x0blocal_model\x18\x04 \x01(\t\"S\n\x0e\x41uxiliaryChunk\x12\x11\n\tfirst_row\x18\x01 \x01(\r\x12\x0c\n\x04rows\x18\x02 \x01(\r\x12\x10\n\x08\x66\x65\x61tures\x18\x03 \x01(\r\x12\x0e\n\x06values\x18\x04 \x01(\x0c\"\xae\x03\n\x0f\x45nsembleRelease\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07weights\x18\x03 \x03(\x01\x12\x0f\n\x07\x63lasses\x18\x04 \x03(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x05 \x01(\r\x12\x18\n\x10parties_included\x18\x06 \x01(\r\x12\x16\n\x0e\x61uxiliary_rows\x18\x07 \x01(\r\x12\x0b\n\x03lam\x18\x08 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\t \x01(\x01\x12\x13\n\x0bsensitivity\x18\n \x01(\x01\x12+\n\tguarantee\x18\x0b \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x13\n\x0btrust_model\x18\x0c \x01(\t\x12\x12\n\ndca_job_id\x18\r \x01(\t\x12\x0e\n\x06seeded\x18\x0e \x01(\x08\x12G\n\rstage_seconds\x18\x0f \x03(\x0b\x32\x30.mpdp.messages.EnsembleRelease.StageSecondsEntry\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\xf0\x01\n\x0f\x45nsembleCurator\x12O\n\rTrainEnsemble\x12\x1e.mpdp.messages.EnsembleJobSpec\x1a\x1e.mpdp.messages.EnsembleRelease\x12\x44\n\x0bGetEnsemble\x12\x15.mpdp.messages.JobRef\x1a\x1e.mpdp.messages.EnsembleRelease\x12\x46\n\x0cGetAuxiliary\x12\x15.mpdp.messages.JobRef\x1a\x1d.mpdp.messages.AuxiliaryChunk0\x01\x32O\n\rEnsembleParty\x12>\n\x04Vote\x12\x1a.mpdp.messages.VoteRequest\x1a\x1a.mpdp.messages.VoteReceiptb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,19 +35,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENSEMBLERELEASE_STAGESECONDSENTRY']._loaded_options = None
   _globals['_ENSEMBLERELEASE_STAGESECONDSENTRY']._serialized_options = b'8\001'
   _globals['_ENSEMBLEJOBSPEC']._serialized_start=76
-  _globals['_ENSEMBLEJOBSPEC']._serialized_end=399
-  _globals['_VOTEREQUEST']._serialized_start=402
-  _globals['_VOTEREQUEST']._serialized_end=575
-  _globals['_VOTERECEIPT']._serialized_start=577
-  _globals['_VOTERECEIPT']._serialized_end=667
-  _globals['_AUXILIARYCHUNK']._serialized_start=669
-  _globals['_AUXILIARYCHUNK']._serialized_end=752
-  _globals['_ENSEMBLERELEASE']._serialized_start=755
-  _globals['_ENSEMBLERELEASE']._serialized_end=1185
-  _globals['_ENSEMBLERELEASE_STAGESECONDSENTRY']._serialized_start=1134
-  _globals['_ENSEMBLERELEASE_STAGESECONDSENTRY']._serialized_end=1185
-  _globals['_ENSEMBLECURATOR']._serialized_start=1188
-  _globals['_ENSEMBLECURATOR']._serialized_end=1428
-  _globals['_ENSEMBLEPARTY']._serialized_start=1430
-  _globals['_ENSEMBLEPARTY']._serialized_end=1509
+  _globals['_ENSEMBLEJOBSPEC']._serialized_end=420
+  _globals['_VOTEREQUEST']._serialized_start=423
+  _globals['_VOTEREQUEST']._serialized_end=596
+  _globals['_VOTERECEIPT']._serialized_start=598
+  _globals['_VOTERECEIPT']._serialized_end=688
+  _globals['_AUXILIARYCHUNK']._serialized_start=690
+  _globals['_AUXILIARYCHUNK']._serialized_end=773
+  _globals['_ENSEMBLERELEASE']._serialized_start=776
+  _globals['_ENSEMBLERELEASE']._serialized_end=1206
+  _globals['_ENSEMBLERELEASE_STAGESECONDSENTRY']._serialized_start=1155
+  _globals['_ENSEMBLERELEASE_STAGESECONDSENTRY']._serialized_end=1206
+  _globals['_ENSEMBLECURATOR']._serialized_start=1209
+  _globals['_ENSEMBLECURATOR']._serialized_end=1449
+  _globals['_ENSEMBLEPARTY']._serialized_start=1451
+  _globals['_ENSEMBLEPARTY']._serialized_end=1530
 # @@protoc_insertion_point(module_scope)

@@ -47,6 +47,7 @@ class EnsembleJobSpec(_message.Message):
     DELTA_FIELD_NUMBER: _builtins.int
     QUERIES_FIELD_NUMBER: _builtins.int
     SCHEMA_SHA256_FIELD_NUMBER: _builtins.int
+    UNVALIDATED_FIELD_NUMBER: _builtins.int
     dataset: _builtins.str
     """the parties' private dataset name (each party's config)"""
     auxiliary: _builtins.str
@@ -76,6 +77,10 @@ class EnsembleJobSpec(_message.Message):
     """Q: auxiliary points queried (a public random subset; 0 = all of them)"""
     schema_sha256: _builtins.str
     """the federation schema's sha256 (docs/schema.md); "" = no check"""
+    unvalidated: _builtins.bool
+    """true: the vote sum takes the votes unproven (Gaussian noise for pate); default: every voter proves on its shares
+    that each vote entry lies in [−1, 1] (validated DCA, range), pate's noise then discrete Gaussian
+    """
     @_builtins.property
     def classes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the class labels as text, C ≥ 2; class k ↔ classes[k] (binary: classes[1] is +1)"""
@@ -107,10 +112,11 @@ class EnsembleJobSpec(_message.Message):
         delta: _builtins.float = ...,
         queries: _builtins.int = ...,
         schema_sha256: _builtins.str = ...,
+        unvalidated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auxiliary", b"auxiliary", "classes", b"classes", "compute_nodes", b"compute_nodes", "dataset", b"dataset", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "epsilon", b"epsilon", "lam", b"lam", "local_lam", b"local_lam", "max_missing", b"max_missing", "method", b"method", "parties", b"parties", "protect_aux", b"protect_aux", "queries", b"queries", "schema_sha256", b"schema_sha256", "simulation_seed", b"simulation_seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auxiliary", b"auxiliary", "classes", b"classes", "compute_nodes", b"compute_nodes", "dataset", b"dataset", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "epsilon", b"epsilon", "lam", b"lam", "local_lam", b"local_lam", "max_missing", b"max_missing", "method", b"method", "parties", b"parties", "protect_aux", b"protect_aux", "queries", b"queries", "schema_sha256", b"schema_sha256", "simulation_seed", b"simulation_seed", "unvalidated", b"unvalidated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -27,7 +27,7 @@ from mpdp.messages import contribution_pb2 as mpdp_dot_messages_dot_contribution
 from mpdp.messages import dca_pb2 as mpdp_dot_messages_dot_dca__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmpdp/messages/learner.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\x1a mpdp/messages/contribution.proto\x1a\x17mpdp/messages/dca.proto\"\xbb\x01\n\x0b\x44pgdJobSpec\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x0f\n\x07\x63lasses\x18\x02 \x01(\r\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x01\x12\x0b\n\x03lam\x18\x06 \x01(\x01\x12\x0e\n\x06rounds\x18\x07 \x01(\r\x12\x15\n\rtotal_records\x18\x08 \x01(\x04\x12&\n\x04mode\x18\t \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\"\xdb\x01\n\x11RegressionJobSpec\x12\x0e\n\x06\x62ounds\x18\x01 \x03(\x01\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\x15\n\rtotal_records\x18\x04 \x01(\x04\x12&\n\x04mode\x18\x05 \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\'\n\x05noise\x18\x06 \x01(\x0e\x32\x18.mpdp.messages.NoiseKind\x12\x16\n\x0egrid_repeats_x\x18\x07 \x01(\r\x12\x16\n\x0egrid_repeats_y\x18\x08 \x01(\r\"\xc2\x02\n\x0eLearnerJobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x15\n\rcompute_nodes\x18\x04 \x03(\t\x12\x19\n\x11records_per_party\x18\x05 \x01(\r\x12\x13\n\x0bmax_missing\x18\x06 \x01(\r\x12\x17\n\x0fsimulation_seed\x18\x07 \x01(\x0c\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x08 \x01(\x01\x12\x15\n\rschema_sha256\x18\t \x01(\t\x12*\n\x04\x64pgd\x18\n \x01(\x0b\x32\x1a.mpdp.messages.DpgdJobSpecH\x00\x12\x36\n\nregression\x18\x0b \x01(\x0b\x32 .mpdp.messages.RegressionJobSpecH\x00\x42\t\n\x07learner\"\x1f\n\rLearnerTicket\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xcd\x01\n\rLearnerStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12\r\n\x05round\x18\x05 \x01(\r\x12\x0e\n\x06rounds\x18\x06 \x01(\r\x12\x12\n\ndca_job_id\x18\x07 \x01(\t\x12\x10\n\x08terminal\x18\x08 \x01(\x08\x12\'\n\x07problem\x18\t \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\n \x01(\t\"g\n\tDpgdModel\x12&\n\x04plan\x18\x01 \x01(\x0b\x32\x18.mpdp.messages.DpgdRound\x12\x0f\n\x07outputs\x18\x02 \x01(\r\x12\x0f\n\x07weights\x18\x03 \x03(\x01\x12\x10\n\x08iterates\x18\x04 \x03(\x01\"\xb9\x01\n\x0fRegressionModel\x12.\n\x04plan\x18\x01 \x01(\x0b\x32 .mpdp.messages.RegressionJobSpec\x12\x12\n\nthresholds\x18\x02 \x03(\x01\x12\x13\n\x0bmultipliers\x18\x03 \x03(\x01\x12\x16\n\x0eposterior_mean\x18\x04 \x03(\x01\x12\x1b\n\x13posterior_precision\x18\x05 \x03(\x01\x12\x18\n\x10posterior_lambda\x18\x06 \x01(\x01\"\xa1\x03\n\x0cLearnerModel\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x10\n\x08\x64\x63\x61_jobs\x18\x04 \x03(\t\x12&\n\x08releases\x18\x05 \x03(\x0b\x32\x14.mpdp.messages.DpSum\x12+\n\tguarantee\x18\x06 \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x13\n\x0btrust_model\x18\x07 \x01(\t\x12\x0e\n\x06seeded\x18\x08 \x01(\x08\x12\x39\n\x07seconds\x18\t \x03(\x0b\x32(.mpdp.messages.LearnerModel.SecondsEntry\x12(\n\x04\x64pgd\x18\n \x01(\x0b\x32\x18.mpdp.messages.DpgdModelH\x00\x12\x34\n\nregression\x18\x0b \x01(\x0b\x32\x1e.mpdp.messages.RegressionModelH\x00\x1a.\n\x0cSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05model2\xec\x01\n\x0eLearnerCurator\x12L\n\rSubmitLearner\x12\x1d.mpdp.messages.LearnerJobSpec\x1a\x1c.mpdp.messages.LearnerTicket\x12\x45\n\x0cWatchLearner\x12\x15.mpdp.messages.JobRef\x1a\x1c.mpdp.messages.LearnerStatus0\x01\x12\x45\n\x0fGetLearnerModel\x12\x15.mpdp.messages.JobRef\x1a\x1b.mpdp.messages.LearnerModelb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmpdp/messages/learner.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\x1a mpdp/messages/contribution.proto\x1a\x17mpdp/messages/dca.proto\"\xd0\x01\n\x0b\x44pgdJobSpec\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x0f\n\x07\x63lasses\x18\x02 \x01(\r\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x01\x12\x0b\n\x03lam\x18\x06 \x01(\x01\x12\x0e\n\x06rounds\x18\x07 \x01(\r\x12\x15\n\rtotal_records\x18\x08 \x01(\x04\x12&\n\x04mode\x18\t \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x13\n\x0bunvalidated\x18\n \x01(\x08\"\xdb\x01\n\x11RegressionJobSpec\x12\x0e\n\x06\x62ounds\x18\x01 \x03(\x01\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\x15\n\rtotal_records\x18\x04 \x01(\x04\x12&\n\x04mode\x18\x05 \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\'\n\x05noise\x18\x06 \x01(\x0e\x32\x18.mpdp.messages.NoiseKind\x12\x16\n\x0egrid_repeats_x\x18\x07 \x01(\r\x12\x16\n\x0egrid_repeats_y\x18\x08 \x01(\r\"\xc2\x02\n\x0eLearnerJobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x15\n\rcompute_nodes\x18\x04 \x03(\t\x12\x19\n\x11records_per_party\x18\x05 \x01(\r\x12\x13\n\x0bmax_missing\x18\x06 \x01(\r\x12\x17\n\x0fsimulation_seed\x18\x07 \x01(\x0c\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x08 \x01(\x01\x12\x15\n\rschema_sha256\x18\t \x01(\t\x12*\n\x04\x64pgd\x18\n \x01(\x0b\x32\x1a.mpdp.messages.DpgdJobSpecH\x00\x12\x36\n\nregression\x18\x0b \x01(\x0b\x32 .mpdp.messages.RegressionJobSpecH\x00\x42\t\n\x07learner\"\x1f\n\rLearnerTicket\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xcd\x01\n\rLearnerStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12\r\n\x05round\x18\x05 \x01(\r\x12\x0e\n\x06rounds\x18\x06 \x01(\r\x12\x12\n\ndca_job_id\x18\x07 \x01(\t\x12\x10\n\x08terminal\x18\x08 \x01(\x08\x12\'\n\x07problem\x18\t \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\n \x01(\t\"g\n\tDpgdModel\x12&\n\x04plan\x18\x01 \x01(\x0b\x32\x18.mpdp.messages.DpgdRound\x12\x0f\n\x07outputs\x18\x02 \x01(\r\x12\x0f\n\x07weights\x18\x03 \x03(\x01\x12\x10\n\x08iterates\x18\x04 \x03(\x01\"\xb9\x01\n\x0fRegressionModel\x12.\n\x04plan\x18\x01 \x01(\x0b\x32 .mpdp.messages.RegressionJobSpec\x12\x12\n\nthresholds\x18\x02 \x03(\x01\x12\x13\n\x0bmultipliers\x18\x03 \x03(\x01\x12\x16\n\x0eposterior_mean\x18\x04 \x03(\x01\x12\x1b\n\x13posterior_precision\x18\x05 \x03(\x01\x12\x18\n\x10posterior_lambda\x18\x06 \x01(\x01\"\xa1\x03\n\x0cLearnerModel\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x10\n\x08\x64\x63\x61_jobs\x18\x04 \x03(\t\x12&\n\x08releases\x18\x05 \x03(\x0b\x32\x14.mpdp.messages.DpSum\x12+\n\tguarantee\x18\x06 \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x13\n\x0btrust_model\x18\x07 \x01(\t\x12\x0e\n\x06seeded\x18\x08 \x01(\x08\x12\x39\n\x07seconds\x18\t \x03(\x0b\x32(.mpdp.messages.LearnerModel.SecondsEntry\x12(\n\x04\x64pgd\x18\n \x01(\x0b\x32\x18.mpdp.messages.DpgdModelH\x00\x12\x34\n\nregression\x18\x0b \x01(\x0b\x32\x1e.mpdp.messages.RegressionModelH\x00\x1a.\n\x0cSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05model2\xec\x01\n\x0eLearnerCurator\x12L\n\rSubmitLearner\x12\x1d.mpdp.messages.LearnerJobSpec\x1a\x1c.mpdp.messages.LearnerTicket\x12\x45\n\x0cWatchLearner\x12\x15.mpdp.messages.JobRef\x1a\x1c.mpdp.messages.LearnerStatus0\x01\x12\x45\n\x0fGetLearnerModel\x12\x15.mpdp.messages.JobRef\x1a\x1b.mpdp.messages.LearnerModelb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,23 +37,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEARNERMODEL_SECONDSENTRY']._loaded_options = None
   _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_options = b'8\001'
   _globals['_DPGDJOBSPEC']._serialized_start=134
-  _globals['_DPGDJOBSPEC']._serialized_end=321
-  _globals['_REGRESSIONJOBSPEC']._serialized_start=324
-  _globals['_REGRESSIONJOBSPEC']._serialized_end=543
-  _globals['_LEARNERJOBSPEC']._serialized_start=546
-  _globals['_LEARNERJOBSPEC']._serialized_end=868
-  _globals['_LEARNERTICKET']._serialized_start=870
-  _globals['_LEARNERTICKET']._serialized_end=901
-  _globals['_LEARNERSTATUS']._serialized_start=904
-  _globals['_LEARNERSTATUS']._serialized_end=1109
-  _globals['_DPGDMODEL']._serialized_start=1111
-  _globals['_DPGDMODEL']._serialized_end=1214
-  _globals['_REGRESSIONMODEL']._serialized_start=1217
-  _globals['_REGRESSIONMODEL']._serialized_end=1402
-  _globals['_LEARNERMODEL']._serialized_start=1405
-  _globals['_LEARNERMODEL']._serialized_end=1822
-  _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_start=1767
-  _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_end=1813
-  _globals['_LEARNERCURATOR']._serialized_start=1825
-  _globals['_LEARNERCURATOR']._serialized_end=2061
+  _globals['_DPGDJOBSPEC']._serialized_end=342
+  _globals['_REGRESSIONJOBSPEC']._serialized_start=345
+  _globals['_REGRESSIONJOBSPEC']._serialized_end=564
+  _globals['_LEARNERJOBSPEC']._serialized_start=567
+  _globals['_LEARNERJOBSPEC']._serialized_end=889
+  _globals['_LEARNERTICKET']._serialized_start=891
+  _globals['_LEARNERTICKET']._serialized_end=922
+  _globals['_LEARNERSTATUS']._serialized_start=925
+  _globals['_LEARNERSTATUS']._serialized_end=1130
+  _globals['_DPGDMODEL']._serialized_start=1132
+  _globals['_DPGDMODEL']._serialized_end=1235
+  _globals['_REGRESSIONMODEL']._serialized_start=1238
+  _globals['_REGRESSIONMODEL']._serialized_end=1423
+  _globals['_LEARNERMODEL']._serialized_start=1426
+  _globals['_LEARNERMODEL']._serialized_end=1843
+  _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_start=1788
+  _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_end=1834
+  _globals['_LEARNERCURATOR']._serialized_start=1846
+  _globals['_LEARNERCURATOR']._serialized_end=2082
 # @@protoc_insertion_point(module_scope)

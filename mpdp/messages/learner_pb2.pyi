@@ -41,6 +41,7 @@ class DpgdJobSpec(_message.Message):
     ROUNDS_FIELD_NUMBER: _builtins.int
     TOTAL_RECORDS_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    UNVALIDATED_FIELD_NUMBER: _builtins.int
     task: _builtins.str
     """"binary" (labels ±1) or "softmax" (labels 0..classes−1)"""
     classes: _builtins.int
@@ -57,6 +58,8 @@ class DpgdJobSpec(_message.Message):
     total_records: _builtins.int
     """N, public (replace adjacency)"""
     mode: _common_pb2.NoiseMode.ValueType
+    unvalidated: _builtins.bool
+    """true: Gaussian rounds without validity proofs; default: validated (ℓ2 ball, discrete Gaussian)"""
     def __init__(
         self,
         *,
@@ -69,10 +72,11 @@ class DpgdJobSpec(_message.Message):
         rounds: _builtins.int = ...,
         total_records: _builtins.int = ...,
         mode: _common_pb2.NoiseMode.ValueType = ...,
+        unvalidated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["classes", b"classes", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "lam", b"lam", "mode", b"mode", "rounds", b"rounds", "task", b"task", "total_records", b"total_records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["classes", b"classes", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "lam", b"lam", "mode", b"mode", "rounds", b"rounds", "task", b"task", "total_records", b"total_records", "unvalidated", b"unvalidated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

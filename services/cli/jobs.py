@@ -223,6 +223,10 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--total-records", type=int, default=0, help="dp-gd: the public total row count N (replace-one adjacency)")
 @click.option("--records-per-party", type=int, default=0, help="dp-gd: public bound on one party's row count")
 @click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
+@click.option("--validate", type=click.Choice(("on", "none")), default="on", show_default=True,
+              help="dp-gd and hamm2016: every party proves on its secret shares that its round vector (dp-gd: in the ℓ2 ball of the public row bound × the clip) "
+                   "or its vote vector (hamm2016: every entry in [−1, 1]) is valid, with discrete Gaussian noise where the sum adds noise; "
+                   "none: no proofs, Gaussian noise (honest-but-curious parties)")
 @click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")
 @click.option("--detach", is_flag=True, help="print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it, "
@@ -230,7 +234,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float | None, colluders: int | None, model: str, ridge: float, data_norm: float,
           auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
-          dimension: int, total_records: int, records_per_party: int, rounds: int, schema_file: str | None, detach: bool, as_json: bool) -> None:
+          dimension: int, total_records: int, records_per_party: int, rounds: int, validate: str, schema_file: str | None, detach: bool, as_json: bool) -> None:
     """Run a training job across the parties and print the published model's summary."""
     from mpdp_services.operator.pathak2010 import make_spec
 
@@ -252,7 +256,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
     if model == "dp-gd":
         dpgd_mode = "corrected" if mode == "gaussian-distributed" else mode  # dp-gd's own calibrations; the Pathak default names the provable one
         _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta_used, lam, dpgd_mode, classes.split(","), dimension, total_records,
-                    records_per_party, rounds, max_missing, as_json, schema_sha256, detach)
+                    records_per_party, rounds, max_missing, as_json, schema_sha256, detach, validate=validate != "none")
         return
 
     if model == "hamm2016":
@@ -265,7 +269,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset, auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon, classes=classes.split(","),
                                             parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam,
                                             delta=delta_used if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
-                                            schema_sha256=schema_sha256)
+                                            schema_sha256=schema_sha256, unvalidated=validate == "none")
         if detach:
             _detached(endpoints, as_json, hamm2016=spec)
             return
@@ -493,7 +497,7 @@ def _detached(endpoints: str, as_json: bool, **spec) -> None:
 
 def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes: str, epsilon: float, delta: float, lam: float, mode: str,
                 classes: list[str], dimension: int, total_records: int, records_per_party: int, rounds: int, max_missing: int, as_json: bool,
-                schema_sha256: str = "", detach: bool = False) -> None:
+                schema_sha256: str = "", detach: bool = False, validate: bool = True) -> None:
     """`mpdp train --model dp-gd`: submit the job to the curator (which runs the rounds and stores the model); follow it or detach."""
     from mpdp.dpgd.model import Task
     from mpdp.dpgd.plan import DpgdPlan, auto_rounds
@@ -508,7 +512,7 @@ def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes:
     task = Task("binary") if len(classes) == 2 else Task("softmax", len(classes))
     try:
         plan = DpgdPlan(task, dimension, epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, total_records) if rounds < 0 else rounds,
-                        total_records=total_records, mode=mode)
+                        total_records=total_records, mode=mode, validate="l2" if validate else "none")
     except ValueError as e:
         raise click.ClickException(f"not a valid dp-gd plan: {e}")
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable
 from mpdp import limits
 from mpdp.dca.errors import InvalidJob
 from mpdp.dpgd.model import Task
-from mpdp.dpgd.plan import DpgdPlan
+from mpdp.dpgd.plan import VALIDATE_L2, VALIDATE_NONE, DpgdPlan
 from mpdp.dpgd.role import DpgdRole, RunRound as DpgdRound
 from mpdp.dpgd.wire import MODE_NAMES, STATISTIC as DPGD_STATISTIC
 from mpdp.messages import common_pb2, contribution_pb2 as cpb, dca_pb2, learner_pb2 as pb, learner_pb2_grpc as pb_grpc
@@ -67,7 +67,8 @@ class Learner:
 def _dpgd_role(spec: pb.LearnerJobSpec, job_id: str) -> DpgdRole:
     s = spec.dpgd
     task = Task(s.task, s.classes)
-    plan = DpgdPlan(task, s.dimension, s.epsilon, s.delta, lam=s.lam, rounds=s.rounds, total_records=s.total_records, mode=MODE_NAMES[s.mode])
+    plan = DpgdPlan(task, s.dimension, s.epsilon, s.delta, lam=s.lam, rounds=s.rounds, total_records=s.total_records, mode=MODE_NAMES[s.mode],
+                     validate=VALIDATE_NONE if s.unvalidated else VALIDATE_L2)
     return DpgdRole(plan, list(spec.parties), list(spec.compute_nodes), spec.records_per_party, job_id=job_id, max_missing=spec.max_missing,
                     seed=spec.simulation_seed, deadline=spec.deadline_seconds or DEFAULT_DEADLINE)
 

@@ -30,7 +30,7 @@ def dpgd_spec(dataset: str, parties: list[str], nodes: list[str], plan: DpgdPlan
         job_id=job_id, dataset=dataset, parties=parties, compute_nodes=nodes, records_per_party=records_per_party, max_missing=max_missing,
         simulation_seed=seed, deadline_seconds=deadline, schema_sha256=schema_sha256,
         dpgd=pb.DpgdJobSpec(task=plan.task.kind, classes=plan.task.classes, dimension=plan.dimension, epsilon=plan.epsilon, delta=plan.delta, lam=plan.lam,
-                            rounds=plan.rounds, total_records=plan.total_records or 0, mode=MODES[plan.mode]),
+                            rounds=plan.rounds, total_records=plan.total_records or 0, mode=MODES[plan.mode], unvalidated=not plan.validated),
     )
 
 

@@ -176,7 +176,7 @@ class LiveBackend:
         task = Task("binary") if len(classes) == 2 else Task("softmax", len(classes))
         try:
             plan = DpgdPlan(task, int(dimension), epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, int(total_records)) if rounds is None else int(rounds),
-                            total_records=int(total_records))
+                            total_records=int(total_records), validate="l2")
         except ValueError as e:
             raise ValueError(f"not a valid dp-gd plan: {e}") from None
         t0 = time.perf_counter()

@@ -130,7 +130,9 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             async def vector(params: DcaParams):
                 return await computed(party, context, request.dca_job_id, request.dataset, compute)
 
-            accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: dpgd_wire.check_round_job(plan, msg, params), charge=charge)
+            validate, bounds = dpgd_wire.expected_validation(plan, msg.round, request.records_per_client)
+            accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: dpgd_wire.check_round_job(plan, msg, params), charge=charge,
+                                     validate=validate, bounds=bounds)
             report = await contribute(party, context, accepted, vector)
             return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
 

@@ -110,7 +110,7 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
         # ensemble's ε is spent (core.ledger_entry) in one durable step before any vote share leaves, and a vote that
         # may reach a node is counted even if the job later fails
         accepted = AcceptedRound(request.dca_job_id, tuple(spec.parties), nodes=tuple(spec.compute_nodes), secure_sum=expected.secure_sum,
-                                 seeded=bool(spec.simulation_seed), check=check,
+                                 seeded=bool(spec.simulation_seed), check=check, validate=expected.validate, bounds=expected.clip_bounds,
                                  charge=lambda params: (core.ledger_entry(request.job_id, spec, request.dca_job_id, request.auxiliary_rows),))
         report = await contribute(party, context, accepted, votes, what="vote shares")
         log.info("ensemble job %s: voted on %d auxiliary points with %s (vote sum %s)", shown(request.job_id), request.auxiliary_rows, cfg.local_classifier,

@@ -212,7 +212,7 @@ def test_thousands_of_voters_through_the_dca_core_give_the_exact_counts():
     g = np.random.default_rng(11)  # public simulation data: the voters' predictions
     preds = g.integers(0, C, size=(M, N))
     Z = np.stack([party_votes(p, C) for p in preds])
-    spec = _spec(C, parties=[f"v{i:04d}" for i in range(M)], max_missing=0)
+    spec = _spec(C, parties=[f"v{i:04d}" for i in range(M)], max_missing=0, unvalidated=True)  # the DCA core at scale: the unproven sum
     # simulated voters are relayed as one cohort, so their job names them by a range roster (a listed roster takes
     # each client over its own certificate only)
     job = dataclasses.replace(core.vote_job(spec, "dca-big", N), roster=(), roster_range=("v", 4))
@@ -251,15 +251,19 @@ def test_curator_role_never_quotes_the_vote_sum_in_its_failure():
 # ---------------------------------------------------------------- method pate (GNMax on noisy vote counts)
 
 
-@pytest.mark.parametrize("classes", [2, 3])
-def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(classes):
+@pytest.mark.parametrize("classes,unvalidated", [(2, False), (3, False), (2, True)])
+def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(classes, unvalidated):
+    """Validated by default (each vote entry proven in [−1, 1], discrete Gaussian noise, δ at most the one asked for);
+    ``unvalidated`` takes Gaussian noise and no proofs."""
     parties, X_aux = _data(classes)
-    spec = _spec(classes, method="pate", epsilon=2.0, delta=1e-6, queries=50)
+    spec = _spec(classes, method="pate", epsilon=2.0, delta=1e-6, queries=50, unvalidated=unvalidated)
     run = core.run_inmemory("hm-pate", "dca-pate", spec, parties, X_aux)
     rel, vs = run.release, run.vote_sum
     params = core.vote_job(spec, "dca-pate", 50)
     assert rel.method == "pate" and rel.auxiliary_rows == 50 and not vs.secure_sum
-    assert rel.guarantee.epsilon == 2.0 and rel.guarantee.delta == 1e-6
+    assert rel.guarantee.epsilon == 2.0 and 0 < rel.guarantee.delta <= 1e-6 and vs.clients_rejected == 0
+    assert params.validate == ("none" if unvalidated else "range") and params.noise == ("gaussian" if unvalidated else "discrete-gaussian")
+    assert ("proves on its secret shares" in rel.trust_model) != unvalidated
     assert params.sensitivity == pytest.approx(np.sqrt(50) * (1.0 if classes == 2 else np.sqrt(2)))
     assert params.guarantee.epsilon == 2.0 and params.sigma_client > 0
     X_q = core.pate_queries(spec, X_aux)
@@ -270,8 +274,11 @@ def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(
     w = core.fit_soft(X_q, core.one_hot(labels, classes), spec.lam, tol=core.DEFAULT_TOL)
     assert np.allclose(np.asarray(rel.weights), np.ravel(w))
     entry = core.ledger_entry("hm-pate", spec, "dca-pate", 50)
-    assert entry["epsilon"] == 2.0 and entry["delta"] == 1e-6 and entry["method"] == "pate"
-    assert entry["accounting"] == {"kind": "gaussian", "noise_multiplier": pytest.approx(params.sigma_std / params.sensitivity)}
+    assert entry["epsilon"] == 2.0 and entry["delta"] == params.guarantee.delta and entry["method"] == "pate"
+    if unvalidated:
+        assert entry["accounting"] == {"kind": "gaussian", "noise_multiplier": pytest.approx(params.sigma_std / params.sensitivity)}
+    else:
+        assert entry["accounting"] == {"kind": "discrete-gaussian", "rho": params.rho, "tv": params.discrete.p_fail}
 
 
 def test_pate_vote_sum_noise_has_the_calibrated_variance():
@@ -306,7 +313,7 @@ def test_pate_guarantee_against_the_simulations_rdp_accounting(eps, Q, C, delta)
     from mpdp.dp.mechanisms import gaussian_delta
     from mpdp.hamm2016 import pate
 
-    spec = _spec(C, method="pate", epsilon=eps, delta=delta, queries=Q)
+    spec = _spec(C, method="pate", epsilon=eps, delta=delta, queries=Q, unvalidated=True)  # the Gaussian path
     p = core.vote_job(spec, "dca-acc", Q)
     Delta = 1.0 if C == 2 else np.sqrt(2.0)
     assert p.sensitivity == pytest.approx(np.sqrt(Q) * Delta, rel=1e-15) and p.sensitivity == pytest.approx(np.sqrt(Q) * pate.query_sensitivity(C))
@@ -335,7 +342,7 @@ def test_pate_noise_inside_the_sum_is_gaussian_and_dropouts_within_T_keep_sigma(
 
     M, T, Q, C = 9, 2, 2000, 3
     names = [f"v{i}" for i in range(M)]
-    spec = _spec(C, method="pate", parties=names, max_missing=T, queries=Q, epsilon=3.0, delta=1e-6, simulation_seed=b"pate-noise")
+    spec = _spec(C, method="pate", parties=names, max_missing=T, queries=Q, epsilon=3.0, delta=1e-6, simulation_seed=b"pate-noise", unvalidated=True)
     params = core.vote_job(spec, "dca-var", Q)
     g = np.random.default_rng(5)  # public simulation data: the voters' predictions
     Z = np.stack([party_votes(g.integers(0, C, size=Q), C) for _ in range(M)])

@@ -71,3 +71,43 @@ def test_curator_refuses_a_validated_job_whose_sums_could_wrap(fed):
     assert out.returncode != 0
     error = json.loads(out.stdout)["error"]
     assert error["code"] == "invalid_argument" and "validation" in error["message"], error
+
+
+def _site(fed, name: str):
+    """A client site folder (site.crt, site.key, ca.crt) from the federation's CA, as `mpdp provision` writes one."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from mpdp_services.common import pki
+
+    folder = fed.workdir / "clients" / name
+    ca = fed.workdir / "ca"
+    ca_key = serialization.load_pem_private_key((ca / "ca.key").read_bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes())
+    key, cert = pki.issue(ca_key, ca_cert, "party", name, ["127.0.0.1"])
+    pki.write_site(folder, key, cert, ca_cert)
+    return folder
+
+
+def test_cli_submit_proves_each_vector_of_a_validated_job(fed):
+    """`mpdp dca submit` into a validated job: each client's vector goes out with its proof (ClientMachine), its ledger
+    is charged first, and the job releases with nobody rejected, within its noise of the clients' sum."""
+    n, d = 3, 4
+    out = create(fed, "--noise", "discrete-gaussian", "--validate", "l2", "-t", "1", n=n, d=d)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = json.loads(out.stdout)["job_id"]
+    Z = np.array([[0.5, -0.25, 0.0, 0.1], [-0.3, 0.3, 0.3, -0.3], [0.2, 0.2, -0.6, 0.0]])
+    for i, z in enumerate(Z):
+        site = _site(fed, f"submitter-{i}")
+        sub = mpdp("dca", "submit", "--endpoints", str(fed.workdir), "--site", str(site), "--job", job, "--values", ",".join(map(str, z)),
+                   "--ledger", str(site / "ledger.json"), "--budget-epsilon", "10", "--json")
+        assert sub.returncode == 0, sub.stdout + sub.stderr
+        assert json.loads(sub.stdout)["accepted"] == len(NODES)
+        assert json.loads((site / "ledger.json").read_text())["entries"][0]["job_id"] == job
+    watch = mpdp("dca", "watch", "--endpoints", str(fed.workdir), "--job", job, "--json")
+    assert watch.returncode == 0 and json.loads(watch.stdout)["state"] == "RELEASED", watch.stdout
+    r = json.loads(mpdp("dca", "release", "--endpoints", str(fed.workdir), "--job", job).stdout)
+    assert (r["validate"], r["clients_rejected"], r["clients_included"]) == ("l2", 0, n)
+    num, den = (int(v) for v in r["sigma2_units"].split("/"))
+    sd = math.sqrt(n * num / den) / 2.0 ** r["fractional_bits"]
+    assert np.all(np.abs(np.asarray(r["values"]) - Z.sum(axis=0)) < 6 * sd * math.sqrt(d) + n * 2.0 ** -r["fractional_bits"])
