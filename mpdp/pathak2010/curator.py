@@ -109,6 +109,7 @@ class CuratorMachine(Machine):
         K = self.params.K
         if isinstance(message, pb.JobAcceptance):  # d sizes every later step and the call deadlines (limits table)
             require(message.dimension <= limits.MAX_PATHAK_DIMENSION, Problem.MALFORMED, f"JobAcceptance dimension {message.dimension} exceeds {limits.MAX_PATHAK_DIMENSION}")
+            require(len(message.pi1_commitment) == 32, Problem.MALFORMED, "JobAcceptance must carry a 32-byte π1 commitment")
         elif isinstance(message, pb.SizeRemainders):
             require(len(message.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(message.ciphertexts)}")
         elif isinstance(message, pb.BlindedComparisons) and self.state in ("AWAIT_BLINDED_COMPARISONS", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"):
@@ -130,13 +131,14 @@ class CuratorMachine(Machine):
 
     # -- S0 ------------------------------------------------------------------------------
     def _step_await_acceptances(self) -> list[Output]:
-        dims = {n: self._take(pb.JobAcceptance, n).dimension for n in self.params.parties}
+        acceptances = [self._take(pb.JobAcceptance, n) for n in self.params.parties]
+        dims = {n: a.dimension for n, a in zip(self.params.parties, acceptances)}
         if len(set(dims.values())) != 1 or 0 in dims.values():
             raise RemoteProtocolError(Problem.INVALID_JOB, f"parties disagree on the dimension d of dataset {self.params.dataset!r}: {dims}")
         self.d = next(iter(dims.values()))
         self.stages.enter("stage1")
         self.state = "AWAIT_SIZE_SHARES"
-        start = pb.ProtocolStart(job_id=self.job_id, dimension=self.d)
+        start = pb.ProtocolStart(job_id=self.job_id, dimension=self.d, pi1_commitments=[a.pi1_commitment for a in acceptances])
         return [Send(Peer("party", p), start) for p in self.params.parties]
 
     # -- Stage 1 -------------------------------------------------------------------------
@@ -155,7 +157,9 @@ class CuratorMachine(Machine):
         rem = self._take(pb.SizeRemainders, p[0])
         require(len(rem.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(rem.ciphertexts)}")
         b = [zeta.decrypt_signed(_parse(zeta.public, c), self.ops) for c in rem.ciphertexts]  # π1(b)
-        require(all(abs(x) < 1 << (prm.L + 1) for x in b), Problem.MALFORMED, "a size remainder b is out of range")
+        # b_j = n_j − a_j with a_j ∈ [0, 2^L) and n_j ∈ [0, 2^size_bits): exactly (−2^L, 2^size_bits). Outside it, the
+        # party's size n_j = a_j + b_j breaks the job's public bound whatever its a_j (the comparisons' ℓ assumes it).
+        require(all(-(1 << prm.L) < x < 1 << prm.size_bits for x in b), Problem.MALFORMED, "a size remainder b is out of range")
         enc_a = [_parse(xi, self._take(pb.EncryptedSizeShare, n).ciphertext) for n in p]  # ξ(π1(a)_k), k = party index
         r = [self.rng.randbits(prm.mask_bits) for _ in range(K)]
         masked = [xi.add(enc_a[k], xi.encrypt(r[k], self.rng, ops=self.ops)) for k in range(K)]

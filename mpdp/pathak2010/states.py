@@ -34,6 +34,7 @@ PARTY_STATES: tuple[str, ...] = (
 PARTY_TABLE: tuple[Row, ...] = (
     kept("ProtocolStart", "curator", "AWAIT_START", "AWAIT_START"),
     kept("PartySecrets", "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),
+    kept("Pi1Reveal", "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),  # a party reveals once ProtocolStart has every commitment
     kept("SizeShare", "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
     kept("SealedSizeRemainder", "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
     kept("MaskedSizeShare", "curator", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_MASKED_SIZE_SHARE"),
@@ -44,7 +45,7 @@ PARTY_TABLE: tuple[Row, ...] = (
     kept("NoiseScale", "leader", "AWAIT_NOISE_SCALE", "AWAIT_NOISE_SCALE"),  # DISTRIBUTED_GAUSSIAN
     kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_{j+1} may finish first: kept until ψ_j is made
     kept("ResharePiece", "curator|party", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),
-    row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS|AWAIT_SIZE_SHARE"),  # P1 generates ξ, π1 itself
+    row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS"),  # P1 generates ξ; everyone reveals its π1 nonce
     row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
     row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),
     row("AWAIT_MASKED_SIZE_SHARE", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # P1 leads the comparisons
