@@ -186,7 +186,7 @@ class CuratorMachine(Machine):
         cts: list[bytes] = []
         for i, j in tournament.pairs(positions):
             y = self._b_tilde[j] - self._b_tilde[i] + int(self._tau[i] < self._tau[j]) + offset
-            cts += [dgk.public.to_bytes(c) for c in comparison.b_encrypt_bits(dgk, y, ell, brng, self.ops)]
+            cts += [dgk.public.to_bytes(c) for c in comparison.b_encrypt_bits(dgk, y, ell, brng, self.ops, factors=self.res.dgk_pool)]
         self._positions = positions
         bits = pb.ComparisonBits(job_id=self.job_id, bit_length=ell, ciphertexts=cts, round=self._round, positions=positions)
         return [Send(Peer("party", prm.parties[0]), bits)]
