@@ -75,7 +75,7 @@ CURATOR_TABLE: tuple[Row, ...] = (
     kept("BlindedComparisons", "leader", "AWAIT_BLINDED_COMPARISONS", "AWAIT_BLINDED_COMPARISONS"),
     kept("MaskedNoise", "leader", "AWAIT_MASKED_NOISE", "AWAIT_MASKED_NOISE"),
     kept("ResharePiece", "party", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"),
-    kept("PublishedShare", "party", "AWAIT_PUBLISHED_SHARES", "AWAIT_PUBLISHED_SHARES"),
+    kept("PublishedShare", "party", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"),  # Charlie's pieces left with S2.1: a party may publish first
     row("AWAIT_ACCEPTANCES", "ready", "self", "AWAIT_SIZE_SHARES"),
     row("AWAIT_SIZE_SHARES", "ready", "self", "AWAIT_BLINDED_COMPARISONS"),
     row("AWAIT_BLINDED_COMPARISONS", "ready", "self", "AWAIT_BLINDED_COMPARISONS|AWAIT_MASKED_NOISE"),  # one tournament round per step
