@@ -168,8 +168,8 @@ class PartyMachine(Machine):
             return need
         if state == "AWAIT_NOISE_SCALE":
             return [(pb.NoiseScale, p[0])]
-        if state == "AWAIT_NOISE_CHAIN":  # ψ_j is made before the chain arrives: the K parties compute at once
-            return [(pb.NoiseChain, p[self.j + 1])]
+        if state == "AWAIT_NOISE_CHAIN":  # P1 only: every other party's ψ_j (the K parties compute them at once)
+            return [(pb.NoiseChain, n) for n in p[1:]]
         if state == "AWAIT_RESHARE_PIECES":
             need = [(pb.ResharePiece, CURATOR.name)]
             need += [(pb.ResharePiece, n) for n in p if n != self.me.name]
@@ -190,6 +190,7 @@ class PartyMachine(Machine):
         if isinstance(message, pb.SelectionVector):
             require(len(message.ciphertexts) == self.K, Problem.MALFORMED, f"SelectionVector must have K={self.K} ciphertexts, got {len(message.ciphertexts)}")
         elif isinstance(message, pb.NoiseChain):
+            require(self.j == 0, Problem.WRONG_ROLE, "NoiseChain goes to P1 only")
             nb = self._noise_blocks()
             require(len(message.ciphertexts) == nb, Problem.MALFORMED, f"NoiseChain must have {nb} ciphertexts (d={self.d} packed), got {len(message.ciphertexts)}")
         elif isinstance(message, pb.ResharePiece):
@@ -418,23 +419,27 @@ class PartyMachine(Machine):
         return self._chain(self._packed_psi(scale, [round_scaled(float(x), fz) for x in z]))
 
     def _chain(self, psi: list[int]) -> list[Output]:
-        """S2.4: ψ_j is ready; P_K starts the chain, every other party awaits the chain from P_{j+1}."""
-        if self.j < self.K - 1:
+        """S2.4: ψ_j is ready. Every party but P1 sends it straight to P1 (one hop for all, where the paper passes a
+        running product along P_K → … → P_1: P1 sees each ψ_j, re-randomised under ζ, which it cannot decrypt);
+        P1 awaits them."""
+        if self.j == 0 and self.K > 1:
             self._psi = psi
             self.state = "AWAIT_NOISE_CHAIN"
             return []
         return self._forward(psi)
 
     def _step_await_noise_chain(self) -> list[Output]:
-        """S2.4: multiply the chain from P_{j+1} into ψ_j."""
+        """S2.4 (P1): ψ = Π_j ψ_j."""
         zeta = self.res.curator_keys.paillier
         psi = self._psi
-        chain = self._take(pb.NoiseChain, self.params.parties[self.j + 1])
-        require(len(chain.ciphertexts) == len(psi), Problem.MALFORMED, f"NoiseChain must have {len(psi)} ciphertexts (d={self.d} packed), got {len(chain.ciphertexts)}")
-        return self._forward([zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)])
+        for name in self.params.parties[1:]:
+            chain = self._take(pb.NoiseChain, name)
+            require(len(chain.ciphertexts) == len(psi), Problem.MALFORMED, f"NoiseChain must have {len(psi)} ciphertexts (d={self.d} packed), got {len(chain.ciphertexts)}")
+            psi = [zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)]
+        return self._forward(psi)
 
     def _forward(self, psi: list[int]) -> list[Output]:
-        """S2.4 and S3.1: pass the chain on, or (P1) mask it for Charlie; then re-share."""
+        """S2.4 and S3.1: ψ_j to P1, or (P1) mask the product for Charlie; then re-share."""
         prm = self.params
         zeta = self.res.curator_keys.paillier
         try:
@@ -443,7 +448,7 @@ class PartyMachine(Machine):
             raise LocalProtocolError(Problem.INVALID_JOB, "the local model does not fit the encoding (a larger λ bounds it); the job cannot release") from e
         q = prm.ring_modulus
         if self.j > 0:
-            out = self._to_party(self.j - 1, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))
+            out = self._to_party(0, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))
             self.c = [x % q for x in w_enc]
         else:
             # S3.1: P1 masks ψ with s and keeps c_1 = ŵ_1 − ⌊s/2^g⌋ (g = truncate_bits: 0 in the smallest-party modes).

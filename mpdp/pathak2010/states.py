@@ -6,7 +6,7 @@ is out of order or a replay. The windows follow the protocol's causality, e.g. a
 P_t only after Charlie's SelectionVector, which needs P_t's own MaskedSize, so P_t is at least in
 AWAIT_SELECTION; a NoiseScale (DISTRIBUTED_GAUSSIAN) leaves P1 only once every party's NoiseScaleShare is in,
 so every party is in AWAIT_NOISE_SCALE. NoiseChain's window spans both noise modes: it is consumed in
-AWAIT_NOISE_CHAIN, which a party enters once its own ψ_j is made (so the K parties compute ψ at once). A step runs (joint event ``ready``) once every input it needs is in; where a step has
+AWAIT_NOISE_CHAIN, which P1 enters once its own ψ_1 is made (every other party sends its ψ_j straight to P1). A step runs (joint event ``ready``) once every input it needs is in; where a step has
 two possible next states, the role's handler chooses (P1 leads, the others follow). Stage 1's tournament
 repeats the leader's AWAIT_COMPARISON and Charlie's AWAIT_BLINDED_COMPARISONS once per round: ComparisonBits and
 BlindedComparisons recur, each carrying its round (a copy of a round already taken is a REPLAY).
@@ -43,7 +43,7 @@ PARTY_TABLE: tuple[Row, ...] = (
     kept("SelectionVector", "curator", "AWAIT_SELECTION", "AWAIT_SELECTION"),
     kept("NoiseScaleShare", "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),  # DISTRIBUTED_GAUSSIAN, to P1 only
     kept("NoiseScale", "leader", "AWAIT_NOISE_SCALE", "AWAIT_NOISE_SCALE"),  # DISTRIBUTED_GAUSSIAN
-    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_{j+1} may finish first: kept until ψ_j is made
+    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_j → P1; may come before P1's own ψ_1 is made
     kept("ResharePiece", "curator|party", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),
     row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS"),  # P1 generates ξ; everyone reveals its π1 nonce
     row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
