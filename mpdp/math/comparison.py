@@ -35,9 +35,12 @@ def bits_of(v: int, length: int) -> list[int]:
     return [(v >> i) & 1 for i in range(length)]
 
 
-def b_encrypt_bits(key: DgkKeyPair, y: int, length: int, rng: Drbg, ops: OpCounter | None = None) -> list[int]:
-    """Step 2 (B): [[y_i]] for i = 0..ℓ−1."""
-    return [key.encrypt_fast(b, rng, ops) for b in bits_of(y, length)]
+def b_encrypt_bits(key: DgkKeyPair, y: int, length: int, rng: Drbg, ops: OpCounter | None = None, *, factors: _FactorSource | None = None) -> list[int]:
+    """Step 2 (B): [[y_i]] for i = 0..ℓ−1; with ``factors`` (precomputed h^r), g^{y_i}·h^r, one multiplication each."""
+    if factors is None:
+        return [key.encrypt_fast(b, rng, ops) for b in bits_of(y, length)]
+    pk = key.public
+    return [pk.encrypt(b, factor=factors.take(), ops=ops) for b in bits_of(y, length)]
 
 
 def a_blinded_terms(

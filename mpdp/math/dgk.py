@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import gmpy2
 
@@ -135,6 +136,10 @@ class DgkKeyPair:
             ops.tick("dgk_zero_test")
         return gmpy2.powmod(c, self.vp, self.p) == 1
 
+    def blinding_factor_crt(self, rng: Drbg) -> int:
+        """h^r for a fresh r (as :meth:`DgkPublicKey.blinding_factor`), by CRT: E(0), so E(m) = g^m·h^r."""
+        return self.encrypt_fast(0, rng)
+
     def encrypt_fast(self, m: int, rng: Drbg, ops: OpCounter | None = None) -> int:
         """E(m) computed with the factorisation (CRT): the same ciphertext distribution, much faster."""
         r = rng.randbits(self.public.r_bits)
@@ -161,9 +166,12 @@ class DgkKeyPair:
 class DgkBlindingPool:
     """Precomputed h^r factors (re-randomisers) for one DGK public key; thread-safe like RandomnessPool."""
 
-    def __init__(self, key: DgkPublicKey, rng: Drbg) -> None:
+    def __init__(self, key: DgkPublicKey, rng: Drbg, make: Callable[[Drbg], int] | None = None) -> None:
+        """``make``: how one factor is drawn from ``rng`` (default: h^r with the public key; the key's holder passes
+        :meth:`DgkKeyPair.blinding_factor_crt`, the same distribution by CRT)."""
         self.key = key
         self._rng = rng
+        self._make = make or key.blinding_factor
         self._lock = threading.Lock()
         self._items: collections.deque[int] = collections.deque()
 
@@ -173,7 +181,7 @@ class DgkBlindingPool:
     def fill(self, count: int) -> None:
         for _ in range(count):
             with self._lock:
-                f = self.key.blinding_factor(self._rng)
+                f = self._make(self._rng)
             self._items.append(f)
 
     def take(self) -> int:
@@ -181,7 +189,7 @@ class DgkBlindingPool:
             return self._items.popleft()
         except IndexError:
             with self._lock:
-                return self.key.blinding_factor(self._rng)
+                return self._make(self._rng)
 
 
 def _crt(a: int, p: int, b: int, q: int) -> int:

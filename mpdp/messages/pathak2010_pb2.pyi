@@ -470,18 +470,22 @@ class JobAcceptance(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     DIMENSION_FIELD_NUMBER: _builtins.int
+    PI1_COMMITMENT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dimension: _builtins.int
     """d of the party's records (public)"""
+    pi1_commitment: _builtins.bytes
+    """SHA-256 commitment to the party's 32-byte contribution to π1's seed (pathak2010.md, "π1 by commit and reveal")"""
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         dimension: _builtins.int = ...,
+        pi1_commitment: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dimension", b"dimension", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dimension", b"dimension", "job_id", b"job_id", "pi1_commitment", b"pi1_commitment"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -495,17 +499,23 @@ class ProtocolStart(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     DIMENSION_FIELD_NUMBER: _builtins.int
+    PI1_COMMITMENTS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dimension: _builtins.int
+    @_builtins.property
+    def pi1_commitments(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """every party's JobAcceptance.pi1_commitment, in the job's party order"""
+
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         dimension: _builtins.int = ...,
+        pi1_commitments: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dimension", b"dimension", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dimension", b"dimension", "job_id", b"job_id", "pi1_commitments", b"pi1_commitments"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -513,36 +523,55 @@ Global___ProtocolStart: _TypeAlias = ProtocolStart  # noqa: Y015
 
 @_typing.final
 class PartySecrets(_message.Message):
-    """S0, P1 → P_j (j ≥ 2): the parties' key ξ (sk, over the party-to-party TLS channel) and π1."""
+    """S0, P1 → P_j (j ≥ 2): the parties' key ξ (sk, over the party-to-party TLS channel)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     PAILLIER_P_FIELD_NUMBER: _builtins.int
     PAILLIER_Q_FIELD_NUMBER: _builtins.int
-    PI1_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     paillier_p: _builtins.bytes
     paillier_q: _builtins.bytes
-    @_builtins.property
-    def pi1(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """π1(j) for j = 1..K, as 0-based positions"""
-
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         paillier_p: _builtins.bytes = ...,
         paillier_q: _builtins.bytes = ...,
-        pi1: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "paillier_p", b"paillier_p", "paillier_q", b"paillier_q", "pi1", b"pi1"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "paillier_p", b"paillier_p", "paillier_q", b"paillier_q"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartySecrets: _TypeAlias = PartySecrets  # noqa: Y015
+
+@_typing.final
+class Pi1Reveal(_message.Message):
+    """S0, P_j → every other P_i, after ProtocolStart (every commitment is in): the opening of P_j's π1 commitment."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NONCE_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    nonce: _builtins.bytes
+    """32 bytes"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        nonce: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "nonce", b"nonce"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Pi1Reveal: _TypeAlias = Pi1Reveal  # noqa: Y015
 
 @_typing.final
 class PartyPublicKey(_message.Message):

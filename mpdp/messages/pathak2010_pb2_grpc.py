@@ -752,6 +752,11 @@ class PartyStub:
                 request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.PartySecrets.SerializeToString,
                 response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
                 _registered_method=True)
+        self.SendPi1Reveal = channel.unary_unary(
+                '/mpdp.messages.Party/SendPi1Reveal',
+                request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.Pi1Reveal.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+                _registered_method=True)
         self.SendSizeShare = channel.unary_unary(
                 '/mpdp.messages.Party/SendSizeShare',
                 request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.SizeShare.SerializeToString,
@@ -836,6 +841,12 @@ class PartyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendPi1Reveal(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SendSizeShare(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -916,6 +927,11 @@ def add_PartyServicer_to_server(servicer, server):
             'SendPartySecrets': grpc.unary_unary_rpc_method_handler(
                     servicer.SendPartySecrets,
                     request_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.PartySecrets.FromString,
+                    response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
+            ),
+            'SendPi1Reveal': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendPi1Reveal,
+                    request_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.Pi1Reveal.FromString,
                     response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
             ),
             'SendSizeShare': grpc.unary_unary_rpc_method_handler(
@@ -1121,6 +1137,33 @@ class Party:
             target,
             '/mpdp.messages.Party/SendPartySecrets',
             mpdp_dot_messages_dot_pathak2010__pb2.PartySecrets.SerializeToString,
+            mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendPi1Reveal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.Party/SendPi1Reveal',
+            mpdp_dot_messages_dot_pathak2010__pb2.Pi1Reveal.SerializeToString,
             mpdp_dot_messages_dot_common__pb2.Ack.FromString,
             options,
             channel_credentials,

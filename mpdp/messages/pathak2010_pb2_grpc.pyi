@@ -220,6 +220,7 @@ class PartyStub:
     SendSelectionVector: _grpc.UnaryUnaryMultiCallable[_pathak2010_pb2.SelectionVector, _common_pb2.Ack]
     SendPartySecrets: _grpc.UnaryUnaryMultiCallable[_pathak2010_pb2.PartySecrets, _common_pb2.Ack]
     """party → party"""
+    SendPi1Reveal: _grpc.UnaryUnaryMultiCallable[_pathak2010_pb2.Pi1Reveal, _common_pb2.Ack]
     SendSizeShare: _grpc.UnaryUnaryMultiCallable[_pathak2010_pb2.SizeShare, _common_pb2.Ack]
     SendSealedSizeRemainder: _grpc.UnaryUnaryMultiCallable[_pathak2010_pb2.SealedSizeRemainder, _common_pb2.Ack]
     SendMaskedSize: _grpc.UnaryUnaryMultiCallable[_pathak2010_pb2.MaskedSize, _common_pb2.Ack]
@@ -243,6 +244,7 @@ class PartyAsyncStub(PartyStub):
     SendSelectionVector: _aio.UnaryUnaryMultiCallable[_pathak2010_pb2.SelectionVector, _common_pb2.Ack]  # type: ignore[assignment]
     SendPartySecrets: _aio.UnaryUnaryMultiCallable[_pathak2010_pb2.PartySecrets, _common_pb2.Ack]  # type: ignore[assignment]
     """party → party"""
+    SendPi1Reveal: _aio.UnaryUnaryMultiCallable[_pathak2010_pb2.Pi1Reveal, _common_pb2.Ack]  # type: ignore[assignment]
     SendSizeShare: _aio.UnaryUnaryMultiCallable[_pathak2010_pb2.SizeShare, _common_pb2.Ack]  # type: ignore[assignment]
     SendSealedSizeRemainder: _aio.UnaryUnaryMultiCallable[_pathak2010_pb2.SealedSizeRemainder, _common_pb2.Ack]  # type: ignore[assignment]
     SendMaskedSize: _aio.UnaryUnaryMultiCallable[_pathak2010_pb2.MaskedSize, _common_pb2.Ack]  # type: ignore[assignment]
@@ -299,6 +301,13 @@ class PartyServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Ack, _abc.Awaitable[_common_pb2.Ack]]:
         """party → party"""
+
+    @_abc_1.abstractmethod
+    def SendPi1Reveal(
+        self,
+        request: _pathak2010_pb2.Pi1Reveal,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Ack, _abc.Awaitable[_common_pb2.Ack]]: ...
 
     @_abc_1.abstractmethod
     def SendSizeShare(

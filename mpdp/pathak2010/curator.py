@@ -61,10 +61,14 @@ class CuratorMachine(Machine):
         self.party_ops: OpCounter = OpCounter()
         self._b_tilde: list[int] = []
         self._own_piece: list[int] | None = None
+        self._zero_pieces: list[list[int]] = []  # S3.3 for c_0, drawn before c_0 is known: pieces 1..K uniform, piece 0 = −Σ
         self.smallest_position: int | None = None  # j̃, in π2-positions (Charlie's view only)
         self._tau: list[int] = []  # τ: Charlie's secret tie-break rank of each position (Stage 1 tournament)
         self._round = 0  # the tournament round whose BlindedComparisons Charlie awaits
         self._positions: list[int] = []  # that round's positions
+        self._xi: PublicKey | None = None  # ξ, from P1's PartyPublicKey
+        self._r: list[int] = []  # S1.4's masks r_k, and ξ(r_k), made as soon as ξ arrives (before the size shares)
+        self._enc_r: list[int] = []
 
     @property
     def stage(self) -> str:
@@ -109,6 +113,7 @@ class CuratorMachine(Machine):
         K = self.params.K
         if isinstance(message, pb.JobAcceptance):  # d sizes every later step and the call deadlines (limits table)
             require(message.dimension <= limits.MAX_PATHAK_DIMENSION, Problem.MALFORMED, f"JobAcceptance dimension {message.dimension} exceeds {limits.MAX_PATHAK_DIMENSION}")
+            require(len(message.pi1_commitment) == 32, Problem.MALFORMED, "JobAcceptance must carry a 32-byte π1 commitment")
         elif isinstance(message, pb.SizeRemainders):
             require(len(message.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(message.ciphertexts)}")
         elif isinstance(message, pb.BlindedComparisons) and self.state in ("AWAIT_BLINDED_COMPARISONS", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"):
@@ -125,18 +130,38 @@ class CuratorMachine(Machine):
     def _abort_notices(self, e) -> list[Output]:
         return self._abort(e, [Peer("party", p) for p in self.params.parties])
 
+    def _admit(self, sender: Peer, kinds: frozenset[str], event: str, message):
+        row = super()._admit(sender, kinds, event, message)
+        if isinstance(message, pb.PartyPublicKey):  # P1 sends ξ a hop before the size shares: encrypt the masks meanwhile
+            self._mask_under(message)
+        return row
+
+    def _mask_under(self, key_msg: pb.PartyPublicKey) -> None:
+        """Check ξ and draw S1.4's masks r_k ∈ [0, 2^(L+κ)) with their encryptions ξ(r_k) (the step adds them to ξ(π1(a)_k))."""
+        prm = self.params
+        xi = PublicKey(int.from_bytes(key_msg.paillier_n, "big"))
+        try:
+            check_key_bits(xi.bits, test_mode=self.res.test_mode)
+        except ValueError as e:
+            raise RemoteProtocolError(Problem.MALFORMED, str(e)) from e
+        require(xi.bits >= prm.min_paillier_bits() and xi.n % 2 == 1, Problem.MALFORMED, f"ξ modulus of {xi.bits} bits is too small for this job")
+        self._xi = xi
+        self._r = [self.rng.randbits(prm.mask_bits) for _ in range(prm.K)]
+        self._enc_r = [xi.encrypt(r, self.rng, ops=self.ops) for r in self._r]
+
     def _abort_error(self, sender: Peer, abort: common_pb2.JobAbort) -> RemoteProtocolError:
         return RemoteProtocolError(abort.problem or Problem.JOB_FAILED, f"{sender.name}: {abort.detail}")
 
     # -- S0 ------------------------------------------------------------------------------
     def _step_await_acceptances(self) -> list[Output]:
-        dims = {n: self._take(pb.JobAcceptance, n).dimension for n in self.params.parties}
+        acceptances = [self._take(pb.JobAcceptance, n) for n in self.params.parties]
+        dims = {n: a.dimension for n, a in zip(self.params.parties, acceptances)}
         if len(set(dims.values())) != 1 or 0 in dims.values():
             raise RemoteProtocolError(Problem.INVALID_JOB, f"parties disagree on the dimension d of dataset {self.params.dataset!r}: {dims}")
         self.d = next(iter(dims.values()))
         self.stages.enter("stage1")
         self.state = "AWAIT_SIZE_SHARES"
-        start = pb.ProtocolStart(job_id=self.job_id, dimension=self.d)
+        start = pb.ProtocolStart(job_id=self.job_id, dimension=self.d, pi1_commitments=[a.pi1_commitment for a in acceptances])
         return [Send(Peer("party", p), start) for p in self.params.parties]
 
     # -- Stage 1 -------------------------------------------------------------------------
@@ -144,21 +169,18 @@ class CuratorMachine(Machine):
         """S1.4: ξ(π2(π1(a) + r)) to the parties, b̃ = π2(π1(b) − r) kept; comparison bits to the leader."""
         prm, p = self.params, self.params.parties
         K = prm.K
-        key_msg = self._take(pb.PartyPublicKey, p[0])
-        xi = PublicKey(int.from_bytes(key_msg.paillier_n, "big"))
-        try:
-            check_key_bits(xi.bits, test_mode=self.res.test_mode)
-        except ValueError as e:
-            raise RemoteProtocolError(Problem.MALFORMED, str(e)) from e
-        require(xi.bits >= prm.min_paillier_bits() and xi.n % 2 == 1, Problem.MALFORMED, f"ξ modulus of {xi.bits} bits is too small for this job")
+        self._take(pb.PartyPublicKey, p[0])  # checked, and the masks encrypted under it, on arrival (_mask_under)
+        xi, r = self._xi, self._r
+        assert xi is not None
         zeta = self.res.secrets.paillier
         rem = self._take(pb.SizeRemainders, p[0])
         require(len(rem.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(rem.ciphertexts)}")
         b = [zeta.decrypt_signed(_parse(zeta.public, c), self.ops) for c in rem.ciphertexts]  # π1(b)
-        require(all(abs(x) < 1 << (prm.L + 1) for x in b), Problem.MALFORMED, "a size remainder b is out of range")
+        # b_j = n_j − a_j with a_j ∈ [0, 2^L) and n_j ∈ [0, 2^size_bits): exactly (−2^L, 2^size_bits). Outside it, the
+        # party's size n_j = a_j + b_j breaks the job's public bound whatever its a_j (the comparisons' ℓ assumes it).
+        require(all(-(1 << prm.L) < x < 1 << prm.size_bits for x in b), Problem.MALFORMED, "a size remainder b is out of range")
         enc_a = [_parse(xi, self._take(pb.EncryptedSizeShare, n).ciphertext) for n in p]  # ξ(π1(a)_k), k = party index
-        r = [self.rng.randbits(prm.mask_bits) for _ in range(K)]
-        masked = [xi.add(enc_a[k], xi.encrypt(r[k], self.rng, ops=self.ops)) for k in range(K)]
+        masked = [xi.add(enc_a[k], self._enc_r[k]) for k in range(K)]
         pi2 = self.rng.child("pi2").permutation(K)
         a_tilde_ct = sharing.apply_permutation(pi2, masked)
         self._b_tilde = sharing.apply_permutation(pi2, [b[k] - r[k] for k in range(K)])
@@ -182,7 +204,7 @@ class CuratorMachine(Machine):
         cts: list[bytes] = []
         for i, j in tournament.pairs(positions):
             y = self._b_tilde[j] - self._b_tilde[i] + int(self._tau[i] < self._tau[j]) + offset
-            cts += [dgk.public.to_bytes(c) for c in comparison.b_encrypt_bits(dgk, y, ell, brng, self.ops)]
+            cts += [dgk.public.to_bytes(c) for c in comparison.b_encrypt_bits(dgk, y, ell, brng, self.ops, factors=self.res.dgk_pool)]
         self._positions = positions
         bits = pb.ComparisonBits(job_id=self.job_id, bit_length=ell, ciphertexts=cts, round=self._round, positions=positions)
         return [Send(Peer("party", prm.parties[0]), bits)]
@@ -215,11 +237,18 @@ class CuratorMachine(Machine):
         sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, factor=sk.random_factor(srng), ops=self.ops)) for x in w])
         self.stages.enter("stage2")
         self.state = "AWAIT_MASKED_NOISE"
-        return [Send(Peer("party", p), sel) for p in prm.parties]
+        # S3.3 for c_0 ahead of time: the pieces Charlie sends are uniform and independent of c_0 (which only his own
+        # piece absorbs, at S3.2), so they go out with the selection vector and the parties' last step waits for no
+        # decryption of Charlie's.
+        self._zero_pieces = sharing.split([0] * self.d, prm.K + 1, prm.ring_modulus, self.rng.child("reshare"), keep=0)
+        out: list[Output] = []
+        for t, name in enumerate(prm.parties):
+            out += [Send(Peer("party", name), sel), Send(Peer("party", name), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(self._zero_pieces[t + 1], 128)))]
+        return out
 
     # -- Stage 3 -------------------------------------------------------------------------
     def _step_await_masked_noise(self) -> list[Output]:
-        """S3.2: decrypt η̄ + s, set c_0 = η̄ + s and re-share it into K+1 shares. η̄ = round(K·2^f·η) is already the noise on
+        """S3.2: decrypt η̄ + s, set c_0 = η̄ + s and keep c_0 − Σ_{t≥1} t_{0,t} (the pieces t_{0,t} left with S2.1). η̄ = round(K·2^f·η) is already the noise on
         K·ŵ_s at full resolution: no factor K here (K·(η̄ + s) would leave the release's residue mod K noiseless).
         DISTRIBUTED_GAUSSIAN: the plaintext is σ̄·Σz̄ + s at scale 2^(f+g); c_0 = ⌊(σ̄·Σz̄ + s)/2^g⌋, likewise on K·ŵ_s."""
         prm = self.params
@@ -237,13 +266,9 @@ class CuratorMachine(Machine):
         require(all(0 < v < 1 << (prm.eta_bits + prm.kappa + 2) for v in plain), Problem.MALFORMED, "masked noise is out of range")
         q = prm.ring_modulus
         c0 = [(v >> prm.truncate_bits) % q for v in plain]  # truncate_bits = 0 in the smallest-party modes
-        pieces = sharing.split(c0, prm.K + 1, q, self.rng.child("reshare"), keep=0)
-        self._own_piece = pieces[0]
+        self._own_piece = [(c + z) % q for c, z in zip(c0, self._zero_pieces[0])]  # c_0 − Σ_{t≥1} t_{0,t}
         self.state = "AWAIT_PUBLISHED_SHARES"
-        return [
-            Send(Peer("party", name), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(pieces[t + 1], 128)))
-            for t, name in enumerate(prm.parties)
-        ]
+        return []
 
     def _step_await_published_shares(self) -> list[Output]:
         """Re-sharing done, publication: the K+1 shares z_0..z_K go to the model registry."""

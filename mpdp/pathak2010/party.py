@@ -1,13 +1,14 @@
 """P_j, a data holder in the Pathak–Rane–Raj protocol (their Sec. 3; messages in
 docs/protocols/pathak2010.md).
 
-P1 (parties[0]) has extra duties: it generates ξ and π1 (S0), shuffles the sealed b_j
+P1 (parties[0]) has extra duties: it generates ξ (S0), shuffles the sealed b_j
 (S1.2), leads the comparisons (S1.6) and masks the noise (S3.1). States are named for
 what the party awaits next; the transition table is :data:`mpdp.pathak2010.states.PARTY_TABLE`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -33,6 +34,19 @@ from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, 
 CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (PRR10 Sec. 3.1); with the solver's settings below, part of the model cache's key
 FIT_TOL = SOLVER_TOL  # the noise's sensitivity adds the slack of this tolerance (PathakCalibration.model_sensitivity)
 FIT_MAX_ITER = 100
+PI1_NONCE_BYTES = 32  # each party's contribution to π1's seed (commit and reveal, S0)
+
+
+def pi1_commitment(job_id: str, name: str, nonce: bytes) -> bytes:
+    """SHA-256 over the job, the party and its nonce: binding, and hiding since the nonce is 256 uniform bits."""
+    return hashlib.sha256(b"mpdp/pathak2010/pi1-commit\x00" + job_id.encode() + b"\x00" + name.encode() + b"\x00" + nonce).digest()
+
+
+def joint_pi1(job_id: str, nonces: list[bytes], k: int, *, seeded: bool) -> list[int]:
+    """π1 from every party's revealed nonce (in the job's party order): uniform as long as one nonce is, and fixed
+    by the commitments before anyone sees another's nonce."""
+    key = hashlib.sha256(b"mpdp/pathak2010/pi1\x00" + job_id.encode() + b"\x00" + b"".join(nonces)).digest()
+    return Drbg(key, seeded=seeded).permutation(k)
 
 
 def charge_of(machine: Any) -> dict:
@@ -100,6 +114,8 @@ class PartyMachine(Machine):
         self.stages.enter("setup")
         self.party_key: KeyPair | None = None
         self.pi1: list[int] | None = None
+        self._pi1_nonce = self.rng.child("pi1").random_bytes(PI1_NONCE_BYTES)
+        self._pi1_commitments: list[bytes] = []  # every party's, from ProtocolStart
         self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s at scale 2^f
         self._psi: list[int] = []  # ψ_j, packed, while the chain from P_{j+1} is awaited (S2.4)
         self.own_piece: list[int] | None = None
@@ -112,7 +128,8 @@ class PartyMachine(Machine):
     # -- engine hooks ------------------------------------------------------------------
     def start(self) -> list[Output]:
         """S0: accept the job (the service has checked the ledger before building the machine)."""
-        return [Send(CURATOR, pb.JobAcceptance(job_id=self.job_id, dimension=self.d))]
+        commitment = pi1_commitment(self.job_id, self.me.name, self._pi1_nonce)
+        return [Send(CURATOR, pb.JobAcceptance(job_id=self.job_id, dimension=self.d, pi1_commitment=commitment))]
 
     def charge(self) -> dict:
         """This job's charge (:func:`charge_of`)."""
@@ -129,8 +146,9 @@ class PartyMachine(Machine):
         p = self.params.parties
         if state == "AWAIT_START":
             return [(pb.ProtocolStart, CURATOR.name)]
-        if state == "AWAIT_PARTY_SECRETS":
-            return [(pb.PartySecrets, p[0])]
+        if state == "AWAIT_PARTY_SECRETS":  # P1 awaits only the other parties' reveals
+            reveals: list[tuple[type, str]] = [(pb.Pi1Reveal, n) for n in p if n != self.me.name]
+            return reveals if self.j == 0 else [(pb.PartySecrets, p[0])] + reveals
         if state == "AWAIT_SIZE_SHARE":
             assert self.pi1 is not None
             src = p[self.pi1.index(self.j)]
@@ -150,18 +168,29 @@ class PartyMachine(Machine):
             return need
         if state == "AWAIT_NOISE_SCALE":
             return [(pb.NoiseScale, p[0])]
-        if state == "AWAIT_NOISE_CHAIN":  # ψ_j is made before the chain arrives: the K parties compute at once
-            return [(pb.NoiseChain, p[self.j + 1])]
+        if state == "AWAIT_NOISE_CHAIN":  # P1 only: every other party's ψ_j (the K parties compute them at once)
+            return [(pb.NoiseChain, n) for n in p[1:]]
         if state == "AWAIT_RESHARE_PIECES":
             need = [(pb.ResharePiece, CURATOR.name)]
             need += [(pb.ResharePiece, n) for n in p if n != self.me.name]
             return need
         raise AssertionError(state)
 
+    def _admit(self, sender: Peer, kinds: frozenset[str], event: str, message: Any):
+        row = super()._admit(sender, kinds, event, message)
+        if isinstance(message, pb.Pi1Reveal) and self._pi1_commitments:  # refused to its sender at once (else in S0's step)
+            self._check_reveal(sender.name, message.nonce)
+        return row
+
+    def _check_reveal(self, name: str, nonce: bytes) -> None:
+        i = self.params.index(name)
+        require(pi1_commitment(self.job_id, name, nonce) == self._pi1_commitments[i], Problem.MALFORMED, f"{name}'s π1 reveal does not open its commitment")
+
     def _check_shape(self, message: Any) -> None:
         if isinstance(message, pb.SelectionVector):
             require(len(message.ciphertexts) == self.K, Problem.MALFORMED, f"SelectionVector must have K={self.K} ciphertexts, got {len(message.ciphertexts)}")
         elif isinstance(message, pb.NoiseChain):
+            require(self.j == 0, Problem.WRONG_ROLE, "NoiseChain goes to P1 only")
             nb = self._noise_blocks()
             require(len(message.ciphertexts) == nb, Problem.MALFORMED, f"NoiseChain must have {nb} ciphertexts (d={self.d} packed), got {len(message.ciphertexts)}")
         elif isinstance(message, pb.ResharePiece):
@@ -173,8 +202,11 @@ class PartyMachine(Machine):
             require(self.j == 0, Problem.WRONG_ROLE, f"{type(message).__name__} goes to the leader (P1) only")
             if isinstance(message, pb.ComparisonBits):
                 self._check_comparison_bits(message)
-        elif isinstance(message, pb.PartySecrets):
-            require(sharing.is_permutation(list(message.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
+        elif isinstance(message, pb.Pi1Reveal):
+            require(len(message.nonce) == PI1_NONCE_BYTES, Problem.MALFORMED, f"Pi1Reveal must carry a {PI1_NONCE_BYTES}-byte nonce")
+        elif isinstance(message, pb.ProtocolStart):
+            require(len(message.pi1_commitments) == self.K and all(len(c) == 32 for c in message.pi1_commitments), Problem.MALFORMED,
+                    f"ProtocolStart must carry K={self.K} π1 commitments of 32 bytes")
 
     def _abort_notices(self, e) -> list[Output]:
         return self._abort(e, [CURATOR])
@@ -188,36 +220,48 @@ class PartyMachine(Machine):
 
     # -- S0 ------------------------------------------------------------------------------
     def _step_await_start(self) -> list[Output]:
+        """S0: spend, then open this party's π1 commitment to every other party (every commitment is in: ProtocolStart
+        carries them all). P1 also generates ξ: sk to the other parties, pk to Charlie."""
         start = self._take(pb.ProtocolStart, CURATOR.name)
         require(start.dimension == self.d, Problem.MALFORMED, f"ProtocolStart says d={start.dimension}, this party has d={self.d}")
+        mine = pi1_commitment(self.job_id, self.me.name, self._pi1_nonce)
+        require(start.pi1_commitments[self.j] == mine, Problem.MALFORMED, "ProtocolStart does not carry this party's π1 commitment")
+        self._pi1_commitments = list(start.pi1_commitments)
         self.stages.enter("stage1")
-        spend: list[Output] = [Spend((self.charge(),))]  # every party has accepted: the job's charge, before anything else
+        out: list[Output] = [Spend((self.charge(),))]  # every party has accepted: the job's charge, before anything else
+        reveal = pb.Pi1Reveal(job_id=self.job_id, nonce=self._pi1_nonce)
+        out += [Send(Peer("party", n), reveal) for n in self.params.parties if n != self.me.name]
+        self.state = "AWAIT_PARTY_SECRETS"
         if self.j != 0:
-            self.state = "AWAIT_PARTY_SECRETS"
-            return spend
-        # P1: generate ξ and π1, hand sk and π1 to the other parties, pk to Charlie.
+            return out
         key = self.res.party_key_source()
         check_key_bits(key.public.bits, test_mode=self.res.test_mode)
         self.party_key = key
-        self.pi1 = self.rng.child("pi1").permutation(self.K)
-        out: list[Output] = spend + [Send(CURATOR, pb.PartyPublicKey(job_id=self.job_id, paillier_n=_b(key.public.n)))]
-        secrets_msg = pb.PartySecrets(job_id=self.job_id, paillier_p=_b(key.p), paillier_q=_b(key.q), pi1=self.pi1)
+        out.append(Send(CURATOR, pb.PartyPublicKey(job_id=self.job_id, paillier_n=_b(key.public.n))))
+        secrets_msg = pb.PartySecrets(job_id=self.job_id, paillier_p=_b(key.p), paillier_q=_b(key.q))
         for i in range(1, self.K):
             out += self._to_party(i, secrets_msg)
-        return out + self._split_size()
+        return out
 
     def _step_await_party_secrets(self) -> list[Output]:
-        s = self._take(pb.PartySecrets, self.params.parties[0])
-        require(sharing.is_permutation(list(s.pi1), self.K), Problem.MALFORMED, f"π1 must be a permutation of {self.K} positions")
-        try:
-            key = KeyPair.from_factors(int.from_bytes(s.paillier_p, "big"), int.from_bytes(s.paillier_q, "big"))
-        except ValueError as e:
-            raise_remote(Problem.MALFORMED, f"PartySecrets carries an invalid key: {e}")
-        try:
-            check_key_bits(key.public.bits, test_mode=self.res.test_mode)
-        except ValueError as e:
-            raise_remote(Problem.MALFORMED, str(e))
-        self.party_key, self.pi1 = key, list(s.pi1)
+        """S0: every reveal opens its commitment; π1 is drawn from all of them (no party chooses it). Then S1.2."""
+        if self.j != 0:
+            s = self._take(pb.PartySecrets, self.params.parties[0])
+            try:
+                key = KeyPair.from_factors(int.from_bytes(s.paillier_p, "big"), int.from_bytes(s.paillier_q, "big"))
+            except ValueError as e:
+                raise_remote(Problem.MALFORMED, f"PartySecrets carries an invalid key: {e}")
+            try:
+                check_key_bits(key.public.bits, test_mode=self.res.test_mode)
+            except ValueError as e:
+                raise_remote(Problem.MALFORMED, str(e))
+            self.party_key = key
+        nonces = []
+        for i, name in enumerate(self.params.parties):
+            nonce = self._pi1_nonce if i == self.j else self._take(pb.Pi1Reveal, name).nonce
+            self._check_reveal(name, nonce)
+            nonces.append(nonce)
+        self.pi1 = joint_pi1(self.job_id, nonces, self.K, seeded=self.rng.seeded)
         return self._split_size()
 
     # -- Stage 1 -------------------------------------------------------------------------
@@ -375,23 +419,27 @@ class PartyMachine(Machine):
         return self._chain(self._packed_psi(scale, [round_scaled(float(x), fz) for x in z]))
 
     def _chain(self, psi: list[int]) -> list[Output]:
-        """S2.4: ψ_j is ready; P_K starts the chain, every other party awaits the chain from P_{j+1}."""
-        if self.j < self.K - 1:
+        """S2.4: ψ_j is ready. Every party but P1 sends it straight to P1 (one hop for all, where the paper passes a
+        running product along P_K → … → P_1: P1 sees each ψ_j, re-randomised under ζ, which it cannot decrypt);
+        P1 awaits them."""
+        if self.j == 0 and self.K > 1:
             self._psi = psi
             self.state = "AWAIT_NOISE_CHAIN"
             return []
         return self._forward(psi)
 
     def _step_await_noise_chain(self) -> list[Output]:
-        """S2.4: multiply the chain from P_{j+1} into ψ_j."""
+        """S2.4 (P1): ψ = Π_j ψ_j."""
         zeta = self.res.curator_keys.paillier
         psi = self._psi
-        chain = self._take(pb.NoiseChain, self.params.parties[self.j + 1])
-        require(len(chain.ciphertexts) == len(psi), Problem.MALFORMED, f"NoiseChain must have {len(psi)} ciphertexts (d={self.d} packed), got {len(chain.ciphertexts)}")
-        return self._forward([zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)])
+        for name in self.params.parties[1:]:
+            chain = self._take(pb.NoiseChain, name)
+            require(len(chain.ciphertexts) == len(psi), Problem.MALFORMED, f"NoiseChain must have {len(psi)} ciphertexts (d={self.d} packed), got {len(chain.ciphertexts)}")
+            psi = [zeta.add(_checked(zeta.from_bytes, c), p) for c, p in zip(chain.ciphertexts, psi)]
+        return self._forward(psi)
 
     def _forward(self, psi: list[int]) -> list[Output]:
-        """S2.4 and S3.1: pass the chain on, or (P1) mask it for Charlie; then re-share."""
+        """S2.4 and S3.1: ψ_j to P1, or (P1) mask the product for Charlie; then re-share."""
         prm = self.params
         zeta = self.res.curator_keys.paillier
         try:
@@ -400,7 +448,7 @@ class PartyMachine(Machine):
             raise LocalProtocolError(Problem.INVALID_JOB, "the local model does not fit the encoding (a larger λ bounds it); the job cannot release") from e
         q = prm.ring_modulus
         if self.j > 0:
-            out = self._to_party(self.j - 1, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))
+            out = self._to_party(0, pb.NoiseChain(job_id=self.job_id, ciphertexts=[zeta.to_bytes(c) for c in psi]))
             self.c = [x % q for x in w_enc]
         else:
             # S3.1: P1 masks ψ with s and keeps c_1 = ŵ_1 − ⌊s/2^g⌋ (g = truncate_bits: 0 in the smallest-party modes).

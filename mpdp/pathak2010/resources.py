@@ -69,4 +69,5 @@ class CuratorResources:
     secrets: CuratorSecrets
     test_mode: bool = False
     ops: OpCounter = field(default_factory=OpCounter)
+    dgk_pool: DgkBlindingPool | None = None  # h^r for Charlie's own DGK key, filled between jobs (S1.6's bit encryptions)
     clock: Callable[[], float] = time.perf_counter

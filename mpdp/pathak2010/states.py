@@ -6,7 +6,7 @@ is out of order or a replay. The windows follow the protocol's causality, e.g. a
 P_t only after Charlie's SelectionVector, which needs P_t's own MaskedSize, so P_t is at least in
 AWAIT_SELECTION; a NoiseScale (DISTRIBUTED_GAUSSIAN) leaves P1 only once every party's NoiseScaleShare is in,
 so every party is in AWAIT_NOISE_SCALE. NoiseChain's window spans both noise modes: it is consumed in
-AWAIT_NOISE_CHAIN, which a party enters once its own ψ_j is made (so the K parties compute ψ at once). A step runs (joint event ``ready``) once every input it needs is in; where a step has
+AWAIT_NOISE_CHAIN, which P1 enters once its own ψ_1 is made (every other party sends its ψ_j straight to P1). A step runs (joint event ``ready``) once every input it needs is in; where a step has
 two possible next states, the role's handler chooses (P1 leads, the others follow). Stage 1's tournament
 repeats the leader's AWAIT_COMPARISON and Charlie's AWAIT_BLINDED_COMPARISONS once per round: ComparisonBits and
 BlindedComparisons recur, each carrying its round (a copy of a round already taken is a REPLAY).
@@ -34,6 +34,7 @@ PARTY_STATES: tuple[str, ...] = (
 PARTY_TABLE: tuple[Row, ...] = (
     kept("ProtocolStart", "curator", "AWAIT_START", "AWAIT_START"),
     kept("PartySecrets", "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),
+    kept("Pi1Reveal", "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),  # a party reveals once ProtocolStart has every commitment
     kept("SizeShare", "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
     kept("SealedSizeRemainder", "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
     kept("MaskedSizeShare", "curator", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_MASKED_SIZE_SHARE"),
@@ -42,9 +43,9 @@ PARTY_TABLE: tuple[Row, ...] = (
     kept("SelectionVector", "curator", "AWAIT_SELECTION", "AWAIT_SELECTION"),
     kept("NoiseScaleShare", "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),  # DISTRIBUTED_GAUSSIAN, to P1 only
     kept("NoiseScale", "leader", "AWAIT_NOISE_SCALE", "AWAIT_NOISE_SCALE"),  # DISTRIBUTED_GAUSSIAN
-    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_{j+1} may finish first: kept until ψ_j is made
+    kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_j → P1; may come before P1's own ψ_1 is made
     kept("ResharePiece", "curator|party", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),
-    row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS|AWAIT_SIZE_SHARE"),  # P1 generates ξ, π1 itself
+    row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS"),  # P1 generates ξ; everyone reveals its π1 nonce
     row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
     row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),
     row("AWAIT_MASKED_SIZE_SHARE", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # P1 leads the comparisons
@@ -74,7 +75,7 @@ CURATOR_TABLE: tuple[Row, ...] = (
     kept("BlindedComparisons", "leader", "AWAIT_BLINDED_COMPARISONS", "AWAIT_BLINDED_COMPARISONS"),
     kept("MaskedNoise", "leader", "AWAIT_MASKED_NOISE", "AWAIT_MASKED_NOISE"),
     kept("ResharePiece", "party", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"),
-    kept("PublishedShare", "party", "AWAIT_PUBLISHED_SHARES", "AWAIT_PUBLISHED_SHARES"),
+    kept("PublishedShare", "party", "AWAIT_MASKED_NOISE", "AWAIT_PUBLISHED_SHARES"),  # Charlie's pieces left with S2.1: a party may publish first
     row("AWAIT_ACCEPTANCES", "ready", "self", "AWAIT_SIZE_SHARES"),
     row("AWAIT_SIZE_SHARES", "ready", "self", "AWAIT_BLINDED_COMPARISONS"),
     row("AWAIT_BLINDED_COMPARISONS", "ready", "self", "AWAIT_BLINDED_COMPARISONS|AWAIT_MASKED_NOISE"),  # one tournament round per step

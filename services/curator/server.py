@@ -28,6 +28,7 @@ from mpdp_services.common import config as cfgmod
 from mpdp_services.common import errors, jobs
 from mpdp_services.common.peerwatch import PeerWatch
 from mpdp_services.curator.admission import Admission
+from mpdp_services.curator.pathak_pool import CuratorDgkPool
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
 from mpdp_services.common.runtime import Hosted
 from mpdp_services.common.store import MessageStore
@@ -98,6 +99,7 @@ class Curator(pb_grpc.CuratorServicer):
         self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live,
                                                                               admission=self.admission)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
+        self.dgk_pool = CuratorDgkPool(secrets.dgk, self.rng.child("pool/dgk"), lambda: self.jobs.live_count() > 0)
         self.channels = PeerChannels(cfg.tls.files())
         self.watch = PeerWatch(self.channels, PARTY_SERVICE)
         pub = secrets.public
@@ -127,7 +129,8 @@ class Curator(pb_grpc.CuratorServicer):
         if unknown:
             raise errors.Refused(common_pb2.INVALID_JOB, f"parties {_names(unknown)} are not registered with the curator; start them or fix their names "
                                  f"({len(self.addresses)} are registered)")
-        machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode))
+        machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode,
+                                                                                                                      dgk_pool=self.dgk_pool.pool))
         hosted = Hosted(machine, self._route)
         hosted.on_change = self.jobs.observe
         try:  # the job table's bounds and the federation's and operator's (admission): before any party hears of it
@@ -343,6 +346,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
             log.warning("job %s: the curator restarted mid-job; marked FAILED", job_id)
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
     await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
+    curator.dgk_pool.stop()
     await curator.watch.close()
     await curator.channels.close()
 

@@ -53,6 +53,7 @@ ROLES = roles_by_method(
         "SendComparisonBits": C,
         "SendSelectionVector": C,
         "SendPartySecrets": P,
+        "SendPi1Reveal": P,
         "SendSizeShare": P,
         "SendSealedSizeRemainder": P,
         "SendMaskedSize": P,
@@ -325,7 +326,7 @@ class PathakParty(pb_grpc.PartyServicer):
         return True
 
     SendMaskedSizeShare = SendComparisonBits = SendSelectionVector = _deliver
-    SendPartySecrets = SendSizeShare = SendSealedSizeRemainder = SendMaskedSize = SendNoiseChain = _deliver
+    SendPartySecrets = SendPi1Reveal = SendSizeShare = SendSealedSizeRemainder = SendMaskedSize = SendNoiseChain = _deliver
     SendNoiseScaleShare = SendNoiseScale = _deliver
     SendResharePiece = AbortJob = _deliver
 

@@ -78,7 +78,7 @@ def test_pathak_outsider_party_secrets_to_member(fed):
     """After the members have the job, the outsider sends SendPartySecrets (a forged key ξ) to member party-2."""
     job = submit_pathak(fed, pathak_spec(seed=b"outsider-secrets"))
     _wait_announced(fed, job)
-    secrets = pk.PartySecrets(job_id=job, paillier_p=(2**127 - 1).to_bytes(16, "big"), paillier_q=(2**89 - 1).to_bytes(12, "big"), pi1=[0, 1, 2])
+    secrets = pk.PartySecrets(job_id=job, paillier_p=(2**127 - 1).to_bytes(16, "big"), paillier_q=(2**89 - 1).to_bytes(12, "big"))
     with channel(fed, "party-2", mint(fed, "party", "party-9")) as ch:
         e = refused(lambda: pk_grpc.PartyStub(ch).SendPartySecrets(secrets, timeout=20))
     assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
@@ -101,7 +101,7 @@ def test_pathak_non_member_party_of_the_federation_cannot_touch_a_job(fed):
         assert_status(refused(lambda: pk_grpc.CuratorStub(ch).AcceptJob(pk.JobAcceptance(job_id=job, dimension=4), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
     _wait_announced(fed, job)
     with channel(fed, "party-1", site_tls(fed, "party-3")) as ch:
-        secrets = pk.PartySecrets(job_id=job, paillier_p=b"\x0b", paillier_q=b"\x0d", pi1=[1, 0])
+        secrets = pk.PartySecrets(job_id=job, paillier_p=b"\x0b", paillier_q=b"\x0d")
         assert_status(refused(lambda: pk_grpc.PartyStub(ch).SendPartySecrets(secrets, timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
     st = wait_pathak(fed, job)
     assert st.state == "PUBLISHED", f"{st.state} {common_pb2.Problem.Name(st.problem)} {st.detail[:200]!r}"

@@ -2,7 +2,7 @@
 
 The spend step (ProtocolStart) outputs the party's Spend; the party writes it to its ledger outside the job's lock.
 A leader (P1) who does not wait for the party's answer to StartProtocol can push PartySecrets while that write is
-still under way: the party's next step (its size shares, S1.2) must wait for the spend, and if the ledger refuses
+still under way: the party's next step (its size shares, S1.2, once PartySecrets and the leader's π1 reveal are in) must wait for the spend, and if the ledger refuses
 the spend, never leave at all. Here the leader is played by the test ("party-mock", a server that records), the
 party's ledger write is held by holding the ledger's own lock (``fcntl.flock``, the lock every ledger operation
 takes), and the budget is used up by another job meanwhile: the spend is refused after PartySecrets arrived.
@@ -23,6 +23,7 @@ from mpdp import accounting
 from mpdp.ledger import Ledger
 from mpdp.math.paillier import KeyPair
 from mpdp.messages import common_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.pathak2010.party import pi1_commitment
 
 from tests.integration.conftest import MockParty
 
@@ -71,16 +72,19 @@ def test_a_step_pushed_while_the_spend_is_written_waits_for_it_and_a_refused_spe
         fd = os.open(str(ledger_path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)  # the party's spend now waits for this lock
         try:
+            nonce = os.urandom(32)
             with channel(fed, "curator", tls) as ch:  # the leader accepts: the curator sends StartProtocol to the real party
-                pk_grpc.CuratorStub(ch).AcceptJob(pk.JobAcceptance(job_id=job, dimension=4), timeout=30)
+                pk_grpc.CuratorStub(ch).AcceptJob(pk.JobAcceptance(job_id=job, dimension=4, pi1_commitment=pi1_commitment(job, LEADER, nonce)), timeout=30)
             wait_for(lambda: "received ProtocolStart" in party_log.read_text(), 60, "the party taking ProtocolStart")
             key = KeyPair.generate(768)
-            secrets = pk.PartySecrets(job_id=job, paillier_p=_b(key.p), paillier_q=_b(key.q), pi1=[1, 0])
+            secrets = pk.PartySecrets(job_id=job, paillier_p=_b(key.p), paillier_q=_b(key.q))
+            reveal = pk.Pi1Reveal(job_id=job, nonce=nonce)
             answered: list = []
 
             def push() -> None:  # the leader does not wait for the party's spend
                 with channel(fed, REAL, tls) as ch:
                     try:
+                        pk_grpc.PartyStub(ch).SendPi1Reveal(reveal, timeout=120)
                         answered.append(pk_grpc.PartyStub(ch).SendPartySecrets(secrets, timeout=120))
                     except grpc.RpcError as e:
                         answered.append(e)

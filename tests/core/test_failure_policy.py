@@ -43,7 +43,8 @@ def _outsider_messages(job_id: str) -> list[tuple[Peer, object]]:
     abort = common_pb2.JobAbort(job_id=job_id, problem=Problem.JOB_FAILED, detail="kill", reported_by=OUTSIDER.name)
     return [
         (OUTSIDER, pb.JobAcceptance(job_id=job_id, dimension=3)),
-        (OUTSIDER, pb.PartySecrets(job_id=job_id, pi1=[0, 1, 2])),
+        (OUTSIDER, pb.PartySecrets(job_id=job_id)),
+            (OUTSIDER, pb.Pi1Reveal(job_id=job_id, nonce=bytes(32))),
         (OUTSIDER, pb.ResharePiece(job_id=job_id, piece=b"\x00" * 48)),
         (OUTSIDER, pb.PublishedShare(job_id=job_id, share=b"\x00" * 48)),
         (OUTSIDER, abort),

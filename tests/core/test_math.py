@@ -131,8 +131,21 @@ def test_dgk_zero_test_and_homomorphism(dgk):
     assert dgk.decrypt(pk.mul(pk.encrypt(3, r), pk.encrypt(4, r))) == 7
 
 
-def _compare(dgk, x, y, ell, r, pool):
-    bits = comparison.b_encrypt_bits(dgk, y, ell, r)
+def test_dgk_pooled_crt_factors_encrypt_like_fresh_randomness(dgk):
+    """Charlie's pool: h^r by CRT is h^r mod n, and g^m·(h^r) from the pool decrypts to m."""
+    r = Drbg.from_seed(10)
+    pk = dgk.public
+    assert dgk.blinding_factor_crt(r.child("a")) == pk.blinding_factor(r.child("a"))
+    pool = DgkBlindingPool(pk, r.child("pool"), dgk.blinding_factor_crt)
+    pool.fill(4)
+    y, ell = 0b1011001, 9
+    cts = comparison.b_encrypt_bits(dgk, y, ell, r, factors=pool)
+    assert [dgk.decrypt(c) for c in cts] == [(y >> i) & 1 for i in range(ell)]
+    assert len(set(cts[i] for i in range(ell) if not (y >> i) & 1)) == sum(1 for i in range(ell) if not (y >> i) & 1)  # fresh factor per bit
+
+
+def _compare(dgk, x, y, ell, r, pool, factors=None):
+    bits = comparison.b_encrypt_bits(dgk, y, ell, r, factors=factors)
     terms = comparison.a_blinded_terms(dgk.public, x, bits, r, pool)
     zeros = sum(dgk.is_zero(t) for t in terms)
     assert zeros <= 1  # B's list has at most one zero, all else non-zero
@@ -146,8 +159,10 @@ def test_comparison_random_equal_extreme_and_signed(dgk):
     top = (1 << ell) - 1
     cases = [(0, 0), (top, top), (0, top), (top, 0), (5, 5), (511, 512), (512, 511)]
     cases += [(r.randbelow(1 << ell), r.randbelow(1 << ell)) for _ in range(40)]
+    charlie = DgkBlindingPool(dgk.public, r.child("charlie"), dgk.blinding_factor_crt)
     for x, y in cases:
         assert _compare(dgk, x, y, ell, r, pool) == int(x < y), (x, y)
+        assert _compare(dgk, x, y, ell, r, pool, factors=charlie) == int(x < y), (x, y)
     off = 1 << (ell - 1)
     for xs, ys in [(-300, 200), (200, -300), (-7, -7), (-511, 511)]:
         assert _compare(dgk, xs + off, ys + off, ell, r, pool) == int(xs < ys)

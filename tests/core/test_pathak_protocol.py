@@ -228,9 +228,9 @@ def test_replay_wrong_sender_and_unknown_job_are_refused(small_secrets):
         return cm
 
     cm = fresh()
-    cm.receive(Peer("party", "p1"), pb.JobAcceptance(job_id="j", dimension=2))
+    cm.receive(Peer("party", "p1"), pb.JobAcceptance(job_id="j", dimension=2, pi1_commitment=bytes(32)))
     with pytest.raises(RemoteProtocolError) as e:
-        cm.receive(Peer("party", "p1"), pb.JobAcceptance(job_id="j", dimension=2))
+        cm.receive(Peer("party", "p1"), pb.JobAcceptance(job_id="j", dimension=2, pi1_commitment=bytes(32)))
     assert e.value.problem == common_pb2.REPLAY
     assert cm.state == "FAILED"  # a participant's replay fails the job closed
     for sender, msg, problem, fails in [

@@ -150,9 +150,9 @@ def test_bad_input_over_the_wire_fails_the_job_cleanly(federation, mock_party):
         _assert_failed_unpublished(client, job, "MaskedNoise")
         # replayed message
         job = _job_with_mock(client)
-        stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4), timeout=10)
+        stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4, pi1_commitment=bytes(32)), timeout=10)
         with pytest.raises(grpc.RpcError) as e:
-            stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4), timeout=10)
+            stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4, pi1_commitment=bytes(32)), timeout=10)
         assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
         _assert_failed_unpublished(client, job, "already received")
         # malformed (wrong-length) vector from the leader
@@ -174,7 +174,7 @@ def test_party_disconnecting_mid_protocol_fails_job_naming_it(federation, mock_p
         while not (isinstance(ann, pb.JobAnnouncement) and ann.job_id == job):
             ann = servicer.inbox.get(timeout=60)
         federation.kill("party-3")
-        stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4), timeout=10)
+        stub.AcceptJob(pb.JobAcceptance(job_id=job, dimension=4, pi1_commitment=bytes(32)), timeout=10)
         status = _assert_failed_unpublished(client, job, "party-3")
         assert status.problem in (common_pb2.PEER_UNREACHABLE, common_pb2.JOB_FAILED)
         federation.restart("party-3")

@@ -1,0 +1,132 @@
+"""A malicious party in a Pathak job: the defences the protocol allows without zero-knowledge proofs.
+
+The attacker is a party of the job played by the test ("party-mock": a federation certificate, a server that
+records what it is sent, raw gRPC calls for what it sends); the other party (party-1, P1 here) is a real process.
+
+- *π1 by commit and reveal.* Every party commits to a random nonce with its JobAcceptance, ProtocolStart carries all
+  commitments, and π1 is drawn from all the reveals: no party chooses it. A party that reveals a nonce other than
+  the one it committed to (to steer π1 once it has seen the others') is refused (MALFORMED) and the job fails.
+- *The size remainder's public range.* b_j = n_j − a_j lies in (−2^L, 2^size_bits) for every honest split; a
+  sealed remainder outside it (a size above the job's public bound) is refused by Charlie (MALFORMED).
+
+What a malicious party can still do is in docs/limitations.md ("Pathak 2010 under a malicious party").
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from mpdp.math.paillier import PublicKey
+from mpdp.messages import common_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.pathak2010.party import joint_pi1, pi1_commitment
+
+from tests.integration.conftest import MockParty
+
+from .conftest import assert_clean, assert_ledgers_within_budget, channel, mint, pathak_spec, refused, start_federation, submit_pathak, wait_pathak
+
+pytestmark = pytest.mark.integration
+REAL, MOCK = "party-1", "party-mock"
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    f = start_federation(tmp_path_factory.mktemp("pathakmalicious"), parties=[REAL], nodes=[], members=[REAL, MOCK])
+    yield f
+    f.stop()
+
+
+@pytest.fixture(scope="module")
+def mock(fed):
+    """The attacker: registered at the curator, its server recording every message it is sent."""
+    tls = mint(fed, "party", MOCK)
+    servicer = MockParty()
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    pk_grpc.add_PartyServicer_to_server(servicer, server)
+    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
+    server.start()
+    with channel(fed, "curator", tls) as ch:
+        pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
+    yield tls, servicer, []
+    server.stop(0)
+
+
+def received(mock, job: str, kind: type, timeout: float = 120.0) -> Any:
+    """The first ``kind`` message of ``job`` the mock has been sent (waiting for it; the bound is the assertion)."""
+    _, servicer, seen = mock
+    end = time.monotonic() + timeout
+    while True:
+        for m in seen:
+            if isinstance(m, kind) and m.job_id == job:
+                return m
+        left = end - time.monotonic()
+        assert left > 0, f"the mock was never sent a {kind.__name__} for {job}"
+        try:
+            seen.append(servicer.inbox.get(timeout=min(left, 1.0)))
+        except Exception:  # queue.Empty: look again until the bound
+            pass
+
+
+def accept_and_start(fed, mock, seed: bytes) -> tuple[str, bytes, pk.JobAnnouncement, pk.ProtocolStart]:
+    """A job [party-1 (P1), party-mock]: the mock accepts with a commitment to a fresh nonce and is told to start."""
+    tls = mock[0]
+    job = submit_pathak(fed, pathak_spec(parties=[REAL, MOCK], seed=seed, deadline=60.0))
+    ann = received(mock, job, pk.JobAnnouncement)
+    nonce = os.urandom(32)
+    with channel(fed, "curator", tls) as ch:
+        pk_grpc.CuratorStub(ch).AcceptJob(pk.JobAcceptance(job_id=job, dimension=4, pi1_commitment=pi1_commitment(job, MOCK, nonce)), timeout=60)
+    start = received(mock, job, pk.ProtocolStart)
+    return job, nonce, ann, start
+
+
+def test_a_reveal_that_does_not_open_its_commitment_is_refused(fed, mock):
+    job, nonce, _, start = accept_and_start(fed, mock, b"commit")
+    assert list(start.pi1_commitments)[1] == pi1_commitment(job, MOCK, nonce)  # the curator passed every commitment on
+    theirs = received(mock, job, pk.Pi1Reveal)  # P1's reveal: the mock now knows it and would like another π1
+    assert pi1_commitment(job, REAL, theirs.nonce) == start.pi1_commitments[0]
+    steered = bytearray(nonce)
+    steered[0] ^= 1
+    with channel(fed, REAL, mock[0]) as ch:
+        e = refused(lambda: pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=bytes(steered)), timeout=60))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+    assert_clean(e, steered.hex())
+    status = wait_pathak(fed, job)
+    assert status.state == "FAILED" and status.problem == common_pb2.MALFORMED, status
+    received_kinds = {type(m).__name__ for m in mock[2] if getattr(m, "job_id", "") == job}
+    assert not received_kinds & {"SizeShare", "SealedSizeRemainder"}, received_kinds  # P1 sent nothing derived from its size
+    assert_ledgers_within_budget(fed)
+
+
+def test_a_size_remainder_outside_its_public_range_is_refused_by_the_curator(fed, mock):
+    job, nonce, ann, start = accept_and_start(fed, mock, b"remainder")
+    tls = mock[0]
+    theirs = received(mock, job, pk.Pi1Reveal)
+    secrets = received(mock, job, pk.PartySecrets)
+    with channel(fed, REAL, tls) as ch:  # an honest reveal: π1 is the joint one
+        pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce), timeout=60)
+    pi1 = joint_pi1(job, [theirs.nonce, nonce], 2, seeded=True)
+    zeta = PublicKey(int.from_bytes(ann.curator_keys.paillier_n, "big"))
+    xi = PublicKey(int.from_bytes(secrets.paillier_p, "big") * int.from_bytes(secrets.paillier_q, "big"))
+    size_bits = ann.spec.size_bits or 32
+    b = (1 << size_bits) + 5  # a size beyond the public bound whatever a is; within the former |b| < 2^(L+1)
+    sealed = pk.SealedSizeRemainder(job_id=job, position=pi1[1], ciphertext=zeta.to_bytes(zeta.encrypt(b, factor=pow(7, zeta.n, zeta.nsquare))))
+    with channel(fed, REAL, tls) as ch:
+        stub = pk_grpc.PartyStub(ch)
+        if pi1[1] == 0:  # the mock's a goes to the party at its position
+            stub.SendSizeShare(pk.SizeShare(job_id=job, a=b"\x00"), timeout=60)
+        stub.SendSealedSizeRemainder(sealed, timeout=60)
+    enc_a = pk.EncryptedSizeShare(job_id=job, ciphertext=xi.to_bytes(xi.encrypt(0, factor=pow(11, xi.n, xi.nsquare))))
+    with channel(fed, "curator", tls) as ch:
+        try:  # the step may complete on this call or on P1's: either way the job fails
+            pk_grpc.CuratorStub(ch).SendEncryptedSizeShare(enc_a, timeout=60)
+        except grpc.RpcError as e:
+            assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ABORTED), e
+            assert_clean(e, str(b))
+    status = wait_pathak(fed, job)
+    assert status.state == "FAILED" and status.problem == common_pb2.MALFORMED, status
+    assert "remainder" in status.detail and str(b) not in status.detail
