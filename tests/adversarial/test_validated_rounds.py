@@ -3,7 +3,7 @@ over real processes and mutual TLS (3 parties, 3 compute nodes, T = 1).
 
 Mallory holds a PARTY certificate for the roster's third slot (``party-3``: whoever holds the CA key can mint one) and
 sends well-formed shares with an honest proof of an invalid input — 10⁹ in a coordinate, a vector over the ℓ2 bound, a
-two-hot vote, 10⁹ noise — through a raw stub; ``party-1`` and ``party-2`` contribute through their own services (a dp-gd
+two-hot or an empty vote at one point, 10⁹ noise — through a raw stub; ``party-1`` and ``party-2`` contribute through their own services (a dp-gd
 round, asked by a certificate with the curator's name, as the curator asks) or their own certificates (the votes).
 Expected: every node rejects Mallory alike, the sum releases (one rejected ≤ T), the release names how many were
 rejected and never who, and it differs from the honest parties' sum only by its noise (≤ 6σ√d). A client that omits
@@ -72,7 +72,12 @@ def _input(params: DcaParams, attack: str) -> np.ndarray:
     d = params.dimension
     zero = np.zeros(d, dtype=np.int64)
     noise = zero if vp.has_noise else None
-    meas = validation.encode_input(vp, zero, noise).astype(np.uint64)
+    data = zero
+    if vp.kind == "votes":  # a valid vote to start from: class 0 at every point
+        data = np.zeros((d // params.vote_classes, params.vote_classes), dtype=np.int64)
+        data[:, 0] = vp.scale
+        data = data.reshape(-1)
+    meas = validation.encode_input(vp, data, noise).astype(np.uint64)
     if attack == "1e9":  # coordinate 0 reads 10⁹: its lowest 'bit' holds 10⁹·2^f
         meas[0] = F.scalar(10**9 * 2**params.frac_bits + int(meas[0]))
     elif attack == "over-norm":  # every coordinate at the ℓ2 radius: ‖y‖ = √d·radius
@@ -81,6 +86,10 @@ def _input(params: DcaParams, attack: str) -> np.ndarray:
         half = 1 << (pred.entry_bits - 1)
         bits = ((big[:, None] + half) >> np.arange(pred.entry_bits)) & 1
         meas[: d * pred.entry_bits] = bits.ravel().astype(np.uint64)
+    elif attack == "two-hot":  # point 0 votes for classes 0 and 1: every entry a bit, its block sums to 2
+        meas[1] = np.uint64(1)
+    elif attack == "empty":  # point 0 casts no vote: its block sums to 0
+        meas[0] = np.uint64(0)
     elif attack == "noise-1e9":  # the noise's first coordinate reads 10⁹ units
         off = vp.circuit.predicates[0].meas_len
         meas[off] = F.scalar(10**9 + int(meas[off]))
@@ -177,24 +186,22 @@ def _pate_spec() -> hamm2016_pb2.EnsembleJobSpec:
                                         deadline_seconds=40.0)
 
 
-@pytest.mark.parametrize("attack", ["1e9", "noise-1e9", "two-hot", "no-noise"])
+@pytest.mark.parametrize("attack", ["1e9", "noise-1e9", "two-hot", "empty", "no-noise"])
 def test_a_malicious_voter_in_a_validated_pate_vote_sum_is_rejected_or_bounded_and_the_labels_come_from_the_votes(fed, attack):
-    """Out of range (10⁹ votes, 10⁹ noise): rejected. Inside the proven range the vote still counts: a two-hot vote
-    (1 for two classes at one point, each entry in [−1, 1] — the range does not prove one-hot per point) moves each
-    count by at most one vote; a vote without its noise share is valid (η = 0 is within the noise bound)."""
+    """Not one vote per point (10⁹ votes, a two-hot point, an empty point) or 10⁹ noise: rejected, counted, and the
+    release is the honest voters' sum within its noise. A vote without its noise share is valid (η = 0 is within the
+    noise bound) and counts as the one vote per point it is."""
     spec = _pate_spec()
     params = hamm.vote_job(spec, "pending", Q)
-    assert params.validate == "range" and params.noise == "discrete-gaussian"
+    assert (params.validate, params.vote_classes, params.noise) == ("votes", CLASSES, "discrete-gaussian")
     job = create_dca(fed, params.to_spec())
     ep = Endpoints.load(fed.workdir)
     rng = np.random.default_rng(5)  # public simulation data: the honest teachers' predictions
     votes = np.stack([party_votes(rng.integers(0, CLASSES, size=Q), CLASSES) for _ in HONEST])
     for p, v in zip(HONEST, votes):  # through the product's client, over each party's own certificate
         assert not asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, v)).rejected
-    if attack in ("two-hot", "no-noise"):
+    if attack == "no-noise":
         vote = party_votes(rng.integers(0, CLASSES, size=Q), CLASSES)
-        if attack == "two-hot":
-            vote[:CLASSES] = [1.0, 1.0] + [0.0] * (CLASSES - 2)
         _valid_without_noise(fed, job, vote)
         expected, rejected, included = votes.sum(axis=0) + vote, 0, 3
     else:
@@ -230,18 +237,22 @@ def _send(fed, tls, params: DcaParams, job: str, meas: np.ndarray) -> None:
         assert receipt.accepted == 1, receipt  # well formed: only the proof can reject it
 
 
-@pytest.mark.parametrize("change", ["unvalidated", "looser"])
-def test_a_curator_cannot_announce_a_vote_sum_unvalidated_or_with_a_looser_range(fed, change):
-    """The pate ensemble spec says validated (every vote entry in [−1, 1]); the vote sum a certificate with the curator's
-    name announces is not — Gaussian noise without proofs, or range [−10, 10]. Each voter refuses it INVALID_ARGUMENT before
-    it fits, votes or spends anything."""
+@pytest.mark.parametrize("change", ["unvalidated", "looser", "range-only", "fewer-classes"])
+def test_a_curator_cannot_announce_a_vote_sum_unvalidated_or_with_a_looser_predicate(fed, change):
+    """The pate ensemble spec says validated (one vote per point over its C classes); the vote sum a certificate with the
+    curator's name announces is not — Gaussian noise without proofs, a looser bound, each entry only in [−1, 1], or votes
+    over 2 classes (each entry only a bit). Each voter refuses it INVALID_ARGUMENT before it fits, votes or spends anything."""
     spec = _pate_spec()
     params = hamm.vote_job(spec, "pending", Q)
-    assert params.validate == "range"
+    assert params.validate == "votes"
     if change == "unvalidated":
         loose = hamm.vote_job(hamm2016_pb2.EnsembleJobSpec(unvalidated=True, **{f.name: v for f, v in spec.ListFields()}), "pending", Q)
-    else:
+    elif change == "looser":
         loose = dataclasses.replace(params, clip_bounds=(10.0,))
+    elif change == "range-only":
+        loose = dataclasses.replace(params, validate="range", vote_classes=0)
+    else:
+        loose = dataclasses.replace(params, vote_classes=2)
     dca_job = create_dca(fed, loose.to_spec())
     job = f"hm-adv-{change}"
     req = hamm2016_pb2.VoteRequest(job_id=job, dca_job_id=dca_job, spec=spec, auxiliary_rows=Q, auxiliary_features=D, auxiliary_digest=bytes(32))
@@ -249,6 +260,6 @@ def test_a_curator_cannot_announce_a_vote_sum_unvalidated_or_with_a_looser_range
         with channel(fed, p, mint(fed, "curator", "curator")) as ch:
             e = refused(lambda: hamm2016_pb2_grpc.EnsemblePartyStub(ch).Vote(req, timeout=60))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
-        assert ("validation" if change == "unvalidated" else "bounds") in (e.details() or "")
+        assert {"unvalidated": "validation", "looser": "bounds", "range-only": "validation", "fewer-classes": "vote validation"}[change] in (e.details() or "")
         assert job not in ledger_job_ids(fed, p)
     assert_ledgers_within_budget(fed)
