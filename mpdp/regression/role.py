@@ -66,7 +66,8 @@ class RegressionRun:
     seconds: dict[str, float] = field(default_factory=dict)
     job_id: str = ""  # the regression job's own id where a host ran it ("" in memory: the main round's DCA job names it)
 
-    def message(self, job_id: str, parties: Sequence[str], noise: int = dca_pb2.GAUSSIAN, total_records: int = 0) -> learner_pb2.LearnerModel:
+    def message(self, job_id: str, parties: Sequence[str], noise: int = dca_pb2.GAUSSIAN, total_records: int = 0,
+                unvalidated: bool = False) -> learner_pb2.LearnerModel:
         """The release as the curator's learner store keeps it (learner.proto LearnerModel); :meth:`of` reads it back.
         The job's guarantee is the basic composition of its two rounds' (the plan's (ε, δ))."""
         rel = (self.std_release, self.main_release)
@@ -77,7 +78,7 @@ class RegressionRun:
         p = self.plan
         spec = learner_pb2.RegressionJobSpec(bounds=list(p.bounds), epsilon=p.epsilon, delta=p.delta, total_records=total_records,
                                              mode=common_pb2.CORRECTED if p.mode == "corrected" else common_pb2.PAPER, noise=noise,  # type: ignore[arg-type]
-                                             grid_repeats_x=p.grid_repeats[0], grid_repeats_y=p.grid_repeats[1])
+                                             grid_repeats_x=p.grid_repeats[0], grid_repeats_y=p.grid_repeats[1], unvalidated=unvalidated)
         post = self.posterior
         return learner_pb2.LearnerModel(
             job_id=job_id, protocol="regression", parties=list(parties), dca_jobs=[self.std_job, self.main_job], releases=list(rel), guarantee=g,
@@ -125,9 +126,13 @@ class RegressionRole(Machine):
     PARTICIPANTS = frozenset()
 
     def __init__(self, plan: RegressionPlan, parties: Sequence[str], nodes: Sequence[str], total_records: int, records_per_party: int, *,
-                 seed: bytes = b"", deadline: float = 600.0, job_id: str = "regression", noise: str = "gaussian") -> None:
+                 seed: bytes = b"", deadline: float = 600.0, job_id: str = "regression", noise: str = "gaussian", validate: bool = True) -> None:
         super().__init__(job_id, Peer("operator", "operator"), record=False)
-        self.noise = noise  # the DCA rounds' noise: "gaussian" or "discrete-gaussian" (mpdp.dca.discrete)
+        # validated (the default): every party's statistic is proven within its per-coordinate range, and the rounds
+        # take the discrete Gaussian (the proof bounds integer noise); ``noise`` is the unvalidated rounds' noise,
+        # "gaussian" or "discrete-gaussian" (mpdp.dca.discrete)
+        self.validate = validate
+        self.noise = "discrete-gaussian" if validate else noise
         if not parties or len(set(parties)) != len(parties):
             raise LocalProtocolError(Problem.INVALID_JOB, "parties must be distinct and at least one")
         self.plan = plan
@@ -192,8 +197,11 @@ class RegressionRole(Machine):
         return e.notices
 
     def _ask(self, spec: RoundSpec, bounds: Sequence[float]) -> RunRound:
-        params = spec.dca_params(PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, simulation_seed=self.seed,
-                                 roster=self.parties, deadline_seconds=self.deadline)
+        try:
+            params = spec.dca_params(PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, simulation_seed=self.seed,
+                                     roster=self.parties, deadline_seconds=self.deadline, validate=self.validate)
+        except ValueError as e:
+            raise LocalProtocolError(Problem.INVALID_JOB, str(e)) from None
         if self.noise != params.noise:
             params = dataclasses.replace(params, noise=self.noise)
         self.asked = RunRound(spec, params, f"linreg/{spec.round}", tuple(float(b) for b in bounds), self.records_per_party)
@@ -230,7 +238,7 @@ def drive(role: RegressionRole, run_round: Callable[[RunRound], tuple[str, dca_p
 
 def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], total_records: int,
                  records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0, noise: str = "gaussian",
-                 observe: Callable[[Any], None] | None = None) -> RegressionRun:
+                 validate: bool = True, observe: Callable[[Any], None] | None = None) -> RegressionRun:
     """The whole regression in one process through :class:`RegressionRole`: each round's DCA job runs on the
     one in-memory driver, every party a DCA client machine contributing what ``services/party/contribution.py``
     would (its records clipped to the round's bounds, summed). ``job_ids`` name the two DCA jobs (the federation's
@@ -241,7 +249,7 @@ def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, n
     from mpdp.regression.statistics import party_statistics
 
     parties = list(party_data)
-    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise)
+    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise, validate=validate)
     ids = iter(job_ids)
 
     def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:
