@@ -74,7 +74,9 @@ class RegressionRun:
         eps, delta = sum(r.guarantee.epsilon for r in rel), sum(r.guarantee.delta for r in rel)
         g = common_pb2.Guarantee(mechanism="DCA Gaussian sums, Heikkilä et al. 2017 Algorithm 2 (std and main rounds)", epsilon=eps, delta=delta,
                                  statement=f"({eps:.6g}, {delta:.3g})-DP for the posterior by basic composition of the std round "
-                                           f"({rel[0].guarantee.statement}) and the main round ({rel[1].guarantee.statement})")
+                                           f"({rel[0].guarantee.statement}) and the main round ({rel[1].guarantee.statement})"
+                                           + ("" if all(r.validate != dca_pb2.VALIDATE_NONE for r in rel) else
+                                              ". The parties' statistics are not proven valid (unvalidated): a malicious party can move them arbitrarily"))
         p = self.plan
         spec = learner_pb2.RegressionJobSpec(bounds=list(p.bounds), epsilon=p.epsilon, delta=p.delta, total_records=total_records,
                                              mode=common_pb2.CORRECTED if p.mode == "corrected" else common_pb2.PAPER, noise=noise,  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""Malicious contributors in the validated rounds every DCA-summed protocol runs: a dp-gd round and a pate vote sum,
+"""Malicious contributors in the validated rounds every DCA-summed protocol runs: a dp-gd round, a pate vote sum and a
+regression round,
 over real processes and mutual TLS (3 parties, 3 compute nodes, T = 1).
 
 Mallory holds a PARTY certificate for the roster's third slot (``party-3``: whoever holds the CA key can mint one) and
@@ -8,7 +9,8 @@ round, asked by a certificate with the curator's name, as the curator asks) or t
 Expected: every node rejects Mallory alike, the sum releases (one rejected ≤ T), the release names how many were
 rejected and never who, and it differs from the honest parties' sum only by its noise (≤ 6σ√d). A client that omits
 its noise is accepted (η = 0 is inside the proven bound; the T-dropout calibration covers it). And a curator cannot
-turn a round's validation off or loosen its bound: each party refuses such a round (INVALID_ARGUMENT) and spends nothing.
+turn a round's validation off or loosen its bound (dp-gd, votes, regression): each party refuses such a round
+(INVALID_ARGUMENT) and spends nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from mpdp.dpgd.plan import DpgdPlan, party_vector, round_job_id
 from mpdp.hamm2016 import job as hamm
 from mpdp.hamm2016.labels import party_votes
 from mpdp.math import field as F
+from mpdp.regression.plan import RegressionPlan
+from mpdp.regression.statistics import party_statistics
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, hamm2016_pb2, hamm2016_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
@@ -263,3 +267,50 @@ def test_a_curator_cannot_announce_a_vote_sum_unvalidated_or_with_a_looser_predi
         assert {"unvalidated": "validation", "looser": "bounds", "range-only": "validation", "fewer-classes": "vote validation"}[change] in (e.details() or "")
         assert job not in ledger_job_ids(fed, p)
     assert_ledgers_within_budget(fed)
+
+
+# -- a regression round --------------------------------------------------------------------------------------
+REG_PLAN = RegressionPlan((1.0,) * D + (2.0,), 2.0, 1e-4, grid_repeats=(2, 2))
+
+
+def _regression_request(dca_job: str, unvalidated: bool = False) -> contribution_pb2.StatisticRequest:
+    return contribution_pb2.StatisticRequest(dca_job_id=dca_job, dataset="synthetic", statistic="linreg/std", bounds=list(REG_PLAN.bounds),
+                                             records_per_client=ROWS, parties=PARTIES, unvalidated=unvalidated)
+
+
+def _regression_params(validate: bool) -> DcaParams:
+    return REG_PLAN.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=ROWS, max_missing=T, roster=PARTIES,
+                                           deadline_seconds=40.0, validate=validate)
+
+
+@pytest.mark.parametrize("change", ["unvalidated", "looser"])
+def test_a_curator_cannot_run_a_regression_round_unvalidated_or_with_a_looser_range(fed, change):
+    """The round's request says validated (each coordinate of a party's squares within ROWS × c_j²): a DCA job without
+    validation, or with a range ten times looser, is refused by each party (INVALID_ARGUMENT) before it computes or spends."""
+    good = _regression_params(True)
+    assert good.validate == "range" and good.noise == "discrete-gaussian" and good.clip_bounds == REG_PLAN.std_round().clip_bounds(ROWS)
+    bad = _regression_params(False) if change == "unvalidated" else dataclasses.replace(good, clip_bounds=tuple(10 * c for c in good.clip_bounds))
+    dca_job = create_dca(fed, bad.to_spec())
+    for p in HONEST:
+        e = refused(lambda: _ask(fed, p, _regression_request(dca_job)))
+        assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
+        assert ("validation" if change == "unvalidated" else "bounds") in (e.details() or "")
+        assert dca_job not in ledger_job_ids(fed, p)
+    assert_ledgers_within_budget(fed)
+
+
+def test_a_malicious_party_in_a_validated_regression_round_is_rejected_and_the_round_releases_the_honest_sum(fed):
+    """Mallory proves 10⁹ in a coordinate of her squares: rejected and counted; the two honest parties' statistics
+    (their own services, asked as the curator asks) release within the round's noise."""
+    params = _regression_params(True)
+    dca_job = create_dca(fed, params.to_spec())
+    _mallory(fed, dca_job, "1e9")
+    for p in HONEST:
+        assert _ask(fed, p, _regression_request(dca_job)).party == p
+    r = _release(fed, dca_job)
+    assert (r.clients_included, r.clients_rejected, r.validate, r.noise) == (len(HONEST), 1, dca_pb2.VALIDATE_RANGE, dca_pb2.DISCRETE_GAUSSIAN)
+    honest = sum(party_statistics(*synthetic_rows(40 + 7 * j, j, D), "std", REG_PLAN.bounds) for j, _ in enumerate(HONEST))
+    _within_noise(r, honest, params.frac_bits)
+    for p in HONEST:
+        assert dca_job in ledger_job_ids(fed, p)
+    assert_all_serving(fed)
