@@ -39,6 +39,15 @@ class RoundFailed(RuntimeError):
     """A round released nothing; the message names the round and its DCA job."""
 
 
+UNVALIDATED = ". The parties' statistics are not proven valid (unvalidated): a malicious party can move them arbitrarily"
+
+
+def validity_note(releases: Sequence[dca_pb2.DpSum]) -> str:
+    """What a regression's guarantee adds when a round ran without validity proofs (each validated round's own
+    statement already says what it proved)."""
+    return "" if all(r.validate != dca_pb2.VALIDATE_NONE for r in releases) else UNVALIDATED
+
+
 @dataclass(frozen=True)
 class RunRound:
     """Output: create ``params``' DCA job (its id is chosen when it is created) and have every party contribute
@@ -74,9 +83,7 @@ class RegressionRun:
         eps, delta = sum(r.guarantee.epsilon for r in rel), sum(r.guarantee.delta for r in rel)
         g = common_pb2.Guarantee(mechanism="DCA Gaussian sums, Heikkilä et al. 2017 Algorithm 2 (std and main rounds)", epsilon=eps, delta=delta,
                                  statement=f"({eps:.6g}, {delta:.3g})-DP for the posterior by basic composition of the std round "
-                                           f"({rel[0].guarantee.statement}) and the main round ({rel[1].guarantee.statement})"
-                                           + ("" if all(r.validate != dca_pb2.VALIDATE_NONE for r in rel) else
-                                              ". The parties' statistics are not proven valid (unvalidated): a malicious party can move them arbitrarily"))
+                                           f"({rel[0].guarantee.statement}) and the main round ({rel[1].guarantee.statement})" + validity_note(rel))
         p = self.plan
         spec = learner_pb2.RegressionJobSpec(bounds=list(p.bounds), epsilon=p.epsilon, delta=p.delta, total_records=total_records,
                                              mode=common_pb2.CORRECTED if p.mode == "corrected" else common_pb2.PAPER, noise=noise,  # type: ignore[arg-type]
