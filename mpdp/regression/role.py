@@ -29,7 +29,7 @@ from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Pu
 from mpdp.regression.grid import Multipliers
 from mpdp.regression.plan import MainRoundStep, RegressionPlan
 from mpdp.regression.posterior import Posterior
-from mpdp.regression.statistics import RoundSpec
+from mpdp.regression.statistics import RoundSpec, main_round_spec
 
 STD_ROUND, MAIN_ROUND, DONE = "STD_ROUND", "MAIN_ROUND", "DONE"
 PENDING = "pending"  # the job id of a round's DCA parameters until the driver has created the job
@@ -158,6 +158,8 @@ class RegressionRole(Machine):
         """The std round (state STD_ROUND, no move)."""
         if self.state != STD_ROUND or self.asked is not None:
             raise LocalProtocolError(Problem.STEP_OUT_OF_ORDER, f"{self.job_id} has already started")
+        if self.validate:  # the main round must fit too, before the std round spends: its thresholds B ≤ c give a
+            self._params(main_round_spec(self.plan.bounds, *self.plan.budget.main, self.plan.mode))  # job at most this wide
         return [self._ask(self.plan.std_round(), self.plan.bounds)]
 
     def released(self, job_id: str, release: dca_pb2.DpSum) -> list[Any]:
@@ -205,12 +207,15 @@ class RegressionRole(Machine):
         self._fail(e)
         return e.notices
 
-    def _ask(self, spec: RoundSpec, bounds: Sequence[float]) -> RunRound:
+    def _params(self, spec: RoundSpec) -> DcaParams:
         try:
-            params = spec.dca_params(PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, simulation_seed=self.seed,
-                                     roster=self.parties, deadline_seconds=self.deadline, validate=self.validate)
+            return spec.dca_params(PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, simulation_seed=self.seed,
+                                   roster=self.parties, deadline_seconds=self.deadline, validate=self.validate)
         except ValueError as e:
             raise LocalProtocolError(Problem.INVALID_JOB, str(e)) from None
+
+    def _ask(self, spec: RoundSpec, bounds: Sequence[float]) -> RunRound:
+        params = self._params(spec)
         if self.noise != params.noise:
             params = dataclasses.replace(params, noise=self.noise)
         self.asked = RunRound(spec, params, f"linreg/{spec.round}", tuple(float(b) for b in bounds), self.records_per_party)

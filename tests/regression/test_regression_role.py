@@ -191,3 +191,15 @@ def test_duplicate_parties_are_refused():
     with pytest.raises(LocalProtocolError) as e:
         RegressionRole(_plan(), ["p1", "p1"], NODES, N_TOTAL, 200)
     assert e.value.problem == Problem.INVALID_JOB
+
+
+def test_a_validated_job_whose_main_round_cannot_fit_is_refused_before_the_std_round():
+    """d = 90: the std round (91 values) fits a validated job, the main round (4,185 > 4,096 values) does not; the job
+    is refused at start, before any party spends on the std round. Unvalidated, the same job starts."""
+    plan = RegressionPlan((1.0,) * 90 + (2.0,), 5.0, 1e-4, grid_repeats=(2, 2))
+    role = RegressionRole(plan, PARTIES, NODES, N_TOTAL, 200, seed=SEED)
+    with pytest.raises(LocalProtocolError) as e:
+        role.start()
+    assert e.value.problem == Problem.INVALID_JOB and "--validate none" in e.value.detail and role.asked is None
+    [ask] = RegressionRole(plan, PARTIES, NODES, N_TOTAL, 200, seed=SEED, validate=False).start()
+    assert ask.params.validate == "none" and ask.params.noise == "gaussian"
