@@ -81,6 +81,7 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
             "thresholds": run.thresholds.tolist(),
             "posterior_mean": run.posterior.mean.tolist(),
             "guarantees": [run.std_release.guarantee.statement, run.main_release.guarantee.statement],
+            "guarantee": model.guarantee.statement,  # the composed one; it says when the statistics are not proven valid
             "rounds": [{"job": r.job_id, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None}
                        for r in (run.std_release, run.main_release)],
             "seconds": run.seconds,
