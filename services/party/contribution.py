@@ -12,7 +12,11 @@ zero-charge ``dpgd-round`` marker per round: a second request for a round it con
 Every round is held to the parties it was asked with (``StatisticRequest.parties``, set by the curator): the DCA
 job must be a DP sum whose roster is exactly those parties (:func:`mpdp.contribution.check_roster`), so whoever
 creates the job cannot inflate N to thin each party's noise slice; a dp-gd job's charge records its parties, and
-a later round over other parties is refused."""
+a later round over other parties is refused.
+
+Every round is also held to its validation: a regression round is validated unless its request says
+``unvalidated`` (the DCA job must then prove each coordinate within the range the request's bounds and row bound
+give, ``mpdp.regression.statistics.validated_round``); a dp-gd round as its plan says."""
 
 from __future__ import annotations
 
