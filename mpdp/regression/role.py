@@ -158,6 +158,9 @@ class RegressionRole(Machine):
         """The std round (state STD_ROUND, no move)."""
         if self.state != STD_ROUND or self.asked is not None:
             raise LocalProtocolError(Problem.STEP_OUT_OF_ORDER, f"{self.job_id} has already started")
+        if self.validate and self.plan.mode != "corrected":
+            raise LocalProtocolError(Problem.INVALID_JOB, "validated rounds take the discrete Gaussian's own calibration; the paper calibration "
+                                     "reproduces the published Gaussian rounds: take it with --validate none")
         if self.validate:  # the main round must fit too, before the std round spends: its thresholds B ≤ c give a
             self._params(main_round_spec(self.plan.bounds, *self.plan.budget.main, self.plan.mode))  # job at most this wide
         return [self._ask(self.plan.std_round(), self.plan.bounds)]

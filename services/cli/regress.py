@@ -22,7 +22,7 @@ from mpdp_services.cli.options import endpoints_option, renamed_option
 @click.option("--total-records", type=int, required=True, help="N, the public total number of records (substitution adjacency keeps it fixed)")
 @click.option("--records-per-party", type=int, required=True, help="public bound on any party's row count (scales the DCA clip box)")
 @renamed_option("--calibration", "--mode", "mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
-                help="corrected sensitivities and analytic Gaussian, or the authors' code")
+                help="corrected sensitivities and analytic Gaussian, or the authors' code (paper: with --validate none)")
 @click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default=None,
               help="the DCA rounds' noise: floating-point Gaussian, or exact integer discrete Gaussian (ρ-zCDP and (ε, δ))  "
                    "[default: discrete-gaussian; gaussian with --validate none]")
@@ -54,6 +54,8 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
         b = b * (dimension + 1)
     if len(b) != dimension + 1:
         raise click.BadParameter(f"give 1 or d+1 = {dimension + 1} bounds", param_hint="--bounds")
+    if validate != "none" and mode == "paper":
+        raise click.BadParameter("the paper calibration reproduces the published Gaussian rounds; add --validate none", param_hint="--calibration")
     if validate != "none" and noise == "gaussian":
         raise click.BadParameter("validated rounds take the discrete Gaussian (the proof bounds integer noise); add --validate none for gaussian",
                                  param_hint="--noise")

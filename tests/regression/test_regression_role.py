@@ -203,3 +203,7 @@ def test_a_validated_job_whose_main_round_cannot_fit_is_refused_before_the_std_r
     assert e.value.problem == Problem.INVALID_JOB and "--validate none" in e.value.detail and role.asked is None
     [ask] = RegressionRole(plan, PARTIES, NODES, N_TOTAL, 200, seed=SEED, validate=False).start()
     assert ask.params.validate == "none" and ask.params.noise == "gaussian"
+    paper = RegressionPlan(BOUNDS, 5.0, 1e-4, "paper", grid_repeats=(2, 2))  # the published Gaussian rounds: unvalidated only
+    with pytest.raises(LocalProtocolError, match="--validate none"):
+        RegressionRole(paper, PARTIES, NODES, N_TOTAL, 200, seed=SEED).start()
+    assert RegressionRole(paper, PARTIES, NODES, N_TOTAL, 200, seed=SEED, validate=False).start()[0].params.mode == "paper"
