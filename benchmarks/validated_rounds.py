@@ -1,5 +1,5 @@
 """Validated vs unvalidated rounds of the DCA-summed protocols over a real federation (processes, mutual TLS):
-a dp-gd round and a pate vote sum.
+a dp-gd round and a pate vote sum (and, per contribution only, regression's two rounds).
 
     python benchmarks/validated_rounds.py [--features 10] [--rows 2000] [--rounds 2] [--queries 100,1000] [--classes 2]
         [--repeats 3] [--json benchmarks/results/validated_rounds.json]
@@ -19,7 +19,9 @@ Medians over ``--repeats`` runs after one warm-up per mode, the modes alternatin
 is dominated by the services' round trips, so the per-contribution core costs are measured too (``core``, one
 process, ``--sample`` draws): a party's contribution (``client_ms``: noise, rounding, for a validated job the bits,
 Field64 shares and the proof; ``bytes`` to all M nodes) and one node's work for it (``node_ms``: its verifier share
-and output share, plus the decision from the M records; unvalidated: unpacking the share), for the same DCA jobs.
+and output share, plus the decision from the M records; unvalidated: unpacking the share), for the same DCA jobs,
+and for regression's std and main rounds (d = ``--features``, bounds 1 per feature and 2 for the target, ``--rows``
+records a party; the main round at its widest, thresholds B = c).
 
 Figures are wall times on a shared 2-core machine (other jobs running; the load average is recorded): indicative.
 """
@@ -46,6 +48,8 @@ from mpdp.math.drbg import Drbg
 from mpdp.protocol import Send
 from mpdp.dpgd.plan import DpgdPlan
 from mpdp.messages import hamm2016_pb2 as pb
+from mpdp.regression.plan import RegressionPlan
+from mpdp.regression.statistics import main_round_spec, party_statistics
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.launcher.federation import LocalFederation
 from mpdp_services.operator.dpgd import run_dpgd
@@ -155,6 +159,15 @@ def core_costs(d: int, rows: int, rounds: int, queries: list[int], classes: int,
             params = hamm.vote_job(pate_spec(q, classes, mode), "dca-bench", q)
             z = party_votes(g.integers(0, classes, size=q), classes)
             out.append({"protocol": "pate", "mode": mode, "dimension": params.dimension, "frac_bits": params.frac_bits, **core_cost(params, z, sample)})
+        reg = RegressionPlan((1.0,) * d + (2.0,), 1.0, 1e-5, grid_repeats=(2, 2))
+        X = np.clip(g.normal(size=(rows, d)) / d, -1.0, 1.0)
+        y = np.clip(X.sum(axis=1) + 0.1 * g.normal(size=rows), -2.0, 2.0)
+        for name, spec in (("std", reg.std_round()), ("main", main_round_spec(reg.bounds, *reg.budget.main, "corrected"))):
+            params = spec.dca_params("dca-bench", len(PARTIES), NODES, records_per_client=rows, max_missing=1, roster=PARTIES,
+                                     validate=mode == "validated")
+            z = party_statistics(X, y, name, spec.bounds)
+            out.append({"protocol": f"regression-{name}", "mode": mode, "dimension": params.dimension, "frac_bits": params.frac_bits,
+                        **core_cost(params, z, sample)})
     return out
 
 

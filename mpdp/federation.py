@@ -58,7 +58,8 @@ class Backend(Protocol):
     def dca_sum(self, Z: np.ndarray, *, epsilon: float, delta: float, clip: float, sensitivity: float, max_missing: int, noise: str,
                 client_ids: list[str]) -> Result: ...
     def linear_regression(self, *, bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int | None, records_per_party: int | None,
-                          noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None) -> Result: ...
+                          noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None,
+                          validate: bool) -> Result: ...
     def ensemble(self, *, auxiliary: Any, epsilon: float, lam: float, classes: tuple[Any, ...] | None, method: str, max_missing: int,
                  local_lam: float, protect_aux: bool, dataset: str | None, parties: tuple[str, ...] | None) -> Result: ...
     def lmgc(self, *, epsilon: float, lam: float, ridge: float, data_norm: float, release: str, dataset: str | None,
@@ -273,27 +274,32 @@ class Federation:
     sum = dca_sum
 
     def linear_regression(self, *, bounds: Sequence[float], epsilon: float, delta: float = 1e-4, total_records: int | None = None,
-                          records_per_party: int | None = None, noise: str = DCA_NOISE[0], grid_repeats: tuple[int, int] = (20, 20),
-                          dataset: str | None = None, parties: Sequence[str] | None = None) -> Result:
+                          records_per_party: int | None = None, noise: str | None = None, grid_repeats: tuple[int, int] = (20, 20),
+                          dataset: str | None = None, parties: Sequence[str] | None = None, validate: bool = True) -> Result:
         """DP Bayesian linear regression (Heikkilä et al. 2017, Algorithm 2) over the DCA, every party one client.
 
         ``bounds``: public clip bounds c, d + 1 values (the d features, then the target). Two rounds: the std round
         (squares clipped to c) sets the thresholds B, the main round releases XᵀX and Xᵀy clipped to B; the model is
         the posterior mean. ``total_records`` (N) and ``records_per_party`` are public: required live; in-process
         they default to the arrays' sizes. ``grid_repeats``: simulations of the public threshold search.
+        ``validate`` (default): every party proves each coordinate of its statistic within its public range (its row
+        bound × the record bounds), with discrete Gaussian noise; False: no proofs (honest-but-curious parties), noise
+        ``noise`` (default gaussian).
         """
         b = tuple(_positive("bounds", v) for v in bounds)
         if len(b) < 2:
             raise ValueError("bounds needs d + 1 ≥ 2 values: one per feature, then the target's")
         _positive("epsilon", epsilon)
         _positive("delta", delta, upper=1.0)
-        _choice("noise", noise, DCA_NOISE)
+        if validate and noise not in (None, "discrete-gaussian"):
+            raise ValueError("validated rounds take the discrete Gaussian (the proof bounds integer noise); pass validate=False for gaussian noise")
+        noise = _choice("noise", noise or ("discrete-gaussian" if validate else DCA_NOISE[0]), DCA_NOISE)
         repeats = tuple(grid_repeats)
         if len(repeats) != 2:
             raise ValueError(f"grid_repeats needs two counts (R_data, R_noise), got {grid_repeats!r}")
         return self._backend.linear_regression(bounds=b, epsilon=float(epsilon), delta=float(delta), total_records=total_records,
                                                records_per_party=records_per_party, noise=noise, grid_repeats=repeats,
-                                               dataset=dataset, parties=_parties_arg(parties))
+                                               dataset=dataset, parties=_parties_arg(parties), validate=bool(validate))
 
     def ensemble(self, *, auxiliary: Any, epsilon: float, lam: float = 0.01, classes: Sequence[Any] | None = None, method: str = "soft",
                  max_missing: int = 0, local_lam: float = 0.0, protect_aux: bool = False, dataset: str | None = None,

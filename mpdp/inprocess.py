@@ -201,7 +201,8 @@ class InProcessBackend:
         return dca_sum_result(run.release, mode=self.mode, total=time.perf_counter() - t0, timings=run.seconds, operations=self._dca_counts([run]))
 
     def linear_regression(self, *, bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int | None, records_per_party: int | None,
-                          noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+                          noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None,
+                          validate: bool = True) -> Result:
         from mpdp.regression.plan import RegressionPlan
         from mpdp.regression.role import RoundFailed, run_inmemory
         from mpdp.results import regression_result
@@ -221,7 +222,7 @@ class InProcessBackend:
         runs: list[Any] = []
         try:
             run = run_inmemory(plan, data, self.compute_nodes, total, per_party, job_ids=(f"{job_id}-std", f"{job_id}-main"), seed=seed, noise=noise,
-                               observe=runs.append)
+                               validate=validate, observe=runs.append)
         except RoundFailed as e:
             raise JobFailed(f"regression job {job_id}: {e}") from None
         for r in runs:

@@ -201,8 +201,9 @@ TABLE: dict[str, tuple[Limit, ...]] = {
               choices=(dca_pb2.GAUSSIAN, dca_pb2.DISCRETE_GAUSSIAN), choice_names=("GAUSSIAN", "DISCRETE_GAUSSIAN")),
         Limit("validate", "choice", None, None, "", "what each contribution is proven to satisfy (Field64 shares and a proof; d ≤ "
               f"{MAX_VALIDATED_DIMENSION}, noise DISCRETE_GAUSSIAN or a secure sum)",
-              choices=(dca_pb2.VALIDATE_NONE, dca_pb2.VALIDATE_RANGE, dca_pb2.VALIDATE_L2, dca_pb2.VALIDATE_ONE_HOT),
-              choice_names=("VALIDATE_NONE", "VALIDATE_RANGE", "VALIDATE_L2", "VALIDATE_ONE_HOT")),
+              choices=(dca_pb2.VALIDATE_NONE, dca_pb2.VALIDATE_RANGE, dca_pb2.VALIDATE_L2, dca_pb2.VALIDATE_ONE_HOT, dca_pb2.VALIDATE_VOTES),
+              choice_names=("VALIDATE_NONE", "VALIDATE_RANGE", "VALIDATE_L2", "VALIDATE_ONE_HOT", "VALIDATE_VOTES")),
+        Limit("vote_classes", "int", 0, MAX_CLASSES, "", "validate VOTES: C, the classes of one vote per point (0 otherwise; checked with validate)"),
     ),
     "RosterRange": (  # DcaJobSpec.roster_range: client i is prefix + i zero-padded to `digits` (digits ≥ those of N − 1)
         Limit("prefix", "text", 0, MAX_ID, "", "the common start of the N client ids"),

@@ -21,6 +21,7 @@ class, as the parties map them).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -388,6 +389,9 @@ def regression_result(run: Any, *, mode: str, total: float, operations: Mapping[
     g = _composed([guarantee_of(r.guarantee) for r in rel], "DCA Gaussian sums, Heikkilä et al. 2017 Algorithm 2 (std and main rounds)",
                   "the std round and the main round")
     from mpdp.dca.params import NOISE_NAMES
+    from mpdp.regression.role import validity_note
+
+    g = dataclasses.replace(g, statement=g.statement + validity_note(rel))
 
     return Result(
         protocol=REGRESSION, mode=mode, job_id=run.job_id or run.main_job, model=LinearRegressor(p.mean, p.precision, p.lam), guarantee=g,

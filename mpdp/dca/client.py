@@ -173,6 +173,11 @@ def validated_values(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.nd
         if not (np.all((z == 0) | (z == 1)) and int(z.sum()) == 1):
             raise InvalidJob("a one-hot job takes a vector of zeros with a single 1")
         clipped = z
+    elif plan.kind == "votes":
+        C = params.vote_classes
+        if not (np.all((z == 0) | (z == 1)) and (C == 2 or bool((z.reshape(-1, C).sum(axis=1) == 1).all()))):
+            raise InvalidJob("a votes job takes 0/1 entries with one 1 per point")
+        clipped = z
     else:
         c = params.clip_vector()
         clipped = np.clip(z, -c, c)

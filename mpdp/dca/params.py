@@ -34,7 +34,8 @@ MODE_NAMES = {common_pb2.CORRECTED: "corrected", common_pb2.PAPER: "paper"}
 MODE_ENUM = {v: k for k, v in MODE_NAMES.items()}
 NOISE_NAMES = {dca_pb2.GAUSSIAN: "gaussian", dca_pb2.DISCRETE_GAUSSIAN: discrete.NAME}
 NOISE_ENUM = {v: k for k, v in NOISE_NAMES.items()}
-VALIDATE_NAMES = {dca_pb2.VALIDATE_NONE: "none", dca_pb2.VALIDATE_RANGE: "range", dca_pb2.VALIDATE_L2: "l2", dca_pb2.VALIDATE_ONE_HOT: "one-hot"}
+VALIDATE_NAMES = {dca_pb2.VALIDATE_NONE: "none", dca_pb2.VALIDATE_RANGE: "range", dca_pb2.VALIDATE_L2: "l2", dca_pb2.VALIDATE_ONE_HOT: "one-hot",
+                  dca_pb2.VALIDATE_VOTES: "votes"}
 VALIDATE_ENUM = {v: k for k, v in VALIDATE_NAMES.items()}
 
 SECURE_SUM_MECHANISM = "secure sum (DCA masks, no noise)"
@@ -79,7 +80,8 @@ class DcaParams:
     secure_sum: bool = False  # no noise: the sum is not DP and may only be consumed inside the curator (see below)
     noise: str = "gaussian"  # or "discrete-gaussian": exact integer noise, accounted in mpdp.dca.discrete
     roster_range: tuple[str, int] | None = None  # (prefix, digits): client i is prefix + i zero-padded (instead of ``roster``)
-    validate: str = "none"  # or range, l2, one-hot: Field64 shares with a proof (mpdp.dca.validation)
+    validate: str = "none"  # or range, l2, one-hot, votes: Field64 shares with a proof (mpdp.dca.validation)
+    vote_classes: int = 0  # validate votes: C, the classes of one vote per point (the vector is d/C points, or d bits for C = 2)
     sigma_std: float = field(init=False)
     sigma_client: float = field(init=False)
     guarantee: Guarantee = field(init=False)
@@ -106,6 +108,7 @@ class DcaParams:
                 simulation_seed=self.simulation_seed,
                 roster=self.roster,
                 purpose=self.purpose,
+                vote_classes=self.vote_classes,
             )
         except limits.SpecError as e:
             raise InvalidJob(str(e)) from None
@@ -123,6 +126,8 @@ class DcaParams:
             self._check_roster_range()
         if self.validate != "none":
             self._check_validated()
+        elif self.vote_classes:
+            raise InvalidJob("vote_classes is set exactly for validate VOTES")
         if self.secure_sum:
             if self.noise != "gaussian":
                 raise InvalidJob("a secure-sum job adds no noise: leave noise at GAUSSIAN")
@@ -177,6 +182,10 @@ class DcaParams:
             raise InvalidJob(f"a validated job has d ≤ {limits.MAX_VALIDATED_DIMENSION} (a client's proof input is ~50 bits a coordinate)")
         if not self.secure_sum and self.noise != discrete.NAME:
             raise InvalidJob("a validated job needs noise DISCRETE_GAUSSIAN (integer noise whose norm the proof bounds) or a secure sum")
+        if (self.validate == "votes") != (self.vote_classes != 0):
+            raise InvalidJob("vote_classes is set exactly for validate VOTES")
+        if self.validate == "votes" and self.vote_classes > 2 and self.dimension % self.vote_classes:
+            raise InvalidJob(f"validate VOTES: d = {self.dimension} is not a whole number of points of {self.vote_classes} classes")
 
     def _init_validation(self) -> None:
         """A validated job's circuit (:mod:`mpdp.dca.validation`): refused here if any sum it checks could wrap mod p."""
@@ -185,7 +194,7 @@ class DcaParams:
         acc = self.discrete
         try:
             plan = validation.plan(
-                self.validate, d=self.dimension, clip_bounds=self.clip_bounds, frac_bits=self.frac_bits, clients=self.clients,
+                self.validate, d=self.dimension, clip_bounds=self.clip_bounds, frac_bits=self.frac_bits, clients=self.clients, vote_classes=self.vote_classes,
                 sigma2=None if acc is None else acc.sigma2,
                 rounding_sq=self.dimension / 4 if acc is None else discrete.rounding_bound_sq(self.dimension) * (1 + discrete.SLACK),
             )
@@ -355,7 +364,7 @@ class DcaParams:
         if spec.noise not in NOISE_NAMES:
             raise InvalidJob("noise must be GAUSSIAN or DISCRETE_GAUSSIAN")
         if spec.validate not in VALIDATE_NAMES:
-            raise InvalidJob("validate must be VALIDATE_NONE, VALIDATE_RANGE, VALIDATE_L2 or VALIDATE_ONE_HOT")
+            raise InvalidJob("validate must be VALIDATE_NONE, VALIDATE_RANGE, VALIDATE_L2, VALIDATE_ONE_HOT or VALIDATE_VOTES")
         return cls(
             job_id=job_id,
             dimension=spec.dimension,
@@ -377,6 +386,7 @@ class DcaParams:
             noise=NOISE_NAMES[spec.noise],
             roster_range=(spec.roster_range.prefix, spec.roster_range.digits) if spec.HasField("roster_range") else None,
             validate=VALIDATE_NAMES[spec.validate],
+            vote_classes=spec.vote_classes,
         )
 
     def to_spec(self) -> dca_pb2.DcaJobSpec:
@@ -400,6 +410,7 @@ class DcaParams:
             noise=NOISE_ENUM[self.noise],
             roster_range=dca_pb2.RosterRange(prefix=self.roster_range[0], digits=self.roster_range[1]) if self.roster_range is not None else None,
             validate=VALIDATE_ENUM[self.validate],
+            vote_classes=self.vote_classes,
         )
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from mpdp.math import field as F
 from mpdp.math import flp
 
-KINDS = ("none", "range", "l2", "one-hot")
+KINDS = ("none", "range", "l2", "one-hot", "votes")
 SEED = 32  # bytes of a blind, a part, a joint-randomness seed, a share seed, the verify key
 NOISE_TAIL_LOG2 = 96  # an honest client's ‖η‖² exceeds B_η with probability ≤ 2^-96 (then it sends nothing)
 _T = NOISE_TAIL_LOG2 * math.log(2)
@@ -93,9 +93,11 @@ def refusal_probability(clients: int) -> float:
     return clients * 2.0**-NOISE_TAIL_LOG2
 
 
-def plan(kind: str, *, d: int, clip_bounds: tuple[float, ...], frac_bits: int, sigma2: Fraction | None, clients: int, rounding_sq: float) -> Plan:
+def plan(kind: str, *, d: int, clip_bounds: tuple[float, ...], frac_bits: int, sigma2: Fraction | None, clients: int, rounding_sq: float,
+         vote_classes: int = 0) -> Plan:
     """Build the circuit of a validated job. ``sigma2``: the discrete Gaussian's σ² in units² (None: a secure sum);
-    ``rounding_sq``: R², the bound on the conditional rounding's squared error (0 without rounding)."""
+    ``rounding_sq``: R², the bound on the conditional rounding's squared error (0 without rounding); ``vote_classes``:
+    the votes kind's C (one vote per point: d/C blocks of C bits summing to 1, or d bits for C = 2)."""
     if kind not in KINDS[1:]:
         raise ValidationError(f"validate must be one of {KINDS[1:]}")
     scale = 1 << frac_bits
@@ -112,6 +114,11 @@ def plan(kind: str, *, d: int, clip_bounds: tuple[float, ...], frac_bits: int, s
             l2_bound = (c_units + r_units) ** 2  # ‖ỹ‖ ≤ ‖z·2^f‖ + ‖rounding error‖ ≤ c·2^f + R
             data = flp.L2Ball(d, c_units.bit_length() + 1, l2_bound)  # |ỹ_j| ≤ c_u < 2^(b−1)
             data_bound = min(c_units + r_units, 1 << c_units.bit_length())
+        elif kind == "votes":
+            data = flp.VoteBlocks(d if vote_classes == 2 else d // max(vote_classes, 1), vote_classes, 1, scale)
+            if data.meas_len != d:
+                raise ValidationError(f"votes: d = {d} is not a whole number of points of {vote_classes} classes")
+            data_bound = scale
         else:
             data = flp.OneHot(d, scale)
             data_bound = scale
@@ -172,9 +179,9 @@ def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndar
     """The bits of (ỹ, η); ValidationError if the input is outside the predicate (an honest client never is,
     except its noise with probability ≤ 2^-96)."""
     values = [np.asarray(data, dtype=np.int64)]
-    if p.kind == "one-hot":  # ỹ = z·2^f with z one-hot: the circuit's input is z itself (its output is scale·z)
+    if p.kind in ("one-hot", "votes"):  # ỹ = z·2^f with z 0/1: the circuit's input is z itself (its output is scale·z)
         if bool((values[0] % p.scale != 0).any()):
-            raise ValidationError("a one-hot input is a 0/1 vector times 2^f")
+            raise ValidationError(f"a {p.kind} input is a 0/1 vector times 2^f")
         values[0] = values[0] // p.scale
     if p.has_noise:
         if noise is None:

@@ -49,13 +49,13 @@ MAX_AUX_ROWS = limits.MAX_AUX_ROWS
 MAX_CLASSES = limits.MAX_CLASSES
 MAX_VOTE_DIMENSION = 1 << 20  # the DCA's largest vector (mpdp.dca.params.MAX_DIMENSION)
 MAX_MULTICLASS_PARAMETERS = 4096  # (C·d)² Hessian: 128 MiB
-VOTE_VALIDATION = "range"  # each vote entry proven in [−1, 1] (the DCA's range predicate, clip bound 1)
+VOTE_VALIDATION = "votes"  # per point one vote: C class bits summing to 1 (binary: the class-1 bit), mpdp.math.flp.VoteBlocks
 MAX_VALIDATED_VOTES = limits.MAX_VALIDATED_DIMENSION
 VALIDATED_VOTES = (
-    " Every voter proves on its secret shares that each entry of its vote vector lies in [−1, 1] (fully linear proof, "
-    "soundness error ≤ 2^-60); an invalid vote vector is dropped like a missing voter and counted, never named. A malicious "
-    "voter therefore moves each count by at most one vote up or down (a multiclass point's margin by at most two), "
-    "whatever its software does."
+    " Every voter proves on its secret shares that its vote vector is one vote per auxiliary point (each entry 0 or 1, "
+    "and for C > 2 classes each point's C entries summing to 1; fully linear proof, soundness error ≤ 2^-60); an invalid "
+    "vote vector (two-hot, empty, out of range) is dropped like a missing voter and counted, never named. A malicious voter "
+    "therefore casts at most one vote per point, for a class of its choice, whatever its software does."
 )
 TRUST_MODEL = (
     "honest-but-curious parties, compute nodes and curator; at least one compute node does not collude with the curator. "
@@ -161,10 +161,9 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
     job with Δ₂ = √Q·Δ (:func:`pate_sensitivity`) at the job's (ε, δ): every voter adds N(0, σ_std²/(M − T − 1))
     per entry (Thm 1), so the sum the curator receives is already (ε, δ)-DP.
 
-    Validated (the default): every vote vector is proven on its shares to have each entry in [−1, 1]
-    (:data:`VOTE_VALIDATION`; the DCA's one-hot predicate is one-hot over the whole vector, not per point, so the
-    range is what holds a vote of Q points); pate's noise is then the distributed discrete Gaussian, whose
-    (ε, δ) the DCA's calibration gives for the same Δ₂."""
+    Validated (the default): every vote vector is proven on its shares to be one vote per point
+    (:data:`VOTE_VALIDATION`: C bits summing to 1 per point, the class-1 bit for C = 2); pate's noise is then the
+    distributed discrete Gaussian, whose (ε, δ) the DCA's calibration gives for the same Δ₂."""
     check = validated(spec)
     if spec.method == PATE and check:
         return _validated_pate_job(spec, job_id, n_aux)
@@ -187,6 +186,7 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
         purpose="hamm2016/votes",
         secure_sum=True,
         validate=VOTE_VALIDATION if check else "none",
+        vote_classes=len(spec.classes) if check else 0,
     )
 
 
@@ -208,6 +208,7 @@ def _pate_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int, frac_bits: int,
         purpose="hamm2016/pate-votes",
         noise=noise,
         validate=validate,
+        vote_classes=len(spec.classes) if validate != "none" else 0,
     )
 
 

@@ -245,6 +245,58 @@ class OneHot(Predicate):
         return F.mul(meas, F.scalar(self.scale))
 
 
+@dataclass(frozen=True)
+class VoteBlocks(Predicate):
+    """A vote vector of ``blocks`` query points: per point a block of ``classes`` class entries that are bits and sum
+    to the voter's public ``count`` (1: one classifier's single vote; k: k votes, each class at most once). The bits
+    are checked like every measurement element; the block sums by one random linear combination
+    Σ_j ρ_j·(Σ_k x_jk − count) = 0, exact in Z because a block sum is at most classes < p. Binary votes (classes 2,
+    count 1) are held as v_j = x_j1 alone: the block (1 − v_j, v_j) sums to 1 by construction, so the bit check is
+    the whole predicate (a signed vote s_j ∈ {−1, +1} is v_j = (1 + s_j)/2). Output: scale·x (the class entries)."""
+
+    blocks: int
+    classes: int
+    count: int = 1
+    scale: int = 1
+
+    def __post_init__(self) -> None:
+        if self.blocks < 1 or self.classes < 2 or not 1 <= self.count < self.classes or not 1 <= self.scale < 2**62:
+            raise CircuitError("VoteBlocks: blocks ≥ 1, classes ≥ 2, 1 ≤ count < classes and 1 ≤ scale < 2^62")
+
+    @property
+    def width(self) -> int:
+        return 1 if self.classes == 2 else self.classes
+
+    @property
+    def meas_len(self) -> int:  # type: ignore[override]
+        return self.blocks * self.width
+
+    @property
+    def jr_len(self) -> int:  # type: ignore[override]
+        return 0 if self.width == 1 else self.blocks
+
+    @property
+    def output_len(self) -> int:  # type: ignore[override]
+        return self.meas_len
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        x = np.asarray(values, dtype=np.int64)
+        if x.shape != (self.meas_len,) or bool(((x != 0) & (x != 1)).any()):
+            raise CircuitError("VoteBlocks: not a vector of vote bits")
+        if self.width > 1 and bool((x.reshape(self.blocks, self.width).sum(axis=1) != self.count).any()):
+            raise CircuitError("VoteBlocks: a point's votes do not add up to the voter's count")
+        return x
+
+    def linear(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> F.Elem:
+        if self.width == 1:
+            return np.uint64(0)
+        sums = F.sum(meas.reshape(meas.shape[:-1] + (self.blocks, self.width)), axis=-1)
+        return F.dot(jr, F.sub(sums, F.mul(F.scalar(self.count), inv)))  # Σ_j ρ_j·(Σ_k x_jk − count) = 0
+
+    def truncate(self, meas: np.ndarray, inv: F.Elem) -> np.ndarray:
+        return F.mul(meas, F.scalar(self.scale))
+
+
 # -- the circuit ----------------------------------------------------------------------------------------------
 class Circuit:
     """Predicates side by side over one measurement (their bits concatenated), every bit checked, their outputs

@@ -37,6 +37,7 @@ class StatisticRequest(_message.Message):
     DPGD_FIELD_NUMBER: _builtins.int
     SCHEMA_SHA256_FIELD_NUMBER: _builtins.int
     PARTIES_FIELD_NUMBER: _builtins.int
+    UNVALIDATED_FIELD_NUMBER: _builtins.int
     dca_job_id: _builtins.str
     dataset: _builtins.str
     statistic: _builtins.str
@@ -45,6 +46,10 @@ class StatisticRequest(_message.Message):
     """public bound on a party's row count (the DCA clip box scales with it)"""
     schema_sha256: _builtins.str
     """the federation schema's sha256 (docs/schema.md); "" = no check"""
+    unvalidated: _builtins.bool
+    """linreg only: true = the round is not validated (--validate none); default: every party's statistic proven in its
+    per-coordinate range (records_per_client × the record bounds from `bounds`), discrete Gaussian noise
+    """
     @_builtins.property
     def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """linreg: clip box (c for the std round, B for the main round), d + 1 values; dpgd: empty"""
@@ -68,10 +73,11 @@ class StatisticRequest(_message.Message):
         dpgd: Global___DpgdRound | None = ...,
         schema_sha256: _builtins.str = ...,
         parties: _abc.Iterable[_builtins.str] | None = ...,
+        unvalidated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "dataset", b"dataset", "dca_job_id", b"dca_job_id", "dpgd", b"dpgd", "parties", b"parties", "records_per_client", b"records_per_client", "schema_sha256", b"schema_sha256", "statistic", b"statistic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "dataset", b"dataset", "dca_job_id", b"dca_job_id", "dpgd", b"dpgd", "parties", b"parties", "records_per_client", b"records_per_client", "schema_sha256", b"schema_sha256", "statistic", b"statistic", "unvalidated", b"unvalidated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -66,6 +66,8 @@ class _ValidationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Validation
     """‖ỹ‖₂ ≤ ⌈c·2^f⌉ + R (as libprio's FixedPointBoundedL2VecSum); one clip bound c"""
     VALIDATE_ONE_HOT: _Validation.ValueType  # 3
     """z ∈ {0, 1}^d with one 1 (as Prio3Histogram)"""
+    VALIDATE_VOTES: _Validation.ValueType  # 4
+    """a vote per point: d/C blocks of C bits, each summing to 1 (C = vote_classes; C = 2: d bits)"""
 
 class Validation(_Validation, metaclass=_ValidationEnumTypeWrapper):
     """What every contribution is proven to satisfy before it counts (docs/protocols/dca.md, "Validated mode"): none, or
@@ -80,6 +82,8 @@ VALIDATE_L2: Validation.ValueType  # 2
 """‖ỹ‖₂ ≤ ⌈c·2^f⌉ + R (as libprio's FixedPointBoundedL2VecSum); one clip bound c"""
 VALIDATE_ONE_HOT: Validation.ValueType  # 3
 """z ∈ {0, 1}^d with one 1 (as Prio3Histogram)"""
+VALIDATE_VOTES: Validation.ValueType  # 4
+"""a vote per point: d/C blocks of C bits, each summing to 1 (C = vote_classes; C = 2: d bits)"""
 Global___Validation: _TypeAlias = Validation  # noqa: Y015
 
 @_typing.final
@@ -107,6 +111,7 @@ class DcaJobSpec(_message.Message):
     NOISE_FIELD_NUMBER: _builtins.int
     ROSTER_RANGE_FIELD_NUMBER: _builtins.int
     VALIDATE_FIELD_NUMBER: _builtins.int
+    VOTE_CLASSES_FIELD_NUMBER: _builtins.int
     dimension: _builtins.int
     """d"""
     clients: _builtins.int
@@ -140,6 +145,8 @@ class DcaJobSpec(_message.Message):
     """VALIDATE_*: clients share in Field64 with a proof; nodes drop (and count) every contribution whose proof fails.
     Needs noise DISCRETE_GAUSSIAN (or a secure sum) and mode CORRECTED.
     """
+    vote_classes: _builtins.int
+    """VALIDATE_VOTES only: C ≥ 2, the classes of a vote (0 otherwise)"""
     @_builtins.property
     def clip_bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """|z_ij| ≤ c_j after the client clips: one value for all j, or d values"""
@@ -180,10 +187,11 @@ class DcaJobSpec(_message.Message):
         noise: Global___NoiseKind.ValueType = ...,
         roster_range: Global___RosterRange | None = ...,
         validate: Global___Validation.ValueType = ...,
+        vote_classes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["roster_range", b"roster_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients", b"clients", "clip_bounds", b"clip_bounds", "compute_nodes", b"compute_nodes", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "purpose", b"purpose", "roster", b"roster", "roster_range", b"roster_range", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "sensitivity", b"sensitivity", "simulation_seed", b"simulation_seed", "validate", b"validate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients", b"clients", "clip_bounds", b"clip_bounds", "compute_nodes", b"compute_nodes", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "purpose", b"purpose", "roster", b"roster", "roster_range", b"roster_range", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "sensitivity", b"sensitivity", "simulation_seed", b"simulation_seed", "validate", b"validate", "vote_classes", b"vote_classes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

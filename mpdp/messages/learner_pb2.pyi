@@ -96,6 +96,7 @@ class RegressionJobSpec(_message.Message):
     NOISE_FIELD_NUMBER: _builtins.int
     GRID_REPEATS_X_FIELD_NUMBER: _builtins.int
     GRID_REPEATS_Y_FIELD_NUMBER: _builtins.int
+    UNVALIDATED_FIELD_NUMBER: _builtins.int
     epsilon: _builtins.float
     """(ε, δ) of the whole fit (0.3 std round, 0.7 main round)"""
     delta: _builtins.float
@@ -107,6 +108,8 @@ class RegressionJobSpec(_message.Message):
     grid_repeats_x: _builtins.int
     """the threshold grid search's repeats (0 = the plan's default)"""
     grid_repeats_y: _builtins.int
+    unvalidated: _builtins.bool
+    """true: rounds without validity proofs (noise as `noise`); default: validated, discrete Gaussian"""
     @_builtins.property
     def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """c: d + 1 clip bounds (features, then target)"""
@@ -122,10 +125,11 @@ class RegressionJobSpec(_message.Message):
         noise: _dca_pb2.NoiseKind.ValueType = ...,
         grid_repeats_x: _builtins.int = ...,
         grid_repeats_y: _builtins.int = ...,
+        unvalidated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "delta", b"delta", "epsilon", b"epsilon", "grid_repeats_x", b"grid_repeats_x", "grid_repeats_y", b"grid_repeats_y", "mode", b"mode", "noise", b"noise", "total_records", b"total_records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "delta", b"delta", "epsilon", b"epsilon", "grid_repeats_x", b"grid_repeats_x", "grid_repeats_y", b"grid_repeats_y", "mode", b"mode", "noise", b"noise", "total_records", b"total_records", "unvalidated", b"unvalidated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,16 +26,18 @@ Modules:
 Federation interface (a party is one DCA client; one vector per party per round)::
 
     plan = RegressionPlan(bounds, epsilon, delta, mode)                          # curator, public
-    std_job = plan.std_round().dca_params(job_id, clients=P, nodes=..., records_per_client=max_rows)
+    std_job = plan.std_round().dca_params(job_id, clients=P, nodes=..., records_per_client=max_rows, validate=True)
     z_p = party_statistics(X_p, y_p, "std", plan.bounds)                          # party p → DCA client vector
     step = plan.main_round(std_release.values, n_total)                           # curator: σ̂, grid, B, spec
-    main_job = step.spec.dca_params(job_id2, clients=P, nodes=..., records_per_client=max_rows)
+    main_job = step.spec.dca_params(job_id2, clients=P, nodes=..., records_per_client=max_rows, validate=True)
     z_p = party_statistics(X_p, y_p, "main", step.spec.bounds)                    # party p → DCA client vector
     post = plan.finish(main_release.values)                                       # curator: posterior
     ledger.record(ledger_entry(spec, job_id, seeded=False))                       # every party, each round
 
 The per-record sensitivity is unchanged when a party sums its records; only the DCA clip box scales with the
-party's row count (``records_per_client``).
+party's row count (``records_per_client``). ``validate=True`` (the federation's default, ``RegressionRole``) proves
+each party's vector within that box per coordinate, with the discrete Gaussian; the ledger entry is then the DCA
+job's own (``DcaParams.ledger_entry``), as the party's contribution step charges it.
 """
 
 from mpdp.regression.algorithm import DcaRound, DdpFit, fit_ddp, run_dca_round

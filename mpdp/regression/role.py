@@ -29,7 +29,7 @@ from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Pu
 from mpdp.regression.grid import Multipliers
 from mpdp.regression.plan import MainRoundStep, RegressionPlan
 from mpdp.regression.posterior import Posterior
-from mpdp.regression.statistics import RoundSpec
+from mpdp.regression.statistics import RoundSpec, main_round_spec
 
 STD_ROUND, MAIN_ROUND, DONE = "STD_ROUND", "MAIN_ROUND", "DONE"
 PENDING = "pending"  # the job id of a round's DCA parameters until the driver has created the job
@@ -37,6 +37,15 @@ PENDING = "pending"  # the job id of a round's DCA parameters until the driver h
 
 class RoundFailed(RuntimeError):
     """A round released nothing; the message names the round and its DCA job."""
+
+
+UNVALIDATED = ". The parties' statistics are not proven valid (unvalidated): a malicious party can move them arbitrarily"
+
+
+def validity_note(releases: Sequence[dca_pb2.DpSum]) -> str:
+    """What a regression's guarantee adds when a round ran without validity proofs (each validated round's own
+    statement already says what it proved)."""
+    return "" if all(r.validate != dca_pb2.VALIDATE_NONE for r in releases) else UNVALIDATED
 
 
 @dataclass(frozen=True)
@@ -66,18 +75,19 @@ class RegressionRun:
     seconds: dict[str, float] = field(default_factory=dict)
     job_id: str = ""  # the regression job's own id where a host ran it ("" in memory: the main round's DCA job names it)
 
-    def message(self, job_id: str, parties: Sequence[str], noise: int = dca_pb2.GAUSSIAN, total_records: int = 0) -> learner_pb2.LearnerModel:
+    def message(self, job_id: str, parties: Sequence[str], noise: int = dca_pb2.GAUSSIAN, total_records: int = 0,
+                unvalidated: bool = False) -> learner_pb2.LearnerModel:
         """The release as the curator's learner store keeps it (learner.proto LearnerModel); :meth:`of` reads it back.
         The job's guarantee is the basic composition of its two rounds' (the plan's (ε, δ))."""
         rel = (self.std_release, self.main_release)
         eps, delta = sum(r.guarantee.epsilon for r in rel), sum(r.guarantee.delta for r in rel)
         g = common_pb2.Guarantee(mechanism="DCA Gaussian sums, Heikkilä et al. 2017 Algorithm 2 (std and main rounds)", epsilon=eps, delta=delta,
                                  statement=f"({eps:.6g}, {delta:.3g})-DP for the posterior by basic composition of the std round "
-                                           f"({rel[0].guarantee.statement}) and the main round ({rel[1].guarantee.statement})")
+                                           f"({rel[0].guarantee.statement}) and the main round ({rel[1].guarantee.statement})" + validity_note(rel))
         p = self.plan
         spec = learner_pb2.RegressionJobSpec(bounds=list(p.bounds), epsilon=p.epsilon, delta=p.delta, total_records=total_records,
                                              mode=common_pb2.CORRECTED if p.mode == "corrected" else common_pb2.PAPER, noise=noise,  # type: ignore[arg-type]
-                                             grid_repeats_x=p.grid_repeats[0], grid_repeats_y=p.grid_repeats[1])
+                                             grid_repeats_x=p.grid_repeats[0], grid_repeats_y=p.grid_repeats[1], unvalidated=unvalidated)
         post = self.posterior
         return learner_pb2.LearnerModel(
             job_id=job_id, protocol="regression", parties=list(parties), dca_jobs=[self.std_job, self.main_job], releases=list(rel), guarantee=g,
@@ -125,9 +135,13 @@ class RegressionRole(Machine):
     PARTICIPANTS = frozenset()
 
     def __init__(self, plan: RegressionPlan, parties: Sequence[str], nodes: Sequence[str], total_records: int, records_per_party: int, *,
-                 seed: bytes = b"", deadline: float = 600.0, job_id: str = "regression", noise: str = "gaussian") -> None:
+                 seed: bytes = b"", deadline: float = 600.0, job_id: str = "regression", noise: str = "gaussian", validate: bool = True) -> None:
         super().__init__(job_id, Peer("operator", "operator"), record=False)
-        self.noise = noise  # the DCA rounds' noise: "gaussian" or "discrete-gaussian" (mpdp.dca.discrete)
+        # validated (the default): every party's statistic is proven within its per-coordinate range, and the rounds
+        # take the discrete Gaussian (the proof bounds integer noise); ``noise`` is the unvalidated rounds' noise,
+        # "gaussian" or "discrete-gaussian" (mpdp.dca.discrete)
+        self.validate = validate
+        self.noise = "discrete-gaussian" if validate else noise
         if not parties or len(set(parties)) != len(parties):
             raise LocalProtocolError(Problem.INVALID_JOB, "parties must be distinct and at least one")
         self.plan = plan
@@ -144,6 +158,11 @@ class RegressionRole(Machine):
         """The std round (state STD_ROUND, no move)."""
         if self.state != STD_ROUND or self.asked is not None:
             raise LocalProtocolError(Problem.STEP_OUT_OF_ORDER, f"{self.job_id} has already started")
+        if self.validate and self.plan.mode != "corrected":
+            raise LocalProtocolError(Problem.INVALID_JOB, "validated rounds take the discrete Gaussian's own calibration; the paper calibration "
+                                     "reproduces the published Gaussian rounds: take it with --validate none")
+        if self.validate:  # the main round must fit too, before the std round spends: its thresholds B ≤ c give a
+            self._params(main_round_spec(self.plan.bounds, *self.plan.budget.main, self.plan.mode))  # job at most this wide
         return [self._ask(self.plan.std_round(), self.plan.bounds)]
 
     def released(self, job_id: str, release: dca_pb2.DpSum) -> list[Any]:
@@ -191,9 +210,15 @@ class RegressionRole(Machine):
         self._fail(e)
         return e.notices
 
+    def _params(self, spec: RoundSpec) -> DcaParams:
+        try:
+            return spec.dca_params(PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, simulation_seed=self.seed,
+                                   roster=self.parties, deadline_seconds=self.deadline, validate=self.validate)
+        except ValueError as e:
+            raise LocalProtocolError(Problem.INVALID_JOB, str(e)) from None
+
     def _ask(self, spec: RoundSpec, bounds: Sequence[float]) -> RunRound:
-        params = spec.dca_params(PENDING, len(self.parties), self.nodes, records_per_client=self.records_per_party, simulation_seed=self.seed,
-                                 roster=self.parties, deadline_seconds=self.deadline)
+        params = self._params(spec)
         if self.noise != params.noise:
             params = dataclasses.replace(params, noise=self.noise)
         self.asked = RunRound(spec, params, f"linreg/{spec.round}", tuple(float(b) for b in bounds), self.records_per_party)
@@ -230,7 +255,7 @@ def drive(role: RegressionRole, run_round: Callable[[RunRound], tuple[str, dca_p
 
 def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], total_records: int,
                  records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0, noise: str = "gaussian",
-                 observe: Callable[[Any], None] | None = None) -> RegressionRun:
+                 validate: bool = True, observe: Callable[[Any], None] | None = None) -> RegressionRun:
     """The whole regression in one process through :class:`RegressionRole`: each round's DCA job runs on the
     one in-memory driver, every party a DCA client machine contributing what ``services/party/contribution.py``
     would (its records clipped to the round's bounds, summed). ``job_ids`` name the two DCA jobs (the federation's
@@ -241,7 +266,7 @@ def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, n
     from mpdp.regression.statistics import party_statistics
 
     parties = list(party_data)
-    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise)
+    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise, validate=validate)
     ids = iter(job_ids)
 
     def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:

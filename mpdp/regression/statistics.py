@@ -22,13 +22,15 @@ client's clip box grows to n_p times the per-record box (:meth:`RoundSpec.clip_b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence, cast
+from typing import Any, Iterable, Literal, Sequence, cast
 
 import numpy as np
 
 from mpdp.dca import mechanism
+from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
 from mpdp.regression.config import VARIANCE_FLOOR
 
@@ -262,8 +264,17 @@ class RoundSpec:
         frac_bits: int = 32,
         roster: Sequence[str] = (),
         deadline_seconds: float = 600.0,
+        validate: bool = False,
     ) -> DcaParams:
-        """The DCA job of this round (clients = parties, or records when every client holds one record)."""
+        """The DCA job of this round (clients = parties, or records when every client holds one record).
+
+        ``validate``: every client proves its vector within the per-coordinate range :meth:`clip_bounds` (records ×
+        the record bounds; :data:`VALIDATION`), with the distributed discrete Gaussian at the round's (ε, δ) and Δ₂
+        (the proof bounds integer noise); f is the largest ≤ ``frac_bits`` whose circuit fits Field64. ValueError if none
+        does (the statistic is too long or its bounds too wide: take the round unvalidated)."""
+        if validate:
+            return self._validated_params(job_id, clients, nodes, max_missing=max_missing, records_per_client=records_per_client,
+                                          simulation_seed=simulation_seed, frac_bits=frac_bits, roster=roster, deadline_seconds=deadline_seconds)
         return DcaParams(
             job_id=job_id,
             dimension=self.dimension,
@@ -281,6 +292,31 @@ class RoundSpec:
             purpose=self.purpose or f"heikkila2017 {self.round} round",
             deadline_seconds=deadline_seconds,
         )
+
+
+    def _validated_params(self, job_id: str, clients: int, nodes: Sequence[str], *, frac_bits: int, **kw: Any) -> DcaParams:
+        last: InvalidJob | None = None
+        for f in range(frac_bits, MIN_VALIDATED_FRAC_BITS - 1, -1):
+            try:
+                return dataclasses.replace(self.dca_params(job_id, clients, nodes, frac_bits=f, **kw), noise="discrete-gaussian", validate=VALIDATION)
+            except InvalidJob as e:
+                if not str(e).startswith(("validation", "a validated job")):
+                    raise
+                last = e
+        raise ValueError(f"no validated {self.round} round fits: {last}; take the rounds unvalidated (--validate none)")
+
+
+VALIDATION = "range"  # a regression round's validation: every coordinate of a party's sum within records × its record bound
+MIN_VALIDATED_FRAC_BITS = 8  # below 2^-8 the rounding of a statistic would no longer be small against its noise
+
+
+def validated_round(round: str, bounds: Floats, records: int) -> tuple[str, tuple[float, ...]]:
+    """What a party holds a validated round's DCA job to: (:data:`VALIDATION`, the per-coordinate clip bounds of a sum of
+    up to ``records`` records clipped to ``bounds``), exactly :meth:`RoundSpec.clip_bounds` of the curator's round."""
+    _check_round(round)
+    if records < 1:
+        raise ValueError(f"records must be ≥ 1, got {records}")
+    return VALIDATION, tuple(float(v) for v in record_value_bounds(cast(Round, round), [float(b) for b in bounds]) * records)
 
 
 def std_round_spec(bounds: Sequence[float], epsilon: float, delta: float, mode: str) -> RoundSpec:

@@ -13,7 +13,8 @@ from mpdp_services.cli.options import ProgressLine, endpoints_option, renamed_op
 
 # The spec's noise names (mpdp.dca.params.NOISE_ENUM, whose import pulls in the accountant): kept equal by a test.
 NOISES = ("gaussian", "discrete-gaussian")  # by their NoiseKind number (dca.proto)
-VALIDATIONS = ("none", "range", "l2", "one-hot")  # by their Validation number (dca.proto)
+VALIDATIONS = ("none", "range", "l2", "one-hot", "votes")  # by their Validation number (dca.proto)
+CREATE_VALIDATIONS = VALIDATIONS[:4]  # votes (one vote per point over C classes) is created by the ensemble jobs
 
 
 def _operator(endpoints: str):
@@ -50,7 +51,7 @@ def dca() -> None:
 @click.option("--frac-bits", type=int, default=None, help="f: values travel in units of 2^-f  [default: 32; 16 with --validate]")
 @click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
 @click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")
-@click.option("--validate", type=click.Choice(VALIDATIONS), default="none", show_default=True,
+@click.option("--validate", type=click.Choice(CREATE_VALIDATIONS), default="none", show_default=True,
               help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the noise's norm too); "
                    "invalid ones are dropped and counted like dropouts. Needs --noise discrete-gaussian")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")

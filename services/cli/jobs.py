@@ -225,7 +225,7 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 @click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
 @click.option("--validate", type=click.Choice(("on", "none")), default="on", show_default=True,
               help="dp-gd and hamm2016: every party proves on its secret shares that its round vector (dp-gd: in the ℓ2 ball of the public row bound × the clip) "
-                   "or its vote vector (hamm2016: every entry in [−1, 1]) is valid, with discrete Gaussian noise where the sum adds noise; "
+                   "or its vote vector (hamm2016: one vote per auxiliary point) is valid, with discrete Gaussian noise where the sum adds noise; "
                    "none: no proofs, Gaussian noise (honest-but-curious parties)")
 @click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")

@@ -22,16 +22,20 @@ from mpdp_services.cli.options import endpoints_option, renamed_option
 @click.option("--total-records", type=int, required=True, help="N, the public total number of records (substitution adjacency keeps it fixed)")
 @click.option("--records-per-party", type=int, required=True, help="public bound on any party's row count (scales the DCA clip box)")
 @renamed_option("--calibration", "--mode", "mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
-                help="corrected sensitivities and analytic Gaussian, or the authors' code")
-@click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default="gaussian", show_default=True,
-              help="the DCA rounds' noise: floating-point Gaussian, or exact integer discrete Gaussian (ρ-zCDP and (ε, δ))")
+                help="corrected sensitivities and analytic Gaussian, or the authors' code (paper: with --validate none)")
+@click.option("--noise", type=click.Choice(["gaussian", "discrete-gaussian"]), default=None,
+              help="the DCA rounds' noise: floating-point Gaussian, or exact integer discrete Gaussian (ρ-zCDP and (ε, δ))  "
+                   "[default: discrete-gaussian; gaussian with --validate none]")
+@click.option("--validate", type=click.Choice(("on", "none")), default="on", show_default=True,
+              help="on: every party proves on its shares that each coordinate of its statistic lies in the range its row bound and "
+                   "the public bounds give (discrete Gaussian noise); none: no proofs (honest-but-curious parties)")
 @click.option("--grid-repeats", default="20,20", show_default=True, help="auxiliary-data grid search repeats (data sets, noise draws)")
 @click.option("--test-data", type=click.Path(dir_okay=False), default=None, help="CSV to report the posterior's MAE on")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the posterior (mean, precision) as JSON here")
 @click.option("--detach", is_flag=True, help="print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delta, total_records, records_per_party, mode, noise, grid_repeats, test_data, out,
-            detach, as_json) -> None:
+def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delta, total_records, records_per_party, mode, noise, validate, grid_repeats, test_data,
+            out, detach, as_json) -> None:
     """Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2).
 
     The curator runs the job (both rounds) and keeps the posterior; this command follows it (Ctrl-C stops watching
@@ -50,9 +54,15 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
         b = b * (dimension + 1)
     if len(b) != dimension + 1:
         raise click.BadParameter(f"give 1 or d+1 = {dimension + 1} bounds", param_hint="--bounds")
+    if validate != "none" and mode == "paper":
+        raise click.BadParameter("the paper calibration reproduces the published Gaussian rounds; add --validate none", param_hint="--calibration")
+    if validate != "none" and noise == "gaussian":
+        raise click.BadParameter("validated rounds take the discrete Gaussian (the proof bounds integer noise); add --validate none for gaussian",
+                                 param_hint="--noise")
+    noise = noise or ("gaussian" if validate == "none" else "discrete-gaussian")
     try:
         spec = regression_spec(dataset, parties.split(","), nodes.split(","), tuple(b), epsilon, delta, total_records, records_per_party, mode=mode,
-                               noise=noise, grid_repeats=reps)  # type: ignore[arg-type]
+                               noise=noise, grid_repeats=reps, validate=validate != "none")  # type: ignore[arg-type]
     except ValueError as e:
         raise click.ClickException(f"not a valid regression job: {e}")
 
@@ -73,6 +83,7 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
             "thresholds": run.thresholds.tolist(),
             "posterior_mean": run.posterior.mean.tolist(),
             "guarantees": [run.std_release.guarantee.statement, run.main_release.guarantee.statement],
+            "guarantee": model.guarantee.statement,  # the composed one; it says when the statistics are not proven valid
             "rounds": [{"job": r.job_id, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None}
                        for r in (run.std_release, run.main_release)],
             "seconds": run.seconds,

@@ -87,12 +87,12 @@ def _regression_role(spec: pb.LearnerJobSpec, job_id: str) -> RegressionRole:
     plan = RegressionPlan(tuple(s.bounds), s.epsilon, s.delta, MODE_NAMES[s.mode], grid_repeats=(s.grid_repeats_x or 20, s.grid_repeats_y or 20))
     noise = "discrete-gaussian" if s.noise == dca_pb2.DISCRETE_GAUSSIAN else "gaussian"
     return RegressionRole(plan, list(spec.parties), list(spec.compute_nodes), s.total_records, spec.records_per_party, seed=spec.simulation_seed,
-                          deadline=spec.deadline_seconds or DEFAULT_DEADLINE, job_id=job_id, noise=noise)
+                          deadline=spec.deadline_seconds or DEFAULT_DEADLINE, job_id=job_id, noise=noise, validate=not s.unvalidated)
 
 
 def _regression_request(spec: pb.LearnerJobSpec, ask: RegressionRound, dca_job: str) -> cpb.StatisticRequest:
     return cpb.StatisticRequest(dca_job_id=dca_job, dataset=spec.dataset, statistic=ask.statistic, bounds=list(ask.bounds),
-                                records_per_client=ask.records_per_party, schema_sha256=spec.schema_sha256)
+                                records_per_client=ask.records_per_party, schema_sha256=spec.schema_sha256, unvalidated=spec.regression.unvalidated)
 
 
 def _regression_progress(role: RegressionRole) -> tuple[int, int]:
@@ -102,7 +102,8 @@ def _regression_progress(role: RegressionRole) -> tuple[int, int]:
 LEARNERS: dict[str, Learner] = {
     "dpgd": Learner("dpgd", "dp-", _dpgd_role, _dpgd_request, _dpgd_progress, lambda spec, run, job: run.message()),
     "regression": Learner("regression", "rg-", _regression_role, _regression_request, _regression_progress,
-                          lambda spec, run, job: run.message(job, spec.parties, spec.regression.noise, spec.regression.total_records)),
+                          lambda spec, run, job: run.message(job, spec.parties, dca_pb2.DISCRETE_GAUSSIAN if not spec.regression.unvalidated
+                                                                  else spec.regression.noise, spec.regression.total_records, spec.regression.unvalidated)),
 }
 
 

@@ -146,7 +146,8 @@ class LiveBackend:
         return {"dca_jobs": len(releases), "clients_included": sum(int(r.clients_included) for r in releases)}
 
     def linear_regression(self, *, bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int | None, records_per_party: int | None,
-                          noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+                          noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None,
+                          validate: bool = True) -> Result:
         from mpdp.results import regression_result
         from mpdp_services.operator.regression import RoundFailed, run_regression
 
@@ -155,7 +156,7 @@ class LiveBackend:
         t0 = time.perf_counter()
         try:
             run = run_regression(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), bounds, epsilon, delta, int(total_records),
-                                 int(records_per_party), noise=noise, grid_repeats=grid_repeats)
+                                 int(records_per_party), noise=noise, grid_repeats=grid_repeats, validate=validate)
         except RoundFailed as e:
             raise JobFailed(f"the regression job failed: {e}") from None
         except grpc.RpcError as e:

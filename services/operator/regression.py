@@ -23,7 +23,9 @@ __all__ = ["RegressionRun", "RoundFailed", "fetch_model", "regression_spec", "ru
 
 def regression_spec(dataset: str, parties: list[str], nodes: list[str], bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int,
                     records_per_party: int, *, mode: str = "corrected", noise: str = "gaussian", grid_repeats: tuple[int, int] = (20, 20),
-                    seed: bytes = b"", deadline: float = 600.0, job_id: str = "", schema_sha256: str = "") -> pb.LearnerJobSpec:
+                    seed: bytes = b"", deadline: float = 600.0, job_id: str = "", schema_sha256: str = "", validate: bool = True) -> pb.LearnerJobSpec:
+    """``validate`` (the default): every party's statistic is proven in its range and the rounds take the discrete
+    Gaussian whatever ``noise`` says; False (``--validate none``): no proofs, noise ``noise``."""
     RegressionPlan(bounds, epsilon, delta, mode, grid_repeats=grid_repeats)  # ValueError here rather than a refusal there
     if noise not in NOISE_ENUM:
         raise ValueError(f"noise must be one of {', '.join(NOISE_ENUM)}")
@@ -31,7 +33,8 @@ def regression_spec(dataset: str, parties: list[str], nodes: list[str], bounds: 
         job_id=job_id, dataset=dataset, parties=parties, compute_nodes=nodes, records_per_party=records_per_party, simulation_seed=seed,
         deadline_seconds=deadline, schema_sha256=schema_sha256,
         regression=pb.RegressionJobSpec(bounds=list(bounds), epsilon=epsilon, delta=delta, total_records=total_records, mode=MODES[mode],
-                                        noise=NOISE_ENUM[noise], grid_repeats_x=grid_repeats[0], grid_repeats_y=grid_repeats[1]),
+                                        noise=NOISE_ENUM["discrete-gaussian" if validate else noise], grid_repeats_x=grid_repeats[0],
+                                        grid_repeats_y=grid_repeats[1], unvalidated=not validate),
     )
 
 
@@ -51,10 +54,11 @@ def run_regression(
     grid_repeats: tuple[int, int] = (20, 20),
     seed: bytes = b"",
     deadline: float = 600.0,
+    validate: bool = True,
 ) -> RegressionRun:
     """Submit the job, wait for the posterior and return the run; raises :class:`RoundFailed` naming why nothing was released."""
     spec = regression_spec(dataset, parties, nodes, bounds, epsilon, delta, total_records, records_per_party, mode=mode, noise=noise,
-                           grid_repeats=grid_repeats, seed=seed, deadline=deadline)
+                           grid_repeats=grid_repeats, seed=seed, deadline=deadline, validate=validate)
     return RegressionRun.of(run_model(ep, spec, "regression", RoundFailed))
 
 

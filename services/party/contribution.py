@@ -12,7 +12,11 @@ zero-charge ``dpgd-round`` marker per round: a second request for a round it con
 Every round is held to the parties it was asked with (``StatisticRequest.parties``, set by the curator): the DCA
 job must be a DP sum whose roster is exactly those parties (:func:`mpdp.contribution.check_roster`), so whoever
 creates the job cannot inflate N to thin each party's noise slice; a dp-gd job's charge records its parties, and
-a later round over other parties is refused."""
+a later round over other parties is refused.
+
+Every round is also held to its validation: a regression round is validated unless its request says
+``unvalidated`` (the DCA job must then prove each coordinate within the range the request's bounds and row bound
+give, ``mpdp.regression.statistics.validated_round``); a dp-gd round as its plan says."""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from mpdp.dca.params import DcaParams
 from mpdp.dpgd import wire as dpgd_wire
 from mpdp.dpgd.plan import round_job_id
 from mpdp.ledger import LedgerError
-from mpdp.regression.statistics import check_round_job
+from mpdp.regression.statistics import check_round_job, validated_round
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc
 from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
@@ -83,7 +87,12 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             return await computed(party, context, request.dca_job_id, request.dataset, compute)
 
         # spends the job's true (ε, δ) in the ledger before any share leaves; a failed submission keeps it
-        accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: check_round_job(round_name, request.bounds, params))
+        try:  # a validated round (the default): the party holds the job to the range its bounds and row bound give
+            validate, bounds = ("none", None) if request.unvalidated else validated_round(round_name, request.bounds, request.records_per_client)
+        except ValueError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {party.cfg.name}: {e}")
+        accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: check_round_job(round_name, request.bounds, params),
+                                 validate=validate, bounds=bounds)
         report = await contribute(party, context, accepted, vector)
         return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
 

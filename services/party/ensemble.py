@@ -90,6 +90,8 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
                 raise ValueError("it is not the ensemble's vote sum (its noise, sensitivity or privacy parameters differ from the job's)")
             if params.dimension != expected.dimension:
                 raise ValueError(f"it sums {params.dimension} values, the ensemble's votes are {expected.dimension}")
+            if params.vote_classes != expected.vote_classes:
+                raise ValueError("its vote validation does not hold one vote per point over the ensemble's classes")
 
         async def votes(params: DcaParams):
             try:

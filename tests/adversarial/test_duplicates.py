@@ -46,7 +46,7 @@ def test_duplicate_party_in_a_contribution_round_is_refused(fed):
     plan = RegressionPlan((1.0,) * 4 + (1.0,), 5.0, 1e-4, grid_repeats=(2, 2))
     spec = plan.std_round().dca_params("pending", 4, NODES, records_per_client=100, deadline_seconds=8.0).to_spec()
     job = create_dca(fed, spec)
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic="linreg/std", bounds=list(plan.bounds), records_per_client=100)
+    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(plan.bounds), records_per_client=100)
     with operator_curator(fed) as ch:
         stub = contribution_pb2_grpc.ContributionCuratorStub(ch)
         e = refused(lambda: stub.RequestContributions(contribution_pb2.ContributionRound(request=req, parties=["party-1", "party-1", "party-2", "party-3"]), timeout=120))

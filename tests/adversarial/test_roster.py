@@ -58,7 +58,7 @@ def std_round_job(fed, roster: list[str], max_missing: int = 0, deadline: float 
     spec = PLAN.std_round().dca_params("pending", len(roster), NODES, records_per_client=100, roster=roster, max_missing=max_missing,
                                        deadline_seconds=deadline).to_spec()
     job = create_dca(fed, spec)
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic="linreg/std", bounds=list(PLAN.bounds),
+    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(PLAN.bounds),
                                             records_per_client=100)
     return job, req
 
@@ -84,7 +84,7 @@ def test_a_round_whose_dca_job_declares_a_smaller_sensitivity_than_its_statistic
     params = spec.dca_params("pending", len(PARTIES), NODES, records_per_client=100, roster=PARTIES, deadline_seconds=20.0).to_spec()
     params.sensitivity = spec.sensitivity / 1000
     job = create_dca(fed, params)
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic=f"linreg/{round_name}", bounds=list(spec.bounds),
+    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic=f"linreg/{round_name}", bounds=list(spec.bounds),
                                             records_per_client=100)
     e = refused(lambda: request_round(fed, req, PARTIES))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)

@@ -84,7 +84,7 @@ def _party_attack(rpc: str, job: str):
     abort = common_pb2.JobAbort(job_id=job, problem=common_pb2.INTERNAL, detail="stop", reported_by="curator-2")
     local = local_release_pb2.LocalModelRequest(job_id="local-rogue", spec=local_release_pb2.LocalModelJobSpec(
         dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=PARTIES, ridge=1e-3, data_norm=1.0))
-    stat = contribution_pb2.StatisticRequest(dca_job_id="dca-rogue", dataset="synthetic", statistic="linreg/std", bounds=[1.0] * 5, records_per_client=100)
+    stat = contribution_pb2.StatisticRequest(dca_job_id="dca-rogue", dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=[1.0] * 5, records_per_client=100)
     vote = hamm2016_pb2.VoteRequest(job_id="hcb-rogue", dca_job_id="dca-rogue", spec=hamm2016_pb2.EnsembleJobSpec(dataset="synthetic"))
     return {
         "Party.AbortJob": lambda ch: pk_grpc.PartyStub(ch).AbortJob(abort, timeout=20),

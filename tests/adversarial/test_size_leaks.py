@@ -198,7 +198,7 @@ def test_regression_round_records_bound_refusal_names_no_size(leaky):
     plan = RegressionPlan((1.0,) * (DIM + 1), 5.0, 1e-4, grid_repeats=(2, 2))
     spec = plan.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=1, roster=PARTIES, deadline_seconds=6.0).to_spec()
     job = create_dca(leaky, spec)
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic="linreg/std", bounds=list(plan.bounds), records_per_client=1)
+    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(plan.bounds), records_per_client=1)
     e = contribution_refused(leaky, req)
     assert_clean(e)
     assert_no_secret(leaky, [e.details() or "", dca_status(leaky, job)] + listing(leaky, known))
@@ -211,7 +211,7 @@ def test_regression_round_with_a_short_clip_box_names_no_dimension(leaky):
     plan = RegressionPlan((1.0,) * 4, 5.0, 1e-4, grid_repeats=(2, 2))  # d = 3 where the data have 6 features
     spec = plan.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=1000, roster=PARTIES, deadline_seconds=6.0).to_spec()
     job = create_dca(leaky, spec)
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic="linreg/std", bounds=list(plan.bounds), records_per_client=1000)
+    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(plan.bounds), records_per_client=1000)
     e = contribution_refused(leaky, req)
     assert_clean(e)
     assert_no_secret(leaky, [e.details() or "", dca_status(leaky, job)] + listing(leaky, known), dimension=True)

@@ -228,7 +228,7 @@ def test_contribution_round_out_of_bounds_is_invalid_argument(fed, case):
     plan = RegressionPlan((1.0,) * 5, 5.0, 1e-4, grid_repeats=(2, 2))
     job = create_dca(fed, plan.std_round().dca_params("pending", 3, NODES, records_per_client=100, deadline_seconds=5.0).to_spec())
     before = {p: len(ledger(fed, p)["entries"]) for p in PARTIES}
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic="linreg/std", bounds=list(plan.bounds), records_per_client=100)
+    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(plan.bounds), records_per_client=100)
     parties = list(PARTIES)
     for k, v in CONTRIBUTION[case].items():
         if k == "parties":

@@ -1,14 +1,16 @@
-"""Malicious contributors in the validated rounds every DCA-summed protocol runs: a dp-gd round and a pate vote sum,
+"""Malicious contributors in the validated rounds every DCA-summed protocol runs: a dp-gd round, a pate vote sum and a
+regression round,
 over real processes and mutual TLS (3 parties, 3 compute nodes, T = 1).
 
 Mallory holds a PARTY certificate for the roster's third slot (``party-3``: whoever holds the CA key can mint one) and
 sends well-formed shares with an honest proof of an invalid input — 10⁹ in a coordinate, a vector over the ℓ2 bound, a
-two-hot vote, 10⁹ noise — through a raw stub; ``party-1`` and ``party-2`` contribute through their own services (a dp-gd
+two-hot or an empty vote at one point, 10⁹ noise — through a raw stub; ``party-1`` and ``party-2`` contribute through their own services (a dp-gd
 round, asked by a certificate with the curator's name, as the curator asks) or their own certificates (the votes).
 Expected: every node rejects Mallory alike, the sum releases (one rejected ≤ T), the release names how many were
 rejected and never who, and it differs from the honest parties' sum only by its noise (≤ 6σ√d). A client that omits
 its noise is accepted (η = 0 is inside the proven bound; the T-dropout calibration covers it). And a curator cannot
-turn a round's validation off or loosen its bound: each party refuses such a round (INVALID_ARGUMENT) and spends nothing.
+turn a round's validation off or loosen its bound (dp-gd, votes, regression): each party refuses such a round
+(INVALID_ARGUMENT) and spends nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from mpdp.dpgd.plan import DpgdPlan, party_vector, round_job_id
 from mpdp.hamm2016 import job as hamm
 from mpdp.hamm2016.labels import party_votes
 from mpdp.math import field as F
+from mpdp.regression.plan import RegressionPlan
+from mpdp.regression.statistics import party_statistics
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, hamm2016_pb2, hamm2016_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
@@ -72,7 +76,12 @@ def _input(params: DcaParams, attack: str) -> np.ndarray:
     d = params.dimension
     zero = np.zeros(d, dtype=np.int64)
     noise = zero if vp.has_noise else None
-    meas = validation.encode_input(vp, zero, noise).astype(np.uint64)
+    data = zero
+    if vp.kind == "votes":  # a valid vote to start from: class 0 at every point
+        data = np.zeros((d // params.vote_classes, params.vote_classes), dtype=np.int64)
+        data[:, 0] = vp.scale
+        data = data.reshape(-1)
+    meas = validation.encode_input(vp, data, noise).astype(np.uint64)
     if attack == "1e9":  # coordinate 0 reads 10⁹: its lowest 'bit' holds 10⁹·2^f
         meas[0] = F.scalar(10**9 * 2**params.frac_bits + int(meas[0]))
     elif attack == "over-norm":  # every coordinate at the ℓ2 radius: ‖y‖ = √d·radius
@@ -81,6 +90,10 @@ def _input(params: DcaParams, attack: str) -> np.ndarray:
         half = 1 << (pred.entry_bits - 1)
         bits = ((big[:, None] + half) >> np.arange(pred.entry_bits)) & 1
         meas[: d * pred.entry_bits] = bits.ravel().astype(np.uint64)
+    elif attack == "two-hot":  # point 0 votes for classes 0 and 1: every entry a bit, its block sums to 2
+        meas[1] = np.uint64(1)
+    elif attack == "empty":  # point 0 casts no vote: its block sums to 0
+        meas[0] = np.uint64(0)
     elif attack == "noise-1e9":  # the noise's first coordinate reads 10⁹ units
         off = vp.circuit.predicates[0].meas_len
         meas[off] = F.scalar(10**9 + int(meas[off]))
@@ -177,24 +190,22 @@ def _pate_spec() -> hamm2016_pb2.EnsembleJobSpec:
                                         deadline_seconds=40.0)
 
 
-@pytest.mark.parametrize("attack", ["1e9", "noise-1e9", "two-hot", "no-noise"])
+@pytest.mark.parametrize("attack", ["1e9", "noise-1e9", "two-hot", "empty", "no-noise"])
 def test_a_malicious_voter_in_a_validated_pate_vote_sum_is_rejected_or_bounded_and_the_labels_come_from_the_votes(fed, attack):
-    """Out of range (10⁹ votes, 10⁹ noise): rejected. Inside the proven range the vote still counts: a two-hot vote
-    (1 for two classes at one point, each entry in [−1, 1] — the range does not prove one-hot per point) moves each
-    count by at most one vote; a vote without its noise share is valid (η = 0 is within the noise bound)."""
+    """Not one vote per point (10⁹ votes, a two-hot point, an empty point) or 10⁹ noise: rejected, counted, and the
+    release is the honest voters' sum within its noise. A vote without its noise share is valid (η = 0 is within the
+    noise bound) and counts as the one vote per point it is."""
     spec = _pate_spec()
     params = hamm.vote_job(spec, "pending", Q)
-    assert params.validate == "range" and params.noise == "discrete-gaussian"
+    assert (params.validate, params.vote_classes, params.noise) == ("votes", CLASSES, "discrete-gaussian")
     job = create_dca(fed, params.to_spec())
     ep = Endpoints.load(fed.workdir)
     rng = np.random.default_rng(5)  # public simulation data: the honest teachers' predictions
     votes = np.stack([party_votes(rng.integers(0, CLASSES, size=Q), CLASSES) for _ in HONEST])
     for p, v in zip(HONEST, votes):  # through the product's client, over each party's own certificate
         assert not asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, v)).rejected
-    if attack in ("two-hot", "no-noise"):
+    if attack == "no-noise":
         vote = party_votes(rng.integers(0, CLASSES, size=Q), CLASSES)
-        if attack == "two-hot":
-            vote[:CLASSES] = [1.0, 1.0] + [0.0] * (CLASSES - 2)
         _valid_without_noise(fed, job, vote)
         expected, rejected, included = votes.sum(axis=0) + vote, 0, 3
     else:
@@ -230,18 +241,22 @@ def _send(fed, tls, params: DcaParams, job: str, meas: np.ndarray) -> None:
         assert receipt.accepted == 1, receipt  # well formed: only the proof can reject it
 
 
-@pytest.mark.parametrize("change", ["unvalidated", "looser"])
-def test_a_curator_cannot_announce_a_vote_sum_unvalidated_or_with_a_looser_range(fed, change):
-    """The pate ensemble spec says validated (every vote entry in [−1, 1]); the vote sum a certificate with the curator's
-    name announces is not — Gaussian noise without proofs, or range [−10, 10]. Each voter refuses it INVALID_ARGUMENT before
-    it fits, votes or spends anything."""
+@pytest.mark.parametrize("change", ["unvalidated", "looser", "range-only", "fewer-classes"])
+def test_a_curator_cannot_announce_a_vote_sum_unvalidated_or_with_a_looser_predicate(fed, change):
+    """The pate ensemble spec says validated (one vote per point over its C classes); the vote sum a certificate with the
+    curator's name announces is not — Gaussian noise without proofs, a looser bound, each entry only in [−1, 1], or votes
+    over 2 classes (each entry only a bit). Each voter refuses it INVALID_ARGUMENT before it fits, votes or spends anything."""
     spec = _pate_spec()
     params = hamm.vote_job(spec, "pending", Q)
-    assert params.validate == "range"
+    assert params.validate == "votes"
     if change == "unvalidated":
         loose = hamm.vote_job(hamm2016_pb2.EnsembleJobSpec(unvalidated=True, **{f.name: v for f, v in spec.ListFields()}), "pending", Q)
-    else:
+    elif change == "looser":
         loose = dataclasses.replace(params, clip_bounds=(10.0,))
+    elif change == "range-only":
+        loose = dataclasses.replace(params, validate="range", vote_classes=0)
+    else:
+        loose = dataclasses.replace(params, vote_classes=2)
     dca_job = create_dca(fed, loose.to_spec())
     job = f"hm-adv-{change}"
     req = hamm2016_pb2.VoteRequest(job_id=job, dca_job_id=dca_job, spec=spec, auxiliary_rows=Q, auxiliary_features=D, auxiliary_digest=bytes(32))
@@ -249,6 +264,53 @@ def test_a_curator_cannot_announce_a_vote_sum_unvalidated_or_with_a_looser_range
         with channel(fed, p, mint(fed, "curator", "curator")) as ch:
             e = refused(lambda: hamm2016_pb2_grpc.EnsemblePartyStub(ch).Vote(req, timeout=60))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
-        assert ("validation" if change == "unvalidated" else "bounds") in (e.details() or "")
+        assert {"unvalidated": "validation", "looser": "bounds", "range-only": "validation", "fewer-classes": "vote validation"}[change] in (e.details() or "")
         assert job not in ledger_job_ids(fed, p)
     assert_ledgers_within_budget(fed)
+
+
+# -- a regression round --------------------------------------------------------------------------------------
+REG_PLAN = RegressionPlan((1.0,) * D + (2.0,), 2.0, 1e-4, grid_repeats=(2, 2))
+
+
+def _regression_request(dca_job: str, unvalidated: bool = False) -> contribution_pb2.StatisticRequest:
+    return contribution_pb2.StatisticRequest(dca_job_id=dca_job, dataset="synthetic", statistic="linreg/std", bounds=list(REG_PLAN.bounds),
+                                             records_per_client=ROWS, parties=PARTIES, unvalidated=unvalidated)
+
+
+def _regression_params(validate: bool) -> DcaParams:
+    return REG_PLAN.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=ROWS, max_missing=T, roster=PARTIES,
+                                           deadline_seconds=40.0, validate=validate)
+
+
+@pytest.mark.parametrize("change", ["unvalidated", "looser"])
+def test_a_curator_cannot_run_a_regression_round_unvalidated_or_with_a_looser_range(fed, change):
+    """The round's request says validated (each coordinate of a party's squares within ROWS × c_j²): a DCA job without
+    validation, or with a range ten times looser, is refused by each party (INVALID_ARGUMENT) before it computes or spends."""
+    good = _regression_params(True)
+    assert good.validate == "range" and good.noise == "discrete-gaussian" and good.clip_bounds == REG_PLAN.std_round().clip_bounds(ROWS)
+    bad = _regression_params(False) if change == "unvalidated" else dataclasses.replace(good, clip_bounds=tuple(10 * c for c in good.clip_bounds))
+    dca_job = create_dca(fed, bad.to_spec())
+    for p in HONEST:
+        e = refused(lambda: _ask(fed, p, _regression_request(dca_job)))
+        assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
+        assert ("validation" if change == "unvalidated" else "bounds") in (e.details() or "")
+        assert dca_job not in ledger_job_ids(fed, p)
+    assert_ledgers_within_budget(fed)
+
+
+def test_a_malicious_party_in_a_validated_regression_round_is_rejected_and_the_round_releases_the_honest_sum(fed):
+    """Mallory proves 10⁹ in a coordinate of her squares: rejected and counted; the two honest parties' statistics
+    (their own services, asked as the curator asks) release within the round's noise."""
+    params = _regression_params(True)
+    dca_job = create_dca(fed, params.to_spec())
+    _mallory(fed, dca_job, "1e9")
+    for p in HONEST:
+        assert _ask(fed, p, _regression_request(dca_job)).party == p
+    r = _release(fed, dca_job)
+    assert (r.clients_included, r.clients_rejected, r.validate, r.noise) == (len(HONEST), 1, dca_pb2.VALIDATE_RANGE, dca_pb2.DISCRETE_GAUSSIAN)
+    honest = sum(party_statistics(*synthetic_rows(40 + 7 * j, j, D), "std", REG_PLAN.bounds) for j, _ in enumerate(HONEST))
+    _within_noise(r, honest, params.frac_bits)
+    for p in HONEST:
+        assert dca_job in ledger_job_ids(fed, p)
+    assert_all_serving(fed)

@@ -117,6 +117,11 @@ def test_linear_regression():
     assert len(r.details["dca_jobs"]) == 2 and r.operations["dca_jobs"] == 2
     X = np.vstack([p[0] for p in parts]); y = np.concatenate([p[1] for p in parts])
     assert r.score(X, y) > 0.3 and np.all(r.model.predict_std(X[:3]) > 0)
+    assert r.noise == "discrete-gaussian"  # validated by default: the proof bounds integer noise
+    with pytest.raises(ValueError, match="validate=False"):
+        fed.linear_regression(bounds=(2, 2, 2, 4), epsilon=4.0, noise="gaussian")
+    plain = fed.linear_regression(bounds=(2, 2, 2, 4), epsilon=4.0, delta=1e-4, grid_repeats=(2, 2), validate=False)
+    assert plain.noise == "gaussian" and "not proven valid" in plain.guarantee.statement
 
 
 def test_dp_gd_binary_and_softmax(cancer):

@@ -63,6 +63,10 @@ D = 4
 RANGE = flp.Circuit([flp.RangeVec(D, 10, 5)])  # every y_j ∈ [−5, 5]
 L2 = flp.Circuit([flp.L2Ball(D, 5, 100)])  # ‖y‖² ≤ 100, |y_j| ≤ 16
 ONE_HOT = flp.Circuit([flp.OneHot(D, 1)])
+Q, C = 3, 4  # vote blocks: Q query points of C classes
+VOTES = flp.Circuit([flp.VoteBlocks(Q, C)])  # per point one vote: C bits summing to 1
+VOTES2 = flp.Circuit([flp.VoteBlocks(Q, C, count=2)])  # per point two votes (two teachers), each class at most once
+BINARY = flp.Circuit([flp.VoteBlocks(D, 2)])  # binary votes: v_j = I[class 1], a bit
 
 
 def _valid_range(n: int) -> list[list[np.ndarray]]:
@@ -82,18 +86,36 @@ def _valid_hot(n: int) -> list[list[np.ndarray]]:
     return [[np.eye(D, dtype=np.int64)[rng.integers(D)]] for _ in range(n)]
 
 
+def _valid_votes(n: int, count: int = 1) -> list[list[np.ndarray]]:
+    out = []
+    for _ in range(n):
+        x = np.zeros((Q, C), dtype=np.int64)
+        for j in range(Q):
+            x[j, rng.choice(C, size=count, replace=False)] = 1
+        out.append([x.reshape(-1)])
+    return out
+
+
+def _valid_binary(n: int) -> list[list[np.ndarray]]:
+    return [[rng.integers(0, 2, D)] for _ in range(n)]
+
+
 def _bits(values: np.ndarray, width: int) -> np.ndarray:
     return ((values[:, None] >> np.arange(width)) & 1).reshape(-1)
 
 
 def test_soundness_bound_and_repetitions():
-    for c in (RANGE, L2, ONE_HOT, flp.Circuit([flp.RangeVec(1000, 2**18 - 3, 2**17), flp.L2Ball(1000, 20, 2**40)])):
+    for c in (RANGE, L2, ONE_HOT, VOTES, BINARY, flp.Circuit([flp.RangeVec(1000, 2**18 - 3, 2**17), flp.L2Ball(1000, 20, 2**40)])):
         assert c.soundness_log2 <= -flp.SOUNDNESS_BITS
         assert c.soundness_log2 + 40 <= -flp.TARGET_BITS  # ≤ 2^-60 with 2^40 XOF evaluations
         assert c.proofs >= 2
 
 
-@pytest.mark.parametrize("circuit,valid", [(RANGE, _valid_range), (L2, _valid_l2), (ONE_HOT, _valid_hot)], ids=["range", "l2", "one-hot"])
+@pytest.mark.parametrize(
+    "circuit,valid",
+    [(RANGE, _valid_range), (L2, _valid_l2), (ONE_HOT, _valid_hot), (VOTES, _valid_votes), (VOTES2, lambda n: _valid_votes(n, 2)), (BINARY, _valid_binary)],
+    ids=["range", "l2", "one-hot", "votes", "votes-count-2", "votes-binary"],
+)
 def test_valid_inputs_are_always_accepted_and_truncate_to_the_input(circuit, valid):
     rows = valid(TRIALS)
     meas = _encode(circuit, rows)
@@ -148,6 +170,19 @@ def _multi_hot(n: int) -> np.ndarray:
     return np.stack(out).astype(np.uint64)
 
 
+def _bad_votes(n: int, count: int = 1) -> np.ndarray:
+    """Per trial one point's block (at least one, sometimes all) holds a wrong number of votes: 0, count + 1 … C."""
+    out = []
+    wrong = [k for k in range(C + 1) if k != count]
+    for row in _valid_votes(n, count):
+        x = row[0].reshape(Q, C)
+        for j in rng.choice(Q, size=int(rng.integers(1, Q + 1)), replace=False):
+            x[j] = 0
+            x[j, rng.choice(C, size=int(rng.choice(wrong)), replace=False)] = 1
+        out.append(x.reshape(-1))
+    return np.stack(out).astype(np.uint64)
+
+
 @pytest.mark.parametrize(
     "circuit,invalid",
     [
@@ -157,8 +192,13 @@ def _multi_hot(n: int) -> np.ndarray:
         (RANGE, lambda n: _non_bits(RANGE, _encode(RANGE, _valid_range(n)), False)),
         (L2, lambda n: _non_bits(L2, _encode(L2, _valid_l2(n)), True)),
         (ONE_HOT, lambda n: _non_bits(ONE_HOT, _encode(ONE_HOT, _valid_hot(n)), False)),
+        (VOTES, _bad_votes),
+        (VOTES2, lambda n: _bad_votes(n, 2)),
+        (VOTES, lambda n: _non_bits(VOTES, _encode(VOTES, _valid_votes(n)), False)),
+        (BINARY, lambda n: _non_bits(BINARY, _encode(BINARY, _valid_binary(n)), False)),
     ],
-    ids=["range-out-of-range", "l2-over-norm", "one-hot-two-hot", "range-non-bit", "l2-non-bit", "one-hot-non-bit"],
+    ids=["range-out-of-range", "l2-over-norm", "one-hot-two-hot", "range-non-bit", "l2-non-bit", "one-hot-non-bit",
+         "votes-two-hot-or-empty", "votes-count-2-wrong-count", "votes-non-bit", "votes-binary-non-bit"],
 )
 def test_invalid_inputs_with_honest_proofs_are_always_rejected(circuit, invalid):
     meas = invalid(TRIALS)
@@ -166,8 +206,8 @@ def test_invalid_inputs_with_honest_proofs_are_always_rejected(circuit, invalid)
     assert not bool(_accepts(circuit, meas).any())
 
 
-VALID = {"range": (RANGE, _valid_range), "l2": (L2, _valid_l2), "one-hot": (ONE_HOT, _valid_hot)}
-INVALID = {"range": _out_of_range, "l2": _over_norm, "one-hot": _multi_hot}
+VALID = {"range": (RANGE, _valid_range), "l2": (L2, _valid_l2), "one-hot": (ONE_HOT, _valid_hot), "votes": (VOTES, _valid_votes)}
+INVALID = {"range": _out_of_range, "l2": _over_norm, "one-hot": _multi_hot, "votes": _bad_votes}
 
 
 @pytest.mark.parametrize("name", list(VALID))
@@ -239,6 +279,10 @@ def test_circuits_refuse_parameters_whose_sums_could_wrap():
         flp.RangeVec(4, 2**63, 0)
     with pytest.raises(flp.CircuitError):
         flp.Circuit([flp.OneHot(3), flp.RangeVec(4, 3)])  # two output lengths
+    with pytest.raises(flp.CircuitError):
+        flp.VoteBlocks(3, 4, count=4)  # count < classes
+    with pytest.raises(flp.CircuitError):
+        VOTES.encode([np.ones(Q * C, dtype=np.int64)])  # an honest prover cannot encode a four-hot point
 
 
 def test_a_query_point_among_the_roots_of_unity_is_refused():

@@ -19,6 +19,7 @@ def spec() -> pb.DcaJobSpec:
     s.noise = pb.DISCRETE_GAUSSIAN  # likewise (a secure sum has no noise)
     s.roster_range.prefix, s.roster_range.digits = "c", 2  # likewise (a job has a roster list or a range)
     s.validate = pb.VALIDATE_L2  # likewise (a validated job has DISCRETE_GAUSSIAN noise or a secure sum)
+    s.vote_classes = 3  # likewise (vote_classes belongs to VALIDATE_VOTES)
     return s
 
 

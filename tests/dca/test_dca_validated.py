@@ -234,3 +234,41 @@ def test_a_run_of_shares_is_verified_in_one_batch_with_the_same_outcome():
     r = agg.dp_sum()
     assert (r.clients_included, r.clients_rejected) == (N - 3, 2)
     assert np.array_equal(_released_units(r), np.sum([kept[i] for i in range(N) if i not in (2, 6, 9)], axis=0))
+
+
+def test_a_votes_job_sums_one_vote_per_point_and_rejects_a_two_hot_point():
+    """validate VOTES (C = 3 classes, 2 points per vector, a secure sum as the ensembles' soft/vote sums): honest
+    one-vote-per-point vectors are accepted and summed exactly; a client whose point holds two votes, proven honestly,
+    is rejected by every node, counted, never named, and the release is the honest sum. The client machine refuses to
+    prove what is not one vote per point; vote_classes is set exactly for VOTES and must divide d."""
+    C, Q = 3, 2
+    prm = DcaParams(job_id="v-votes", dimension=C * Q, clients=N, max_missing=T, nodes=("n0", "n1", "n2"), epsilon=0.0, delta=0.0, sensitivity=0.0,
+                    frac_bits=8, secure_sum=True, validate="votes", vote_classes=C, simulation_seed=b"validated")
+    plan = prm.validation
+    assert plan is not None and plan.kind == "votes" and plan.circuit.meas_len == C * Q
+    rng = np.random.default_rng(4)  # public test data
+    Z = np.stack([np.eye(C)[rng.integers(C, size=Q)].ravel() for _ in range(N)])
+    ids = [f"client-{i:06d}" for i in range(N)]
+    two_hot = Z[2].astype(np.int64)
+    two_hot[:C] = [1, 1, 0]
+    forged = [pb.ValidatedShare(measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)
+              for s in validation.client_shares(plan, prm.job_id, ids[2], two_hot.astype(np.uint64), prm.M, seeded=False)]
+
+    def tamper(sender, recipient, msg):
+        if isinstance(msg, pb.ClientShare) and msg.client_id == ids[2]:
+            out = pb.ClientShare(job_id=msg.job_id, client_id=msg.client_id)
+            out.validated.CopyFrom(forged[prm.nodes.index(recipient.name)])
+            return out
+        return msg
+
+    run = run_job(prm, Z, Drbg.from_seed(b"votes"), client_ids=ids, tamper=tamper, report_every=4)
+    r = run.release
+    assert run.error is None and r is not None
+    assert (r.clients_included, r.clients_rejected) == (N - 1, 1) and ids[2] not in str(r)
+    assert np.array_equal(np.asarray(r.values), np.delete(Z, 2, axis=0).sum(axis=0))
+    with pytest.raises(InvalidJob):
+        run_job(prm, np.vstack([Z[:-1], np.ones((1, C * Q))]), Drbg.from_seed(b"votes"), client_mode="machines")
+    for bad in ({"vote_classes": 0}, {"vote_classes": 4}, {"validate": "range"}, {"validate": "none"}):
+        with pytest.raises(InvalidJob):
+            DcaParams(**{**{f: getattr(prm, f) for f in ("job_id", "dimension", "clients", "max_missing", "nodes", "epsilon", "delta", "sensitivity",
+                                                          "frac_bits", "secure_sum", "validate", "vote_classes")}, **bad})

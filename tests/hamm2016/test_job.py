@@ -253,7 +253,8 @@ def test_curator_role_never_quotes_the_vote_sum_in_its_failure():
 
 @pytest.mark.parametrize("classes,unvalidated", [(2, False), (3, False), (2, True)])
 def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(classes, unvalidated):
-    """Validated by default (each vote entry proven in [−1, 1], discrete Gaussian noise, δ at most the one asked for);
+    """Validated by default (one vote per point proven: C bits summing to 1, the class-1 bit for C = 2; discrete
+    Gaussian noise, δ at most the one asked for);
     ``unvalidated`` takes Gaussian noise and no proofs."""
     parties, X_aux = _data(classes)
     spec = _spec(classes, method="pate", epsilon=2.0, delta=1e-6, queries=50, unvalidated=unvalidated)
@@ -262,7 +263,8 @@ def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(
     params = core.vote_job(spec, "dca-pate", 50)
     assert rel.method == "pate" and rel.auxiliary_rows == 50 and not vs.secure_sum
     assert rel.guarantee.epsilon == 2.0 and 0 < rel.guarantee.delta <= 1e-6 and vs.clients_rejected == 0
-    assert params.validate == ("none" if unvalidated else "range") and params.noise == ("gaussian" if unvalidated else "discrete-gaussian")
+    assert params.validate == ("none" if unvalidated else "votes") and params.vote_classes == (0 if unvalidated else classes)
+    assert params.noise == ("gaussian" if unvalidated else "discrete-gaussian")
     assert ("proves on its secret shares" in rel.trust_model) != unvalidated
     assert params.sensitivity == pytest.approx(np.sqrt(50) * (1.0 if classes == 2 else np.sqrt(2)))
     assert params.guarantee.epsilon == 2.0 and params.sigma_client > 0

@@ -284,7 +284,7 @@ def test_pate_the_curator_sees_only_noisy_counts(fed):
 
 
 def test_vote_sums_are_validated_by_default(fed):
-    """Without ``unvalidated`` every voter proves each vote entry in [−1, 1] on its shares (pate: over the discrete
+    """Without ``unvalidated`` every voter proves on its shares one vote per auxiliary point (pate: over the discrete
     Gaussian, δ at most the one asked for); honest voters are never rejected, and the release says what was proven."""
     ep = Endpoints.load(fed.workdir)
     for kw in ({}, {"method": "pate", "epsilon": 20.0, "delta": 1e-6, "queries": 40, "simulation_seed": b"hamm-valid"}):
@@ -292,12 +292,12 @@ def test_vote_sums_are_validated_by_default(fed):
         rel = train_ensemble(ep, s)
         assert rel.parties_included == 5 and "proves on its secret shares" in rel.trust_model
         params = core.vote_job(s, rel.dca_job_id, rel.auxiliary_rows)
-        assert params.validate == "range"
+        assert params.validate == "votes" and params.vote_classes == len(s.classes)
         if s.method == "pate":
             assert 0 < rel.guarantee.delta <= 1e-6 and params.noise == "discrete-gaussian"
             with curator_channel(fed, site_tls(fed, "operator")) as ch:
                 noisy = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30)
-            assert noisy.validate == dca_pb2.VALIDATE_RANGE and noisy.clients_rejected == 0 and noisy.clients_included == 5
+            assert noisy.validate == dca_pb2.VALIDATE_VOTES and noisy.clients_rejected == 0 and noisy.clients_included == 5
             for p in PARTIES:
                 entries = json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]
                 e = [x for x in entries if x["job_id"] == rel.job_id]

@@ -225,10 +225,12 @@ def test_cli_detach_watch_export_predict(fed, tmp_path):
     pred = json.loads(res.output.strip().splitlines()[-1])
     rows = np.loadtxt(data, delimiter=",")
     assert pred["rows"] == SIZES[0] and np.isclose(pred["mae"], np.mean(np.abs(rows[:, -1] - rows[:, :-1] @ np.asarray(doc["posterior_mean"]))))
-    # without --detach, regress follows the job and prints the posterior
+    # without --detach, regress follows the job and prints the posterior; --validate none opts out of the proofs
+    # (the default above ran validated rounds), with Gaussian noise, and the guarantee says so
     res = run.invoke(regress, [*ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--nodes", ",".join(NODES), "--bounds", "2,2,2,1", "-d", str(D),
-                               "--epsilon", "5", "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--grid-repeats", "2,2", "--json"],
-                     catch_exceptions=False)
+                               "--epsilon", "5", "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--grid-repeats", "2,2",
+                               "--validate", "none", "--json"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    assert out["job_id"].startswith("rg-") and len(out["posterior_mean"]) == D
+    assert out["job_id"].startswith("rg-") and len(out["posterior_mean"]) == D and out["noise"] == "gaussian"
+    assert "not proven valid" in out["guarantee"]

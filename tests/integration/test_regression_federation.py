@@ -1,5 +1,7 @@
 """`mpdp regress` over sockets: 3 parties as DCA clients, 3 compute nodes, mutual TLS. The posterior equals
-the in-memory path's for the same seeds and job ids (same noise, same shares, same releases)."""
+the in-memory path's for the same seeds and job ids (same noise, same releases). Both rounds are validated (the
+default: each party's statistic proven in its per-coordinate range, discrete Gaussian noise); the unvalidated path's
+equality is tests/regression/test_regression_role.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from mpdp.dca.driver import run_job
 from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg
+from mpdp.messages import dca_pb2
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import run_inmemory
 from mpdp.regression.statistics import party_statistics
@@ -49,13 +52,15 @@ def test_socket_posterior_equals_in_memory_posterior(tmp_path):
     plan = RegressionPlan(bounds, 5.0, 1e-4, grid_repeats=(2, 2))
 
     def memory_round(spec, job_id, round_name, clip):
-        params = spec.dca_params(job_id, 3, NODES, records_per_client=200, simulation_seed=seed, roster=PARTIES)
+        params = spec.dca_params(job_id, 3, NODES, records_per_client=200, simulation_seed=seed, roster=PARTIES, validate=True)
         Z = np.stack([party_statistics(X, y, round_name, clip) for X, y in parts])
         r = run_job(params, Z, Drbg.from_seed(seed), client_ids=PARTIES, client_mode="machines")
         assert r.release is not None, r.error
         return r.release
 
     std = memory_round(plan.std_round(), run.std_job, "std", plan.bounds)
+    for r in (run.std_release, run.main_release):
+        assert (r.validate, r.noise, r.clients_rejected) == (dca_pb2.VALIDATE_RANGE, dca_pb2.DISCRETE_GAUSSIAN, 0)
     assert list(std.values) == list(run.std_release.values)
     step = plan.main_round(list(std.values), 360)
     main = memory_round(step.spec, run.main_job, "main", step.spec.bounds)

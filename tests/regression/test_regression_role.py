@@ -4,7 +4,9 @@ Invariants:
 * happy path: STD_ROUND → MAIN_ROUND → DONE; the in-memory run through the role equals, bit for bit, the plan's
   steps run by hand over the in-memory DCA driver (the path tests/integration/test_regression_federation.py
   compares with the sockets), so `mpdp regress` and an in-memory run share one machine;
-* each round asked for is the plan's round (spec, clip bounds, DCA parameters with the seed, roster, deadline);
+* each round asked for is the plan's round (spec, clip bounds, DCA parameters with the seed, roster, deadline),
+  validated by default (each party's statistic proven in its per-coordinate range, discrete Gaussian noise) unless
+  the job opts out;
 * a release that is not the asked round's (another job, another dimension, other (ε, δ)) fails the job closed;
 * a failed round fails the job (drive raises RoundFailed naming the round) and nothing is published;
 * inputs out of order (a release before start, anything after the end) are refused and change nothing.
@@ -57,13 +59,14 @@ def test_table_is_well_formed():
     check_table(RegressionRole)
 
 
-def test_in_memory_run_through_the_role_equals_the_plan_by_hand(data):
-    run = run_inmemory(_plan(), data, NODES, N_TOTAL, 200, job_ids=("dca-std", "dca-main"), seed=SEED)
+@pytest.mark.parametrize("validate", [True, False], ids=["validated", "unvalidated"])
+def test_in_memory_run_through_the_role_equals_the_plan_by_hand(data, validate):
+    run = run_inmemory(_plan(), data, NODES, N_TOTAL, 200, job_ids=("dca-std", "dca-main"), seed=SEED, validate=validate)
     # the plan's steps by hand, as the socket test's reference does
     plan = _plan()
 
     def by_hand(spec, job_id, round_name, clip):
-        params = spec.dca_params(job_id, 3, NODES, records_per_client=200, simulation_seed=SEED, roster=PARTIES)
+        params = spec.dca_params(job_id, 3, NODES, records_per_client=200, simulation_seed=SEED, roster=PARTIES, validate=validate)
         Z = np.stack([party_statistics(X, y, round_name, clip) for X, y in data.values()])
         r = run_job(params, Z, Drbg.from_seed(SEED), client_ids=PARTIES, client_mode="machines")
         assert r.release is not None, r.error
@@ -74,6 +77,9 @@ def test_in_memory_run_through_the_role_equals_the_plan_by_hand(data):
     main = by_hand(step.spec, "dca-main", "main", step.spec.bounds)
     post = plan.finish(list(main.values))
     assert run.std_release == std and run.main_release == main
+    for r in (std, main):  # validated: the range of records × the record bounds, over the discrete Gaussian; else neither
+        assert (r.validate, r.noise) == ((dca_pb2.VALIDATE_RANGE, dca_pb2.DISCRETE_GAUSSIAN) if validate else (dca_pb2.VALIDATE_NONE, dca_pb2.GAUSSIAN))
+        assert r.clients_rejected == 0 and r.clients_included == 3
     assert (run.std_job, run.main_job) == ("dca-std", "dca-main")
     assert np.array_equal(run.thresholds, step.thresholds)
     assert np.array_equal(run.posterior.mean, post.mean) and np.array_equal(run.posterior.precision, post.precision)
@@ -86,7 +92,9 @@ def test_rounds_asked_are_the_plans(data):
     plan = _plan()
     assert isinstance(ask, RunRound) and role.state == STD_ROUND
     assert ask.statistic == "linreg/std" and ask.bounds == plan.bounds and ask.records_per_party == 200
-    assert ask.params == plan.std_round().dca_params(PENDING, 3, NODES, records_per_client=200, simulation_seed=SEED, roster=PARTIES, deadline_seconds=600.0)
+    assert ask.params == plan.std_round().dca_params(PENDING, 3, NODES, records_per_client=200, simulation_seed=SEED, roster=PARTIES, deadline_seconds=600.0,
+                                                     validate=True)
+    assert (ask.params.validate, ask.params.noise) == ("range", "discrete-gaussian") and ask.params.clip_bounds == plan.std_round().clip_bounds(200)
     std = _release(ask, "dca-std", data)
     [ask2] = role.released("dca-std", std)
     assert role.state == MAIN_ROUND and ask2.statistic == "linreg/main"
@@ -183,3 +191,19 @@ def test_duplicate_parties_are_refused():
     with pytest.raises(LocalProtocolError) as e:
         RegressionRole(_plan(), ["p1", "p1"], NODES, N_TOTAL, 200)
     assert e.value.problem == Problem.INVALID_JOB
+
+
+def test_a_validated_job_whose_main_round_cannot_fit_is_refused_before_the_std_round():
+    """d = 90: the std round (91 values) fits a validated job, the main round (4,185 > 4,096 values) does not; the job
+    is refused at start, before any party spends on the std round. Unvalidated, the same job starts."""
+    plan = RegressionPlan((1.0,) * 90 + (2.0,), 5.0, 1e-4, grid_repeats=(2, 2))
+    role = RegressionRole(plan, PARTIES, NODES, N_TOTAL, 200, seed=SEED)
+    with pytest.raises(LocalProtocolError) as e:
+        role.start()
+    assert e.value.problem == Problem.INVALID_JOB and "--validate none" in e.value.detail and role.asked is None
+    [ask] = RegressionRole(plan, PARTIES, NODES, N_TOTAL, 200, seed=SEED, validate=False).start()
+    assert ask.params.validate == "none" and ask.params.noise == "gaussian"
+    paper = RegressionPlan(BOUNDS, 5.0, 1e-4, "paper", grid_repeats=(2, 2))  # the published Gaussian rounds: unvalidated only
+    with pytest.raises(LocalProtocolError, match="--validate none"):
+        RegressionRole(paper, PARTIES, NODES, N_TOTAL, 200, seed=SEED).start()
+    assert RegressionRole(paper, PARTIES, NODES, N_TOTAL, 200, seed=SEED, validate=False).start()[0].params.mode == "paper"
