@@ -13,7 +13,7 @@ gets the mean of the K clipped models and adds N(0, (z·C/K)²) per coordinate (
 
 A client's fit: ``--local-steps`` full-batch gradient steps of size ``--lr`` on its rows' (1/n_k)·Σ log(1 +
 exp(−y·wᵀx)) + (λ/2)‖w‖² from the global w. Prints one JSON line (FLOWER_DP_RESULT): test error of the final global
-model, the per-round seconds, the process's ``run_simulation`` seconds, versions. Flower ships no accountant for
+model, the SecAgg+ seconds per round and per stage, the process's ``run_simulation`` seconds, versions. Flower ships no accountant for
 DP-FedAvg: z comes from the caller (``learners.py`` states how it is calibrated).
 """
 
@@ -32,8 +32,9 @@ from flwr.clientapp import ClientApp
 from flwr.common import Context, ndarrays_to_parameters
 from flwr.server import LegacyContext, ServerConfig
 from flwr.server.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
-from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+from flwr.server.workflow import DefaultWorkflow
 from flwr.serverapp import ServerApp
+from flower_secagg import TimedSecAggPlus  # SecAgg+ timed per round and stage (same folder)
 
 CFG: dict = {}
 RESULT: dict = {}
@@ -58,17 +59,6 @@ class LrClient(NumPyClient):
         return [w], 1, {}
 
 
-class TimedSecAggPlus(SecAggPlusWorkflow):
-    def __init__(self, *a, **kw) -> None:  # noqa: ANN002, ANN003
-        super().__init__(*a, **kw)
-        self.rounds: list[float] = []
-
-    def __call__(self, grid, context) -> None:  # noqa: ANN001
-        t = time.perf_counter()
-        super().__call__(grid, context)
-        self.rounds.append(time.perf_counter() - t)
-
-
 server_app = ServerApp()
 
 
@@ -87,7 +77,7 @@ def main(grid, context: Context) -> None:  # noqa: ANN001
     DefaultWorkflow(fit_workflow=wf)(grid, legacy)
     w = legacy.state.array_records[MAIN_PARAMS_RECORD].to_numpy_ndarrays()[0]
     err = float(np.mean(np.where(d["X_test"] @ w >= 0, 1.0, -1.0) != d["y_test"]))
-    RESULT.update(test_error=err, clients=K, round_seconds=wf.rounds, weight_norm=float(np.linalg.norm(w)))
+    RESULT.update(test_error=err, clients=K, round_seconds=wf.rounds, stage_seconds=wf.stages, weight_norm=float(np.linalg.norm(w)))
 
 
 def main_cli() -> None:

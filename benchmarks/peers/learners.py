@@ -49,7 +49,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from run import clean_env, ensure_venv, load_average, run_group, tagged_json  # noqa: E402
+from run import clean_env, ensure_venv, load_average, parse_common, run_group, tagged_json  # noqa: E402
 
 SYSTEMS = ("federation", "curator", "opacus", "flower")
 LABELS = {"federation": "mpdp DP-GD, federation (K = 5, DCA, mTLS)", "curator": "DP-GD, trusted curator",
@@ -207,11 +207,7 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--minutes", type=float, default=0.0, help="start no new run after this many minutes (0: no limit)")
     ap.add_argument("--data", type=Path, default=Path("/work/shared/data/a9a"), help="folder with a9a.gz and a9a.t.gz")
-    ap.add_argument("--cache", type=Path, default=REPO / ".venv-peers", help="virtualenvs and scratch")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per peer process")
-    ap.add_argument("--json", dest="json_out", type=Path)
-    ap.add_argument("--markdown", type=Path, metavar="JSON", help="print the Markdown tables of a results file and stop")
-    args = ap.parse_args()
+    args = parse_common(ap, "seconds per peer process")
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
         return
