@@ -456,6 +456,15 @@ def markdown(res: dict) -> str:
 
 
 # -- main ---------------------------------------------------------------------------------------
+def parse_common(ap: argparse.ArgumentParser, timeout_help: str) -> argparse.Namespace:
+    """The options every peers script has (virtualenv cache, timeout, JSON out, Markdown from a results file), then parse."""
+    ap.add_argument("--cache", type=Path, default=REPO / ".venv-peers", help="virtualenvs and scratch")
+    ap.add_argument("--timeout", type=float, default=900.0, help=timeout_help)
+    ap.add_argument("--json", dest="json_out", type=Path)
+    ap.add_argument("--markdown", type=Path, metavar="JSON", help="print the Markdown tables of a results file and stop")
+    return ap.parse_args()
+
+
 def parse_list(s: str, typ=int) -> list:  # noqa: ANN001
     return [typ(float(x)) if typ is int else typ(x) for x in s.split(",") if x.strip()]
 
@@ -477,12 +486,8 @@ def main() -> None:
     ap.add_argument("--pathak-protocol", action=argparse.BooleanOptionalAction, default=True,
                     help="after (b), also time one real Pathak job per ε over sockets (K = 5 processes, mutual TLS) on the seed-0 split")
     ap.add_argument("--pathak-key-bits", type=int, default=2048, help="Paillier/DGK bits of that run (< 2048: test mode)")
-    ap.add_argument("--cache", type=Path, default=REPO / ".venv-peers", help="virtualenvs and scratch")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per Flower process")
     ap.add_argument("--quick", action="store_true", help="N = 10, d = 1000, 1 repeat, deployment at N = 5, one seed")
-    ap.add_argument("--json", dest="json_out", type=Path)
-    ap.add_argument("--markdown", type=Path, metavar="JSON", help="print the Markdown tables of a results file and stop")
-    args = ap.parse_args()
+    args = parse_common(ap, "seconds per Flower process")
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
         return
