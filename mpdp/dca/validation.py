@@ -15,8 +15,9 @@ Client i with integer data ỹ_i (units of 2^-f, after clipping and rounding) an
 4. π = FLP.prove(x, ρ), shared like x (proof shares are part of each seed's expansion).
 
 Node k recomputes its own part, derives s_k from the hint with its own part in place, and computes its verifier
-share with query randomness r = XOF(verify key, job ‖ client) — the key is drawn by the curator and given to the
-nodes only, so the client cannot know r. It sends (verifier share, J_k, s_k) with its next received-set report.
+share with query randomness r = XOF(verify key, job ‖ client) — the key is the nodes' own (:func:`verify_key`: a hash
+of one random piece from each node, exchanged node to node before any share is taken), so neither the client nor
+the curator knows r. It sends (verifier share, J_k, s_k) with its next received-set report.
 Every node then decides from the same M records (:func:`decide`): all s_l equal XOF(J_0 ‖ … ‖ J_(M−1)) computed
 from the *reported* parts, and FLP.decide on the sum of the verifier shares. Each node's output share is
 Σ_predicates truncate(its measurement share) = a share of ỹ_i + η_i, folded into its sum only if the client is valid.
@@ -40,6 +41,7 @@ NOISE_TAIL_LOG2 = 96  # an honest client's ‖η‖² exceeds B_η with probabil
 _T = NOISE_TAIL_LOG2 * math.log(2)
 _DST_PART, _DST_SEED, _DST_JR = b"mpdp/dca/flp/joint-rand-part", b"mpdp/dca/flp/joint-rand-seed", b"mpdp/dca/flp/joint-rand"
 _DST_QUERY, _DST_SHARE = b"mpdp/dca/flp/query-rand", b"mpdp/dca/flp/share"
+_DST_KEY = b"mpdp/dca/flp/verify-key"
 
 
 class ValidationError(ValueError):
@@ -245,6 +247,19 @@ def client_shares_many(p: Plan, job_id: str, client_ids: list[str], meas: np.nda
 
 
 # -- node ---------------------------------------------------------------------------------------------------
+def verify_key_piece() -> bytes:
+    """Node k's piece of a job's verify key: 32 bytes from the operating system's CSPRNG."""
+    return os.urandom(SEED)
+
+
+def verify_key(job_id: str, pieces: list[bytes]) -> bytes:
+    """The job's verify key from every node's piece, in node order: SHAKE128 of the job id and the M pieces. With one
+    piece uniform and unseen by a party, the key is uniform to that party (docs/protocols/dca.md, "The verify key")."""
+    if not pieces or any(len(x) != SEED for x in pieces):
+        raise ValueError(f"a verify key takes one {SEED}-byte piece per node")
+    return F.xof_bytes(_DST_KEY, b"", binder(job_id, "") + b"".join(pieces), SEED)
+
+
 def query_rand(p: Plan, verify_key: bytes, bind: bytes) -> np.ndarray:
     return flp.query_points(p.circuit, _DST_QUERY, verify_key, bind)
 
