@@ -188,7 +188,7 @@ def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndar
         raise ValidationError(str(e)) from None
 
 
-BATCH_ELEMENTS = 1 << 21  # clients proven or verified together hold at most this many measurement elements (~16 MB a copy)
+BATCH_ELEMENTS = 1 << 16  # clients proven or verified together hold at most this many measurement elements (512 kB a copy: in cache)
 
 
 def batch_size(p: Plan) -> int:
@@ -203,10 +203,18 @@ def client_shares(p: Plan, job_id: str, client_id: str, meas: np.ndarray, nodes:
 
 def client_shares_many(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
     """Steps 2–4 for many clients at once (rows of ``meas``), proven in one batched call: per client, one
-    :class:`ShareForNode` per node. Every random value comes from os.urandom."""
+    :class:`ShareForNode` per node, proven :func:`batch_size` clients at a time. Every random value comes from os.urandom."""
+    meas = np.asarray(meas, dtype=np.uint64).reshape(len(client_ids), p.circuit.meas_len)
+    step = batch_size(p)
+    out: list[list[ShareForNode]] = []
+    for at in range(0, len(client_ids), step):
+        out += _client_shares_batch(p, job_id, client_ids[at : at + step], meas[at : at + step], nodes, seeded=seeded)
+    return out
+
+
+def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
     c = p.circuit
     b = len(client_ids)
-    meas = np.asarray(meas, dtype=np.uint64).reshape(b, c.meas_len)
     binds = [binder(job_id, cid) for cid in client_ids]
     blinds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)]
     seeds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)] if seeded else []
