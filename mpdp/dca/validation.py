@@ -309,7 +309,7 @@ def check_shares(p: Plan, shares: list[ShareForNode], *, job_id: str, client_ids
     step = batch_size(p)
     for at in range(0, len(shares), step):
         chunk = list(zip(shares[at : at + step], client_ids[at : at + step]))
-        parsed: list[tuple[np.ndarray, np.ndarray, bytes, bytes, np.ndarray] | MalformedShare] = []
+        parsed: list[tuple[np.ndarray, np.ndarray, bytes, bytes, bytes] | MalformedShare] = []
         for share, cid in chunk:
             bind = binder(job_id, cid)
             try:
@@ -320,12 +320,12 @@ def check_shares(p: Plan, shares: list[ShareForNode], *, job_id: str, client_ids
             parts = [share.joint_rand_parts[SEED * j : SEED * (j + 1)] for j in range(nodes)]
             parts[k] = _part(share.blind, bind, k, material)
             seed = joint_rand_seed(parts)
-            parsed.append((meas, proof, parts[k], seed, query_rand(p, verify_key, bind)))
+            parsed.append((meas, proof, parts[k], seed, bind))
         good = [x for x in parsed if not isinstance(x, MalformedShare)]
         if good:
             meas_b = np.stack([g[0] for g in good])
-            verifier = c.query(meas_b, np.stack([g[1] for g in good]), np.stack([g[4] for g in good]),
-                               np.stack([_joint_rand(p, g[3]) for g in good]), nodes)
+            queries = flp.query_points_many(c, _DST_QUERY, verify_key, [g[4] for g in good])
+            verifier = c.query(meas_b, np.stack([g[1] for g in good]), queries, np.stack([_joint_rand(p, g[3]) for g in good]), nodes)
             rows = c.truncate(meas_b, nodes)
         j = 0
         for x in parsed:

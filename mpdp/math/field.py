@@ -151,28 +151,49 @@ def inv(a: Elem) -> np.ndarray:
     return pow_vec(a, P - 2)
 
 
-def batch_inv(a: Elem) -> np.ndarray:
-    """Inverses of a 1-D array of non-zero elements with one exponentiation (Montgomery's trick, prefix products)."""
-    a = np.asarray(a, dtype=np.uint64)
+@njit(cache=True)
+def _inv1(x: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    """x^(p−2) by square and multiply (Fermat)."""
+    result = _ONE
+    base = x
+    e = _P - np.uint64(2)
+    while e:
+        if e & _ONE:
+            result = _mul1(result, base)
+        base = _mul1(base, base)
+        e >>= _ONE
+    return result
+
+
+@njit(cache=True)
+def _batch_inv(a: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     n = a.size
-    if n == 0:
-        return a.copy()
     prefix = np.empty(n, dtype=np.uint64)
-    acc = 1
-    av = a.tolist()
-    for i in range(n):  # sequential by nature; used on small arrays (the Lagrange weights, n ≤ a few thousand)
-        acc = acc * av[i] % P
+    acc = _ONE
+    for i in range(n):
+        acc = _mul1(acc, a[i])
         prefix[i] = acc
-    if acc == 0:
-        raise ZeroDivisionError("batch_inv: a zero element")
-    inv_acc = pow(acc, P - 2, P)
-    out = [0] * n
-    pv = prefix.tolist()
+    out = np.empty(n, dtype=np.uint64)
+    if acc == _ZERO:
+        out[:] = _ZERO
+        return out
+    inv_acc = _inv1(acc)
     for i in range(n - 1, 0, -1):
-        out[i] = inv_acc * pv[i - 1] % P
-        inv_acc = inv_acc * av[i] % P
+        out[i] = _mul1(inv_acc, prefix[i - 1])
+        inv_acc = _mul1(inv_acc, a[i])
     out[0] = inv_acc
-    return np.array(out, dtype=np.uint64)
+    return out
+
+
+def batch_inv(a: Elem) -> np.ndarray:
+    """Inverses of a 1-D array of non-zero elements with one exponentiation (Montgomery's trick, prefix products;
+    compiled)."""
+    a = np.ascontiguousarray(a, dtype=np.uint64).reshape(-1)
+    if a.size == 0:
+        return a.copy()
+    if bool((a == 0).any()):
+        raise ZeroDivisionError("batch_inv: a zero element")
+    return _batch_inv(a)
 
 
 @njit(cache=True)

@@ -452,3 +452,15 @@ def query_points(circuit: Circuit, dst: bytes, seed: bytes, binder: bytes) -> np
         out += [int(x) for x in cand if pow(int(x), circuit.n, F.P) != 1]
         counter += 1
     return np.array(out[: circuit.proofs], dtype=np.uint64)
+
+
+def query_points_many(circuit: Circuit, dst: bytes, seed: bytes, binders: Sequence[bytes]) -> np.ndarray:
+    """:func:`query_points` for many binders, shape (len(binders), R): the first XOF draw of every binder checked in one
+    vectorised step; a binder whose first draw holds an n-th root of unity (probability ≈ R·n/p) takes the general path."""
+    if not binders:
+        return np.zeros((0, circuit.proofs), dtype=np.uint64)
+    first = np.stack([F.xof(dst, seed, b + (0).to_bytes(4, "big"), circuit.proofs) for b in binders])
+    roots = np.any(F.pow_vec(first, circuit.n) == 1, axis=-1)
+    for i in np.flatnonzero(roots).tolist():
+        first[i] = query_points(circuit, dst, seed, binders[i])
+    return first
