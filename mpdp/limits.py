@@ -217,7 +217,11 @@ TABLE: dict[str, tuple[Limit, ...]] = {
     "DcaJobAnnouncement": (
         Limit("job_id", "id", None, None, "", "job ids reach logs, status details and file names"),
         Limit("node_addresses", "count", 0, MAX_NODES, "", "one address per compute node of the job", item="id"),
-        Limit("verify_key", "bytes", 0, 32, "bytes", "validated jobs: 32 bytes, to the nodes only (checked with the spec)"),
+        Limit("verify_key", "bytes", 0, 0, "bytes", "always empty: a validated job's verify key is the nodes' own (VerifyKeyPiece)"),
+    ),
+    "VerifyKeyPiece": (  # node → node, validated jobs
+        Limit("job_id", "id", None, None, "", "the validated job"),
+        Limit("piece", "bytes", 32, 32, "bytes", "the sender's piece of the verify key, from its CSPRNG"),
     ),
     "StatisticRequest": (
         Limit("dca_job_id", "id", None, None, "", "the DCA job the statistic is submitted to"),

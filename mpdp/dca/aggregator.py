@@ -11,13 +11,11 @@ nothing is released; :meth:`AggregatorMachine.dp_sum` raises the named error
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
 from mpdp.dca import mechanism, sharing, states
 from mpdp.dca.engine import DcaMachine
-from mpdp.dca import validation
 from mpdp.dca.params import MODE_ENUM, NOISE_ENUM, VALIDATE_ENUM, DcaParams
 from mpdp.math import field as F
 from mpdp.math.fixedpoint import decode_u64
@@ -47,17 +45,12 @@ class AggregatorMachine(DcaMachine):
         self._sums: dict[int, pb.PartialSum] = {}
         self._closed = False
         self._release: pb.DpSum | None = None
-        # a validated job: the nodes' shared key for the query randomness, drawn here and sent to the nodes only
-        self._verify_key = os.urandom(validation.SEED) if params.validation is not None else b""
 
     # -- public ----------------------------------------------------------------------------------------
     def announcement(self, *, for_nodes: bool = False) -> pb.DcaJobAnnouncement:
-        """What clients fetch with GetJob; ``for_nodes``: what the nodes get at start (with a validated job's verify key,
-        which no client may see: it seeds the query randomness of every proof)."""
-        ann = pb.DcaJobAnnouncement(job_id=self.job_id, spec=self.spec, node_addresses=self.node_addresses)
-        if for_nodes:
-            ann.verify_key = self._verify_key
-        return ann
+        """What clients fetch with GetJob, and what the nodes get at start (``for_nodes``: the same message; a validated
+        job's verify key is the nodes' own, never the curator's: :meth:`ComputeNodeMachine.start`)."""
+        return pb.DcaJobAnnouncement(job_id=self.job_id, spec=self.spec, node_addresses=self.node_addresses)
 
     def announce(self) -> list[Output]:
         """Setup: send the job to every compute node."""

@@ -164,41 +164,50 @@ def validated_values(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.nd
     range: z clipped per coordinate; l2: clipped, then scaled into the ℓ2 ball of radius c; one-hot: z must be a one-hot
     0/1 vector (ỹ = z·2^f exactly). ỹ is the conditional randomized rounding of the discrete mode (or the nearest
     integer in a secure sum); η the exact discrete Gaussian."""
+    z = np.asarray(z, dtype=np.float64)
+    if z.shape != (params.dimension,):
+        raise InvalidJob(f"z must hold d = {params.dimension} finite values")
+    y, eta = validated_values_many(params, z[None, :], rng)
+    return y[0], None if eta is None else eta[0]
+
+
+def validated_values_many(params: DcaParams, Z: np.ndarray, rng: Drbg) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`validated_values` for the rows of Z (many simulated clients of a load generator drawing from one Drbg;
+    one row: the same draws as :func:`validated_values`): (ỹ, η) of shape (rows, d)."""
     plan = params.validation
     assert plan is not None
-    z = np.asarray(z, dtype=np.float64)
-    if z.shape != (params.dimension,) or not np.all(np.isfinite(z)):
+    Z = np.asarray(Z, dtype=np.float64)
+    if Z.ndim != 2 or Z.shape[1] != params.dimension or not np.all(np.isfinite(Z)):
         raise InvalidJob(f"z must hold d = {params.dimension} finite values")
     if plan.kind == "one-hot":
-        if not (np.all((z == 0) | (z == 1)) and int(z.sum()) == 1):
+        if not (np.all((Z == 0) | (Z == 1)) and bool((Z.sum(axis=1) == 1).all())):
             raise InvalidJob("a one-hot job takes a vector of zeros with a single 1")
-        clipped = z
+        clipped = Z
     elif plan.kind == "votes":
         C = params.vote_classes
-        if not (np.all((z == 0) | (z == 1)) and (C == 2 or bool((z.reshape(-1, C).sum(axis=1) == 1).all()))):
+        if not (np.all((Z == 0) | (Z == 1)) and (C == 2 or bool((Z.reshape(len(Z), -1, C).sum(axis=2) == 1).all()))):
             raise InvalidJob("a votes job takes 0/1 entries with one 1 per point")
-        clipped = z
+        clipped = Z
     else:
         c = params.clip_vector()
-        clipped = np.clip(z, -c, c)
+        clipped = np.clip(Z, -c, c)
         if plan.kind == "l2":
-            norm = float(np.linalg.norm(clipped))
+            norm = np.linalg.norm(clipped, axis=1, keepdims=True)
             radius = float(c[0])
-            if norm > radius:
-                clipped = clipped * (radius / norm)
+            clipped = np.where(norm > radius, clipped * (radius / np.maximum(norm, radius)), clipped)
     if params.discrete is None:  # a secure sum: no noise, the nearest integer
         return np.rint(clipped * 2.0**params.frac_bits).astype(np.int64), None
     try:
         rounded, noise = discrete.client_integers(clipped, params.frac_bits, params.discrete.sigma2, rng)  # 0/1·2^f: exact
     except discrete.EncodeRefused as e:  # probability ≤ p_fail, data-independent
         raise LocalProtocolError(Problem.INTERNAL, f"encoding overflow: {e}") from None
-    return rounded.reshape(-1), noise.reshape(-1)
+    return rounded, noise
 
 
 def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, batch_size: int = 0) -> Iterator[list[list[pb.ClientShare]]]:
     """Many simulated clients of a validated job (load generator, benchmarks; not private: one Drbg for all): per
-    batch, the ClientShare messages for each node (out[k] goes to node k). Each client's values as
-    :func:`validated_values`; the batch's proofs in one call (:func:`mpdp.dca.validation.client_shares_many`)."""
+    batch, the ClientShare messages for each node (out[k] goes to node k). A batch's values from one Drbg child
+    (:func:`validated_values_many`), its proofs in one call (:func:`mpdp.dca.validation.client_shares_many`)."""
     plan = params.validation
     if plan is None:
         raise InvalidJob("not a validated job")
@@ -209,11 +218,11 @@ def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rn
     step = batch_size or validation.batch_size(plan)
     for at in range(0, len(client_ids), step):
         ids = client_ids[at : at + step]
+        ys, etas = validated_values_many(params, Z[at : at + step], rng.child(f"noise/{at}"))
         meas = []
-        for j, cid in enumerate(ids):
-            y, eta = validated_values(params, Z[at + j], rng.child(f"noise/{cid}"))
+        for j in range(len(ids)):
             try:
-                meas.append(validation.encode_input(plan, y, eta))
+                meas.append(validation.encode_input(plan, ys[j], None if etas is None else etas[j]))
             except validation.ValidationError as e:
                 raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
         shares = validation.client_shares_many(plan, params.job_id, ids, np.stack(meas), params.M, seeded=params.seed_compressed)

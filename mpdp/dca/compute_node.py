@@ -65,8 +65,7 @@ class ComputeNodeMachine(DcaMachine):
     TERMINAL = ("RELEASED", states.FAILED)
     TABLE = states.COMPUTE_NODE_TABLE
 
-    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True, workers: int = 1,
-                 verify_key: bytes = b"") -> None:
+    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True, workers: int = 1) -> None:
         super().__init__(params.job_id, Peer("compute_node", name), record=record)
         self.params = params
         self.k = params.node_index(name)
@@ -76,13 +75,14 @@ class ComputeNodeMachine(DcaMachine):
         self.plan = params.validation
         self._verdicts: validation.Verdicts | None = None
         self._rejected = np.zeros(0, dtype=bool)  # client index → its proof failed (held by every node, not in A)
+        # its verify key: a hash of every node's piece, this node's drawn here (see "The verify key" below)
+        self._pieces: list[bytes | None] = [None] * params.M
+        self._verify_key = b""
         if self.plan is not None:
-            if len(verify_key) != validation.SEED:
-                raise InvalidJob(f"a validated job's announcement carries a {validation.SEED}-byte verify key")
             if workers > 1:
                 raise InvalidJob("validated jobs run on compute nodes with one process (workers = 1)")
             self._verdicts = validation.Verdicts(self.plan, params.M, self.k)
-        self._verify_key = bytes(verify_key)
+            self._pieces[self.k] = validation.verify_key_piece()
         self._prechecked: dict[int, tuple[np.ndarray, bytes] | validation.MalformedShare] = {}  # id(ClientShare) → its check
         self.takes_seeds = params.node_gets_seed(self.k) and self.plan is None
         self._bit = 1 << self.k
@@ -114,7 +114,38 @@ class ComputeNodeMachine(DcaMachine):
 
     @classmethod
     def from_announcement(cls, name: str, announcement: pb.DcaJobAnnouncement, **kw: Any) -> "ComputeNodeMachine":
-        return cls(DcaParams.from_spec(announcement.job_id, announcement.spec), name, verify_key=announcement.verify_key, **kw)
+        if announcement.verify_key:
+            raise InvalidJob("a validated job's verify key is the compute nodes' own: an announcement must not carry one")
+        return cls(DcaParams.from_spec(announcement.job_id, announcement.spec), name, **kw)
+
+    # -- the verify key ------------------------------------------------------------------------------
+    # A validated job's query randomness is seeded by a key no client and not the curator may know or choose. Each
+    # node draws a 32-byte piece (CSPRNG) when the job is announced and sends it to every other node (start); the
+    # key is validation.verify_key(job, pieces in node order) once all M are in (key_ready). Shares are taken only
+    # then: the servicer acknowledges the announcement once the key is ready, and the curator opens the job to
+    # clients only when every node has acknowledged it. Argument: docs/protocols/dca.md, "The verify key".
+    def start(self) -> list[Output]:
+        """The job was announced: a validated job sends this node's piece of the verify key to every other node."""
+        if self.plan is None:
+            return []
+        piece = self._pieces[self.k]
+        assert piece is not None
+        return [Send(Peer("compute_node", self.params.nodes[p]), pb.VerifyKeyPiece(job_id=self.job_id, piece=piece)) for p in self._peers]
+
+    @property
+    def key_ready(self) -> bool:
+        """Every node's piece is in (always true for an unvalidated job, which has no key)."""
+        return self.plan is None or bool(self._verify_key)
+
+    def _on_VerifyKeyPiece(self, sender: Peer, msg: pb.VerifyKeyPiece) -> list[Output]:
+        require(self.plan is not None, MALFORMED, f"job {self.job_id} is not validated: it has no verify key")
+        p = self.params.nodes.index(sender.name)
+        require(self._pieces[p] is None, REPLAY, f"{sender} already sent its piece of the verify key")
+        require(len(msg.piece) == validation.SEED, MALFORMED, f"a piece of the verify key is {validation.SEED} bytes")
+        self._pieces[p] = bytes(msg.piece)
+        if all(x is not None for x in self._pieces):
+            self._verify_key = validation.verify_key(self.job_id, [x for x in self._pieces if x is not None])
+        return []
 
     @property
     def rejected(self) -> int:
@@ -167,7 +198,7 @@ class ComputeNodeMachine(DcaMachine):
     def _precheck(self, shares: Sequence[pb.ClientShare]) -> None:
         """A validated job: verify a run of shares' proofs in batched calls before the per-share steps take them
         (a pure function of each message and the verify key; the steps then find their result here)."""
-        if self.plan is None or self.state != "AWAIT_SHARES" or len(shares) < 2:
+        if self.plan is None or self.state != "AWAIT_SHARES" or len(shares) < 2 or not self.key_ready:
             return
         run = [s for s in shares if s.job_id == self.job_id and s.WhichOneof("share") == "validated"]
         results = validation.check_shares(
@@ -280,6 +311,7 @@ class ComputeNodeMachine(DcaMachine):
         kind = msg.WhichOneof("share")
         if self.plan is not None:
             require(kind == "validated", MALFORMED, f"job {self.job_id} is validated: it takes a ValidatedShare, got {kind}")
+            require(self.key_ready, STEP_OUT_OF_ORDER, f"job {self.job_id}: the compute nodes have not agreed on its verify key yet")
             checked = self._prechecked.pop(id(msg), None)
             try:
                 if checked is None:

@@ -107,6 +107,9 @@ def run_job(
 
     route(CURATOR, agg.announce())
     pump()
+    for node in list(run.nodes.values()):  # every node has the job: a validated job's nodes exchange their key pieces
+        route(node.me, node.start())
+    pump()
     t_setup = time.perf_counter()
     seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
 

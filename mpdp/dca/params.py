@@ -52,7 +52,7 @@ TRUST_MODEL = (
 VALIDATED_TRUST_MODEL = (
     "clients may be malicious: every contribution is proven valid on its shares (fully linear proof, soundness error ≤ 2^-60) "
     "and an invalid one is dropped like a dropout; at most T clients collude, omit their noise, drop out or are rejected; "
-    "honest-but-curious compute nodes and curator (the curator draws the nodes' verify key and does not give it to clients); "
+    "honest-but-curious compute nodes (they derive the verify key among themselves and do not give it to clients) and curator; "
     "at least one compute node is honest (does not collude); channels are encrypted (TLS)"
 )
 

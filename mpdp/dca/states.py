@@ -38,6 +38,7 @@ COMPUTE_NODE_TABLE: tuple[Row, ...] = (
     row("AWAIT_SHARES", "ShareBatch", "router", "AWAIT_SHARES"),
     row("AWAIT_SHARES", "WorkerClaim", "worker", "AWAIT_SHARES"),
     row("AWAIT_SHARES", "ReceivedClients", "node", "AWAIT_SHARES"),
+    row("AWAIT_SHARES", "VerifyKeyPiece", "node", "AWAIT_SHARES"),
     row("AWAIT_SHARES", "SubmissionsClose", "curator", "AWAIT_RECEIVED_SETS"),
     row("AWAIT_SHARES", "close", "self", "AWAIT_RECEIVED_SETS"),
     row("AWAIT_RECEIVED_SETS", "ReceivedClients", "node", "AWAIT_RECEIVED_SETS"),

@@ -15,8 +15,9 @@ Client i with integer data ỹ_i (units of 2^-f, after clipping and rounding) an
 4. π = FLP.prove(x, ρ), shared like x (proof shares are part of each seed's expansion).
 
 Node k recomputes its own part, derives s_k from the hint with its own part in place, and computes its verifier
-share with query randomness r = XOF(verify key, job ‖ client) — the key is drawn by the curator and given to the
-nodes only, so the client cannot know r. It sends (verifier share, J_k, s_k) with its next received-set report.
+share with query randomness r = XOF(verify key, job ‖ client) — the key is the nodes' own (:func:`verify_key`: a hash
+of one random piece from each node, exchanged node to node before any share is taken), so neither the client nor
+the curator knows r. It sends (verifier share, J_k, s_k) with its next received-set report.
 Every node then decides from the same M records (:func:`decide`): all s_l equal XOF(J_0 ‖ … ‖ J_(M−1)) computed
 from the *reported* parts, and FLP.decide on the sum of the verifier shares. Each node's output share is
 Σ_predicates truncate(its measurement share) = a share of ỹ_i + η_i, folded into its sum only if the client is valid.
@@ -40,6 +41,7 @@ NOISE_TAIL_LOG2 = 96  # an honest client's ‖η‖² exceeds B_η with probabil
 _T = NOISE_TAIL_LOG2 * math.log(2)
 _DST_PART, _DST_SEED, _DST_JR = b"mpdp/dca/flp/joint-rand-part", b"mpdp/dca/flp/joint-rand-seed", b"mpdp/dca/flp/joint-rand"
 _DST_QUERY, _DST_SHARE = b"mpdp/dca/flp/query-rand", b"mpdp/dca/flp/share"
+_DST_KEY = b"mpdp/dca/flp/verify-key"
 
 
 class ValidationError(ValueError):
@@ -193,7 +195,7 @@ def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndar
         raise ValidationError(str(e)) from None
 
 
-BATCH_ELEMENTS = 1 << 21  # clients proven or verified together hold at most this many measurement elements (~16 MB a copy)
+BATCH_ELEMENTS = 1 << 16  # clients proven or verified together hold at most this many measurement elements (512 kB a copy: in cache)
 
 
 def batch_size(p: Plan) -> int:
@@ -208,10 +210,18 @@ def client_shares(p: Plan, job_id: str, client_id: str, meas: np.ndarray, nodes:
 
 def client_shares_many(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
     """Steps 2–4 for many clients at once (rows of ``meas``), proven in one batched call: per client, one
-    :class:`ShareForNode` per node. Every random value comes from os.urandom."""
+    :class:`ShareForNode` per node, proven :func:`batch_size` clients at a time. Every random value comes from os.urandom."""
+    meas = np.asarray(meas, dtype=np.uint64).reshape(len(client_ids), p.circuit.meas_len)
+    step = batch_size(p)
+    out: list[list[ShareForNode]] = []
+    for at in range(0, len(client_ids), step):
+        out += _client_shares_batch(p, job_id, client_ids[at : at + step], meas[at : at + step], nodes, seeded=seeded)
+    return out
+
+
+def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
     c = p.circuit
     b = len(client_ids)
-    meas = np.asarray(meas, dtype=np.uint64).reshape(b, c.meas_len)
     binds = [binder(job_id, cid) for cid in client_ids]
     blinds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)]
     seeds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)] if seeded else []
@@ -252,6 +262,19 @@ def client_shares_many(p: Plan, job_id: str, client_ids: list[str], meas: np.nda
 
 
 # -- node ---------------------------------------------------------------------------------------------------
+def verify_key_piece() -> bytes:
+    """Node k's piece of a job's verify key: 32 bytes from the operating system's CSPRNG."""
+    return os.urandom(SEED)
+
+
+def verify_key(job_id: str, pieces: list[bytes]) -> bytes:
+    """The job's verify key from every node's piece, in node order: SHAKE128 of the job id and the M pieces. With one
+    piece uniform and unseen by a party, the key is uniform to that party (docs/protocols/dca.md, "The verify key")."""
+    if not pieces or any(len(x) != SEED for x in pieces):
+        raise ValueError(f"a verify key takes one {SEED}-byte piece per node")
+    return F.xof_bytes(_DST_KEY, b"", binder(job_id, "") + b"".join(pieces), SEED)
+
+
 def query_rand(p: Plan, verify_key: bytes, bind: bytes) -> np.ndarray:
     return flp.query_points(p.circuit, _DST_QUERY, verify_key, bind)
 
@@ -293,7 +316,7 @@ def check_shares(p: Plan, shares: list[ShareForNode], *, job_id: str, client_ids
     step = batch_size(p)
     for at in range(0, len(shares), step):
         chunk = list(zip(shares[at : at + step], client_ids[at : at + step]))
-        parsed: list[tuple[np.ndarray, np.ndarray, bytes, bytes, np.ndarray] | MalformedShare] = []
+        parsed: list[tuple[np.ndarray, np.ndarray, bytes, bytes, bytes] | MalformedShare] = []
         for share, cid in chunk:
             bind = binder(job_id, cid)
             try:
@@ -304,12 +327,12 @@ def check_shares(p: Plan, shares: list[ShareForNode], *, job_id: str, client_ids
             parts = [share.joint_rand_parts[SEED * j : SEED * (j + 1)] for j in range(nodes)]
             parts[k] = _part(share.blind, bind, k, material)
             seed = joint_rand_seed(parts)
-            parsed.append((meas, proof, parts[k], seed, query_rand(p, verify_key, bind)))
+            parsed.append((meas, proof, parts[k], seed, bind))
         good = [x for x in parsed if not isinstance(x, MalformedShare)]
         if good:
             meas_b = np.stack([g[0] for g in good])
-            verifier = c.query(meas_b, np.stack([g[1] for g in good]), np.stack([g[4] for g in good]),
-                               np.stack([_joint_rand(p, g[3]) for g in good]), nodes)
+            queries = flp.query_points_many(c, _DST_QUERY, verify_key, [g[4] for g in good])
+            verifier = c.query(meas_b, np.stack([g[1] for g in good]), queries, np.stack([_joint_rand(p, g[3]) for g in good]), nodes)
             rows = c.truncate(meas_b, nodes)
         j = 0
         for x in parsed:

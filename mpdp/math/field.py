@@ -4,7 +4,8 @@ The field of the fully linear proofs (:mod:`mpdp.math.flp`) and of the validated
 (draft-irtf-cfrg-vdaf, Field64). Elements are numpy ``uint64`` arrays holding canonical representatives in [0, p);
 every function takes and returns canonical values. No Python-int loop on any path that touches a vector.
 
-Multiplication (the only non-trivial step): split both operands into 32-bit limbs, form the 128-bit product
+Every elementwise operation is a numba-compiled ufunc (one pass, no temporaries), the transforms and sums compiled
+loops. Multiplication (the only non-trivial step): split both operands into 32-bit limbs, form the 128-bit product
 hi·2^64 + lo from four 32×32-bit products (each fits a uint64) with explicit carries, then reduce with the special form
 of p: 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), so hi·2^64 + lo ≡ lo − hi_hi + hi_lo·(2^32 − 1), where hi = hi_hi·2^32
 + hi_lo. Every step is checked against Python integers in tests/core/test_field.py.
@@ -13,8 +14,7 @@ Randomness: :func:`rand` reads ``os.urandom`` (the CSPRNG) and :func:`xof` expan
 draft's XOF role); both sample uniformly by rejection (a 64-bit word ≥ p is dropped, probability 2^-32 − 2^-64).
 
 Polynomials over the multiplicative subgroup of order 2^k (k ≤ 32, generator 7 of F_p^*): :func:`ntt` / :func:`intt`
-evaluate / interpolate at the n-th roots of unity along the last axis (iterative radix-2, one vectorised butterfly
-pass per level).
+evaluate / interpolate at the n-th roots of unity along the last axis (iterative radix-2 butterflies, compiled, one row at a time).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from __future__ import annotations
 import hashlib
 import os
 from functools import lru_cache
+from typing import cast
 
 import numpy as np
+from numba import njit, vectorize
 
 P = 2**64 - 2**32 + 1
 ENCODED_SIZE = 8  # bytes per element on the wire (little-endian)
@@ -37,6 +39,7 @@ _EPS = np.uint64(2**32 - 1)  # 2^64 mod p
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 _ONE = np.uint64(1)
+_ZERO = np.uint64(0)
 _C96 = np.uint64(1 << 32)
 
 
@@ -45,86 +48,82 @@ class NotCanonical(ValueError):
 
 
 # -- arithmetic ---------------------------------------------------------------------------------------
-# uint64 wrap-around is intended everywhere below; numpy warns about it only for 0-d operands (numpy scalars)
-_wrap = np.errstate(over="ignore")
+# The elementwise operations are numba-compiled ufuncs (broadcasting like numpy's own, no temporaries: one pass
+# over the operands); the scalar kernels below are the whole arithmetic. numba types a uint64 mixed with an int
+# literal as float64, so every constant is a np.uint64.
+_wrap = np.errstate(over="ignore")  # uint64 wrap-around is intended in the numpy helpers below
 
 
-_BLOCK = 1 << 13  # elements per pass: the ~30 temporaries of one block stay in cache (5–8× faster on large arrays)
+@njit(cache=True, inline="always")
+def _reduce128_1(hi: np.uint64, lo: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    hi_hi = hi >> _S32
+    hi_lo = hi & _M32
+    t = lo - hi_hi  # 2^96·hi_hi ≡ −hi_hi
+    if lo < hi_hi:
+        t -= _EPS  # borrow: add p, ≡ subtract 2^32 − 1 mod 2^64
+    u = (hi_lo << _S32) - hi_lo  # hi_lo·(2^32 − 1) < 2^64
+    r = t + u
+    if r < u:
+        r += _EPS
+    if r >= _P:
+        r -= _P
+    return r
 
 
-def _blocked(kernel, a: Elem, b: Elem) -> np.ndarray:
-    """kernel(a, b) elementwise with broadcasting, in cache-sized blocks of the result: blocks of whole rows (last axis)
-    when rows are short, a vector or scalar operand shared by every row without copying it; slices of one long row."""
-    a = np.asarray(a, dtype=np.uint64)
-    b = np.asarray(b, dtype=np.uint64)
-    shape = np.broadcast_shapes(a.shape, b.shape)
-    size = int(np.prod(shape, dtype=np.int64))
-    if size <= _BLOCK:
-        return kernel(a, b)
-    last = shape[-1]
-    rows = size // last
-
-    def rows_of(x: np.ndarray) -> np.ndarray:
-        if x.size == 1:
-            return x.reshape(1, 1)
-        if x.size == last and x.shape[-1] == last:  # one row shared by all
-            return x.reshape(1, last)
-        return np.ascontiguousarray(np.broadcast_to(x, shape)).reshape(rows, last)
-
-    ra, rb = rows_of(a), rows_of(b)
-    out = np.empty((rows, last), dtype=np.uint64)
-    if last <= _BLOCK:
-        step = max(1, _BLOCK // last)
-        for i in range(0, rows, step):
-            out[i : i + step] = kernel(ra[i : i + step] if ra.shape[0] > 1 else ra, rb[i : i + step] if rb.shape[0] > 1 else rb)
-    else:
-        for i in range(rows):
-            xa, xb = ra[i if ra.shape[0] > 1 else 0], rb[i if rb.shape[0] > 1 else 0]
-            for j in range(0, last, _BLOCK):
-                out[i, j : j + _BLOCK] = kernel(xa[j : j + _BLOCK] if xa.size > 1 else xa, xb[j : j + _BLOCK] if xb.size > 1 else xb)
-    return out.reshape(shape)
-
-
-@_wrap
-def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    s = a + b
-    s += (s < a) * _EPS  # a wrap past 2^64 is worth 2^64 ≡ 2^32 − 1; cannot wrap again
-    s -= (s >= _P) * _P
-    return s
-
-
-@_wrap
-def _sub(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    d = a - b
-    d -= (a < b) * _EPS  # (a − b + 2^64) + p ≡ (a − b + 2^64) − (2^32 − 1) mod 2^64
-    return d
-
-
-@_wrap
-def _mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+@njit(cache=True, inline="always")
+def _mul1(a: np.uint64, b: np.uint64) -> np.uint64:  # pragma: no cover - compiled
     a0, a1 = a & _M32, a >> _S32
     b0, b1 = b & _M32, b >> _S32
     lo = a0 * b0
     hi = a1 * b1
-    mid = a0 * b1
     t = a1 * b0
-    mid += t
-    hi += (mid < t) * _C96  # a carry out of mid is worth 2^96 in the product: 2^32 in hi
+    mid = a0 * b1 + t
+    if mid < t:
+        hi += _C96  # a carry out of mid is worth 2^96 in the product: 2^32 in hi
     hi += mid >> _S32
-    mid <<= _S32
+    mid = mid << _S32
     lo += mid
-    hi += (lo < mid) * _ONE  # the carry out of lo
-    return _reduce128(hi, lo)
+    if lo < mid:
+        hi += _ONE  # the carry out of lo
+    return _reduce128_1(hi, lo)
+
+
+@njit(cache=True, inline="always")
+def _add1(a: np.uint64, b: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    s = a + b
+    if s < a:
+        s += _EPS  # a wrap past 2^64 is worth 2^64 ≡ 2^32 − 1; cannot wrap again
+    if s >= _P:
+        s -= _P
+    return s
+
+
+@njit(cache=True, inline="always")
+def _sub1(a: np.uint64, b: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    d = a - b
+    if a < b:
+        d -= _EPS  # (a − b + 2^64) + p ≡ (a − b + 2^64) − (2^32 − 1) mod 2^64
+    return d
+
+
+_SIG = ["uint64(uint64, uint64)"]
+_add = vectorize(_SIG, cache=True)(lambda a, b: _add1(a, b))
+_sub = vectorize(_SIG, cache=True)(lambda a, b: _sub1(a, b))
+_mul = vectorize(_SIG, cache=True)(lambda a, b: _mul1(a, b))
+
+
+def _u64(a: Elem) -> np.ndarray:
+    return np.asarray(a, dtype=np.uint64)
 
 
 def add(a: Elem, b: Elem) -> np.ndarray:
     """a + b mod p."""
-    return _blocked(_add, a, b)
+    return _add(_u64(a), _u64(b))
 
 
 def sub(a: Elem, b: Elem) -> np.ndarray:
     """a − b mod p."""
-    return _blocked(_sub, a, b)
+    return _sub(_u64(a), _u64(b))
 
 
 @_wrap
@@ -136,21 +135,7 @@ def neg(a: Elem) -> np.ndarray:
 
 def mul(a: Elem, b: Elem) -> np.ndarray:
     """a·b mod p (see the module docstring)."""
-    return _blocked(_mul, a, b)
-
-
-@_wrap
-def _reduce128(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """(hi·2^64 + lo) mod p for hi, lo < 2^64 (hi is overwritten when it is an array)."""
-    hi_hi = hi >> _S32
-    hi_lo = hi & _M32
-    t = lo - hi_hi  # 2^96·hi_hi ≡ −hi_hi
-    t -= (lo < hi_hi) * _EPS  # borrow: add p, ≡ subtract 2^32 − 1 mod 2^64
-    u = (hi_lo << _S32) - hi_lo  # hi_lo·(2^32 − 1) < 2^64
-    r = t + u
-    r += (r < u) * _EPS
-    r -= (r >= _P) * _P
-    return r
+    return _mul(_u64(a), _u64(b))
 
 
 def square(a: Elem) -> np.ndarray:
@@ -166,42 +151,73 @@ def inv(a: Elem) -> np.ndarray:
     return pow_vec(a, P - 2)
 
 
-def batch_inv(a: Elem) -> np.ndarray:
-    """Inverses of a 1-D array of non-zero elements with one exponentiation (Montgomery's trick, prefix products)."""
-    a = np.asarray(a, dtype=np.uint64)
+@njit(cache=True)
+def _inv1(x: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    """x^(p−2) by square and multiply (Fermat)."""
+    result = _ONE
+    base = x
+    e = _P - np.uint64(2)
+    while e:
+        if e & _ONE:
+            result = _mul1(result, base)
+        base = _mul1(base, base)
+        e >>= _ONE
+    return result
+
+
+@njit(cache=True)
+def _batch_inv(a: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     n = a.size
-    if n == 0:
-        return a.copy()
     prefix = np.empty(n, dtype=np.uint64)
-    acc = 1
-    av = a.tolist()
-    for i in range(n):  # sequential by nature; used on small arrays (the Lagrange weights, n ≤ a few thousand)
-        acc = acc * av[i] % P
+    acc = _ONE
+    for i in range(n):
+        acc = _mul1(acc, a[i])
         prefix[i] = acc
-    if acc == 0:
-        raise ZeroDivisionError("batch_inv: a zero element")
-    inv_acc = pow(acc, P - 2, P)
-    out = [0] * n
-    pv = prefix.tolist()
+    out = np.empty(n, dtype=np.uint64)
+    if acc == _ZERO:
+        out[:] = _ZERO
+        return out
+    inv_acc = _inv1(acc)
     for i in range(n - 1, 0, -1):
-        out[i] = inv_acc * pv[i - 1] % P
-        inv_acc = inv_acc * av[i] % P
+        out[i] = _mul1(inv_acc, prefix[i - 1])
+        inv_acc = _mul1(inv_acc, a[i])
     out[0] = inv_acc
-    return np.array(out, dtype=np.uint64)
+    return out
+
+
+def batch_inv(a: Elem) -> np.ndarray:
+    """Inverses of a 1-D array of non-zero elements with one exponentiation (Montgomery's trick, prefix products;
+    compiled)."""
+    a = np.ascontiguousarray(a, dtype=np.uint64).reshape(-1)
+    if a.size == 0:
+        return a.copy()
+    if bool((a == 0).any()):
+        raise ZeroDivisionError("batch_inv: a zero element")
+    return _batch_inv(a)
+
+
+@njit(cache=True)
+def _row_sums(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    out = np.empty(x.shape[0], dtype=np.uint64)
+    for r in range(x.shape[0]):
+        acc = _ZERO
+        for i in range(x.shape[1]):
+            acc = _add1(acc, x[r, i])
+        out[r] = acc
+    return out
 
 
 def sum(a: Elem, axis: int | None = None) -> np.ndarray:  # noqa: A001 - the field's Σ
-    """Σ a mod p along ``axis`` (all elements when None): 32-bit halves summed exactly in uint64 (≤ 2^32 terms)."""
+    """Σ a mod p along ``axis`` (all elements when None)."""
     a = np.asarray(a, dtype=np.uint64)
     if axis is None:
         a = a.reshape(-1)
         axis = 0
-    if a.shape[axis] >= 2**32:
-        raise ValueError("field sum: at most 2^32 − 1 terms")
-    lo = np.add.reduce(a & _M32, axis=axis, dtype=np.uint64)
-    hi = np.add.reduce(a >> _S32, axis=axis, dtype=np.uint64)
-    # total = hi·2^32 + lo with hi, lo < 2^64: hi·2^32 = (hi >> 32)·2^64 + (hi & M32)·2^32
-    return add(_reduce128(hi >> _S32, (hi & _M32) << _S32), canon(lo))
+    moved = np.moveaxis(a, axis, -1)
+    n = moved.shape[-1]
+    rows = moved.reshape(-1, n) if n else np.zeros((int(np.prod(moved.shape[:-1], dtype=np.int64)), 1), dtype=np.uint64)
+    out = _row_sums(rows).reshape(moved.shape[:-1])
+    return out if out.ndim else cast(np.ndarray, out[()])  # one element: a numpy scalar, as numpy reductions give
 
 
 def canon(a: Elem) -> np.ndarray:
@@ -339,8 +355,9 @@ def root_of_unity(n: int) -> int:
 
 
 @lru_cache(maxsize=64)
-def _plan(n: int, inverse: bool) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Bit-reversal permutation and per-level twiddles for a size-n transform."""
+def _plan(n: int, inverse: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Bit-reversal permutation and the per-level twiddles (level h: the half = 2^h powers of a primitive
+    2^(h+1)-th root, concatenated: n − 1 elements) for a size-n transform."""
     bits = n.bit_length() - 1
     idx = np.arange(n)
     rev = np.zeros(n, dtype=np.int64)
@@ -355,7 +372,7 @@ def _plan(n: int, inverse: bool) -> tuple[np.ndarray, list[np.ndarray]]:
         step = pow(w, n // (2 * half), P)  # a primitive (2·half)-th root
         twiddles.append(powers(step, half))
         half *= 2
-    return rev, twiddles
+    return rev, np.concatenate(twiddles) if twiddles else np.zeros(0, dtype=np.uint64)
 
 
 def ntt(a: Elem) -> np.ndarray:
@@ -366,21 +383,39 @@ def ntt(a: Elem) -> np.ndarray:
 
 def intt(a: Elem) -> np.ndarray:
     """Coefficients of the polynomials of degree < n taking the values ``a`` (last axis) at ω^0, …, ω^(n−1)."""
-    n = np.asarray(a).shape[-1]
-    return mul(_transform(a, inverse=True), np.uint64(pow(n, P - 2, P)))
+    return _transform(a, inverse=True)
+
+
+@njit(cache=True)
+def _ntt_rows(x: np.ndarray, rev: np.ndarray, tw: np.ndarray, scale: np.uint64) -> None:  # pragma: no cover - compiled
+    """In place on each row of x (rows, n): bit-reversal permutation, log2 n radix-2 butterfly levels, times scale."""
+    rows, n = x.shape
+    tmp = np.empty(n, dtype=np.uint64)
+    for r in range(rows):
+        for i in range(n):
+            tmp[i] = x[r, rev[i]]
+        half = 1
+        off = 0
+        while half < n:
+            for start in range(0, n, 2 * half):
+                for j in range(half):
+                    e = tmp[start + j]
+                    o = _mul1(tmp[start + j + half], tw[off + j])
+                    tmp[start + j] = _add1(e, o)
+                    tmp[start + j + half] = _sub1(e, o)
+            off += half
+            half *= 2
+        if scale != _ONE:
+            for i in range(n):
+                tmp[i] = _mul1(tmp[i], scale)
+        for i in range(n):
+            x[r, i] = tmp[i]
 
 
 def _transform(a: Elem, *, inverse: bool) -> np.ndarray:
     a = np.asarray(a, dtype=np.uint64)
     n = a.shape[-1]
-    rev, twiddles = _plan(n, inverse)
-    x = a[..., rev].copy()
-    lead = x.shape[:-1]
-    half = 1
-    for tw in twiddles:
-        blocks = x.reshape(lead + (n // (2 * half), 2, half))
-        even = blocks[..., 0, :]
-        odd = mul(blocks[..., 1, :], tw)
-        blocks[..., 0, :], blocks[..., 1, :] = add(even, odd), sub(even, odd)
-        half *= 2
-    return x
+    rev, tw = _plan(n, inverse)
+    x = np.array(a.reshape(-1, n), dtype=np.uint64, order="C", copy=True)
+    _ntt_rows(x, rev, tw, np.uint64(pow(n, P - 2, P) if inverse else 1))
+    return x.reshape(a.shape)

@@ -10,8 +10,10 @@ Circuit shape. Every measurement element is a bit (every predicate below is buil
 
   V(x; ρ) = Σ_t A_t(x)·B_t(x) + ℓ(x),
 
-with A_t, B_t, ℓ affine in x and in the joint randomness ρ: the bit checks ρ_i·x_i·(x_i − 1), the squares of an L2
-bound, and random linear combinations of the linear constraints (sums, slack equations). The Q products are computed
+with A_t, B_t, ℓ affine in x and polynomial in the joint randomness ρ: the bit checks ρ_i·x_i·(x_i − 1), the squares
+of an L2 bound, and random linear combinations of the linear constraints (sums, slack equations). The bit checks'
+coefficients are powers, as Prio3SumVec's: bit i = c·j + e (e < c) gets ρ_i = α_j^(e+1), one joint-randomness element
+α_j per c bits (c the gadget's chunk below), so the joint randomness is short (⌈n_bits/c⌉ + the predicates' own). The Q products are computed
 by L = ⌈Q/c⌉ calls of the gadget G = ParallelSum(Mul, c) (arity 2c, degree 2): G(a_1, b_1, …, a_c, b_c) = Σ a_i·b_i.
 Constants are split as const·(1/M) among M shares, so a verifier evaluates V on its share linearly.
 
@@ -25,8 +27,9 @@ G(f_1(r), …, f_2c(r)) = p(r).
 Soundness (stated for ``proofs`` = R independent repetitions, each with its own joint and query randomness). For
 one repetition: if p ≠ G∘f, the two sides differ as non-zero polynomials of degree ≤ 2(n − 1), so they agree at the
 random r with probability ≤ 2(n − 1)/(|F| − n) (Schwartz–Zippel); if p = G∘f, the gadget outputs are the true
-products, V(x; ρ) is a non-zero random linear combination of the violated checks, zero with probability 1/|F| over ρ.
-So one repetition errs with probability ε₁ ≤ 2(n − 1)/(|F| − n) + 1/|F|, and R repetitions with ε₁^R. The joint
+products, V(x; ρ) is a non-zero polynomial in the joint randomness (each bit's coefficient a distinct monomial α_j^e,
+each other check's an independent variable) of total degree ≤ c, zero with probability ≤ c/|F| over ρ (Schwartz–
+Zippel). So one repetition errs with probability ε₁ ≤ 2(n − 1)/(|F| − n) + c/|F|, and R repetitions with ε₁^R. The joint
 randomness is a hash of the client's shares (Fiat–Shamir), so a client that evaluates the XOF Q times to search for a
 good ρ succeeds with probability at most Q·ε₁^R (union bound over its tries). :func:`repetitions` picks the least R
 with ε₁^R ≤ 2^-100: at most 2^-60 for any client making up to 2^40 XOF evaluations. The validity of each predicate also
@@ -312,13 +315,14 @@ class Circuit:
             raise CircuitError("predicates with outputs must share one output length")
         self.output_len = outs.pop() if outs else 0
         self.meas_len = sum(p.meas_len for p in self.predicates)
-        self.jr_len = self.meas_len + sum(p.jr_len for p in self.predicates)  # a coefficient per bit check, then each predicate's
         self.quad_len = self.meas_len + sum(p.quad_len for p in self.predicates)
         self.chunk = max(1, math.isqrt(self.quad_len - 1) + 1)
         self.calls = -(-self.quad_len // self.chunk)
         self.n = 1 << (self.calls + 1 - 1).bit_length()  # n ≥ calls + 1, a power of two
         self.arity = 2 * self.chunk
-        self.proofs = repetitions(self.n)
+        self.bit_jr_len = -(-self.meas_len // self.chunk)  # α_j: the bit checks' coefficients are its powers
+        self.jr_len = self.bit_jr_len + sum(p.jr_len for p in self.predicates)  # then each predicate's own
+        self.proofs = repetitions(self.n, self.chunk)
         self.proof_len = self.arity + 2 * self.n - 1  # per repetition
         self.verifier_len = self.arity + 2  # per repetition: V, f_1(r)..f_2c(r), p(r)
         self._coset = F.powers(F.root_of_unity(2 * self.n), self.n)  # ζ^k: shifts a polynomial's evaluations to ζ·ω^i
@@ -347,7 +351,9 @@ class Circuit:
         """(A, B, ℓ): the Mul terms padded to calls·chunk, and the linear part, of V on (a share of) meas.
         Leading axes of ``meas`` and ``jr`` are batch axes (many clients at once)."""
         metas = self._slices(meas, [p.meas_len for p in self.predicates])
-        bit_rho, rest = jr[..., : self.meas_len], jr[..., self.meas_len :]
+        alphas, rest = jr[..., : self.bit_jr_len], jr[..., self.bit_jr_len :]
+        bit_rho = F.powers_of(alphas, self.chunk + 1)[..., 1:]  # ρ_(c·j+e) = α_j^(e+1)
+        bit_rho = bit_rho.reshape(bit_rho.shape[:-2] + (-1,))[..., : self.meas_len]
         rhos = self._slices(rest, [p.jr_len for p in self.predicates])
         a_parts = [F.mul(bit_rho, meas)]  # ρ_i·x_i·(x_i − 1): bit checks
         b_parts = [F.sub(meas, inv)]
@@ -457,7 +463,7 @@ class Circuit:
     @property
     def soundness_log2(self) -> float:
         """log2 of ε₁^R (see the module docstring)."""
-        return self.proofs * math.log2(one_repetition_error(self.n))
+        return self.proofs * math.log2(one_repetition_error(self.n, self.chunk))
 
 
 def _inv(num_shares: int) -> F.Elem:
@@ -466,14 +472,14 @@ def _inv(num_shares: int) -> F.Elem:
     return np.uint64(pow(num_shares, F.P - 2, F.P))
 
 
-def one_repetition_error(n: int) -> float:
-    """ε₁ = 2(n − 1)/(|F| − n) + 1/|F| (module docstring)."""
-    return 2 * (n - 1) / (F.P - n) + 1 / F.P
+def one_repetition_error(n: int, rho_degree: int = 1) -> float:
+    """ε₁ = 2(n − 1)/(|F| − n) + D/|F|, D the joint randomness's degree in V (the chunk c; module docstring)."""
+    return 2 * (n - 1) / (F.P - n) + rho_degree / F.P
 
 
-def repetitions(n: int) -> int:
+def repetitions(n: int, rho_degree: int = 1) -> int:
     """The least R with ε₁^R ≤ 2^-SOUNDNESS_BITS."""
-    return max(1, math.ceil(SOUNDNESS_BITS / -math.log2(one_repetition_error(n))))
+    return max(1, math.ceil(SOUNDNESS_BITS / -math.log2(one_repetition_error(n, rho_degree))))
 
 
 def lagrange_weights(n: int, r: np.ndarray) -> np.ndarray:
@@ -498,3 +504,15 @@ def query_points(circuit: Circuit, dst: bytes, seed: bytes, binder: bytes) -> np
         out += [int(x) for x in cand if pow(int(x), circuit.n, F.P) != 1]
         counter += 1
     return np.array(out[: circuit.proofs], dtype=np.uint64)
+
+
+def query_points_many(circuit: Circuit, dst: bytes, seed: bytes, binders: Sequence[bytes]) -> np.ndarray:
+    """:func:`query_points` for many binders, shape (len(binders), R): the first XOF draw of every binder checked in one
+    vectorised step; a binder whose first draw holds an n-th root of unity (probability ≈ R·n/p) takes the general path."""
+    if not binders:
+        return np.zeros((0, circuit.proofs), dtype=np.uint64)
+    first = np.stack([F.xof(dst, seed, b + (0).to_bytes(4, "big"), circuit.proofs) for b in binders])
+    roots = np.any(F.pow_vec(first, circuit.n) == 1, axis=-1)
+    for i in np.flatnonzero(roots).tolist():
+        first[i] = query_points(circuit, dst, seed, binders[i])
+    return first

@@ -459,7 +459,7 @@ class DcaJobAnnouncement(_message.Message):
     VERIFY_KEY_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     verify_key: _builtins.bytes
-    """validated jobs, to the nodes only (never in GetJob): seeds the query randomness"""
+    """empty: a validated job's verify key is the nodes' own (VerifyKeyPiece); refused if set"""
     @_builtins.property
     def spec(self) -> Global___DcaJobSpec: ...
     @_builtins.property
@@ -481,6 +481,33 @@ class DcaJobAnnouncement(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DcaJobAnnouncement: _TypeAlias = DcaJobAnnouncement  # noqa: Y015
+
+@_typing.final
+class VerifyKeyPiece(_message.Message):
+    """Validated jobs, node k → every other node at announcement: a 32-byte piece from node k's CSPRNG. Every node's
+    verify key (the seed of the proofs' query randomness) is a hash of the job id and all M pieces in node order;
+    the curator and the clients never see a piece (docs/protocols/dca.md, "The verify key").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    PIECE_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    piece: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        piece: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "piece", b"piece"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerifyKeyPiece: _TypeAlias = VerifyKeyPiece  # noqa: Y015
 
 @_typing.final
 class SubmissionsClose(_message.Message):

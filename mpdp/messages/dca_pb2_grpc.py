@@ -58,6 +58,11 @@ class ComputeNodeStub:
                 request_serializer=mpdp_dot_messages_dot_dca__pb2.ReceivedClients.SerializeToString,
                 response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
                 _registered_method=True)
+        self.ShareVerifyKeyPiece = channel.unary_unary(
+                '/mpdp.messages.ComputeNode/ShareVerifyKeyPiece',
+                request_serializer=mpdp_dot_messages_dot_dca__pb2.VerifyKeyPiece.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+                _registered_method=True)
         self.CloseSubmissions = channel.unary_unary(
                 '/mpdp.messages.ComputeNode/CloseSubmissions',
                 request_serializer=mpdp_dot_messages_dot_dca__pb2.SubmissionsClose.SerializeToString,
@@ -109,6 +114,13 @@ class ComputeNodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ShareVerifyKeyPiece(self, request, context):
+        """node → node, validated jobs at announcement: this node's piece of the verify key
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CloseSubmissions(self, request, context):
         """curator → node: the deadline passed
         """
@@ -151,6 +163,11 @@ def add_ComputeNodeServicer_to_server(servicer, server):
             'ReportReceivedClients': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportReceivedClients,
                     request_deserializer=mpdp_dot_messages_dot_dca__pb2.ReceivedClients.FromString,
+                    response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
+            ),
+            'ShareVerifyKeyPiece': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareVerifyKeyPiece,
+                    request_deserializer=mpdp_dot_messages_dot_dca__pb2.VerifyKeyPiece.FromString,
                     response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
             ),
             'CloseSubmissions': grpc.unary_unary_rpc_method_handler(
@@ -279,6 +296,33 @@ class ComputeNode:
             target,
             '/mpdp.messages.ComputeNode/ReportReceivedClients',
             mpdp_dot_messages_dot_dca__pb2.ReceivedClients.SerializeToString,
+            mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareVerifyKeyPiece(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.ComputeNode/ShareVerifyKeyPiece',
+            mpdp_dot_messages_dot_dca__pb2.VerifyKeyPiece.SerializeToString,
             mpdp_dot_messages_dot_common__pb2.Ack.FromString,
             options,
             channel_credentials,

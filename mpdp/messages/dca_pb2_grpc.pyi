@@ -54,6 +54,8 @@ class ComputeNodeStub:
     """router (OPERATOR) → node, DCA step 2 in bulk"""
     ReportReceivedClients: _grpc.UnaryUnaryMultiCallable[_dca_pb2.ReceivedClients, _common_pb2.Ack]
     """node → node, fault tolerance: received-set deltas and the final set"""
+    ShareVerifyKeyPiece: _grpc.UnaryUnaryMultiCallable[_dca_pb2.VerifyKeyPiece, _common_pb2.Ack]
+    """node → node, validated jobs at announcement: this node's piece of the verify key"""
     CloseSubmissions: _grpc.UnaryUnaryMultiCallable[_dca_pb2.SubmissionsClose, _common_pb2.Ack]
     """curator → node: the deadline passed"""
     GetPartialSum: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.PartialSum]
@@ -77,6 +79,8 @@ class ComputeNodeAsyncStub(ComputeNodeStub):
     """router (OPERATOR) → node, DCA step 2 in bulk"""
     ReportReceivedClients: _aio.UnaryUnaryMultiCallable[_dca_pb2.ReceivedClients, _common_pb2.Ack]  # type: ignore[assignment]
     """node → node, fault tolerance: received-set deltas and the final set"""
+    ShareVerifyKeyPiece: _aio.UnaryUnaryMultiCallable[_dca_pb2.VerifyKeyPiece, _common_pb2.Ack]  # type: ignore[assignment]
+    """node → node, validated jobs at announcement: this node's piece of the verify key"""
     CloseSubmissions: _aio.UnaryUnaryMultiCallable[_dca_pb2.SubmissionsClose, _common_pb2.Ack]  # type: ignore[assignment]
     """curator → node: the deadline passed"""
     GetPartialSum: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.PartialSum]  # type: ignore[assignment]
@@ -121,6 +125,14 @@ class ComputeNodeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Ack, _abc.Awaitable[_common_pb2.Ack]]:
         """node → node, fault tolerance: received-set deltas and the final set"""
+
+    @_abc_1.abstractmethod
+    def ShareVerifyKeyPiece(
+        self,
+        request: _dca_pb2.VerifyKeyPiece,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Ack, _abc.Awaitable[_common_pb2.Ack]]:
+        """node → node, validated jobs at announcement: this node's piece of the verify key"""
 
     @_abc_1.abstractmethod
     def CloseSubmissions(

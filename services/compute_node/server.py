@@ -41,6 +41,7 @@ ROLES = roles_by_method(
         "SubmitShares": ("party", "operator"),
         "SubmitShareBatch": ("operator",),
         "ReportReceivedClients": ("compute_node",),
+        "ShareVerifyKeyPiece": ("compute_node",),
         "CloseSubmissions": ("curator",),
         "GetPartialSum": ("curator",),
         "AbortJob": ("curator", "compute_node"),
@@ -51,6 +52,8 @@ CURATOR_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["DcaCurator"
 FLUSH_SECONDS = 0.25  # send pending received-set deltas at least this often
 SHARE_CHUNK = 4096  # at most this many single shares of one stream per machine step
 SHARE_RUN, GATHER_SECONDS = 64, 0.002  # a stream with fewer shares waiting gathers for this long before a step
+KEY_SECONDS = 30.0  # a validated job's announcement waits this long for every node's piece of the verify key
+KEY_RETRY_SECONDS = 0.05  # a piece sent to a node that has not been announced the job yet is sent again after this
 
 
 class ComputeNode(pb_grpc.ComputeNodeServicer):
@@ -109,8 +112,24 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
             await errors.abort(context, e)
         self.reaper.ensure_running()
         hosted.deadline_task = asyncio.ensure_future(self._timers(hosted, deadline))
+        if machine.plan is not None and not await self._agree_verify_key(hosted):
+            await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {request.job_id}: the compute nodes did not agree on its verify key in {KEY_SECONDS:g} s")
+            await errors.refuse(context, common_pb2.PEER_UNREACHABLE, f"job {request.job_id}: no verify key from every compute node in {KEY_SECONDS:g} s")
         log.info("job %s announced: d=%d, N=%d, T=%d, M=%d", request.job_id, machine.params.dimension, machine.params.clients, machine.params.max_missing, machine.params.M)
         return common_pb2.Ack()
+
+    async def _agree_verify_key(self, hosted: Hosted) -> bool:
+        """A validated job: send this node's piece of the verify key to every other node and wait for theirs. The curator
+        announces to every node at once and opens the job to clients only when all have acknowledged, so no client's
+        share reaches a node before its key is fixed."""
+        m = _node(hosted)
+        await hosted.start(m.start())
+        try:
+            async with hosted.changed:
+                await asyncio.wait_for(hosted.changed.wait_for(lambda: m.key_ready or m.terminal), KEY_SECONDS)
+        except TimeoutError:
+            return False
+        return m.key_ready and not m.terminal
 
     async def _expire(self, job_id: str) -> None:
         """The job outlived its hard deadline (a peer is gone): fail it; the curator and the other nodes are told."""
@@ -213,6 +232,9 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
     async def ReportReceivedClients(self, request, context) -> common_pb2.Ack:
         return await self._feed(request, context)
 
+    async def ShareVerifyKeyPiece(self, request, context) -> common_pb2.Ack:
+        return await self._feed(request, context)
+
     async def AbortJob(self, request, context) -> common_pb2.Ack:
         return await self._feed(request, context)
 
@@ -256,7 +278,19 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         else:
             address, site, service, methods = hosted.addresses.get(to.name, ""), to.name, SERVICE, NODE_METHODS  # type: ignore[attr-defined]
         payload = payload or message
-        await hosted.send(to, message, lambda: self.channels.call(address, site, service, methods[message.DESCRIPTOR.full_name], payload, common_pb2.Ack))
+
+        async def call() -> None:
+            for attempt in range(int(KEY_SECONDS / KEY_RETRY_SECONDS)):
+                try:
+                    await self.channels.call(address, site, service, methods[message.DESCRIPTOR.full_name], payload, common_pb2.Ack)
+                    return
+                except grpc.aio.AioRpcError as e:
+                    # a piece of the verify key may reach a node the curator has not announced the job to yet
+                    if not isinstance(message, pb.VerifyKeyPiece) or e.code() != grpc.StatusCode.NOT_FOUND or hosted.machine.terminal:
+                        raise
+                await asyncio.sleep(KEY_RETRY_SECONDS)
+
+        await hosted.send(to, message, call)
 
     async def _timers(self, hosted: Hosted, deadline: float) -> None:
         """Flush received-set deltas periodically; close the node's own received set at the deadline."""

@@ -124,6 +124,9 @@ class WorkerNode(ComputeNode):
     async def ReportReceivedClients(self, request, context):
         return await self._relay("ReportReceivedClients", request, context)
 
+    async def ShareVerifyKeyPiece(self, request, context):
+        return await self._relay("ShareVerifyKeyPiece", request, context)
+
     async def CloseSubmissions(self, request, context):
         return await self._relay("CloseSubmissions", request, context)
 
@@ -160,7 +163,8 @@ class WorkerNode(ComputeNode):
                 log.warning("job %s: the coordinator refused worker %d's partial sum: %s", order.job_id, self.worker, e.details())
 
 
-RELAYED_RESPONSES: dict[str, type[Message]] = {"AnnounceJob": common_pb2.Ack, "ReportReceivedClients": common_pb2.Ack, "CloseSubmissions": common_pb2.Ack,
+RELAYED_RESPONSES: dict[str, type[Message]] = {"AnnounceJob": common_pb2.Ack, "ReportReceivedClients": common_pb2.Ack,
+                     "ShareVerifyKeyPiece": common_pb2.Ack, "CloseSubmissions": common_pb2.Ack,
                      "GetPartialSum": pb.PartialSum, "AbortJob": common_pb2.Ack}
 assert set(RELAYED_RESPONSES) == set(RELAYED)
 

@@ -40,6 +40,7 @@ WORKER_HEADER = "mpdp-worker"  # metadata naming the calling worker (1..W−1) o
 RELAYED: dict[str, type[Message]] = {  # the ComputeNode RPCs a worker relays: method → request type
     "AnnounceJob": pb.DcaJobAnnouncement,
     "ReportReceivedClients": pb.ReceivedClients,
+    "ShareVerifyKeyPiece": pb.VerifyKeyPiece,
     "CloseSubmissions": pb.SubmissionsClose,
     "GetPartialSum": common_pb2.JobRef,
     "AbortJob": common_pb2.JobAbort,

@@ -53,6 +53,7 @@ UNARY = [
     ("node-1", NODE_SERVICE, "AnnounceJob", "curator", "node-2"),
     ("node-1", NODE_SERVICE, "SubmitShareBatch", "operator", "party-1"),
     ("node-1", NODE_SERVICE, "ReportReceivedClients", "node-2", "operator"),
+    ("node-1", NODE_SERVICE, "ShareVerifyKeyPiece", "node-2", "party-1"),
     ("node-1", NODE_SERVICE, "CloseSubmissions", "curator", "party-1"),
     ("node-1", NODE_SERVICE, "GetPartialSum", "curator", "operator"),
     ("node-1", NODE_SERVICE, "AbortJob", "node-2", "party-1"),
@@ -137,6 +138,7 @@ BY_ID = [
     ("node-1", NODE_SERVICE, "CloseSubmissions", "curator", dca_pb2.SubmissionsClose),
     ("node-1", NODE_SERVICE, "AbortJob", "curator", common_pb2.JobAbort),
     ("node-1", NODE_SERVICE, "ReportReceivedClients", "node-2", dca_pb2.ReceivedClients),
+    ("node-1", NODE_SERVICE, "ShareVerifyKeyPiece", "node-2", dca_pb2.VerifyKeyPiece),
     ("node-1", NODE_SERVICE, "SubmitShareBatch", "operator", dca_pb2.ShareBatch),
 ]
 

@@ -45,6 +45,23 @@ def test_sum_dot_inverse_and_powers():
     assert F.pow_vec(np.array([7], dtype=np.uint64), P - 1).tolist() == [1]
 
 
+def test_compiled_kernels_broadcast_and_reduce_any_axis():
+    """The compiled ufuncs broadcast like numpy's own; sums run along any axis; transforms keep leading axes."""
+    rng = random.Random(3)
+    xs = [rng.randrange(P) for _ in range(4 * 3 * 5)]
+    a = np.array(xs, dtype=np.uint64).reshape(4, 3, 5)
+    row = np.array([P - 1, 2**32, 7, 0, P - 2], dtype=np.uint64)
+    assert F.mul(a, row).tolist() == [[[xs[15 * i + 5 * j + k] * int(row[k]) % P for k in range(5)] for j in range(3)] for i in range(4)]
+    assert F.add(a, np.uint64(P - 1)).tolist() == [[[(xs[15 * i + 5 * j + k] - 1) % P for k in range(5)] for j in range(3)] for i in range(4)]
+    for axis in (0, 1, 2, -2):
+        got = F.sum(a, axis=axis)
+        assert got.tolist() == (np.sum(a.astype(object), axis=axis) % P).tolist()
+    assert F.sum(np.zeros((3, 0), dtype=np.uint64), axis=-1).tolist() == [0, 0, 0]
+    c = np.array([rng.randrange(P) for _ in range(2 * 3 * 16)], dtype=np.uint64).reshape(2, 3, 16)
+    assert F.ntt(c).tolist() == [[F.ntt(c[i, j]).tolist() for j in range(3)] for i in range(2)]
+    assert F.intt(F.ntt(c)).tolist() == c.tolist()
+
+
 def test_signed_lift_and_canonical_decoding():
     x = np.array([-(2**62), -5, 0, 3, 2**62], dtype=np.int64)
     assert F.to_signed(F.from_signed(x)).tolist() == x.tolist()

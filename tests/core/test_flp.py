@@ -290,3 +290,23 @@ def test_a_query_point_among_the_roots_of_unity_is_refused():
         flp.lagrange_weights(8, np.array([F.root_of_unity(8)], dtype=np.uint64))
     pts = flp.query_points(RANGE, b"q", b"k" * 32, b"client")
     assert pts.shape == (RANGE.proofs,) and bool((F.pow_vec(pts, RANGE.n) != 1).all())
+
+
+def test_query_points_for_many_clients_are_each_clients_own(monkeypatch):
+    binders = [f"client-{i}".encode() for i in range(50)]
+    many = flp.query_points_many(RANGE, b"q", b"k" * 32, binders)
+    assert many.tolist() == [flp.query_points(RANGE, b"q", b"k" * 32, b).tolist() for b in binders]
+    # a first draw holding an n-th root of unity (unreachable by chance) takes the general path, which skips it
+    omega = np.uint64(F.root_of_unity(RANGE.n))
+    real_xof = F.xof
+
+    def planted(dst, seed, binder, n):
+        out = real_xof(dst, seed, binder, n)
+        if binder == binders[3] + (0).to_bytes(4, "big"):
+            out[0] = omega
+        return out
+
+    monkeypatch.setattr(F, "xof", planted)
+    got = flp.query_points_many(RANGE, b"q", b"k" * 32, binders[:5])
+    assert bool((F.pow_vec(got, RANGE.n) != 1).all()) and got[3].tolist() == flp.query_points(RANGE, b"q", b"k" * 32, binders[3]).tolist()
+    assert got[3].tolist() != real_xof(b"q", b"k" * 32, binders[3] + (0).to_bytes(4, "big"), RANGE.proofs).tolist()

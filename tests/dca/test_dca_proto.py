@@ -36,6 +36,7 @@ MESSAGES = {
     ),
     "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"},
                                                         verify_key=b"\x09" * 32),
+    "VerifyKeyPiece": lambda: pb.VerifyKeyPiece(job_id="j", piece=b"\x0a" * 32),
     "SubmissionsClose": lambda: pb.SubmissionsClose(job_id="j"),
     "ClientShare": lambda: pb.ClientShare(job_id="j", client_id="c1", masked_vector=VEC),
     "ValidatedShare": lambda: pb.ValidatedShare(measurement=VEC, proof=VEC, share_seed=b"\x04" * 32, blind=b"\x05" * 32, joint_rand_parts=b"\x06" * 96),
@@ -93,7 +94,8 @@ def test_packed_vectors_are_little_endian_and_checked():
 def test_services_are_complete():
     svc = pb.DESCRIPTOR.services_by_name
     node = {m.name: m for m in svc["ComputeNode"].methods}
-    assert set(node) == {"AnnounceJob", "SubmitShares", "SubmitShareBatch", "ReportReceivedClients", "CloseSubmissions", "GetPartialSum", "AbortJob"}
+    assert set(node) == {"AnnounceJob", "SubmitShares", "SubmitShareBatch", "ReportReceivedClients", "ShareVerifyKeyPiece", "CloseSubmissions", "GetPartialSum",
+                         "AbortJob"}
     assert node["SubmitShares"].client_streaming and not node["SubmitShares"].server_streaming
     assert node["SubmitShares"].input_type.name == "ClientShare" and node["SubmitShares"].output_type.name == "ShareReceipt"
     assert node["SubmitShareBatch"].output_type.name == "ShareReceipt"

@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 
 from mpdp.dca import validation
+from mpdp.dca.aggregator import AggregatorMachine
+from mpdp.dca.client import ClientMachine
+from mpdp.dca.compute_node import ComputeNodeMachine
 from mpdp.dca.driver import run_job
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
@@ -20,7 +23,7 @@ from mpdp.math import field as F
 from mpdp.math import flp
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import Problem
+from mpdp.protocol import Peer, Problem, RemoteProtocolError, Send
 
 N, D, T = 12, 5, 3
 
@@ -195,11 +198,8 @@ def test_validated_job_parameters():
 def test_a_run_of_shares_is_verified_in_one_batch_with_the_same_outcome():
     """A router's stream (ComputeNodeMachine.receive_shares) verifies its run's proofs together; each share is still
     accepted or refused on its own, and the release is the same as one step per share."""
-    from mpdp.dca.aggregator import AggregatorMachine
-    from mpdp.dca.client import ClientMachine
-    from mpdp.dca.compute_node import ComputeNodeMachine
     from mpdp.driver import Wire
-    from mpdp.protocol import CURATOR, Peer, Send
+    from mpdp.protocol import CURATOR
 
     prm = _params("l2")
     ids = [f"client-{i:06d}" for i in range(N)]
@@ -219,6 +219,9 @@ def test_a_run_of_shares_is_verified_in_one_batch_with_the_same_outcome():
     ann = agg.announce()
     for o in ann:
         wire.machines[o.to] = ComputeNodeMachine.from_announcement(o.to.name, o.message, report_every=4)
+    for o in ann:
+        wire.route(o.to, wire.machines[o.to].start())
+    wire.pump()
     router = Peer("operator", "router")
     rejected = {}
     for n in prm.nodes:
@@ -272,3 +275,51 @@ def test_a_votes_job_sums_one_vote_per_point_and_rejects_a_two_hot_point():
         with pytest.raises(InvalidJob):
             DcaParams(**{**{f: getattr(prm, f) for f in ("job_id", "dimension", "clients", "max_missing", "nodes", "epsilon", "delta", "sensitivity",
                                                           "frac_bits", "secure_sum", "validate", "vote_classes")}, **bad})
+
+
+def _nodes(prm: DcaParams) -> tuple[AggregatorMachine, list[ComputeNodeMachine]]:
+    agg = AggregatorMachine(prm)
+    ann = [o for o in agg.announce() if isinstance(o, Send)]
+    assert all(o.message.verify_key == b"" for o in ann)  # the curator holds no key: it never had one
+    return agg, [ComputeNodeMachine.from_announcement(o.to.name, o.message) for o in ann]
+
+
+def test_the_verify_key_is_the_nodes_own_hash_of_every_piece():
+    prm = _params("range")
+    _, nodes = _nodes(prm)
+    assert not any(n.key_ready for n in nodes)
+    sent = {n.me: n.start() for n in nodes}
+    pieces = {n.k: o.message.piece for n in nodes for o in sent[n.me]}
+    assert len(set(pieces.values())) == 3 and all(len(p) == validation.SEED for p in pieces.values())
+    by_peer = {n.me: n for n in nodes}
+    for src, outs in sent.items():
+        for o in outs:
+            by_peer[o.to].receive(src, o.message)
+    want = validation.verify_key(prm.job_id, [pieces[k] for k in range(3)])
+    assert all(n.key_ready and n._verify_key == want for n in nodes)
+    assert validation.verify_key(prm.job_id, [pieces[k] for k in (1, 0, 2)]) != want  # node order is part of the key
+    assert validation.verify_key("another-job", [pieces[k] for k in range(3)]) != want
+
+
+def test_no_share_is_taken_before_the_key_and_a_bad_piece_fails_the_job():
+    prm = _params("range")
+    _, nodes = _nodes(prm)
+    c = ClientMachine(prm, "client-000000", np.zeros(D), Drbg.from_seed("c"))
+    share = next(o.message for o in c.submit() if isinstance(o, Send) and o.to == nodes[0].me)
+    with pytest.raises(RemoteProtocolError) as e:
+        nodes[0].receive(Peer("party", "client-000000"), share)
+    assert e.value.problem == Problem.STEP_OUT_OF_ORDER and nodes[0].received == 0 and not nodes[0].failed
+    peer = Peer("compute_node", prm.nodes[1])
+    with pytest.raises(RemoteProtocolError) as e:
+        nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, piece=b"\x01" * 31))
+    assert e.value.problem == Problem.MALFORMED and nodes[0].failed  # a participant's bad message fails the job
+    _, nodes = _nodes(prm)
+    nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, piece=b"\x01" * 32))
+    with pytest.raises(RemoteProtocolError) as e:  # a second piece (another key) from the same node
+        nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, piece=b"\x02" * 32))
+    assert e.value.problem == Problem.REPLAY and nodes[0].failed
+    with pytest.raises(InvalidJob):  # a key chosen by whoever announces the job is refused
+        ComputeNodeMachine.from_announcement(prm.nodes[0], pb.DcaJobAnnouncement(job_id=prm.job_id, spec=prm.to_spec(), verify_key=b"\x03" * 32))
+    unvalidated = DcaParams(job_id="plain", dimension=D, clients=N, max_missing=T, nodes=("n0", "n1", "n2"), epsilon=1.0, delta=1e-5, sensitivity=2.0)
+    plain = ComputeNodeMachine(unvalidated, "n0")
+    assert plain.start() == [] and plain.key_ready
