@@ -13,6 +13,9 @@ verify key, through the real machines in one process.
   keys, so their verifier shares no longer add up and every node rejects every client alike — no split decision, no
   client accepted by one node and not another, and with more than T rejected nothing is released. (A malicious node
   can always reject every client by sending garbage records; docs/limitations.md.)
+- A party streaming a run of shares for other clients, or copies of its own, is refused share by share (WRONG_ROLE,
+  REPLAY) — but the node expands and verifies the whole run first (expected failure: the batched precheck runs before
+  the per-share refusals; in a seed-compressed job 32 bytes buy a whole share's expansion and FLP query).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import math
 
 import grpc
+import pytest
 import numpy as np
 
 from mpdp.dca import validation
@@ -169,3 +173,49 @@ def test_a_node_equivocating_on_its_verify_key_piece_gets_every_client_rejected_
     assert [m.confirmed for m in nodes] == [0, 0, 0] and sorted({m.rejected for m in nodes}) in ([n], [0, n])
     assert all(m.failed and m.error is not None and m.error.problem == common_pb2.INSUFFICIENT_NOISE for m in nodes)
     assert agg.state != "RELEASED"
+
+
+# -- verification before refusal ------------------------------------------------------------------------------------
+def _keyed_nodes(prm: DcaParams) -> tuple[AggregatorMachine, list[ComputeNodeMachine]]:
+    agg = AggregatorMachine(prm)
+    nodes = [ComputeNodeMachine.from_announcement(o.to.name, o.message) for o in agg.announce() if isinstance(o, Send)]
+    by_peer = {m.me: m for m in nodes}
+    for m in nodes:
+        _deliver(m.me, m.start(), by_peer, agg)
+    assert all(m.key_ready for m in nodes)
+    return agg, nodes
+
+
+@pytest.mark.xfail(strict=True, reason="ComputeNodeMachine._precheck verifies a whole run's proofs (a seed-compressed node expands each "
+                                       "seed to the full share first) before the per-share steps refuse shares for another client or replays")
+def test_a_node_verifies_no_proof_of_a_share_it_will_refuse(monkeypatch):
+    """A party may submit only its own share, once. A run of shares for other clients, or of copies of its own, is
+    refused per share (WRONG_ROLE, REPLAY) — and must be refused before the node expands or verifies anything: in a
+    seed-compressed job a 32-byte seed costs the node a full share's expansion and FLP query, so verifying first lets
+    any party certificate buy unbounded verifier work per byte sent."""
+    prm = DcaParams(job_id="rv-precheck", dimension=D, clients=6, max_missing=2, nodes=("n0", "n1", "n2"), frac_bits=F_BITS, validate="range",
+                    simulation_seed=b"review", epsilon=1.0, delta=1e-5, sensitivity=2.0, noise="discrete-gaussian", seed_compressed=True)
+    _, nodes = _keyed_nodes(prm)
+    node = nodes[1]  # a seed node
+    verified: list[int] = []
+    real = validation.check_shares
+
+    def counting(*args, **kw):
+        verified.append(len(args[1]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(validation, "check_shares", counting)
+
+    def share_for(cid: str) -> dca_pb2.ClientShare:
+        c = ClientMachine(prm, cid, np.zeros(D), Drbg.from_seed(cid))
+        return next(o.message for o in c.submit() if isinstance(o, Send) and o.to == node.me)
+
+    mallory = Peer("party", "client-000000")
+    own = share_for("client-000000")
+    outs, rejected = node.receive_shares(mallory, [own])
+    assert not rejected and node.received == 1
+    verified.clear()
+    others = [share_for(f"client-{i:06d}") for i in (1, 2, 3)]
+    _, rejected = node.receive_shares(mallory, others + [own, own])
+    assert [e.problem for _, e in rejected] == [common_pb2.WRONG_ROLE] * 3 + [common_pb2.REPLAY] * 2 and node.received == 1
+    assert sum(verified) == 0, f"the node verified {sum(verified)} shares it then refused"
