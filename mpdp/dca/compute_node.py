@@ -358,7 +358,13 @@ class ComputeNodeMachine(DcaMachine):
 
     def _on_ShareBatch(self, sender: Peer, msg: pb.ShareBatch) -> list[Output]:
         self._check_relay(sender)
-        require(self.plan is None, MALFORMED, f"job {self.job_id} is validated: it takes one ClientShare (with its proof) per client")
+        kind = msg.WhichOneof("shares")
+        if self.plan is not None:  # n ValidatedShares in one message: lengths checked here, each client below
+            require(kind == "validated" or not (msg.masked_vectors or msg.mask_seeds), MALFORMED,
+                    f"job {self.job_id} is validated: a batch carries ValidatedShares (with their proofs), got {kind}")
+            require(self.key_ready, STEP_OUT_OF_ORDER, f"job {self.job_id}: the compute nodes have not agreed on its verify key yet")
+        elif kind == "validated":
+            raise RemoteProtocolError(MALFORMED, f"job {self.job_id} is not validated: it takes no ValidatedShares")
         ids: list[str] | None = list(msg.client_ids)
         raw_idx = msg.client_indices
         look: np.ndarray | None = None
@@ -371,11 +377,15 @@ class ComputeNodeMachine(DcaMachine):
             n = look.size
         else:
             n = len(msg.client_ids)  # = len(ids)
-        kind = msg.WhichOneof("shares")
         rows: np.ndarray | None = None
         seeds: list[bytes] | None = None
+        packed: validation.PackedShares | None = None
         # every read of a protobuf bytes field returns a fresh copy: read each one once
-        if n and self.takes_seeds:
+        if self.plan is not None:
+            v = msg.validated
+            packed = validation.PackedShares(n, v.measurements, v.proofs, v.share_seeds, v.blinds, v.joint_rand_parts)
+            require(n > 0 or not any(getattr(packed, f) for f in validation.PACKED_FIELDS), MALFORMED, "a batch without clients must carry no shares")
+        elif n and self.takes_seeds:
             require(kind == "mask_seeds", MALFORMED, f"node {self.me.name} takes mask seeds in this job, got {kind}")
             data = msg.mask_seeds
             require(len(data) == sharing.SEED_BYTES * n, MALFORMED, f"{n} mask seeds must be {sharing.SEED_BYTES * n} bytes, got {len(data)}")
@@ -425,7 +435,9 @@ class ComputeNodeMachine(DcaMachine):
                     continue
                 in_batch.add(key)
                 keep.append(j)
-        if keep:
+        if keep and packed is not None:
+            keep = self._take_validated_batch(ids, look, keep, packed, receipt)
+        elif keep:
             whole = len(keep) == n
             self._accept(
                 None if ids is None else (ids if whole else [ids[j] for j in keep]),
@@ -437,6 +449,28 @@ class ComputeNodeMachine(DcaMachine):
         # the same rule as single shares: a report per report_every clients, not per batch (at d = 10⁴ a 4 MiB batch
         # holds 52 clients, and a report to M − 1 peers per batch cost the nodes more than the shares did)
         return [Reply(receipt)] + (self._report(final=False) if self._unreported_n >= self.report_every else [])
+
+    def _take_validated_batch(self, ids: list[str] | None, look: np.ndarray, keep: list[int], packed: validation.PackedShares,
+                              receipt: pb.ShareReceipt) -> list[int]:
+        """A validated batch's clients that passed the per-client checks (``keep``): every one's share verified in one
+        batched query, each bound to its own client id (as its own ClientShare would be); a malformed share refused
+        (MALFORMED) on its own, the others taken. MALFORMED for the whole batch if a field is not n rows long."""
+        roster = self._book.roster
+        names = ids if ids is not None else [roster.name(i) if i >= 0 else "" for i in look.tolist()]  # "": refused above, never taken
+        try:
+            checked = validation.check_packed(self.plan, packed, job_id=self.job_id, client_ids=list(names), k=self.k, nodes=self.params.M,  # type: ignore[arg-type]
+                                              seeded=self.params.seed_compressed, verify_key=self._verify_key)
+        except validation.MalformedShare as e:
+            raise RemoteProtocolError(MALFORMED, f"validated batch: {e}") from None
+        taken = []
+        for j in keep:
+            got = checked[j]
+            if isinstance(got, validation.MalformedShare):
+                receipt.rejected.add(client_id=names[j], problem=MALFORMED, detail=f"validated share: {got}")
+                continue
+            self._accept_validated(names[j], look[j : j + 1], got[0], got[1])
+            taken.append(j)
+        return taken
 
     def _accept(self, cids: list[str] | None, look: np.ndarray, rows: np.ndarray | None, seeds: list[bytes] | None) -> None:
         """Commit accepted shares (``cids`` may be None in a roster job): fold those every node already holds,

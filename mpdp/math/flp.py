@@ -67,6 +67,10 @@ class Predicate:
         """The bits (int64 0/1) of an honest input."""
         raise NotImplementedError
 
+    def encode_rows(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`encode` for each row of ``values`` (many inputs), shape (rows, meas_len)."""
+        return np.stack([self.encode(v) for v in values]).reshape(len(values), self.meas_len)
+
     def quad(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
 
@@ -88,8 +92,9 @@ def _recombine(bits: np.ndarray, width: int) -> np.ndarray:
 
 
 def _bits_of(values: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` low bits of each value, least significant first, along the last axis: (..., d) → (..., d·width)."""
     v = np.asarray(values, dtype=np.int64)
-    return ((v[:, None] >> np.arange(width, dtype=np.int64)[None, :]) & 1).reshape(-1)
+    return ((v[..., None] >> np.arange(width, dtype=np.int64)) & 1).reshape(v.shape[:-1] + (-1,))
 
 
 @dataclass(frozen=True)
@@ -134,10 +139,16 @@ class RangeVec(Predicate):
         x = np.asarray(values, dtype=np.int64) + self.offset
         if x.shape != (self.d,) or bool(((x < 0) | (x > self.max_value)).any()):
             raise CircuitError("RangeVec: a value is out of range")
+        return self.encode_rows(x[None, :] - self.offset)[0]
+
+    def encode_rows(self, values: np.ndarray) -> np.ndarray:
+        x = np.asarray(values, dtype=np.int64) + self.offset
+        if x.ndim != 2 or x.shape[1] != self.d or bool(((x < 0) | (x > self.max_value)).any()):
+            raise CircuitError("RangeVec: a value is out of range")
         parts = [_bits_of(x, self.bits)]
         if self.two_sided:
             parts.append(_bits_of(x + self.gap, self.bits))
-        return np.concatenate(parts)
+        return np.concatenate(parts, axis=-1)
 
     def linear(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> F.Elem:
         if not self.two_sided:
@@ -192,10 +203,19 @@ class L2Ball(Predicate):
         half = 1 << (self.entry_bits - 1)
         if y.shape != (self.d,) or bool(((y < -half) | (y >= half)).any()):
             raise CircuitError("L2Ball: an entry is out of range")
-        norm2 = int(np.sum(y.astype(object) ** 2))
-        if norm2 > self.bound:
+        return self.encode_rows(y[None, :])[0]
+
+    def encode_rows(self, values: np.ndarray) -> np.ndarray:
+        y = np.asarray(values, dtype=np.int64)
+        half = 1 << (self.entry_bits - 1)
+        if y.ndim != 2 or y.shape[1] != self.d or bool(((y < -half) | (y > half - 1)).any()):
+            raise CircuitError("L2Ball: an entry is out of range")
+        a = np.abs(y).astype(np.uint64)
+        norm2 = np.sum(a * a, axis=1, dtype=np.uint64)  # ≤ d·4^(b−1) < p < 2^64 (checked at construction): exact
+        if bool((norm2 > np.uint64(self.bound)).any()):
             raise CircuitError("L2Ball: the squared norm exceeds the bound")
-        return np.concatenate([_bits_of(y + half, self.entry_bits), _bits_of(np.array([self.bound - norm2]), self.slack_bits)])
+        slack = np.asarray(np.uint64(self.bound) - norm2, dtype=np.int64).reshape(-1, 1)  # < 2^bs ≤ 2^63
+        return np.concatenate([_bits_of(y + half, self.entry_bits), _bits_of(slack, self.slack_bits)], axis=-1)
 
     def _entries(self, meas: np.ndarray, inv: F.Elem) -> np.ndarray:
         x = _recombine(meas[..., : self.d * self.entry_bits], self.entry_bits)
@@ -346,6 +366,12 @@ class Circuit:
         if len(values) != len(self.predicates):
             raise CircuitError(f"one input per predicate: {len(self.predicates)} expected")
         return np.concatenate([p.encode(v) for p, v in zip(self.predicates, values)]).astype(np.uint64)
+
+    def encode_rows(self, values: Sequence[np.ndarray]) -> np.ndarray:
+        """:meth:`encode` for many inputs: one (rows, ·) array per predicate → (rows, meas_len)."""
+        if len(values) != len(self.predicates):
+            raise CircuitError(f"one input per predicate: {len(self.predicates)} expected")
+        return np.concatenate([p.encode_rows(v) for p, v in zip(self.predicates, values)], axis=-1).astype(np.uint64)
 
     def _terms(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(A, B, ℓ): the Mul terms padded to calls·chunk, and the linear part, of V on (a share of) meas.
