@@ -14,6 +14,9 @@ Client i with integer data ỹ_i (units of 2^-f, after clipping and rounding) an
    all M parts (the hint);
 4. π = FLP.prove(x, ρ), shared like x (proof shares are part of each seed's expansion).
 
+Every random value of a client comes from os.urandom, or (the helpers' full shares) from an AES-256-CTR keystream
+keyed from it (:class:`mpdp.math.drbg.Drbg`).
+
 Node k recomputes its own part, derives s_k from the hint with its own part in place, and computes its verifier
 share with query randomness r = XOF(verify key, job ‖ client) — the key is the nodes' own (:func:`verify_key`: a hash
 of one random piece from each node, exchanged node to node before any share is taken), so neither the client nor
@@ -36,6 +39,7 @@ import numpy as np
 
 from mpdp.math import field as F
 from mpdp.math import flp
+from mpdp.math.drbg import Drbg
 
 _P = np.uint64(F.P)
 KINDS = ("none", "range", "l2", "one-hot", "votes")
@@ -217,13 +221,13 @@ def batch_size(p: Plan) -> int:
 
 
 def client_shares(p: Plan, job_id: str, client_id: str, meas: np.ndarray, nodes: int, *, seeded: bool) -> list[ShareForNode]:
-    """Steps 2–4 for one client: one :class:`ShareForNode` per node. Every random value comes from os.urandom."""
+    """Steps 2–4 for one client: one :class:`ShareForNode` per node. Randomness: see the module docstring."""
     return client_shares_many(p, job_id, [client_id], np.asarray(meas)[None, :], nodes, seeded=seeded)[0]
 
 
 def client_shares_many(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
     """Steps 2–4 for many clients at once (rows of ``meas``), proven in one batched call: per client, one
-    :class:`ShareForNode` per node, proven :func:`batch_size` clients at a time. Every random value comes from os.urandom."""
+    :class:`ShareForNode` per node, proven :func:`batch_size` clients at a time. Randomness: see the module docstring."""
     out: list[list[ShareForNode]] = []
     for packed in _proven(p, job_id, client_ids, meas, nodes, seeded=seeded):
         for i in range(packed[0].clients):
@@ -276,6 +280,7 @@ def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.n
     binds = [binder(job_id, cid) for cid in client_ids]
     blinds = os.urandom(SEED * nodes * b)  # client i's blind for node k: bytes [SEED·(i·nodes + k), +SEED)
     seeds = os.urandom(SEED * nodes * b) if seeded else b""
+    stream = Drbg.from_os()  # the helpers' full shares: AES-256-CTR keyed from os.urandom, fresh per batch
     helper_meas = np.empty((nodes - 1, b, c.meas_len), dtype=np.uint64)
     helper_proof = np.empty((nodes - 1, b, c.proofs, c.proof_len), dtype=np.uint64)
     for k in range(1, nodes):
@@ -284,8 +289,8 @@ def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.n
                 at = SEED * (i * nodes + k)
                 helper_meas[k - 1, i], helper_proof[k - 1, i] = expand_share(p, seeds[at : at + SEED], binds[i], k)
         else:
-            helper_meas[k - 1] = F.rand(b * c.meas_len).reshape(b, c.meas_len)
-            helper_proof[k - 1] = F.rand(b * c.proofs * c.proof_len).reshape(b, c.proofs, c.proof_len)
+            helper_meas[k - 1] = F.rand_stream(stream, b * c.meas_len).reshape(b, c.meas_len)
+            helper_proof[k - 1] = F.rand_stream(stream, b * c.proofs * c.proof_len).reshape(b, c.proofs, c.proof_len)
     lead_meas = meas
     for k in range(nodes - 1):
         lead_meas = F.sub(lead_meas, helper_meas[k])

@@ -22,10 +22,13 @@ from __future__ import annotations
 import hashlib
 import os
 from functools import lru_cache
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from numba import njit, vectorize
+
+if TYPE_CHECKING:
+    from mpdp.math.drbg import Drbg
 
 P = 2**64 - 2**32 + 1
 ENCODED_SIZE = 8  # bytes per element on the wire (little-endian)
@@ -334,6 +337,17 @@ def rand(n: int) -> np.ndarray:
     return _uniform(more, n)
 
 
+def rand_stream(drbg: "Drbg", n: int) -> np.ndarray:
+    """n uniform elements from a CSPRNG keystream (:class:`mpdp.math.drbg.Drbg`, AES-256-CTR keyed from the OS:
+    ≈ 2× faster than os.urandom for the large shares of a validated contribution), by rejection of words ≥ p."""
+    words = drbg.words(n + 8 + n // (1 << 20))
+    ok = words[words < _P]
+    while ok.size < n:
+        more = drbg.words(n)
+        ok = np.concatenate([ok, more[more < _P]])
+    return ok[:n].astype(np.uint64)
+
+
 def xof(dst: bytes, seed: bytes, binder: bytes, n: int) -> np.ndarray:
     """n elements of SHAKE128(len(dst) ‖ dst ‖ seed ‖ binder), uniform by rejection (the draft's XofShake128 role:
     a domain-separation tag, a seed and a binder string)."""
@@ -375,15 +389,15 @@ def _plan(n: int, inverse: bool) -> tuple[np.ndarray, np.ndarray]:
     return rev, np.concatenate(twiddles) if twiddles else np.zeros(0, dtype=np.uint64)
 
 
-def ntt(a: Elem) -> np.ndarray:
+def ntt(a: Elem, axis: int = -1) -> np.ndarray:
     """Evaluations at ω^0, …, ω^(n−1) (ω = :func:`root_of_unity`(n)) of the polynomials whose coefficients are
-    the last axis of ``a`` (n a power of two)."""
-    return _transform(a, inverse=False)
+    along ``axis`` of ``a`` (-1, or -2: one polynomial per column, no transposition; n a power of two)."""
+    return _transform(a, inverse=False, axis=axis)
 
 
-def intt(a: Elem) -> np.ndarray:
-    """Coefficients of the polynomials of degree < n taking the values ``a`` (last axis) at ω^0, …, ω^(n−1)."""
-    return _transform(a, inverse=True)
+def intt(a: Elem, axis: int = -1) -> np.ndarray:
+    """Coefficients of the polynomials of degree < n taking the values along ``axis`` (-1 or -2) at ω^0, …, ω^(n−1)."""
+    return _transform(a, inverse=True, axis=axis)
 
 
 @njit(cache=True)
@@ -417,10 +431,25 @@ def _ntt_columns(x: np.ndarray, rev: np.ndarray, tw: np.ndarray, scale: np.uint6
     return y
 
 
-def _transform(a: Elem, *, inverse: bool) -> np.ndarray:
+@njit(cache=True)
+def _ntt_stack(x: np.ndarray, rev: np.ndarray, tw: np.ndarray, scale: np.uint64) -> np.ndarray:  # pragma: no cover - compiled
+    """:func:`_ntt_columns` of each x[b] (x of shape (batch, n, columns))."""
+    out = np.empty_like(x)
+    for b in range(x.shape[0]):
+        out[b] = _ntt_columns(x[b], rev, tw, scale)
+    return out
+
+
+def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
     a = np.asarray(a, dtype=np.uint64)
-    n = a.shape[-1]
+    if axis not in (-1, -2) or a.ndim < -axis:
+        raise ValueError("the transform runs along axis -1 or -2")
+    n = a.shape[axis]
     rev, tw = _plan(n, inverse)
+    scale = np.uint64(pow(n, P - 2, P) if inverse else 1)
+    if axis == -2:  # already one polynomial per column
+        stack = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
+        return _ntt_stack(stack, rev, tw, scale).reshape(a.shape)
     columns = np.ascontiguousarray(a.reshape(-1, n).T)  # one polynomial per column
-    y = _ntt_columns(columns, rev, tw, np.uint64(pow(n, P - 2, P) if inverse else 1))
+    y = _ntt_columns(columns, rev, tw, scale)
     return np.ascontiguousarray(y.T).reshape(a.shape)

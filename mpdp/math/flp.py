@@ -406,6 +406,15 @@ class Circuit:
         w[..., 1::2, 1 : self.calls + 1] = b.reshape(batch + (self.calls, self.chunk)).swapaxes(-1, -2)
         return w
 
+    def _wire_columns(self, a: np.ndarray, b: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        """:meth:`_wires` transposed, (..., n, arity): row k the inputs of call k (the prover's layout)."""
+        batch = a.shape[:-1]
+        w = np.zeros(batch + (self.n, self.arity), dtype=np.uint64)
+        w[..., 0, :] = seeds
+        w[..., 1 : self.calls + 1, 0::2] = a.reshape(batch + (self.calls, self.chunk))
+        w[..., 1 : self.calls + 1, 1::2] = b.reshape(batch + (self.calls, self.chunk))
+        return w
+
     def truncate(self, meas: np.ndarray, num_shares: int = 1) -> np.ndarray:
         """The output (a share of it, from a share of meas), shape (..., output_len): Σ over predicates with outputs."""
         meas = np.asarray(meas, dtype=np.uint64)
@@ -435,12 +444,12 @@ class Circuit:
         out = np.empty(batch + (self.proofs, self.proof_len), dtype=np.uint64)
         for j in range(self.proofs):
             a, b, _ = self._terms(meas, joint_rand[..., j, :], np.uint64(1))
-            wires = self._wires(a, b, prove_rand[..., j, :])  # f_1..f_2c at ω^0..ω^(n−1)
-            coeffs = F.intt(wires)  # degree < n
-            coset = F.ntt(F.mul(coeffs, self._coset))  # f_j(ζ·ω^i), ζ a primitive 2n-th root (ζ² = ω)
+            wires = self._wire_columns(a, b, prove_rand[..., j, :])  # f_1..f_2c at ω^0..ω^(n−1), one wire per column
+            coeffs = F.intt(wires, axis=-2)  # degree < n
+            coset = F.ntt(F.mul(coeffs, self._coset[:, None]), axis=-2)  # f_j(ζ·ω^i), ζ a primitive 2n-th root (ζ² = ω)
             gadget_evals = np.empty(batch + (2 * self.n,), dtype=np.uint64)  # G(f) = Σ_i f_2i·f_2i+1 at ζ^0..ζ^(2n−1)
-            gadget_evals[..., 0::2] = F.sum(F.mul(wires[..., 0::2, :], wires[..., 1::2, :]), axis=-2)
-            gadget_evals[..., 1::2] = F.sum(F.mul(coset[..., 0::2, :], coset[..., 1::2, :]), axis=-2)
+            gadget_evals[..., 0::2] = F.sum(F.mul(wires[..., 0::2], wires[..., 1::2]), axis=-1)
+            gadget_evals[..., 1::2] = F.sum(F.mul(coset[..., 0::2], coset[..., 1::2]), axis=-1)
             poly = F.intt(gadget_evals)  # degree ≤ 2(n − 1): the last coefficient is 0
             out[..., j, : self.arity] = prove_rand[..., j, :]
             out[..., j, self.arity :] = poly[..., : 2 * self.n - 1]
