@@ -324,7 +324,7 @@ class ComputeNodeMachine(DcaMachine):
             except validation.MalformedShare as e:
                 raise RemoteProtocolError(MALFORMED, f"validated share: {e}") from None
             row, record = checked
-            self._accept_validated(cid, look, row, record)
+            self._accept_validated([cid], look, row[None, :], [record])
         elif self.takes_seeds:
             require(kind == "mask_seed", MALFORMED, f"node {self.me.name} takes 32-byte mask seeds in this job, got {kind}")
             require(len(msg.mask_seed) == sharing.SEED_BYTES, MALFORMED, f"a mask seed must be {sharing.SEED_BYTES} bytes, got {len(msg.mask_seed)}")
@@ -462,14 +462,17 @@ class ComputeNodeMachine(DcaMachine):
                                               seeded=self.params.seed_compressed, verify_key=self._verify_key)
         except validation.MalformedShare as e:
             raise RemoteProtocolError(MALFORMED, f"validated batch: {e}") from None
-        taken = []
+        taken, rows, records = [], [], []
         for j in keep:
             got = checked[j]
             if isinstance(got, validation.MalformedShare):
                 receipt.rejected.add(client_id=names[j], problem=MALFORMED, detail=f"validated share: {got}")
                 continue
-            self._accept_validated(names[j], look[j : j + 1], got[0], got[1])
             taken.append(j)
+            rows.append(got[0])
+            records.append(got[1])
+        if taken:
+            self._accept_validated([names[j] for j in taken], look[taken], np.stack(rows), records)
         return taken
 
     def _accept(self, cids: list[str] | None, look: np.ndarray, rows: np.ndarray | None, seeds: list[bytes] | None) -> None:
@@ -497,22 +500,27 @@ class ComputeNodeMachine(DcaMachine):
                 assert seeds is not None
                 self._book.hold_seeds(idx[later], [seeds[j] for j in later.tolist()])
 
-    def _accept_validated(self, cid: str, look: np.ndarray, row: np.ndarray, record: bytes) -> None:
-        """Commit one validated client's share: its output share (Field64) waits until every node's verifier record
-        is in; then it is folded (valid) or dropped and counted (invalid)."""
+    def _accept_validated(self, cids: list[str], look: np.ndarray, rows: np.ndarray, records: list[bytes]) -> None:
+        """Commit validated clients' shares: each output share (Field64) waits until every node's verifier record
+        is in; then it is folded (valid) or dropped and counted (invalid). Those every node already holds are decided
+        here, together."""
         assert self._verdicts is not None
-        idx = look if self.by_index else self._book.admit([cid], look)
+        idx = look if self.by_index else self._book.admit(cids, look)
         full_now = self._book.mark(idx, self._bit)
-        self.received += 1
+        self.received += idx.size
         self._unreported.append(idx)
-        self._unreported_n += 1
-        self._verdicts.put_own(int(idx[0]), record)
-        if bool(full_now[0]):
-            if bool(self._settle(idx)[0]):
-                self.confirmed += 1
-                self._running = F.add(self._running, row)
-        else:
-            self._book.hold_rows(idx, row[None, :])
+        self._unreported_n += idx.size
+        for i, record in zip(idx.tolist(), records):
+            self._verdicts.put_own(i, record)
+        now = np.flatnonzero(full_now)
+        if now.size:
+            valid = self._settle(idx[now])
+            if bool(valid.any()):
+                self.confirmed += int(np.count_nonzero(valid))
+                self._running = F.add(self._running, F.sum(rows[now[valid]], axis=0))
+        later = np.flatnonzero(~full_now)
+        if later.size:
+            self._book.hold_rows(idx[later], rows[later])
 
     def _settle(self, idx: np.ndarray) -> np.ndarray:
         """Decide clients whose every record is in; flag the rejected ones (they leave A, and count like dropouts)."""

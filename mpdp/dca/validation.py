@@ -482,20 +482,32 @@ def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list
 def decide(p: Plan, records: list[bytes]) -> bool:
     """Valid iff every node used the joint randomness of the parts the nodes themselves computed, and the verifier
     shares add up to an accepting verifier message. Every node computes this from the same M records."""
+    return bool(decide_many(p, [records])[0])
+
+
+def decide_many(p: Plan, clients: list[list[bytes]]) -> np.ndarray:
+    """:func:`decide` for many clients (each its M records), the verifier messages summed and decided in one batched
+    step: a boolean per client."""
     c = p.circuit
     vb = p.record_bytes - 2 * SEED
-    if any(len(r) != p.record_bytes for r in records):
-        return False
-    parts = [r[vb : vb + SEED] for r in records]
-    want = joint_rand_seed(parts)
-    if any(r[vb + SEED :] != want for r in records):
-        return False
-    try:
-        shares = [F.decode(r[:vb], c.proofs * c.verifier_len) for r in records]
-    except F.NotCanonical:
-        return False
-    total = F.sum(np.stack(shares), axis=0).reshape(c.proofs, c.verifier_len)
-    return bool(c.decide(total))
+    ok = np.zeros(len(clients), dtype=bool)
+    shares: list[bytes] = []
+    for j, records in enumerate(clients):
+        if any(len(r) != p.record_bytes for r in records):
+            continue
+        want = joint_rand_seed([r[vb : vb + SEED] for r in records])
+        if any(r[vb + SEED :] != want for r in records):
+            continue
+        ok[j] = True
+        shares += [r[:vb] for r in records]
+    good = np.flatnonzero(ok)
+    if good.size:
+        m = len(clients[int(good[0])])
+        v = np.frombuffer(b"".join(shares), dtype=F.U64).reshape(good.size, m, c.proofs * c.verifier_len)
+        canonical = ~np.asarray((v >= _P).any(axis=(1, 2)))
+        total = F.sum(np.where(canonical[:, None, None], v, np.uint64(0)), axis=1).reshape(good.size, c.proofs, c.verifier_len)
+        ok[good] = canonical & np.asarray(c.decide(total))
+    return ok
 
 
 class Verdicts:
@@ -535,9 +547,14 @@ class Verdicts:
     def settle(self, idx: np.ndarray) -> np.ndarray:
         """Decide the clients ``idx`` (every node's record is in): a boolean array, True = valid. Forgets them."""
         out = np.zeros(idx.size, dtype=bool)
+        complete, records = [], []
         for j, i in enumerate(idx.tolist()):
             recs = self._records.pop(i, None)
-            out[j] = recs is not None and all(r is not None for r in recs) and decide(self.plan, recs)  # type: ignore[arg-type]
+            if recs is not None and all(r is not None for r in recs):
+                complete.append(j)
+                records.append(recs)
+        if complete:
+            out[complete] = decide_many(self.plan, records)  # type: ignore[arg-type]
         self.rejected += int(idx.size - np.count_nonzero(out))
         return out
 

@@ -163,3 +163,25 @@ def test_a_batch_of_the_wrong_shape_or_kind_is_refused_whole():
     with pytest.raises(RemoteProtocolError) as e:
         node.receive(ROUTER, pb.ShareBatch(job_id="plain", client_ids=ids, validated=msgs[0].validated))
     assert e.value.problem == Problem.MALFORMED
+
+
+def test_decide_many_is_decide_client_by_client():
+    """The nodes' batched decision agrees with the one-client decision on valid, invalid and corrupted records."""
+    prm = _params("range")
+    plan = prm.validation
+    ids = [f"client-{i:06d}" for i in range(6)]
+    zeros = np.zeros((6, D), dtype=np.int64)
+    meas = validation.encode_inputs(plan, zeros, zeros).astype(np.uint64)
+    meas[1, 0] = F.scalar(3)  # not a bit: an invalid client
+    packed = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=False)
+    key = os.urandom(32)
+    checked = [validation.check_packed(plan, packed[k], job_id=prm.job_id, client_ids=ids, k=k, nodes=prm.M, seeded=False, verify_key=key)
+               for k in range(prm.M)]
+    records = [[checked[k][i][1] for k in range(prm.M)] for i in range(6)]  # type: ignore[index]
+    vb = plan.record_bytes - 2 * validation.SEED
+    records[2][1] = records[2][1][:-1]  # a record one byte short
+    records[3][2] = records[3][2][: vb + validation.SEED] + bytes(validation.SEED)  # a node claims another joint-randomness seed
+    records[4][0] = (2**64 - 1).to_bytes(8, "little") + records[4][0][8:]  # a non-canonical verifier element
+    one = [validation.decide(plan, r) for r in records]
+    assert one == [True, False, False, False, False, True]
+    assert validation.decide_many(plan, records).tolist() == one
