@@ -183,7 +183,7 @@ def federation_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int) -> list
                         st = op.wait(job, timeout=3600)
                         seconds = time.perf_counter() - t0
                         rel = op.release(job) if st.state == "RELEASED" else None
-                    row = {"kind": kind, "N": n, "d": d, "M": m, "seconds": seconds, "commit": _commit(), "client_seconds": rep.client_seconds, "state": st.state,
+                    row = {"kind": kind, "N": n, "d": d, "M": m, "seconds": seconds, "commit": COMMIT, "client_seconds": rep.client_seconds, "state": st.state,
                            "accepted": rep.accepted, "rejected_shares": len(rep.rejected), "clients_included": rel.clients_included if rel else 0,
                            "clients_rejected": rel.clients_rejected if rel else 0, "load_before": la0, "load_after": os.getloadavg()}
                     rows.append(row)
@@ -200,6 +200,9 @@ def _commit() -> str:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent).stdout.strip()
     except OSError:
         return ""
+
+
+COMMIT = _commit()  # the code this process (and the federation it starts) runs
 
 
 def main() -> None:

@@ -440,6 +440,53 @@ def _ntt_stack(x: np.ndarray, rev: np.ndarray, tw: np.ndarray, scale: np.uint64)
     return out
 
 
+@njit(cache=True)
+def _coset_stack(x: np.ndarray, rev: np.ndarray, tw_inv: np.ndarray, tw: np.ndarray, twist: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """Per x[b] (n, columns): interpolate each column (unscaled), multiply row i by twist[i], evaluate."""
+    out = np.empty_like(x)
+    n, cols = x.shape[1], x.shape[2]
+    for b in range(x.shape[0]):
+        y = _ntt_columns(x[b], rev, tw_inv, _ONE)
+        for i in range(n):
+            t = twist[i]
+            for c in range(cols):
+                y[i, c] = _mul1(y[i, c], t)
+        out[b] = _ntt_columns(y, rev, tw, _ONE)
+    return out
+
+
+def coset_values(a: Elem, shift: int) -> np.ndarray:
+    """Given the values of polynomials of degree < n at ω^0, …, ω^(n−1) (one per column: axis −2 has length n), their
+    values at shift·ω^0, …, shift·ω^(n−1): interpolation, the coefficient of x^i times shift^i, evaluation, in one
+    compiled pass per polynomial (= ntt(intt(a) · shift^i), without the intermediate arrays)."""
+    a = np.asarray(a, dtype=np.uint64)
+    n = a.shape[-2]
+    rev, tw_inv = _plan(n, True)
+    _, tw = _plan(n, False)
+    twist = mul(powers(shift, n), np.uint64(pow(n, P - 2, P)))  # the 1/n of the interpolation folded in
+    stack = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
+    return _coset_stack(stack, rev, tw_inv, tw, twist).reshape(a.shape)
+
+
+@njit(cache=True)
+def _pair_dots(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    out = np.empty(x.shape[0], dtype=np.uint64)
+    for r in range(x.shape[0]):
+        acc = _ZERO
+        for i in range(0, x.shape[1] - 1, 2):
+            acc = _add1(acc, _mul1(x[r, i], x[r, i + 1]))
+        out[r] = acc
+    return out
+
+
+def pair_dots(a: Elem) -> np.ndarray:
+    """Σ_i a[..., 2i]·a[..., 2i+1] along the last axis (of even length): ParallelSum(Mul) on interleaved operands."""
+    a = np.asarray(a, dtype=np.uint64)
+    if a.shape[-1] % 2:
+        raise ValueError("pair_dots takes interleaved pairs: an even last axis")
+    return _pair_dots(np.ascontiguousarray(a).reshape(-1, a.shape[-1])).reshape(a.shape[:-1])
+
+
 def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
     a = np.asarray(a, dtype=np.uint64)
     if axis not in (-1, -2) or a.ndim < -axis:

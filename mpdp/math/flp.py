@@ -345,7 +345,7 @@ class Circuit:
         self.proofs = repetitions(self.n, self.chunk)
         self.proof_len = self.arity + 2 * self.n - 1  # per repetition
         self.verifier_len = self.arity + 2  # per repetition: V, f_1(r)..f_2c(r), p(r)
-        self._coset = F.powers(F.root_of_unity(2 * self.n), self.n)  # ζ^k: shifts a polynomial's evaluations to ζ·ω^i
+        self._zeta = F.root_of_unity(2 * self.n)  # ζ: the prover evaluates the wire polynomials at ζ·ω^i too
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Circuit) and self.predicates == other.predicates
@@ -445,11 +445,10 @@ class Circuit:
         for j in range(self.proofs):
             a, b, _ = self._terms(meas, joint_rand[..., j, :], np.uint64(1))
             wires = self._wire_columns(a, b, prove_rand[..., j, :])  # f_1..f_2c at ω^0..ω^(n−1), one wire per column
-            coeffs = F.intt(wires, axis=-2)  # degree < n
-            coset = F.ntt(F.mul(coeffs, self._coset[:, None]), axis=-2)  # f_j(ζ·ω^i), ζ a primitive 2n-th root (ζ² = ω)
+            coset = F.coset_values(wires, self._zeta)  # f_j(ζ·ω^i), ζ a primitive 2n-th root (ζ² = ω); each f_j of degree < n
             gadget_evals = np.empty(batch + (2 * self.n,), dtype=np.uint64)  # G(f) = Σ_i f_2i·f_2i+1 at ζ^0..ζ^(2n−1)
-            gadget_evals[..., 0::2] = F.sum(F.mul(wires[..., 0::2], wires[..., 1::2]), axis=-1)
-            gadget_evals[..., 1::2] = F.sum(F.mul(coset[..., 0::2], coset[..., 1::2]), axis=-1)
+            gadget_evals[..., 0::2] = F.pair_dots(wires)
+            gadget_evals[..., 1::2] = F.pair_dots(coset)
             poly = F.intt(gadget_evals)  # degree ≤ 2(n − 1): the last coefficient is 0
             out[..., j, : self.arity] = prove_rand[..., j, :]
             out[..., j, self.arity :] = poly[..., : 2 * self.n - 1]

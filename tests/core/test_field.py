@@ -86,6 +86,35 @@ def test_ntt_is_evaluation_at_roots_of_unity(n):
     assert F.intt(F.ntt(c)).tolist() == c.tolist()
 
 
+@pytest.mark.parametrize("n", [1, 4, 32])
+def test_transforms_along_columns_coset_values_and_pair_dots_match_python_integers(n):
+    rng = random.Random(100 + n)
+    vals = np.array([rng.randrange(P) for _ in range(3 * n * 4)], dtype=np.uint64).reshape(3, n, 4)  # 3 stacks of 4 columns
+    cols = np.swapaxes(vals, -1, -2)
+    assert F.ntt(vals, axis=-2).tolist() == np.swapaxes(F.ntt(cols), -1, -2).tolist()
+    assert F.intt(vals, axis=-2).tolist() == np.swapaxes(F.intt(cols), -1, -2).tolist()
+    z = F.root_of_unity(2 * n)
+    w = F.root_of_unity(n)
+    coeffs = np.swapaxes(F.intt(cols), -1, -2)  # (3, n, 4): coefficient i of each column's polynomial
+    want = [[[sum(int(coeffs[b, i, c]) * pow(z * pow(w, k, P) % P, i, P) for i in range(n)) % P for c in range(4)] for k in range(n)] for b in range(3)]
+    assert F.coset_values(vals, z).tolist() == want
+    pairs = vals.reshape(3, -1)[:, : 2 * (vals[0].size // 2)]
+    assert F.pair_dots(pairs).tolist() == [sum(int(r[2 * i]) * int(r[2 * i + 1]) for i in range(len(r) // 2)) % P for r in pairs]
+    with pytest.raises(ValueError):
+        F.pair_dots(np.zeros(3, dtype=np.uint64))
+    for bad in (0, -3):
+        with pytest.raises(ValueError):
+            F.ntt(vals, axis=bad)
+
+
+def test_rand_stream_is_uniform_canonical_and_fresh():
+    from mpdp.math.drbg import Drbg
+
+    a = F.rand_stream(Drbg.from_os(), 5000)
+    assert a.shape == (5000,) and bool((a < np.uint64(P)).all()) and len(set(a.tolist())) == 5000
+    assert not np.array_equal(a[:8], F.rand_stream(Drbg.from_os(), 8))
+
+
 def test_xof_is_deterministic_separated_and_canonical():
     a = F.xof(b"dst", b"seed", b"binder", 1000)
     assert a.tolist() == F.xof(b"dst", b"seed", b"binder", 1000).tolist()
