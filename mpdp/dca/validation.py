@@ -174,9 +174,15 @@ def joint_rand_seed(parts: list[bytes]) -> bytes:
     return F.xof_bytes(_DST_SEED, b"", b"".join(parts), SEED)
 
 
-def _joint_rand(p: Plan, seed: bytes) -> np.ndarray:
+def joint_rand_seed_with(hint: bytes, k: int, part: bytes) -> bytes:
+    """:func:`joint_rand_seed` of the M parts of ``hint`` with part k replaced by ``part`` (node k's own)."""
+    return joint_rand_seed([hint[: SEED * k], part, hint[SEED * (k + 1) :]])
+
+
+def _joint_rands(p: Plan, seeds: list[bytes]) -> np.ndarray:
+    """ρ for many clients, (clients, R, jr_len): row i = XOF(seeds[i])."""
     c = p.circuit
-    return F.xof(_DST_JR, seed, b"", c.proofs * c.jr_len).reshape(c.proofs, c.jr_len)
+    return F.xof_many(_DST_JR, seeds, b"", c.proofs * c.jr_len).reshape(len(seeds), c.proofs, c.jr_len)
 
 
 def expand_share(p: Plan, seed: bytes, bind: bytes, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -297,16 +303,16 @@ def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.n
     lead_bytes = memoryview(F.encode(lead_meas)).cast("B")
     helper_bytes = [memoryview(F.encode(helper_meas[k])).cast("B") for k in range(nodes - 1)]
     w = F.ENCODED_SIZE * c.meas_len
-    jr = np.empty((b, c.proofs, c.jr_len), dtype=np.uint64)
-    hints = []
+    jr_seeds, hints = [], []
     for i in range(b):
         own = blinds[SEED * i * nodes : SEED * (i + 1) * nodes]
         parts = [_part(own[:SEED], binds[i], 0, lead_bytes[w * i : w * (i + 1)])]
         for k in range(1, nodes):
             material = seeds[SEED * (i * nodes + k) : SEED * (i * nodes + k + 1)] if seeded else helper_bytes[k - 1][w * i : w * (i + 1)]
             parts.append(_part(own[SEED * k : SEED * (k + 1)], binds[i], k, material))
-        jr[i] = _joint_rand(p, joint_rand_seed(parts))
+        jr_seeds.append(joint_rand_seed(parts))
         hints.append(b"".join(parts))
+    jr = _joint_rands(p, jr_seeds)
     proof = c.prove(meas, jr, F.rand(b * c.proofs * c.arity).reshape(b, c.proofs, c.arity))
     lead_proof = proof
     for k in range(nodes - 1):
@@ -409,14 +415,12 @@ def _verify(p: Plan, parsed: list[_Parsed | MalformedShare], *, k: int, nodes: i
     if not good:
         return list(parsed)  # type: ignore[arg-type]
     own, seeds = [], []
-    jr = np.empty((len(good), c.proofs, c.jr_len), dtype=np.uint64)
-    for j, g in enumerate(good):
-        parts = [bytes(g.hint[SEED * i : SEED * (i + 1)]) for i in range(nodes)]
-        parts[k] = _part(bytes(g.blind), g.bind, k, g.material)
-        seed = joint_rand_seed(parts)
-        jr[j] = _joint_rand(p, seed)
-        own.append(parts[k])
-        seeds.append(seed)
+    for g in good:
+        hint = bytes(g.hint)
+        part = _part(bytes(g.blind), g.bind, k, g.material)
+        seeds.append(joint_rand_seed_with(hint, k, part))
+        own.append(part)
+    jr = _joint_rands(p, seeds)
     meas_b = np.stack([g.meas for g in good])
     queries = flp.query_points_many(c, _DST_QUERY, verify_key, [g.bind for g in good])
     verifier = F.encode(c.query(meas_b, np.stack([g.proof for g in good]), queries, jr, nodes))

@@ -355,6 +355,20 @@ def xof(dst: bytes, seed: bytes, binder: bytes, n: int) -> np.ndarray:
     return _uniform(h.digest, n)
 
 
+def xof_many(dst: bytes, seeds: list[bytes], binder: bytes, n: int) -> np.ndarray:
+    """:func:`xof` for many seeds, shape (len(seeds), n): each row the same elements as xof(dst, seed, binder, n). Rows
+    whose first n words are all below p (all but ≈ n·2^-32 of them) are taken in one vectorised step."""
+    if not seeds:
+        return np.zeros((0, n), dtype=np.uint64)
+    prefix = len(dst).to_bytes(2, "big") + dst
+    width = 8 * n
+    words = np.frombuffer(b"".join([hashlib.shake_128(prefix + s + binder).digest(width) for s in seeds]), dtype=U64).reshape(len(seeds), n)
+    out = words.astype(np.uint64)
+    for i in np.flatnonzero((words >= _P).any(axis=1)).tolist():
+        out[i] = xof(dst, seeds[i], binder, n)
+    return out
+
+
 def xof_bytes(dst: bytes, seed: bytes, binder: bytes, n: int) -> bytes:
     """n bytes of the same XOF (seeds derived from seeds)."""
     return hashlib.shake_128(len(dst).to_bytes(2, "big") + dst + seed + binder).digest(n)

@@ -545,7 +545,8 @@ def query_points_many(circuit: Circuit, dst: bytes, seed: bytes, binders: Sequen
     vectorised step; a binder whose first draw holds an n-th root of unity (probability ≈ R·n/p) takes the general path."""
     if not binders:
         return np.zeros((0, circuit.proofs), dtype=np.uint64)
-    first = np.stack([F.xof(dst, seed, b + (0).to_bytes(4, "big"), circuit.proofs) for b in binders])
+    zero = (0).to_bytes(4, "big")
+    first = F.xof_many(dst, [seed + b + zero for b in binders], b"", circuit.proofs)  # = xof(dst, seed, b ‖ 0, R) per binder
     roots = np.any(F.pow_vec(first, circuit.n) == 1, axis=-1)
     for i in np.flatnonzero(roots).tolist():
         first[i] = query_points(circuit, dst, seed, binders[i])

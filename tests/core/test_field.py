@@ -121,3 +121,26 @@ def test_xof_is_deterministic_separated_and_canonical():
     assert a[:10].tolist() != F.xof(b"dsu", b"seed", b"binder", 10).tolist()
     assert F.xof(b"dst", b"seed", b"binder", 10).tolist() == a[:10].tolist()  # a prefix of the same stream
     assert bool((a < np.uint64(P)).all()) and bool((F.rand(1000) < np.uint64(P)).all())
+
+
+def test_xof_many_is_xof_row_by_row_even_past_a_rejected_word(monkeypatch):
+    seeds = [bytes([i]) * 32 for i in range(20)]
+    many = F.xof_many(b"dst", seeds, b"b", 17)
+    assert many.tolist() == [F.xof(b"dst", s, b"b", 17).tolist() for s in seeds]
+    assert F.xof_many(b"dst", [], b"b", 3).shape == (0, 3)
+    # a row whose first words hold one ≥ p (probability ≈ 17·2^-32, so planted) takes xof's rejection path
+    real = F.hashlib.shake_128
+
+    class Planted:
+        def __init__(self, data: bytes) -> None:
+            self.h = real(data)
+            self.hit = data.endswith(seeds[5] + b"b")
+
+        def digest(self, n: int) -> bytes:
+            out = self.h.digest(n)
+            return (2**64 - 1).to_bytes(8, "little") + out[8:] if self.hit else out
+
+    monkeypatch.setattr(F.hashlib, "shake_128", Planted)
+    got = F.xof_many(b"dst", seeds, b"b", 17)
+    assert got[5].tolist() == F.xof(b"dst", seeds[5], b"b", 17).tolist() and bool((got < np.uint64(P)).all())
+    assert got[5].tolist() != many[5].tolist() and got[6].tolist() == many[6].tolist()
