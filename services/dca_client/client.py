@@ -250,19 +250,7 @@ async def submit_cohort(
     channel_sets = [_node_channels(ann, tls, own_connection=conns > 1) for _ in range(conns)]
     stubs = [[pb_grpc.ComputeNodeStub(c) for c in channels] for channels in channel_sets]
     report = SubmitReport()
-
-    sent = 0
-
-    def take(receipts) -> None:
-        for r in receipts:
-            report.accepted += r.accepted
-            report.rejected.extend(r.rejected)
-
-    def went(n: int) -> None:
-        nonlocal sent
-        sent = min(sent + n, len(client_ids))  # the last batch may be short
-        if progress is not None:
-            progress(sent, len(client_ids))
+    take, went = _tally(report, len(client_ids), progress)
 
     try:
         if batched:
@@ -329,7 +317,6 @@ async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: D
     report = SubmitReport()
     size = validated_batch_size(params, len(client_ids), batch_bytes, most)
     gen = validated_cohort(params, client_ids, Z, rng, batch_size=size)
-    sent = 0
 
     async def build():
         t = time.perf_counter()
@@ -337,16 +324,7 @@ async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: D
         report.client_seconds += time.perf_counter() - t
         return item
 
-    def take(receipts) -> None:
-        for r in receipts:
-            report.accepted += r.accepted
-            report.rejected.extend(r.rejected)
-
-    def went(n: int) -> None:
-        nonlocal sent
-        sent += n
-        if progress is not None:
-            progress(sent, len(client_ids))
+    take, went = _tally(report, len(client_ids), progress)
 
     queues: list[asyncio.Queue[list[pb.ClientShare] | None]] = [asyncio.Queue(maxsize=2) for _ in stubs]
 
@@ -393,6 +371,24 @@ async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: D
             task.cancel()
         await asyncio.gather(*(c.close() for c in channels))
     return report
+
+
+def _tally(report: SubmitReport, clients: int, progress: Callable[[int, int], None] | None):
+    """(take, went): add a batch's receipts to ``report``; count n more clients sent and call ``progress``."""
+    sent = 0
+
+    def take(receipts) -> None:
+        for r in receipts:
+            report.accepted += r.accepted
+            report.rejected.extend(r.rejected)
+
+    def went(n: int) -> None:
+        nonlocal sent
+        sent = min(sent + n, clients)  # the last batch may be short
+        if progress is not None:
+            progress(sent, clients)
+
+    return take, went
 
 
 def _timed_batches(cohort: ClientCohort, batch_size: int, report: SubmitReport):
