@@ -41,6 +41,7 @@ MESSAGES = {
     "ClientShare": lambda: pb.ClientShare(job_id="j", client_id="c1", masked_vector=VEC),
     "ValidatedShare": lambda: pb.ValidatedShare(measurement=VEC, proof=VEC, share_seed=b"\x04" * 32, blind=b"\x05" * 32, joint_rand_parts=b"\x06" * 96),
     "ShareBatch": lambda: pb.ShareBatch(job_id="j", client_ids=["c1", "c2"], mask_seeds=b"\x01" * 64, client_indices=b"\x01\0\0\0"),
+    "ValidatedShares": lambda: pb.ValidatedShares(measurements=VEC, proofs=VEC, share_seeds=b"\x04" * 64, blinds=b"\x05" * 64, joint_rand_parts=b"\x06" * 192),
     "ShareReceipt": lambda: pb.ShareReceipt(job_id="j", accepted=3, rejected=[pb.ShareRejection(client_id="c9", problem=common_pb2.REPLAY, detail="again")]),
     "ShareRejection": lambda: pb.ShareRejection(client_id="c9", problem=common_pb2.MALFORMED, detail="short"),
     "ReceivedClients": lambda: pb.ReceivedClients(job_id="j", sequence=4, client_ids=["a", "b"], final=True, total=9, digest=b"\x02" * 32,
