@@ -15,7 +15,8 @@ verify key, through the real machines in one process.
   can always reject every client by sending garbage records; docs/limitations.md.)
 - A party streaming a run of shares for other clients, or copies of its own, is refused share by share (WRONG_ROLE,
   REPLAY) — but the node expands and verifies the whole run first (expected failure: the batched precheck runs before
-  the per-share refusals; in a seed-compressed job 32 bytes buy a whole share's expansion and FLP query).
+  the per-share refusals; in a seed-compressed job 32 bytes buy a whole share's expansion and FLP query); a router's
+  validated ShareBatch likewise verifies the rows of clients it refused (expected failure).
 """
 
 from __future__ import annotations
@@ -219,3 +220,38 @@ def test_a_node_verifies_no_proof_of_a_share_it_will_refuse(monkeypatch):
     _, rejected = node.receive_shares(mallory, others + [own, own])
     assert [e.problem for _, e in rejected] == [common_pb2.WRONG_ROLE] * 3 + [common_pb2.REPLAY] * 2 and node.received == 1
     assert sum(verified) == 0, f"the node verified {sum(verified)} shares it then refused"
+
+
+@pytest.mark.xfail(strict=True, reason="ComputeNodeMachine._take_validated_batch passes the whole packed batch to validation.check_packed, "
+                                       "so clients the per-client checks refused (REPLAY here) are expanded and verified too")
+def test_a_node_verifies_no_proof_of_a_batched_share_it_refused(monkeypatch):
+    """A router's validated ShareBatch replayed with one new client: the two replayed clients are refused (REPLAY) by
+    the per-client checks, and only the new client's share should be expanded and verified."""
+    prm = DcaParams(job_id="rv-batch", dimension=D, clients=6, max_missing=2, nodes=("n0", "n1", "n2"), frac_bits=F_BITS, validate="range",
+                    simulation_seed=b"review", epsilon=1.0, delta=1e-5, sensitivity=2.0, noise="discrete-gaussian", seed_compressed=True)
+    _, nodes = _keyed_nodes(prm)
+    node = nodes[1]
+    plan = prm.validation
+    assert plan is not None
+    zeros = np.zeros(D, dtype=np.int64)
+
+    def batch(ids: list[str]) -> dca_pb2.ShareBatch:
+        meas = np.stack([validation.encode_input(plan, zeros, zeros)] * len(ids)).astype(np.uint64)
+        pk = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=True)[node.k]
+        return dca_pb2.ShareBatch(job_id=prm.job_id, client_ids=ids, validated=dca_pb2.ValidatedShares(
+            measurements=pk.measurements, proofs=pk.proofs, share_seeds=pk.share_seeds, blinds=pk.blinds, joint_rand_parts=pk.joint_rand_parts))
+
+    router = Peer("operator", "rv-router")
+    receipt = node.receive(router, batch(["client-000000", "client-000001"]))[0].message
+    assert receipt.accepted == 2 and node.received == 2
+    verified: list[int] = []
+    real = validation.check_packed
+
+    def counting(p, pk, **kw):
+        verified.append(pk.clients)
+        return real(p, pk, **kw)
+
+    monkeypatch.setattr(validation, "check_packed", counting)
+    receipt = node.receive(router, batch(["client-000000", "client-000001", "client-000002"]))[0].message
+    assert receipt.accepted == 1 and [r.problem for r in receipt.rejected] == [common_pb2.REPLAY] * 2 and node.received == 3
+    assert sum(verified) == 1, f"the node verified {sum(verified)} batched shares, 2 of them refused"
