@@ -180,7 +180,7 @@ class ComputeNodeMachine(DcaMachine):
         if out is not None:
             return out, []
         accepted, outputs, rejected = 0, [], []
-        self._precheck(shares)
+        self._precheck(sender, shares)
         try:
             for j, share in enumerate(shares):
                 try:
@@ -195,12 +195,24 @@ class ComputeNodeMachine(DcaMachine):
             self._prechecked.clear()
         return [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=accepted))] + outputs, rejected
 
-    def _precheck(self, shares: Sequence[pb.ClientShare]) -> None:
+    def _precheck(self, sender: Peer, shares: Sequence[pb.ClientShare]) -> None:
         """A validated job: verify a run of shares' proofs in batched calls before the per-share steps take them
-        (a pure function of each message and the verify key; the steps then find their result here)."""
-        if self.plan is None or self.state != "AWAIT_SHARES" or len(shares) < 2 or not self.key_ready:
+        (a pure function of each message and the verify key; the steps then find their result here). Only shares
+        the per-share step would take are verified: the sender's own id, on the roster, not held here, the first of
+        its id in the run, no more than the room left — a refused share costs no proof check."""
+        if self.plan is None or self.state != "AWAIT_SHARES" or len(shares) < 2 or not self.key_ready or (self.named and sender.role != "party"):
             return
-        run = [s for s in shares if s.job_id == self.job_id and s.WhichOneof("share") == "validated"]
+        room, seen, run = self.params.clients - self.received, set(), []
+        for s in shares:
+            cid = s.client_id
+            if s.job_id != self.job_id or s.WhichOneof("share") != "validated" or cid in seen or (sender.role == "party" and sender.name != cid):
+                continue
+            seen.add(cid)
+            run.append(s)
+        look = self._book.lookup([s.client_id for s in run]).tolist()
+        run = [s for s, i in zip(run, look) if self._client_problem(s.client_id, int(i)) is None][:room]
+        if len(run) < 2:
+            return
         results = validation.check_shares(
             self.plan, [_share_fields(s.validated) for s in run], job_id=self.job_id, client_ids=[s.client_id for s in run], k=self.k,
             nodes=self.params.M, seeded=self.params.seed_compressed, verify_key=self._verify_key,
@@ -455,16 +467,19 @@ class ComputeNodeMachine(DcaMachine):
         """A validated batch's clients that passed the per-client checks (``keep``): every one's share verified in one
         batched query, each bound to its own client id (as its own ClientShare would be); a malformed share refused
         (MALFORMED) on its own, the others taken. MALFORMED for the whole batch if a field is not n rows long."""
-        roster = self._book.roster
+        plan, roster = self.plan, self._book.roster
+        assert plan is not None
         names = ids if ids is not None else [roster.name(i) if i >= 0 else "" for i in look.tolist()]  # "": refused above, never taken
         try:
-            checked = validation.check_packed(self.plan, packed, job_id=self.job_id, client_ids=list(names), k=self.k, nodes=self.params.M,  # type: ignore[arg-type]
-                                              seeded=self.params.seed_compressed, verify_key=self._verify_key)
+            validation.check_packed_lengths(plan, packed, k=self.k, nodes=self.params.M, seeded=self.params.seed_compressed)
+            mine = packed if len(keep) == packed.clients else packed.rows(keep)  # refused rows cost no proof check
+            checked = validation.check_packed(plan, mine, job_id=self.job_id, client_ids=[names[j] for j in keep], k=self.k,
+                                              nodes=self.params.M, seeded=self.params.seed_compressed, verify_key=self._verify_key)
         except validation.MalformedShare as e:
             raise RemoteProtocolError(MALFORMED, f"validated batch: {e}") from None
         taken, rows, records = [], [], []
-        for j in keep:
-            got = checked[j]
+        for at, j in enumerate(keep):
+            got = checked[at]
             if isinstance(got, validation.MalformedShare):
                 receipt.rejected.add(client_id=names[j], problem=MALFORMED, detail=f"validated share: {got}")
                 continue

@@ -33,7 +33,7 @@ import math
 import os
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -260,6 +260,16 @@ class PackedShares:
 
         return ShareForNode(cut(self.measurements), cut(self.proofs), cut(self.share_seeds), cut(self.blinds), cut(self.joint_rand_parts))
 
+    def rows(self, keep: Sequence[int]) -> PackedShares:
+        """The batch of rows ``keep`` only (call after :func:`check_packed_lengths`)."""
+        def cut(data: bytes) -> bytes:
+            if not data:
+                return data
+            w, view = len(data) // self.clients, memoryview(data)
+            return b"".join(view[w * i : w * (i + 1)] for i in keep)
+
+        return PackedShares(len(keep), *(cut(getattr(self, f)) for f in PACKED_FIELDS))
+
 
 def client_shares_packed(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[PackedShares]:
     """Steps 2–4 for many clients (a load generator's batch): one :class:`PackedShares` per node, the same shares as
@@ -437,24 +447,32 @@ def _verify(p: Plan, parsed: list[_Parsed | MalformedShare], *, k: int, nodes: i
     return out
 
 
-def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list[str], k: int, nodes: int, seeded: bool,
-                 verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
-    """:func:`check_shares` for a batch on the wire (the ValidatedShares of a ShareBatch): row i is client_ids[i]'s
-    share, checked and verified as its own ClientShare would be (its part, joint randomness and query bound to its own
-    id). MalformedShare for the whole batch if a field's length is not n rows (nothing taken), for one client if one
-    of its elements is not canonical."""
-    c = p.circuit
-    n = len(client_ids)
-    if packed.clients != n or len(packed.blinds) != SEED * n or len(packed.joint_rand_parts) != SEED * nodes * n:
+def check_packed_lengths(p: Plan, packed: PackedShares, *, k: int, nodes: int, seeded: bool) -> None:
+    """MalformedShare unless every field of the batch is exactly ``packed.clients`` rows long for node k."""
+    c, n = p.circuit, packed.clients
+    if len(packed.blinds) != SEED * n or len(packed.joint_rand_parts) != SEED * nodes * n:
         raise MalformedShare(f"{n} validated shares need {n} × {SEED}-byte blinds and {n} × {nodes} × {SEED} bytes of joint-randomness parts")
-    helper = seeded and k >= 1
-    if helper:
+    if seeded and k >= 1:
         if len(packed.share_seeds) != SEED * n or packed.measurements or packed.proofs:
             raise MalformedShare(f"node {k} takes {n} × {SEED}-byte share seeds in this job")
     else:
         wm, wp = F.ENCODED_SIZE * c.meas_len, F.ENCODED_SIZE * c.proofs * c.proof_len
         if packed.share_seeds or len(packed.measurements) != wm * n or len(packed.proofs) != wp * n:
             raise MalformedShare(f"node {k} takes {n} full shares of {wm} + {wp} bytes in this job")
+
+
+def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list[str], k: int, nodes: int, seeded: bool,
+                 verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
+    """:func:`check_shares` for a batch on the wire (the ValidatedShares of a ShareBatch): row i is client_ids[i]'s
+    share, checked and verified as its own ClientShare would be (its part, joint randomness and query bound to its own
+    id). MalformedShare for the whole batch if a field's length is not n rows (nothing taken), for one client if one
+    of its elements is not canonical."""
+    n = len(client_ids)
+    if packed.clients != n:
+        raise MalformedShare(f"{n} client ids for {packed.clients} validated shares")
+    check_packed_lengths(p, packed, k=k, nodes=nodes, seeded=seeded)
+    helper, c = seeded and k >= 1, p.circuit
+    wm, wp = F.ENCODED_SIZE * c.meas_len, F.ENCODED_SIZE * c.proofs * c.proof_len
     blinds, hints = memoryview(packed.blinds), memoryview(packed.joint_rand_parts)
     out: list[tuple[np.ndarray, bytes] | MalformedShare] = []
     step = batch_size(p)

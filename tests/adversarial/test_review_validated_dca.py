@@ -187,8 +187,6 @@ def _keyed_nodes(prm: DcaParams) -> tuple[AggregatorMachine, list[ComputeNodeMac
     return agg, nodes
 
 
-@pytest.mark.xfail(strict=True, reason="ComputeNodeMachine._precheck verifies a whole run's proofs (a seed-compressed node expands each "
-                                       "seed to the full share first) before the per-share steps refuse shares for another client or replays")
 def test_a_node_verifies_no_proof_of_a_share_it_will_refuse(monkeypatch):
     """A party may submit only its own share, once. A run of shares for other clients, or of copies of its own, is
     refused per share (WRONG_ROLE, REPLAY) — and must be refused before the node expands or verifies anything: in a
@@ -222,8 +220,6 @@ def test_a_node_verifies_no_proof_of_a_share_it_will_refuse(monkeypatch):
     assert sum(verified) == 0, f"the node verified {sum(verified)} shares it then refused"
 
 
-@pytest.mark.xfail(strict=True, reason="ComputeNodeMachine._take_validated_batch passes the whole packed batch to validation.check_packed, "
-                                       "so clients the per-client checks refused (REPLAY here) are expanded and verified too")
 def test_a_node_verifies_no_proof_of_a_batched_share_it_refused(monkeypatch):
     """A router's validated ShareBatch replayed with one new client: the two replayed clients are refused (REPLAY) by
     the per-client checks, and only the new client's share should be expanded and verified."""
