@@ -16,6 +16,8 @@ sends a validated share one element short. Expected:
   same shares sent again under their own id (REPLAY: the voter counts once) and a measurement or proof of the wrong
   length (MALFORMED: that client is missing, not rejected); an l2 job rejects an over-norm vector (its slack bits
   wrapped) and a proof share altered at one node;
+- T + 1 clients omitting their noise are accepted (undetectable by a proof) and the release states the condition
+  its guarantee rests on;
 - in one more job every other class — out of range, 10^9 noise, a proof share altered at one node, a proof made for
   another client id — is rejected by every node alike, while a client that omits its noise is accepted (its η = 0 is
   within the proven bound) and counts among the T the calibration allows.
@@ -313,4 +315,33 @@ def test_l2_job_rejects_an_over_norm_vector_and_a_proof_share_altered_at_one_nod
     err = np.array(r.values) - Z.sum(axis=0)
     assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + n * 2.0**-F_BITS), (err, r.noise_variance)
     assert np.max(np.abs(r.values)) < 50
+    assert_all_serving(fed)
+
+
+def test_more_than_t_clients_omitting_noise_are_accepted_and_the_release_states_its_condition(fed):
+    """N = 4, T = 1: two clients omit their noise (η = 0). A proof bounds noise from above only — whether a noise is
+    fresh and secret cannot be shown on shares (a client could as well publish a proper draw) — so both are accepted
+    and the nodes cannot tell. The guarantee does not degrade silently: the release states, with its T, that it holds
+    only when at most T clients collude, omit their noise, drop out or are rejected (docs/protocols/dca.md, "Privacy
+    with malicious contributors"); the sum itself is still exact within the honest noise."""
+    n, t = 4, 1
+    job = create_dca(fed, dca_spec(n=n, d=D, deadline=20.0, max_missing=t, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE,
+                                   fractional_bits=F_BITS, sensitivity=2.0))
+    params = DcaParams.from_spec(job, _announcement(fed, mint(fed, "party", "q-look"), job).spec)
+    plan = params.validation
+    assert plan is not None
+    ep = Endpoints.load(fed.workdir)
+    Z = np.random.default_rng(17).uniform(-0.8, 0.8, (n, D))
+    for k, z in enumerate(Z[:2]):
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"q-honest-{k}"), f"q-honest-{k}", job, z)).rejected
+    for k, z in enumerate(Z[2:]):
+        meas = validation.encode_input(plan, np.rint(z * 2**F_BITS).astype(np.int64), np.zeros(D, dtype=np.int64))
+        assert [r.accepted for r in _send(fed, f"q-quiet-{k}", job, _shares_of(params, job, f"q-quiet-{k}", meas))] == [1, 1, 1]
+
+    r = _release(fed, job)
+    assert (r.clients_included, r.clients_rejected) == (n, 0)
+    assert "at most T clients drop out, are rejected, collude or omit their noise" in r.guarantee.statement
+    assert f"T = {t}" in r.guarantee.statement or f"T={t}" in r.guarantee.statement, r.guarantee.statement
+    err = np.array(r.values) - Z.sum(axis=0)
+    assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + n * 2.0**-F_BITS), (err, r.noise_variance)
     assert_all_serving(fed)
