@@ -37,6 +37,7 @@ __all__ = ["Federation", "JobFailed", "PATHAK_NOISE", "DCA_NOISE"]
 
 PATHAK_NOISE = ("gaussian-distributed", "corrected", "paper")  # the first is the default (docs/experiments/pathak2010.md)
 DCA_NOISE = ("gaussian", "discrete-gaussian")
+DCA_VALIDATE = ("range", "l2", "one-hot", "none")  # a DCA sum's predicate (mpdp.dca.validation); none: unproven contributions
 ENSEMBLE_METHODS = ("soft", "vote")
 ENDPOINTS_ENV = "MPDP_ENDPOINTS"
 # The one bridge from the network-free core to the services: the live backend is the operator room's, found by
@@ -56,7 +57,7 @@ class Backend(Protocol):
     def dp_gd(self, *, epsilon: float, delta: float, lam: float, rounds: int | None, classes: tuple[Any, ...] | None, total_records: int | None,
               records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None) -> Result: ...
     def dca_sum(self, Z: np.ndarray, *, epsilon: float, delta: float, clip: float, sensitivity: float, max_missing: int, noise: str,
-                client_ids: list[str]) -> Result: ...
+                client_ids: list[str], validate: str) -> Result: ...
     def linear_regression(self, *, bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int | None, records_per_party: int | None,
                           noise: str, grid_repeats: tuple[int, int], dataset: str | None, parties: tuple[str, ...] | None,
                           validate: bool) -> Result: ...
@@ -244,13 +245,17 @@ class Federation:
                                    max_missing=_nonneg("max_missing", max_missing), dataset=dataset, parties=_parties_arg(parties))
 
     def dca_sum(self, vectors: Any, *, epsilon: float, delta: float, clip: float = 1.0, sensitivity: float | None = None, max_missing: int = 0,
-                noise: str = DCA_NOISE[0], client_ids: Sequence[str] | None = None) -> Result:
+                noise: str | None = None, client_ids: Sequence[str] | None = None, validate: str = "range") -> Result:
         """The Distributed Compute Algorithm (Heikkilä et al. 2017): the (ε, δ)-DP sum of N client vectors.
 
         Each row of ``vectors`` is one client's vector; every client clips each entry to ±``clip``, adds its slice
         of the Gaussian noise and secret-shares the result across the M compute nodes, which add up and release only
         the noisy sum. ``sensitivity``: Δ₂ of one client's vector (default 2·clip·√d: any client replaced).
-        ``max_missing``: T clients that may drop out or collude. ``noise``: ``gaussian`` or ``discrete-gaussian``.
+        ``max_missing``: T clients that may drop out or collude. ``validate`` (default ``range``): every client proves
+        on its shares that each entry is within ±clip (``l2``: ‖z‖₂ ≤ clip; ``one-hot``: a 0/1 vote) and its noise's
+        norm bounded; an invalid contribution is dropped like a dropout. ``none`` trusts the clients (the guarantee says
+        so). ``noise``: ``discrete-gaussian`` (the default, and the only noise a validated sum takes) or, with
+        ``validate="none"``, ``gaussian`` (its default there).
         Live, the vectors are submitted with the operator's certificate as a simulated cohort (as `mpdp dca loadgen`).
 
         >>> fed.dca_sum(np.ones((10, 3)) * 0.5, epsilon=1.0, delta=1e-5).model.values   # doctest: +SKIP
@@ -264,12 +269,16 @@ class Federation:
         _positive("delta", delta, upper=1.0)
         _positive("clip", clip)
         sens = 2.0 * float(clip) * math.sqrt(Z.shape[1]) if sensitivity is None else _positive("sensitivity", sensitivity)
-        _choice("noise", noise, DCA_NOISE)
+        _choice("validate", validate, DCA_VALIDATE)
+        if validate != "none" and noise not in (None, "discrete-gaussian"):
+            raise ValueError(f"a validated sum (validate={validate!r}) takes discrete-gaussian noise (the proof bounds integer noise); "
+                             "pass validate='none' for gaussian noise")
+        noise = _choice("noise", noise or ("gaussian" if validate == "none" else "discrete-gaussian"), DCA_NOISE)
         ids = list(client_ids) if client_ids is not None else [f"client-{i:06d}" for i in range(Z.shape[0])]
         if len(ids) != Z.shape[0] or len(set(ids)) != len(ids):
             raise ValueError(f"client_ids must be {Z.shape[0]} distinct names, one per row")
         return self._backend.dca_sum(Z, epsilon=float(epsilon), delta=float(delta), clip=float(clip), sensitivity=sens,
-                                     max_missing=_nonneg("max_missing", max_missing), noise=noise, client_ids=ids)
+                                     max_missing=_nonneg("max_missing", max_missing), noise=noise, client_ids=ids, validate=validate)
 
     sum = dca_sum
 

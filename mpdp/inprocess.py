@@ -181,7 +181,7 @@ class InProcessBackend:
                                                                                          if isinstance(r.release, dca_pb2.DpSum))})}
 
     def dca_sum(self, Z: np.ndarray, *, epsilon: float, delta: float, clip: float, sensitivity: float, max_missing: int, noise: str,
-                client_ids: list[str]) -> Result:
+                client_ids: list[str], validate: str = "range") -> Result:
         from mpdp.dca.driver import run_job
         from mpdp.dca.errors import InvalidJob
         from mpdp.dca.params import DcaParams
@@ -191,7 +191,7 @@ class InProcessBackend:
         job_id, seed = self._job("dca")
         try:
             params = DcaParams(job_id, Z.shape[1], Z.shape[0], max_missing, epsilon, delta, sensitivity, self.compute_nodes, clip_bounds=(clip,),
-                               simulation_seed=seed, noise=noise)
+                               simulation_seed=seed, noise=noise, validate=validate, frac_bits=32 if validate == "none" else 16)
         except InvalidJob as e:
             raise ValueError(str(e)) from None
         run = run_job(params, Z, self._rng(seed, "dca-clients"), client_ids=client_ids, client_mode="machines" if Z.shape[0] <= 256 else "cohort")

@@ -160,6 +160,7 @@ class DcaParams:
             check_sum_headroom(self.clients, self.value_bound, self.frac_bits, U64_MODULUS)
         except EncodingOverflow as e:
             raise InvalidJob(f"headroom: N·(max c + 8σ_client)·2^f must stay below 2^63: {e}") from None
+        self._init_validation()
 
     def _check_roster_range(self) -> None:
         prefix, digits = self.roster_range  # type: ignore[misc]
@@ -190,6 +191,10 @@ class DcaParams:
     def _init_validation(self) -> None:
         """A validated job's circuit (:mod:`mpdp.dca.validation`): refused here if any sum it checks could wrap mod p."""
         if self.validate == "none":
+            g = self.guarantee
+            note = (" Contributions are not proven valid (validate NONE): the guarantee assumes honest clients; one malicious client"
+                    " can move the sum arbitrarily or omit its noise.")
+            object.__setattr__(self, "guarantee", Guarantee(g.mechanism, g.epsilon, g.delta, g.sensitivity, g.norm, g.statement + note))
             return
         acc = self.discrete
         try:

@@ -46,33 +46,30 @@ def dca() -> None:
 @click.option("--nodes", required=True, help="comma-separated compute node names")
 @renamed_option("--calibration", "--mode", "mode", type=click.Choice(["corrected", "paper"]), default="corrected", show_default=True,
                 help="how σ is calibrated to (ε, δ): the analytic Gaussian (corrected) or the classic formula (paper)")
-@click.option("--noise", type=click.Choice(NOISES), default="gaussian", show_default=True,
-              help="the noise: floating-point Gaussian, or exact integer discrete Gaussian (Canonne et al. 2020; ρ-zCDP and (ε, δ), Kairouz et al. 2021)")
-@click.option("--frac-bits", type=int, default=None, help="f: values travel in units of 2^-f  [default: 32; 16 with --validate]")
+@click.option("--noise", type=click.Choice(NOISES), default=None,
+              help="the noise: exact integer discrete Gaussian (Canonne et al. 2020; ρ-zCDP and (ε, δ), Kairouz et al. 2021), "
+                   "or floating-point Gaussian (only with --validate none)  [default: discrete-gaussian; gaussian with --validate none]")
+@click.option("--frac-bits", type=int, default=None, help="f: values travel in units of 2^-f  [default: 16; 32 with --validate none]")
 @click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
 @click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")
-@click.option("--validate", type=click.Choice(CREATE_VALIDATIONS), default="none", show_default=True,
+@click.option("--validate", type=click.Choice(CREATE_VALIDATIONS), default="range", show_default=True,
               help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the noise's norm too); "
-                   "invalid ones are dropped and counted like dropouts. Needs --noise discrete-gaussian")
+                   "invalid ones are dropped and counted like dropouts. none: contributions are trusted, not proven (honest clients only)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, validate,
            as_json) -> None:
     """Create a DCA job at the curator; prints its id."""
     import grpc
 
-    from mpdp.messages import common_pb2, dca_pb2 as pb
+    from mpdp_services.dca_client.client import job_spec
 
-    if validate != "none" and noise != "discrete-gaussian":
-        raise click.UsageError("--validate needs --noise discrete-gaussian (integer noise whose norm the proof bounds)")
-    if frac_bits is None:
-        frac_bits = 32 if validate == "none" else 16
-
-    spec = pb.DcaJobSpec(
-        dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
-        mode=common_pb2.CORRECTED if mode == "corrected" else common_pb2.PAPER, clip_bounds=[clip], compute_nodes=nodes.split(","),
-        deadline_seconds=deadline, seed_compressed=seed_compressed, noise=pb.NoiseKind.ValueType(NOISES.index(noise)), fractional_bits=frac_bits,
-        validate=pb.Validation.ValueType(VALIDATIONS.index(validate)),
-    )
+    if validate != "none" and noise not in (None, "discrete-gaussian"):
+        raise click.UsageError(f"--noise {noise} cannot be proven valid: a validated job (--validate {validate}, the default range) needs "
+                               "--noise discrete-gaussian, the integer noise whose norm the proof bounds; pass --validate none to trust "
+                               "contributions unproven with floating-point noise")
+    spec = job_spec(dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
+                    clip=clip, nodes=nodes.split(","), calibration=mode, validate=validate, noise=noise, frac_bits=frac_bits,
+                    deadline_seconds=deadline, seed_compressed=seed_compressed)
     address, op = _operator(endpoints)
     with op:
         try:

@@ -112,7 +112,7 @@ class LiveBackend:
 
     # -- DCA --------------------------------------------------------------------------------------------
     def dca_sum(self, Z: np.ndarray, *, epsilon: float, delta: float, clip: float, sensitivity: float, max_missing: int, noise: str,
-                client_ids: list[str]) -> Result:
+                client_ids: list[str], validate: str = "range") -> Result:
         from mpdp.dca.errors import InvalidJob
         from mpdp.dca.params import DcaParams
         from mpdp.results import dca_sum_result
@@ -120,7 +120,8 @@ class LiveBackend:
 
         t0 = time.perf_counter()
         try:
-            params = DcaParams("pending", Z.shape[1], Z.shape[0], max_missing, epsilon, delta, sensitivity, tuple(self._nodes()), clip_bounds=(clip,), noise=noise)
+            params = DcaParams("pending", Z.shape[1], Z.shape[0], max_missing, epsilon, delta, sensitivity, tuple(self._nodes()), clip_bounds=(clip,), noise=noise,
+                               validate=validate, frac_bits=32 if validate == "none" else 16)
         except InvalidJob as e:
             raise ValueError(str(e)) from None
         ep = self.endpoints

@@ -12,6 +12,12 @@ sends a validated share one element short. Expected:
   (one ClientShare per client) releases;
 - the job releases (N = 5, T = 2: two missing) and its release is the honest clients' sum within its noise, nowhere
   near 10^9; the verify key that seeds the nodes' query randomness is never shown to a client (GetJob);
+- a one-hot job rejects a two-hot and an empty vote and a voter's exact shares replayed under a new id, refuses the
+  same shares sent again under their own id (REPLAY: the voter counts once) and a measurement or proof of the wrong
+  length (MALFORMED: that client is missing, not rejected); an l2 job rejects an over-norm vector (its slack bits
+  wrapped) and a proof share altered at one node;
+- T + 1 clients omitting their noise are accepted (undetectable by a proof) and the release states the condition
+  its guarantee rests on;
 - in one more job every other class — out of range, 10^9 noise, a proof share altered at one node, a proof made for
   another client id — is rejected by every node alike, while a client that omits its noise is accepted (its η = 0 is
   within the proven bound) and counts among the T the calibration allows.
@@ -27,7 +33,7 @@ import numpy as np
 
 from mpdp.dca import validation
 from mpdp.dca.params import DcaParams
-from mpdp.math import field as F
+from mpdp.math import field as F, flp
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_cohort, submit_vector
@@ -204,6 +210,138 @@ def test_every_malicious_class_is_rejected_alike_and_an_omitted_noise_counts_wit
         r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
     assert (r.clients_included, r.clients_rejected) == (len(HONEST) + 1, 4)
     assert not any(cid in str(r) for cid in attacks)
+    err = np.array(r.values) - Z.sum(axis=0)
+    assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + n * 2.0**-F_BITS), (err, r.noise_variance)
+    assert_all_serving(fed)
+
+
+def _send(fed, cid: str, job: str, shares: list[dca_pb2.ValidatedShare], as_id: str | None = None) -> list[dca_pb2.ShareReceipt]:
+    tls = mint(fed, "party", as_id or cid)
+    return [_stream(fed, tls, NODES[k], [dca_pb2.ClientShare(job_id=job, client_id=as_id or cid, validated=s)]) for k, s in enumerate(shares)]
+
+
+def _release(fed, job: str) -> dca_pb2.DpSum:
+    st = wait_dca(fed, job, timeout=120)
+    assert st.state == "RELEASED", st
+    with operator_curator(fed) as ch:
+        return dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+
+
+def test_one_hot_job_rejects_two_hot_empty_and_replayed_votes_and_refuses_wrong_lengths(fed):
+    """A one-hot job, N = 7, T = 4: three honest voters (one through raw shares); a two-hot vote, an empty vote and
+    the raw voter's exact shares replayed under a new id are each rejected by every node; the raw voter's exact
+    shares sent again under its own id are refused (REPLAY) and it counts once; a measurement one element long and a
+    proof one element short are refused (MALFORMED) at every node and the client is missing, not rejected."""
+    n, t = 7, 4
+    job = create_dca(fed, dca_spec(n=n, d=D, deadline=20.0, max_missing=t, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_ONE_HOT,
+                                   fractional_bits=F_BITS, sensitivity=2.0))
+    params = DcaParams.from_spec(job, _announcement(fed, mint(fed, "party", "oh-look"), job).spec)
+    plan = params.validation
+    assert plan is not None
+    zeros = np.zeros(D, dtype=np.int64)
+    vote = validation.encode_input(plan, np.array([0, 2**F_BITS, 0]), zeros)  # the vote's bits come first, then the noise's
+
+    ep = Endpoints.load(fed.workdir)
+    Z = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    for k, z in enumerate(Z):
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"oh-honest-{k}"), f"oh-honest-{k}", job, z)).rejected
+    raw = _shares_of(params, job, "oh-raw", vote)
+    assert [r.accepted for r in _send(fed, "oh-raw", job, raw)] == [1, 1, 1]
+    again = _send(fed, "oh-raw", job, raw)  # the exact same shares again: refused, counted once
+    assert all(r.accepted == 0 and [x.problem for x in r.rejected] == [common_pb2.REPLAY] for r in again), again
+
+    two_hot, empty = vote.copy(), vote.copy()
+    two_hot[0], empty[1] = 1, 0
+    attacks = {"oh-two-hot": _shares_of(params, job, "oh-two-hot", two_hot), "oh-empty": _shares_of(params, job, "oh-empty", empty)}
+    for cid, shares in attacks.items():
+        assert [r.accepted for r in _send(fed, cid, job, shares)] == [1, 1, 1], cid
+    assert [r.accepted for r in _send(fed, "oh-raw", job, raw, as_id="oh-copycat")] == [1, 1, 1]  # proof bound to oh-raw
+
+    long_meas, short_proof = _shares_of(params, job, "oh-long", vote), _shares_of(params, job, "oh-short", vote)
+    for s in long_meas:
+        s.measurement += bytes(8)
+    for s in short_proof:
+        s.proof = s.proof[:-8]
+    for cid, shares in (("oh-long", long_meas), ("oh-short", short_proof)):
+        for r in _send(fed, cid, job, shares):
+            assert r.accepted == 0 and [x.problem for x in r.rejected] == [common_pb2.MALFORMED], (cid, r)
+            assert len(r.rejected[0].detail) < 300 and cid not in r.rejected[0].detail
+
+    r = _release(fed, job)  # 3 honest, 3 rejected (two-hot, empty, copycat); the two wrong-length clients are missing
+    assert (r.clients_included, r.clients_rejected) == (3, 3)
+    assert not any(cid in str(r) for cid in ("oh-two-hot", "oh-empty", "oh-copycat", "oh-long", "oh-short"))
+    err = np.array(r.values) - (Z.sum(axis=0) + np.array([0.0, 1.0, 0.0]))
+    assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + n * 2.0**-F_BITS), (err, r.noise_variance)
+    assert_all_serving(fed)
+
+
+def test_l2_job_rejects_an_over_norm_vector_and_a_proof_share_altered_at_one_node(fed):
+    """An l2 job (‖z‖₂ ≤ 1), N = 5, T = 2: three honest clients; a vector whose every coordinate is in range but whose
+    norm is 1.5 (its slack bits claim (bound − ‖y‖²) mod 2^bs, as if the subtraction could wrap) and an honest proof
+    share altered at one node are rejected by every node; the release is the honest sum within its noise."""
+    n, t = 5, 2
+    job = create_dca(fed, dca_spec(n=n, d=D, deadline=20.0, max_missing=t, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_L2,
+                                   fractional_bits=F_BITS, sensitivity=2.0))
+    params = DcaParams.from_spec(job, _announcement(fed, mint(fed, "party", "l2-look"), job).spec)
+    plan = params.validation
+    assert plan is not None
+    ball = plan.circuit.predicates[0]
+    assert isinstance(ball, flp.L2Ball)
+    zeros = np.zeros(D, dtype=np.int64)
+
+    ep = Endpoints.load(fed.workdir)
+    Z = np.random.default_rng(13).uniform(-0.5, 0.5, (3, D))
+    for k, z in enumerate(Z):
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"l2-honest-{k}"), f"l2-honest-{k}", job, z)).rejected
+
+    y = np.full(D, int(0.87 * 2**F_BITS), dtype=np.int64)  # ‖z‖₂ = 1.5 > 1, every |z_j| < 1
+    norm2 = int(np.sum(y.astype(object) ** 2))
+    assert norm2 > ball.bound and int(np.max(y)) < 1 << (ball.entry_bits - 1)
+    over = validation.encode_input(plan, zeros, zeros).astype(np.uint64)
+    at = D * ball.entry_bits
+    over[:at] = flp._bits_of(y + (1 << (ball.entry_bits - 1)), ball.entry_bits)
+    over[at : at + ball.slack_bits] = flp._bits_of(np.array([(ball.bound - norm2) % (1 << ball.slack_bits)]), ball.slack_bits)
+
+    altered = _shares_of(params, job, "l2-altered", validation.encode_input(plan, zeros, zeros))
+    c = plan.circuit
+    proof = F.decode(altered[1].proof, c.proofs * c.proof_len)
+    proof[0] = F.add(proof[0], np.uint64(1))
+    altered[1].proof = F.encode(proof)
+    for cid, shares in (("l2-over", _shares_of(params, job, "l2-over", over)), ("l2-altered", altered)):
+        assert [r.accepted for r in _send(fed, cid, job, shares)] == [1, 1, 1], cid
+
+    r = _release(fed, job)
+    assert (r.clients_included, r.clients_rejected) == (3, 2)
+    err = np.array(r.values) - Z.sum(axis=0)
+    assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + n * 2.0**-F_BITS), (err, r.noise_variance)
+    assert np.max(np.abs(r.values)) < 50
+    assert_all_serving(fed)
+
+
+def test_more_than_t_clients_omitting_noise_are_accepted_and_the_release_states_its_condition(fed):
+    """N = 4, T = 1: two clients omit their noise (η = 0). A proof bounds noise from above only — whether a noise is
+    fresh and secret cannot be shown on shares (a client could as well publish a proper draw) — so both are accepted
+    and the nodes cannot tell. The guarantee does not degrade silently: the release states, with its T, that it holds
+    only when at most T clients collude, omit their noise, drop out or are rejected (docs/protocols/dca.md, "Privacy
+    with malicious contributors"); the sum itself is still exact within the honest noise."""
+    n, t = 4, 1
+    job = create_dca(fed, dca_spec(n=n, d=D, deadline=20.0, max_missing=t, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE,
+                                   fractional_bits=F_BITS, sensitivity=2.0))
+    params = DcaParams.from_spec(job, _announcement(fed, mint(fed, "party", "q-look"), job).spec)
+    plan = params.validation
+    assert plan is not None
+    ep = Endpoints.load(fed.workdir)
+    Z = np.random.default_rng(17).uniform(-0.8, 0.8, (n, D))
+    for k, z in enumerate(Z[:2]):
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"q-honest-{k}"), f"q-honest-{k}", job, z)).rejected
+    for k, z in enumerate(Z[2:]):
+        meas = validation.encode_input(plan, np.rint(z * 2**F_BITS).astype(np.int64), np.zeros(D, dtype=np.int64))
+        assert [r.accepted for r in _send(fed, f"q-quiet-{k}", job, _shares_of(params, job, f"q-quiet-{k}", meas))] == [1, 1, 1]
+
+    r = _release(fed, job)
+    assert (r.clients_included, r.clients_rejected) == (n, 0)
+    assert "at most T clients drop out, are rejected, collude or omit their noise" in r.guarantee.statement
+    assert f"T = {t}" in r.guarantee.statement or f"T={t}" in r.guarantee.statement, r.guarantee.statement
     err = np.array(r.values) - Z.sum(axis=0)
     assert np.all(np.abs(err) <= 6 * math.sqrt(r.noise_variance) + n * 2.0**-F_BITS), (err, r.noise_variance)
     assert_all_serving(fed)

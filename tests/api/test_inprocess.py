@@ -87,11 +87,15 @@ def test_dca_sum(cancer):
     r = fed.dca_sum(Z, epsilon=1.0, delta=1e-5, max_missing=2)
     _check_common(r, "dca-sum")
     assert isinstance(r.model, DpSumRelease) and r.model.values.shape == (5,) and r.model.clients_included == 40
-    assert r.noise == "gaussian" and r.guarantee.delta == 1e-5
+    assert r.noise == "discrete-gaussian" and 0 < r.guarantee.delta <= 1e-5 and "proven valid" in r.guarantee.statement  # validated by default
     assert r.operations["accepted_shares"] == 40 * len(fed.compute_nodes)
     sd = np.sqrt(r.model.noise_variance)
     assert sd > 0 and np.all(np.abs(r.model.values - Z.sum(axis=0)) < 8 * sd)  # noisy, but around the true sum
     assert fed.sum is not None and mpdp.Federation.sum is mpdp.Federation.dca_sum
+    plain = fed.dca_sum(Z, epsilon=1.0, delta=1e-5, max_missing=2, validate="none")
+    assert plain.noise == "gaussian" and "not proven valid" in plain.guarantee.statement
+    with pytest.raises(ValueError, match="validate='none'"):
+        fed.dca_sum(Z, epsilon=1.0, delta=1e-5, noise="gaussian")
     with pytest.raises(TypeError):
         r.predict(Z)  # a sum is not a predictor
 

@@ -88,7 +88,7 @@ def test_dca_sum_live(live):
     f = mpdp.Federation.connect(fed.workdir)
     r = f.dca_sum(Z, epsilon=1.0, delta=1e-5, max_missing=1)
     assert r.backend == "live" and isinstance(r.model, DpSumRelease) and r.model.clients_included == 30
-    assert r.operations["accepted_shares"] == 30 * len(NODES) and r.guarantee.delta == 1e-5
+    assert r.operations["accepted_shares"] == 30 * len(NODES) and 0 < r.guarantee.delta <= 1e-5
     assert np.all(np.abs(r.model.values - Z.sum(axis=0)) < 8 * np.sqrt(r.model.noise_variance))
     _same_shape(r, mpdp.Federation.in_process(parties=parts).dca_sum(Z, epsilon=1.0, delta=1e-5, max_missing=1))
 

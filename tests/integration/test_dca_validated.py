@@ -42,7 +42,7 @@ def create(fed, *extra: str, d: int = 5, n: int = 12, clip: float = 1.0) -> subp
 
 def test_cli_validated_job_releases_with_its_proof_stated(fed):
     n, d, seed = 12, 5, 4
-    out = create(fed, "--noise", "discrete-gaussian", "--validate", "range", n=n, d=d)
+    out = create(fed, n=n, d=d)  # the defaults: --validate range, --noise discrete-gaussian, f = 16
     assert out.returncode == 0, out.stderr
     job = json.loads(out.stdout)["job_id"]
     load = mpdp("dca", "loadgen", "--endpoints", str(fed.workdir), "--job", job, "-n", str(n), "--seed", str(seed), "--json")
@@ -62,8 +62,22 @@ def test_cli_validated_job_releases_with_its_proof_stated(fed):
 
 
 def test_cli_refuses_validate_without_discrete_noise(fed):
-    out = create(fed, "--validate", "one-hot")  # --json: the failure is one JSON error object on stdout
-    assert out.returncode != 0 and "--noise discrete-gaussian" in json.loads(out.stdout)["error"]["message"]
+    for extra in (("--noise", "gaussian"), ("--validate", "one-hot", "--noise", "gaussian")):  # the default --validate range too
+        out = create(fed, *extra)  # --json: the failure is one JSON error object on stdout
+        message = json.loads(out.stdout)["error"]["message"]
+        assert out.returncode != 0 and "--noise discrete-gaussian" in message and "--validate none" in message
+
+
+def test_cli_unvalidated_job_says_its_contributions_are_not_proven(fed):
+    out = create(fed, "--validate", "none", n=4, d=2)
+    assert out.returncode == 0, out.stderr
+    job = json.loads(out.stdout)["job_id"]
+    load = mpdp("dca", "loadgen", "--endpoints", str(fed.workdir), "--job", job, "-n", "4", "--json")
+    assert load.returncode == 0, load.stderr
+    assert json.loads(mpdp("dca", "watch", "--endpoints", str(fed.workdir), "--job", job, "--json").stdout)["state"] == "RELEASED"
+    r = json.loads(mpdp("dca", "release", "--endpoints", str(fed.workdir), "--job", job).stdout)
+    assert (r["validate"], r["noise"], r["fractional_bits"]) == ("none", "gaussian", 32)
+    assert "not proven valid" in r["guarantee"]["statement"]
 
 
 def test_curator_refuses_a_validated_job_whose_sums_could_wrap(fed):
