@@ -40,6 +40,26 @@ def test_scalar_powers_pack_signed_exponents() -> None:
     assert packing.unpack(1 << 144, 3, 48) is None
 
 
+@pytest.mark.parametrize("count", [1, 4, 9, 14, 15])
+def test_multi_exponentiation_equals_one_powmod_per_slot(count: int) -> None:
+    """The per-block multi-exponentiation gives the product of the per-slot powers for signed, zero and
+    all-zero exponents, full blocks and a partial last one."""
+    assert packing.GROUP < 7
+    key = KeyPair.generate(512)
+    pk, rng = key.public, Drbg.from_seed(b"straus")
+    n2 = pk.nsquare
+    c = pk.encrypt(7, rng)
+    width, slots = 40, 7  # two subset-product groups (packing.GROUP = 5), one of them partial
+    for values in ([rng.randbelow(1 << 30) - (1 << 29) for _ in range(count)], [0] * count, [-1] * count):
+        want = []
+        for b in range(0, count, slots):
+            acc = 1
+            for k, v in enumerate(values[b : b + slots]):
+                acc = acc * pow(pow(c, 1 << (k * width), n2), v, n2) % n2
+            want.append(acc)
+        assert packing.scalar_powers(pk, c, values, width, slots) == want
+
+
 @pytest.mark.parametrize("mode", ["corrected", "gaussian-distributed"])
 def test_packed_release_equals_the_plaintext_mechanism(small_secrets, mode: str) -> None:
     data = _data([31, 44, 27, 38], seed=5)
