@@ -136,6 +136,25 @@ def test_two_workers_per_node_run_a_validated_job_and_reject_a_malicious_client(
             finally:
                 await asyncio.gather(*(c.close() for c in channels))
 
+        async def short():
+            """A share one element short, over several connections (so over both processes of node 1): refused each time."""
+            s = validation.client_shares(plan, job, "shorty", meas, params.M, seeded=False)[0]
+            msg = pb.ClientShare(job_id=job, client_id="shorty", validated=pb.ValidatedShare(
+                measurement=s.measurement[:-8], proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts))
+            out = []
+            for _ in range(6):
+                channels = _node_channels(ann, ep.tls, own_connection=True)
+                try:
+                    async def one():
+                        yield msg
+                    out.append(await pb_grpc.ComputeNodeStub(channels[0]).SubmitShares(one(), timeout=60))
+                finally:
+                    await asyncio.gather(*(c.close() for c in channels))
+            return out
+
+        for r in asyncio.run(short()):
+            assert r.accepted == 0 and [x.problem for x in r.rejected] == [common_pb2.MALFORMED], r
+            assert len(r.rejected[0].detail) < 300 and "shorty" not in r.rejected[0].detail
         asyncio.run(mallory())
         status = op.wait(job, timeout=120)
         assert status.state == "RELEASED", status.detail
