@@ -11,8 +11,8 @@ Per (kind, d, M), on ``--sample`` clients (the per-client costs do not depend on
 * ``node_ms`` — one node's work for one client: unvalidated, unpack and add the share; validated, check lengths and
   canonical elements, recompute its joint-randomness part, the query (its verifier share) and its output share;
 * ``client_batch_ms`` / ``node_batch_ms`` — the same per client when ``--sample`` clients are proven together
-  (:func:`mpdp.dca.validation.client_shares_many`, a load generator) or verified together
-  (:func:`mpdp.dca.validation.check_shares`, what a node does with a run of shares from one stream);
+  (:func:`mpdp.dca.validation.client_shares_packed`, a load generator's batch) or verified together
+  (:func:`mpdp.dca.validation.check_packed`, what a node does with a ShareBatch of ValidatedShares);
 * ``decide_ms`` — one node's decision once the M verifier records are in (validated only);
 * ``bytes`` — the client's messages to all M nodes (serialised ClientShare), full shares and seed-compressed;
   ``record_bytes`` — one verifier record a node sends each other node (in its received-set report).
@@ -111,11 +111,11 @@ def measure(kind: str, d: int, m: int, sample: int) -> dict:
         # many clients at once: a load generator proving a batch, a node verifying a run of shares (one stream)
         t0 = time.perf_counter()
         rows = [validated_values(prm, Z[i], Drbg.from_os()) for i in range(sample)]
-        meas_b = np.stack([validation.encode_input(plan, y, eta) for y, eta in rows])
-        many = validation.client_shares_many(plan, "bench", [f"c{i}" for i in range(sample)], meas_b, m, seeded=seeded)
+        meas_b = validation.encode_inputs(plan, np.stack([y for y, _ in rows]), np.stack([eta for _, eta in rows]))
+        many = validation.client_shares_packed(plan, "bench", [f"c{i}" for i in range(sample)], meas_b, m, seeded=seeded)
         t_client_batch = (time.perf_counter() - t0) / sample
         t0 = time.perf_counter()
-        checked = validation.check_shares(plan, [sh[1] for sh in many], job_id="bench", client_ids=[f"c{i}" for i in range(sample)], k=1, nodes=m,
+        checked = validation.check_packed(plan, many[1], job_id="bench", client_ids=[f"c{i}" for i in range(sample)], k=1, nodes=m,
                                           seeded=seeded, verify_key=key)
         t_node_batch = (time.perf_counter() - t0) / sample
         assert not any(isinstance(x, validation.MalformedShare) for x in checked)
@@ -149,9 +149,10 @@ def end_to_end(d: int, m: int, n: int) -> list[dict]:
 
 def federation_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int) -> list[dict]:
     """Whole jobs over real processes and mutual TLS (a LocalFederation: the curator and M compute nodes): for each
-    (N, d), an unvalidated discrete-Gaussian job (ShareBatch messages, the fastest unvalidated path) and a validated
-    (range) one (one ClientShare per client and node, proofs built a batch at a time while the nodes verify the
-    previous batch). Seconds from the first share built to RELEASED seen by the operator; job creation excluded."""
+    (N, d), an unvalidated discrete-Gaussian job and a validated (range) one, both from one load-generator process
+    (no process pool for either) sending ShareBatch messages (validated: ValidatedShares, ≤ 1024 clients a batch, the
+    next batch proven in a thread while the nodes verify the previous one). Seconds from the first share built to
+    RELEASED seen by the operator; job creation excluded."""
     import asyncio
     import tempfile
 
@@ -182,7 +183,7 @@ def federation_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int) -> list
                         st = op.wait(job, timeout=3600)
                         seconds = time.perf_counter() - t0
                         rel = op.release(job) if st.state == "RELEASED" else None
-                    row = {"kind": kind, "N": n, "d": d, "M": m, "seconds": seconds, "client_seconds": rep.client_seconds, "state": st.state,
+                    row = {"kind": kind, "N": n, "d": d, "M": m, "seconds": seconds, "commit": COMMIT, "client_seconds": rep.client_seconds, "state": st.state,
                            "accepted": rep.accepted, "rejected_shares": len(rep.rejected), "clients_included": rel.clients_included if rel else 0,
                            "clients_rejected": rel.clients_rejected if rel else 0, "load_before": la0, "load_after": os.getloadavg()}
                     rows.append(row)
@@ -190,6 +191,18 @@ def federation_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int) -> list
         finally:
             fed.stop()
     return rows
+
+
+def _commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        return ""
+
+
+COMMIT = _commit()  # the code this process (and the federation it starts) runs
 
 
 def main() -> None:

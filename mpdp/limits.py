@@ -49,7 +49,7 @@ DEFAULT_DELTA = 1e-6  # δ of an (ε, δ) job that names none: Pathak gaussian-d
 MAX_PATHAK_DIMENSION = 4096  # Paillier work per coordinate (noise chain, masks, reshare)
 MAX_DCA_DIMENSION = 1 << 20  # 8 MiB per packed vector; the ensemble's vote vector N·C is a DCA vector
 MAX_DCA_CLIENTS = 1_000_000  # 10× the largest benchmark (N = 10⁵); nodes keep per-client state
-MAX_VALIDATED_DIMENSION = 4096  # a validated client's proof input is ~20–60 Field64 elements a coordinate (mpdp.dca.validation)
+MAX_VALIDATED_DIMENSION = 1 << 14  # a client's proof input is ~20–60 Field64 elements a coordinate: ≤ 8 MiB a message; nodes keep only d-long output shares
 MAX_NODES = 63  # per-client node bitmasks are int64 (mpdp.dca.agreement)
 MAX_CLIENT_ID_BYTES = 256
 MAX_ROSTER_DIGITS = 12  # DcaJobSpec.roster_range: ids prefix + a zero-padded decimal index

@@ -74,11 +74,12 @@ def split(n: int, parties: int = PARTIES, seed: int = SPLIT_SEED) -> list[np.nda
 
 
 def dpgd_plan(epsilon: float, delta: float, n: int):  # noqa: ANN201
-    """The plan `mpdp train --model dp-gd` makes for a9a: binary, d = 123, λ = 10⁻³, replace-one with N public, R by rule."""
+    """The plan `mpdp train --model dp-gd` makes for a9a: binary, d = 123, λ = 10⁻³, replace-one with N public, R by rule,
+    validated rounds (the CLI's default: each party proves its round vector in its ℓ2 ball; discrete Gaussian noise)."""
     from mpdp.dpgd.model import Task
     from mpdp.dpgd.plan import DpgdPlan, auto_rounds
 
-    return DpgdPlan(Task("binary"), DIMENSION, epsilon, delta, lam=LAMBDA, rounds=auto_rounds(epsilon, n), total_records=n)
+    return DpgdPlan(Task("binary"), DIMENSION, epsilon, delta, lam=LAMBDA, rounds=auto_rounds(epsilon, n), total_records=n, validate="l2")
 
 
 def curator_fit(plan, parts: list[tuple[np.ndarray, np.ndarray]], rng) -> np.ndarray:  # noqa: ANN001

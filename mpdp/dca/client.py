@@ -204,10 +204,12 @@ def validated_values_many(params: DcaParams, Z: np.ndarray, rng: Drbg) -> tuple[
     return rounded, noise
 
 
-def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, batch_size: int = 0) -> Iterator[list[list[pb.ClientShare]]]:
+def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, batch_size: int = 0) -> Iterator[tuple[list[str], list[pb.ShareBatch]]]:
     """Many simulated clients of a validated job (load generator, benchmarks; not private: one Drbg for all): per
-    batch, the ClientShare messages for each node (out[k] goes to node k). A batch's values from one Drbg child
-    (:func:`validated_values_many`), its proofs in one call (:func:`mpdp.dca.validation.client_shares_many`)."""
+    batch of ``batch_size`` clients (default :func:`mpdp.dca.validation.batch_size`), its client ids and one ShareBatch
+    per node (out[k] goes to node k) carrying their ValidatedShares. A batch's values from one Drbg child
+    (:func:`validated_values_many`), its proofs in batched calls (:func:`mpdp.dca.validation.client_shares_packed`);
+    each client's shares and proof are exactly those its own :class:`ClientMachine` would send."""
     plan = params.validation
     if plan is None:
         raise InvalidJob("not a validated job")
@@ -215,23 +217,24 @@ def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rn
     Z = np.asarray(Z, dtype=np.float64)
     if Z.shape != (len(client_ids), params.dimension):
         raise InvalidJob(f"Z must have shape ({len(client_ids)}, {params.dimension}), got {Z.shape}")
+    if len(set(client_ids)) != len(client_ids):
+        raise InvalidJob("client ids must be distinct")
+    indices = _roster_index(params, list(client_ids)) if params.has_roster else None
+    if indices is not None and indices.size and int(indices.min()) < 0:
+        raise InvalidJob(f"a client of the cohort is not on the roster of job {params.job_id}")
     step = batch_size or validation.batch_size(plan)
     for at in range(0, len(client_ids), step):
         ids = client_ids[at : at + step]
         ys, etas = validated_values_many(params, Z[at : at + step], rng.child(f"noise/{at}"))
-        meas = []
-        for j in range(len(ids)):
-            try:
-                meas.append(validation.encode_input(plan, ys[j], None if etas is None else etas[j]))
-            except validation.ValidationError as e:
-                raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
-        shares = validation.client_shares_many(plan, params.job_id, ids, np.stack(meas), params.M, seeded=params.seed_compressed)
-        yield [
-            [pb.ClientShare(job_id=params.job_id, client_id=cid, validated=pb.ValidatedShare(
-                measurement=sh[k].measurement, proof=sh[k].proof, share_seed=sh[k].share_seed, blind=sh[k].blind, joint_rand_parts=sh[k].joint_rand_parts))
-             for cid, sh in zip(ids, shares)]
-            for k in range(params.M)
-        ]
+        try:
+            meas = validation.encode_inputs(plan, ys, etas)
+        except validation.ValidationError as e:  # only the noise norm, probability ≤ 2^-96, data-independent (in δ)
+            raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
+        packed = validation.client_shares_packed(plan, params.job_id, ids, meas, params.M, seeded=params.seed_compressed)
+        named = {"client_indices": indices[at : at + step].astype("<u4").tobytes()} if indices is not None else {"client_ids": ids}
+        yield ids, [pb.ShareBatch(job_id=params.job_id, validated=pb.ValidatedShares(
+            measurements=sh.measurements, proofs=sh.proofs, share_seeds=sh.share_seeds, blinds=sh.blinds, joint_rand_parts=sh.joint_rand_parts), **named)
+            for sh in packed]
 
 
 @dataclass

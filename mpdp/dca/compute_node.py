@@ -179,7 +179,7 @@ class ComputeNodeMachine(DcaMachine):
         if out is not None:
             return out, []
         accepted, outputs, rejected = 0, [], []
-        self._precheck(shares)
+        self._precheck(sender, shares)
         try:
             for j, share in enumerate(shares):
                 try:
@@ -194,12 +194,24 @@ class ComputeNodeMachine(DcaMachine):
             self._prechecked.clear()
         return [Reply(pb.ShareReceipt(job_id=self.job_id, accepted=accepted))] + outputs, rejected
 
-    def _precheck(self, shares: Sequence[pb.ClientShare]) -> None:
+    def _precheck(self, sender: Peer, shares: Sequence[pb.ClientShare]) -> None:
         """A validated job: verify a run of shares' proofs in batched calls before the per-share steps take them
-        (a pure function of each message and the verify key; the steps then find their result here)."""
-        if self.plan is None or self.state != "AWAIT_SHARES" or len(shares) < 2 or not self.key_ready:
+        (a pure function of each message and the verify key; the steps then find their result here). Only shares
+        the per-share step would take are verified: the sender's own id, on the roster, not held here, the first of
+        its id in the run, no more than the room left — a refused share costs no proof check."""
+        if self.plan is None or self.state != "AWAIT_SHARES" or len(shares) < 2 or not self.key_ready or (self.named and sender.role != "party"):
             return
-        run = [s for s in shares if s.job_id == self.job_id and s.WhichOneof("share") == "validated"]
+        room, seen, run = self.params.clients - self.received, set(), []
+        for s in shares:
+            cid = s.client_id
+            if s.job_id != self.job_id or s.WhichOneof("share") != "validated" or cid in seen or (sender.role == "party" and sender.name != cid):
+                continue
+            seen.add(cid)
+            run.append(s)
+        look = self._book.lookup([s.client_id for s in run]).tolist()
+        run = [s for s, i in zip(run, look) if self._client_problem(s.client_id, int(i)) is None][:room]
+        if len(run) < 2:
+            return
         results = validation.check_shares(
             self.plan, [_share_fields(s.validated) for s in run], job_id=self.job_id, client_ids=[s.client_id for s in run], k=self.k,
             nodes=self.params.M, seeded=self.params.seed_compressed, verify_key=self._verify_key,
@@ -323,7 +335,7 @@ class ComputeNodeMachine(DcaMachine):
             except validation.MalformedShare as e:
                 raise RemoteProtocolError(MALFORMED, f"validated share: {e}") from None
             row, record = checked
-            self._accept_validated(cid, look, row, record)
+            self._accept_validated([cid], look, row[None, :], [record])
         elif self.takes_seeds:
             require(kind == "mask_seed", MALFORMED, f"node {self.me.name} takes 32-byte mask seeds in this job, got {kind}")
             require(len(msg.mask_seed) == sharing.SEED_BYTES, MALFORMED, f"a mask seed must be {sharing.SEED_BYTES} bytes, got {len(msg.mask_seed)}")
@@ -357,7 +369,13 @@ class ComputeNodeMachine(DcaMachine):
 
     def _on_ShareBatch(self, sender: Peer, msg: pb.ShareBatch) -> list[Output]:
         self._check_relay(sender)
-        require(self.plan is None, MALFORMED, f"job {self.job_id} is validated: it takes one ClientShare (with its proof) per client")
+        kind = msg.WhichOneof("shares")
+        if self.plan is not None:  # n ValidatedShares in one message: lengths checked here, each client below
+            require(kind == "validated" or not (msg.masked_vectors or msg.mask_seeds), MALFORMED,
+                    f"job {self.job_id} is validated: a batch carries ValidatedShares (with their proofs), got {kind}")
+            require(self.key_ready, STEP_OUT_OF_ORDER, f"job {self.job_id}: the compute nodes have not agreed on its verify key yet")
+        elif kind == "validated":
+            raise RemoteProtocolError(MALFORMED, f"job {self.job_id} is not validated: it takes no ValidatedShares")
         ids: list[str] | None = list(msg.client_ids)
         raw_idx = msg.client_indices
         look: np.ndarray | None = None
@@ -370,11 +388,15 @@ class ComputeNodeMachine(DcaMachine):
             n = look.size
         else:
             n = len(msg.client_ids)  # = len(ids)
-        kind = msg.WhichOneof("shares")
         rows: np.ndarray | None = None
         seeds: list[bytes] | None = None
+        packed: validation.PackedShares | None = None
         # every read of a protobuf bytes field returns a fresh copy: read each one once
-        if n and self.takes_seeds:
+        if self.plan is not None:
+            v = msg.validated
+            packed = validation.PackedShares(n, v.measurements, v.proofs, v.share_seeds, v.blinds, v.joint_rand_parts)
+            require(n > 0 or not any(getattr(packed, f) for f in validation.PACKED_FIELDS), MALFORMED, "a batch without clients must carry no shares")
+        elif n and self.takes_seeds:
             require(kind == "mask_seeds", MALFORMED, f"node {self.me.name} takes mask seeds in this job, got {kind}")
             data = msg.mask_seeds
             require(len(data) == sharing.SEED_BYTES * n, MALFORMED, f"{n} mask seeds must be {sharing.SEED_BYTES * n} bytes, got {len(data)}")
@@ -424,7 +446,9 @@ class ComputeNodeMachine(DcaMachine):
                     continue
                 in_batch.add(key)
                 keep.append(j)
-        if keep:
+        if keep and packed is not None:
+            keep = self._take_validated_batch(ids, look, keep, packed, receipt)
+        elif keep:
             whole = len(keep) == n
             self._accept(
                 None if ids is None else (ids if whole else [ids[j] for j in keep]),
@@ -436,6 +460,34 @@ class ComputeNodeMachine(DcaMachine):
         # the same rule as single shares: a report per report_every clients, not per batch (at d = 10⁴ a 4 MiB batch
         # holds 52 clients, and a report to M − 1 peers per batch cost the nodes more than the shares did)
         return [Reply(receipt)] + (self._report(final=False) if self._unreported_n >= self.report_every else [])
+
+    def _take_validated_batch(self, ids: list[str] | None, look: np.ndarray, keep: list[int], packed: validation.PackedShares,
+                              receipt: pb.ShareReceipt) -> list[int]:
+        """A validated batch's clients that passed the per-client checks (``keep``): every one's share verified in one
+        batched query, each bound to its own client id (as its own ClientShare would be); a malformed share refused
+        (MALFORMED) on its own, the others taken. MALFORMED for the whole batch if a field is not n rows long."""
+        plan, roster = self.plan, self._book.roster
+        assert plan is not None
+        names = ids if ids is not None else [roster.name(i) if i >= 0 else "" for i in look.tolist()]  # "": refused above, never taken
+        try:
+            validation.check_packed_lengths(plan, packed, k=self.k, nodes=self.params.M, seeded=self.params.seed_compressed)
+            mine = packed if len(keep) == packed.clients else packed.rows(keep)  # refused rows cost no proof check
+            checked = validation.check_packed(plan, mine, job_id=self.job_id, client_ids=[names[j] for j in keep], k=self.k,
+                                              nodes=self.params.M, seeded=self.params.seed_compressed, verify_key=self._verify_key)
+        except validation.MalformedShare as e:
+            raise RemoteProtocolError(MALFORMED, f"validated batch: {e}") from None
+        taken, rows, records = [], [], []
+        for at, j in enumerate(keep):
+            got = checked[at]
+            if isinstance(got, validation.MalformedShare):
+                receipt.rejected.add(client_id=names[j], problem=MALFORMED, detail=f"validated share: {got}")
+                continue
+            taken.append(j)
+            rows.append(got[0])
+            records.append(got[1])
+        if taken:
+            self._accept_validated([names[j] for j in taken], look[taken], np.stack(rows), records)
+        return taken
 
     def _accept(self, cids: list[str] | None, look: np.ndarray, rows: np.ndarray | None, seeds: list[bytes] | None) -> None:
         """Commit accepted shares (``cids`` may be None in a roster job): fold those every node already holds,
@@ -462,22 +514,27 @@ class ComputeNodeMachine(DcaMachine):
                 assert seeds is not None
                 self._book.hold_seeds(idx[later], [seeds[j] for j in later.tolist()])
 
-    def _accept_validated(self, cid: str, look: np.ndarray, row: np.ndarray, record: bytes) -> None:
-        """Commit one validated client's share: its output share (Field64) waits until every node's verifier record
-        is in; then it is folded (valid) or dropped and counted (invalid)."""
+    def _accept_validated(self, cids: list[str], look: np.ndarray, rows: np.ndarray, records: list[bytes]) -> None:
+        """Commit validated clients' shares: each output share (Field64) waits until every node's verifier record
+        is in; then it is folded (valid) or dropped and counted (invalid). Those every node already holds are decided
+        here, together."""
         assert self._verdicts is not None
-        idx = look if self.by_index else self._book.admit([cid], look)
+        idx = look if self.by_index else self._book.admit(cids, look)
         full_now = self._book.mark(idx, self._bit)
-        self.received += 1
+        self.received += idx.size
         self._unreported.append(idx)
-        self._unreported_n += 1
-        self._verdicts.put_own(int(idx[0]), record)
-        if bool(full_now[0]):
-            if bool(self._settle(idx)[0]):
-                self.confirmed += 1
-                self._running = F.add(self._running, row)
-        else:
-            self._book.hold_rows(idx, row[None, :])
+        self._unreported_n += idx.size
+        for i, record in zip(idx.tolist(), records):
+            self._verdicts.put_own(i, record)
+        now = np.flatnonzero(full_now)
+        if now.size:
+            valid = self._settle(idx[now])
+            if bool(valid.any()):
+                self.confirmed += int(np.count_nonzero(valid))
+                self._running = F.add(self._running, F.sum(rows[now[valid]], axis=0))
+        later = np.flatnonzero(~full_now)
+        if later.size:
+            self._book.hold_rows(idx[later], rows[later])
 
     def _settle(self, idx: np.ndarray) -> np.ndarray:
         """Decide clients whose every record is in; flag the rejected ones (they leave A, and count like dropouts)."""

@@ -14,6 +14,9 @@ Client i with integer data ỹ_i (units of 2^-f, after clipping and rounding) an
    all M parts (the hint);
 4. π = FLP.prove(x, ρ), shared like x (proof shares are part of each seed's expansion).
 
+Every random value of a client comes from os.urandom, or (the helpers' full shares) from an AES-256-CTR keystream
+keyed from it (:class:`mpdp.math.drbg.Drbg`).
+
 Node k recomputes its own part, derives s_k from the hint with its own part in place, and computes its verifier
 share with query randomness r = XOF(verify key, job ‖ client) — the key is the nodes' own (:func:`verify_key`: a hash
 of one random piece from each node, exchanged node to node before any share is taken), so neither the client nor
@@ -25,16 +28,20 @@ from the *reported* parts, and FLP.decide on the sum of the verifier shares. Eac
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from mpdp.math import field as F
 from mpdp.math import flp
+from mpdp.math.drbg import Drbg
 
+_P = np.uint64(F.P)
 KINDS = ("none", "range", "l2", "one-hot", "votes")
 SEED = 32  # bytes of a blind, a part, a joint-randomness seed, a share seed, the verify key
 NOISE_TAIL_LOG2 = 96  # an honest client's ‖η‖² exceeds B_η with probability ≤ 2^-96 (then it sends nothing)
@@ -157,17 +164,25 @@ def binder(job_id: str, client_id: str) -> bytes:
     return len(j).to_bytes(2, "big") + j + len(c).to_bytes(2, "big") + c
 
 
-def _part(blind: bytes, bind: bytes, k: int, material: bytes) -> bytes:
-    return F.xof_bytes(_DST_PART, blind, bind + k.to_bytes(2, "big") + material, SEED)
+def _part(blind: bytes, bind: bytes, k: int, material: bytes | memoryview) -> bytes:
+    h = hashlib.shake_128(len(_DST_PART).to_bytes(2, "big") + _DST_PART + blind + bind + k.to_bytes(2, "big"))
+    h.update(material)  # = F.xof_bytes(_DST_PART, blind, bind ‖ k ‖ material), without copying the share
+    return h.digest(SEED)
 
 
 def joint_rand_seed(parts: list[bytes]) -> bytes:
     return F.xof_bytes(_DST_SEED, b"", b"".join(parts), SEED)
 
 
-def _joint_rand(p: Plan, seed: bytes) -> np.ndarray:
+def joint_rand_seed_with(hint: bytes, k: int, part: bytes) -> bytes:
+    """:func:`joint_rand_seed` of the M parts of ``hint`` with part k replaced by ``part`` (node k's own)."""
+    return joint_rand_seed([hint[: SEED * k], part, hint[SEED * (k + 1) :]])
+
+
+def _joint_rands(p: Plan, seeds: list[bytes]) -> np.ndarray:
+    """ρ for many clients, (clients, R, jr_len): row i = XOF(seeds[i])."""
     c = p.circuit
-    return F.xof(_DST_JR, seed, b"", c.proofs * c.jr_len).reshape(c.proofs, c.jr_len)
+    return F.xof_many(_DST_JR, seeds, b"", c.proofs * c.jr_len).reshape(len(seeds), c.proofs, c.jr_len)
 
 
 def expand_share(p: Plan, seed: bytes, bind: bytes, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,6 +195,14 @@ def expand_share(p: Plan, seed: bytes, bind: bytes, k: int) -> tuple[np.ndarray,
 def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
     """The bits of (ỹ, η); ValidationError if the input is outside the predicate (an honest client never is,
     except its noise with probability ≤ 2^-96)."""
+    data = np.asarray(data, dtype=np.int64)
+    if data.ndim != 1 or (noise is not None and np.shape(noise) != data.shape):
+        raise ValidationError("one client's input is a vector")
+    return encode_inputs(p, data[None, :], None if noise is None else np.asarray(noise, dtype=np.int64)[None, :])[0]
+
+
+def encode_inputs(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
+    """:func:`encode_input` for many clients (rows of ``data`` and ``noise``), shape (rows, meas_len)."""
     values = [np.asarray(data, dtype=np.int64)]
     if p.kind in ("one-hot", "votes"):  # ỹ = z·2^f with z 0/1: the circuit's input is z itself (its output is scale·z)
         if bool((values[0] % p.scale != 0).any()):
@@ -190,7 +213,7 @@ def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndar
             raise ValidationError("this job's contributions carry noise")
         values.append(np.asarray(noise, dtype=np.int64))
     try:
-        return p.circuit.encode(values)
+        return p.circuit.encode_rows(values)
     except flp.CircuitError as e:
         raise ValidationError(str(e)) from None
 
@@ -204,60 +227,115 @@ def batch_size(p: Plan) -> int:
 
 
 def client_shares(p: Plan, job_id: str, client_id: str, meas: np.ndarray, nodes: int, *, seeded: bool) -> list[ShareForNode]:
-    """Steps 2–4 for one client: one :class:`ShareForNode` per node. Every random value comes from os.urandom."""
+    """Steps 2–4 for one client: one :class:`ShareForNode` per node. Randomness: see the module docstring."""
     return client_shares_many(p, job_id, [client_id], np.asarray(meas)[None, :], nodes, seeded=seeded)[0]
 
 
 def client_shares_many(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
     """Steps 2–4 for many clients at once (rows of ``meas``), proven in one batched call: per client, one
-    :class:`ShareForNode` per node, proven :func:`batch_size` clients at a time. Every random value comes from os.urandom."""
-    meas = np.asarray(meas, dtype=np.uint64).reshape(len(client_ids), p.circuit.meas_len)
-    step = batch_size(p)
+    :class:`ShareForNode` per node, proven :func:`batch_size` clients at a time. Randomness: see the module docstring."""
     out: list[list[ShareForNode]] = []
-    for at in range(0, len(client_ids), step):
-        out += _client_shares_batch(p, job_id, client_ids[at : at + step], meas[at : at + step], nodes, seeded=seeded)
+    for packed in _proven(p, job_id, client_ids, meas, nodes, seeded=seeded):
+        for i in range(packed[0].clients):
+            out.append([pk.row(i) for pk in packed])
     return out
 
 
-def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[list[ShareForNode]]:
+@dataclass(frozen=True)
+class PackedShares:
+    """Many clients' :class:`ShareForNode` for one node, field by field (the ValidatedShares message): row i of each
+    field is client i's."""
+
+    clients: int
+    measurements: bytes
+    proofs: bytes
+    share_seeds: bytes
+    blinds: bytes
+    joint_rand_parts: bytes
+
+    def row(self, i: int) -> ShareForNode:
+        def cut(data: bytes) -> bytes:
+            w = len(data) // self.clients
+            return data[w * i : w * (i + 1)]
+
+        return ShareForNode(cut(self.measurements), cut(self.proofs), cut(self.share_seeds), cut(self.blinds), cut(self.joint_rand_parts))
+
+    def rows(self, keep: Sequence[int]) -> PackedShares:
+        """The batch of rows ``keep`` only (call after :func:`check_packed_lengths`)."""
+        def cut(data: bytes) -> bytes:
+            if not data:
+                return data
+            w, view = len(data) // self.clients, memoryview(data)
+            return b"".join(view[w * i : w * (i + 1)] for i in keep)
+
+        return PackedShares(len(keep), *(cut(getattr(self, f)) for f in PACKED_FIELDS))
+
+
+def client_shares_packed(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[PackedShares]:
+    """Steps 2–4 for many clients (a load generator's batch): one :class:`PackedShares` per node, the same shares as
+    :func:`client_shares_many` without a Python object per client."""
+    parts = list(_proven(p, job_id, client_ids, meas, nodes, seeded=seeded))
+    if len(parts) == 1:
+        return parts[0]
+    return [PackedShares(len(client_ids), *(b"".join(getattr(pk[k], f) for pk in parts) for f in PACKED_FIELDS)) for k in range(nodes)]
+
+
+PACKED_FIELDS = ("measurements", "proofs", "share_seeds", "blinds", "joint_rand_parts")  # the ValidatedShares fields
+
+
+def _proven(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> Iterator[list[PackedShares]]:
+    meas = np.asarray(meas, dtype=np.uint64).reshape(len(client_ids), p.circuit.meas_len)
+    step = batch_size(p)
+    for at in range(0, len(client_ids), step):
+        yield _client_shares_batch(p, job_id, client_ids[at : at + step], meas[at : at + step], nodes, seeded=seeded)
+
+
+def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[PackedShares]:
     c = p.circuit
     b = len(client_ids)
     binds = [binder(job_id, cid) for cid in client_ids]
-    blinds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)]
-    seeds = [[os.urandom(SEED) for _ in range(nodes)] for _ in range(b)] if seeded else []
+    blinds = os.urandom(SEED * nodes * b)  # client i's blind for node k: bytes [SEED·(i·nodes + k), +SEED)
+    seeds = os.urandom(SEED * nodes * b) if seeded else b""
+    stream = Drbg.from_os()  # the helpers' full shares: AES-256-CTR keyed from os.urandom, fresh per batch
     helper_meas = np.empty((nodes - 1, b, c.meas_len), dtype=np.uint64)
     helper_proof = np.empty((nodes - 1, b, c.proofs, c.proof_len), dtype=np.uint64)
     for k in range(1, nodes):
         if seeded:
             for i in range(b):
-                helper_meas[k - 1, i], helper_proof[k - 1, i] = expand_share(p, seeds[i][k], binds[i], k)
+                at = SEED * (i * nodes + k)
+                helper_meas[k - 1, i], helper_proof[k - 1, i] = expand_share(p, seeds[at : at + SEED], binds[i], k)
         else:
-            helper_meas[k - 1] = F.rand(b * c.meas_len).reshape(b, c.meas_len)
-            helper_proof[k - 1] = F.rand(b * c.proofs * c.proof_len).reshape(b, c.proofs, c.proof_len)
+            helper_meas[k - 1] = F.rand_stream(stream, b * c.meas_len).reshape(b, c.meas_len)
+            helper_proof[k - 1] = F.rand_stream(stream, b * c.proofs * c.proof_len).reshape(b, c.proofs, c.proof_len)
     lead_meas = meas
     for k in range(nodes - 1):
         lead_meas = F.sub(lead_meas, helper_meas[k])
-    jr = np.empty((b, c.proofs, c.jr_len), dtype=np.uint64)
-    hints = []
+    lead_bytes = memoryview(F.encode(lead_meas)).cast("B")
+    helper_bytes = [memoryview(F.encode(helper_meas[k])).cast("B") for k in range(nodes - 1)]
+    w = F.ENCODED_SIZE * c.meas_len
+    jr_seeds, hints = [], []
     for i in range(b):
-        parts = [_part(blinds[i][0], binds[i], 0, F.encode(lead_meas[i]))]
+        own = blinds[SEED * i * nodes : SEED * (i + 1) * nodes]
+        parts = [_part(own[:SEED], binds[i], 0, lead_bytes[w * i : w * (i + 1)])]
         for k in range(1, nodes):
-            parts.append(_part(blinds[i][k], binds[i], k, seeds[i][k] if seeded else F.encode(helper_meas[k - 1, i])))
-        jr[i] = _joint_rand(p, joint_rand_seed(parts))
+            material = seeds[SEED * (i * nodes + k) : SEED * (i * nodes + k + 1)] if seeded else helper_bytes[k - 1][w * i : w * (i + 1)]
+            parts.append(_part(own[SEED * k : SEED * (k + 1)], binds[i], k, material))
+        jr_seeds.append(joint_rand_seed(parts))
         hints.append(b"".join(parts))
+    jr = _joint_rands(p, jr_seeds)
     proof = c.prove(meas, jr, F.rand(b * c.proofs * c.arity).reshape(b, c.proofs, c.arity))
     lead_proof = proof
     for k in range(nodes - 1):
         lead_proof = F.sub(lead_proof, helper_proof[k])
-    out = []
-    for i in range(b):
-        row = [ShareForNode(F.encode(lead_meas[i]), F.encode(lead_proof[i]), b"", blinds[i][0], hints[i])]
-        for k in range(1, nodes):
-            if seeded:
-                row.append(ShareForNode(b"", b"", seeds[i][k], blinds[i][k], hints[i]))
-            else:
-                row.append(ShareForNode(F.encode(helper_meas[k - 1, i]), F.encode(helper_proof[k - 1, i]), b"", blinds[i][k], hints[i]))
-        out.append(row)
+    hint_blob = b"".join(hints)
+    by_node = np.frombuffer(blinds, dtype=np.uint8).reshape(b, nodes, SEED)
+    seed_rows = np.frombuffer(seeds, dtype=np.uint8).reshape(b, nodes, SEED) if seeded else None
+    out = [PackedShares(b, bytes(lead_bytes), F.encode(lead_proof), b"", by_node[:, 0].tobytes(), hint_blob)]
+    for k in range(1, nodes):
+        if seed_rows is not None:
+            out.append(PackedShares(b, b"", b"", seed_rows[:, k].tobytes(), by_node[:, k].tobytes(), hint_blob))
+        else:
+            out.append(PackedShares(b, bytes(helper_bytes[k - 1]), F.encode(helper_proof[k - 1]), b"", by_node[:, k].tobytes(), hint_blob))
     return out
 
 
@@ -311,56 +389,147 @@ def check_shares(p: Plan, shares: list[ShareForNode], *, job_id: str, client_ids
                  verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
     """:func:`check_share` for many clients, the well-formed ones queried together (in batches of
     :func:`batch_size`): per client (output share, record), or the MalformedShare that refuses it."""
-    c = p.circuit
     out: list[tuple[np.ndarray, bytes] | MalformedShare] = []
     step = batch_size(p)
     for at in range(0, len(shares), step):
-        chunk = list(zip(shares[at : at + step], client_ids[at : at + step]))
-        parsed: list[tuple[np.ndarray, np.ndarray, bytes, bytes, bytes] | MalformedShare] = []
-        for share, cid in chunk:
+        parsed: list[_Parsed | MalformedShare] = []
+        for share, cid in zip(shares[at : at + step], client_ids[at : at + step]):
             bind = binder(job_id, cid)
             try:
                 meas, proof, material = _parse(p, share, bind, k, nodes, seeded)
             except MalformedShare as e:
                 parsed.append(e)
                 continue
-            parts = [share.joint_rand_parts[SEED * j : SEED * (j + 1)] for j in range(nodes)]
-            parts[k] = _part(share.blind, bind, k, material)
-            seed = joint_rand_seed(parts)
-            parsed.append((meas, proof, parts[k], seed, bind))
-        good = [x for x in parsed if not isinstance(x, MalformedShare)]
-        if good:
-            meas_b = np.stack([g[0] for g in good])
-            queries = flp.query_points_many(c, _DST_QUERY, verify_key, [g[4] for g in good])
-            verifier = c.query(meas_b, np.stack([g[1] for g in good]), queries, np.stack([_joint_rand(p, g[3]) for g in good]), nodes)
-            rows = c.truncate(meas_b, nodes)
-        j = 0
-        for x in parsed:
-            if isinstance(x, MalformedShare):
-                out.append(x)
-            else:
-                out.append((rows[j], F.encode(verifier[j]) + x[2] + x[3]))
-                j += 1
+            parsed.append(_Parsed(meas, proof, share.blind, share.joint_rand_parts, material, bind))
+        out += _verify(p, parsed, k=k, nodes=nodes, verify_key=verify_key)
+    return out
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """One client's well-formed share at node k: what :func:`_verify` needs."""
+
+    meas: np.ndarray
+    proof: np.ndarray
+    blind: bytes | memoryview
+    hint: bytes | memoryview  # the M joint-randomness parts
+    material: bytes | memoryview  # what node k's part hashes: its measurement share, or its share seed
+    bind: bytes
+
+
+def _verify(p: Plan, parsed: list[_Parsed | MalformedShare], *, k: int, nodes: int, verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
+    """Node k's verifier shares for the well-formed clients of ``parsed`` in one batched query (at most
+    :func:`batch_size` clients): (output share, record) per client, a MalformedShare passed through."""
+    c = p.circuit
+    good = [x for x in parsed if not isinstance(x, MalformedShare)]
+    if not good:
+        return list(parsed)  # type: ignore[arg-type]
+    own, seeds = [], []
+    for g in good:
+        hint = bytes(g.hint)
+        part = _part(bytes(g.blind), g.bind, k, g.material)
+        seeds.append(joint_rand_seed_with(hint, k, part))
+        own.append(part)
+    jr = _joint_rands(p, seeds)
+    meas_b = np.stack([g.meas for g in good])
+    queries = flp.query_points_many(c, _DST_QUERY, verify_key, [g.bind for g in good])
+    verifier = F.encode(c.query(meas_b, np.stack([g.proof for g in good]), queries, jr, nodes))
+    rows = c.truncate(meas_b, nodes)
+    vw = F.ENCODED_SIZE * c.proofs * c.verifier_len
+    out: list[tuple[np.ndarray, bytes] | MalformedShare] = []
+    j = 0
+    for x in parsed:
+        if isinstance(x, MalformedShare):
+            out.append(x)
+        else:
+            out.append((rows[j], verifier[vw * j : vw * (j + 1)] + own[j] + seeds[j]))
+            j += 1
+    return out
+
+
+def check_packed_lengths(p: Plan, packed: PackedShares, *, k: int, nodes: int, seeded: bool) -> None:
+    """MalformedShare unless every field of the batch is exactly ``packed.clients`` rows long for node k."""
+    c, n = p.circuit, packed.clients
+    if len(packed.blinds) != SEED * n or len(packed.joint_rand_parts) != SEED * nodes * n:
+        raise MalformedShare(f"{n} validated shares need {n} × {SEED}-byte blinds and {n} × {nodes} × {SEED} bytes of joint-randomness parts")
+    if seeded and k >= 1:
+        if len(packed.share_seeds) != SEED * n or packed.measurements or packed.proofs:
+            raise MalformedShare(f"node {k} takes {n} × {SEED}-byte share seeds in this job")
+    else:
+        wm, wp = F.ENCODED_SIZE * c.meas_len, F.ENCODED_SIZE * c.proofs * c.proof_len
+        if packed.share_seeds or len(packed.measurements) != wm * n or len(packed.proofs) != wp * n:
+            raise MalformedShare(f"node {k} takes {n} full shares of {wm} + {wp} bytes in this job")
+
+
+def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list[str], k: int, nodes: int, seeded: bool,
+                 verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
+    """:func:`check_shares` for a batch on the wire (the ValidatedShares of a ShareBatch): row i is client_ids[i]'s
+    share, checked and verified as its own ClientShare would be (its part, joint randomness and query bound to its own
+    id). MalformedShare for the whole batch if a field's length is not n rows (nothing taken), for one client if one
+    of its elements is not canonical."""
+    n = len(client_ids)
+    if packed.clients != n:
+        raise MalformedShare(f"{n} client ids for {packed.clients} validated shares")
+    check_packed_lengths(p, packed, k=k, nodes=nodes, seeded=seeded)
+    helper, c = seeded and k >= 1, p.circuit
+    wm, wp = F.ENCODED_SIZE * c.meas_len, F.ENCODED_SIZE * c.proofs * c.proof_len
+    blinds, hints = memoryview(packed.blinds), memoryview(packed.joint_rand_parts)
+    out: list[tuple[np.ndarray, bytes] | MalformedShare] = []
+    step = batch_size(p)
+    for at in range(0, n, step):
+        stop = min(n, at + step)
+        binds = [binder(job_id, cid) for cid in client_ids[at:stop]]
+        parsed: list[_Parsed | MalformedShare] = []
+        if helper:
+            sd = memoryview(packed.share_seeds)
+            for i, bind in zip(range(at, stop), binds):
+                seed = bytes(sd[SEED * i : SEED * (i + 1)])
+                meas, proof = expand_share(p, seed, bind, k)
+                parsed.append(_Parsed(meas, proof, blinds[SEED * i : SEED * (i + 1)], hints[SEED * nodes * i : SEED * nodes * (i + 1)], seed, bind))
+        else:
+            raw_m = memoryview(packed.measurements)[wm * at : wm * stop]
+            meas_rows = np.frombuffer(raw_m, dtype=F.U64).reshape(stop - at, c.meas_len)
+            proof_rows = np.frombuffer(memoryview(packed.proofs)[wp * at : wp * stop], dtype=F.U64).reshape(stop - at, c.proofs, c.proof_len)
+            bad = np.asarray((meas_rows >= _P).any(axis=1) | (proof_rows >= _P).any(axis=(1, 2)))
+            for j, (i, bind) in enumerate(zip(range(at, stop), binds)):
+                if bad[j]:
+                    parsed.append(MalformedShare("a non-canonical element"))
+                    continue
+                parsed.append(_Parsed(meas_rows[j], proof_rows[j], blinds[SEED * i : SEED * (i + 1)], hints[SEED * nodes * i : SEED * nodes * (i + 1)],
+                                      raw_m[wm * j : wm * (j + 1)], bind))
+        out += _verify(p, parsed, k=k, nodes=nodes, verify_key=verify_key)
     return out
 
 
 def decide(p: Plan, records: list[bytes]) -> bool:
     """Valid iff every node used the joint randomness of the parts the nodes themselves computed, and the verifier
     shares add up to an accepting verifier message. Every node computes this from the same M records."""
+    return bool(decide_many(p, [records])[0])
+
+
+def decide_many(p: Plan, clients: list[list[bytes]]) -> np.ndarray:
+    """:func:`decide` for many clients (each its M records), the verifier messages summed and decided in one batched
+    step: a boolean per client."""
     c = p.circuit
     vb = p.record_bytes - 2 * SEED
-    if any(len(r) != p.record_bytes for r in records):
-        return False
-    parts = [r[vb : vb + SEED] for r in records]
-    want = joint_rand_seed(parts)
-    if any(r[vb + SEED :] != want for r in records):
-        return False
-    try:
-        shares = [F.decode(r[:vb], c.proofs * c.verifier_len) for r in records]
-    except F.NotCanonical:
-        return False
-    total = F.sum(np.stack(shares), axis=0).reshape(c.proofs, c.verifier_len)
-    return bool(c.decide(total))
+    ok = np.zeros(len(clients), dtype=bool)
+    shares: list[bytes] = []
+    for j, records in enumerate(clients):
+        if any(len(r) != p.record_bytes for r in records):
+            continue
+        want = joint_rand_seed([r[vb : vb + SEED] for r in records])
+        if any(r[vb + SEED :] != want for r in records):
+            continue
+        ok[j] = True
+        shares += [r[:vb] for r in records]
+    good = np.flatnonzero(ok)
+    if good.size:
+        m = len(clients[int(good[0])])
+        v = np.frombuffer(b"".join(shares), dtype=F.U64).reshape(good.size, m, c.proofs * c.verifier_len)
+        canonical = ~np.asarray((v >= _P).any(axis=(1, 2)))
+        total = F.sum(np.where(canonical[:, None, None], v, np.uint64(0)), axis=1).reshape(good.size, c.proofs, c.verifier_len)
+        ok[good] = canonical & np.asarray(c.decide(total))
+    return ok
 
 
 class Verdicts:
@@ -400,9 +569,14 @@ class Verdicts:
     def settle(self, idx: np.ndarray) -> np.ndarray:
         """Decide the clients ``idx`` (every node's record is in): a boolean array, True = valid. Forgets them."""
         out = np.zeros(idx.size, dtype=bool)
+        complete, records = [], []
         for j, i in enumerate(idx.tolist()):
             recs = self._records.pop(i, None)
-            out[j] = recs is not None and all(r is not None for r in recs) and decide(self.plan, recs)  # type: ignore[arg-type]
+            if recs is not None and all(r is not None for r in recs):
+                complete.append(j)
+                records.append(recs)
+        if complete:
+            out[complete] = decide_many(self.plan, records)  # type: ignore[arg-type]
         self.rejected += int(idx.size - np.count_nonzero(out))
         return out
 

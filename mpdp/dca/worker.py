@@ -73,7 +73,8 @@ class WorkerShares:
     def parse_batch(self, sender_role: str, sender_name: str, msg: pb.ShareBatch) -> Parsed:
         """A ShareBatch: refused as a whole (RemoteProtocolError) when its shape is wrong, as at the coordinator."""
         require(msg.job_id == self.job_id, Problem.UNKNOWN_JOB, "a batch names another job")
-        require(self.plan is None, MALFORMED, f"job {self.job_id} is validated: it takes one ClientShare (with its proof) per client")
+        if self.plan is not None:
+            return self._parse_validated_batch(sender_role, sender_name, msg)
         claim = pb.WorkerClaim(job_id=self.job_id, sender_role=sender_role, sender_name=sender_name)
         raw = msg.client_indices
         if raw:
@@ -157,6 +158,45 @@ class WorkerShares:
             claim.client_ids.append(s.client_id)
         claim.verifier_records = b"".join(records)
         rejected.sort(key=lambda x: x[0])
+        return Parsed(claim, positions, np.stack(rows) if rows else None, None, rejected)
+
+    def _parse_validated_batch(self, sender_role: str, sender_name: str, msg: pb.ShareBatch) -> Parsed:
+        """A validated ShareBatch: every row verified here as the coordinator would (validation.check_packed, each
+        bound to its own client id); a malformed row is rejected on its own, the others claimed with their records."""
+        assert self.plan is not None
+        claim = pb.WorkerClaim(job_id=self.job_id, sender_role=sender_role, sender_name=sender_name)
+        require(msg.WhichOneof("shares") == "validated", MALFORMED, f"job {self.job_id} is validated: a batch carries ValidatedShares (with their proofs)")
+        raw = msg.client_indices
+        if raw:
+            require(not msg.client_ids, MALFORMED, "a batch names its clients by client_ids or by client_indices, not both")
+            require(len(raw) % 4 == 0, MALFORMED, "client_indices must be packed 4-byte little-endian integers")
+            index = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+            names = [self.params.roster_id(i) if i < self.params.clients else f"#{i}" for i in index.tolist()]
+        else:
+            names = list(msg.client_ids)
+        v = msg.validated
+        packed = validation.PackedShares(len(names), v.measurements, v.proofs, v.share_seeds, v.blinds, v.joint_rand_parts)
+        try:
+            checked = validation.check_packed(self.plan, packed, job_id=self.job_id, client_ids=names, k=self.k, nodes=self.params.M,
+                                              seeded=self.params.seed_compressed, verify_key=self.verify_key)
+        except validation.MalformedShare as e:
+            raise RemoteProtocolError(MALFORMED, f"validated batch: {e}") from None
+        positions: list[int] = []
+        rows: list[np.ndarray] = []
+        records: list[bytes] = []
+        rejected: list[tuple[int, pb.ShareRejection]] = []
+        for j, r in enumerate(checked):
+            if isinstance(r, validation.MalformedShare):
+                rejected.append((j, pb.ShareRejection(client_id=names[j], problem=MALFORMED, detail=f"validated share: {r}")))
+                continue
+            positions.append(j)
+            rows.append(r[0])
+            records.append(r[1])
+        if raw:
+            claim.client_indices = index[positions].astype("<u4").tobytes()
+        else:
+            claim.client_ids.extend(names[j] for j in positions)
+        claim.verifier_records = b"".join(records)
         return Parsed(claim, positions, np.stack(rows) if rows else None, None, rejected)
 
     # -- the coordinator's answer ------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mpdp import accounting as ledger_accounting
+from mpdp import accounting as ledger_accounting, limits
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
 from mpdp.dp.mechanisms import Guarantee
@@ -288,7 +288,7 @@ class DpgdPlan:
         circuit fits Field64."""
         s = self.specs[r]
         last: Exception | None = None
-        for f in range(VALIDATED_FRAC_BITS, 3, -1):
+        for f in range(VALIDATED_FRAC_BITS, limits.MIN_FRAC_BITS - 1, -1):
             eps = s.epsilon
             for _ in range(20):  # the discrete calibration lands a hair over ρ_r at worst (floating point): ask for less
                 try:

@@ -14,7 +14,7 @@ Randomness: :func:`rand` reads ``os.urandom`` (the CSPRNG) and :func:`xof` expan
 draft's XOF role); both sample uniformly by rejection (a 64-bit word ≥ p is dropped, probability 2^-32 − 2^-64).
 
 Polynomials over the multiplicative subgroup of order 2^k (k ≤ 32, generator 7 of F_p^*): :func:`ntt` / :func:`intt`
-evaluate / interpolate at the n-th roots of unity along the last axis (iterative radix-2 butterflies, compiled, one row at a time).
+evaluate / interpolate at the n-th roots of unity along the last axis (iterative radix-2 butterflies, compiled, all polynomials of a call side by side).
 """
 
 from __future__ import annotations
@@ -22,10 +22,13 @@ from __future__ import annotations
 import hashlib
 import os
 from functools import lru_cache
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from numba import njit, vectorize
+
+if TYPE_CHECKING:
+    from mpdp.math.drbg import Drbg
 
 P = 2**64 - 2**32 + 1
 ENCODED_SIZE = 8  # bytes per element on the wire (little-endian)
@@ -334,11 +337,36 @@ def rand(n: int) -> np.ndarray:
     return _uniform(more, n)
 
 
+def rand_stream(drbg: "Drbg", n: int) -> np.ndarray:
+    """n uniform elements from a CSPRNG keystream (:class:`mpdp.math.drbg.Drbg`, AES-256-CTR keyed from the OS:
+    ≈ 2× faster than os.urandom for the large shares of a validated contribution), by rejection of words ≥ p."""
+    words = drbg.words(n + 8 + n // (1 << 20))
+    ok = words[words < _P]
+    while ok.size < n:
+        more = drbg.words(n)
+        ok = np.concatenate([ok, more[more < _P]])
+    return ok[:n].astype(np.uint64)
+
+
 def xof(dst: bytes, seed: bytes, binder: bytes, n: int) -> np.ndarray:
     """n elements of SHAKE128(len(dst) ‖ dst ‖ seed ‖ binder), uniform by rejection (the draft's XofShake128 role:
     a domain-separation tag, a seed and a binder string)."""
     h = hashlib.shake_128(len(dst).to_bytes(2, "big") + dst + seed + binder)
     return _uniform(h.digest, n)
+
+
+def xof_many(dst: bytes, seeds: list[bytes], binder: bytes, n: int) -> np.ndarray:
+    """:func:`xof` for many seeds, shape (len(seeds), n): each row the same elements as xof(dst, seed, binder, n). Rows
+    whose first n words are all below p (all but ≈ n·2^-32 of them) are taken in one vectorised step."""
+    if not seeds:
+        return np.zeros((0, n), dtype=np.uint64)
+    prefix = len(dst).to_bytes(2, "big") + dst
+    width = 8 * n
+    words = np.frombuffer(b"".join([hashlib.shake_128(prefix + s + binder).digest(width) for s in seeds]), dtype=U64).reshape(len(seeds), n)
+    out = words.astype(np.uint64)
+    for i in np.flatnonzero((words >= _P).any(axis=1)).tolist():
+        out[i] = xof(dst, seeds[i], binder, n)
+    return out
 
 
 def xof_bytes(dst: bytes, seed: bytes, binder: bytes, n: int) -> bytes:
@@ -375,47 +403,114 @@ def _plan(n: int, inverse: bool) -> tuple[np.ndarray, np.ndarray]:
     return rev, np.concatenate(twiddles) if twiddles else np.zeros(0, dtype=np.uint64)
 
 
-def ntt(a: Elem) -> np.ndarray:
+def ntt(a: Elem, axis: int = -1) -> np.ndarray:
     """Evaluations at ω^0, …, ω^(n−1) (ω = :func:`root_of_unity`(n)) of the polynomials whose coefficients are
-    the last axis of ``a`` (n a power of two)."""
-    return _transform(a, inverse=False)
+    along ``axis`` of ``a`` (-1, or -2: one polynomial per column, no transposition; n a power of two)."""
+    return _transform(a, inverse=False, axis=axis)
 
 
-def intt(a: Elem) -> np.ndarray:
-    """Coefficients of the polynomials of degree < n taking the values ``a`` (last axis) at ω^0, …, ω^(n−1)."""
-    return _transform(a, inverse=True)
+def intt(a: Elem, axis: int = -1) -> np.ndarray:
+    """Coefficients of the polynomials of degree < n taking the values along ``axis`` (-1 or -2) at ω^0, …, ω^(n−1)."""
+    return _transform(a, inverse=True, axis=axis)
 
 
 @njit(cache=True)
-def _ntt_rows(x: np.ndarray, rev: np.ndarray, tw: np.ndarray, scale: np.uint64) -> None:  # pragma: no cover - compiled
-    """In place on each row of x (rows, n): bit-reversal permutation, log2 n radix-2 butterfly levels, times scale."""
-    rows, n = x.shape
-    tmp = np.empty(n, dtype=np.uint64)
-    for r in range(rows):
+def _ntt_columns(x: np.ndarray, rev: np.ndarray, tw: np.ndarray, scale: np.uint64) -> np.ndarray:  # pragma: no cover - compiled
+    """The transform of every column of x (n, columns): bit-reversal permutation of the rows, log2 n radix-2 butterfly
+    levels, times scale. Columns are the innermost axis, so each butterfly runs over contiguous memory (≈ 2.5× faster
+    than one row at a time)."""
+    n, cols = x.shape
+    y = np.empty_like(x)
+    for i in range(n):
+        y[i, :] = x[rev[i], :]
+    half = 1
+    off = 0
+    while half < n:
+        for start in range(0, n, 2 * half):
+            for j in range(half):
+                w = tw[off + j]
+                lo_row = y[start + j]
+                hi_row = y[start + j + half]
+                for c in range(cols):
+                    e = lo_row[c]
+                    o = _mul1(hi_row[c], w)
+                    lo_row[c] = _add1(e, o)
+                    hi_row[c] = _sub1(e, o)
+        off += half
+        half *= 2
+    if scale != _ONE:
         for i in range(n):
-            tmp[i] = x[r, rev[i]]
-        half = 1
-        off = 0
-        while half < n:
-            for start in range(0, n, 2 * half):
-                for j in range(half):
-                    e = tmp[start + j]
-                    o = _mul1(tmp[start + j + half], tw[off + j])
-                    tmp[start + j] = _add1(e, o)
-                    tmp[start + j + half] = _sub1(e, o)
-            off += half
-            half *= 2
-        if scale != _ONE:
-            for i in range(n):
-                tmp[i] = _mul1(tmp[i], scale)
-        for i in range(n):
-            x[r, i] = tmp[i]
+            for c in range(cols):
+                y[i, c] = _mul1(y[i, c], scale)
+    return y
 
 
-def _transform(a: Elem, *, inverse: bool) -> np.ndarray:
+@njit(cache=True)
+def _ntt_stack(x: np.ndarray, rev: np.ndarray, tw: np.ndarray, scale: np.uint64) -> np.ndarray:  # pragma: no cover - compiled
+    """:func:`_ntt_columns` of each x[b] (x of shape (batch, n, columns))."""
+    out = np.empty_like(x)
+    for b in range(x.shape[0]):
+        out[b] = _ntt_columns(x[b], rev, tw, scale)
+    return out
+
+
+@njit(cache=True)
+def _coset_stack(x: np.ndarray, rev: np.ndarray, tw_inv: np.ndarray, tw: np.ndarray, twist: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """Per x[b] (n, columns): interpolate each column (unscaled), multiply row i by twist[i], evaluate."""
+    out = np.empty_like(x)
+    n, cols = x.shape[1], x.shape[2]
+    for b in range(x.shape[0]):
+        y = _ntt_columns(x[b], rev, tw_inv, _ONE)
+        for i in range(n):
+            t = twist[i]
+            for c in range(cols):
+                y[i, c] = _mul1(y[i, c], t)
+        out[b] = _ntt_columns(y, rev, tw, _ONE)
+    return out
+
+
+def coset_values(a: Elem, shift: int) -> np.ndarray:
+    """Given the values of polynomials of degree < n at ω^0, …, ω^(n−1) (one per column: axis −2 has length n), their
+    values at shift·ω^0, …, shift·ω^(n−1): interpolation, the coefficient of x^i times shift^i, evaluation, in one
+    compiled pass per polynomial (= ntt(intt(a) · shift^i), without the intermediate arrays)."""
     a = np.asarray(a, dtype=np.uint64)
-    n = a.shape[-1]
+    n = a.shape[-2]
+    rev, tw_inv = _plan(n, True)
+    _, tw = _plan(n, False)
+    twist = mul(powers(shift, n), np.uint64(pow(n, P - 2, P)))  # the 1/n of the interpolation folded in
+    stack = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
+    return _coset_stack(stack, rev, tw_inv, tw, twist).reshape(a.shape)
+
+
+@njit(cache=True)
+def _pair_dots(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    out = np.empty(x.shape[0], dtype=np.uint64)
+    for r in range(x.shape[0]):
+        acc = _ZERO
+        for i in range(0, x.shape[1] - 1, 2):
+            acc = _add1(acc, _mul1(x[r, i], x[r, i + 1]))
+        out[r] = acc
+    return out
+
+
+def pair_dots(a: Elem) -> np.ndarray:
+    """Σ_i a[..., 2i]·a[..., 2i+1] along the last axis (of even length): ParallelSum(Mul) on interleaved operands."""
+    a = np.asarray(a, dtype=np.uint64)
+    if a.shape[-1] % 2:
+        raise ValueError("pair_dots takes interleaved pairs: an even last axis")
+    return _pair_dots(np.ascontiguousarray(a).reshape(-1, a.shape[-1])).reshape(a.shape[:-1])
+
+
+def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
+    a = np.asarray(a, dtype=np.uint64)
+    if axis not in (-1, -2) or a.ndim < -axis:
+        raise ValueError("the transform runs along axis -1 or -2")
+    n = a.shape[axis]
     rev, tw = _plan(n, inverse)
-    x = np.array(a.reshape(-1, n), dtype=np.uint64, order="C", copy=True)
-    _ntt_rows(x, rev, tw, np.uint64(pow(n, P - 2, P) if inverse else 1))
-    return x.reshape(a.shape)
+    scale = np.uint64(pow(n, P - 2, P) if inverse else 1)
+    if axis == -2:  # already one polynomial per column
+        stack = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
+        return _ntt_stack(stack, rev, tw, scale).reshape(a.shape)
+    columns = np.ascontiguousarray(a.reshape(-1, n).T)  # one polynomial per column
+    y = _ntt_columns(columns, rev, tw, scale)
+    return np.ascontiguousarray(y.T).reshape(a.shape)

@@ -67,6 +67,10 @@ class Predicate:
         """The bits (int64 0/1) of an honest input."""
         raise NotImplementedError
 
+    def encode_rows(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`encode` for each row of ``values`` (many inputs), shape (rows, meas_len)."""
+        return np.stack([self.encode(v) for v in values]).reshape(len(values), self.meas_len)
+
     def quad(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
 
@@ -88,8 +92,9 @@ def _recombine(bits: np.ndarray, width: int) -> np.ndarray:
 
 
 def _bits_of(values: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` low bits of each value, least significant first, along the last axis: (..., d) → (..., d·width)."""
     v = np.asarray(values, dtype=np.int64)
-    return ((v[:, None] >> np.arange(width, dtype=np.int64)[None, :]) & 1).reshape(-1)
+    return ((v[..., None] >> np.arange(width, dtype=np.int64)) & 1).reshape(v.shape[:-1] + (-1,))
 
 
 @dataclass(frozen=True)
@@ -134,10 +139,16 @@ class RangeVec(Predicate):
         x = np.asarray(values, dtype=np.int64) + self.offset
         if x.shape != (self.d,) or bool(((x < 0) | (x > self.max_value)).any()):
             raise CircuitError("RangeVec: a value is out of range")
+        return self.encode_rows(x[None, :] - self.offset)[0]
+
+    def encode_rows(self, values: np.ndarray) -> np.ndarray:
+        x = np.asarray(values, dtype=np.int64) + self.offset
+        if x.ndim != 2 or x.shape[1] != self.d or bool(((x < 0) | (x > self.max_value)).any()):
+            raise CircuitError("RangeVec: a value is out of range")
         parts = [_bits_of(x, self.bits)]
         if self.two_sided:
             parts.append(_bits_of(x + self.gap, self.bits))
-        return np.concatenate(parts)
+        return np.concatenate(parts, axis=-1)
 
     def linear(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> F.Elem:
         if not self.two_sided:
@@ -192,10 +203,19 @@ class L2Ball(Predicate):
         half = 1 << (self.entry_bits - 1)
         if y.shape != (self.d,) or bool(((y < -half) | (y >= half)).any()):
             raise CircuitError("L2Ball: an entry is out of range")
-        norm2 = int(np.sum(y.astype(object) ** 2))
-        if norm2 > self.bound:
+        return self.encode_rows(y[None, :])[0]
+
+    def encode_rows(self, values: np.ndarray) -> np.ndarray:
+        y = np.asarray(values, dtype=np.int64)
+        half = 1 << (self.entry_bits - 1)
+        if y.ndim != 2 or y.shape[1] != self.d or bool(((y < -half) | (y > half - 1)).any()):
+            raise CircuitError("L2Ball: an entry is out of range")
+        a = np.abs(y).astype(np.uint64)
+        norm2 = np.sum(a * a, axis=1, dtype=np.uint64)  # ≤ d·4^(b−1) < p < 2^64 (checked at construction): exact
+        if bool((norm2 > np.uint64(self.bound)).any()):
             raise CircuitError("L2Ball: the squared norm exceeds the bound")
-        return np.concatenate([_bits_of(y + half, self.entry_bits), _bits_of(np.array([self.bound - norm2]), self.slack_bits)])
+        slack = np.asarray(np.uint64(self.bound) - norm2, dtype=np.int64).reshape(-1, 1)  # < 2^bs ≤ 2^63
+        return np.concatenate([_bits_of(y + half, self.entry_bits), _bits_of(slack, self.slack_bits)], axis=-1)
 
     def _entries(self, meas: np.ndarray, inv: F.Elem) -> np.ndarray:
         x = _recombine(meas[..., : self.d * self.entry_bits], self.entry_bits)
@@ -325,7 +345,7 @@ class Circuit:
         self.proofs = repetitions(self.n, self.chunk)
         self.proof_len = self.arity + 2 * self.n - 1  # per repetition
         self.verifier_len = self.arity + 2  # per repetition: V, f_1(r)..f_2c(r), p(r)
-        self._coset = F.powers(F.root_of_unity(2 * self.n), self.n)  # ζ^k: shifts a polynomial's evaluations to ζ·ω^i
+        self._zeta = F.root_of_unity(2 * self.n)  # ζ: the prover evaluates the wire polynomials at ζ·ω^i too
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Circuit) and self.predicates == other.predicates
@@ -346,6 +366,12 @@ class Circuit:
         if len(values) != len(self.predicates):
             raise CircuitError(f"one input per predicate: {len(self.predicates)} expected")
         return np.concatenate([p.encode(v) for p, v in zip(self.predicates, values)]).astype(np.uint64)
+
+    def encode_rows(self, values: Sequence[np.ndarray]) -> np.ndarray:
+        """:meth:`encode` for many inputs: one (rows, ·) array per predicate → (rows, meas_len)."""
+        if len(values) != len(self.predicates):
+            raise CircuitError(f"one input per predicate: {len(self.predicates)} expected")
+        return np.concatenate([p.encode_rows(v) for p, v in zip(self.predicates, values)], axis=-1).astype(np.uint64)
 
     def _terms(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(A, B, ℓ): the Mul terms padded to calls·chunk, and the linear part, of V on (a share of) meas.
@@ -380,6 +406,15 @@ class Circuit:
         w[..., 1::2, 1 : self.calls + 1] = b.reshape(batch + (self.calls, self.chunk)).swapaxes(-1, -2)
         return w
 
+    def _wire_columns(self, a: np.ndarray, b: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        """:meth:`_wires` transposed, (..., n, arity): row k the inputs of call k (the prover's layout)."""
+        batch = a.shape[:-1]
+        w = np.zeros(batch + (self.n, self.arity), dtype=np.uint64)
+        w[..., 0, :] = seeds
+        w[..., 1 : self.calls + 1, 0::2] = a.reshape(batch + (self.calls, self.chunk))
+        w[..., 1 : self.calls + 1, 1::2] = b.reshape(batch + (self.calls, self.chunk))
+        return w
+
     def truncate(self, meas: np.ndarray, num_shares: int = 1) -> np.ndarray:
         """The output (a share of it, from a share of meas), shape (..., output_len): Σ over predicates with outputs."""
         meas = np.asarray(meas, dtype=np.uint64)
@@ -409,12 +444,11 @@ class Circuit:
         out = np.empty(batch + (self.proofs, self.proof_len), dtype=np.uint64)
         for j in range(self.proofs):
             a, b, _ = self._terms(meas, joint_rand[..., j, :], np.uint64(1))
-            wires = self._wires(a, b, prove_rand[..., j, :])  # f_1..f_2c at ω^0..ω^(n−1)
-            coeffs = F.intt(wires)  # degree < n
-            coset = F.ntt(F.mul(coeffs, self._coset))  # f_j(ζ·ω^i), ζ a primitive 2n-th root (ζ² = ω)
+            wires = self._wire_columns(a, b, prove_rand[..., j, :])  # f_1..f_2c at ω^0..ω^(n−1), one wire per column
+            coset = F.coset_values(wires, self._zeta)  # f_j(ζ·ω^i), ζ a primitive 2n-th root (ζ² = ω); each f_j of degree < n
             gadget_evals = np.empty(batch + (2 * self.n,), dtype=np.uint64)  # G(f) = Σ_i f_2i·f_2i+1 at ζ^0..ζ^(2n−1)
-            gadget_evals[..., 0::2] = F.sum(F.mul(wires[..., 0::2, :], wires[..., 1::2, :]), axis=-2)
-            gadget_evals[..., 1::2] = F.sum(F.mul(coset[..., 0::2, :], coset[..., 1::2, :]), axis=-2)
+            gadget_evals[..., 0::2] = F.pair_dots(wires)
+            gadget_evals[..., 1::2] = F.pair_dots(coset)
             poly = F.intt(gadget_evals)  # degree ≤ 2(n − 1): the last coefficient is 0
             out[..., j, : self.arity] = prove_rand[..., j, :]
             out[..., j, self.arity :] = poly[..., : 2 * self.n - 1]
@@ -511,7 +545,8 @@ def query_points_many(circuit: Circuit, dst: bytes, seed: bytes, binders: Sequen
     vectorised step; a binder whose first draw holds an n-th root of unity (probability ≈ R·n/p) takes the general path."""
     if not binders:
         return np.zeros((0, circuit.proofs), dtype=np.uint64)
-    first = np.stack([F.xof(dst, seed, b + (0).to_bytes(4, "big"), circuit.proofs) for b in binders])
+    zero = (0).to_bytes(4, "big")
+    first = F.xof_many(dst, [seed + b + zero for b in binders], b"", circuit.proofs)  # = xof(dst, seed, b ‖ 0, R) per binder
     roots = np.any(F.pow_vec(first, circuit.n) == 1, axis=-1)
     for i in np.flatnonzero(roots).tolist():
         first[i] = query_points(circuit, dst, seed, binders[i])

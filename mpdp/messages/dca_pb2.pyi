@@ -614,7 +614,7 @@ Global___ValidatedShare: _TypeAlias = ValidatedShare  # noqa: Y015
 
 @_typing.final
 class ShareBatch(_message.Message):
-    """DCA step 2 in bulk, message router → node k: many clients' m_{i,k}, each accepted or rejected on its own.
+    """DCA step 2 in bulk, message router (or load generator) → node k: many clients' m_{i,k}, each accepted or rejected on its own.
     A router must serve one node only (or forward sealed envelopes): whoever sees all M messages of a client sees u_i.
     The clients are named by `client_ids`, or (a job with a roster only) by `client_indices`; never both.
     """
@@ -625,6 +625,7 @@ class ShareBatch(_message.Message):
     CLIENT_IDS_FIELD_NUMBER: _builtins.int
     MASKED_VECTORS_FIELD_NUMBER: _builtins.int
     MASK_SEEDS_FIELD_NUMBER: _builtins.int
+    VALIDATED_FIELD_NUMBER: _builtins.int
     CLIENT_INDICES_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     masked_vectors: _builtins.bytes
@@ -635,6 +636,10 @@ class ShareBatch(_message.Message):
     """roster jobs: n roster indices, packed little-endian uint32"""
     @_builtins.property
     def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def validated(self) -> Global___ValidatedShares:
+        """validated jobs (DcaJobSpec.validate): n clients' ValidatedShare, packed"""
+
     def __init__(
         self,
         *,
@@ -642,17 +647,58 @@ class ShareBatch(_message.Message):
         client_ids: _abc.Iterable[_builtins.str] | None = ...,
         masked_vectors: _builtins.bytes = ...,
         mask_seeds: _builtins.bytes = ...,
+        validated: Global___ValidatedShares | None = ...,
         client_indices: _builtins.bytes = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares", "validated", b"validated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "client_indices", b"client_indices", "job_id", b"job_id", "mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "client_indices", b"client_indices", "job_id", b"job_id", "mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares", "validated", b"validated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_shares: _TypeAlias = _typing.Literal["masked_vectors", "mask_seeds"]  # noqa: Y015
+    _WhichOneofReturnType_shares: _TypeAlias = _typing.Literal["masked_vectors", "mask_seeds", "validated"]  # noqa: Y015
     _WhichOneofArgType_shares: _TypeAlias = _typing.Literal["shares", b"shares"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_shares) -> _WhichOneofReturnType_shares | None: ...
 
 Global___ShareBatch: _TypeAlias = ShareBatch  # noqa: Y015
+
+@_typing.final
+class ValidatedShares(_message.Message):
+    """n clients' ValidatedShare for node k, field by field, row j = the j-th client named by the ShareBatch (each proof
+    is bound to its own client id through the joint randomness; every client is checked and accounted on its own).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEASUREMENTS_FIELD_NUMBER: _builtins.int
+    PROOFS_FIELD_NUMBER: _builtins.int
+    SHARE_SEEDS_FIELD_NUMBER: _builtins.int
+    BLINDS_FIELD_NUMBER: _builtins.int
+    JOINT_RAND_PARTS_FIELD_NUMBER: _builtins.int
+    measurements: _builtins.bytes
+    """node 0, or every node without seed compression: n × meas_len Field64 elements"""
+    proofs: _builtins.bytes
+    """  and n × (R × proof_len) elements (packed little-endian, canonical, < p)"""
+    share_seeds: _builtins.bytes
+    """seed-compressed helpers (k ≥ 1): n × 32 bytes"""
+    blinds: _builtins.bytes
+    """n × 32 bytes"""
+    joint_rand_parts: _builtins.bytes
+    """n × M × 32 bytes"""
+    def __init__(
+        self,
+        *,
+        measurements: _builtins.bytes = ...,
+        proofs: _builtins.bytes = ...,
+        share_seeds: _builtins.bytes = ...,
+        blinds: _builtins.bytes = ...,
+        joint_rand_parts: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blinds", b"blinds", "joint_rand_parts", b"joint_rand_parts", "measurements", b"measurements", "proofs", b"proofs", "share_seeds", b"share_seeds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatedShares: _TypeAlias = ValidatedShares  # noqa: Y015
 
 @_typing.final
 class ShareReceipt(_message.Message):

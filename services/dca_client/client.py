@@ -241,7 +241,8 @@ async def submit_cohort(
     size = batch_size_for(params.dimension, len(client_ids), batch_bytes, id_bytes, batch_size)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())
     if params.validation is not None:
-        report = await _submit_validated(ann, tls, params, client_ids, Z, rng)
+        report = await _submit_validated(ann, tls, params, client_ids, Z, rng, batched=batched, batch_bytes=batch_bytes, most=batch_size,
+                                         in_flight=max(2, in_flight), progress=progress)
         report.seconds = time.perf_counter() - t0
         return report
     cohort = ClientCohort(params, client_ids, Z, rng)
@@ -249,19 +250,7 @@ async def submit_cohort(
     channel_sets = [_node_channels(ann, tls, own_connection=conns > 1) for _ in range(conns)]
     stubs = [[pb_grpc.ComputeNodeStub(c) for c in channels] for channels in channel_sets]
     report = SubmitReport()
-
-    sent = 0
-
-    def take(receipts) -> None:
-        for r in receipts:
-            report.accepted += r.accepted
-            report.rejected.extend(r.rejected)
-
-    def went(n: int) -> None:
-        nonlocal sent
-        sent = min(sent + n, len(client_ids))  # the last batch may be short
-        if progress is not None:
-            progress(sent, len(client_ids))
+    take, went = _tally(report, len(client_ids), progress)
 
     try:
         if batched:
@@ -301,13 +290,43 @@ async def submit_cohort(
     return report
 
 
-async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg) -> SubmitReport:
-    """A validated job's cohort: one ClientShare (with its proof share) per client and node, one stream per node;
-    each batch of proofs is built while the nodes take the previous one."""
+VALIDATED_BATCH_CLIENTS = 1024  # at most this many clients a validated batch: proving the next overlaps the nodes' verifying
+
+
+def validated_batch_size(params: DcaParams, clients: int, batch_bytes: int = BATCH_BYTES, most: int | None = None) -> int:
+    """Clients per validated batch: node 0's message (a full share and proof, its blind and the M parts per client)
+    within ``batch_bytes``, at most :data:`VALIDATED_BATCH_CLIENTS` (or ``most``), at least 1."""
+    plan = params.validation
+    assert plan is not None
+    per = 8 * plan.share_len + 32 * (params.M + 1) + limits.MAX_CLIENT_ID_BYTES + _ID_OVERHEAD
+    n = min(batch_bytes // per, VALIDATED_BATCH_CLIENTS if most is None else most)
+    return max(1, min(n, max(clients, 1)))
+
+
+async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, *,
+                            batched: bool, batch_bytes: int, most: int | None, in_flight: int,
+                            progress: Callable[[int, int], None] | None) -> SubmitReport:
+    """A validated job's cohort: batches of clients proven in a worker thread while the nodes verify the previous
+    ones; each batch goes to node k as one ShareBatch carrying its clients' ValidatedShares (``batched``) or as one
+    ClientShare per client on a stream per node."""
+    from mpdp.dca.client import validated_cohort
+    from mpdp.dca.validation import PackedShares
+
     channels = _node_channels(ann, tls)
     stubs = [pb_grpc.ComputeNodeStub(c) for c in channels]
-    queues: list[asyncio.Queue[list[pb.ClientShare] | None]] = [asyncio.Queue(maxsize=2) for _ in stubs]
     report = SubmitReport()
+    size = validated_batch_size(params, len(client_ids), batch_bytes, most)
+    gen = validated_cohort(params, client_ids, Z, rng, batch_size=size)
+
+    async def build():
+        t = time.perf_counter()
+        item = await asyncio.to_thread(next, gen, None)
+        report.client_seconds += time.perf_counter() - t
+        return item
+
+    take, went = _tally(report, len(client_ids), progress)
+
+    queues: list[asyncio.Queue[list[pb.ClientShare] | None]] = [asyncio.Queue(maxsize=2) for _ in stubs]
 
     async def stream(k: int) -> pb.ShareReceipt:
         async def it() -> AsyncIterator[pb.ClientShare]:
@@ -317,29 +336,59 @@ async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: D
 
         return await stubs[k].SubmitShares(it(), timeout=3600)
 
-    from mpdp.dca.client import validated_cohort
-
-    tasks = [asyncio.ensure_future(stream(k)) for k in range(len(stubs))]
+    tasks = [] if batched else [asyncio.ensure_future(stream(k)) for k in range(len(stubs))]
+    pending: list[tuple[int, asyncio.Future]] = []
     try:
-        gen = validated_cohort(params, client_ids, Z, rng)
-        while True:
-            t = time.perf_counter()
-            batch = await asyncio.to_thread(next, gen, None)
-            report.client_seconds += time.perf_counter() - t
-            if batch is None:
-                break
-            for k, msgs in enumerate(batch):
-                await queues[k].put(msgs)
-        for q in queues:
-            await q.put(None)
-        for r in await asyncio.gather(*tasks):
-            report.accepted += r.accepted
-            report.rejected.extend(r.rejected)
+        while (item := await build()) is not None:
+            ids, batches = item
+            if batched:
+                pending.append((len(ids), asyncio.ensure_future(asyncio.gather(*(stubs[k].SubmitShareBatch(msg, timeout=600) for k, msg in enumerate(batches))))))
+                while len(pending) >= in_flight:
+                    n, fut = pending.pop(0)
+                    take(await fut)
+                    went(n)
+                continue
+            for k, msg in enumerate(batches):
+                v = msg.validated
+                packed = PackedShares(len(ids), v.measurements, v.proofs, v.share_seeds, v.blinds, v.joint_rand_parts)
+                rows = [packed.row(i) for i in range(len(ids))]
+                await queues[k].put([pb.ClientShare(job_id=msg.job_id, client_id=cid, validated=pb.ValidatedShare(
+                    measurement=r.measurement, proof=r.proof, share_seed=r.share_seed, blind=r.blind, joint_rand_parts=r.joint_rand_parts))
+                    for cid, r in zip(ids, rows)])
+            went(len(ids))
+        for n, fut in pending:
+            take(await fut)
+            went(n)
+        pending.clear()
+        if tasks:
+            for q in queues:
+                await q.put(None)
+            take(await asyncio.gather(*tasks))
     finally:
+        for _, fut in pending:
+            fut.cancel()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*(c.close() for c in channels))
     return report
+
+
+def _tally(report: SubmitReport, clients: int, progress: Callable[[int, int], None] | None):
+    """(take, went): add a batch's receipts to ``report``; count n more clients sent and call ``progress``."""
+    sent = 0
+
+    def take(receipts) -> None:
+        for r in receipts:
+            report.accepted += r.accepted
+            report.rejected.extend(r.rejected)
+
+    def went(n: int) -> None:
+        nonlocal sent
+        sent = min(sent + n, clients)  # the last batch may be short
+        if progress is not None:
+            progress(sent, clients)
+
+    return take, went
 
 
 def _timed_batches(cohort: ClientCohort, batch_size: int, report: SubmitReport):

@@ -86,9 +86,61 @@ def test_ntt_is_evaluation_at_roots_of_unity(n):
     assert F.intt(F.ntt(c)).tolist() == c.tolist()
 
 
+@pytest.mark.parametrize("n", [1, 4, 32])
+def test_transforms_along_columns_coset_values_and_pair_dots_match_python_integers(n):
+    rng = random.Random(100 + n)
+    vals = np.array([rng.randrange(P) for _ in range(3 * n * 4)], dtype=np.uint64).reshape(3, n, 4)  # 3 stacks of 4 columns
+    cols = np.swapaxes(vals, -1, -2)
+    assert F.ntt(vals, axis=-2).tolist() == np.swapaxes(F.ntt(cols), -1, -2).tolist()
+    assert F.intt(vals, axis=-2).tolist() == np.swapaxes(F.intt(cols), -1, -2).tolist()
+    z = F.root_of_unity(2 * n)
+    w = F.root_of_unity(n)
+    coeffs = np.swapaxes(F.intt(cols), -1, -2)  # (3, n, 4): coefficient i of each column's polynomial
+    want = [[[sum(int(coeffs[b, i, c]) * pow(z * pow(w, k, P) % P, i, P) for i in range(n)) % P for c in range(4)] for k in range(n)] for b in range(3)]
+    assert F.coset_values(vals, z).tolist() == want
+    pairs = vals.reshape(3, -1)[:, : 2 * (vals[0].size // 2)]
+    assert F.pair_dots(pairs).tolist() == [sum(int(r[2 * i]) * int(r[2 * i + 1]) for i in range(len(r) // 2)) % P for r in pairs]
+    with pytest.raises(ValueError):
+        F.pair_dots(np.zeros(3, dtype=np.uint64))
+    for bad in (0, -3):
+        with pytest.raises(ValueError):
+            F.ntt(vals, axis=bad)
+
+
+def test_rand_stream_is_uniform_canonical_and_fresh():
+    from mpdp.math.drbg import Drbg
+
+    a = F.rand_stream(Drbg.from_os(), 5000)
+    assert a.shape == (5000,) and bool((a < np.uint64(P)).all()) and len(set(a.tolist())) == 5000
+    assert not np.array_equal(a[:8], F.rand_stream(Drbg.from_os(), 8))
+
+
 def test_xof_is_deterministic_separated_and_canonical():
     a = F.xof(b"dst", b"seed", b"binder", 1000)
     assert a.tolist() == F.xof(b"dst", b"seed", b"binder", 1000).tolist()
     assert a[:10].tolist() != F.xof(b"dsu", b"seed", b"binder", 10).tolist()
     assert F.xof(b"dst", b"seed", b"binder", 10).tolist() == a[:10].tolist()  # a prefix of the same stream
     assert bool((a < np.uint64(P)).all()) and bool((F.rand(1000) < np.uint64(P)).all())
+
+
+def test_xof_many_is_xof_row_by_row_even_past_a_rejected_word(monkeypatch):
+    seeds = [bytes([i]) * 32 for i in range(20)]
+    many = F.xof_many(b"dst", seeds, b"b", 17)
+    assert many.tolist() == [F.xof(b"dst", s, b"b", 17).tolist() for s in seeds]
+    assert F.xof_many(b"dst", [], b"b", 3).shape == (0, 3)
+    # a row whose first words hold one ≥ p (probability ≈ 17·2^-32, so planted) takes xof's rejection path
+    real = F.hashlib.shake_128
+
+    class Planted:
+        def __init__(self, data: bytes) -> None:
+            self.h = real(data)
+            self.hit = data.endswith(seeds[5] + b"b")
+
+        def digest(self, n: int) -> bytes:
+            out = self.h.digest(n)
+            return (2**64 - 1).to_bytes(8, "little") + out[8:] if self.hit else out
+
+    monkeypatch.setattr(F.hashlib, "shake_128", Planted)
+    got = F.xof_many(b"dst", seeds, b"b", 17)
+    assert got[5].tolist() == F.xof(b"dst", seeds[5], b"b", 17).tolist() and bool((got < np.uint64(P)).all())
+    assert got[5].tolist() != many[5].tolist() and got[6].tolist() == many[6].tolist()

@@ -306,7 +306,17 @@ def test_query_points_for_many_clients_are_each_clients_own(monkeypatch):
             out[0] = omega
         return out
 
+    real_many = F.xof_many
+
+    def planted_many(dst, seeds, binder, n):
+        out = real_many(dst, seeds, binder, n)
+        for i, s in enumerate(seeds):
+            if s == b"k" * 32 + binders[3] + (0).to_bytes(4, "big"):
+                out[i, 0] = omega
+        return out
+
     monkeypatch.setattr(F, "xof", planted)
+    monkeypatch.setattr(F, "xof_many", planted_many)
     got = flp.query_points_many(RANGE, b"q", b"k" * 32, binders[:5])
     assert bool((F.pow_vec(got, RANGE.n) != 1).all()) and got[3].tolist() == flp.query_points(RANGE, b"q", b"k" * 32, binders[3]).tolist()
     assert got[3].tolist() != real_xof(b"q", b"k" * 32, binders[3] + (0).to_bytes(4, "big"), RANGE.proofs).tolist()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mpdp import limits
 from mpdp.dca import validation
 from mpdp.dca.aggregator import AggregatorMachine
 from mpdp.dca.client import ClientMachine
@@ -186,8 +187,11 @@ def test_validated_job_parameters():
     with pytest.raises(InvalidJob, match="validation"):
         _params("l2", clip_bounds=(2.0**20,))  # d·4^(b−1) ≥ p: the squared norm could wrap
     with pytest.raises(InvalidJob, match="d ≤"):
-        DcaParams(job_id="x", dimension=5000, clients=5, max_missing=1, epsilon=1, delta=1e-5, sensitivity=1, nodes=("a", "b"), validate="range",
-                  noise="discrete-gaussian", frac_bits=8)
+        DcaParams(job_id="x", dimension=limits.MAX_VALIDATED_DIMENSION + 1, clients=5, max_missing=1, epsilon=1, delta=1e-5, sensitivity=1,
+                  nodes=("a", "b"), validate="range", noise="discrete-gaussian", frac_bits=8)
+    widest = DcaParams(job_id="x", dimension=limits.MAX_VALIDATED_DIMENSION, clients=5, max_missing=1, epsilon=1, delta=1e-5, sensitivity=1,
+                       nodes=("a", "b"), validate="range", noise="discrete-gaussian", frac_bits=8)
+    assert widest.validation.share_len * 8 < 8 << 20  # one share message stays under 8 MiB
     prm = _params("l2")
     assert prm.validation.circuit.soundness_log2 <= -flp.SOUNDNESS_BITS
     assert prm.guarantee.delta <= 1e-5

@@ -194,9 +194,9 @@ def test_duplicate_parties_are_refused():
 
 
 def test_a_validated_job_whose_main_round_cannot_fit_is_refused_before_the_std_round():
-    """d = 90: the std round (91 values) fits a validated job, the main round (4,185 > 4,096 values) does not; the job
+    """d = 180: the std round (181 values) fits a validated job, the main round (16,470 > 16,384 values) does not; the job
     is refused at start, before any party spends on the std round. Unvalidated, the same job starts."""
-    plan = RegressionPlan((1.0,) * 90 + (2.0,), 5.0, 1e-4, grid_repeats=(2, 2))
+    plan = RegressionPlan((1.0,) * 180 + (2.0,), 5.0, 1e-4, grid_repeats=(2, 2))
     role = RegressionRole(plan, PARTIES, NODES, N_TOTAL, 200, seed=SEED)
     with pytest.raises(LocalProtocolError) as e:
         role.start()
