@@ -48,8 +48,9 @@ def _shares(prm: DcaParams, bad: set[int]) -> list[list[pb.ValidatedShare]]:
     return out
 
 
-def _run(prm: DcaParams, shares: list[list[pb.ValidatedShare]], W: int, missing: set[tuple[int, int]] = frozenset()):  # type: ignore[assignment]
-    """Every node as a coordinator and W − 1 workers; client i goes to process i mod W of each node."""
+def _run(prm: DcaParams, shares: list[list[pb.ValidatedShare]], W: int, missing: set[tuple[int, int]] = frozenset(), batched: bool = False):  # type: ignore[assignment]
+    """Every node as a coordinator and W − 1 workers; client i goes to process i mod W of each node (one ClientShare
+    each, or with ``batched`` one ShareBatch of ValidatedShares per process and node)."""
     coords = {n: ComputeNodeMachine(prm, n, workers=W, report_every=3) for n in NODES}
     queue: collections.deque = collections.deque()
     partials: dict[str, pb.PartialSum] = {}
@@ -79,7 +80,25 @@ def _run(prm: DcaParams, shares: list[list[pb.ValidatedShare]], W: int, missing:
     pump()
     for n, m in coords.items():
         workers[n] = {w: WorkerShares(prm, n, m.worker_key()) for w in range(1, W)}
-    for i, per_node in enumerate(shares):
+    if batched:
+        for k, n in enumerate(NODES):
+            for w in range(W):
+                mine = [i for i in range(N) if i % W == w and (i, k) not in missing]
+                rows = [shares[i][k] for i in mine]
+                msg = pb.ShareBatch(job_id=prm.job_id, client_ids=[f"c{i:02d}" for i in mine], validated=pb.ValidatedShares(
+                    measurements=b"".join(r.measurement for r in rows), proofs=b"".join(r.proof for r in rows), share_seeds=b"",
+                    blinds=b"".join(r.blind for r in rows), joint_rand_parts=b"".join(r.joint_rand_parts for r in rows)))
+                if w == 0:
+                    outs = coords[n].receive(ROUTER, msg)
+                else:
+                    ws = workers[n][w]
+                    parsed = ws.parse_batch(ROUTER.role, ROUTER.name, msg)
+                    outs = coords[n].receive(Peer("worker", str(w)), parsed.claim)
+                    accepted, rejected = ws.apply(parsed, next(o.message for o in outs if isinstance(o, Reply)))
+                    assert accepted == len(mine) and not rejected
+                route(Peer("compute_node", n), [o for o in outs if not isinstance(o, Reply)])
+                pump()
+    for i, per_node in enumerate([] if batched else shares):
         for k, n in enumerate(NODES):
             if (i, k) in missing:
                 continue
@@ -112,8 +131,8 @@ def test_workers_give_the_same_sums_and_rejections_as_one_process(kind):
     _, one = _run(prm, shares, 1, missing)
     assert set(one) == set(NODES)
     assert {(p.clients_included, p.clients_rejected) for p in one.values()} == {(N - 3, 2)}
-    for W in (2, 3):
-        coords, many = _run(prm, shares, W, missing)
+    for W, batched in ((2, False), (3, False), (2, True), (3, True)):
+        coords, many = _run(prm, shares, W, missing, batched)
         for n in NODES:
             assert many[n].partial_sum == one[n].partial_sum
             assert (many[n].clients_included, many[n].clients_rejected, many[n].agreed_set_digest) == (
