@@ -79,8 +79,6 @@ class ComputeNodeMachine(DcaMachine):
         self._pieces: list[bytes | None] = [None] * params.M
         self._verify_key = b""
         if self.plan is not None:
-            if workers > 1:
-                raise InvalidJob("validated jobs run on compute nodes with one process (workers = 1)")
             self._verdicts = validation.Verdicts(self.plan, params.M, self.k)
             self._pieces[self.k] = validation.verify_key_piece()
         self._prechecked: dict[int, tuple[np.ndarray, bytes] | validation.MalformedShare] = {}  # id(ClientShare) → its check
@@ -111,6 +109,7 @@ class ComputeNodeMachine(DcaMachine):
         self._to_confirm: dict[int, list[np.ndarray]] = {w: [] for w in range(1, self.workers)}
         self._expect: dict[int, int] = {w: 0 for w in range(1, self.workers)}  # clients of A summed at worker w
         self._worker_sums: dict[int, pb.WorkerSum] = {}
+        self._to_drop: dict[int, list[np.ndarray]] = {w: [] for w in range(1, self.workers)}  # a validated job: proof failed
 
     @classmethod
     def from_announcement(cls, name: str, announcement: pb.DcaJobAnnouncement, **kw: Any) -> "ComputeNodeMachine":
@@ -640,6 +639,8 @@ class ComputeNodeMachine(DcaMachine):
         In a validated job, first decide each one: a rejected client's share is dropped, never summed."""
         if self.plan is not None:
             valid = self._settle(idx)
+            if self.workers > 1:
+                idx, valid = self._route_validated(idx, valid)
             self._book.take(idx[~valid], field=True)  # removed from the pending buffer, discarded
             good = idx[valid]
             self.confirmed += good.size
@@ -674,6 +675,18 @@ class ComputeNodeMachine(DcaMachine):
     # (WorkerClaim: the same per-client checks as a ShareBatch, one bit per client, R_k and the reports as always),
     # tells each worker which of its clients are confirmed (in A), and at agreement adds the workers' partial sums
     # (WorkerSum) to its own: q_k = Σ_w Σ_{i ∈ A held by w} m_{i,k}, the same sum over the same A.
+    #
+    # A validated job: each worker verifies the proofs of the shares it takes with this node's verify key (handed to
+    # it on the node's Unix socket: worker_key) and sends each client's verifier record with its claim. The records
+    # join this node's own, ride in its received-set reports and are decided here exactly as for a share taken here;
+    # a worker sums a share only once its client is decided valid, and drops it when decided invalid.
+    def worker_key(self) -> bytes:
+        """The verify key for this node's own workers (local socket only; b"" for an unvalidated job)."""
+        if self.plan is None:
+            return b""
+        require(self.key_ready, STEP_OUT_OF_ORDER, f"job {self.job_id}: the compute nodes have not agreed on its verify key yet")
+        return self._verify_key
+
     def _on_WorkerClaim(self, sender: Peer, msg: pb.WorkerClaim) -> list[Output]:
         w = int(sender.name)
         origin = Peer(msg.sender_role, msg.sender_name)
@@ -690,6 +703,12 @@ class ComputeNodeMachine(DcaMachine):
             assert ids is not None
             look = self._book.lookup(ids)
         n = look.size
+        records = msg.verifier_records
+        if self.plan is None:
+            require(not records, MALFORMED, f"job {self.job_id} is not validated: a claim carries no verifier records")
+        else:
+            require(self.key_ready, STEP_OUT_OF_ORDER, f"job {self.job_id}: the compute nodes have not agreed on its verify key yet")
+            require(len(records) == self.plan.record_bytes * n, MALFORMED, f"a claim must carry {self.plan.record_bytes} bytes of verifier record per client")
         reply = pb.WorkerClaimReply()
         verdict = np.zeros(n, dtype=np.uint8)
         room = self.params.clients - self.received
@@ -740,16 +759,28 @@ class ComputeNodeMachine(DcaMachine):
             self._unreported_n += got.size
             self._grow_owner()
             self._owner[got[~full_now]] = w
-            self.confirmed += int(full_now.sum())
-            self._expect[w] += int(full_now.sum())
+            now_ok = full_now
+            if self.plan is not None:
+                assert self._verdicts is not None
+                width = self.plan.record_bytes
+                for j, i in zip(keep, got.tolist()):
+                    self._verdicts.put_own(i, records[width * j : width * (j + 1)])
+                now_ok = full_now.copy()
+                if full_now.any():
+                    now_ok[full_now] = self._settle(got[full_now])
+            self.confirmed += int(now_ok.sum())
+            self._expect[w] += int(now_ok.sum())
             idx[keep] = got
-            verdict[keep] = np.where(full_now, 2, 1)
+            verdict[keep] = np.where(full_now, np.where(now_ok, 2, 3), 1)
         reply.verdicts = verdict.tobytes()
         reply.indices = idx.astype("<u4").tobytes()
         queued = self._to_confirm[w]
         if queued:
             reply.confirmed = np.concatenate(queued).astype("<u4").tobytes()
             self._to_confirm[w] = []
+        if self._to_drop[w]:
+            reply.dropped = np.concatenate(self._to_drop[w]).astype("<u4").tobytes()
+            self._to_drop[w] = []
         out: list[Output] = [Reply(reply)]
         if self._unreported_n >= self.report_every:
             out += self._report(final=False)
@@ -771,9 +802,32 @@ class ComputeNodeMachine(DcaMachine):
             raise LocalProtocolError(Problem.INTERNAL, f"worker {w} sent two partial sums")
         if msg.clients_summed != self._expect[w] or len(msg.partial_sum) != 8 * self.d:
             raise LocalProtocolError(Problem.INTERNAL, f"worker {w} summed {msg.clients_summed} clients, {self._expect[w]} expected (or a wrong length)")
-        self._running += sharing.unpack_u64(msg.partial_sum, self.d)
+        part = sharing.unpack_u64(msg.partial_sum, self.d)
+        if self.plan is None:
+            self._running += part
+        else:  # a validated job's sums are in Field64: the worker's is reduced, checked here all the same
+            if bool((part >= F.P).any()):
+                raise LocalProtocolError(Problem.INTERNAL, f"worker {w}'s partial sum is not in Field64")
+            self._running = F.add(self._running, part)
         self._worker_sums[w] = msg
         return []
+
+    def _route_validated(self, idx: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A validated job's decided clients held by workers: queue the valid ones for summing and the rejected ones
+        for dropping at their worker; return the clients (and verdicts) whose shares are held here."""
+        self._grow_owner()
+        owner = self._owner[idx]
+        remote = owner != 0
+        for w in np.unique(owner[remote]).tolist():
+            at_w = owner == w
+            good, bad = idx[at_w & valid], idx[at_w & ~valid]
+            if good.size:
+                self._to_confirm[w].append(good)
+                self._expect[w] += good.size
+                self.confirmed += good.size
+            if bad.size:
+                self._to_drop[w].append(bad)
+        return idx[~remote], valid[~remote]
 
     def _grow_owner(self) -> None:
         n = self._book.size

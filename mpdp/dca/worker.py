@@ -11,7 +11,14 @@ WorkerFinish the worker folds the last confirmations, drops the rest (R_k \\ A a
 partial sum and the number of clients in it (:class:`~mpdp.messages.dca_pb2.WorkerSum`); the coordinator checks
 that number against the clients of A it assigned to this worker and adds the sum to its own.
 
-Memory: O(d) running sum plus the pending buffer (no per-client state once a share is summed).
+A validated job (:mod:`mpdp.dca.validation`) works the same way with three differences. The worker verifies
+each share's proof with the node's verify key (the coordinator hands it over on the Unix socket when the worker
+attaches) and sends each client's verifier record with the claim; the coordinator keeps them as its own records
+and relays them in the node's received-set reports, so every node decides every client on the same M records.
+A share is summed only once the coordinator has decided its client valid (verdict 2, or ``confirmed``); a share
+whose client was decided invalid is dropped (verdict 3, or ``dropped``). Sums are in Field64.
+
+Memory: O(d) running sum plus the pending buffer (no per-client state once a share is summed or dropped).
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpdp.dca import sharing
+from mpdp.dca import sharing, validation
 from mpdp.dca.agreement import ClientBook
 from mpdp.dca.params import DcaParams
+from mpdp.math import field as F
 from mpdp.messages import dca_pb2 as pb
 from mpdp.protocol import Problem, RemoteProtocolError, require
 
@@ -44,13 +52,17 @@ class Parsed:
 class WorkerShares:
     """One job at one worker: parse, claim, keep, fold, finish."""
 
-    def __init__(self, params: DcaParams, node: str) -> None:
+    def __init__(self, params: DcaParams, node: str, verify_key: bytes = b"") -> None:
         self.params = params
+        self.plan = params.validation  # a validated job: shares are verified here with the node's verify key
+        self.verify_key = verify_key
+        if self.plan is not None and len(verify_key) != validation.SEED:
+            raise ValueError("a validated job's worker needs the node's verify key")
         self.job_id = params.job_id
         self.k = params.node_index(node)
         self.node = node
         self.d = params.dimension
-        self.takes_seeds = params.node_gets_seed(self.k)
+        self.takes_seeds = params.node_gets_seed(self.k) and self.plan is None
         self.running = np.zeros(self.d, dtype=np.uint64)
         self.summed = 0
         # the pending buffer, keyed by the coordinator's client index (a ClientBook used for its buffer only)
@@ -61,6 +73,8 @@ class WorkerShares:
     def parse_batch(self, sender_role: str, sender_name: str, msg: pb.ShareBatch) -> Parsed:
         """A ShareBatch: refused as a whole (RemoteProtocolError) when its shape is wrong, as at the coordinator."""
         require(msg.job_id == self.job_id, Problem.UNKNOWN_JOB, "a batch names another job")
+        if self.plan is not None:
+            return self._parse_validated_batch(sender_role, sender_name, msg)
         claim = pb.WorkerClaim(job_id=self.job_id, sender_role=sender_role, sender_name=sender_name)
         raw = msg.client_indices
         if raw:
@@ -92,6 +106,8 @@ class WorkerShares:
     def parse_shares(self, sender_role: str, sender_name: str, shares: list[pb.ClientShare]) -> Parsed:
         """A run of ClientShare messages: each share of the wrong kind or length is rejected on its own."""
         claim = pb.WorkerClaim(job_id=self.job_id, sender_role=sender_role, sender_name=sender_name)
+        if self.plan is not None:
+            return self._parse_validated(claim, shares)
         field, width = ("mask_seed", sharing.SEED_BYTES) if self.takes_seeds else ("masked_vector", 8 * self.d)
         positions: list[int] = []
         blobs: list[bytes] = []
@@ -114,15 +130,85 @@ class WorkerShares:
         rows = sharing.unpack_u64(b"".join(blobs), self.d, len(blobs), copy=False) if blobs else None
         return Parsed(claim, positions, rows, None, rejected)
 
+    def _parse_validated(self, claim: pb.WorkerClaim, shares: list[pb.ClientShare]) -> Parsed:
+        """A validated job's shares: each proof queried here (as node k would), the records ride with the claim."""
+        assert self.plan is not None
+        rejected: list[tuple[int, pb.ShareRejection]] = []
+        run = [(j, s) for j, s in enumerate(shares) if s.WhichOneof("share") == "validated"]
+        for j, s in enumerate(shares):
+            if s.WhichOneof("share") != "validated":
+                why = f"job {self.job_id} is validated: it takes a ValidatedShare, got {s.WhichOneof('share')}"
+                rejected.append((j, pb.ShareRejection(client_id=s.client_id, problem=MALFORMED, detail=why)))
+        checked = validation.check_shares(
+            self.plan, [validation.ShareForNode(s.validated.measurement, s.validated.proof, s.validated.share_seed, s.validated.blind,
+                                                s.validated.joint_rand_parts) for _, s in run],
+            job_id=self.job_id, client_ids=[s.client_id for _, s in run], k=self.k, nodes=self.params.M,
+            seeded=self.params.seed_compressed, verify_key=self.verify_key,
+        )
+        positions: list[int] = []
+        rows: list[np.ndarray] = []
+        records: list[bytes] = []
+        for (j, s), r in zip(run, checked):
+            if isinstance(r, validation.MalformedShare):
+                rejected.append((j, pb.ShareRejection(client_id=s.client_id, problem=MALFORMED, detail=f"validated share: {r}")))
+                continue
+            positions.append(j)
+            rows.append(r[0])
+            records.append(r[1])
+            claim.client_ids.append(s.client_id)
+        claim.verifier_records = b"".join(records)
+        rejected.sort(key=lambda x: x[0])
+        return Parsed(claim, positions, np.stack(rows) if rows else None, None, rejected)
+
+    def _parse_validated_batch(self, sender_role: str, sender_name: str, msg: pb.ShareBatch) -> Parsed:
+        """A validated ShareBatch: every row verified here as the coordinator would (validation.check_packed, each
+        bound to its own client id); a malformed row is rejected on its own, the others claimed with their records."""
+        assert self.plan is not None
+        claim = pb.WorkerClaim(job_id=self.job_id, sender_role=sender_role, sender_name=sender_name)
+        require(msg.WhichOneof("shares") == "validated", MALFORMED, f"job {self.job_id} is validated: a batch carries ValidatedShares (with their proofs)")
+        raw = msg.client_indices
+        if raw:
+            require(not msg.client_ids, MALFORMED, "a batch names its clients by client_ids or by client_indices, not both")
+            require(len(raw) % 4 == 0, MALFORMED, "client_indices must be packed 4-byte little-endian integers")
+            index = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+            names = [self.params.roster_id(i) if i < self.params.clients else f"#{i}" for i in index.tolist()]
+        else:
+            names = list(msg.client_ids)
+        v = msg.validated
+        packed = validation.PackedShares(len(names), v.measurements, v.proofs, v.share_seeds, v.blinds, v.joint_rand_parts)
+        try:
+            checked = validation.check_packed(self.plan, packed, job_id=self.job_id, client_ids=names, k=self.k, nodes=self.params.M,
+                                              seeded=self.params.seed_compressed, verify_key=self.verify_key)
+        except validation.MalformedShare as e:
+            raise RemoteProtocolError(MALFORMED, f"validated batch: {e}") from None
+        positions: list[int] = []
+        rows: list[np.ndarray] = []
+        records: list[bytes] = []
+        rejected: list[tuple[int, pb.ShareRejection]] = []
+        for j, r in enumerate(checked):
+            if isinstance(r, validation.MalformedShare):
+                rejected.append((j, pb.ShareRejection(client_id=names[j], problem=MALFORMED, detail=f"validated share: {r}")))
+                continue
+            positions.append(j)
+            rows.append(r[0])
+            records.append(r[1])
+        if raw:
+            claim.client_indices = index[positions].astype("<u4").tobytes()
+        else:
+            claim.client_ids.extend(names[j] for j in positions)
+        claim.verifier_records = b"".join(records)
+        return Parsed(claim, positions, np.stack(rows) if rows else None, None, rejected)
+
     # -- the coordinator's answer ------------------------------------------------------------------------
     def apply(self, parsed: Parsed, reply: pb.WorkerClaimReply) -> tuple[int, list[tuple[int, pb.ShareRejection]]]:
         """Keep the accepted shares (fold or hold) and the confirmations; returns (accepted, rejections by position)."""
         n = len(parsed.positions)
         verdict = np.frombuffer(reply.verdicts, dtype=np.uint8)
         idx = np.frombuffer(reply.indices, dtype="<u4").astype(np.int64)
-        if verdict.size != n or idx.size != n or (verdict > 2).any() or int((verdict == 0).sum()) != len(reply.rejected):
+        top = 2 if self.plan is None else 3  # 3: a validated client decided invalid at once (its share is dropped)
+        if verdict.size != n or idx.size != n or (verdict > top).any() or int((verdict == 0).sum()) != len(reply.rejected):
             raise ValueError("the coordinator's claim reply does not match the claim")
-        now, hold = np.flatnonzero(verdict == 2), np.flatnonzero(verdict == 1)
+        now, hold, gone = np.flatnonzero(verdict == 2), np.flatnonzero(verdict == 1), np.flatnonzero(verdict == 3)
         if now.size:
             self._fold_rows(parsed, now)
         if hold.size:
@@ -133,8 +219,9 @@ class WorkerShares:
                 assert parsed.seeds is not None
                 self._held.hold_seeds(idx[hold], [parsed.seeds[j] for j in hold.tolist()])
         self.confirm(reply.confirmed)
+        self.discard(reply.dropped)
         refused = [parsed.positions[j] for j in np.flatnonzero(verdict == 0).tolist()]
-        return int(now.size + hold.size), parsed.rejected + list(zip(refused, reply.rejected))
+        return int(now.size + hold.size + gone.size), parsed.rejected + list(zip(refused, reply.rejected))
 
     @staticmethod
     def refused(parsed: Parsed, problem: Problem.ValueType, detail: str) -> list[tuple[int, pb.ShareRejection]]:
@@ -146,8 +233,16 @@ class WorkerShares:
         """Fold the held shares of clients the coordinator confirmed (members of A)."""
         if packed:
             idx = np.frombuffer(packed, dtype="<u4").astype(np.int64)
-            self.running += self._held.take(idx)
+            if self.plan is None:
+                self.running += self._held.take(idx)
+            else:
+                self.running = F.add(self.running, self._held.take(idx, field=True))
             self.summed += idx.size
+
+    def discard(self, packed: bytes) -> None:
+        """A validated job: drop the held shares of clients whose proof failed (never summed)."""
+        if packed:
+            self._held.take(np.frombuffer(packed, dtype="<u4").astype(np.int64), field=True)
 
     def finish(self, order: pb.WorkerFinish) -> pb.WorkerSum:
         """The last confirmations, then the partial sum; every share still held (R_k \\ A here) is dropped."""
@@ -168,7 +263,9 @@ class WorkerShares:
         return self._held.pending
 
     def _fold_rows(self, parsed: Parsed, pos: np.ndarray) -> None:
-        if parsed.rows is not None:
+        if parsed.rows is not None and self.plan is not None:
+            self.running = F.add(self.running, F.sum(parsed.rows[pos], axis=0))
+        elif parsed.rows is not None:
             self.running += sharing.ring_sum(parsed.rows if pos.size == parsed.rows.shape[0] else parsed.rows[pos])
         else:
             assert parsed.seeds is not None

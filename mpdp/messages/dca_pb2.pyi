@@ -875,11 +875,14 @@ class WorkerClaim(_message.Message):
     SENDER_NAME_FIELD_NUMBER: _builtins.int
     CLIENT_IDS_FIELD_NUMBER: _builtins.int
     CLIENT_INDICES_FIELD_NUMBER: _builtins.int
+    VERIFIER_RECORDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     sender_role: _builtins.str
     """the caller's certificate role and name, as the worker verified them"""
     sender_name: _builtins.str
     client_indices: _builtins.bytes
+    verifier_records: _builtins.bytes
+    """a validated job: each claimed client's verifier record (Plan.record_bytes each, in order)"""
     @_builtins.property
     def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """or, roster jobs, client_indices as in ShareBatch"""
@@ -892,10 +895,11 @@ class WorkerClaim(_message.Message):
         sender_name: _builtins.str = ...,
         client_ids: _abc.Iterable[_builtins.str] | None = ...,
         client_indices: _builtins.bytes = ...,
+        verifier_records: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "client_indices", b"client_indices", "job_id", b"job_id", "sender_name", b"sender_name", "sender_role", b"sender_role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "client_indices", b"client_indices", "job_id", b"job_id", "sender_name", b"sender_name", "sender_role", b"sender_role", "verifier_records", b"verifier_records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -911,12 +915,17 @@ class WorkerClaimReply(_message.Message):
     INDICES_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
     CONFIRMED_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
     verdicts: _builtins.bytes
-    """one byte per claimed client: 0 rejected, 1 accepted (hold), 2 accepted (sum now)"""
+    """one byte per claimed client: 0 rejected, 1 accepted (hold), 2 accepted (sum now),"""
     indices: _builtins.bytes
-    """packed little-endian uint32 per claimed client: the coordinator's client index"""
+    """3 accepted but its proof failed (a validated job: drop it, never sum it)
+    packed little-endian uint32 per claimed client: the coordinator's client index
+    """
     confirmed: _builtins.bytes
     """packed uint32: earlier held clients of this worker now in A for good (sum them)"""
+    dropped: _builtins.bytes
+    """packed uint32: earlier held clients whose proof failed (drop their shares)"""
     @_builtins.property
     def rejected(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareRejection]:
         """the rejected ones, in order"""
@@ -928,10 +937,11 @@ class WorkerClaimReply(_message.Message):
         indices: _builtins.bytes = ...,
         rejected: _abc.Iterable[Global___ShareRejection] | None = ...,
         confirmed: _builtins.bytes = ...,
+        dropped: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "indices", b"indices", "rejected", b"rejected", "verdicts", b"verdicts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "dropped", b"dropped", "indices", b"indices", "rejected", b"rejected", "verdicts", b"verdicts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -70,10 +70,10 @@ class WorkerNode(ComputeNode):
         if job_id in self.held:  # attached meanwhile by another call
             return self.held[job_id]
         try:
-            params = DcaParams.from_spec(job_id, ann.spec)
+            shares = WorkerShares(DcaParams.from_spec(job_id, ann.spec), self.cfg.name, ann.verify_key)
         except (InvalidJob, ValueError):
             await errors.refuse(context, common_pb2.INVALID_JOB, "the job's parameters are out of range")
-        job = self.held[job_id] = _Job(WorkerShares(params, self.cfg.name))
+        job = self.held[job_id] = _Job(shares)
         return job
 
     async def _claim(self, job: _Job, parsed: Parsed) -> tuple[int, list]:
@@ -146,7 +146,7 @@ class WorkerNode(ComputeNode):
             if job is None:  # no client of the job reached this worker: its partial sum is 0 over 0 clients
                 try:
                     ann = await self.local.Attach(common_pb2.JobRef(job_id=order.job_id), timeout=LOCAL_SECONDS, metadata=self.md)
-                    job = _Job(WorkerShares(DcaParams.from_spec(order.job_id, ann.spec), self.cfg.name))
+                    job = _Job(WorkerShares(DcaParams.from_spec(order.job_id, ann.spec), self.cfg.name, ann.verify_key))
                 except (grpc.aio.AioRpcError, InvalidJob, ValueError) as e:
                     log.warning("job %s: cannot attach to finish it: %s", order.job_id, e)
                     continue

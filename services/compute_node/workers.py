@@ -101,7 +101,16 @@ class Coordinator(pb_grpc.ComputeNodeLocalServicer):
 
     async def Attach(self, request: common_pb2.JobRef, context) -> pb.DcaJobAnnouncement:
         hosted = await self.node._job(request.job_id, context)
-        return hosted.announcement
+        try:
+            key = hosted.machine.worker_key()  # a validated job's verify key: to this node's own workers only
+        except ProtocolError as e:
+            await errors.abort(context, e)
+        if not key:
+            return hosted.announcement
+        ann = pb.DcaJobAnnouncement()
+        ann.CopyFrom(hosted.announcement)
+        ann.verify_key = key
+        return ann
 
     async def Claim(self, request: pb.WorkerClaim, context) -> pb.WorkerClaimReply:
         w = self._worker(context)

@@ -12,8 +12,10 @@ import re
 import numpy as np
 import pytest
 
+from mpdp.dca import validation
 from mpdp.dca.client import ClientCohort, ClientMachine
 from mpdp.dca.params import DcaParams
+from mpdp.math import field as F
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Send
@@ -89,6 +91,81 @@ def test_two_workers_per_node_release_over_the_agreed_set(fed2):
         log = (fed2.workdir / node / "service.log").read_text()
         summed = [int(x) for x in re.findall(rf"job {job}: worker 1 summed (\d+) clients", log)]
         assert len(summed) == 1 and 0 < summed[0] < n - 1, (node, summed)
+
+
+def test_two_workers_per_node_run_a_validated_job_and_reject_a_malicious_client(fed2):
+    """A validated job (range): honest cohorts over many connections (spread over both processes of each node) and
+    one client whose first coordinate reads 10^9, with an honest proof of that input. Every node rejects it alike
+    (its verifier records come from whichever process took its share), the job releases the honest sum within its
+    noise and counts one rejection; both processes of every node verified and summed clients."""
+    groups, per, d, f_bits = 12, 2, 3, 16
+    n = groups * per + 1
+    Z = np.random.default_rng(9).uniform(-0.8, 0.8, size=(groups * per, d))
+    spec = pb.DcaJobSpec(dimension=d, clients=n, max_missing=2, epsilon=1.0, delta=1e-5, sensitivity=2.0, mode=common_pb2.CORRECTED,
+                         clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=30.0, noise=pb.DISCRETE_GAUSSIAN, validate=pb.VALIDATE_RANGE,
+                         fractional_bits=f_bits)
+    ep = Endpoints.load(fed2.workdir)
+    with DcaOperator(ep) as op:
+        job = op.create(spec)
+
+        async def honest():
+            async def group(g):
+                ids = [f"v{i:02d}" for i in range(g * per, (g + 1) * per)]
+                return await submit_cohort(ep, ep.tls, job, ids, Z[g * per : (g + 1) * per])
+            return await asyncio.gather(*(group(g) for g in range(groups)))
+
+        reports = asyncio.run(honest())
+        assert all(r.accepted == per * len(NODES) and not r.rejected for r in reports)
+        ann = asyncio.run(fetch_job(ep.curator_address, ep.curator_name, ep.tls, job))
+        assert ann.verify_key == b""  # the nodes' key never leaves them
+        params = DcaParams.from_spec(job, ann.spec)
+        plan = params.validation
+        assert plan is not None
+        meas = validation.encode_input(plan, np.zeros(d, dtype=np.int64), np.zeros(d, dtype=np.int64)).astype(np.uint64)
+        meas[0] = F.scalar(10**9 * 2**f_bits + int(meas[0]))
+
+        async def mallory():
+            channels = _node_channels(ann, ep.tls)
+            try:
+                for k, s in enumerate(validation.client_shares(plan, job, "mallory", meas, params.M, seeded=False)):
+                    async def one(msg=pb.ClientShare(job_id=job, client_id="mallory", validated=pb.ValidatedShare(
+                            measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts))):
+                        yield msg
+                    r = await pb_grpc.ComputeNodeStub(channels[k]).SubmitShares(one(), timeout=60)
+                    assert r.accepted == 1 and not r.rejected
+            finally:
+                await asyncio.gather(*(c.close() for c in channels))
+
+        async def short():
+            """A share one element short, over several connections (so over both processes of node 1): refused each time."""
+            s = validation.client_shares(plan, job, "shorty", meas, params.M, seeded=False)[0]
+            msg = pb.ClientShare(job_id=job, client_id="shorty", validated=pb.ValidatedShare(
+                measurement=s.measurement[:-8], proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts))
+            out = []
+            for _ in range(6):
+                channels = _node_channels(ann, ep.tls, own_connection=True)
+                try:
+                    async def one():
+                        yield msg
+                    out.append(await pb_grpc.ComputeNodeStub(channels[0]).SubmitShares(one(), timeout=60))
+                finally:
+                    await asyncio.gather(*(c.close() for c in channels))
+            return out
+
+        for r in asyncio.run(short()):
+            assert r.accepted == 0 and [x.problem for x in r.rejected] == [common_pb2.MALFORMED], r
+            assert len(r.rejected[0].detail) < 300 and "shorty" not in r.rejected[0].detail
+        asyncio.run(mallory())
+        status = op.wait(job, timeout=120)
+        assert status.state == "RELEASED", status.detail
+        rel = op.release(job)
+    assert (rel.clients_included, rel.clients_rejected) == (groups * per, 1)
+    err = np.asarray(rel.values) - Z.sum(axis=0)
+    assert np.max(np.abs(err)) < 8 * np.sqrt(rel.noise_variance) + groups * per * 2.0**-f_bits, (err, rel.noise_variance)
+    for node in NODES:
+        log = (fed2.workdir / node / "service.log").read_text()
+        summed = [int(x) for x in re.findall(rf"job {job}: worker 1 summed (\d+) clients", log)]
+        assert len(summed) == 1 and 0 < summed[0] < groups * per, (node, summed)
 
 
 def test_workers_die_with_their_node(fed2):
