@@ -134,11 +134,21 @@ class WorkerShares:
         """A validated job's shares: each proof queried here (as node k would), the records ride with the claim."""
         assert self.plan is not None
         rejected: list[tuple[int, pb.ShareRejection]] = []
-        run = [(j, s) for j, s in enumerate(shares) if s.WhichOneof("share") == "validated"]
-        for j, s in enumerate(shares):
+        run: list[tuple[int, pb.ClientShare]] = []
+        seen: set[str] = set()
+        for j, s in enumerate(shares):  # what this process can refuse alone is refused before any proof check
+            cid = s.client_id
             if s.WhichOneof("share") != "validated":
-                why = f"job {self.job_id} is validated: it takes a ValidatedShare, got {s.WhichOneof('share')}"
-                rejected.append((j, pb.ShareRejection(client_id=s.client_id, problem=MALFORMED, detail=why)))
+                problem, why = MALFORMED, f"job {self.job_id} is validated: it takes a ValidatedShare, got {s.WhichOneof('share')}"
+            elif claim.sender_role == "party" and claim.sender_name != cid:
+                problem, why = Problem.WRONG_ROLE, f"party:{claim.sender_name} cannot submit for client {cid!r}"
+            elif cid in seen:
+                problem, why = Problem.REPLAY, f"client {cid!r} appears twice in one run of shares"
+            else:
+                seen.add(cid)
+                run.append((j, s))
+                continue
+            rejected.append((j, pb.ShareRejection(client_id=cid, problem=problem, detail=why)))
         checked = validation.check_shares(
             self.plan, [validation.ShareForNode(s.validated.measurement, s.validated.proof, s.validated.share_seed, s.validated.blind,
                                                 s.validated.joint_rand_parts) for _, s in run],

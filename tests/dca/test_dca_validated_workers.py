@@ -168,3 +168,22 @@ def test_a_claim_must_carry_one_record_per_client_and_the_key_stays_until_agreed
     outs = m.receive(Peer("worker", "1"), parsed.claim)
     reply = next(o.message for o in outs if isinstance(o, Reply))
     assert ws.apply(parsed, reply)[0] == 1 and ws.pending == 1 and m.received == 1
+
+
+def test_a_worker_checks_no_proof_of_a_share_it_can_refuse_alone(monkeypatch):
+    """A party may submit only its own share, once: a run of shares for other clients, or copies of its own, is
+    refused at the worker (WRONG_ROLE, REPLAY) before any proof is checked, so no certificate buys verifier work
+    with shares that are refused anyway."""
+    prm = _params("range")
+    m = ComputeNodeMachine(prm, "n0", workers=2)
+    for peer in NODES[1:]:  # the key is agreed once every node's piece is in
+        m.receive(Peer("compute_node", peer), pb.VerifyKeyPiece(job_id=prm.job_id, piece=bytes(validation.SEED)))
+    ws = WorkerShares(prm, "n0", m.worker_key())
+    shares = _shares(prm, set())
+    checked: list[int] = []
+    real = validation.check_shares
+    monkeypatch.setattr(validation, "check_shares", lambda p, rows, **kw: checked.append(len(rows)) or real(p, rows, **kw))
+    run = [pb.ClientShare(job_id=prm.job_id, client_id=f"c{i:02d}", validated=shares[i][0]) for i in (1, 2, 0, 0, 0)]
+    parsed = ws.parse_shares("party", "c00", run)
+    assert [(j, r.problem) for j, r in parsed.rejected] == [(0, Problem.WRONG_ROLE), (1, Problem.WRONG_ROLE), (3, Problem.REPLAY), (4, Problem.REPLAY)]
+    assert list(parsed.claim.client_ids) == ["c00"] and checked == [1]
