@@ -248,7 +248,8 @@ class InProcessBackend:
         total, per_party = self._records(names, total_records, records_per_party)
         job_id, seed = self._job("dp")
         try:
-            plan = DpgdPlan(task, d, epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, total) if rounds is None else int(rounds), total_records=total)
+            plan = DpgdPlan(task, d, epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, total) if rounds is None else int(rounds), total_records=total,
+                            validate="l2")  # as the live federation: every party's round vector proven in its ℓ2 ball
         except ValueError as e:
             raise ValueError(f"not a valid dp-gd plan: {e}") from None
         runs: list[Any] = []
