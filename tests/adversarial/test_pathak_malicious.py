@@ -24,6 +24,7 @@ import pytest
 
 from mpdp.math.paillier import PublicKey
 from mpdp.messages import common_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.pathak2010.params import PathakParams
 from mpdp.pathak2010.party import joint_pi1, pi1_commitment
 
 from tests.integration.conftest import MockParty
@@ -102,8 +103,12 @@ def test_a_reveal_that_does_not_open_its_commitment_is_refused(fed, mock):
     assert_ledgers_within_budget(fed)
 
 
-def test_a_size_remainder_outside_its_public_range_is_refused_by_the_curator(fed, mock):
-    job, nonce, ann, start = accept_and_start(fed, mock, b"remainder")
+@pytest.mark.parametrize("side", ["above", "below"])
+def test_a_size_remainder_outside_its_public_range_is_refused_by_the_curator(fed, mock, side):
+    """Above: b = 2^s + 5 claims a size beyond the public bound whatever a is (within the former |b| < 2^(L+1)).
+    Below: b = −2^L claims a negative size whatever a_j (every honest b_j = n_j − a_j > −2^L), to be selected as the
+    smallest party. Charlie decrypts b signed and refuses it (MALFORMED), naming no value."""
+    job, nonce, ann, start = accept_and_start(fed, mock, b"remainder-" + side.encode())
     tls = mock[0]
     theirs = received(mock, job, pk.Pi1Reveal)
     secrets = received(mock, job, pk.PartySecrets)
@@ -113,8 +118,8 @@ def test_a_size_remainder_outside_its_public_range_is_refused_by_the_curator(fed
     zeta = PublicKey(int.from_bytes(ann.curator_keys.paillier_n, "big"))
     xi = PublicKey(int.from_bytes(secrets.paillier_p, "big") * int.from_bytes(secrets.paillier_q, "big"))
     size_bits = ann.spec.size_bits or 32
-    b = (1 << size_bits) + 5  # a size beyond the public bound whatever a is; within the former |b| < 2^(L+1)
-    sealed = pk.SealedSizeRemainder(job_id=job, position=pi1[1], ciphertext=zeta.to_bytes(zeta.encrypt(b, factor=pow(7, zeta.n, zeta.nsquare))))
+    b = (1 << size_bits) + 5 if side == "above" else -(1 << PathakParams.from_spec(job, ann.spec).L)
+    sealed = pk.SealedSizeRemainder(job_id=job, position=pi1[1], ciphertext=zeta.to_bytes(zeta.encrypt(b % zeta.n, factor=pow(7, zeta.n, zeta.nsquare))))
     with channel(fed, REAL, tls) as ch:
         stub = pk_grpc.PartyStub(ch)
         if pi1[1] == 0:  # the mock's a goes to the party at its position
