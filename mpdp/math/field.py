@@ -514,3 +514,98 @@ def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
     columns = np.ascontiguousarray(a.reshape(-1, n).T)  # one polynomial per column
     y = _ntt_columns(columns, rev, tw, scale)
     return np.ascontiguousarray(y.T).reshape(a.shape)
+
+
+# -- fused kernels of the FLP verifier (mpdp.math.flp.Circuit.query) -------------------------------------------
+@njit(cache=True)
+def _recombine_rows(x: np.ndarray, width: int) -> np.ndarray:  # pragma: no cover - compiled
+    """Per row of x (rows, d·width): Σ_l 2^l·x[j·width + l] for each j, by Horner's rule (doublings and additions)."""
+    rows, cols = x.shape
+    d = cols // width
+    out = np.empty((rows, d), dtype=np.uint64)
+    for r in range(rows):
+        for j in range(d):
+            acc = _ZERO
+            for bit in range(width - 1, -1, -1):
+                acc = _add1(_add1(acc, acc), x[r, j * width + bit])
+            out[r, j] = acc
+    return out
+
+
+def recombine(bits: Elem, width: int) -> np.ndarray:
+    """Σ_l 2^l·b_{j,l} mod p for bits of shape (..., d·width) → (..., d): the integers of little-endian bit groups
+    (linear, so valid on shares of the bits too); one compiled pass."""
+    a = np.asarray(bits, dtype=np.uint64)
+    if width < 1 or a.shape[-1] % width:
+        raise ValueError("recombine: the last axis must be a whole number of width-bit groups")
+    rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    return _recombine_rows(rows, width).reshape(a.shape[:-1] + (a.shape[-1] // width,))
+
+
+@njit(cache=True)
+def _wire_evals(meas: np.ndarray, alphas: np.ndarray, extra_a: np.ndarray, extra_b: np.ndarray, seeds: np.ndarray,
+                weights: np.ndarray, inv: np.uint64, chunk: int) -> np.ndarray:  # pragma: no cover - compiled
+    rows, m = meas.shape
+    reps, e = alphas.shape[1], extra_a.shape[2]
+    calls = (m + chunk - 1) // chunk  # calls holding bit checks
+    out = np.empty((rows, reps, 2 * chunk), dtype=np.uint64)
+    u = np.empty(calls, dtype=np.uint64)
+    for r in range(rows):
+        for j in range(reps):
+            f = out[r, j]
+            w = weights[r, j]
+            al = alphas[r, j]
+            for k in range(calls):
+                u[k] = w[k + 1]
+            for s in range(chunk):
+                # slot s of every call: independent multiplications (u[k] ← u[k]·α_k = ℓ_(k+1)·α_k^(s+1)); the sums
+                # kept as 128-bit (hi, lo) pairs and reduced once, no data-dependent branch in the loop
+                a_lo = a_hi = b_lo = b_hi = w_lo = w_hi = _ZERO
+                for k in range(calls):
+                    q = k * chunk + s
+                    if q >= m:
+                        break
+                    x = meas[r, q]
+                    uk = _mul1(u[k], al[k])
+                    u[k] = uk
+                    wk = w[k + 1]
+                    v = _mul1(x, uk)
+                    a_lo += v
+                    a_hi += np.uint64(a_lo < v)
+                    v = _mul1(x, wk)
+                    b_lo += v
+                    b_hi += np.uint64(b_lo < v)
+                    w_lo += wk
+                    w_hi += np.uint64(w_lo < wk)
+                w0 = w[0]
+                f[2 * s] = _add1(_mul1(seeds[r, j, 2 * s], w0), _reduce128_1(a_hi, a_lo))
+                # Σ_k (x − inv)·ℓ_k = Σ_k x·ℓ_k − inv·Σ_k ℓ_k
+                b = _sub1(_reduce128_1(b_hi, b_lo), _mul1(inv, _reduce128_1(w_hi, w_lo)))
+                f[2 * s + 1] = _add1(_mul1(seeds[r, j, 2 * s + 1], w0), b)
+            for t in range(e):
+                q = m + t
+                kk = q // chunk
+                s = q - kk * chunk
+                wq = w[kk + 1]
+                f[2 * s] = _add1(f[2 * s], _mul1(extra_a[r, j, t], wq))
+                f[2 * s + 1] = _add1(f[2 * s + 1], _mul1(extra_b[r, j, t], wq))
+    return out
+
+
+def wire_evals(meas: Elem, alphas: Elem, extra_a: Elem, extra_b: Elem, seeds: Elem, weights: Elem, inv: int, chunk: int) -> np.ndarray:
+    """The FLP verifier's wire polynomials at its query points (:meth:`mpdp.math.flp.Circuit.query`), without building
+    the wires. Rows of ``meas`` (rows, m) are clients; per client and repetition j: the bit checks' coefficients'
+    bases ``alphas`` (rows, R, ⌈m/chunk⌉), the further Mul terms' operands ``extra_a``/``extra_b`` (rows, R, e) (quad
+    index m + t), the wire seeds (rows, R, 2·chunk) and the Lagrange weights ℓ_i(r_j) (rows, R, n).
+
+    Quad term q (call k = q // chunk + 1, slot s = q mod chunk) has operands (a_q, b_q) = (α_(q//chunk)^(s+1)·x_q,
+    x_q − inv) for q < m and (extra_a, extra_b)[q − m] beyond; wire 2s takes a, wire 2s + 1 takes b, and seed i sits at
+    point 0. Returns f_i(r_j) = seed_i·ℓ_0(r_j) + Σ_calls operand·ℓ_k(r_j), shape (rows, R, 2·chunk)."""
+    meas = np.ascontiguousarray(meas, dtype=np.uint64)
+    rows = meas.shape[0]
+    reps = np.shape(weights)[1]
+
+    def as3(x: Elem) -> np.ndarray:
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.uint64), (rows, reps) + np.shape(x)[2:]))
+
+    return _wire_evals(meas, as3(alphas), as3(extra_a), as3(extra_b), as3(seeds), as3(weights), np.uint64(inv), chunk)

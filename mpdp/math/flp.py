@@ -81,14 +81,9 @@ class Predicate:
         raise NotImplementedError
 
 
-def _pow2(bits: int) -> np.ndarray:
-    return np.array([1 << j for j in range(bits)], dtype=np.uint64)
-
-
 def _recombine(bits: np.ndarray, width: int) -> np.ndarray:
     """Σ_l 2^l·b_{j,l} for bits of shape (..., d·width) → (..., d) (linear; valid on shares)."""
-    m = bits.reshape(bits.shape[:-1] + (-1, width))
-    return F.sum(F.mul(m, _pow2(width)), axis=-1)
+    return F.recombine(bits, width)
 
 
 def _bits_of(values: np.ndarray, width: int) -> np.ndarray:
@@ -376,14 +371,26 @@ class Circuit:
     def _terms(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(A, B, ℓ): the Mul terms padded to calls·chunk, and the linear part, of V on (a share of) meas.
         Leading axes of ``meas`` and ``jr`` are batch axes (many clients at once)."""
-        metas = self._slices(meas, [p.meas_len for p in self.predicates])
-        alphas, rest = jr[..., : self.bit_jr_len], jr[..., self.bit_jr_len :]
+        alphas = jr[..., : self.bit_jr_len]
         bit_rho = F.powers_of(alphas, self.chunk + 1)[..., 1:]  # ρ_(c·j+e) = α_j^(e+1)
         bit_rho = bit_rho.reshape(bit_rho.shape[:-2] + (-1,))[..., : self.meas_len]
-        rhos = self._slices(rest, [p.jr_len for p in self.predicates])
-        a_parts = [F.mul(bit_rho, meas)]  # ρ_i·x_i·(x_i − 1): bit checks
-        b_parts = [F.sub(meas, inv)]
+        a_extra, b_extra, lin = self._predicate_terms(meas, jr, inv)
+        batch = lin.shape
+        a_parts = [F.mul(bit_rho, meas), a_extra]  # ρ_i·x_i·(x_i − 1): bit checks
+        b_parts = [F.sub(meas, inv), b_extra]
+        pad = self.calls * self.chunk - self.quad_len
+        zeros = np.zeros(batch + (pad,), dtype=np.uint64)
+        a_all = np.concatenate([np.broadcast_to(x, batch + x.shape[-1:]) for x in a_parts] + [zeros], axis=-1)
+        b_all = np.concatenate([np.broadcast_to(x, batch + x.shape[-1:]) for x in b_parts] + [zeros], axis=-1)
+        return a_all, b_all, lin
+
+    def _predicate_terms(self, meas: np.ndarray, jr: np.ndarray, inv: F.Elem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The predicates' own part of V (everything but the bit checks): their Mul operands (A, B) of quad index
+        meas_len.. quad_len − 1, shape batch + (quad_len − meas_len,), and the linear part ℓ, shape batch."""
+        metas = self._slices(meas, [p.meas_len for p in self.predicates])
+        rhos = self._slices(jr[..., self.bit_jr_len :], [p.jr_len for p in self.predicates])
         batch = np.broadcast_shapes(meas.shape[:-1], jr.shape[:-1])
+        a_parts, b_parts = [np.zeros(batch + (0,), dtype=np.uint64)], [np.zeros(batch + (0,), dtype=np.uint64)]
         lin = np.zeros(batch, dtype=np.uint64)
         for p, m, r in zip(self.predicates, metas, rhos):
             if p.quad_len:
@@ -391,23 +398,10 @@ class Circuit:
                 a_parts.append(np.broadcast_to(a, batch + a.shape[-1:]))
                 b_parts.append(np.broadcast_to(b, batch + b.shape[-1:]))
             lin = F.add(lin, p.linear(m, r, inv))
-        pad = self.calls * self.chunk - self.quad_len
-        zeros = np.zeros(batch + (pad,), dtype=np.uint64)
-        a_all = np.concatenate([np.broadcast_to(x, batch + x.shape[-1:]) for x in a_parts] + [zeros], axis=-1)
-        b_all = np.concatenate([np.broadcast_to(x, batch + x.shape[-1:]) for x in b_parts] + [zeros], axis=-1)
-        return a_all, b_all, lin
-
-    def _wires(self, a: np.ndarray, b: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-        """Wire values (..., arity, n): column 0 the seeds, column k the inputs of call k (a_i, b_i interleaved)."""
-        batch = a.shape[:-1]
-        w = np.zeros(batch + (self.arity, self.n), dtype=np.uint64)
-        w[..., :, 0] = seeds
-        w[..., 0::2, 1 : self.calls + 1] = a.reshape(batch + (self.calls, self.chunk)).swapaxes(-1, -2)
-        w[..., 1::2, 1 : self.calls + 1] = b.reshape(batch + (self.calls, self.chunk)).swapaxes(-1, -2)
-        return w
+        return np.concatenate(a_parts, axis=-1), np.concatenate(b_parts, axis=-1), np.broadcast_to(lin, batch)
 
     def _wire_columns(self, a: np.ndarray, b: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-        """:meth:`_wires` transposed, (..., n, arity): row k the inputs of call k (the prover's layout)."""
+        """Wire values (..., n, arity): row 0 the seeds, row k the inputs of call k (a_i, b_i interleaved)."""
         batch = a.shape[:-1]
         w = np.zeros(batch + (self.n, self.arity), dtype=np.uint64)
         w[..., 0, :] = seeds
@@ -463,20 +457,24 @@ class Circuit:
         if np.shape(proof_share) != batch + (self.proofs, self.proof_len) or np.shape(query_rand) != batch + (self.proofs,):
             raise CircuitError("proof share or query randomness of the wrong shape")
         inv = _inv(num_shares)
-        out = np.empty(batch + (self.proofs, self.verifier_len), dtype=np.uint64)
-        for j in range(self.proofs):
-            seeds, coeffs = proof_share[..., j, : self.arity], proof_share[..., j, self.arity :]
-            a, b, lin = self._terms(meas_share, joint_rand[..., j, :], inv)
-            folded = coeffs[..., : self.n].copy()  # p mod (x^n − 1): the same values at the n-th roots
-            folded[..., : self.n - 1] = F.add(folded[..., : self.n - 1], coeffs[..., self.n :])
-            outs = F.ntt(folded)[..., 1 : self.calls + 1]  # p(ω^k): the gadget outputs of calls 1..L
-            r = np.asarray(query_rand[..., j], dtype=np.uint64)
-            wires = self._wires(a, b, seeds)
-            f_r = F.dot(wires, lagrange_weights(self.n, r)[..., None, :], axis=-1)
-            out[..., j, 0] = F.add(F.sum(outs, axis=-1), lin)
-            out[..., j, 1 : 1 + self.arity] = f_r
-            out[..., j, -1] = F.dot(coeffs, F.powers_of(r, 2 * self.n - 1), axis=-1)
-        return out
+        rows = int(np.prod(batch, dtype=np.int64))
+        flat = meas_share.reshape(rows, self.meas_len)
+        jr = np.asarray(joint_rand, dtype=np.uint64).reshape(rows, self.proofs, self.jr_len)
+        proof = np.asarray(proof_share, dtype=np.uint64).reshape(rows, self.proofs, self.proof_len)
+        r = np.asarray(query_rand, dtype=np.uint64).reshape(rows, self.proofs)
+        seeds, coeffs = proof[..., : self.arity], proof[..., self.arity :]
+        # the predicates' own terms per repetition (their joint randomness differs); the bit checks fused below
+        a_extra, b_extra, lin = self._predicate_terms(flat[:, None, :], jr, inv)
+        folded = coeffs[..., : self.n].copy()  # p mod (x^n − 1): the same values at the n-th roots
+        folded[..., : self.n - 1] = F.add(folded[..., : self.n - 1], coeffs[..., self.n :])
+        outs = F.ntt(folded)[..., 1 : self.calls + 1]  # p(ω^k): the gadget outputs of calls 1..L
+        out = np.empty((rows, self.proofs, self.verifier_len), dtype=np.uint64)
+        out[..., 0] = F.add(F.sum(outs, axis=-1), lin)
+        # f_i(r) = Σ_k f_i(ω^k)·ℓ_k(r), the wires' values taken from (meas, jr, seeds) without building the wires
+        out[..., 1 : 1 + self.arity] = F.wire_evals(flat, jr[..., : self.bit_jr_len], a_extra, b_extra, seeds,
+                                                    lagrange_weights(self.n, r), int(inv), self.chunk)
+        out[..., -1] = F.dot(coeffs, F.powers_of(r, 2 * self.n - 1), axis=-1)
+        return out.reshape(batch + (self.proofs, self.verifier_len))
 
     def decide(self, verifier: np.ndarray) -> np.ndarray:
         """Accept iff, for every repetition, V = 0 and G(f(r)) = p(r) (on the sum of the verifier shares);

@@ -144,3 +144,50 @@ def test_xof_many_is_xof_row_by_row_even_past_a_rejected_word(monkeypatch):
     got = F.xof_many(b"dst", seeds, b"b", 17)
     assert got[5].tolist() == F.xof(b"dst", seeds[5], b"b", 17).tolist() and bool((got < np.uint64(P)).all())
     assert got[5].tolist() != many[5].tolist() and got[6].tolist() == many[6].tolist()
+
+
+def _edge_heavy(rng: random.Random, n: int) -> list[int]:
+    return [rng.choice(EDGES) if rng.random() < 0.3 else rng.randrange(P) for _ in range(n)]
+
+
+@pytest.mark.parametrize("width", [1, 3, 18, 36])
+def test_recombine_matches_python_integers(width):
+    rng = random.Random(width)
+    rows, d = 5, 7
+    flat = _edge_heavy(rng, rows * d * width)
+    got = F.recombine(np.array(flat, dtype=np.uint64).reshape(rows, d * width), width)
+    want = [[sum(flat[(r * d + j) * width + l] << l for l in range(width)) % P for j in range(d)] for r in range(rows)]
+    assert got.tolist() == want
+    with pytest.raises(ValueError):
+        F.recombine(np.zeros((2, 5), dtype=np.uint64), 2)
+
+
+@pytest.mark.parametrize("m,chunk,extra", [(1, 1, 0), (7, 3, 2), (24, 5, 5), (30, 6, 0)])
+def test_wire_evals_match_the_wires_evaluated_with_python_integers(m, chunk, extra):
+    """Every operand of every quad term at its (call, slot) position, times the weight of its call, summed."""
+    rng = random.Random(m * 100 + chunk)
+    rows, reps = 3, 2
+    calls = -(-(m + extra) // chunk)
+    n = calls + 2
+    meas = _edge_heavy(rng, rows * m)
+    alphas = _edge_heavy(rng, rows * reps * (-(-m // chunk)))
+    ea, eb = _edge_heavy(rng, rows * reps * extra), _edge_heavy(rng, rows * reps * extra)
+    seeds, weights = _edge_heavy(rng, rows * reps * 2 * chunk), _edge_heavy(rng, rows * reps * n)
+    inv = rng.randrange(P)
+    arr = lambda xs, *shape: np.array(xs, dtype=np.uint64).reshape(shape)  # noqa: E731
+    got = F.wire_evals(arr(meas, rows, m), arr(alphas, rows, reps, -(-m // chunk)), arr(ea, rows, reps, extra), arr(eb, rows, reps, extra),
+                       arr(seeds, rows, reps, 2 * chunk), arr(weights, rows, reps, n), inv, chunk)
+    for r in range(rows):
+        for j in range(reps):
+            w = weights[(r * reps + j) * n : (r * reps + j + 1) * n]
+            f = [seeds[(r * reps + j) * 2 * chunk + i] * w[0] for i in range(2 * chunk)]
+            for q in range(m + extra):
+                k, s = divmod(q, chunk)
+                if q < m:
+                    x = meas[r * m + q]
+                    a, b = pow(alphas[(r * reps + j) * (-(-m // chunk)) + k], s + 1, P) * x, x - inv
+                else:
+                    a, b = ea[(r * reps + j) * extra + q - m], eb[(r * reps + j) * extra + q - m]
+                f[2 * s] += a * w[k + 1]
+                f[2 * s + 1] += b * w[k + 1]
+            assert got[r, j].tolist() == [v % P for v in f]

@@ -320,3 +320,21 @@ def test_query_points_for_many_clients_are_each_clients_own(monkeypatch):
     got = flp.query_points_many(RANGE, b"q", b"k" * 32, binders[:5])
     assert bool((F.pow_vec(got, RANGE.n) != 1).all()) and got[3].tolist() == flp.query_points(RANGE, b"q", b"k" * 32, binders[3]).tolist()
     assert got[3].tolist() != real_xof(b"q", b"k" * 32, binders[3] + (0).to_bytes(4, "big"), RANGE.proofs).tolist()
+
+
+@pytest.mark.parametrize("name", ["range", "l2", "one-hot", "votes"])
+def test_query_equals_the_wires_built_and_evaluated_at_the_query_point(name):
+    """The fused query (wire values at r without building the wires) against the construction of BBCGGI19 Fig. 3
+    step by step: every wire's values at ω^0..ω^(n−1) (seed, then the Mul inputs of each call), Lagrange-evaluated."""
+    c, valid = VALID[name]
+    meas = _encode(c, valid(4))
+    proof, jr = _prove(c, meas)
+    for share, pshare in [(meas, proof), (_rand(*meas.shape), _rand(*proof.shape))]:  # an honest share and random ones
+        qr = _rand(meas.shape[0], c.proofs)
+        got = c.query(share, pshare, qr, jr, M)
+        inv = flp._inv(M)
+        for j in range(c.proofs):
+            a, b, _ = c._terms(share, jr[:, j, :], inv)
+            wires = c._wire_columns(a, b, pshare[:, j, : c.arity]).swapaxes(-1, -2)  # (clients, arity, n)
+            want = F.dot(wires, flp.lagrange_weights(c.n, qr[:, j])[:, None, :], axis=-1)
+            assert np.array_equal(got[:, j, 1 : 1 + c.arity], want)
