@@ -8,7 +8,7 @@ Client i with integer data ỹ_i (units of 2^-f, after clipping and rounding) an
 1. x = enc(ỹ_i, η_i) ∈ {0, 1}^n, the bits of the job's circuit (:func:`plan`): the data predicate (range, L2 ball
    or one-hot) and, unless the job is a secure sum, ‖η_i‖₂² ≤ B_η;
 2. x is shared additively over Field64 among the M nodes (node k ≥ 1 gets a 32-byte seed when the job is
-   seed-compressed; node 0 gets x minus the expansions);
+   seed-compressed, expanded by AES-256-CTR under XOF(seed, job ‖ client ‖ k); node 0 gets x minus the expansions);
 3. joint randomness (Prio3's, §7.2.1.2): node k's part J_k = XOF(blind_k, job ‖ client ‖ k ‖ node k's measurement
    share, or its seed), the seed s = XOF(J_0 ‖ … ‖ J_(M−1)), ρ = XOF(s); the client sends every node its blind and
    all M parts (the hint);
@@ -47,7 +47,7 @@ SEED = 32  # bytes of a blind, a part, a joint-randomness seed, a share seed, th
 NOISE_TAIL_LOG2 = 96  # an honest client's ‖η‖² exceeds B_η with probability ≤ 2^-96 (then it sends nothing)
 _T = NOISE_TAIL_LOG2 * math.log(2)
 _DST_PART, _DST_SEED, _DST_JR = b"mpdp/dca/flp/joint-rand-part", b"mpdp/dca/flp/joint-rand-seed", b"mpdp/dca/flp/joint-rand"
-_DST_QUERY, _DST_SHARE = b"mpdp/dca/flp/query-rand", b"mpdp/dca/flp/share"
+_DST_QUERY, _DST_SHARE = b"mpdp/dca/flp/query-rand", b"mpdp/dca/flp/share-key"
 _DST_KEY = b"mpdp/dca/flp/verify-key"
 
 
@@ -186,9 +186,10 @@ def _joint_rands(p: Plan, seeds: list[bytes]) -> np.ndarray:
 
 
 def expand_share(p: Plan, seed: bytes, bind: bytes, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """A seed-compressed helper's (measurement share, proof share)."""
+    """A seed-compressed helper's (measurement share, proof share): the AES-256-CTR keystream (:func:`mpdp.math.field.prg`)
+    under the key XOF(seed, job ‖ client ‖ k), bound to its job, client and node like the seed's other uses."""
     c = p.circuit
-    flat = F.xof(_DST_SHARE, seed, bind + k.to_bytes(2, "big"), p.share_len)
+    flat = F.prg(F.xof_bytes(_DST_SHARE, seed, bind + k.to_bytes(2, "big"), SEED), p.share_len)
     return flat[: c.meas_len], flat[c.meas_len :].reshape(c.proofs, c.proof_len)
 
 

@@ -11,7 +11,7 @@ of p: 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), so hi·2^64 + lo ≡ lo −
 + hi_lo. Every step is checked against Python integers in tests/core/test_field.py.
 
 Randomness: :func:`rand` reads ``os.urandom`` (the CSPRNG) and :func:`xof` expands a byte string with SHAKE128 (the
-draft's XOF role); both sample uniformly by rejection (a 64-bit word ≥ p is dropped, probability 2^-32 − 2^-64).
+draft's XOF role), :func:`prg` an AES-256-CTR keystream (expanding a seed-compressed share); all sample uniformly by rejection (a 64-bit word ≥ p is dropped, probability 2^-32 − 2^-64).
 
 Polynomials over the multiplicative subgroup of order 2^k (k ≤ 32, generator 7 of F_p^*): :func:`ntt` / :func:`intt`
 evaluate / interpolate at the n-th roots of unity along the last axis (iterative radix-2 butterflies, compiled, all polynomials of a call side by side).
@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from numba import njit, vectorize
 
 if TYPE_CHECKING:
@@ -367,6 +368,23 @@ def xof_many(dst: bytes, seeds: list[bytes], binder: bytes, n: int) -> np.ndarra
     for i in np.flatnonzero((words >= _P).any(axis=1)).tolist():
         out[i] = xof(dst, seeds[i], binder, n)
     return out
+
+
+def prg(key: bytes, n: int) -> np.ndarray:
+    """n elements of the AES-256-CTR keystream under ``key`` (a 32-byte key used for this one stream; zero counter
+    block), uniform by rejection of words ≥ p: a seed expander ≈ 10× faster than SHAKE128 for long outputs (AES-NI)."""
+    if len(key) != 32:
+        raise ValueError("prg takes a 32-byte AES-256 key")
+    enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+    words = np.frombuffer(enc.update(bytes(8 * (n + 8 + n // (1 << 20)))), dtype=U64)
+    below = words < _P
+    if bool(below[:n].all()):
+        return words[:n].astype(np.uint64)  # the first n words, all accepted (all but ≈ n·2^-32 of the draws)
+    ok = words[below]
+    while ok.size < n:  # the keystream continues where it stopped: the same elements however it is cut
+        more = np.frombuffer(enc.update(bytes(8 * n)), dtype=U64)
+        ok = np.concatenate([ok, more[more < _P]])
+    return ok[:n].astype(np.uint64)
 
 
 def xof_bytes(dst: bytes, seed: bytes, binder: bytes, n: int) -> bytes:

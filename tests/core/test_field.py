@@ -191,3 +191,16 @@ def test_wire_evals_match_the_wires_evaluated_with_python_integers(m, chunk, ext
                 f[2 * s] += a * w[k + 1]
                 f[2 * s + 1] += b * w[k + 1]
             assert got[r, j].tolist() == [v % P for v in f]
+
+
+def test_prg_is_the_aes_ctr_keystream_with_words_at_or_above_p_dropped():
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    key = bytes(range(32))
+    stream = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update(bytes(8 * 5000))
+    words = [int.from_bytes(stream[8 * i : 8 * i + 8], "little") for i in range(5000)]
+    want = [w for w in words if w < P][:4000]
+    assert F.prg(key, 4000).tolist() == want
+    assert F.prg(key, 7).tolist() == want[:7]  # a prefix of the same stream, however long the draw
+    with pytest.raises(ValueError):
+        F.prg(b"short", 4)
