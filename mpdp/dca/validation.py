@@ -421,31 +421,38 @@ class _Parsed:
 def _verify(p: Plan, parsed: list[_Parsed | MalformedShare], *, k: int, nodes: int, verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
     """Node k's verifier shares for the well-formed clients of ``parsed`` in one batched query (at most
     :func:`batch_size` clients): (output share, record) per client, a MalformedShare passed through."""
-    c = p.circuit
     good = [x for x in parsed if not isinstance(x, MalformedShare)]
     if not good:
         return list(parsed)  # type: ignore[arg-type]
-    own, seeds = [], []
-    for g in good:
-        hint = bytes(g.hint)
-        part = _part(bytes(g.blind), g.bind, k, g.material)
-        seeds.append(joint_rand_seed_with(hint, k, part))
-        own.append(part)
-    jr = _joint_rands(p, seeds)
-    meas_b = np.stack([g.meas for g in good])
-    queries = flp.query_points_many(c, _DST_QUERY, verify_key, [g.bind for g in good])
-    verifier = F.encode(c.query(meas_b, np.stack([g.proof for g in good]), queries, jr, nodes))
-    rows = c.truncate(meas_b, nodes)
-    vw = F.ENCODED_SIZE * c.proofs * c.verifier_len
+    rows, records = _verify_rows(p, np.stack([g.meas for g in good]), np.stack([g.proof for g in good]), [g.blind for g in good],
+                                 [g.hint for g in good], [g.material for g in good], [g.bind for g in good], k=k, nodes=nodes, verify_key=verify_key)
     out: list[tuple[np.ndarray, bytes] | MalformedShare] = []
     j = 0
     for x in parsed:
         if isinstance(x, MalformedShare):
             out.append(x)
         else:
-            out.append((rows[j], verifier[vw * j : vw * (j + 1)] + own[j] + seeds[j]))
+            out.append((rows[j], records[j]))
             j += 1
     return out
+
+
+def _verify_rows(p: Plan, meas: np.ndarray, proof: np.ndarray, blinds: Sequence[bytes | memoryview], hints: Sequence[bytes | memoryview],
+                 materials: Sequence[bytes | memoryview], binds: list[bytes], *, k: int, nodes: int, verify_key: bytes) -> tuple[np.ndarray, list[bytes]]:
+    """Node k's step for well-formed clients given as arrays (meas (g, meas_len), proof (g, R, proof_len)) and, per
+    client, its blind, its M parts, what its part J_k hashes and its binder: (output shares (g, output_len), records)."""
+    c = p.circuit
+    own, seeds = [], []
+    for blind, hint, material, bind in zip(blinds, hints, materials, binds):
+        part = _part(bytes(blind), bind, k, material)
+        seeds.append(joint_rand_seed_with(bytes(hint), k, part))
+        own.append(part)
+    jr = _joint_rands(p, seeds)
+    queries = flp.query_points_many(c, _DST_QUERY, verify_key, binds)
+    verifier = F.encode(c.query(meas, proof, queries, jr, nodes))
+    rows = c.truncate(meas, nodes)
+    vw = F.ENCODED_SIZE * c.proofs * c.verifier_len
+    return rows, [verifier[vw * j : vw * (j + 1)] + own[j] + seeds[j] for j in range(len(binds))]
 
 
 def check_packed_lengths(p: Plan, packed: PackedShares, *, k: int, nodes: int, seeded: bool) -> None:
@@ -480,25 +487,45 @@ def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list
     for at in range(0, n, step):
         stop = min(n, at + step)
         binds = [binder(job_id, cid) for cid in client_ids[at:stop]]
-        parsed: list[_Parsed | MalformedShare] = []
-        if helper:
+        if helper:  # seed-compressed: every client's shares expanded from its seed into one array
             sd = memoryview(packed.share_seeds)
-            for i, bind in zip(range(at, stop), binds):
-                seed = bytes(sd[SEED * i : SEED * (i + 1)])
-                meas, proof = expand_share(p, seed, bind, k)
-                parsed.append(_Parsed(meas, proof, blinds[SEED * i : SEED * (i + 1)], hints[SEED * nodes * i : SEED * nodes * (i + 1)], seed, bind))
-        else:
+            seeds = [bytes(sd[SEED * i : SEED * (i + 1)]) for i in range(at, stop)]
+            meas_rows = np.empty((stop - at, c.meas_len), dtype=np.uint64)
+            proof_rows = np.empty((stop - at, c.proofs, c.proof_len), dtype=np.uint64)
+            for j, (seed, bind) in enumerate(zip(seeds, binds)):
+                meas_rows[j], proof_rows[j] = expand_share(p, seed, bind, k)
+            keep = list(range(stop - at))
+            materials: list[bytes | memoryview] = list(seeds)
+        else:  # full shares: the batch's rows verified as arrays, straight from the message's bytes
             raw_m = memoryview(packed.measurements)[wm * at : wm * stop]
             meas_rows = np.frombuffer(raw_m, dtype=F.U64).reshape(stop - at, c.meas_len)
             proof_rows = np.frombuffer(memoryview(packed.proofs)[wp * at : wp * stop], dtype=F.U64).reshape(stop - at, c.proofs, c.proof_len)
             bad = np.asarray((meas_rows >= _P).any(axis=1) | (proof_rows >= _P).any(axis=(1, 2)))
-            for j, (i, bind) in enumerate(zip(range(at, stop), binds)):
-                if bad[j]:
-                    parsed.append(MalformedShare("a non-canonical element"))
-                    continue
-                parsed.append(_Parsed(meas_rows[j], proof_rows[j], blinds[SEED * i : SEED * (i + 1)], hints[SEED * nodes * i : SEED * nodes * (i + 1)],
-                                      raw_m[wm * j : wm * (j + 1)], bind))
-        out += _verify(p, parsed, k=k, nodes=nodes, verify_key=verify_key)
+            keep = np.flatnonzero(~bad).tolist()
+            materials = [raw_m[wm * j : wm * (j + 1)] for j in keep]
+        if len(keep) < stop - at:
+            out += _verify_some(p, meas_rows, proof_rows, keep, at, blinds, hints, materials, binds, k=k, nodes=nodes, verify_key=verify_key)
+            continue
+        rows, records = _verify_rows(p, meas_rows, proof_rows, [blinds[SEED * i : SEED * (i + 1)] for i in range(at, stop)],
+                                     [hints[SEED * nodes * i : SEED * nodes * (i + 1)] for i in range(at, stop)], materials, binds,
+                                     k=k, nodes=nodes, verify_key=verify_key)
+        out += list(zip(rows, records))
+    return out
+
+
+def _verify_some(p: Plan, meas_rows: np.ndarray, proof_rows: np.ndarray, keep: list[int], at: int, blinds: memoryview, hints: memoryview,
+                 materials: list[bytes | memoryview], binds: list[bytes], *, k: int, nodes: int, verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
+    """:func:`check_packed`'s step for a chunk (rows at, at + 1, …) some of whose rows hold a non-canonical element: rows
+    ``keep`` (their materials in that order) verified, the others refused."""
+    m = len(binds)
+    out: list[tuple[np.ndarray, bytes] | MalformedShare] = [MalformedShare("a non-canonical element") for _ in range(m)]
+    if keep:
+        nodes_w = SEED * nodes
+        rows, records = _verify_rows(p, meas_rows[keep], proof_rows[keep], [blinds[SEED * (at + j) : SEED * (at + j + 1)] for j in keep],
+                                     [hints[nodes_w * (at + j) : nodes_w * (at + j + 1)] for j in keep], materials, [binds[j] for j in keep],
+                                     k=k, nodes=nodes, verify_key=verify_key)
+        for i, j in enumerate(keep):
+            out[j] = (rows[i], records[i])
     return out
 
 
@@ -509,27 +536,32 @@ def decide(p: Plan, records: list[bytes]) -> bool:
 
 
 def decide_many(p: Plan, clients: list[list[bytes]]) -> np.ndarray:
-    """:func:`decide` for many clients (each its M records), the verifier messages summed and decided in one batched
-    step: a boolean per client."""
+    """:func:`decide` for many clients (each its M records), in one batched step: the records laid side by side as one
+    array, the seeds compared and the verifier messages summed and decided together (one XOF a client: its seed from
+    the reported parts). A boolean per client; a client with a record of the wrong length, or with another number of
+    records than the first client, is invalid."""
     c = p.circuit
-    vb = p.record_bytes - 2 * SEED
-    ok = np.zeros(len(clients), dtype=bool)
-    shares: list[bytes] = []
-    for j, records in enumerate(clients):
-        if any(len(r) != p.record_bytes for r in records):
-            continue
-        want = joint_rand_seed([r[vb : vb + SEED] for r in records])
-        if any(r[vb + SEED :] != want for r in records):
-            continue
-        ok[j] = True
-        shares += [r[:vb] for r in records]
-    good = np.flatnonzero(ok)
-    if good.size:
-        m = len(clients[int(good[0])])
-        v = np.frombuffer(b"".join(shares), dtype=F.U64).reshape(good.size, m, c.proofs * c.verifier_len)
-        canonical = ~np.asarray((v >= _P).any(axis=(1, 2)))
-        total = F.sum(np.where(canonical[:, None, None], v, np.uint64(0)), axis=1).reshape(good.size, c.proofs, c.verifier_len)
-        ok[good] = canonical & np.asarray(c.decide(total))
+    w = p.record_bytes
+    vb = w - 2 * SEED
+    n = len(clients)
+    ok = np.zeros(n, dtype=bool)
+    if not n:
+        return ok
+    m = len(clients[0])
+    shaped = np.fromiter((len(recs) == m and all(len(r) == w for r in recs) for recs in clients), dtype=bool, count=n)
+    good = np.flatnonzero(shaped)
+    if not good.size or not m:
+        return ok
+    rows = clients if good.size == n else [clients[j] for j in good.tolist()]
+    arr = np.frombuffer(b"".join([r for recs in rows for r in recs]), dtype=np.uint8).reshape(good.size, m, w)
+    parts = np.ascontiguousarray(arr[:, :, vb : vb + SEED]).reshape(good.size, m * SEED).tobytes()
+    span = m * SEED
+    want = b"".join([joint_rand_seed([parts[span * j : span * (j + 1)]]) for j in range(good.size)])  # XOF(J_0 ‖ … ‖ J_(M−1))
+    seeds_ok = (arr[:, :, vb + SEED :] == np.frombuffer(want, dtype=np.uint8).reshape(good.size, 1, SEED)).all(axis=(1, 2))
+    v = np.ascontiguousarray(arr[:, :, :vb]).view(F.U64).reshape(good.size, m, c.proofs * c.verifier_len)
+    canonical = ~np.asarray((v >= _P).any(axis=(1, 2)))
+    total = F.sum(np.where(canonical[:, None, None], v, np.uint64(0)), axis=1).reshape(good.size, c.proofs, c.verifier_len)
+    ok[good] = seeds_ok & canonical & np.asarray(c.decide(total))
     return ok
 
 

@@ -75,7 +75,8 @@ def _reduce128_1(hi: np.uint64, lo: np.uint64) -> np.uint64:  # pragma: no cover
 
 
 @njit(cache=True, inline="always")
-def _mul1(a: np.uint64, b: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+def _mul_wide(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragma: no cover - compiled
+    """The 128-bit product a·b as (hi, lo), unreduced."""
     a0, a1 = a & _M32, a >> _S32
     b0, b1 = b & _M32, b >> _S32
     lo = a0 * b0
@@ -89,6 +90,12 @@ def _mul1(a: np.uint64, b: np.uint64) -> np.uint64:  # pragma: no cover - compil
     lo += mid
     if lo < mid:
         hi += _ONE  # the carry out of lo
+    return hi, lo
+
+
+@njit(cache=True, inline="always")
+def _mul1(a: np.uint64, b: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    hi, lo = _mul_wide(a, b)
     return _reduce128_1(hi, lo)
 
 
@@ -535,26 +542,44 @@ def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
 
 
 # -- fused kernels of the FLP verifier (mpdp.math.flp.Circuit.query) -------------------------------------------
+_C128 = np.uint64((1 << 128) % P)  # 2^128 mod p = p − 2^32
+
+
+@njit(cache=True, inline="always")
+def _reduce192(c2: np.uint64, c1: np.uint64, c0: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    """c2·2^128 + c1·2^64 + c0 mod p."""
+    return _add1(_reduce128_1(c1, c0), _mul1(c2, _C128))
+
+
 @njit(cache=True)
 def _recombine_rows(x: np.ndarray, width: int) -> np.ndarray:  # pragma: no cover - compiled
-    """Per row of x (rows, d·width): Σ_l 2^l·x[j·width + l] for each j, by Horner's rule (doublings and additions)."""
+    """Per row of x (rows, d·width): Σ_l 2^l·x[j·width + l] for each j (width ≤ 63), the 128-bit terms x·2^l summed
+    unreduced in three words and reduced once (no data-dependent branch)."""
     rows, cols = x.shape
     d = cols // width
     out = np.empty((rows, d), dtype=np.uint64)
     for r in range(rows):
         for j in range(d):
-            acc = _ZERO
-            for bit in range(width - 1, -1, -1):
-                acc = _add1(_add1(acc, acc), x[r, j * width + bit])
-            out[r, j] = acc
+            base = j * width
+            c0 = x[r, base]
+            c1 = c2 = _ZERO
+            for bit in range(1, width):
+                v = x[r, base + bit]
+                lo = v << np.uint64(bit)
+                hi = v >> np.uint64(64 - bit)
+                c0 += lo
+                hi += np.uint64(c0 < lo)
+                c1 += hi
+                c2 += np.uint64(c1 < hi)
+            out[r, j] = _reduce192(c2, c1, c0)
     return out
 
 
 def recombine(bits: Elem, width: int) -> np.ndarray:
-    """Σ_l 2^l·b_{j,l} mod p for bits of shape (..., d·width) → (..., d): the integers of little-endian bit groups
-    (linear, so valid on shares of the bits too); one compiled pass."""
+    """Σ_l 2^l·b_{j,l} mod p for bits of shape (..., d·width) → (..., d), width ≤ 63: the integers of little-endian bit
+    groups (linear, so valid on shares of the bits too); one compiled pass."""
     a = np.asarray(bits, dtype=np.uint64)
-    if width < 1 or a.shape[-1] % width:
+    if not 1 <= width <= 63 or a.shape[-1] % width:
         raise ValueError("recombine: the last axis must be a whole number of width-bit groups")
     rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
     return _recombine_rows(rows, width).reshape(a.shape[:-1] + (a.shape[-1] // width,))
@@ -576,9 +601,9 @@ def _wire_evals(meas: np.ndarray, alphas: np.ndarray, extra_a: np.ndarray, extra
             for k in range(calls):
                 u[k] = w[k + 1]
             for s in range(chunk):
-                # slot s of every call: independent multiplications (u[k] ← u[k]·α_k = ℓ_(k+1)·α_k^(s+1)); the sums
-                # kept as 128-bit (hi, lo) pairs and reduced once, no data-dependent branch in the loop
-                a_lo = a_hi = b_lo = b_hi = w_lo = w_hi = _ZERO
+                # slot s of every call: independent multiplications (u[k] ← u[k]·α_k = ℓ_(k+1)·α_k^(s+1)); the sums of
+                # the 128-bit products kept unreduced in three words (a2, a1, a0) and reduced once
+                a0 = a1 = a2 = b0 = b1 = b2 = w0 = w1 = _ZERO
                 for k in range(calls):
                     q = k * chunk + s
                     if q >= m:
@@ -587,19 +612,23 @@ def _wire_evals(meas: np.ndarray, alphas: np.ndarray, extra_a: np.ndarray, extra
                     uk = _mul1(u[k], al[k])
                     u[k] = uk
                     wk = w[k + 1]
-                    v = _mul1(x, uk)
-                    a_lo += v
-                    a_hi += np.uint64(a_lo < v)
-                    v = _mul1(x, wk)
-                    b_lo += v
-                    b_hi += np.uint64(b_lo < v)
-                    w_lo += wk
-                    w_hi += np.uint64(w_lo < wk)
-                w0 = w[0]
-                f[2 * s] = _add1(_mul1(seeds[r, j, 2 * s], w0), _reduce128_1(a_hi, a_lo))
+                    hi, lo = _mul_wide(x, uk)
+                    a0 += lo
+                    hi += np.uint64(a0 < lo)  # hi ≤ 2^64 − 2: no wrap
+                    a1 += hi
+                    a2 += np.uint64(a1 < hi)
+                    hi, lo = _mul_wide(x, wk)
+                    b0 += lo
+                    hi += np.uint64(b0 < lo)
+                    b1 += hi
+                    b2 += np.uint64(b1 < hi)
+                    w0 += wk
+                    w1 += np.uint64(w0 < wk)
+                seed_w = w[0]
+                f[2 * s] = _add1(_mul1(seeds[r, j, 2 * s], seed_w), _reduce192(a2, a1, a0))
                 # Σ_k (x − inv)·ℓ_k = Σ_k x·ℓ_k − inv·Σ_k ℓ_k
-                b = _sub1(_reduce128_1(b_hi, b_lo), _mul1(inv, _reduce128_1(w_hi, w_lo)))
-                f[2 * s + 1] = _add1(_mul1(seeds[r, j, 2 * s + 1], w0), b)
+                b = _sub1(_reduce192(b2, b1, b0), _mul1(inv, _reduce128_1(w1, w0)))
+                f[2 * s + 1] = _add1(_mul1(seeds[r, j, 2 * s + 1], seed_w), b)
             for t in range(e):
                 q = m + t
                 kk = q // chunk

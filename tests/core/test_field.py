@@ -150,7 +150,7 @@ def _edge_heavy(rng: random.Random, n: int) -> list[int]:
     return [rng.choice(EDGES) if rng.random() < 0.3 else rng.randrange(P) for _ in range(n)]
 
 
-@pytest.mark.parametrize("width", [1, 3, 18, 36])
+@pytest.mark.parametrize("width", [1, 3, 18, 36, 63])
 def test_recombine_matches_python_integers(width):
     rng = random.Random(width)
     rows, d = 5, 7
@@ -158,8 +158,9 @@ def test_recombine_matches_python_integers(width):
     got = F.recombine(np.array(flat, dtype=np.uint64).reshape(rows, d * width), width)
     want = [[sum(flat[(r * d + j) * width + l] << l for l in range(width)) % P for j in range(d)] for r in range(rows)]
     assert got.tolist() == want
-    with pytest.raises(ValueError):
-        F.recombine(np.zeros((2, 5), dtype=np.uint64), 2)
+    for bad in (2, 0, 64):  # not a whole number of groups; widths outside 1..63
+        with pytest.raises(ValueError):
+            F.recombine(np.zeros((2, 128), dtype=np.uint64) if bad != 2 else np.zeros((2, 5), dtype=np.uint64), bad)
 
 
 @pytest.mark.parametrize("m,chunk,extra", [(1, 1, 0), (7, 3, 2), (24, 5, 5), (30, 6, 0)])
