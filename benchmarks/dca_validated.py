@@ -23,7 +23,11 @@ no per-job term is left out at these sizes). ``--end-to-end`` N > 0 also runs on
 real machines in one process (mpdp.dca.driver: clients, M nodes, the aggregator; no network, no TLS) for each d,
 validated (range) and unvalidated, and reports its wall time. This is the core cost only: a run over real processes and
 TLS adds the transport, the same for both modes but for the validated mode's larger messages: ``--federation``
-runs whole jobs that way (:func:`federation_jobs`).
+runs whole jobs that way (:func:`federation_jobs`), timed from the first share built (the simulated clients' proving
+included). With ``--prebuilt`` they are timed in the convention of Heikkilä et al. 2017, Table 1 ("encryption
+excluded"): every client's submissions built before the clock (on disk, by ``--build-processes`` processes) and
+streamed to the nodes as fast as they take them (:func:`prebuilt_jobs`, benchmarks/dca_prebuilt.py); each row's
+``convention`` says which. ``--sample 0`` skips the per-client cells.
 The machine is shared (2 cores, other jobs running): figures are indicative, the load average is recorded.
 """
 
@@ -183,11 +187,95 @@ def federation_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int) -> list
                         st = op.wait(job, timeout=3600)
                         seconds = time.perf_counter() - t0
                         rel = op.release(job) if st.state == "RELEASED" else None
-                    row = {"kind": kind, "N": n, "d": d, "M": m, "seconds": seconds, "commit": COMMIT, "client_seconds": rep.client_seconds, "state": st.state,
+                    row = {"kind": kind, "N": n, "d": d, "M": m, "convention": "clients-timed", "seconds": seconds, "commit": COMMIT, "client_seconds": rep.client_seconds, "state": st.state,
                            "accepted": rep.accepted, "rejected_shares": len(rep.rejected), "clients_included": rel.clients_included if rel else 0,
                            "clients_rejected": rel.clients_rejected if rel else 0, "load_before": la0, "load_after": os.getloadavg()}
                     rows.append(row)
                     print(f"federation (TLS): {row}", flush=True)
+        finally:
+            fed.stop()
+    return rows
+
+
+def prebuilt_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int, *, seeded: bool, processes: int, workdir: str | None, window: int,
+                  node_workers: int, deadline: float, warmup: bool = True) -> list[dict]:
+    """Whole jobs in the paper's convention (Table 1, "encryption excluded"): for each (N, d), an unvalidated
+    discrete-Gaussian job and a validated (range) one over real processes and mutual TLS, every client's submissions
+    built before the clock (benchmarks/dca_prebuilt.py: the load generator's batches and bytes, written to disk by a
+    process pool), then streamed to the M nodes as fast as they take them. Seconds from the first byte sent to
+    RELEASED seen by the operator; the build time beside it; per node its CPU seconds and peak RSS over the timed phase."""
+    import asyncio
+    import shutil
+    import tempfile
+
+    import dca_prebuilt
+
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.dca_client.client import BATCH_BYTES, DcaOperator, _node_channels, batch_size_for, fetch_job, validated_batch_size
+    from mpdp_services.launcher.federation import LocalFederation
+
+    rows = []
+    nodes = [f"node-{k + 1}" for k in range(m)]
+    with tempfile.TemporaryDirectory() as tmp:
+        fed = LocalFederation(Path(tmp) / "fed", [], {}, test_mode=True, paillier_bits=key_bits, dgk_bits=key_bits, compute_nodes=nodes,
+                              node_workers=node_workers)
+        fed.start()
+        try:
+            ep = Endpoints.load(fed.workdir)
+            meter = dca_prebuilt.NodeMeter({k: fed.procs[k].popen.pid for k in nodes})
+            # an untimed validated job of a few clients per d first: the nodes load their compiled kernels (≈ 1 s of
+            # CPU a process) there, not in the first measured cell; its rows are kept, marked "warmup"
+            warm = [(20, wd, True) for wd in dict.fromkeys(d for _, d in sizes)] if warmup else []
+            for n, d, is_warmup in warm + [(n, d, False) for n, d in sizes]:
+                for kind in ("range",) if is_warmup else ("none", "range"):
+                    prm = params(kind, d, m, n, seeded=seeded)
+                    spec = prm.to_spec()
+                    spec.compute_nodes[:] = nodes
+                    spec.roster_range.prefix, spec.roster_range.digits = "client-", 6
+                    spec.deadline_seconds = deadline
+                    most = max(1, (4 << 20) // (8 * d))  # the clients-timed mode's batch_size, passed to submit_cohort
+                    with DcaOperator(ep) as op, tempfile.TemporaryDirectory(dir=workdir, prefix="dca-prebuilt-") as files:
+                        job = op.create(spec)
+                        ann = asyncio.run(fetch_job(ep.curator_address, ep.curator_name, ep.tls, job))
+                        jp = DcaParams.from_spec(job, ann.spec)
+                        batch = (validated_batch_size(jp, n, BATCH_BYTES, most) if jp.validation is not None
+                                 else batch_size_for(d, n, BATCH_BYTES, len(f"client-{n - 1:06d}"), most))
+                        print(f"prebuilt: building {kind} N={n} d={d} M={m} ({processes} processes, batches of {batch}) …", flush=True)
+                        built = dca_prebuilt.build(job, ann.spec.SerializeToString(), kind, n, batch, m, Path(files), processes)
+                        disk = shutil.disk_usage(files)
+
+                        async def timed() -> tuple[dca_prebuilt.StreamReport, float]:
+                            channels = _node_channels(ann, ep.tls)
+                            try:
+                                await asyncio.gather(*(asyncio.wait_for(c.channel_ready(), 60) for c in channels))  # TLS up before the clock
+                                meter.start()
+                                t = time.perf_counter()
+                                return await dca_prebuilt.stream(built, channels, window), t
+                            finally:
+                                await asyncio.gather(*(c.close() for c in channels))
+
+                        la0 = os.getloadavg()
+                        cpu0 = time.process_time()  # this process (the streamer: reading files, TLS) over the timed phase
+                        rep, t0 = asyncio.run(timed())
+                        streamed = time.perf_counter() - t0
+                        st = op.wait(job, timeout=deadline)
+                        seconds = time.perf_counter() - t0
+                        per_node = meter.stop()
+                        streamer_cpu = time.process_time() - cpu0
+                        la1 = os.getloadavg()
+                        rel = op.release(job) if st.state == "RELEASED" else None
+                    for k, name in enumerate(nodes):
+                        per_node[name].update(bytes_sent=rep.bytes[k], messages=rep.messages[k])
+                    row = {"kind": kind, "N": n, "d": d, "M": m, "convention": "prebuilt (clients' share generation not timed)", "warmup": is_warmup, "seconds": seconds,
+                           "stream_seconds": streamed, "build_seconds": built.seconds, "build_cpu_seconds": built.cpu_seconds, "build_processes": processes,
+                           "batch_clients": batch, "seed_compressed": seeded, "node_workers": node_workers, "window": window, "commit": COMMIT, "state": st.state,
+                           "accepted": rep.accepted, "rejected_shares": rep.rejected, "clients_included": rel.clients_included if rel else 0,
+                           "clients_rejected": rel.clients_rejected if rel else 0, "bytes_sent": sum(rep.bytes), "streamer_cpu_seconds": streamer_cpu, "disk_free_gb_after_build": disk.free / 1e9,
+                           "nodes": per_node, "load_before": la0, "load_after": la1}
+                    rows.append(row)
+                    print(f"prebuilt (TLS){' warm-up' if is_warmup else ''}: {kind} N={n} d={d} M={m}: {seconds:.3g} s ({st.state}; stream {streamed:.3g} s), build {built.seconds:.3g} s, "
+                          f"node CPU s {[round(v['cpu_seconds'], 2) for v in per_node.values()]}, peak RSS MiB "
+                          f"{[round(v['peak_rss_mib']) for v in per_node.values()]}, sent {sum(rep.bytes) / 1e6:.1f} MB, load {la0[0]:.1f}–{la1[0]:.1f}", flush=True)
         finally:
             fed.stop()
     return rows
@@ -214,6 +302,15 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=20)
     ap.add_argument("--end-to-end", type=int, default=0, help="also run one whole job of this many clients per d (in process)")
     ap.add_argument("--federation", default="", help="N×d pairs, e.g. 1000x10,100x1000: whole jobs over real processes and TLS")
+    ap.add_argument("--prebuilt", action="store_true", help="--federation jobs in the paper's convention: submissions built before the clock, "
+                    "streamed from disk (benchmarks/dca_prebuilt.py)")
+    ap.add_argument("--full-shares", action="store_true", help="with --prebuilt: full helper shares instead of seed-compressed ones")
+    ap.add_argument("--build-processes", type=int, default=2, help="with --prebuilt: processes building the submissions (untimed)")
+    ap.add_argument("--build-dir", default=None, help="with --prebuilt: where the submissions are written (a temporary directory inside; default $TMPDIR)")
+    ap.add_argument("--window", type=int, default=2, help="with --prebuilt: ShareBatch calls in flight per node")
+    ap.add_argument("--node-workers", type=int, default=1, help="with --prebuilt: processes per compute node")
+    ap.add_argument("--deadline", type=float, default=10800.0, help="with --prebuilt: the jobs' deadline (s), from creation: covers the build")
+    ap.add_argument("--no-warmup", action="store_true", help="with --prebuilt: no untimed validated job of 20 clients per d before the cells")
     ap.add_argument("--key-bits", type=int, default=1024, help="the curator's Paillier/DGK keys (unused by DCA; small = fast start)")
     ap.add_argument("--json", default="benchmarks/results/dca_validated.json")
     a = ap.parse_args()
@@ -222,12 +319,12 @@ def main() -> None:
     ms = [int(x) for x in a.nodes.split(",")]
     kinds = ["none"] + [k for k in a.kinds.split(",") if k]
     started = time.time()
-    for kind in kinds[1:]:  # compile (or load) the Field64 kernels before anything is timed
+    for kind in kinds[1:] if a.sample > 0 else []:  # compile (or load) the Field64 kernels before anything is timed
         measure(kind, 10, 3, 2)
     cells = []
     print(f"{'kind':8} {'M':>2} {'d':>5} {'client ms':>10} {'(batch)':>8} {'node ms':>9} {'(batch)':>8} {'decide ms':>9} {'bytes':>10} {'bytes (seeds)':>13} "
           + " ".join(f"{'node s, N=' + str(n):>14}" for n in ns))
-    for m in ms:
+    for m in ms if a.sample > 0 else []:  # --sample 0: whole jobs only
         for d in dims:
             for kind in kinds:
                 if kind == "one-hot" and d > 1000:
@@ -247,7 +344,12 @@ def main() -> None:
                 print(f"end to end (in process): {row}", flush=True)
     fed_rows = []
     for m in ms if a.federation else []:
-        fed_rows += federation_jobs([tuple(int(v) for v in x.split("x")) for x in a.federation.split(",")], m, a.key_bits)
+        sizes = [tuple(int(v) for v in x.split("x")) for x in a.federation.split(",")]
+        if a.prebuilt:
+            fed_rows += prebuilt_jobs(sizes, m, a.key_bits, seeded=not a.full_shares, processes=a.build_processes, workdir=a.build_dir, window=a.window,
+                                      node_workers=a.node_workers, deadline=a.deadline, warmup=not a.no_warmup)
+        else:
+            fed_rows += federation_jobs(sizes, m, a.key_bits)
     result = {"cells": cells, "end_to_end": e2e, "federation": fed_rows, "run": {"argv": a.__dict__, "load": os.getloadavg(), "wall_seconds": time.time() - started,
                                                           "epsilon": EPS, "delta": DELTA, "frac_bits": 16}}
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
