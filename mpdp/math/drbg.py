@@ -59,6 +59,14 @@ class Drbg:
             seed = seed.encode()
         return cls(hashlib.sha256(b"mpdp-seed\x00" + seed).digest(), seeded=True)
 
+    @staticmethod
+    def stream_prefix(key: bytes, n: int) -> bytes:
+        """The first ``n`` bytes that ``Drbg(key, …).random_bytes(n)`` returns, from one AES call of exactly n bytes
+        (a fresh Drbg's first draw makes a whole 64 KiB block: for a few short streams, most of their cost)."""
+        if len(key) != KEY_BYTES or n < 0:
+            raise ValueError(f"need a {KEY_BYTES}-byte key and n >= 0")
+        return Cipher(algorithms.AES(key), modes.CTR(b"\x00" * 16)).encryptor().update(bytes(n))
+
     def child(self, label: str) -> "Drbg":
         """An independent stream for ``label``; same parent key and label give the same stream."""
         key = hmac.new(self._key, b"mpdp-child\x00" + label.encode(), hashlib.sha256).digest()

@@ -550,24 +550,30 @@ Global___PartySecrets: _TypeAlias = PartySecrets  # noqa: Y015
 
 @_typing.final
 class Pi1Reveal(_message.Message):
-    """S0, P_j → every other P_i, after ProtocolStart (every commitment is in): the opening of P_j's π1 commitment."""
+    """S0, P_j → every other P_i, after ProtocolStart (every commitment is in): the opening of P_j's π1 commitment,
+    and (but from P1) the seed from which both derive P_j's re-share piece t_{j,i} (S3.3: no ResharePiece sent).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     NONCE_FIELD_NUMBER: _builtins.int
+    RESHARE_SEED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     nonce: _builtins.bytes
     """32 bytes"""
+    reshare_seed: _builtins.bytes
+    """32 bytes for this receiver only (P1: empty): the seed of P_j's S3.3 piece for it"""
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         nonce: _builtins.bytes = ...,
+        reshare_seed: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "nonce", b"nonce"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "nonce", b"nonce", "reshare_seed", b"reshare_seed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -9,6 +9,7 @@ what the party awaits next; the transition table is :data:`mpdp.pathak2010.state
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 from typing import Any
 
@@ -35,6 +36,7 @@ CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (PRR10 Sec. 3.1); with the solver's settings b
 FIT_TOL = SOLVER_TOL  # the noise's sensitivity adds the slack of this tolerance (PathakCalibration.model_sensitivity)
 FIT_MAX_ITER = 100
 PI1_NONCE_BYTES = 32  # each party's contribution to π1's seed (commit and reveal, S0)
+RESHARE_SEED_BYTES = 32  # the seed of one S3.3 re-share piece, sent with the Pi1Reveal to its one receiver
 
 
 def pi1_commitment(job_id: str, name: str, nonce: bytes) -> bytes:
@@ -47,6 +49,15 @@ def joint_pi1(job_id: str, nonces: list[bytes], k: int, *, seeded: bool) -> list
     by the commitments before anyone sees another's nonce."""
     key = hashlib.sha256(b"mpdp/pathak2010/pi1\x00" + job_id.encode() + b"\x00" + b"".join(nonces)).digest()
     return Drbg(key, seeded=seeded).permutation(k)
+
+
+def reshare_piece(job_id: str, sender: str, receiver: str, seed: bytes, d: int) -> list[int]:
+    """S3.3's piece t_{sender,receiver} ∈ Z_(2^128)^d, expanded from the seed ``sender`` drew from its CSPRNG and gave
+    only ``receiver`` (over their TLS channel, in its Pi1Reveal): both compute the same uniform vector, so the
+    piece need not travel. The job and both names separate the streams (a seed is used for one piece only)."""
+    label = b"mpdp/pathak2010/reshare\x00" + job_id.encode() + b"\x00" + sender.encode() + b"\x00" + receiver.encode()
+    key = hmac.new(seed, label, hashlib.sha256).digest()
+    return sharing.unpack_ring(Drbg.stream_prefix(key, 16 * d), 128, d)  # 16 bytes a word: uniform mod 2^128
 
 
 def charge_of(machine: Any) -> dict:
@@ -116,6 +127,9 @@ class PartyMachine(Machine):
         self.pi1: list[int] | None = None
         self._pi1_nonce = self.rng.child("pi1").random_bytes(PI1_NONCE_BYTES)
         self._pi1_commitments: list[bytes] = []  # every party's, from ProtocolStart
+        seeds = self.rng.child("reshare-seeds")  # t_{j,i}'s seed for every other party P_i, in party order (S3.3); P1 sends its pieces
+        self._reshare_to = {n: seeds.random_bytes(RESHARE_SEED_BYTES) for n in self.params.parties if n != self.me.name} if self.j != 0 else {}
+        self._reshare_from: dict[str, bytes] = {}  # t_{i,j}'s seed from every other party P_i but P1 (its Pi1Reveal)
         self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s at scale 2^f
         self._psi: list[int] = []  # ψ_j, packed, while the chain from P_{j+1} is awaited (S2.4)
         self.own_piece: list[int] | None = None
@@ -170,14 +184,16 @@ class PartyMachine(Machine):
             return [(pb.NoiseScale, p[0])]
         if state == "AWAIT_NOISE_CHAIN":  # P1 only: every other party's ψ_j (the K parties compute them at once)
             return [(pb.NoiseChain, n) for n in p[1:]]
-        if state == "AWAIT_RESHARE_PIECES":
+        if state == "AWAIT_RESHARE_PIECES":  # Charlie's and P1's pieces; the other parties' come from their seeds
             need = [(pb.ResharePiece, CURATOR.name)]
-            need += [(pb.ResharePiece, n) for n in p if n != self.me.name]
-            return need
+            return need + [(pb.ResharePiece, p[0])] if self.j != 0 else need
         raise AssertionError(state)
 
     def _admit(self, sender: Peer, kinds: frozenset[str], event: str, message: Any):
         row = super()._admit(sender, kinds, event, message)
+        if isinstance(message, pb.Pi1Reveal):  # P1 sends its S3.3 pieces; every other party gives a seed
+            seed_bytes = 0 if sender.name == self.params.parties[0] else RESHARE_SEED_BYTES
+            require(len(message.reshare_seed) == seed_bytes, Problem.MALFORMED, f"Pi1Reveal from {sender.name} must carry a {seed_bytes}-byte re-share seed")
         if isinstance(message, pb.Pi1Reveal) and self._pi1_commitments:  # refused to its sender at once (else in S0's step)
             self._check_reveal(sender.name, message.nonce)
         return row
@@ -229,8 +245,8 @@ class PartyMachine(Machine):
         self._pi1_commitments = list(start.pi1_commitments)
         self.stages.enter("stage1")
         out: list[Output] = [Spend((self.charge(),))]  # every party has accepted: the job's charge, before anything else
-        reveal = pb.Pi1Reveal(job_id=self.job_id, nonce=self._pi1_nonce)
-        out += [Send(Peer("party", n), reveal) for n in self.params.parties if n != self.me.name]
+        out += [Send(Peer("party", n), pb.Pi1Reveal(job_id=self.job_id, nonce=self._pi1_nonce, reshare_seed=self._reshare_to.get(n, b"")))
+                for n in self.params.parties if n != self.me.name]
         self.state = "AWAIT_PARTY_SECRETS"
         if self.j != 0:
             return out
@@ -258,7 +274,13 @@ class PartyMachine(Machine):
             self.party_key = key
         nonces = []
         for i, name in enumerate(self.params.parties):
-            nonce = self._pi1_nonce if i == self.j else self._take(pb.Pi1Reveal, name).nonce
+            if i == self.j:
+                nonce = self._pi1_nonce
+            else:
+                reveal = self._take(pb.Pi1Reveal, name)
+                nonce = reveal.nonce
+                if i != 0:
+                    self._reshare_from[name] = reveal.reshare_seed
             self._check_reveal(name, nonce)
             nonces.append(nonce)
         self.pi1 = joint_pi1(self.job_id, nonces, self.K, seeded=self.rng.seeded)
@@ -464,17 +486,26 @@ class PartyMachine(Machine):
 
     # -- Stage 3 -------------------------------------------------------------------------
     def _reshare(self) -> list[Output]:
-        """S3.3 (re-sharing): split c_j into K+1 pieces; participant t gets t_{j,t}."""
+        """S3.3 (re-sharing): split c_j into K+1 pieces; participant t gets t_{j,t}. Charlie's piece is drawn here and
+        sent; P1 also draws and sends its piece for every other party, whose last step therefore waits for P1's S3.1
+        (so no party finishes before every ψ_j is in); every other party's pieces are expanded from the seeds it gave
+        in its Pi1Reveal (reshare_piece) and not sent. This party keeps c_j minus all of them."""
         assert self.c is not None
         q = self.params.ring_modulus
-        me = self.j + 1  # participant index: 0 is Charlie
-        pieces = sharing.split(self.c, self.K + 1, q, self.rng.child("reshare"), keep=me)
-        self.own_piece = pieces[me]
+        assert q == 1 << 128  # reshare_piece's words
+        rng = self.rng.child("reshare")
+        to_charlie = [rng.randbelow(q) for _ in range(self.d)]
+        out: list[Output] = [Send(CURATOR, pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(to_charlie, 128)))]
+        given = [to_charlie]
+        if self.j == 0:
+            for n in self.params.parties[1:]:
+                piece = [rng.randbelow(q) for _ in range(self.d)]
+                given.append(piece)
+                out.append(Send(Peer("party", n), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(piece, 128))))
+        else:
+            given += [reshare_piece(self.job_id, self.me.name, n, seed, self.d) for n, seed in self._reshare_to.items()]
+        self.own_piece = [(c - sum(col)) % q for c, col in zip(self.c, zip(*given))]
         self.stages.enter("stage3")
-        out: list[Output] = [Send(CURATOR, pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(pieces[0], 128)))]
-        for t in range(1, self.K + 1):
-            if t != me:
-                out += self._to_party(t - 1, pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(pieces[t], 128)))
         self.state = "AWAIT_RESHARE_PIECES"
         return out
 
@@ -482,11 +513,9 @@ class PartyMachine(Machine):
         """Re-sharing, last step: z_t = Σ_p t_{p,t}; publish z_t at Charlie and record the release."""
         assert self.own_piece is not None
         q = self.params.ring_modulus
-        senders = [CURATOR.name] + [n for n in self.params.parties if n != self.me.name]
-        vecs = [self.own_piece]
-        for s in senders:
-            piece = self._take(pb.ResharePiece, s)
-            vecs.append(_ring(piece.piece, self.d, s))
+        senders = [CURATOR.name] + ([self.params.parties[0]] if self.j != 0 else [])
+        vecs = [self.own_piece] + [_ring(self._take(pb.ResharePiece, s).piece, self.d, s) for s in senders]
+        vecs += [reshare_piece(self.job_id, n, self.me.name, seed, self.d) for n, seed in self._reshare_from.items()]
         z = sharing.combine(vecs, q)
         self.stages.stop()
         self.state = "DONE"

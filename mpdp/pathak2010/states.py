@@ -44,7 +44,7 @@ PARTY_TABLE: tuple[Row, ...] = (
     kept("NoiseScaleShare", "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),  # DISTRIBUTED_GAUSSIAN, to P1 only
     kept("NoiseScale", "leader", "AWAIT_NOISE_SCALE", "AWAIT_NOISE_SCALE"),  # DISTRIBUTED_GAUSSIAN
     kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_j → P1; may come before P1's own ψ_1 is made
-    kept("ResharePiece", "curator|party", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),
+    kept("ResharePiece", "curator|leader", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),  # the other parties' pieces: Pi1Reveal's seeds
     row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS"),  # P1 generates ξ; everyone reveals its π1 nonce
     row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
     row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),

@@ -93,7 +93,7 @@ def test_a_reveal_that_does_not_open_its_commitment_is_refused(fed, mock):
     steered = bytearray(nonce)
     steered[0] ^= 1
     with channel(fed, REAL, mock[0]) as ch:
-        e = refused(lambda: pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=bytes(steered)), timeout=60))
+        e = refused(lambda: pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=bytes(steered), reshare_seed=bytes(32)), timeout=60))
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
     assert_clean(e, steered.hex())
     status = wait_pathak(fed, job)
@@ -113,7 +113,7 @@ def test_a_size_remainder_outside_its_public_range_is_refused_by_the_curator(fed
     theirs = received(mock, job, pk.Pi1Reveal)
     secrets = received(mock, job, pk.PartySecrets)
     with channel(fed, REAL, tls) as ch:  # an honest reveal: π1 is the joint one
-        pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce), timeout=60)
+        pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce, reshare_seed=bytes(32)), timeout=60)
     pi1 = joint_pi1(job, [theirs.nonce, nonce], 2, seeded=True)
     zeta = PublicKey(int.from_bytes(ann.curator_keys.paillier_n, "big"))
     xi = PublicKey(int.from_bytes(secrets.paillier_p, "big") * int.from_bytes(secrets.paillier_q, "big"))

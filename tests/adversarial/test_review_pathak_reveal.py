@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 def _reveal(fed, tls, job: str, nonce: bytes):  # noqa: F811  (fed: the imported fixture's name)
     with channel(fed, REAL, tls) as ch:
         stub = pk_grpc.PartyStub(ch)
-        return refused(lambda: stub.SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce), timeout=60))
+        return refused(lambda: stub.SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce, reshare_seed=bytes(32)), timeout=60))
 
 
 def _accept(fed, mock, job: str, commitment: bytes) -> pk.ProtocolStart:  # noqa: F811
@@ -55,7 +55,7 @@ def test_an_early_reveal_binds_its_sender_and_an_outsiders_reveal_is_refused(fed
     while True:  # held until the commitments are known (a reveal may overtake ProtocolStart); P1 may not hold the job yet
         try:
             with channel(fed, REAL, tls) as ch:
-                pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=bytes(32)), timeout=60)
+                pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=bytes(32), reshare_seed=bytes(32)), timeout=60)
             break
         except grpc.RpcError as e:
             assert e.code() == grpc.StatusCode.NOT_FOUND and time.monotonic() < end, e
@@ -78,7 +78,7 @@ def test_a_second_reveal_is_refused_and_a_commitment_from_another_job_does_not_o
     commitment = pi1_commitment(first, MOCK, nonce)
     _accept(fed, mock, first, commitment)
     with channel(fed, REAL, tls) as ch:
-        pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=first, nonce=nonce), timeout=60)
+        pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=first, nonce=nonce, reshare_seed=bytes(32)), timeout=60)
     e = _reveal(fed, tls, first, nonce)  # the same reveal again: a participant's duplicate fails the job closed
     assert e.code() == grpc.StatusCode.ALREADY_EXISTS and "REPLAY" in e.details(), e
     e = _reveal(fed, tls, first, os.urandom(32))  # nor can a second, other nonce replace the first
@@ -90,11 +90,37 @@ def test_a_second_reveal_is_refused_and_a_commitment_from_another_job_does_not_o
     _accept(fed, mock, second, commitment)  # the first job's commitment, whose nonce every party of that job has seen
     try:  # refused at once, or held until P1 has the commitments (a reveal may overtake ProtocolStart) and refused then
         with channel(fed, REAL, tls) as ch:
-            pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=second, nonce=nonce), timeout=60)
+            pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=second, nonce=nonce, reshare_seed=bytes(32)), timeout=60)
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "does not open" in str(e.details()), e
         assert_clean(e, nonce.hex())
     status = wait_pathak(fed, second)
     assert status.state == "FAILED" and status.problem == common_pb2.MALFORMED and "does not open" in status.detail, status
     assert not {type(m).__name__ for m in mock[2] if getattr(m, "job_id", "") == second} & {"SizeShare", "SealedSizeRemainder"}
+    assert_ledgers_within_budget(fed)
+
+
+def test_a_reveal_without_a_full_reshare_seed_and_a_party_sent_reshare_piece_are_refused(fed, mock):  # noqa: F811
+    """The reveal also carries the seed of the sender's S3.3 piece for P1 (the pieces between parties are expanded
+    from these seeds, never sent): a seed that is not 32 bytes is MALFORMED and fails the job before P1 sends
+    anything derived from its size. A ResharePiece from a party is refused (WRONG_ROLE: only Charlie sends one) and,
+    from a participant, fails that job closed."""
+    tls = mock[0]
+    for seed, piece in ((b"rv-seed", False), (b"rv-piece", True)):
+        job = submit_pathak(fed, pathak_spec(parties=[REAL, MOCK], seed=seed, deadline=60.0))
+        nonce = os.urandom(32)
+        _accept(fed, mock, job, pi1_commitment(job, MOCK, nonce))
+        short = os.urandom(16)
+        with channel(fed, REAL, tls) as ch:
+            stub = pk_grpc.PartyStub(ch)
+            if piece:
+                e = refused(lambda: stub.SendResharePiece(pk.ResharePiece(job_id=job, piece=bytes(16 * 4)), timeout=60))
+                assert e.code() == grpc.StatusCode.PERMISSION_DENIED and "WRONG_ROLE" in e.details(), e
+            else:
+                e = refused(lambda: stub.SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce, reshare_seed=short), timeout=60))
+                assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "re-share seed" in e.details(), e
+                assert_clean(e, short.hex())
+        status = wait_pathak(fed, job)
+        assert status.state == "FAILED" and status.problem == (common_pb2.WRONG_ROLE if piece else common_pb2.MALFORMED), status
+        assert not {type(m).__name__ for m in mock[2] if getattr(m, "job_id", "") == job} & {"SizeShare", "SealedSizeRemainder"}
     assert_ledgers_within_budget(fed)

@@ -78,7 +78,7 @@ def test_a_step_pushed_while_the_spend_is_written_waits_for_it_and_a_refused_spe
             wait_for(lambda: "received ProtocolStart" in party_log.read_text(), 60, "the party taking ProtocolStart")
             key = KeyPair.generate(768)
             secrets = pk.PartySecrets(job_id=job, paillier_p=_b(key.p), paillier_q=_b(key.q))
-            reveal = pk.Pi1Reveal(job_id=job, nonce=nonce)
+            reveal = pk.Pi1Reveal(job_id=job, nonce=nonce)  # P1 gives no re-share seed (it sends its pieces)
             answered: list = []
 
             def push() -> None:  # the leader does not wait for the party's spend
