@@ -197,8 +197,17 @@ def federation_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int) -> list
     return rows
 
 
+def wait_for_quiet(threshold: float, most: float = 3600.0) -> None:
+    """Before a timed phase: wait (at most ``most`` seconds) until the host's 1-minute load average is below ``threshold``,
+    so a long untimed build on a shared machine can be followed by a timed phase on a quiet one (the load is recorded)."""
+    end = time.monotonic() + most
+    while os.getloadavg()[0] >= threshold and time.monotonic() < end:
+        print(f"prebuilt: waiting for the 1-minute load ({os.getloadavg()[0]:.1f}) to fall below {threshold} …", flush=True)
+        time.sleep(15)
+
+
 def prebuilt_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int, *, seeded: bool, processes: int, workdir: str | None, window: int,
-                  node_workers: int, deadline: float, warmup: bool = True) -> list[dict]:
+                  node_workers: int, deadline: float, warmup: bool = True, quiet_load: float = 0.0) -> list[dict]:
     """Whole jobs in the paper's convention (Table 1, "encryption excluded"): for each (N, d), an unvalidated
     discrete-Gaussian job and a validated (range) one over real processes and mutual TLS, every client's submissions
     built before the clock (benchmarks/dca_prebuilt.py: the load generator's batches and bytes, written to disk by a
@@ -254,6 +263,8 @@ def prebuilt_jobs(sizes: list[tuple[int, int]], m: int, key_bits: int, *, seeded
                             finally:
                                 await asyncio.gather(*(c.close() for c in channels))
 
+                        if quiet_load:
+                            wait_for_quiet(quiet_load)
                         la0 = os.getloadavg()
                         cpu0 = time.process_time()  # this process (the streamer: reading files, TLS) over the timed phase
                         rep, t0 = asyncio.run(timed())
@@ -307,6 +318,8 @@ def main() -> None:
     ap.add_argument("--full-shares", action="store_true", help="with --prebuilt: full helper shares instead of seed-compressed ones")
     ap.add_argument("--build-processes", type=int, default=2, help="with --prebuilt: processes building the submissions (untimed)")
     ap.add_argument("--build-dir", default=None, help="with --prebuilt: where the submissions are written (a temporary directory inside; default $TMPDIR)")
+    ap.add_argument("--quiet-load", type=float, default=0.0, help="with --prebuilt: before each timed phase, wait until the 1-minute load "
+                    "average is below this (0: do not wait)")
     ap.add_argument("--window", type=int, default=2, help="with --prebuilt: ShareBatch calls in flight per node")
     ap.add_argument("--node-workers", type=int, default=1, help="with --prebuilt: processes per compute node")
     ap.add_argument("--deadline", type=float, default=10800.0, help="with --prebuilt: the jobs' deadline (s), from creation: covers the build")
@@ -347,7 +360,7 @@ def main() -> None:
         sizes = [tuple(int(v) for v in x.split("x")) for x in a.federation.split(",")]
         if a.prebuilt:
             fed_rows += prebuilt_jobs(sizes, m, a.key_bits, seeded=not a.full_shares, processes=a.build_processes, workdir=a.build_dir, window=a.window,
-                                      node_workers=a.node_workers, deadline=a.deadline, warmup=not a.no_warmup)
+                                      node_workers=a.node_workers, deadline=a.deadline, warmup=not a.no_warmup, quiet_load=a.quiet_load)
         else:
             fed_rows += federation_jobs(sizes, m, a.key_bits)
     result = {"cells": cells, "end_to_end": e2e, "federation": fed_rows, "run": {"argv": a.__dict__, "load": os.getloadavg(), "wall_seconds": time.time() - started,
