@@ -113,6 +113,11 @@ class Hosted(Generic[M]):
         finally:
             self._before = None
 
+    @property
+    def stepping(self) -> bool:
+        """A worker thread is running a step of the machine now: read nothing of it but :meth:`outcome`."""
+        return self._before is not None
+
     def outcome(self) -> tuple[str, bool, int]:
         """The machine's (state, terminal, problem), read whole: while a worker thread runs a step, the one from before it."""
         before = self._before

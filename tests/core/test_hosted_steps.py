@@ -134,3 +134,31 @@ def test_the_job_table_read_mid_step_keeps_the_state_before_it_and_records_the_f
     during, after = asyncio.run(main())
     assert (during.state, during.terminal) == ("AWAIT_LAST_SHARE", False)  # the state before the step, whole
     assert (after.state, after.terminal, after.problem) == (state, True, problem)
+
+
+def test_the_job_catalog_mid_step_answers_from_the_state_before_it():
+    """`mpdp jobs` (the curator's catalog): mid-step a job's summary is its record's, whole; its live parts (the stage
+    in words, the failure detail) are not read until the step has ended, and the catalog says the job is busy."""
+    from mpdp_services.curator import catalog as catalogs
+
+    def stage(hosted: Hosted[Toy]) -> str:
+        m = hosted.machine
+        return "published" if m.terminal else "waiting for the last share"
+
+    async def main():
+        table: jobs.JobTable[Hosted[Toy]] = jobs.JobTable("toy", jobs.machine_outcome)
+        cat = catalogs.Catalog([catalogs.Source("toy", table, lambda j: False, stage=stage)])
+        hosted = Hosted(Toy("pk-toy"), _nothing)
+        hosted.on_change = table.observe
+        table.admit("pk-toy", hosted, 60.0)
+        before = cat.job("pk-toy")
+        step = await _last_step(hosted, "pk-toy")
+        during, busy = cat.job("pk-toy"), cat.busy("pk-toy")
+        hosted.machine.go.set()
+        await _end(step)
+        return before, during, busy, cat.job("pk-toy"), cat.busy("pk-toy")
+
+    before, during, busy, after, busy_after = asyncio.run(main())
+    assert (before.state, before.terminal, before.stage) == ("AWAIT_LAST_SHARE", False, "waiting for the last share")
+    assert busy and (during.state, during.terminal, during.stage) == ("AWAIT_LAST_SHARE", False, "await_last_share"), during
+    assert not busy_after and (after.state, after.terminal, after.stage) == ("PUBLISHED", True, "published")
