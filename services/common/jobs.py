@@ -516,7 +516,12 @@ class Reaper:
 
 
 def machine_outcome(hosted) -> tuple[str, bool, int]:
-    """(state, terminal, problem) of a hosted role machine (``Hosted`` in :mod:`mpdp_services.common.runtime`)."""
-    m = hosted.machine
+    """(state, terminal, problem) of a hosted role machine (``Hosted`` in :mod:`mpdp_services.common.runtime`): never
+    a machine half-changed by a step in a worker thread (then it is the outcome from before the step)."""
+    return hosted.outcome()
+
+
+def read_outcome(m) -> tuple[str, bool, int]:
+    """(state, terminal, problem) of a role machine no one is changing (on the event loop, no step in a thread)."""
     error = getattr(m, "error", None)
     return m.state, bool(m.terminal), (error.problem if error is not None else P.PROBLEM_UNSPECIFIED)

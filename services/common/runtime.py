@@ -5,6 +5,10 @@ worker thread (crypto must not block the event loop), then hands the outputs to 
 service's ``route`` callback outside the lock, so two services calling each other can
 never deadlock. A failed send fails the job (never a silent partial run) and the abort
 notices go to everyone else.
+
+Every change of the machine is made under the lock. While a step runs in a worker thread (:meth:`Hosted.in_thread`)
+the machine is half-changed, so nothing on the event loop reads it then: a watcher reads it under the lock, and the
+job table's outcome (:meth:`Hosted.outcome`) is the one from before the step until the step has ended.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ log = logging.getLogger("mpdp")
 Route = Callable[["Hosted[Any]", list[Output]], Awaitable[None]]
 SEND_RETRIES = 3
 M = TypeVar("M", bound=Machine)
+R = TypeVar("R")
 
 
 class Hosted(Generic[M]):
@@ -38,6 +43,7 @@ class Hosted(Generic[M]):
         self.version = 0  # bumped on every change; watchers wait for it to move
         self.on_change: Callable[[str], None] | None = None  # e.g. the job table noting a terminal state at once
         self.emitted = 0  # messages (abort notices aside) the machine has produced to send, counted as they are made
+        self._before: tuple[str, bool, int] | None = None  # the outcome before the step a worker thread is running
         self._protocol = type(machine).__module__.split(".")[1]  # mpdp.<protocol>.…: names the job in log lines
         logs.in_job(machine.job_id, self._protocol, str(machine.state))  # the creating call's own log lines name the job
         # the job's spans at this role (services/common/tracing.py): a child of the caller's span, if it sent one
@@ -55,7 +61,7 @@ class Hosted(Generic[M]):
                 if inline:
                     outputs = self.machine.receive(sender, message)
                 else:
-                    outputs = await asyncio.to_thread(self.machine.receive, sender, message)
+                    outputs = await self.in_thread(self.machine.receive, sender, message)
                 self._count(outputs)
             except ProtocolError as e:
                 log.warning("job %s: %s from %s refused: %s", self.machine.job_id, type(message).__name__, sender, errors.details(e))
@@ -88,6 +94,34 @@ class Hosted(Generic[M]):
         with self.traced():
             await self._route(self, outputs)
         await self.notify()
+
+    async def in_thread(self, step: Callable[..., R], *args: Any) -> R:
+        """Run a step of the machine in a worker thread; the caller holds :attr:`lock`. The step always runs to its end
+        before the caller goes on (a cancelled caller waits for it, then is cancelled): the lock is never let go
+        while a thread is changing the machine. Meanwhile :meth:`outcome` is the one from before the step."""
+        self._before = jobs.read_outcome(self.machine)
+        running = asyncio.ensure_future(asyncio.to_thread(step, *args))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            while not running.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({running})
+            if not running.cancelled():
+                running.exception()  # the step's own failure is the machine's; the cancel wins
+            raise
+        finally:
+            self._before = None
+
+    @property
+    def stepping(self) -> bool:
+        """A worker thread is running a step of the machine now: read nothing of it but :meth:`outcome`."""
+        return self._before is not None
+
+    def outcome(self) -> tuple[str, bool, int]:
+        """The machine's (state, terminal, problem), read whole: while a worker thread runs a step, the one from before it."""
+        before = self._before
+        return before if before is not None else jobs.read_outcome(self.machine)
 
     def _count(self, outputs: list[Output]) -> None:
         self.emitted += sum(1 for o in outputs if isinstance(o, Send) and not isinstance(o.message, common_pb2.JobAbort))
@@ -142,11 +176,14 @@ class Hosted(Generic[M]):
     async def watch(self, status):
         """Yield ``status()`` now and after every change until the machine is terminal.
 
-        The condition's lock is never held across a ``yield``: a slow watcher cannot stall the job.
+        ``status()`` runs under the job's lock (a step in a worker thread ends first), so it never mixes the state
+        before a step with the state after it. Neither lock is held across a ``yield``: a slow watcher cannot stall
+        the job.
         """
         while True:
-            seen = self.version
-            st = status()
+            async with self.lock:  # never while a step is changing the machine: every read of one status sees one state
+                seen = self.version
+                st = status()
             yield st
             if st.terminal:  # decide on what was sent, not on a state that may have moved since
                 return

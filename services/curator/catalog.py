@@ -82,6 +82,14 @@ class Catalog:
                     return _stored(source, job_id, state, at)
         return None
 
+    def busy(self, job_id: str) -> bool:
+        """A worker thread is running a step of the job now: its summary would be the one from before the step."""
+        for source in self.sources:
+            entry = source.table.get(job_id)
+            if entry is not None:
+                return bool(getattr(entry, "stepping", False))
+        return False
+
     def _summary(self, source: Source, record: JobRecord) -> pb.JobSummary:
         s = pb.JobSummary(
             job_id=record.job_id, protocol=source.protocol, state=record.state or "ADMITTED", terminal=record.terminal,
@@ -90,6 +98,8 @@ class Catalog:
         s.events.extend(pb.JobEvent(at_unix=e.at, state=e.state, problem=P.ValueType(e.problem)) for e in record.log())
         entry = source.table.get(record.job_id)
         s.held = entry is not None
+        if getattr(entry, "stepping", False):  # half-changed by a step in a worker thread: its record alone answers
+            entry = None
         stages: dict[str, float] = {}
         if entry is not None and source.live is not None:
             detail, stages = source.live(entry)

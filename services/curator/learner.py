@@ -161,19 +161,6 @@ class LearnerJob(Hosted[Machine]):
         self.stop: tuple[int, str] | None = None  # (Problem, detail) of a cancel or the deadline
 
 
-async def _finish_first(step: asyncio.Future) -> Any:
-    """Await a role step; if the task is stopped meanwhile, let the step finish first (the role is never changed by
-    two hands at once), then stop."""
-    try:
-        return await asyncio.shield(step)
-    except asyncio.CancelledError:
-        try:
-            await step
-        except Exception:  # noqa: BLE001 - the step's own failure is the role's; the stop wins
-            pass
-        raise
-
-
 class LearnerHost(pb_grpc.LearnerCuratorServicer):
     def __init__(self, state_dir: Path, dca: DcaCurator, contribution: ContributionCurator, addresses: dict[str, str], test_mode: bool, *,
                  retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: jobs.Admission | None = None) -> None:
@@ -315,7 +302,7 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
                 dca_job, release = await self._round(job, ask)
                 seconds[f"r{r}"] = time.perf_counter() - t
                 async with job.lock:  # the curator's step (dp-gd) or the grid search (regression), off the event loop
-                    outputs = await _finish_first(asyncio.ensure_future(asyncio.to_thread(role.released, dca_job, release)))
+                    outputs = await job.in_thread(role.released, dca_job, release)
                 job.dca_job = ""
                 run = next((o.release for o in outputs if isinstance(o, Publish)), None)
                 if run is not None:

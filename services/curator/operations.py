@@ -59,10 +59,14 @@ class JobOperations(pb_grpc.JobOperationsServicer):
 
     async def WatchJob(self, request, context):
         since = jobs.changes.version
+        while self.catalog.busy(request.job_id):  # a step is running: its end is a change (the summary then is whole)
+            since = await jobs.changes.wait(since, HEARTBEAT)
         summary = await self._summary(request.job_id, context)
         yield summary
         while not summary.terminal:
             since = await jobs.changes.wait(since, HEARTBEAT)
+            if self.catalog.busy(request.job_id):
+                continue
             now = self.catalog.job(request.job_id)
             if now is None:
                 return

@@ -220,7 +220,7 @@ class Curator(pb_grpc.CuratorServicer):
         for o in outputs:
             if isinstance(o, Send) and o not in starts:
                 hosted.spawn(self._send(hosted, o.to, o.message))
-            elif isinstance(o, Publish):
+            elif isinstance(o, Publish):  # on disk before anything here awaits: a watcher seeing PUBLISHED finds the model
                 self.registry.put(o.release)
                 log.info("job %s published (%d shares)", o.release.job_id, len(o.release.shares))
 
