@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import gmpy2
+
 from mpdp.math.dgk import DgkKeyPair, DgkPublicKey
 from mpdp.math.drbg import Drbg
 from mpdp.math.opcount import OpCounter
@@ -61,27 +63,43 @@ def a_blinded_terms(
     """
     length = len(enc_y_bits)
     xb = bits_of(x, length)
-    one = pk.g  # [[1]] with r = 0; every term is re-randomised before it leaves A
-    terms: list[int] = []
-    run = 1  # Π_{j>i} [[w_j]], starting empty
+    n, g = gmpy2.mpz(pk.n), gmpy2.mpz(pk.g)
+    ys = [gmpy2.mpz(c) for c in enc_y_bits]
+    ys_inv = batch_inverse(ys, n)  # [[−y_i]]: one inversion for all ℓ bits
+    g_pow = {e: gmpy2.powmod(g, e % pk.u, n) for e in (sigma, sigma + 1)}  # [[σ + x_i]], x_i ∈ {0, 1}
+    terms: list[gmpy2.mpz] = []
+    run = gmpy2.mpz(1)  # Π_{j>i} [[w_j]], starting empty
     for i in range(length - 1, -1, -1):
-        ey = enc_y_bits[i]
-        ey_inv = pk.inverse(ey)
-        ew = ey if xb[i] == 0 else pk.mul(one, ey_inv)
-        base = pk.power(pk.g, sigma + xb[i])  # [[σ + x_i]]
-        c = pk.mul(pk.mul(base, ey_inv), pk.mul(run, pk.mul(run, run)))
+        ew = ys[i] if xb[i] == 0 else g * ys_inv[i] % n  # [[x_i ⊕ y_i]]; [[1]] = g with r = 0 (re-randomised below)
+        c = g_pow[sigma + xb[i]] * ys_inv[i] % n * (run * run % n * run % n) % n  # [[σ + x_i − y_i + 3·Σ_{j>i} w_j]]
         terms.append(c)
-        run = pk.mul(run, ew)
+        run = run * ew % n
     if equality_term is not None:
-        terms.append(pk.mul(pk.power(pk.g, equality_term), run))
+        terms.append(gmpy2.powmod(g, equality_term % pk.u, n) * run % n)
     out = []
     for c in terms:
         rho = 1 + rng.randbelow(pk.u - 1)
-        out.append(pk.mul(pk.power(c, rho), blinding.take()))
+        out.append(int(gmpy2.powmod(c, rho, n) * blinding.take() % n))
         if ops is not None:
             ops.tick("dgk_blind")
     perm = rng.permutation(len(out))
     return [out[p] for p in perm]
+
+
+def batch_inverse(values: list, n) -> list:
+    """Every v⁻¹ mod n with one inversion (Montgomery's trick: prefix products, then back); ZeroDivisionError if
+    some v has no inverse, as gmpy2.invert."""
+    prefix = []
+    acc = gmpy2.mpz(1)
+    for v in values:
+        prefix.append(acc)
+        acc = acc * v % n
+    inv = gmpy2.invert(acc, n)
+    out = [gmpy2.mpz(0)] * len(values)
+    for k in range(len(values) - 1, -1, -1):
+        out[k] = inv * prefix[k] % n  # (v_0…v_k)⁻¹ · v_0…v_{k−1} = v_k⁻¹
+        inv = inv * values[k] % n
+    return out
 
 
 def b_result(key: DgkKeyPair, terms: list[int], ops: OpCounter | None = None) -> int:

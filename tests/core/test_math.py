@@ -182,3 +182,44 @@ def test_comparison_output_to_a(dgk):
 def test_comparison_rejects_out_of_range_inputs(dgk):
     with pytest.raises(ValueError):
         comparison.bits_of(1 << 8, 8)
+
+
+def _reference_blinded_terms(pk, x, enc_y_bits, rng, blinding, sigma=1, equality_term=None):
+    """Steps 3–5 one operation at a time (an inversion per bit), as the module docstring states them."""
+    xb = comparison.bits_of(x, len(enc_y_bits))
+    terms, run = [], 1
+    for i in range(len(enc_y_bits) - 1, -1, -1):
+        ey_inv = pk.inverse(enc_y_bits[i])
+        ew = enc_y_bits[i] if xb[i] == 0 else pk.mul(pk.g, ey_inv)
+        terms.append(pk.mul(pk.mul(pk.power(pk.g, sigma + xb[i]), ey_inv), pk.mul(run, pk.mul(run, run))))
+        run = pk.mul(run, ew)
+    if equality_term is not None:
+        terms.append(pk.mul(pk.power(pk.g, equality_term), run))
+    out = [pk.mul(pk.power(c, 1 + rng.randbelow(pk.u - 1)), blinding.take()) for c in terms]
+    return [out[p] for p in rng.permutation(len(out))]
+
+
+def test_blinded_terms_equal_the_step_by_step_formula(dgk):
+    """The batched inversion and precomputed g^(σ + x_i) change no term: same list for the same draws, both variants."""
+    r = Drbg.from_seed(11)
+    pk, ell = dgk.public, 12
+    for x, y, da in [(0, 0, None), (4095, 0, None), (1234, 1235, None), (77, 3000, 0), (3000, 77, 1)]:
+        bits = comparison.b_encrypt_bits(dgk, y, ell, r)
+        kw = {} if da is None else {"sigma": 1 - 2 * da, "equality_term": da}
+        seed = r.randbits(64)
+        pools = [DgkBlindingPool(pk, Drbg.from_seed(seed).child("pool")) for _ in range(2)]
+        for p in pools:
+            p.fill(ell + 1)
+        got = comparison.a_blinded_terms(pk, x, bits, Drbg.from_seed(seed), pools[0], **kw)
+        assert got == _reference_blinded_terms(pk, x, bits, Drbg.from_seed(seed), pools[1], **kw)
+        assert all(type(t) is int for t in got)
+
+
+def test_batch_inverse(dgk):
+    n = dgk.public.n
+    r = Drbg.from_seed(12)
+    vals = [1 + r.randbelow(n - 1) for _ in range(9)]
+    assert [v * w % n for v, w in zip(vals, comparison.batch_inverse(vals, n))] == [1] * 9
+    assert comparison.batch_inverse([], n) == []
+    with pytest.raises(ZeroDivisionError):
+        comparison.batch_inverse(vals + [dgk.p], n)
