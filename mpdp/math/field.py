@@ -566,23 +566,25 @@ def _prove_wires(meas: np.ndarray, alphas: np.ndarray, extra_a: np.ndarray, extr
     reps, e = alphas.shape[1], extra_a.shape[2]
     calls = (m + chunk - 1) // chunk  # calls holding bit checks
     out = np.zeros((rows, reps, n, 2 * chunk), dtype=np.uint64)
+    u = np.empty(calls, dtype=np.uint64)
     for r in range(rows):
         for j in range(reps):
             w = out[r, j]
             w[0, :] = seeds[r, j]
             al = alphas[r, j]
             for k in range(calls):
-                base = al[k]
-                rho = base  # α_k^(s+1), a running product along the call's slots
-                row = w[k + 1]
-                for s in range(chunk):
+                u[k] = _ONE
+            for s in range(chunk):
+                # slot s of every call: independent multiplications (u[k] ← u[k]·α_k = α_k^(s+1)), no serial chain
+                for k in range(calls):
                     q = k * chunk + s
                     if q >= m:
                         break
                     x = meas[r, q]
-                    row[2 * s] = _mul1(rho, x)
-                    row[2 * s + 1] = _sub1(x, _ONE)
-                    rho = _mul1(rho, base)
+                    uk = _mul1(u[k], al[k])
+                    u[k] = uk
+                    w[k + 1, 2 * s] = _mul1(uk, x)
+                    w[k + 1, 2 * s + 1] = _sub1(x, _ONE)
             for t in range(e):
                 q = m + t
                 kk = q // chunk
