@@ -566,6 +566,11 @@ def coset_pair_dots(a: Elem, shift: int) -> np.ndarray:
     return _coset_pair_dots(stack, rev, tw_inv, tw, twist).reshape(a.shape[:-1])
 
 
+def _per_row_and_rep(x: Elem, rows: int, reps: int) -> np.ndarray:
+    """x (broadcastable to (rows, reps, …)) as a contiguous uint64 array of that shape, for the per-client kernels."""
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.uint64), (rows, reps) + np.shape(x)[2:]))
+
+
 @njit(cache=True)
 def _prove_wires(meas: np.ndarray, alphas: np.ndarray, extra_a: np.ndarray, extra_b: np.ndarray, seeds: np.ndarray,
                  n: int, chunk: int) -> np.ndarray:  # pragma: no cover - compiled
@@ -614,10 +619,8 @@ def prove_wires(meas: Elem, alphas: Elem, extra_a: Elem, extra_b: Elem, seeds: E
     rows = meas.shape[0]
     reps = np.shape(seeds)[1]
 
-    def as3(x: Elem) -> np.ndarray:
-        return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.uint64), (rows, reps) + np.shape(x)[2:]))
-
-    return _prove_wires(meas, as3(alphas), as3(extra_a), as3(extra_b), as3(seeds), n, chunk)
+    alphas, extra_a, extra_b, seeds = (_per_row_and_rep(x, rows, reps) for x in (alphas, extra_a, extra_b, seeds))
+    return _prove_wires(meas, alphas, extra_a, extra_b, seeds, n, chunk)
 
 
 def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
@@ -746,7 +749,5 @@ def wire_evals(meas: Elem, alphas: Elem, extra_a: Elem, extra_b: Elem, seeds: El
     rows = meas.shape[0]
     reps = np.shape(weights)[1]
 
-    def as3(x: Elem) -> np.ndarray:
-        return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.uint64), (rows, reps) + np.shape(x)[2:]))
-
-    return _wire_evals(meas, as3(alphas), as3(extra_a), as3(extra_b), as3(seeds), as3(weights), np.uint64(inv), chunk)
+    alphas, extra_a, extra_b, seeds, weights = (_per_row_and_rep(x, rows, reps) for x in (alphas, extra_a, extra_b, seeds, weights))
+    return _wire_evals(meas, alphas, extra_a, extra_b, seeds, weights, np.uint64(inv), chunk)
