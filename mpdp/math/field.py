@@ -507,14 +507,24 @@ def coset_values(a: Elem, shift: int) -> np.ndarray:
     return _coset_stack(stack, rev, tw_inv, tw, twist).reshape(a.shape)
 
 
+@njit(cache=True, inline="always")
+def _pair_dot_row(row: np.ndarray) -> np.uint64:  # pragma: no cover - compiled
+    """Σ_i row[2i]·row[2i+1]: the 128-bit products summed unreduced in three words, reduced once."""
+    c0 = c1 = c2 = _ZERO
+    for i in range(0, row.shape[0] - 1, 2):
+        hi, lo = _mul_wide(row[i], row[i + 1])
+        c0 += lo
+        hi += np.uint64(c0 < lo)  # hi ≤ 2^64 − 2: no wrap
+        c1 += hi
+        c2 += np.uint64(c1 < hi)
+    return _reduce192(c2, c1, c0)
+
+
 @njit(cache=True)
 def _pair_dots(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     out = np.empty(x.shape[0], dtype=np.uint64)
     for r in range(x.shape[0]):
-        acc = _ZERO
-        for i in range(0, x.shape[1] - 1, 2):
-            acc = _add1(acc, _mul1(x[r, i], x[r, i + 1]))
-        out[r] = acc
+        out[r] = _pair_dot_row(x[r])
     return out
 
 
@@ -524,6 +534,93 @@ def pair_dots(a: Elem) -> np.ndarray:
     if a.shape[-1] % 2:
         raise ValueError("pair_dots takes interleaved pairs: an even last axis")
     return _pair_dots(np.ascontiguousarray(a).reshape(-1, a.shape[-1])).reshape(a.shape[:-1])
+
+
+@njit(cache=True)
+def _coset_pair_dots(x: np.ndarray, rev: np.ndarray, tw_inv: np.ndarray, tw: np.ndarray, twist: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """Per x[b] (n, columns): the coset values of :func:`_coset_stack`, consumed row by row as pair dots (never stored)."""
+    n, cols = x.shape[1], x.shape[2]
+    out = np.empty((x.shape[0], n), dtype=np.uint64)
+    for b in range(x.shape[0]):
+        y = _ntt_columns(x[b], rev, tw_inv, _ONE)
+        for i in range(n):
+            t = twist[i]
+            for c in range(cols):
+                y[i, c] = _mul1(y[i, c], t)
+        z = _ntt_columns(y, rev, tw, _ONE)
+        for i in range(n):
+            out[b, i] = _pair_dot_row(z[i])
+    return out
+
+
+def coset_pair_dots(a: Elem, shift: int) -> np.ndarray:
+    """pair_dots(coset_values(a, shift)) in one compiled pass (the coset values are not kept): shape a.shape[:-1]."""
+    a = np.asarray(a, dtype=np.uint64)
+    n = a.shape[-2]
+    if a.shape[-1] % 2:
+        raise ValueError("coset_pair_dots takes interleaved pairs: an even last axis")
+    rev, tw_inv = _plan(n, True)
+    _, tw = _plan(n, False)
+    twist = mul(powers(shift, n), np.uint64(pow(n, P - 2, P)))
+    stack = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
+    return _coset_pair_dots(stack, rev, tw_inv, tw, twist).reshape(a.shape[:-1])
+
+
+def _per_row_and_rep(x: Elem, rows: int, reps: int) -> np.ndarray:
+    """x (broadcastable to (rows, reps, …)) as a contiguous uint64 array of that shape, for the per-client kernels."""
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.uint64), (rows, reps) + np.shape(x)[2:]))
+
+
+@njit(cache=True)
+def _prove_wires(meas: np.ndarray, alphas: np.ndarray, extra_a: np.ndarray, extra_b: np.ndarray, seeds: np.ndarray,
+                 n: int, chunk: int) -> np.ndarray:  # pragma: no cover - compiled
+    rows, m = meas.shape
+    reps, e = alphas.shape[1], extra_a.shape[2]
+    calls = (m + chunk - 1) // chunk  # calls holding bit checks
+    out = np.zeros((rows, reps, n, 2 * chunk), dtype=np.uint64)
+    u = np.empty(calls, dtype=np.uint64)
+    for r in range(rows):
+        for j in range(reps):
+            w = out[r, j]
+            w[0, :] = seeds[r, j]
+            al = alphas[r, j]
+            for k in range(calls):
+                u[k] = _ONE
+            for s in range(chunk):
+                # slot s of every call: independent multiplications (u[k] ← u[k]·α_k = α_k^(s+1)), no serial chain
+                for k in range(calls):
+                    q = k * chunk + s
+                    if q >= m:
+                        break
+                    x = meas[r, q]
+                    uk = _mul1(u[k], al[k])
+                    u[k] = uk
+                    w[k + 1, 2 * s] = _mul1(uk, x)
+                    w[k + 1, 2 * s + 1] = _sub1(x, _ONE)
+            for t in range(e):
+                q = m + t
+                kk = q // chunk
+                s = q - kk * chunk
+                w[kk + 1, 2 * s] = extra_a[r, j, t]
+                w[kk + 1, 2 * s + 1] = extra_b[r, j, t]
+    return out
+
+
+def prove_wires(meas: Elem, alphas: Elem, extra_a: Elem, extra_b: Elem, seeds: Elem, n: int, chunk: int) -> np.ndarray:
+    """The FLP prover's wire values (:meth:`mpdp.math.flp.Circuit.prove`) built in one compiled pass, for rows of
+    ``meas`` (rows, m) and R repetitions: the bit checks' coefficients' bases ``alphas`` (rows, R, ⌈m/chunk⌉), the
+    further Mul operands ``extra_a``/``extra_b`` (rows, R, e) (quad index m + t) and the wire seeds (rows, R, 2·chunk).
+
+    Quad term q (call k = q // chunk + 1, slot s = q mod chunk) has operands (α_(q//chunk)^(s+1)·x_q, x_q − 1) for
+    q < m and (extra_a, extra_b)[q − m] beyond; row 0 holds the seeds, row k the operands of call k (a in column 2s,
+    b in 2s + 1), the rest zeros. Returns shape (rows, R, n, 2·chunk) (the same as the verifier's
+    :func:`wire_evals` layout, at the points ω^0..ω^(n−1) instead of r)."""
+    meas = np.ascontiguousarray(meas, dtype=np.uint64)
+    rows = meas.shape[0]
+    reps = np.shape(seeds)[1]
+
+    alphas, extra_a, extra_b, seeds = (_per_row_and_rep(x, rows, reps) for x in (alphas, extra_a, extra_b, seeds))
+    return _prove_wires(meas, alphas, extra_a, extra_b, seeds, n, chunk)
 
 
 def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
@@ -652,7 +749,5 @@ def wire_evals(meas: Elem, alphas: Elem, extra_a: Elem, extra_b: Elem, seeds: El
     rows = meas.shape[0]
     reps = np.shape(weights)[1]
 
-    def as3(x: Elem) -> np.ndarray:
-        return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.uint64), (rows, reps) + np.shape(x)[2:]))
-
-    return _wire_evals(meas, as3(alphas), as3(extra_a), as3(extra_b), as3(seeds), as3(weights), np.uint64(inv), chunk)
+    alphas, extra_a, extra_b, seeds, weights = (_per_row_and_rep(x, rows, reps) for x in (alphas, extra_a, extra_b, seeds, weights))
+    return _wire_evals(meas, alphas, extra_a, extra_b, seeds, weights, np.uint64(inv), chunk)

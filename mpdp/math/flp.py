@@ -435,18 +435,22 @@ class Circuit:
         self._check_shapes(meas, joint_rand)
         if np.shape(prove_rand) != batch + (self.proofs, self.arity):
             raise CircuitError("prove_rand must have shape (..., proofs, arity)")
-        out = np.empty(batch + (self.proofs, self.proof_len), dtype=np.uint64)
-        for j in range(self.proofs):
-            a, b, _ = self._terms(meas, joint_rand[..., j, :], np.uint64(1))
-            wires = self._wire_columns(a, b, prove_rand[..., j, :])  # f_1..f_2c at ω^0..ω^(n−1), one wire per column
-            coset = F.coset_values(wires, self._zeta)  # f_j(ζ·ω^i), ζ a primitive 2n-th root (ζ² = ω); each f_j of degree < n
-            gadget_evals = np.empty(batch + (2 * self.n,), dtype=np.uint64)  # G(f) = Σ_i f_2i·f_2i+1 at ζ^0..ζ^(2n−1)
-            gadget_evals[..., 0::2] = F.pair_dots(wires)
-            gadget_evals[..., 1::2] = F.pair_dots(coset)
-            poly = F.intt(gadget_evals)  # degree ≤ 2(n − 1): the last coefficient is 0
-            out[..., j, : self.arity] = prove_rand[..., j, :]
-            out[..., j, self.arity :] = poly[..., : 2 * self.n - 1]
-        return out
+        rows = int(np.prod(batch, dtype=np.int64))
+        flat = meas.reshape(rows, self.meas_len)
+        jr = np.asarray(joint_rand, dtype=np.uint64).reshape(rows, self.proofs, self.jr_len)
+        seeds = np.asarray(prove_rand, dtype=np.uint64).reshape(rows, self.proofs, self.arity)
+        # both repetitions in one pipeline: the wires built in one compiled pass from the measurement (the bit checks'
+        # operands ρ·x and x − 1 formed on the fly), then one coset transform and pair-dot pass over all of them
+        a_extra, b_extra, _ = self._predicate_terms(flat[:, None, :], jr, np.uint64(1))
+        wires = F.prove_wires(flat, jr[..., : self.bit_jr_len], a_extra, b_extra, seeds, self.n, self.chunk)  # f_1..f_2c at ω^i
+        gadget_evals = np.empty((rows, self.proofs, 2 * self.n), dtype=np.uint64)  # G(f) = Σ_i f_2i·f_2i+1 at ζ^0..ζ^(2n−1)
+        gadget_evals[..., 0::2] = F.pair_dots(wires)
+        gadget_evals[..., 1::2] = F.coset_pair_dots(wires, self._zeta)  # at ζ·ω^i, ζ a primitive 2n-th root (ζ² = ω); each f_j of degree < n
+        poly = F.intt(gadget_evals)  # degree ≤ 2(n − 1): the last coefficient is 0
+        out = np.empty((rows, self.proofs, self.proof_len), dtype=np.uint64)
+        out[..., : self.arity] = seeds
+        out[..., self.arity :] = poly[..., : 2 * self.n - 1]
+        return out.reshape(batch + (self.proofs, self.proof_len))
 
     def query(self, meas_share: np.ndarray, proof_share: np.ndarray, query_rand: np.ndarray, joint_rand: np.ndarray, num_shares: int) -> np.ndarray:
         """One verifier's share of the verifier message, (..., R, verifier_len); linear in (meas_share, proof_share).

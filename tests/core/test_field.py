@@ -205,3 +205,24 @@ def test_prg_is_the_aes_ctr_keystream_with_words_at_or_above_p_dropped():
     assert F.prg(key, 7).tolist() == want[:7]  # a prefix of the same stream, however long the draw
     with pytest.raises(ValueError):
         F.prg(b"short", 4)
+
+
+@pytest.mark.parametrize("n, cols", [(1, 2), (2, 4), (8, 6), (32, 52)])
+def test_coset_pair_dots_equals_pair_dots_of_the_coset_values(n, cols):
+    near_p = (np.uint64(F.P) - np.random.default_rng(n).integers(1, 1 << 16, size=(2, n, cols)).astype(np.uint64)).astype(np.uint64)
+    for a in (F.rand(3 * n * cols).reshape(3, n, cols), near_p):
+        shift = F.root_of_unity(2 * n)
+        want = F.sum(F.mul(*(F.ntt(F.mul(F.intt(a, axis=-2), F.powers(shift, n)[:, None]), axis=-2)[..., i::2] for i in (0, 1))), axis=-1)
+        assert np.array_equal(F.coset_pair_dots(a, shift), want)
+        assert np.array_equal(F.coset_pair_dots(a, shift), F.pair_dots(F.coset_values(a, shift)))
+
+
+@pytest.mark.parametrize("cols", [2, 52, 496])
+def test_pair_dots_equals_the_plain_sum_of_products_near_p(cols):
+    """The unreduced three-word accumulation against mul-then-sum, with every element at or just below p − 1 (the
+    largest products: every carry taken)."""
+    gen = np.random.default_rng(cols)
+    for a in (np.full((2, cols), F.P - 1, dtype=np.uint64),
+              (np.uint64(F.P) - gen.integers(1, 1 << 8, size=(5, cols)).astype(np.uint64)).astype(np.uint64),
+              F.rand(5 * cols).reshape(5, cols)):
+        assert np.array_equal(F.pair_dots(a), F.sum(F.mul(a[:, 0::2], a[:, 1::2]), axis=-1))
