@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import gmpy2
 import pytest
 from scipy import stats
 
@@ -269,3 +270,20 @@ def test_batch_inverse(dgk):
     assert comparison.batch_inverse([], n) == []
     with pytest.raises(ZeroDivisionError):
         comparison.batch_inverse(vals + [dgk.p], n)
+
+
+def test_paillier_from_factors_closed_form_crt_constants_match_phe():
+    """h_p, h_q in closed form equal phe's L_p(g^{p−1} mod p²)^{−1}, and the key decrypts; bad factors are refused."""
+    from phe import paillier as phe_paillier
+
+    for seed in (1, 2, 3):
+        r = Drbg.from_seed(seed)
+        p, q = (int(gmpy2.next_prime(r.randbits(256) | (1 << 255))) for _ in range(2))
+        kp = KeyPair.from_factors(p, q)
+        reference = phe_paillier.PaillierPrivateKey(phe_paillier.PaillierPublicKey(p * q), p, q)
+        assert (kp._phe.hp, kp._phe.hq, kp._phe.p_inverse) == (reference.hp, reference.hq, reference.p_inverse)
+        for m in (0, 1, 12345, p * q - 1):
+            assert kp.decrypt(kp.public.encrypt(m, r)) == m
+        for bad in ((p, p), (p, q + 2), (p * q, q), (1, q)):
+            with pytest.raises(ValueError):
+                KeyPair.from_factors(*bad)
