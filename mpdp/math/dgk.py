@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import gmpy2
 
@@ -77,6 +77,24 @@ class DgkPublicKey:
         if len(b) != self.ciphertext_bytes:
             raise DgkCiphertextError(f"DGK ciphertext must be {self.ciphertext_bytes} bytes, got {len(b)}")
         return self.check(int.from_bytes(b, "big"))
+
+    def from_bytes_many(self, blobs: Sequence[bytes]) -> list[int]:
+        """``[from_bytes(b) for b in blobs]`` with one gcd for the whole message instead of one per ciphertext.
+
+        n = p·q, so a prime of n divides Π c_i mod n iff it divides some c_i: gcd(Π c_i mod n, n) = 1 iff every
+        c_i is a unit. Any failure re-runs the per-item parse, which raises exactly the error it raises alone."""
+        size, n = self.ciphertext_bytes, self.n
+        out: list[int] = []
+        prod = gmpy2.mpz(1)
+        for b in blobs:
+            c = int.from_bytes(b, "big") if len(b) == size else 0
+            if not 0 < c < n:
+                return [self.from_bytes(b) for b in blobs]
+            out.append(c)
+            prod = prod * c % n
+        if gmpy2.gcd(prod, n) != 1:
+            return [self.from_bytes(b) for b in blobs]
+        return out
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ class KeyPair:
         if p == q or p < 3 or q < 3 or not gmpy2.is_prime(p) or not gmpy2.is_prime(q):
             raise ValueError("Paillier factors must be distinct primes")
         pub = phe_paillier.PaillierPublicKey(p * q)
-        return cls(PublicKey(p * q), p, q, phe_paillier.PaillierPrivateKey(pub, p, q))
+        return cls(PublicKey(p * q), p, q, _PrivateKeyWithClosedH(pub, p, q))
 
     def random_factor(self, rng: Drbg) -> int:
         """r^N mod N² for a fresh uniform unit r, by CRT over p² and q² (the factors' holder only): the value
@@ -138,6 +138,18 @@ class KeyPair:
         """Plaintext in (−N/2, N/2]."""
         m = self.decrypt(c, ops)
         return m - self.public.n if m > self.public.n // 2 else m
+
+
+class _PrivateKeyWithClosedH(phe_paillier.PaillierPrivateKey):
+    """phe's CRT private key with its constants h_p, h_q in closed form instead of an exponentiation mod p² each.
+
+    Paillier (Eurocrypt 1999, §7, decryption by CRT): h_p = L_p(g^{p−1} mod p²)^{−1} mod p. phe's g is n + 1, so
+    g^{p−1} = 1 + (p−1)·n mod p² and L_p(·) = (p−1)·n/p = (p−1)·q mod p: h_p = ((p−1)·q)^{−1} mod p (likewise h_q)."""
+
+    def h_function(self, x: int, xsquare: int) -> int:
+        if self.public_key.g != self.public_key.n + 1:  # phe's keys always have g = n + 1; anything else: the general form
+            return super().h_function(x, xsquare)
+        return int(gmpy2.invert((x - 1) * (self.public_key.n // x) % x, x))
 
 
 def check_key_bits(bits: int, *, test_mode: bool) -> None:

@@ -218,9 +218,10 @@ class CuratorMachine(Machine):
         ps = tournament.pairs(self._positions)
         require(len(msg.ciphertexts) == len(ps) * ell, Problem.MALFORMED, f"BlindedComparisons must carry {len(ps) * ell} ciphertexts, got {len(msg.ciphertexts)}")
         dgk = self.res.secrets.dgk
+        parsed = _parse_dgk_many(dgk.public, list(msg.ciphertexts))  # one gcd for the message (same refusals)
         first_wins = []
         for n in range(len(ps)):
-            terms = [_parse_dgk(dgk.public, c) for c in msg.ciphertexts[n * ell : (n + 1) * ell]]
+            terms = parsed[n * ell : (n + 1) * ell]
             first_wins.append(bool(comparison.b_result(dgk, terms, self.ops)))  # [(n_i, τ_i) < (n_j, τ_j)]
         survivors = tournament.advance(self._positions, first_wins)
         self._round += 1
@@ -328,6 +329,13 @@ def _parse(key: PublicKey, data: bytes) -> int:
 def _parse_dgk(key, data: bytes) -> int:
     try:
         return key.from_bytes(data)
+    except ValueError as e:
+        raise RemoteProtocolError(Problem.MALFORMED, str(e)) from e
+
+
+def _parse_dgk_many(key, blobs: list[bytes]) -> list[int]:
+    try:
+        return key.from_bytes_many(blobs)
     except ValueError as e:
         raise RemoteProtocolError(Problem.MALFORMED, str(e)) from e
 

@@ -358,7 +358,7 @@ class PartyMachine(Machine):
                 require(v < 1 << (prm.mask_bits + 1), Problem.MALFORMED, f"masked size from {name} is out of range")
                 self._a_tilde.append(v)
         dgk = self.res.curator_keys.dgk
-        cts = [_checked(dgk.from_bytes, c) for c in bits.ciphertexts]
+        cts = _checked_many(dgk.from_bytes_many, list(bits.ciphertexts))  # one gcd for the message (same refusals)
         out_terms: list[bytes] = []
         offset = 1 << (ell - 1)
         crng = self.rng.child(f"comparison/{self._round}")
@@ -584,6 +584,15 @@ def raise_remote(problem: Problem.ValueType, detail: str) -> None:
 
 
 def _checked(parse, data: bytes) -> int:
+    try:
+        return parse(data)
+    except (CiphertextError, ValueError) as e:
+        raise_remote(Problem.MALFORMED, f"bad ciphertext: {e}")
+        raise  # unreachable
+
+
+def _checked_many(parse, data: list[bytes]) -> list[int]:
+    """:func:`_checked` for a parser of a whole message's ciphertexts (the same refusal)."""
     try:
         return parse(data)
     except (CiphertextError, ValueError) as e:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import gmpy2
 import pytest
 from scipy import stats
 
 from mpdp.math import comparison, sharing
-from mpdp.math.dgk import DgkBlindingPool, DgkKeyPair
+from mpdp.math.dgk import DgkBlindingPool, DgkCiphertextError, DgkKeyPair
 from mpdp.math.drbg import Drbg
 from mpdp.math.fixedpoint import EncodingOverflow, FixedPoint, check_sum_headroom, decode_u64, encode_u64
 from mpdp.math.paillier import KeyPair, RandomnessPool, check_key_bits
@@ -131,6 +132,52 @@ def test_dgk_zero_test_and_homomorphism(dgk):
     assert dgk.decrypt(pk.mul(pk.encrypt(3, r), pk.encrypt(4, r))) == 7
 
 
+def _parse_each(pk, blobs):
+    """The plain reference: one from_bytes (and one gcd) per ciphertext; the error it raises, or the values."""
+    try:
+        return [pk.from_bytes(b) for b in blobs]
+    except ValueError as e:
+        return (type(e), str(e))
+
+
+def _parse_batched(pk, blobs):
+    try:
+        return pk.from_bytes_many(blobs)
+    except ValueError as e:
+        return (type(e), str(e))
+
+
+def test_dgk_batched_parse_matches_per_item_parse_and_refusals(dgk):
+    """One gcd on Π c_i mod n accepts exactly what per-item gcds accept, and refuses with the same error."""
+    r = Drbg.from_seed(8)
+    pk = dgk.public
+    good = [pk.to_bytes(pk.encrypt(m, r)) for m in range(12)]
+    assert pk.from_bytes_many(good) == _parse_each(pk, good)
+    assert pk.from_bytes_many([]) == []
+    size = pk.ciphertext_bytes
+    bad_items = {
+        "zero": b"\x00" * size,
+        "n": pk.n.to_bytes(size, "big"),
+        "above n": b"\xff" * size,
+        "multiple of p": pk.to_bytes(dgk.p * 3),
+        "multiple of q": pk.to_bytes(dgk.q),
+        "short": good[0][1:],
+        "long": b"\x00" + good[0],
+    }
+    for name, bad in bad_items.items():
+        for at in (0, 5, 11):
+            blobs = good[:at] + [bad] + good[at + 1 :]
+            want = _parse_each(pk, blobs)
+            assert isinstance(want, tuple), name
+            assert _parse_batched(pk, blobs) == want, (name, at)
+    # Two non-units (one per prime): their product is 0 mod n, the batched gcd is n; still refused like per-item.
+    blobs = good[:3] + [pk.to_bytes(dgk.p), pk.to_bytes(dgk.q)] + good[5:]
+    assert _parse_batched(pk, blobs) == _parse_each(pk, blobs)
+    # A length error after a non-unit: the first failing item decides, as in the per-item loop.
+    blobs = [pk.to_bytes(dgk.q)] + good[1:6] + [b"\x01"]
+    assert _parse_batched(pk, blobs) == _parse_each(pk, blobs) == (DgkCiphertextError, "DGK ciphertext out of range")
+
+
 def test_dgk_pooled_crt_factors_encrypt_like_fresh_randomness(dgk):
     """Charlie's pool: h^r by CRT is h^r mod n, and g^m·(h^r) from the pool decrypts to m."""
     r = Drbg.from_seed(10)
@@ -223,3 +270,20 @@ def test_batch_inverse(dgk):
     assert comparison.batch_inverse([], n) == []
     with pytest.raises(ZeroDivisionError):
         comparison.batch_inverse(vals + [dgk.p], n)
+
+
+def test_paillier_from_factors_closed_form_crt_constants_match_phe():
+    """h_p, h_q in closed form equal phe's L_p(g^{p−1} mod p²)^{−1}, and the key decrypts; bad factors are refused."""
+    from phe import paillier as phe_paillier
+
+    for seed in (1, 2, 3):
+        r = Drbg.from_seed(seed)
+        p, q = (int(gmpy2.next_prime(r.randbits(256) | (1 << 255))) for _ in range(2))
+        kp = KeyPair.from_factors(p, q)
+        reference = phe_paillier.PaillierPrivateKey(phe_paillier.PaillierPublicKey(p * q), p, q)
+        assert (kp._phe.hp, kp._phe.hq, kp._phe.p_inverse) == (reference.hp, reference.hq, reference.p_inverse)
+        for m in (0, 1, 12345, p * q - 1):
+            assert kp.decrypt(kp.public.encrypt(m, r)) == m
+        for bad in ((p, p), (p, q + 2), (p * q, q), (1, q)):
+            with pytest.raises(ValueError):
+                KeyPair.from_factors(*bad)

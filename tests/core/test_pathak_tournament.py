@@ -241,3 +241,20 @@ def test_a_late_copy_of_the_last_round_is_a_replay_at_charlie(small_secrets):
 
     run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", b"late"), small_secrets, party_key_bits=768, tamper=tamper, before_each=inject)
     assert seen == [common_pb2.REPLAY]
+
+
+@pytest.mark.parametrize("kind", ["ComparisonBits", "BlindedComparisons"])
+def test_a_non_unit_dgk_ciphertext_fails_the_job(small_secrets, kind):
+    """A ciphertext sharing a factor with the DGK modulus, amid valid ones, is refused by the message's one gcd check
+    with the per-item refusal (MALFORMED, "out of range"), whichever side receives it."""
+    data = _data([30, 22, 41, 26], seed=6)
+    dgk = small_secrets.dgk
+
+    def non_unit(sender, to, msg):
+        if type(msg).__name__ == kind and msg.round == 0:
+            msg.ciphertexts[1] = dgk.public.to_bytes(dgk.p * 5)
+        return msg
+
+    r = run_job(data, make_spec(list(data), 1.0, 0.1, "corrected", b"unit" + kind.encode()), small_secrets, party_key_bits=768, tamper=non_unit)
+    assert r.model is None and r.curator.state == "FAILED"
+    assert r.error.problem == common_pb2.MALFORMED and "out of range" in r.error.detail
