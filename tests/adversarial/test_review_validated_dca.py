@@ -76,7 +76,7 @@ def _non_canonical(blob: bytes, at: int) -> bytes:
 
 def test_hostile_pieces_non_canonical_shares_and_split_hints_are_refused_or_rejected_alike(fed):
     n, t = 6, 3
-    job = create_dca(fed, dca_spec(n=n, d=D, deadline=20.0, max_missing=t, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE,
+    job = create_dca(fed, dca_spec(n=n, d=D, deadline=45.0, max_missing=t, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE,
                                    fractional_bits=F_BITS, sensitivity=2.0))
     outsider = mint(fed, "compute_node", "rv-node-x")
     e = _piece(fed, outsider, NODES[0], job)  # the key is agreed already (the job is open): an outsider's piece changes nothing
