@@ -10,6 +10,13 @@ the last one leaves, and tells every subscriber when the peer stops serving or c
 
 A peer without a health service (UNIMPLEMENTED) is simply not watched. A transient failure is retried with a
 short back-off (as :meth:`mpdp_services.common.runtime.Hosted.send` does) before the peer is reported lost.
+
+Every attempt must be answered within :data:`LOST_AFTER` seconds of the peer's last answer (or of the watch's
+start): a reconnect can otherwise hang for minutes where the peer's name no longer resolves (a stopped
+container's name sent on to a DNS server that never replies) or where its host takes TCP and never speaks, and
+the jobs waiting on the peer would stall with it. An established stream is kept honest by HTTP/2 keepalive
+(``grpc.keepalive_time_ms`` in services/common/channels.py): a peer that stops answering pings drops the stream,
+and the bound above starts.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ log = logging.getLogger("mpdp.rpc")
 
 Lost = Callable[[str], Awaitable[None]]  # called with the reason the peer is lost
 RETRIES = 3
+LOST_AFTER = 45.0  # seconds a peer may go without answering its health stream before it is reported lost (a frozen
+# process, a name that no longer resolves); an established stream that answered is timed by keepalive instead
 
 
 @dataclass(eq=False)
@@ -45,10 +54,11 @@ class _Watch:
 class PeerWatch:
     """Health watches of the peers a service talks to, one stream per (address, site), shared by subscribers."""
 
-    def __init__(self, channels: PeerChannels, service: str, *, retries: int = RETRIES) -> None:
+    def __init__(self, channels: PeerChannels, service: str, *, retries: int = RETRIES, lost_after: float = LOST_AFTER) -> None:
         self._channels = channels
         self._service = service  # the health service name the peer reports (e.g. its protocol servicer)
         self._retries = retries
+        self._lost_after = lost_after
         self._watches: dict[tuple[str, str], _Watch] = {}
 
     def streams(self) -> int:
@@ -102,23 +112,35 @@ class PeerWatch:
 
     async def _stream(self, address: str, site: str, w: _Watch) -> str:
         """Follow the peer's health stream while anyone subscribes; the reason it was lost, "" if it was not."""
+        loop = asyncio.get_running_loop()
+        due: float | None = loop.time() + self._lost_after  # the next answer is due by then; None while the stream is live
         reason, failures = "", 0
+        request = health_pb2.HealthCheckRequest(service=self._service)
         while failures < self._retries and w.subscribers:
             watch = self._channels.channel(address, site).unary_stream(
                 "/grpc.health.v1.Health/Watch", request_serializer=lambda m: m.SerializeToString(),
                 response_deserializer=health_pb2.HealthCheckResponse.FromString,
             )
+            call = watch(request)
             try:
-                async for resp in watch(health_pb2.HealthCheckRequest(service=self._service)):
+                while True:
+                    try:
+                        resp = await (call.read() if due is None else asyncio.wait_for(call.read(), max(due - loop.time(), 0.0)))
+                    except TimeoutError:
+                        return f"no answer for {self._lost_after:g} s"
+                    if resp is grpc.aio.EOF:
+                        return "it closed its health stream"
                     if resp.status != health_pb2.HealthCheckResponse.SERVING:
                         return f"it stopped serving: health {health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)}"
-                    reason, failures = "", 0
-                reason = "it closed its health stream"
-                return reason
+                    reason, failures, due = "", 0, None
             except grpc.aio.AioRpcError as e:
                 if e.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.CANCELLED):
                     return ""  # not watchable (or we closed the channel): its calls will tell
                 reason = e.code().name
+            finally:
+                call.cancel()  # a no-op once it ended; a stream being given up (or cancelled with its task) ends now
+            if due is None:
+                due = loop.time() + self._lost_after  # it answered until now: the bound starts here
             failures += 1
             await asyncio.sleep(0.2 * failures)  # a transient connection failure: back off and look again
         return reason if w.subscribers else ""
