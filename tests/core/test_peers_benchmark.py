@@ -72,3 +72,17 @@ def test_tagged_json(run) -> None:
     assert run.tagged_json("noise\nFLOWER_RESULT {\"a\": 1}\nmore", "FLOWER_RESULT") == {"a": 1}
     with pytest.raises(ValueError):
         run.tagged_json("nothing", "FLOWER_RESULT")
+
+
+def test_prio3_peer_is_pinned_exactly_and_its_script_answers_help() -> None:
+    """The Prio3 peer (divviup-ts on Node.js) is pinned by version and lock file, and is no project dependency."""
+    import json
+
+    package = json.loads((PEERS / "prio3" / "package.json").read_text())
+    assert package["dependencies"] == {"@divviup/prio3": "0.8.0"}
+    lock = json.loads((PEERS / "prio3" / "package-lock.json").read_text())
+    assert lock["packages"]["node_modules/@divviup/prio3"]["version"] == "0.8.0"
+    assert all("integrity" in p for name, p in lock["packages"].items() if name)
+    out = subprocess.run([sys.executable, str(PEERS / "prio3_vdaf.py"), "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+    for opt in ("--dims", "--reports", "--clients", "--nodes", "--json", "--cache"):
+        assert opt in out
