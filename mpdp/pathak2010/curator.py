@@ -234,8 +234,10 @@ class CuratorMachine(Machine):
         w = [u[self._pi2[k]] for k in range(K)]  # π2⁻¹(u): entry at π1-position k
         zeta = self.res.secrets.paillier.public
         srng = self.rng.child("selection")
-        sk = self.res.secrets.paillier  # Charlie holds ζ's factors: fresh r^N′ by CRT
-        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, factor=sk.random_factor(srng), ops=self.ops)) for x in w])
+        sk = self.res.secrets.paillier  # Charlie holds ζ's factors: fresh r^N′ by CRT, precomputed between jobs if a pool is given
+        pool = self.res.zeta_pool
+        factors = [pool.take() if pool is not None else sk.random_factor(srng) for _ in w]
+        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, factor=f, ops=self.ops)) for x, f in zip(w, factors)])
         self.stages.enter("stage2")
         self.state = "AWAIT_MASKED_NOISE"
         # S3.3 for c_0 ahead of time: the pieces Charlie sends are uniform and independent of c_0 (which only his own
