@@ -323,3 +323,26 @@ def test_charlies_selection_vector_takes_its_factors_from_his_zeta_pool(small_se
     assert list(sel.ciphertexts) != list(plain_sel.ciphertexts)
     sk = small_secrets.paillier
     assert [sk.decrypt(sk.public.from_bytes(c)) for c in sel.ciphertexts] == [sk.decrypt(sk.public.from_bytes(c)) for c in plain_sel.ciphertexts]
+
+
+def test_a_partys_refills_wait_for_the_delay_after_its_job_and_report_not_ready(small_secrets):
+    """A party resumes its precompute once its jobs are over, but refills only after the delay (its job's other
+    parties may still be in the job's last steps), and reports its pools not ready from the resume on."""
+    from mpdp.pathak2010.resources import PartyResources
+    from mpdp_services.party.precompute import Precompute
+
+    now = [100.0]
+    states: list[bool] = []
+    res = PartyResources.create(Drbg.from_seed("pre"), small_secrets.public, 768, test_mode=True)
+    pre = Precompute(res, 768, 4, states.append, clock=lambda: now[0])
+    try:
+        pre.pause()
+        pre.resume(4, 10, delay=1.0)
+        assert states and states[-1] is False
+        assert pre.wait_left() == 1.0
+        now[0] += 0.25
+        assert pre.wait_left() == 0.75
+        now[0] += 1.0
+        assert pre.wait_left() == 0.0
+    finally:
+        pre.stop()
