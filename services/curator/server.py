@@ -239,8 +239,8 @@ class Curator(pb_grpc.CuratorServicer):
         across the federation (``spend_order``): every party then sees the jobs' spends in the same order, so of
         concurrent jobs that do not all fit, the same ones are refused everywhere. Within a job the other parties
         go first and P1 last, each call answered only once that party has spent (or refused): a non-leader sends
-        nothing after its spend until P1's PartySecrets, and P1 starts the protocol only when everyone else has
-        paid. A refusal fails the job before any data-dependent message left anyone, so the parties that paid
+        nothing after its spend but its π1 reveal to P1 until P1's PartySecrets, and P1 starts the protocol only
+        when everyone else has paid. A refusal fails the job before any data-dependent message left anyone, so the parties that paid
         void their charges (docs/protocols/accounting.md, "Voided charges")."""
         leader = hosted.machine.params.parties[0]
         async with self.spend_order:
