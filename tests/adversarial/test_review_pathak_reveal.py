@@ -161,7 +161,7 @@ def _secrets(job: str, nonces: list[bytes], keys: list[bytes]) -> pk.PartySecret
     return pk.PartySecrets(job_id=job, paillier_p=b(xi.p), paillier_q=b(xi.q), pi1_nonces=nonces, reshare_keys=keys)
 
 
-def _sent_nothing_derived(mock, job: str) -> None:
+def _sent_nothing_derived(mock, job: str) -> None:  # noqa: F811
     kinds = {type(m).__name__ for m in mock[2] if getattr(m, "job_id", "") == job}
     assert not kinds & {"SizeShare", "SealedSizeRemainder", "MaskedSize"}, kinds
 
