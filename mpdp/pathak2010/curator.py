@@ -252,9 +252,9 @@ class CuratorMachine(Machine):
         # piece absorbs, at S3.2), so they go out with the selection vector and the parties' last step waits for no
         # decryption of Charlie's.
         self._zero_pieces = sharing.split([0] * self.d, prm.K + 1, prm.ring_modulus, self.rng.child("reshare"), keep=0)
-        out: list[Output] = []
-        for t, name in enumerate(prm.parties):
-            out += [Send(Peer("party", name), sel), Send(Peer("party", name), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(self._zero_pieces[t + 1], 128)))]
+        # Every selection vector first (each party's ψ_j waits for it), the pieces after them (needed only at S3.3).
+        out: list[Output] = [Send(Peer("party", name), sel) for name in prm.parties]
+        out += [Send(Peer("party", name), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(self._zero_pieces[t + 1], 128))) for t, name in enumerate(prm.parties)]
         return out
 
     # -- Stage 3 -------------------------------------------------------------------------
