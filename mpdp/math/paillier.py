@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 import gmpy2
 from phe import paillier as phe_paillier
@@ -165,9 +166,12 @@ class RandomnessPool:
     empty, so correctness never depends on the pool being warm.
     """
 
-    def __init__(self, key: PublicKey, rng: Drbg) -> None:
+    def __init__(self, key: PublicKey, rng: Drbg, make: Callable[[Drbg], int] | None = None) -> None:
+        """``make``: how one factor is drawn from ``rng`` (default: r^N with the public key; the key's holder passes
+        :meth:`KeyPair.random_factor`, the same value for the same r by CRT)."""
         self.key = key
         self._rng = rng
+        self._make = make or key.random_factor
         self._lock = threading.Lock()
         self._items: collections.deque[int] = collections.deque()
         self.misses = 0
@@ -178,7 +182,7 @@ class RandomnessPool:
     def fill(self, count: int) -> None:
         for _ in range(count):
             with self._lock:
-                f = self.key.random_factor(self._rng)
+                f = self._make(self._rng)
             self._items.append(f)
 
     def take(self) -> int:
@@ -187,4 +191,4 @@ class RandomnessPool:
         except IndexError:
             self.misses += 1
             with self._lock:
-                return self.key.random_factor(self._rng)
+                return self._make(self._rng)

@@ -475,7 +475,7 @@ class JobAcceptance(_message.Message):
     dimension: _builtins.int
     """d of the party's records (public)"""
     pi1_commitment: _builtins.bytes
-    """SHA-256 commitment to the party's 32-byte contribution to π1's seed (pathak2010.md, "π1 by commit and reveal")"""
+    """SHA-256 commitment to the party's 32-byte contribution to π1's seed and its re-share key (pathak2010.md, "π1 by commit and reveal")"""
     def __init__(
         self,
         *,
@@ -523,26 +523,41 @@ Global___ProtocolStart: _TypeAlias = ProtocolStart  # noqa: Y015
 
 @_typing.final
 class PartySecrets(_message.Message):
-    """S0, P1 → P_j (j ≥ 2): the parties' key ξ (sk, over the party-to-party TLS channel)."""
+    """S0, P1 → P_j (j ≥ 2), once every other party's Pi1Reveal is in: the parties' key ξ (sk) and every party's opening
+    of its π1 commitment (over the party-to-party TLS channel). P_j checks each opening against the commitment
+    ProtocolStart gave it, so P1 relays the openings but cannot alter one.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     PAILLIER_P_FIELD_NUMBER: _builtins.int
     PAILLIER_Q_FIELD_NUMBER: _builtins.int
+    PI1_NONCES_FIELD_NUMBER: _builtins.int
+    RESHARE_KEYS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     paillier_p: _builtins.bytes
     paillier_q: _builtins.bytes
+    @_builtins.property
+    def pi1_nonces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """every party's ν (32 bytes each), in the job's party order"""
+
+    @_builtins.property
+    def reshare_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """every party's X25519 re-share key for this job (32 bytes each), in the job's party order"""
+
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         paillier_p: _builtins.bytes = ...,
         paillier_q: _builtins.bytes = ...,
+        pi1_nonces: _abc.Iterable[_builtins.bytes] | None = ...,
+        reshare_keys: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "paillier_p", b"paillier_p", "paillier_q", b"paillier_q"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "paillier_p", b"paillier_p", "paillier_q", b"paillier_q", "pi1_nonces", b"pi1_nonces", "reshare_keys", b"reshare_keys"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -550,30 +565,31 @@ Global___PartySecrets: _TypeAlias = PartySecrets  # noqa: Y015
 
 @_typing.final
 class Pi1Reveal(_message.Message):
-    """S0, P_j → every other P_i, after ProtocolStart (every commitment is in): the opening of P_j's π1 commitment,
-    and (but from P1) the seed from which both derive P_j's re-share piece t_{j,i} (S3.3: no ResharePiece sent).
+    """S0, P_j (j ≥ 2) → P1, after ProtocolStart (every commitment is in): the opening of P_j's π1 commitment, that is
+    its nonce and its X25519 public key for this job (from which each pair of parties derives the seeds of its
+    S3.3 re-share pieces: pathak2010.md, "Re-share pieces from seeds").
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     NONCE_FIELD_NUMBER: _builtins.int
-    RESHARE_SEED_FIELD_NUMBER: _builtins.int
+    RESHARE_KEY_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     nonce: _builtins.bytes
     """32 bytes"""
-    reshare_seed: _builtins.bytes
-    """32 bytes for this receiver only (P1: empty): the seed of P_j's S3.3 piece for it"""
+    reshare_key: _builtins.bytes
+    """32 bytes, the raw X25519 public key"""
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         nonce: _builtins.bytes = ...,
-        reshare_seed: _builtins.bytes = ...,
+        reshare_key: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "nonce", b"nonce", "reshare_seed", b"reshare_seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "nonce", b"nonce", "reshare_key", b"reshare_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

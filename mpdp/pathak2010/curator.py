@@ -69,6 +69,7 @@ class CuratorMachine(Machine):
         self._xi: PublicKey | None = None  # ξ, from P1's PartyPublicKey
         self._r: list[int] = []  # S1.4's masks r_k, and ξ(r_k), made as soon as ξ arrives (before the size shares)
         self._enc_r: list[int] = []
+        self._remainders: list[int] | None = None  # π1(b), decrypted when SizeRemainders arrives
 
     @property
     def stage(self) -> str:
@@ -134,7 +135,19 @@ class CuratorMachine(Machine):
         row = super()._admit(sender, kinds, event, message)
         if isinstance(message, pb.PartyPublicKey):  # P1 sends ξ a hop before the size shares: encrypt the masks meanwhile
             self._mask_under(message)
+        elif isinstance(message, pb.SizeRemainders):  # decrypted while the parties' size shares are still on their way
+            self._remainders = self._open_remainders(message)
         return row
+
+    def _open_remainders(self, rem: pb.SizeRemainders) -> list[int]:
+        """π1(b): the K remainders decrypted under ζ and range-checked (S1.4)."""
+        prm, zeta = self.params, self.res.secrets.paillier
+        require(len(rem.ciphertexts) == prm.K, Problem.MALFORMED, f"SizeRemainders must have K={prm.K} ciphertexts, got {len(rem.ciphertexts)}")
+        b = [zeta.decrypt_signed(_parse(zeta.public, c), self.ops) for c in rem.ciphertexts]
+        # b_j = n_j − a_j with a_j ∈ [0, 2^L) and n_j ∈ [0, 2^size_bits): exactly (−2^L, 2^size_bits). Outside it, the
+        # party's size n_j = a_j + b_j breaks the job's public bound whatever its a_j (the comparisons' ℓ assumes it).
+        require(all(-(1 << prm.L) < x < 1 << prm.size_bits for x in b), Problem.MALFORMED, "a size remainder b is out of range")
+        return b
 
     def _mask_under(self, key_msg: pb.PartyPublicKey) -> None:
         """Check ξ and draw S1.4's masks r_k ∈ [0, 2^(L+κ)) with their encryptions ξ(r_k) (the step adds them to ξ(π1(a)_k))."""
@@ -172,13 +185,8 @@ class CuratorMachine(Machine):
         self._take(pb.PartyPublicKey, p[0])  # checked, and the masks encrypted under it, on arrival (_mask_under)
         xi, r = self._xi, self._r
         assert xi is not None
-        zeta = self.res.secrets.paillier
         rem = self._take(pb.SizeRemainders, p[0])
-        require(len(rem.ciphertexts) == K, Problem.MALFORMED, f"SizeRemainders must have K={K} ciphertexts, got {len(rem.ciphertexts)}")
-        b = [zeta.decrypt_signed(_parse(zeta.public, c), self.ops) for c in rem.ciphertexts]  # π1(b)
-        # b_j = n_j − a_j with a_j ∈ [0, 2^L) and n_j ∈ [0, 2^size_bits): exactly (−2^L, 2^size_bits). Outside it, the
-        # party's size n_j = a_j + b_j breaks the job's public bound whatever its a_j (the comparisons' ℓ assumes it).
-        require(all(-(1 << prm.L) < x < 1 << prm.size_bits for x in b), Problem.MALFORMED, "a size remainder b is out of range")
+        b = self._remainders if self._remainders is not None else self._open_remainders(rem)  # π1(b), opened on arrival
         enc_a = [_parse(xi, self._take(pb.EncryptedSizeShare, n).ciphertext) for n in p]  # ξ(π1(a)_k), k = party index
         masked = [xi.add(enc_a[k], self._enc_r[k]) for k in range(K)]
         pi2 = self.rng.child("pi2").permutation(K)
@@ -234,17 +242,19 @@ class CuratorMachine(Machine):
         w = [u[self._pi2[k]] for k in range(K)]  # π2⁻¹(u): entry at π1-position k
         zeta = self.res.secrets.paillier.public
         srng = self.rng.child("selection")
-        sk = self.res.secrets.paillier  # Charlie holds ζ's factors: fresh r^N′ by CRT
-        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, factor=sk.random_factor(srng), ops=self.ops)) for x in w])
+        sk = self.res.secrets.paillier  # Charlie holds ζ's factors: fresh r^N′ by CRT, precomputed between jobs if a pool is given
+        pool = self.res.zeta_pool
+        factors = [pool.take() if pool is not None else sk.random_factor(srng) for _ in w]
+        sel = pb.SelectionVector(job_id=self.job_id, ciphertexts=[zeta.to_bytes(zeta.encrypt(x, factor=f, ops=self.ops)) for x, f in zip(w, factors)])
         self.stages.enter("stage2")
         self.state = "AWAIT_MASKED_NOISE"
         # S3.3 for c_0 ahead of time: the pieces Charlie sends are uniform and independent of c_0 (which only his own
         # piece absorbs, at S3.2), so they go out with the selection vector and the parties' last step waits for no
         # decryption of Charlie's.
         self._zero_pieces = sharing.split([0] * self.d, prm.K + 1, prm.ring_modulus, self.rng.child("reshare"), keep=0)
-        out: list[Output] = []
-        for t, name in enumerate(prm.parties):
-            out += [Send(Peer("party", name), sel), Send(Peer("party", name), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(self._zero_pieces[t + 1], 128)))]
+        # Every selection vector first (each party's ψ_j waits for it), the pieces after them (needed only at S3.3).
+        out: list[Output] = [Send(Peer("party", name), sel) for name in prm.parties]
+        out += [Send(Peer("party", name), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(self._zero_pieces[t + 1], 128))) for t, name in enumerate(prm.parties)]
         return out
 
     # -- Stage 3 -------------------------------------------------------------------------

@@ -14,6 +14,9 @@ import math
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mpdp import limits
 from mpdp.learn import logreg
@@ -36,12 +39,32 @@ CLIP_BOUND = 1.0  # ‖x‖ ≤ 1 (PRR10 Sec. 3.1); with the solver's settings b
 FIT_TOL = SOLVER_TOL  # the noise's sensitivity adds the slack of this tolerance (PathakCalibration.model_sensitivity)
 FIT_MAX_ITER = 100
 PI1_NONCE_BYTES = 32  # each party's contribution to π1's seed (commit and reveal, S0)
-RESHARE_SEED_BYTES = 32  # the seed of one S3.3 re-share piece, sent with the Pi1Reveal to its one receiver
+RESHARE_KEY_BYTES = 32  # a party's X25519 public key for one job (its S3.3 pieces' seeds come from key agreement)
 
 
-def pi1_commitment(job_id: str, name: str, nonce: bytes) -> bytes:
-    """SHA-256 over the job, the party and its nonce: binding, and hiding since the nonce is 256 uniform bits."""
-    return hashlib.sha256(b"mpdp/pathak2010/pi1-commit\x00" + job_id.encode() + b"\x00" + name.encode() + b"\x00" + nonce).digest()
+def pi1_commitment(job_id: str, name: str, nonce: bytes, reshare_key: bytes) -> bytes:
+    """SHA-256 over the job, the party, its nonce and its re-share key (both of fixed length): binding, and hiding
+    since the nonce is 256 uniform bits. Committing to the key as well means neither Charlie (who relays the
+    commitments) nor P1 (who relays the openings) can substitute it alone."""
+    label = b"mpdp/pathak2010/pi1-commit\x00" + job_id.encode() + b"\x00" + name.encode() + b"\x00"
+    return hashlib.sha256(label + nonce + reshare_key).digest()
+
+
+def reshare_secret(rng: Drbg) -> tuple[X25519PrivateKey, bytes]:
+    """A party's X25519 key pair for one job, from its CSPRNG (its job stream: reproducible in simulations)."""
+    secret = X25519PrivateKey.from_private_bytes(rng.random_bytes(32))
+    return secret, secret.public_key().public_bytes_raw()
+
+
+def reshare_pair_seed(job_id: str, secret: X25519PrivateKey, me: str, peer: str, peer_key: bytes) -> bytes:
+    """The seed both P_me and P_peer derive for their two S3.3 pieces t_{me,peer} and t_{peer,me}: HKDF-SHA256 of
+    their X25519 shared secret, bound to the job and to the pair (names in sorted order, so both get the same).
+    :func:`reshare_piece` separates the two pieces by their direction. ValueError: ``peer_key`` is not a point
+    whose shared secret is usable (a low-order point gives all zeros, which ``cryptography`` refuses)."""
+    shared = secret.exchange(X25519PublicKey.from_public_bytes(peer_key))
+    lo, hi = sorted((me, peer))
+    info = b"mpdp/pathak2010/reshare-pair\x00" + job_id.encode() + b"\x00" + lo.encode() + b"\x00" + hi.encode()
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
 
 
 def joint_pi1(job_id: str, nonces: list[bytes], k: int, *, seeded: bool) -> list[int]:
@@ -52,9 +75,9 @@ def joint_pi1(job_id: str, nonces: list[bytes], k: int, *, seeded: bool) -> list
 
 
 def reshare_piece(job_id: str, sender: str, receiver: str, seed: bytes, d: int) -> list[int]:
-    """S3.3's piece t_{sender,receiver} ∈ Z_(2^128)^d, expanded from the seed ``sender`` drew from its CSPRNG and gave
-    only ``receiver`` (over their TLS channel, in its Pi1Reveal): both compute the same uniform vector, so the
-    piece need not travel. The job and both names separate the streams (a seed is used for one piece only)."""
+    """S3.3's piece t_{sender,receiver} ∈ Z_(2^128)^d, expanded from the seed only ``sender`` and ``receiver`` can
+    derive (:func:`reshare_pair_seed`): both compute the same pseudorandom vector, so the piece need not travel.
+    The job and both names, in order, separate the streams (a pair's seed makes its two pieces, one each way)."""
     label = b"mpdp/pathak2010/reshare\x00" + job_id.encode() + b"\x00" + sender.encode() + b"\x00" + receiver.encode()
     key = hmac.new(seed, label, hashlib.sha256).digest()
     return sharing.unpack_ring(Drbg.stream_prefix(key, 16 * d), 128, d)  # 16 bytes a word: uniform mod 2^128
@@ -126,10 +149,9 @@ class PartyMachine(Machine):
         self.party_key: KeyPair | None = None
         self.pi1: list[int] | None = None
         self._pi1_nonce = self.rng.child("pi1").random_bytes(PI1_NONCE_BYTES)
+        self._reshare_secret, self.reshare_key = reshare_secret(self.rng.child("reshare-key"))
         self._pi1_commitments: list[bytes] = []  # every party's, from ProtocolStart
-        seeds = self.rng.child("reshare-seeds")  # t_{j,i}'s seed for every other party P_i, in party order (S3.3); P1 sends its pieces
-        self._reshare_to = {n: seeds.random_bytes(RESHARE_SEED_BYTES) for n in self.params.parties if n != self.me.name} if self.j != 0 else {}
-        self._reshare_from: dict[str, bytes] = {}  # t_{i,j}'s seed from every other party P_i but P1 (its Pi1Reveal)
+        self._reshare_seeds: dict[str, bytes] = {}  # the pair seed shared with every other party but P1 (S3.3; P1 sends its pieces)
         self.c: list[int] | None = None  # c_j ∈ Z_q^d, this party's additive term of K·ŵ_s at scale 2^f
         self._psi: list[int] = []  # ψ_j, packed, while the chain from P_{j+1} is awaited (S2.4)
         self.own_piece: list[int] | None = None
@@ -142,7 +164,7 @@ class PartyMachine(Machine):
     # -- engine hooks ------------------------------------------------------------------
     def start(self) -> list[Output]:
         """S0: accept the job (the service has checked the ledger before building the machine)."""
-        commitment = pi1_commitment(self.job_id, self.me.name, self._pi1_nonce)
+        commitment = pi1_commitment(self.job_id, self.me.name, self._pi1_nonce, self.reshare_key)
         return [Send(CURATOR, pb.JobAcceptance(job_id=self.job_id, dimension=self.d, pi1_commitment=commitment))]
 
     def charge(self) -> dict:
@@ -160,9 +182,8 @@ class PartyMachine(Machine):
         p = self.params.parties
         if state == "AWAIT_START":
             return [(pb.ProtocolStart, CURATOR.name)]
-        if state == "AWAIT_PARTY_SECRETS":  # P1 awaits only the other parties' reveals
-            reveals: list[tuple[type, str]] = [(pb.Pi1Reveal, n) for n in p if n != self.me.name]
-            return reveals if self.j == 0 else [(pb.PartySecrets, p[0])] + reveals
+        if state == "AWAIT_PARTY_SECRETS":  # P1 awaits the other parties' reveals, they await P1's PartySecrets
+            return [(pb.Pi1Reveal, n) for n in p[1:]] if self.j == 0 else [(pb.PartySecrets, p[0])]
         if state == "AWAIT_SIZE_SHARE":
             assert self.pi1 is not None
             src = p[self.pi1.index(self.j)]
@@ -191,16 +212,22 @@ class PartyMachine(Machine):
 
     def _admit(self, sender: Peer, kinds: frozenset[str], event: str, message: Any):
         row = super()._admit(sender, kinds, event, message)
-        if isinstance(message, pb.Pi1Reveal):  # P1 sends its S3.3 pieces; every other party gives a seed
-            seed_bytes = 0 if sender.name == self.params.parties[0] else RESHARE_SEED_BYTES
-            require(len(message.reshare_seed) == seed_bytes, Problem.MALFORMED, f"Pi1Reveal from {sender.name} must carry a {seed_bytes}-byte re-share seed")
-        if isinstance(message, pb.Pi1Reveal) and self._pi1_commitments:  # refused to its sender at once (else in S0's step)
-            self._check_reveal(sender.name, message.nonce)
+        if self._pi1_commitments:  # refused to their sender at once (else in S0's step, once ProtocolStart is in)
+            if isinstance(message, pb.Pi1Reveal):
+                self._check_reveal(sender.name, message.nonce, message.reshare_key)
+            elif isinstance(message, pb.PartySecrets):
+                self._check_openings(message)
         return row
 
-    def _check_reveal(self, name: str, nonce: bytes) -> None:
+    def _check_reveal(self, name: str, nonce: bytes, reshare_key: bytes) -> None:
         i = self.params.index(name)
-        require(pi1_commitment(self.job_id, name, nonce) == self._pi1_commitments[i], Problem.MALFORMED, f"{name}'s π1 reveal does not open its commitment")
+        require(pi1_commitment(self.job_id, name, nonce, reshare_key) == self._pi1_commitments[i], Problem.MALFORMED,
+                f"{name}'s π1 reveal does not open its commitment")
+
+    def _check_openings(self, secrets: pb.PartySecrets) -> None:
+        """Every opening P1 relays opens the commitment ProtocolStart carried (this party's own included)."""
+        for name, nonce, key in zip(self.params.parties, secrets.pi1_nonces, secrets.reshare_keys):
+            self._check_reveal(name, nonce, key)
 
     def _check_shape(self, message: Any) -> None:
         if isinstance(message, pb.SelectionVector):
@@ -219,7 +246,13 @@ class PartyMachine(Machine):
             if isinstance(message, pb.ComparisonBits):
                 self._check_comparison_bits(message)
         elif isinstance(message, pb.Pi1Reveal):
-            require(len(message.nonce) == PI1_NONCE_BYTES, Problem.MALFORMED, f"Pi1Reveal must carry a {PI1_NONCE_BYTES}-byte nonce")
+            require(self.j == 0, Problem.WRONG_ROLE, "Pi1Reveal goes to P1 only")
+            require(len(message.nonce) == PI1_NONCE_BYTES and len(message.reshare_key) == RESHARE_KEY_BYTES, Problem.MALFORMED,
+                    f"Pi1Reveal must carry a {PI1_NONCE_BYTES}-byte nonce and a {RESHARE_KEY_BYTES}-byte re-share key")
+        elif isinstance(message, pb.PartySecrets):
+            require(len(message.pi1_nonces) == self.K and all(len(v) == PI1_NONCE_BYTES for v in message.pi1_nonces)
+                    and len(message.reshare_keys) == self.K and all(len(v) == RESHARE_KEY_BYTES for v in message.reshare_keys), Problem.MALFORMED,
+                    f"PartySecrets must carry K={self.K} π1 nonces of {PI1_NONCE_BYTES} bytes and K re-share keys of {RESHARE_KEY_BYTES} bytes")
         elif isinstance(message, pb.ProtocolStart):
             require(len(message.pi1_commitments) == self.K and all(len(c) == 32 for c in message.pi1_commitments), Problem.MALFORMED,
                     f"ProtocolStart must carry K={self.K} π1 commitments of 32 bytes")
@@ -236,55 +269,64 @@ class PartyMachine(Machine):
 
     # -- S0 ------------------------------------------------------------------------------
     def _step_await_start(self) -> list[Output]:
-        """S0: spend, then open this party's π1 commitment to every other party (every commitment is in: ProtocolStart
-        carries them all). P1 also generates ξ: sk to the other parties, pk to Charlie."""
+        """S0: spend, then open this party's π1 commitment to P1 (every commitment is in: ProtocolStart carries them
+        all). P1 generates ξ (pk to Charlie) and relays every opening with ξ's sk once all are in (next step)."""
         start = self._take(pb.ProtocolStart, CURATOR.name)
         require(start.dimension == self.d, Problem.MALFORMED, f"ProtocolStart says d={start.dimension}, this party has d={self.d}")
-        mine = pi1_commitment(self.job_id, self.me.name, self._pi1_nonce)
+        mine = pi1_commitment(self.job_id, self.me.name, self._pi1_nonce, self.reshare_key)
         require(start.pi1_commitments[self.j] == mine, Problem.MALFORMED, "ProtocolStart does not carry this party's π1 commitment")
         self._pi1_commitments = list(start.pi1_commitments)
         self.stages.enter("stage1")
         out: list[Output] = [Spend((self.charge(),))]  # every party has accepted: the job's charge, before anything else
-        out += [Send(Peer("party", n), pb.Pi1Reveal(job_id=self.job_id, nonce=self._pi1_nonce, reshare_seed=self._reshare_to.get(n, b"")))
-                for n in self.params.parties if n != self.me.name]
         self.state = "AWAIT_PARTY_SECRETS"
         if self.j != 0:
-            return out
+            return out + self._to_party(0, pb.Pi1Reveal(job_id=self.job_id, nonce=self._pi1_nonce, reshare_key=self.reshare_key))
         key = self.res.party_key_source()
         check_key_bits(key.public.bits, test_mode=self.res.test_mode)
         self.party_key = key
-        out.append(Send(CURATOR, pb.PartyPublicKey(job_id=self.job_id, paillier_n=_b(key.public.n))))
-        secrets_msg = pb.PartySecrets(job_id=self.job_id, paillier_p=_b(key.p), paillier_q=_b(key.q))
-        for i in range(1, self.K):
-            out += self._to_party(i, secrets_msg)
-        return out
+        return out + [Send(CURATOR, pb.PartyPublicKey(job_id=self.job_id, paillier_n=_b(key.public.n)))]
 
     def _step_await_party_secrets(self) -> list[Output]:
-        """S0: every reveal opens its commitment; π1 is drawn from all of them (no party chooses it). Then S1.2."""
-        if self.j != 0:
-            s = self._take(pb.PartySecrets, self.params.parties[0])
+        """S0: every opening opens its commitment; π1 is drawn from all the nonces (no party chooses it). P1 gathers
+        the other parties' reveals and relays them all, with ξ's sk, in one PartySecrets per party; every other
+        party checks each opening against its commitment (so P1 can alter none) and derives its re-share seeds.
+        Then S1.2."""
+        p = self.params.parties
+        if self.j == 0:
+            assert self.party_key is not None
+            nonces, keys = [self._pi1_nonce], [self.reshare_key]
+            for name in p[1:]:
+                reveal = self._take(pb.Pi1Reveal, name)
+                self._check_reveal(name, reveal.nonce, reveal.reshare_key)
+                nonces.append(reveal.nonce)
+                keys.append(reveal.reshare_key)
+            key = self.party_key
+            secrets_msg = pb.PartySecrets(job_id=self.job_id, paillier_p=_b(key.p), paillier_q=_b(key.q), pi1_nonces=nonces, reshare_keys=keys)
+            out: list[Output] = []
+            for i in range(1, self.K):
+                out += self._to_party(i, secrets_msg)
+        else:
+            s = self._take(pb.PartySecrets, p[0])
+            self._check_openings(s)
+            nonces, keys = list(s.pi1_nonces), list(s.reshare_keys)
+            for name, peer_key in zip(p[1:], keys[1:]):
+                if name != self.me.name:
+                    try:
+                        self._reshare_seeds[name] = reshare_pair_seed(self.job_id, self._reshare_secret, self.me.name, name, peer_key)
+                    except ValueError:
+                        raise_remote(Problem.MALFORMED, f"{name}'s re-share key is not a usable X25519 public key")
             try:
-                key = KeyPair.from_factors(int.from_bytes(s.paillier_p, "big"), int.from_bytes(s.paillier_q, "big"))
+                party_key = KeyPair.from_factors(int.from_bytes(s.paillier_p, "big"), int.from_bytes(s.paillier_q, "big"))
             except ValueError as e:
                 raise_remote(Problem.MALFORMED, f"PartySecrets carries an invalid key: {e}")
             try:
-                check_key_bits(key.public.bits, test_mode=self.res.test_mode)
+                check_key_bits(party_key.public.bits, test_mode=self.res.test_mode)
             except ValueError as e:
                 raise_remote(Problem.MALFORMED, str(e))
-            self.party_key = key
-        nonces = []
-        for i, name in enumerate(self.params.parties):
-            if i == self.j:
-                nonce = self._pi1_nonce
-            else:
-                reveal = self._take(pb.Pi1Reveal, name)
-                nonce = reveal.nonce
-                if i != 0:
-                    self._reshare_from[name] = reveal.reshare_seed
-            self._check_reveal(name, nonce)
-            nonces.append(nonce)
+            self.party_key = party_key
+            out = []
         self.pi1 = joint_pi1(self.job_id, nonces, self.K, seeded=self.rng.seeded)
-        return self._split_size()
+        return out + self._split_size()
 
     # -- Stage 1 -------------------------------------------------------------------------
     def _split_size(self) -> list[Output]:
@@ -488,8 +530,8 @@ class PartyMachine(Machine):
     def _reshare(self) -> list[Output]:
         """S3.3 (re-sharing): split c_j into K+1 pieces; participant t gets t_{j,t}. Charlie's piece is drawn here and
         sent; P1 also draws and sends its piece for every other party, whose last step therefore waits for P1's S3.1
-        (so no party finishes before every ψ_j is in); every other party's pieces are expanded from the seeds it gave
-        in its Pi1Reveal (reshare_piece) and not sent. This party keeps c_j minus all of them."""
+        (so no party finishes before every ψ_j is in); every other party's pieces are expanded from the seed it
+        shares with their receiver (reshare_pair_seed, reshare_piece) and not sent. This party keeps c_j minus all."""
         assert self.c is not None
         q = self.params.ring_modulus
         assert q == 1 << 128  # reshare_piece's words
@@ -503,7 +545,7 @@ class PartyMachine(Machine):
                 given.append(piece)
                 out.append(Send(Peer("party", n), pb.ResharePiece(job_id=self.job_id, piece=sharing.pack_ring(piece, 128))))
         else:
-            given += [reshare_piece(self.job_id, self.me.name, n, seed, self.d) for n, seed in self._reshare_to.items()]
+            given += [reshare_piece(self.job_id, self.me.name, n, seed, self.d) for n, seed in self._reshare_seeds.items()]
         self.own_piece = [(c - sum(col)) % q for c, col in zip(self.c, zip(*given))]
         self.stages.enter("stage3")
         self.state = "AWAIT_RESHARE_PIECES"
@@ -515,7 +557,7 @@ class PartyMachine(Machine):
         q = self.params.ring_modulus
         senders = [CURATOR.name] + ([self.params.parties[0]] if self.j != 0 else [])
         vecs = [self.own_piece] + [_ring(self._take(pb.ResharePiece, s).piece, self.d, s) for s in senders]
-        vecs += [reshare_piece(self.job_id, n, self.me.name, seed, self.d) for n, seed in self._reshare_from.items()]
+        vecs += [reshare_piece(self.job_id, n, self.me.name, seed, self.d) for n, seed in self._reshare_seeds.items()]
         z = sharing.combine(vecs, q)
         self.stages.stop()
         self.state = "DONE"

@@ -70,4 +70,5 @@ class CuratorResources:
     test_mode: bool = False
     ops: OpCounter = field(default_factory=OpCounter)
     dgk_pool: DgkBlindingPool | None = None  # h^r for Charlie's own DGK key, filled between jobs (S1.6's bit encryptions)
+    zeta_pool: RandomnessPool | None = None  # r^N′ for Charlie's own ζ, filled between jobs (S2.1's selection vector)
     clock: Callable[[], float] = time.perf_counter

@@ -33,8 +33,8 @@ PARTY_STATES: tuple[str, ...] = (
 
 PARTY_TABLE: tuple[Row, ...] = (
     kept("ProtocolStart", "curator", "AWAIT_START", "AWAIT_START"),
-    kept("PartySecrets", "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),
-    kept("Pi1Reveal", "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),  # a party reveals once ProtocolStart has every commitment
+    kept("PartySecrets", "leader", "AWAIT_START", "AWAIT_PARTY_SECRETS"),  # ξ's sk and every π1 opening, relayed by P1
+    kept("Pi1Reveal", "party", "AWAIT_START", "AWAIT_PARTY_SECRETS"),  # to P1, once ProtocolStart has every commitment
     kept("SizeShare", "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
     kept("SealedSizeRemainder", "party", "AWAIT_START", "AWAIT_SIZE_SHARE"),
     kept("MaskedSizeShare", "curator", "AWAIT_MASKED_SIZE_SHARE", "AWAIT_MASKED_SIZE_SHARE"),
@@ -44,8 +44,8 @@ PARTY_TABLE: tuple[Row, ...] = (
     kept("NoiseScaleShare", "party", "AWAIT_SELECTION", "AWAIT_SELECTION"),  # DISTRIBUTED_GAUSSIAN, to P1 only
     kept("NoiseScale", "leader", "AWAIT_NOISE_SCALE", "AWAIT_NOISE_SCALE"),  # DISTRIBUTED_GAUSSIAN
     kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_j → P1; may come before P1's own ψ_1 is made
-    kept("ResharePiece", "curator|leader", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),  # the other parties' pieces: Pi1Reveal's seeds
-    row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS"),  # P1 generates ξ; everyone reveals its π1 nonce
+    kept("ResharePiece", "curator|leader", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),  # the other parties' pieces: from pair seeds
+    row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS"),  # P1 generates ξ; every other party reveals its π1 opening to P1
     row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
     row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),
     row("AWAIT_MASKED_SIZE_SHARE", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # P1 leads the comparisons

@@ -99,7 +99,7 @@ class Curator(pb_grpc.CuratorServicer):
         self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live,
                                                                               admission=self.admission)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
-        self.dgk_pool = CuratorDgkPool(secrets.dgk, self.rng.child("pool/dgk"), lambda: self.jobs.live_count() > 0)
+        self.dgk_pool = CuratorDgkPool(secrets.dgk, self.rng.child("pool/dgk"), lambda: self.jobs.live_count() > 0, zeta=secrets.paillier)
         self.channels = PeerChannels(cfg.tls.files())
         self.watch = PeerWatch(self.channels, PARTY_SERVICE)
         pub = secrets.public
@@ -130,7 +130,7 @@ class Curator(pb_grpc.CuratorServicer):
             raise errors.Refused(common_pb2.INVALID_JOB, f"parties {_names(unknown)} are not registered with the curator; start them or fix their names "
                                  f"({len(self.addresses)} are registered)")
         machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode,
-                                                                                                                      dgk_pool=self.dgk_pool.pool))
+                                                                                                                      dgk_pool=self.dgk_pool.pool, zeta_pool=self.dgk_pool.zeta_pool))
         hosted = Hosted(machine, self._route)
         hosted.on_change = self.jobs.observe
         try:  # the job table's bounds and the federation's and operator's (admission): before any party hears of it
@@ -239,8 +239,8 @@ class Curator(pb_grpc.CuratorServicer):
         across the federation (``spend_order``): every party then sees the jobs' spends in the same order, so of
         concurrent jobs that do not all fit, the same ones are refused everywhere. Within a job the other parties
         go first and P1 last, each call answered only once that party has spent (or refused): a non-leader sends
-        nothing after its spend until P1's PartySecrets, and P1 starts the protocol only when everyone else has
-        paid. A refusal fails the job before any data-dependent message left anyone, so the parties that paid
+        nothing after its spend but its π1 reveal to P1 until P1's PartySecrets, and P1 starts the protocol only
+        when everyone else has paid. A refusal fails the job before any data-dependent message left anyone, so the parties that paid
         void their charges (docs/protocols/accounting.md, "Voided charges")."""
         leader = hosted.machine.params.parties[0]
         async with self.spend_order:

@@ -32,7 +32,7 @@ from mpdp_services.common import config as cfgmod, errors, jobs, metrics
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, method_for_message, roles_by_method
 from mpdp_services.common.runtime import Hosted
-from mpdp_services.party.precompute import Precompute
+from mpdp_services.party.precompute import REFILL_DELAY_SECONDS, Precompute
 
 if TYPE_CHECKING:
     from mpdp_services.party.server import Party
@@ -362,7 +362,7 @@ class PathakParty(pb_grpc.PartyServicer):
         held = self.jobs.held()
         log.info("party %s: %s jobs in memory: %d running, %d held", self.cfg.name, PROTOCOL, self.jobs.live_count(), len(held))
         if all(h.machine.terminal for h in self.jobs.entries()):
-            self._pool().resume(getattr(m, "d", None), m.params.comparisons * m.params.compare_bits)
+            self._pool().resume(getattr(m, "d", None), m.params.comparisons * m.params.compare_bits, delay=REFILL_DELAY_SECONDS)
 
     async def _settle(self, hosted: PathakJob) -> None:
         """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message. If the

@@ -25,11 +25,12 @@ import pytest
 from mpdp.math.paillier import PublicKey
 from mpdp.messages import common_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp.pathak2010.params import PathakParams
-from mpdp.pathak2010.party import joint_pi1, pi1_commitment
+from mpdp.math.drbg import Drbg
+from mpdp.pathak2010.party import joint_pi1, pi1_commitment, reshare_secret
 
 from tests.integration.conftest import MockParty
 
-from .conftest import assert_clean, assert_ledgers_within_budget, channel, mint, pathak_spec, refused, start_federation, submit_pathak, wait_pathak
+from .conftest import assert_clean, assert_ledgers_within_budget, channel, mint, pathak_spec, start_federation, submit_pathak, wait_pathak
 
 pytestmark = pytest.mark.integration
 REAL, MOCK = "party-1", "party-mock"
@@ -73,31 +74,40 @@ def received(mock, job: str, kind: type, timeout: float = 120.0) -> Any:
             pass
 
 
-def accept_and_start(fed, mock, seed: bytes) -> tuple[str, bytes, pk.JobAnnouncement, pk.ProtocolStart]:
-    """A job [party-1 (P1), party-mock]: the mock accepts with a commitment to a fresh nonce and is told to start."""
+def fresh_opening() -> tuple[bytes, bytes]:
+    """A π1 nonce and an X25519 re-share key, what a party commits to in its JobAcceptance."""
+    return os.urandom(32), reshare_secret(Drbg.from_seed(os.urandom(32)))[1]
+
+
+def accept_and_start(fed, mock, seed: bytes) -> tuple[str, bytes, bytes, pk.JobAnnouncement, pk.ProtocolStart]:
+    """A job [party-1 (P1), party-mock]: the mock accepts with a commitment to a fresh nonce and key and is told to
+    start (its nonce and key returned)."""
     tls = mock[0]
     job = submit_pathak(fed, pathak_spec(parties=[REAL, MOCK], seed=seed, deadline=60.0))
     ann = received(mock, job, pk.JobAnnouncement)
-    nonce = os.urandom(32)
+    nonce, key = fresh_opening()
     with channel(fed, "curator", tls) as ch:
-        pk_grpc.CuratorStub(ch).AcceptJob(pk.JobAcceptance(job_id=job, dimension=4, pi1_commitment=pi1_commitment(job, MOCK, nonce)), timeout=60)
+        pk_grpc.CuratorStub(ch).AcceptJob(pk.JobAcceptance(job_id=job, dimension=4, pi1_commitment=pi1_commitment(job, MOCK, nonce, key)), timeout=60)
     start = received(mock, job, pk.ProtocolStart)
-    return job, nonce, ann, start
+    return job, nonce, key, ann, start
 
 
-def test_a_reveal_that_does_not_open_its_commitment_is_refused(fed, mock):
-    job, nonce, _, start = accept_and_start(fed, mock, b"commit")
-    assert list(start.pi1_commitments)[1] == pi1_commitment(job, MOCK, nonce)  # the curator passed every commitment on
-    theirs = received(mock, job, pk.Pi1Reveal)  # P1's reveal: the mock now knows it and would like another π1
-    assert pi1_commitment(job, REAL, theirs.nonce) == start.pi1_commitments[0]
-    steered = bytearray(nonce)
+@pytest.mark.parametrize("steer", ["nonce", "key"])
+def test_a_reveal_that_does_not_open_its_commitment_is_refused(fed, mock, steer):
+    """A reveal whose nonce (to steer π1) or re-share key differs from what the party committed to is refused at P1."""
+    job, nonce, key, _, start = accept_and_start(fed, mock, b"commit-" + steer.encode())
+    assert list(start.pi1_commitments)[1] == pi1_commitment(job, MOCK, nonce, key)  # the curator passed every commitment on
+    steered = bytearray(nonce if steer == "nonce" else key)
     steered[0] ^= 1
-    with channel(fed, REAL, mock[0]) as ch:
-        e = refused(lambda: pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=bytes(steered), reshare_seed=bytes(32)), timeout=60))
-    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
-    assert_clean(e, steered.hex())
+    reveal = pk.Pi1Reveal(job_id=job, nonce=bytes(steered), reshare_key=key) if steer == "nonce" else pk.Pi1Reveal(job_id=job, nonce=nonce, reshare_key=bytes(steered))
+    try:  # refused at once, or held until P1 has the commitments (its ProtocolStart comes after the mock's) and refused then
+        with channel(fed, REAL, mock[0]) as ch:
+            pk_grpc.PartyStub(ch).SendPi1Reveal(reveal, timeout=60)
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "does not open" in str(e.details()), e
+        assert_clean(e, steered.hex())
     status = wait_pathak(fed, job)
-    assert status.state == "FAILED" and status.problem == common_pb2.MALFORMED, status
+    assert status.state == "FAILED" and status.problem == common_pb2.MALFORMED and "does not open" in status.detail, status
     received_kinds = {type(m).__name__ for m in mock[2] if getattr(m, "job_id", "") == job}
     assert not received_kinds & {"SizeShare", "SealedSizeRemainder"}, received_kinds  # P1 sent nothing derived from its size
     assert_ledgers_within_budget(fed)
@@ -108,13 +118,13 @@ def test_a_size_remainder_outside_its_public_range_is_refused_by_the_curator(fed
     """Above: b = 2^s + 5 claims a size beyond the public bound whatever a is (within the former |b| < 2^(L+1)).
     Below: b = −2^L claims a negative size whatever a_j (every honest b_j = n_j − a_j > −2^L), to be selected as the
     smallest party. Charlie decrypts b signed and refuses it (MALFORMED), naming no value."""
-    job, nonce, ann, start = accept_and_start(fed, mock, b"remainder-" + side.encode())
+    job, nonce, key, ann, start = accept_and_start(fed, mock, b"remainder-" + side.encode())
     tls = mock[0]
-    theirs = received(mock, job, pk.Pi1Reveal)
-    secrets = received(mock, job, pk.PartySecrets)
     with channel(fed, REAL, tls) as ch:  # an honest reveal: π1 is the joint one
-        pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce, reshare_seed=bytes(32)), timeout=60)
-    pi1 = joint_pi1(job, [theirs.nonce, nonce], 2, seeded=True)
+        pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce, reshare_key=key), timeout=60)
+    secrets = received(mock, job, pk.PartySecrets)  # P1 relays every opening, the mock's own included
+    assert list(secrets.pi1_nonces)[1] == nonce and list(secrets.reshare_keys)[1] == key
+    pi1 = joint_pi1(job, list(secrets.pi1_nonces), 2, seeded=True)
     zeta = PublicKey(int.from_bytes(ann.curator_keys.paillier_n, "big"))
     xi = PublicKey(int.from_bytes(secrets.paillier_p, "big") * int.from_bytes(secrets.paillier_q, "big"))
     size_bits = ann.spec.size_bits or 32

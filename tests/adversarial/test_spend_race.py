@@ -1,18 +1,18 @@
-"""A Pathak party sends nothing derived from its records before its spend is durable, whoever pushes the next step.
+"""A Pathak party sends nothing derived from its records before its spend is durable, whatever is already in.
 
 The spend step (ProtocolStart) outputs the party's Spend; the party writes it to its ledger outside the job's lock.
-A leader (P1) who does not wait for the party's answer to StartProtocol can push PartySecrets while that write is
-still under way: the party's next step (its size shares, S1.2, once PartySecrets and the leader's π1 reveal are in) must wait for the spend, and if the ledger refuses
-the spend, never leave at all. Here the leader is played by the test ("party-mock", a server that records), the
-party's ledger write is held by holding the ledger's own lock (``fcntl.flock``, the lock every ledger operation
-takes), and the budget is used up by another job meanwhile: the spend is refused after PartySecrets arrived.
+P1 is asked to spend last, and every other party's π1 reveal may already be in when its ProtocolStart comes: its
+next step (PartySecrets to the others and its size shares, S1.2) is then ready at once, while the spend is still
+being written. Those messages must wait for the spend, and if the ledger refuses it, never leave at all. Here the
+other party is played by the test ("party-mock", a server that records), which reveals before P1 takes ProtocolStart;
+P1's ledger write is held by holding the ledger's own lock (``fcntl.flock``, the lock every ledger operation takes),
+and the budget is used up by another job meanwhile: the spend is refused after the step that follows it was ready.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import threading
 import time
 from concurrent import futures
 
@@ -21,16 +21,16 @@ import pytest
 
 from mpdp import accounting
 from mpdp.ledger import Ledger
-from mpdp.math.paillier import KeyPair
+from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
-from mpdp.pathak2010.party import pi1_commitment
+from mpdp.pathak2010.party import pi1_commitment, reshare_secret
 
 from tests.integration.conftest import MockParty
 
 from .conftest import BUDGET, channel, ledger_job_ids, mint, pathak_spec, start_federation, submit_pathak, wait_pathak
 
 pytestmark = pytest.mark.integration
-REAL, LEADER = "party-1", "party-mock"
+REAL, OTHER = "party-1", "party-mock"
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -43,55 +43,37 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"{what} did not happen within {timeout:g} s")
 
 
-def _b(v: int) -> bytes:
-    return v.to_bytes((v.bit_length() + 7) // 8, "big")
-
-
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
-    f = start_federation(tmp_path_factory.mktemp("spendrace"), parties=[REAL], nodes=[], members=[REAL, LEADER])
+    f = start_federation(tmp_path_factory.mktemp("spendrace"), parties=[REAL], nodes=[], members=[REAL, OTHER])
     yield f
     f.stop()
 
 
-def test_a_step_pushed_while_the_spend_is_written_waits_for_it_and_a_refused_spend_lets_nothing_out(fed):
-    tls = mint(fed, "party", LEADER)
-    leader = MockParty()  # the leader the test plays: it records what it is sent and acknowledges it
+def test_a_step_ready_while_the_spend_is_written_waits_for_it_and_a_refused_spend_lets_nothing_out(fed):
+    tls = mint(fed, "party", OTHER)
+    other = MockParty()  # the other party the test plays: it records what it is sent and acknowledges it
     server = grpc.server(futures.ThreadPoolExecutor(4))
-    pk_grpc.add_PartyServicer_to_server(leader, server)
+    pk_grpc.add_PartyServicer_to_server(other, server)
     port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
     server.start()
     try:
         with channel(fed, "curator", tls) as ch:
             pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
-        job = submit_pathak(fed, pathak_spec(parties=[LEADER, REAL], seed=b"race"))
+        job = submit_pathak(fed, pathak_spec(parties=[REAL, OTHER], seed=b"race"))
         curator_log, party_log = fed.workdir / "curator" / "service.log", fed.workdir / REAL / "service.log"
         wait_for(lambda: f"received JobAcceptance from party:{REAL}" in curator_log.read_text(), 60, "the real party accepting")
+        nonce, key = os.urandom(32), reshare_secret(Drbg.from_seed(os.urandom(32)))[1]
+        with channel(fed, REAL, tls) as ch:  # the reveal is in before P1's ProtocolStart (it is held until then)
+            pk_grpc.PartyStub(ch).SendPi1Reveal(pk.Pi1Reveal(job_id=job, nonce=nonce, reshare_key=key), timeout=60)
 
         ledger_path = fed.workdir / REAL / "state" / "ledger.json"
         fd = os.open(str(ledger_path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # the party's spend now waits for this lock
+        fcntl.flock(fd, fcntl.LOCK_EX)  # P1's spend now waits for this lock
         try:
-            nonce = os.urandom(32)
-            with channel(fed, "curator", tls) as ch:  # the leader accepts: the curator sends StartProtocol to the real party
-                pk_grpc.CuratorStub(ch).AcceptJob(pk.JobAcceptance(job_id=job, dimension=4, pi1_commitment=pi1_commitment(job, LEADER, nonce)), timeout=30)
-            wait_for(lambda: "received ProtocolStart" in party_log.read_text(), 60, "the party taking ProtocolStart")
-            key = KeyPair.generate(768)
-            secrets = pk.PartySecrets(job_id=job, paillier_p=_b(key.p), paillier_q=_b(key.q))
-            reveal = pk.Pi1Reveal(job_id=job, nonce=nonce)  # P1 gives no re-share seed (it sends its pieces)
-            answered: list = []
-
-            def push() -> None:  # the leader does not wait for the party's spend
-                with channel(fed, REAL, tls) as ch:
-                    try:
-                        pk_grpc.PartyStub(ch).SendPi1Reveal(reveal, timeout=120)
-                        answered.append(pk_grpc.PartyStub(ch).SendPartySecrets(secrets, timeout=120))
-                    except grpc.RpcError as e:
-                        answered.append(e)
-
-            pusher = threading.Thread(target=push)
-            pusher.start()
-            wait_for(lambda: "received PartySecrets" in party_log.read_text(), 60, "the party taking PartySecrets")
+            with channel(fed, "curator", tls) as ch:  # the mock accepts: the curator starts it, then P1 (last)
+                pk_grpc.CuratorStub(ch).AcceptJob(pk.JobAcceptance(job_id=job, dimension=4, pi1_commitment=pi1_commitment(job, OTHER, nonce, key)), timeout=30)
+            wait_for(lambda: "received ProtocolStart" in party_log.read_text(), 60, "P1 taking ProtocolStart")
             # another job uses the budget up meanwhile (written as the ledger writes, under the lock held here)
             held = Ledger(ledger_path, BUDGET)
             led = held._read()
@@ -103,14 +85,12 @@ def test_a_step_pushed_while_the_spend_is_written_waits_for_it_and_a_refused_spe
             os.close(fd)
         status = wait_pathak(fed, job)
         assert status.state == "FAILED" and status.problem == common_pb2.BUDGET_EXCEEDED, status
-        pusher.join(timeout=120)
-        assert answered, "the party never answered PartySecrets"
-        wait_for(lambda: f"job {job} failed" in party_log.read_text(), 60, "the party failing the job")
+        wait_for(lambda: f"job {job} failed" in party_log.read_text(), 60, "P1 failing the job")
         sent = []
-        while not leader.inbox.empty():
-            sent.append(leader.inbox.get())
-        data = [type(m).__name__ for m in sent if isinstance(m, (pk.SizeShare, pk.SealedSizeRemainder))]
-        assert not data, f"the party sent {data} although its spend was refused"
+        while not other.inbox.empty():
+            sent.append(other.inbox.get())
+        data = [type(m).__name__ for m in sent if isinstance(m, (pk.SizeShare, pk.SealedSizeRemainder, pk.PartySecrets))]
+        assert not data, f"P1 sent {data} although its spend was refused"
         assert job not in ledger_job_ids(fed, REAL)  # nothing spent for it
     finally:
         server.stop(0)

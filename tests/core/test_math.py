@@ -111,6 +111,10 @@ def test_paillier_homomorphism_and_pool():
     pool.fill(2)
     c3 = pk.rerandomize(c1, pool.take())
     assert c3 != c1 and kp.decrypt(c3) == 17
+    held = RandomnessPool(pk, Drbg.from_seed("held"), kp.random_factor)  # the key's holder fills by CRT: the same r^N
+    held.fill(1)
+    assert held.take() == pk.random_factor(Drbg.from_seed("held")) and len(held) == 0
+    assert kp.decrypt(pk.encrypt(9, factor=held.take())) == 9 and held.misses == 1  # empty: drawn on demand
     with pytest.raises(ValueError):
         pk.from_bytes(b"\x00" * pk.ciphertext_bytes)
     with pytest.raises(ValueError):

@@ -294,3 +294,55 @@ def test_curator_refuses_a_dimension_above_the_limit(small_secrets):
     with pytest.raises(RemoteProtocolError) as e:
         cm.receive(Peer("party", "p1"), pb.JobAcceptance(job_id="j", dimension=MAX_PATHAK_DIMENSION + 1))
     assert e.value.problem == common_pb2.MALFORMED and cm.state == "FAILED"
+
+
+def test_charlies_selection_vector_takes_its_factors_from_his_zeta_pool(small_secrets, monkeypatch):
+    """S2.1's K encryptions under ζ use Charlie's precomputed r^N′ factors when he has a pool (the curator service
+    fills one between jobs), and the release is the same function of the job's inputs."""
+    from mpdp.math.paillier import RandomnessPool
+    from mpdp.pathak2010 import driver as driver_mod
+    from mpdp.pathak2010.resources import CuratorResources
+
+    data = _data([20, 30, 25], d=2, seed=12)
+    spec = make_spec(list(data), 1.0, 0.1, "corrected", b"zeta-pool")
+    plain = run_job(data, spec, small_secrets, party_key_bits=768)
+    pools: list[RandomnessPool] = []
+
+    def with_pool(*args, **kwargs):
+        pool = RandomnessPool(small_secrets.paillier.public, Drbg.from_seed("zeta-pool"), small_secrets.paillier.random_factor)
+        pool.fill(len(data) + 1)
+        pools.append(pool)
+        return CuratorResources(*args, **kwargs, zeta_pool=pool)
+
+    monkeypatch.setattr(driver_mod, "CuratorResources", with_pool)
+    pooled = run_job(data, spec, small_secrets, party_key_bits=768)
+    assert len(pools) == 1 and len(pools[0]) == 1 and pools[0].misses == 0  # K factors taken, none drawn on demand
+    assert list(pooled.model.shares) == list(plain.model.shares)
+    sel = [m for s, m in pooled.parties[list(data)[1]].transcript if isinstance(m, pb.SelectionVector)][0]
+    plain_sel = [m for s, m in plain.parties[list(data)[1]].transcript if isinstance(m, pb.SelectionVector)][0]
+    assert list(sel.ciphertexts) != list(plain_sel.ciphertexts)
+    sk = small_secrets.paillier
+    assert [sk.decrypt(sk.public.from_bytes(c)) for c in sel.ciphertexts] == [sk.decrypt(sk.public.from_bytes(c)) for c in plain_sel.ciphertexts]
+
+
+def test_a_partys_refills_wait_for_the_delay_after_its_job_and_report_not_ready(small_secrets):
+    """A party resumes its precompute once its jobs are over, but refills only after the delay (its job's other
+    parties may still be in the job's last steps), and reports its pools not ready from the resume on."""
+    from mpdp.pathak2010.resources import PartyResources
+    from mpdp_services.party.precompute import Precompute
+
+    now = [100.0]
+    states: list[bool] = []
+    res = PartyResources.create(Drbg.from_seed("pre"), small_secrets.public, 768, test_mode=True)
+    pre = Precompute(res, 768, 4, states.append, clock=lambda: now[0])
+    try:
+        pre.pause()
+        pre.resume(4, 10, delay=1.0)
+        assert states and states[-1] is False
+        assert pre.wait_left() == 1.0
+        now[0] += 0.25
+        assert pre.wait_left() == 0.75
+        now[0] += 1.0
+        assert pre.wait_left() == 0.0
+    finally:
+        pre.stop()
