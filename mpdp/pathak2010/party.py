@@ -40,6 +40,10 @@ FIT_TOL = SOLVER_TOL  # the noise's sensitivity adds the slack of this tolerance
 FIT_MAX_ITER = 100
 PI1_NONCE_BYTES = 32  # each party's contribution to π1's seed (commit and reveal, S0)
 RESHARE_KEY_BYTES = 32  # a party's X25519 public key for one job (its S3.3 pieces' seeds come from key agreement)
+# Messages of S0 whose content is drawn independently of the party's data: π1's opening and the re-share key
+# (Pi1Reveal), ξ's keys (PartySecrets, PartyPublicKey). A job that fails with nothing else sent after a party's
+# spend released nothing computed from its data there, and the charge is voided (docs/protocols/accounting.md).
+DATA_FREE_MESSAGES: tuple[type, ...] = (pb.Pi1Reveal, pb.PartySecrets, pb.PartyPublicKey)
 
 
 def pi1_commitment(job_id: str, name: str, nonce: bytes, reshare_key: bytes) -> bytes:

@@ -23,7 +23,7 @@ from mpdp.math.dgk import DgkPublicKey
 from mpdp.math.paillier import PublicKey
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.params import InvalidJob, PathakParams
-from mpdp.pathak2010.party import CLIP_BOUND, FIT_MAX_ITER, FIT_TOL, PartyMachine, implausible_local_model, train_local_rows
+from mpdp.pathak2010.party import CLIP_BOUND, DATA_FREE_MESSAGES, FIT_MAX_ITER, FIT_TOL, PartyMachine, implausible_local_model, train_local_rows
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.schema import SchemaError
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send, Spend
@@ -86,12 +86,18 @@ class PathakJob(Hosted[PartyMachine]):
         self.paid = asyncio.Event()  # set once the Spend is decided (spent or refused); the ledger is written outside the lock
 
     def _count(self, outputs) -> None:
+        """Count the messages that may carry something computed from the data (abort notices and S0's
+        data-free messages aside): a failed job whose count did not move after the spend voids its charge."""
         if self.spend_mark is None:
             for i, o in enumerate(outputs):
                 if isinstance(o, Spend):
-                    self.spend_mark = self.emitted + sum(1 for s in outputs[:i] if isinstance(s, Send) and not isinstance(s.message, common_pb2.JobAbort))
+                    self.spend_mark = self.emitted + sum(map(_data_dependent, outputs[:i]))
                     break
-        super()._count(outputs)
+        self.emitted += sum(map(_data_dependent, outputs))
+
+
+def _data_dependent(o) -> bool:
+    return isinstance(o, Send) and not isinstance(o.message, (common_pb2.JobAbort, *DATA_FREE_MESSAGES))
 
 
 def deadline_seconds(spec: pb.PathakJobSpec, default: float) -> float:
@@ -366,8 +372,8 @@ class PathakParty(pb_grpc.PartyServicer):
 
     async def _settle(self, hosted: PathakJob) -> None:
         """A failed Pathak job keeps its charge, marked failed: its data may already have left in a message. If the
-        machine produced no message after the spend (abort notices aside), nothing data-dependent left this party
-        and the charge is voided (docs/protocols/accounting.md, "Voided charges")."""
+        machine produced no message after the spend (abort notices and S0's data-free messages aside), nothing
+        data-dependent left this party and the charge is voided (docs/protocols/accounting.md, "Voided charges")."""
         m = hosted.machine
         if m.state == MACHINE_FAILED and not hosted.settled:
             hosted.settled = True
