@@ -289,10 +289,20 @@ def _kind(handler: grpc.RpcMethodHandler) -> str | None:
 async def _single(raw_iterator, context) -> bytes:
     """The one request message of a unary call served as client-streaming."""
     try:
-        return await raw_iterator.__anext__()
+        raw = await raw_iterator.__anext__()
     except StopAsyncIteration:
         await errors.refuse(context, P.MALFORMED, "a unary call without a request message")
         raise  # unreachable
+    # Read on to the end of the stream (a unary caller half-closes after its one message). Left unread, it kept gRPC's
+    # core holding each answered call's received message for a while after the answer, outside Python's heap: under
+    # a servicer that holds the event loop on large requests (a compute node verifying validated ShareBatches) those
+    # piled up and the process grew with every request taken (tests/core/test_gate_releases_calls.py).
+    try:
+        await raw_iterator.__anext__()
+    except StopAsyncIteration:
+        return raw
+    await errors.refuse(context, P.MALFORMED, "a unary call with more than one request message")
+    raise AssertionError  # unreachable
 
 
 async def _parsed(raw_iterator, deserialize, record):
