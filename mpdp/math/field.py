@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 from functools import lru_cache
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Sequence, cast
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -392,6 +392,26 @@ def prg(key: bytes, n: int) -> np.ndarray:
         more = np.frombuffer(enc.update(bytes(8 * n)), dtype=U64)
         ok = np.concatenate([ok, more[more < _P]])
     return ok[:n].astype(np.uint64)
+
+
+_CTR0 = modes.CTR(bytes(16))  # the zero counter block of every prg stream (a mode object holds only its nonce)
+
+
+def prg_many(keys: Sequence[bytes], n: int) -> np.ndarray:
+    """:func:`prg` for many keys, shape (len(keys), n): row i = prg(keys[i], n). Each key's first keystream block run
+    is drawn once into one array and the rows whose first n words are all below p (all but ≈ n·2^-32 of them) are
+    taken in one vectorised step; the others take :func:`prg`'s general path."""
+    if any(len(key) != 32 for key in keys):
+        raise ValueError("prg takes a 32-byte AES-256 key")
+    if not keys:
+        return np.zeros((0, n), dtype=np.uint64)
+    width = n + 8 + n // (1 << 20)  # prg's first draw
+    zeros = bytes(8 * width)
+    words = np.frombuffer(b"".join([Cipher(algorithms.AES(key), _CTR0).encryptor().update(zeros) for key in keys]), dtype=U64)
+    out = words.reshape(len(keys), width)[:, :n].astype(np.uint64)
+    for i in np.flatnonzero((out >= _P).any(axis=1)).tolist():
+        out[i] = prg(keys[i], n)
+    return out
 
 
 def xof_bytes(dst: bytes, seed: bytes, binder: bytes, n: int) -> bytes:

@@ -207,6 +207,36 @@ def test_prg_is_the_aes_ctr_keystream_with_words_at_or_above_p_dropped():
         F.prg(b"short", 4)
 
 
+def test_prg_many_is_prg_row_by_row_even_past_a_rejected_word(monkeypatch):
+    keys = [bytes([i]) * 32 for i in range(12)]
+    many = F.prg_many(keys, 300)
+    assert many.tolist() == [F.prg(key, 300).tolist() for key in keys]
+    assert F.prg_many([], 3).shape == (0, 3)
+    with pytest.raises(ValueError):
+        F.prg_many(keys[:2] + [b"short"], 4)
+    # a key whose first words hold one ≥ p (probability ≈ 300·2^-32, so planted) takes prg's rejection path
+    real = F.Cipher
+
+    class First:
+        def __init__(self, algorithm, mode) -> None:
+            self.inner, self.hit = real(algorithm, mode).encryptor(), algorithm.key == keys[4]
+
+        def encryptor(self):
+            return self
+
+        def update(self, data: bytes) -> bytes:
+            out = self.inner.update(data)
+            if self.hit:  # the stream's first word only
+                self.hit = False
+                return (2**64 - 1).to_bytes(8, "little") + out[8:]
+            return out
+
+    monkeypatch.setattr(F, "Cipher", First)
+    got = F.prg_many(keys, 300)
+    assert got[4].tolist() == F.prg(keys[4], 300).tolist() and got[4, :299].tolist() == many[4, 1:].tolist()
+    assert got[5].tolist() == many[5].tolist() and bool((got < np.uint64(P)).all())
+
+
 @pytest.mark.parametrize("n, cols", [(1, 2), (2, 4), (8, 6), (32, 52)])
 def test_coset_pair_dots_equals_pair_dots_of_the_coset_values(n, cols):
     near_p = (np.uint64(F.P) - np.random.default_rng(n).integers(1, 1 << 16, size=(2, n, cols)).astype(np.uint64)).astype(np.uint64)
