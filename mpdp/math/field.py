@@ -218,12 +218,28 @@ def _row_sums(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     return out
 
 
+@njit(cache=True)
+def _mid_sums(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """x of shape (A, n, B) → (A, B): the sums over the middle axis, read in memory order."""
+    out = np.zeros((x.shape[0], x.shape[2]), dtype=np.uint64)
+    for a in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            for b in range(x.shape[2]):
+                out[a, b] = _add1(out[a, b], x[a, i, b])
+    return out
+
+
 def sum(a: Elem, axis: int | None = None) -> np.ndarray:  # noqa: A001 - the field's Σ
     """Σ a mod p along ``axis`` (all elements when None)."""
     a = np.asarray(a, dtype=np.uint64)
     if axis is None:
         a = a.reshape(-1)
         axis = 0
+    if a.ndim and axis % a.ndim != a.ndim - 1 and a.size:  # not the last axis: summed in place, without a transposed copy
+        axis %= a.ndim
+        a = np.ascontiguousarray(a)
+        pre, post = int(np.prod(a.shape[:axis], dtype=np.int64)), int(np.prod(a.shape[axis + 1 :], dtype=np.int64))
+        return _mid_sums(a.reshape(pre, a.shape[axis], post)).reshape(a.shape[:axis] + a.shape[axis + 1 :])
     moved = np.moveaxis(a, axis, -1)
     n = moved.shape[-1]
     rows = moved.reshape(-1, n) if n else np.zeros((int(np.prod(moved.shape[:-1], dtype=np.int64)), 1), dtype=np.uint64)
