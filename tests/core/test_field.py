@@ -57,6 +57,11 @@ def test_compiled_kernels_broadcast_and_reduce_any_axis():
         got = F.sum(a, axis=axis)
         assert got.tolist() == (np.sum(a.astype(object), axis=axis) % P).tolist()
     assert F.sum(np.zeros((3, 0), dtype=np.uint64), axis=-1).tolist() == [0, 0, 0]
+    near = np.array([P - 1 - rng.randrange(3) for _ in range(6 * 7 * 2)], dtype=np.uint64).reshape(6, 7, 2)  # every add wraps
+    for x in (near, near.transpose(2, 0, 1), near[:, ::2]):  # C-ordered or not
+        for axis in (0, 1, -1):
+            assert F.sum(x, axis=axis).tolist() == (np.sum(x.astype(object), axis=axis) % P).tolist()
+    assert F.sum(np.zeros((0, 4), dtype=np.uint64), axis=0).tolist() == [0] * 4 and F.sum(np.zeros((2, 0, 3), dtype=np.uint64), axis=1).shape == (2, 3)
     c = np.array([rng.randrange(P) for _ in range(2 * 3 * 16)], dtype=np.uint64).reshape(2, 3, 16)
     assert F.ntt(c).tolist() == [[F.ntt(c[i, j]).tolist() for j in range(3)] for i in range(2)]
     assert F.intt(F.ntt(c)).tolist() == c.tolist()
