@@ -210,8 +210,8 @@ def expand_shares(p: Plan, seeds: Sequence[bytes], binds: Sequence[bytes], k: in
     c = p.circuit
     head, node = len(_DST_SHARE).to_bytes(2, "big") + _DST_SHARE, k.to_bytes(2, "big")
     keys = [hashlib.shake_128(head + seed + bind + node).digest(SEED) for seed, bind in zip(seeds, binds)]  # = F.xof_bytes(_DST_SHARE, seed, bind ‖ k, SEED)
-    flat = F.prg_many(keys, p.share_len)
-    return np.ascontiguousarray(flat[:, : c.meas_len]), np.ascontiguousarray(flat[:, c.meas_len :]).reshape(len(keys), c.proofs, c.proof_len)
+    flat = F.prg_many(keys, p.share_len)  # rows of a wider array: the measurement and proof columns are views
+    return flat[:, : c.meas_len], flat[:, c.meas_len :].reshape(len(keys), c.proofs, c.proof_len)
 
 
 def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
