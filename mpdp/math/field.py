@@ -416,7 +416,8 @@ _CTR0 = modes.CTR(bytes(16))  # the zero counter block of every prg stream (a mo
 def prg_many(keys: Sequence[bytes], n: int) -> np.ndarray:
     """:func:`prg` for many keys, shape (len(keys), n): row i = prg(keys[i], n). Each key's first keystream block run
     is drawn once into one array and the rows whose first n words are all below p (all but ≈ n·2^-32 of them) are
-    taken in one vectorised step; the others take :func:`prg`'s general path."""
+    taken in one vectorised step; the others take :func:`prg`'s general path. The result is a view of a wider array
+    (rows not contiguous)."""
     if any(len(key) != 32 for key in keys):
         raise ValueError("prg takes a 32-byte AES-256 key")
     if not keys:

@@ -165,18 +165,24 @@ def test_a_batch_of_the_wrong_shape_or_kind_is_refused_whole():
     assert e.value.problem == Problem.MALFORMED
 
 
+def _checked_at_every_node(prm: DcaParams, n: int, *, invalid: int) -> list[validation.Checked]:
+    """n clients of zeros, client ``invalid`` with a non-bit, full shares checked at each of the M nodes."""
+    plan = prm.validation
+    ids = [f"client-{i:06d}" for i in range(n)]
+    zeros = np.zeros((n, D), dtype=np.int64)
+    meas = validation.encode_inputs(plan, zeros, zeros).astype(np.uint64)
+    meas[invalid, 0] = F.scalar(3)  # not a bit: an invalid client
+    packed = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=False)
+    key = os.urandom(32)
+    return [validation.check_packed(plan, packed[k], job_id=prm.job_id, client_ids=ids, k=k, nodes=prm.M, seeded=False, verify_key=key)
+            for k in range(prm.M)]
+
+
 def test_decide_many_is_decide_client_by_client():
     """The nodes' batched decision agrees with the one-client decision on valid, invalid and corrupted records."""
     prm = _params("range")
     plan = prm.validation
-    ids = [f"client-{i:06d}" for i in range(6)]
-    zeros = np.zeros((6, D), dtype=np.int64)
-    meas = validation.encode_inputs(plan, zeros, zeros).astype(np.uint64)
-    meas[1, 0] = F.scalar(3)  # not a bit: an invalid client
-    packed = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=False)
-    key = os.urandom(32)
-    checked = [validation.check_packed(plan, packed[k], job_id=prm.job_id, client_ids=ids, k=k, nodes=prm.M, seeded=False, verify_key=key)
-               for k in range(prm.M)]
+    checked = _checked_at_every_node(prm, 6, invalid=1)
     records = [[checked[k][i][1] for k in range(prm.M)] for i in range(6)]  # type: ignore[index]
     vb = plan.record_bytes - 2 * validation.SEED
     records[2][1] = records[2][1][:-1]  # a record one byte short
@@ -204,14 +210,7 @@ def test_verdicts_decide_like_decide_many_whatever_the_order_records_come_in():
     room is reused (the store does not grow with the clients decided)."""
     prm = _params("range")
     plan = prm.validation
-    ids = [f"client-{i:06d}" for i in range(8)]
-    zeros = np.zeros((8, D), dtype=np.int64)
-    meas = validation.encode_inputs(plan, zeros, zeros).astype(np.uint64)
-    meas[5, 0] = F.scalar(3)  # not a bit: an invalid client
-    packed = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=False)
-    key = os.urandom(32)
-    checked = [validation.check_packed(plan, packed[k], job_id=prm.job_id, client_ids=ids, k=k, nodes=prm.M, seeded=False, verify_key=key)
-               for k in range(prm.M)]
+    checked = _checked_at_every_node(prm, 8, invalid=5)
     want = validation.decide_many(plan, [[checked[k][i][1] for k in range(prm.M)] for i in range(8)])  # type: ignore[index]
     assert want.tolist() == [True] * 5 + [False] + [True] * 2
     book = validation.Verdicts(plan, prm.M, 1)
