@@ -12,7 +12,7 @@ received-set reports with the verifier records, decide and fold, and send their 
 over the in-memory wire (:class:`mpdp.driver.Wire`: no gRPC, no TLS). Reported: CPU seconds inside each node's
 ``receive`` (share intake and parsing, seed expansion, joint randomness, query, the record exchange, decide, the sum)
 divided by N, per node and averaged over nodes (``node_us``); ``verify_us`` the part spent in
-:func:`mpdp.dca.validation.check_packed`, ``decide_us`` in :func:`mpdp.dca.validation.decide_many`. The job must
+:func:`mpdp.dca.validation.check_packed`, ``decide_us`` in :func:`mpdp.dca.validation.decide_records`. The job must
 release with every client included. The machine is shared: the 1-minute load average is recorded with each row.
 """
 
@@ -90,9 +90,9 @@ def run(d: int, m: int, n: int, *, seeded: bool, profile: bool) -> dict:
         wire.route(node.me, node.start())
     wire.pump()
     totals.clear()
-    real_check, real_decide = validation.check_packed, validation.decide_many
+    real_check, real_decide = validation.check_packed, validation.decide_records
     validation.check_packed = _Timed(real_check, totals, "check_packed")  # type: ignore[assignment]
-    validation.decide_many = _Timed(real_decide, totals, "decide_many")  # type: ignore[assignment]
+    validation.decide_records = _Timed(real_decide, totals, "decide_records")  # type: ignore[assignment]
     prof = cProfile.Profile() if profile else None
     load = os.getloadavg()[0]
     try:
@@ -109,13 +109,13 @@ def run(d: int, m: int, n: int, *, seeded: bool, profile: bool) -> dict:
         if prof:
             prof.disable()
     finally:
-        validation.check_packed, validation.decide_many = real_check, real_decide  # type: ignore[assignment]
+        validation.check_packed, validation.decide_records = real_check, real_decide  # type: ignore[assignment]
     release = wire.releases[0] if wire.releases else None
     if release is None or release.clients_included != n:
         raise SystemExit(f"d = {d}: the job did not release with all {n} clients ({wire.error or agg.error})")
     per_node = {name: 1e6 * totals[name] / n for name in prm.nodes}
     row = {"d": d, "M": m, "N": n, "seeded": seeded, "node_us": sum(per_node.values()) / m, "node_us_each": per_node,
-           "verify_us": 1e6 * totals["check_packed"] / (n * m), "decide_us": 1e6 * totals["decide_many"] / (n * m),
+           "verify_us": 1e6 * totals["check_packed"] / (n * m), "decide_us": 1e6 * totals["decide_records"] / (n * m),
            "client_build_s": client_s, "load_1min": [load, os.getloadavg()[0]], "commit": _commit()}
     if prof:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)

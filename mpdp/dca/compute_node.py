@@ -476,17 +476,13 @@ class ComputeNodeMachine(DcaMachine):
                                               nodes=self.params.M, seeded=self.params.seed_compressed, verify_key=self._verify_key)
         except validation.MalformedShare as e:
             raise RemoteProtocolError(MALFORMED, f"validated batch: {e}") from None
-        taken, rows, records = [], [], []
-        for at, j in enumerate(keep):
-            got = checked[at]
-            if isinstance(got, validation.MalformedShare):
-                receipt.rejected.add(client_id=names[j], problem=MALFORMED, detail=f"validated share: {got}")
-                continue
-            taken.append(j)
-            rows.append(got[0])
-            records.append(got[1])
+        for at, bad in sorted(checked.refused.items()):
+            receipt.rejected.add(client_id=names[keep[at]], problem=MALFORMED, detail=f"validated share: {bad}")
+        good = checked.taken()
+        taken = keep if good.size == len(keep) else [keep[at] for at in good.tolist()]
         if taken:
-            self._accept_validated([names[j] for j in taken], look[taken], np.stack(rows), records)
+            rows, records = (checked.rows, checked.records) if good.size == len(keep) else (checked.rows[good], checked.records[good])
+            self._accept_validated(None if self.by_index else [names[j] for j in taken], look[taken], rows, records)
         return taken
 
     def _accept(self, cids: list[str] | None, look: np.ndarray, rows: np.ndarray | None, seeds: list[bytes] | None) -> None:
@@ -514,18 +510,17 @@ class ComputeNodeMachine(DcaMachine):
                 assert seeds is not None
                 self._book.hold_seeds(idx[later], [seeds[j] for j in later.tolist()])
 
-    def _accept_validated(self, cids: list[str], look: np.ndarray, rows: np.ndarray, records: list[bytes]) -> None:
-        """Commit validated clients' shares: each output share (Field64) waits until every node's verifier record
-        is in; then it is folded (valid) or dropped and counted (invalid). Those every node already holds are decided
-        here, together."""
+    def _accept_validated(self, cids: list[str] | None, look: np.ndarray, rows: np.ndarray, records: np.ndarray | list[bytes]) -> None:
+        """Commit validated clients' shares (``cids`` may be None in a roster job): each output share (Field64) waits
+        until every node's verifier record is in; then it is folded (valid) or dropped and counted (invalid). Those
+        every node already holds are decided here, together."""
         assert self._verdicts is not None
-        idx = look if self.by_index else self._book.admit(cids, look)
+        idx = look if self.by_index else self._book.admit(cids, look)  # type: ignore[arg-type]
         full_now = self._book.mark(idx, self._bit)
         self.received += idx.size
         self._unreported.append(idx)
         self._unreported_n += idx.size
-        for i, record in zip(idx.tolist(), records):
-            self._verdicts.put_own(i, record)
+        self._verdicts.put_own_many(idx, records)
         now = np.flatnonzero(full_now)
         if now.size:
             valid = self._settle(idx[now])

@@ -164,6 +164,17 @@ def binder(job_id: str, client_id: str) -> bytes:
     return len(j).to_bytes(2, "big") + j + len(c).to_bytes(2, "big") + c
 
 
+def binders(job_id: str, client_ids: Sequence[str]) -> list[bytes]:
+    """:func:`binder` of every client id (the job's part encoded once)."""
+    j = job_id.encode()
+    head = len(j).to_bytes(2, "big") + j
+    out = []
+    for cid in client_ids:
+        c = cid.encode()
+        out.append(head + len(c).to_bytes(2, "big") + c)
+    return out
+
+
 def _part(blind: bytes, bind: bytes, k: int, material: bytes | memoryview) -> bytes:
     h = hashlib.shake_128(len(_DST_PART).to_bytes(2, "big") + _DST_PART + blind + bind + k.to_bytes(2, "big"))
     h.update(material)  # = F.xof_bytes(_DST_PART, blind, bind ‖ k ‖ material), without copying the share
@@ -193,6 +204,16 @@ def expand_share(p: Plan, seed: bytes, bind: bytes, k: int) -> tuple[np.ndarray,
     return flat[: c.meas_len], flat[c.meas_len :].reshape(c.proofs, c.proof_len)
 
 
+def expand_shares(p: Plan, seeds: Sequence[bytes], binds: Sequence[bytes], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`expand_share` for many clients (seeds[i] bound by binds[i]): (measurement shares (n, meas_len), proof shares
+    (n, R, proof_len)), row i the same as expand_share(p, seeds[i], binds[i], k), the keystreams drawn together."""
+    c = p.circuit
+    head, node = len(_DST_SHARE).to_bytes(2, "big") + _DST_SHARE, k.to_bytes(2, "big")
+    keys = [hashlib.shake_128(head + seed + bind + node).digest(SEED) for seed, bind in zip(seeds, binds)]  # = F.xof_bytes(_DST_SHARE, seed, bind ‖ k, SEED)
+    flat = F.prg_many(keys, p.share_len)  # rows of a wider array: the measurement and proof columns are views
+    return flat[:, : c.meas_len], flat[:, c.meas_len :].reshape(len(keys), c.proofs, c.proof_len)
+
+
 def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
     """The bits of (ỹ, η); ValidationError if the input is outside the predicate (an honest client never is,
     except its noise with probability ≤ 2^-96)."""
@@ -220,11 +241,15 @@ def encode_inputs(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.nda
 
 
 BATCH_ELEMENTS = 1 << 16  # clients proven or verified together hold at most this many measurement elements (512 kB a copy: in cache)
+SMALL_CIRCUIT, SMALL_BATCH_ELEMENTS = 1024, 1 << 18  # a circuit this small: 4× as many clients a batch
 
 
 def batch_size(p: Plan) -> int:
-    """How many clients to prove or verify at once (bounded memory; the circuit code takes batch axes)."""
-    return max(1, BATCH_ELEMENTS // p.circuit.meas_len)
+    """How many clients to prove or verify at once (bounded memory; the circuit code takes batch axes). A small
+    circuit's batch is larger: at d = 10 (586 elements) each step's fixed cost, spread over 111 clients, was ≈ 2 µs of
+    a node's ≈ 27 µs of verification per client; over 447, 0.5 µs."""
+    most = SMALL_BATCH_ELEMENTS if p.circuit.meas_len <= SMALL_CIRCUIT else BATCH_ELEMENTS
+    return max(1, most // p.circuit.meas_len)
 
 
 def client_shares(p: Plan, job_id: str, client_id: str, meas: np.ndarray, nodes: int, *, seeded: bool) -> list[ShareForNode]:
@@ -294,7 +319,7 @@ def _proven(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes
 def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[PackedShares]:
     c = p.circuit
     b = len(client_ids)
-    binds = [binder(job_id, cid) for cid in client_ids]
+    binds = binders(job_id, client_ids)
     blinds = os.urandom(SEED * nodes * b)  # client i's blind for node k: bytes [SEED·(i·nodes + k), +SEED)
     seeds = os.urandom(SEED * nodes * b) if seeded else b""
     stream = Drbg.from_os()  # the helpers' full shares: AES-256-CTR keyed from os.urandom, fresh per batch
@@ -302,9 +327,7 @@ def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.n
     helper_proof = np.empty((nodes - 1, b, c.proofs, c.proof_len), dtype=np.uint64)
     for k in range(1, nodes):
         if seeded:
-            for i in range(b):
-                at = SEED * (i * nodes + k)
-                helper_meas[k - 1, i], helper_proof[k - 1, i] = expand_share(p, seeds[at : at + SEED], binds[i], k)
+            helper_meas[k - 1], helper_proof[k - 1] = expand_shares(p, [seeds[SEED * (i * nodes + k) : SEED * (i * nodes + k + 1)] for i in range(b)], binds, k)
         else:
             helper_meas[k - 1] = F.rand_stream(stream, b * c.meas_len).reshape(b, c.meas_len)
             helper_proof[k - 1] = F.rand_stream(stream, b * c.proofs * c.proof_len).reshape(b, c.proofs, c.proof_len)
@@ -432,27 +455,68 @@ def _verify(p: Plan, parsed: list[_Parsed | MalformedShare], *, k: int, nodes: i
         if isinstance(x, MalformedShare):
             out.append(x)
         else:
-            out.append((rows[j], records[j]))
+            out.append((rows[j], records[j].tobytes()))
             j += 1
     return out
 
 
+_PART_HEAD = len(_DST_PART).to_bytes(2, "big") + _DST_PART  # F.xof_bytes's prefix for each XOF below, computed once
+_SEED_HEAD = len(_DST_SEED).to_bytes(2, "big") + _DST_SEED
+
+
 def _verify_rows(p: Plan, meas: np.ndarray, proof: np.ndarray, blinds: Sequence[bytes | memoryview], hints: Sequence[bytes | memoryview],
-                 materials: Sequence[bytes | memoryview], binds: list[bytes], *, k: int, nodes: int, verify_key: bytes) -> tuple[np.ndarray, list[bytes]]:
+                 materials: Sequence[bytes | memoryview], binds: list[bytes], *, k: int, nodes: int, verify_key: bytes) -> tuple[np.ndarray, np.ndarray]:
     """Node k's step for well-formed clients given as arrays (meas (g, meas_len), proof (g, R, proof_len)) and, per
-    client, its blind, its M parts, what its part J_k hashes and its binder: (output shares (g, output_len), records)."""
+    client, its blind, its M parts, what its part J_k hashes and its binder: (output shares (g, output_len), records
+    (g, record_bytes) uint8: verifier share, own part, joint-randomness seed)."""
     c = p.circuit
+    g = len(binds)
+    node, lo, hi = k.to_bytes(2, "big"), SEED * k, SEED * (k + 1)
     own, seeds = [], []
     for blind, hint, material, bind in zip(blinds, hints, materials, binds):
-        part = _part(bytes(blind), bind, k, material)
-        seeds.append(joint_rand_seed_with(bytes(hint), k, part))
+        h = hashlib.shake_128(_PART_HEAD + blind + bind + node)  # = _part(blind, bind, k, material)
+        h.update(material)
+        part = h.digest(SEED)
         own.append(part)
+        seeds.append(hashlib.shake_128(_SEED_HEAD + hint[:lo] + part + hint[hi:]).digest(SEED))  # = joint_rand_seed_with(hint, k, part)
     jr = _joint_rands(p, seeds)
     queries = flp.query_points_many(c, _DST_QUERY, verify_key, binds)
-    verifier = F.encode(c.query(meas, proof, queries, jr, nodes))
-    rows = c.truncate(meas, nodes)
     vw = F.ENCODED_SIZE * c.proofs * c.verifier_len
-    return rows, [verifier[vw * j : vw * (j + 1)] + own[j] + seeds[j] for j in range(len(binds))]
+    records = np.empty((g, vw + 2 * SEED), dtype=np.uint8)
+    records[:, :vw] = np.ascontiguousarray(c.query(meas, proof, queries, jr, nodes), dtype=F.U64).reshape(g, -1).view(np.uint8)
+    records[:, vw : vw + SEED] = np.frombuffer(b"".join(own), dtype=np.uint8).reshape(g, SEED)
+    records[:, vw + SEED :] = np.frombuffer(b"".join(seeds), dtype=np.uint8).reshape(g, SEED)
+    return c.truncate(meas, nodes), records
+
+
+class Checked:
+    """Node k's results for a batch of clients (:func:`check_packed`), as arrays: client i's output share ``rows[i]``
+    and record ``records[i]`` (record_bytes of uint8), unless ``refused`` holds the MalformedShare that refuses it (its
+    rows are then meaningless). Indexing gives one client's result as :func:`check_shares` does: (output share,
+    record bytes) or the MalformedShare."""
+
+    def __init__(self, rows: np.ndarray, records: np.ndarray, refused: dict[int, MalformedShare]) -> None:
+        self.rows, self.records, self.refused = rows, records, refused
+
+    def __len__(self) -> int:
+        return int(self.records.shape[0])
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, bytes] | MalformedShare:
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        bad = self.refused.get(i % len(self))
+        return bad if bad is not None else (self.rows[i], self.records[i].tobytes())
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, bytes] | MalformedShare]:
+        return (self[i] for i in range(len(self)))
+
+    def taken(self) -> np.ndarray:
+        """The positions of the clients not refused, ascending."""
+        if not self.refused:
+            return np.arange(len(self))
+        keep = np.ones(len(self), dtype=bool)
+        keep[list(self.refused)] = False
+        return np.flatnonzero(keep)
 
 
 def check_packed_lengths(p: Plan, packed: PackedShares, *, k: int, nodes: int, seeded: bool) -> None:
@@ -470,11 +534,11 @@ def check_packed_lengths(p: Plan, packed: PackedShares, *, k: int, nodes: int, s
 
 
 def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list[str], k: int, nodes: int, seeded: bool,
-                 verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
+                 verify_key: bytes) -> Checked:
     """:func:`check_shares` for a batch on the wire (the ValidatedShares of a ShareBatch): row i is client_ids[i]'s
     share, checked and verified as its own ClientShare would be (its part, joint randomness and query bound to its own
     id). MalformedShare for the whole batch if a field's length is not n rows (nothing taken), for one client if one
-    of its elements is not canonical."""
+    of its elements is not canonical (in ``refused``)."""
     n = len(client_ids)
     if packed.clients != n:
         raise MalformedShare(f"{n} client ids for {packed.clients} validated shares")
@@ -482,18 +546,17 @@ def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list
     helper, c = seeded and k >= 1, p.circuit
     wm, wp = F.ENCODED_SIZE * c.meas_len, F.ENCODED_SIZE * c.proofs * c.proof_len
     blinds, hints = memoryview(packed.blinds), memoryview(packed.joint_rand_parts)
-    out: list[tuple[np.ndarray, bytes] | MalformedShare] = []
+    rows: list[np.ndarray] = []
+    records = np.zeros((n, p.record_bytes), dtype=np.uint8)
+    refused: dict[int, MalformedShare] = {}
     step = batch_size(p)
     for at in range(0, n, step):
         stop = min(n, at + step)
-        binds = [binder(job_id, cid) for cid in client_ids[at:stop]]
+        binds = binders(job_id, client_ids[at:stop])
         if helper:  # seed-compressed: every client's shares expanded from its seed into one array
             sd = memoryview(packed.share_seeds)
             seeds = [bytes(sd[SEED * i : SEED * (i + 1)]) for i in range(at, stop)]
-            meas_rows = np.empty((stop - at, c.meas_len), dtype=np.uint64)
-            proof_rows = np.empty((stop - at, c.proofs, c.proof_len), dtype=np.uint64)
-            for j, (seed, bind) in enumerate(zip(seeds, binds)):
-                meas_rows[j], proof_rows[j] = expand_share(p, seed, bind, k)
+            meas_rows, proof_rows = expand_shares(p, seeds, binds, k)
             keep = list(range(stop - at))
             materials: list[bytes | memoryview] = list(seeds)
         else:  # full shares: the batch's rows verified as arrays, straight from the message's bytes
@@ -503,30 +566,22 @@ def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list
             bad = np.asarray((meas_rows >= _P).any(axis=1) | (proof_rows >= _P).any(axis=(1, 2)))
             keep = np.flatnonzero(~bad).tolist()
             materials = [raw_m[wm * j : wm * (j + 1)] for j in keep]
-        if len(keep) < stop - at:
-            out += _verify_some(p, meas_rows, proof_rows, keep, at, blinds, hints, materials, binds, k=k, nodes=nodes, verify_key=verify_key)
+        whole = len(keep) == stop - at
+        got, recs = _verify_rows(p, meas_rows if whole else meas_rows[keep], proof_rows if whole else proof_rows[keep],
+                                 [blinds[SEED * (at + j) : SEED * (at + j + 1)] for j in keep],
+                                 [hints[SEED * nodes * (at + j) : SEED * nodes * (at + j + 1)] for j in keep], materials,
+                                 binds if whole else [binds[j] for j in keep], k=k, nodes=nodes, verify_key=verify_key)
+        if whole:
+            rows.append(got)
+            records[at:stop] = recs
             continue
-        rows, records = _verify_rows(p, meas_rows, proof_rows, [blinds[SEED * i : SEED * (i + 1)] for i in range(at, stop)],
-                                     [hints[SEED * nodes * i : SEED * nodes * (i + 1)] for i in range(at, stop)], materials, binds,
-                                     k=k, nodes=nodes, verify_key=verify_key)
-        out += list(zip(rows, records))
-    return out
-
-
-def _verify_some(p: Plan, meas_rows: np.ndarray, proof_rows: np.ndarray, keep: list[int], at: int, blinds: memoryview, hints: memoryview,
-                 materials: list[bytes | memoryview], binds: list[bytes], *, k: int, nodes: int, verify_key: bytes) -> list[tuple[np.ndarray, bytes] | MalformedShare]:
-    """:func:`check_packed`'s step for a chunk (rows at, at + 1, …) some of whose rows hold a non-canonical element: rows
-    ``keep`` (their materials in that order) verified, the others refused."""
-    m = len(binds)
-    out: list[tuple[np.ndarray, bytes] | MalformedShare] = [MalformedShare("a non-canonical element") for _ in range(m)]
-    if keep:
-        nodes_w = SEED * nodes
-        rows, records = _verify_rows(p, meas_rows[keep], proof_rows[keep], [blinds[SEED * (at + j) : SEED * (at + j + 1)] for j in keep],
-                                     [hints[nodes_w * (at + j) : nodes_w * (at + j + 1)] for j in keep], materials, [binds[j] for j in keep],
-                                     k=k, nodes=nodes, verify_key=verify_key)
-        for i, j in enumerate(keep):
-            out[j] = (rows[i], records[i])
-    return out
+        chunk = np.zeros((stop - at, got.shape[1]), dtype=got.dtype)
+        chunk[keep] = got
+        rows.append(chunk)
+        records[[at + j for j in keep]] = recs
+        for j in sorted(set(range(stop - at)) - set(keep)):
+            refused[at + j] = MalformedShare("a non-canonical element")
+    return Checked(np.concatenate(rows) if len(rows) > 1 else rows[0] if rows else np.zeros((0, c.output_len), dtype=np.uint64), records, refused)
 
 
 def decide(p: Plan, records: list[bytes]) -> bool:
@@ -536,13 +591,10 @@ def decide(p: Plan, records: list[bytes]) -> bool:
 
 
 def decide_many(p: Plan, clients: list[list[bytes]]) -> np.ndarray:
-    """:func:`decide` for many clients (each its M records), in one batched step: the records laid side by side as one
-    array, the seeds compared and the verifier messages summed and decided together (one XOF a client: its seed from
-    the reported parts). A boolean per client; a client with a record of the wrong length, or with another number of
-    records than the first client, is invalid."""
-    c = p.circuit
+    """:func:`decide` for many clients (each its M records), in one batched step (:func:`decide_records`). A boolean
+    per client; a client with a record of the wrong length, or with another number of records than the first client,
+    is invalid."""
     w = p.record_bytes
-    vb = w - 2 * SEED
     n = len(clients)
     ok = np.zeros(n, dtype=bool)
     if not n:
@@ -553,66 +605,176 @@ def decide_many(p: Plan, clients: list[list[bytes]]) -> np.ndarray:
     if not good.size or not m:
         return ok
     rows = clients if good.size == n else [clients[j] for j in good.tolist()]
-    arr = np.frombuffer(b"".join([r for recs in rows for r in recs]), dtype=np.uint8).reshape(good.size, m, w)
-    parts = np.ascontiguousarray(arr[:, :, vb : vb + SEED]).reshape(good.size, m * SEED).tobytes()
-    span = m * SEED
-    want = b"".join([joint_rand_seed([parts[span * j : span * (j + 1)]]) for j in range(good.size)])  # XOF(J_0 ‖ … ‖ J_(M−1))
-    seeds_ok = (arr[:, :, vb + SEED :] == np.frombuffer(want, dtype=np.uint8).reshape(good.size, 1, SEED)).all(axis=(1, 2))
-    v = np.ascontiguousarray(arr[:, :, :vb]).view(F.U64).reshape(good.size, m, c.proofs * c.verifier_len)
-    canonical = ~np.asarray((v >= _P).any(axis=(1, 2)))
-    total = F.sum(np.where(canonical[:, None, None], v, np.uint64(0)), axis=1).reshape(good.size, c.proofs, c.verifier_len)
-    ok[good] = seeds_ok & canonical & np.asarray(c.decide(total))
+    ok[good] = decide_records(p, np.frombuffer(b"".join([r for recs in rows for r in recs]), dtype=np.uint8).reshape(good.size, m, w))
     return ok
+
+
+def decide_records(p: Plan, arr: np.ndarray) -> np.ndarray:
+    """:func:`decide` for many clients whose M records lie side by side in one array (clients, M, record_bytes) of
+    uint8: the seeds compared and the verifier messages summed and decided together (one XOF a client: its seed from
+    the reported parts). A boolean per client."""
+    c = p.circuit
+    n, m, w = arr.shape
+    if w != p.record_bytes:
+        raise ValueError(f"a record is {p.record_bytes} bytes, not {w}")
+    if not n or not m:
+        return np.zeros(n, dtype=bool)
+    vb = w - 2 * SEED
+    span = m * SEED
+    parts = np.ascontiguousarray(arr[:, :, vb : vb + SEED]).reshape(n, span).tobytes()
+    want = b"".join([hashlib.shake_128(_SEED_HEAD + parts[span * j : span * (j + 1)]).digest(SEED) for j in range(n)])  # XOF(J_0 ‖ … ‖ J_(M−1))
+    seeds_ok = (arr[:, :, vb + SEED :] == np.frombuffer(want, dtype=np.uint8).reshape(n, 1, SEED)).all(axis=(1, 2))
+    v = np.ascontiguousarray(arr[:, :, :vb]).view(F.U64).reshape(n, m, c.proofs * c.verifier_len)
+    canonical = ~np.asarray((v >= _P).any(axis=(1, 2)))
+    total = F.sum(np.where(canonical[:, None, None], v, np.uint64(0)), axis=1).reshape(n, c.proofs, c.verifier_len)
+    return np.asarray(seeds_ok & canonical & np.asarray(c.decide(total)), dtype=bool)
 
 
 class Verdicts:
     """Node k's per-client records of a validated job, until each client's M records are in (then :meth:`settle`),
-    and its own records until they ride in one of its received-set reports (:meth:`outgoing`)."""
+    and its own records until they ride in one of its received-set reports (:meth:`outgoing`).
+
+    Held as arrays, nothing per client but a slot number: an open client (some record in, not yet settled) has a slot,
+    a row of M records side by side and M flags (which nodes' records are in). Slots live in blocks of about 4 MB, added
+    as more clients are open at once and never copied; a settled client's slot is reused, so memory follows the number
+    of clients open at once (a node ahead of the others holds the clients they have not reported yet). The outbox
+    keeps this node's records as the batches came."""
+
+    BLOCK_BYTES = 1 << 22
 
     def __init__(self, p: Plan, nodes: int, own: int) -> None:
         self.plan = p
         self.nodes = nodes
         self.own = own
-        self._records: dict[int, list[bytes | None]] = {}
-        self._outbox: dict[int, bytes] = {}
+        self._width = p.record_bytes
+        self._shift = max(0, (self.BLOCK_BYTES // (nodes * self._width)).bit_length() - 1)  # 2^shift slots a block
+        self._slot = np.full(64, -1, dtype=np.int64)  # client index → its slot, −1 none
+        self._blocks: list[np.ndarray] = []  # (2^shift, M, record_bytes) uint8 each
+        self._haves: list[np.ndarray] = []  # (2^shift, M) bool each: whose record is in
+        self._free = np.zeros(0, dtype=np.int64)  # free slots: _free[:_nfree]
+        self._nfree = 0
+        self._out_idx: list[np.ndarray] = []  # this node's records not yet sent, in the order they came
+        self._out_rec: list[np.ndarray] = []
         self.rejected = 0
 
-    def _slot(self, i: int) -> list[bytes | None]:
-        slot = self._records.get(i)
-        if slot is None:
-            slot = self._records[i] = [None] * self.nodes
-        return slot
+    def _slots(self, idx: np.ndarray) -> np.ndarray:
+        """The slots of clients ``idx`` (distinct), one taken for each client that has none."""
+        if idx.size and int(idx.max()) >= self._slot.size:
+            grown = np.full(max(int(idx.max()) + 1, 2 * self._slot.size), -1, dtype=np.int64)
+            grown[: self._slot.size] = self._slot
+            self._slot = grown
+        slots = self._slot[idx]
+        new = np.flatnonzero(slots < 0)
+        if new.size:
+            while new.size > self._nfree:  # one more block of slots
+                size, first = 1 << self._shift, len(self._blocks) << self._shift
+                self._blocks.append(np.zeros((size, self.nodes, self._width), dtype=np.uint8))
+                self._haves.append(np.zeros((size, self.nodes), dtype=bool))
+                free = np.empty(first + size, dtype=np.int64)
+                free[: self._nfree] = self._free[: self._nfree]
+                free[self._nfree : self._nfree + size] = np.arange(first + size - 1, first - 1, -1)
+                self._free, self._nfree = free, self._nfree + size
+            got = self._free[self._nfree - new.size : self._nfree][::-1].copy()
+            self._nfree -= new.size
+            slots[new] = got
+            self._slot[idx[new]] = got
+        return slots
+
+    def _by_block(self, slots: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray | slice]]:
+        """(block, positions in ``slots``, rows in that block: a slice when they are consecutive) for every block
+        ``slots`` touch."""
+        block = slots >> self._shift
+        rows = slots & ((1 << self._shift) - 1)
+        first, last = int(block.min()), int(block.max())
+        if first == last:
+            start = int(rows[0])
+            run = int(rows[-1]) - start == rows.size - 1 and (rows.size < 2 or bool((np.diff(rows) == 1).all()))
+            yield first, np.arange(slots.size), slice(start, start + rows.size) if run else rows
+            return
+        for b in np.unique(block).tolist():
+            at = np.flatnonzero(block == b)
+            yield b, at, rows[at]
+
+    def _write(self, slots: np.ndarray, node: int, rec: np.ndarray) -> None:
+        for b, at, rows in self._by_block(slots):
+            self._blocks[b][rows, node] = rec if at.size == rec.shape[0] else rec[at]
+            self._haves[b][rows, node] = True
 
     def put_own(self, i: int, record: bytes) -> None:
-        self._slot(i)[self.own] = record
-        self._outbox[i] = record
+        self.put_own_many(np.array([i], dtype=np.int64), [record])
+
+    def put_own_many(self, idx: np.ndarray, records: np.ndarray | Sequence[bytes]) -> None:
+        """This node's records for clients ``idx`` (distinct): rows of an array (n, record_bytes), or bytes each."""
+        rec = records if isinstance(records, np.ndarray) else np.frombuffer(b"".join(records), dtype=np.uint8)
+        rec = rec.reshape(len(idx), self._width)
+        if not len(idx):
+            return
+        idx = np.asarray(idx, dtype=np.int64)
+        self._write(self._slots(idx), self.own, rec)
+        self._out_idx.append(np.array(idx, dtype=np.int64))
+        self._out_rec.append(np.array(rec, dtype=np.uint8))
 
     def put(self, node: int, idx: np.ndarray, blob: bytes) -> None:
-        """Node ``node``'s records for ``idx`` (concatenated in that order); ValueError on a wrong length."""
-        w = self.plan.record_bytes
+        """Node ``node``'s records for ``idx`` (distinct; concatenated in that order); ValueError on a wrong length."""
+        w = self._width
         if len(blob) != w * idx.size:
             raise ValueError(f"{idx.size} verifier records must be {w * idx.size} bytes, got {len(blob)}")
-        for j, i in enumerate(idx.tolist()):
-            self._slot(i)[node] = blob[w * j : w * (j + 1)]
+        if not idx.size:
+            return
+        self._write(self._slots(np.asarray(idx, dtype=np.int64)), node, np.frombuffer(blob, dtype=np.uint8).reshape(idx.size, w))
 
     def outgoing(self, idx: np.ndarray) -> bytes:
-        """This node's records for ``idx`` (its report's clients, in the report's order), taken from the outbox."""
-        return b"".join(self._outbox.pop(i) for i in idx.tolist())
+        """This node's records for ``idx`` (its report's clients, in the report's order), taken from the outbox;
+        KeyError for a client whose record is not there."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if not idx.size:
+            return b""
+        held = np.concatenate(self._out_idx) if self._out_idx else np.zeros(0, dtype=np.int64)
+        recs = np.concatenate(self._out_rec) if self._out_rec else np.zeros((0, self._width), dtype=np.uint8)
+        if held.size == idx.size and np.array_equal(held, idx):  # the usual case: every record held, in this order
+            self._out_idx, self._out_rec = [], []
+            return recs.tobytes()
+        order = np.argsort(held, kind="stable")
+        at = np.searchsorted(held[order], idx)
+        found = at < held.size
+        found[found] &= held[order][at[found]] == idx[found]
+        if not bool(found.all()):
+            raise KeyError(int(idx[~found][0]))
+        pos = order[at]
+        out = recs[pos].tobytes()
+        left = np.ones(held.size, dtype=bool)
+        left[pos] = False
+        self._out_idx, self._out_rec = ([held[left]], [recs[left]]) if left.any() else ([], [])
+        return out
 
     def settle(self, idx: np.ndarray) -> np.ndarray:
-        """Decide the clients ``idx`` (every node's record is in): a boolean array, True = valid. Forgets them."""
+        """Decide the clients ``idx`` (distinct; every node's record is in): a boolean array, True = valid. Forgets
+        them (a client some record of which is missing is invalid)."""
+        idx = np.asarray(idx, dtype=np.int64)
         out = np.zeros(idx.size, dtype=bool)
-        complete, records = [], []
-        for j, i in enumerate(idx.tolist()):
-            recs = self._records.pop(i, None)
-            if recs is not None and all(r is not None for r in recs):
-                complete.append(j)
-                records.append(recs)
-        if complete:
-            out[complete] = decide_many(self.plan, records)  # type: ignore[arg-type]
+        inside = idx < self._slot.size
+        slots = np.full(idx.size, -1, dtype=np.int64)
+        slots[inside] = self._slot[idx[inside]]
+        held = np.flatnonzero(slots >= 0)
+        if held.size:
+            gone = slots[held]
+            complete = np.zeros(held.size, dtype=bool)
+            records = np.empty((held.size, self.nodes, self._width), dtype=np.uint8)
+            for b, at, rows in self._by_block(gone):
+                whole = at.size == gone.size
+                complete[at if not whole else slice(None)] = self._haves[b][rows].all(axis=1)
+                records[at if not whole else slice(None)] = self._blocks[b][rows]
+                self._haves[b][rows] = False  # forget them: their slots are free again
+            if complete.any():
+                out[held[complete]] = decide_records(self.plan, records if complete.all() else records[complete])
+            self._slot[idx[held]] = -1
+            self._free[self._nfree : self._nfree + gone.size] = gone
+            self._nfree += gone.size
         self.rejected += int(idx.size - np.count_nonzero(out))
         return out
 
     def clear(self) -> None:
-        self._records.clear()
-        self._outbox.clear()
+        self._slot = np.full(64, -1, dtype=np.int64)
+        self._blocks, self._haves = [], []
+        self._free, self._nfree = np.zeros(0, dtype=np.int64), 0
+        self._out_idx, self._out_rec = [], []

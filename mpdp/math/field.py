@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 from functools import lru_cache
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Sequence, cast
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -218,12 +218,28 @@ def _row_sums(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     return out
 
 
+@njit(cache=True)
+def _mid_sums(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """x of shape (A, n, B) → (A, B): the sums over the middle axis, read in memory order."""
+    out = np.zeros((x.shape[0], x.shape[2]), dtype=np.uint64)
+    for a in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            for b in range(x.shape[2]):
+                out[a, b] = _add1(out[a, b], x[a, i, b])
+    return out
+
+
 def sum(a: Elem, axis: int | None = None) -> np.ndarray:  # noqa: A001 - the field's Σ
     """Σ a mod p along ``axis`` (all elements when None)."""
     a = np.asarray(a, dtype=np.uint64)
     if axis is None:
         a = a.reshape(-1)
         axis = 0
+    if a.ndim and axis % a.ndim != a.ndim - 1 and a.size:  # not the last axis: summed in place, without a transposed copy
+        axis %= a.ndim
+        a = np.ascontiguousarray(a)
+        pre, post = int(np.prod(a.shape[:axis], dtype=np.int64)), int(np.prod(a.shape[axis + 1 :], dtype=np.int64))
+        return _mid_sums(a.reshape(pre, a.shape[axis], post)).reshape(a.shape[:axis] + a.shape[axis + 1 :])
     moved = np.moveaxis(a, axis, -1)
     n = moved.shape[-1]
     rows = moved.reshape(-1, n) if n else np.zeros((int(np.prod(moved.shape[:-1], dtype=np.int64)), 1), dtype=np.uint64)
@@ -392,6 +408,31 @@ def prg(key: bytes, n: int) -> np.ndarray:
         more = np.frombuffer(enc.update(bytes(8 * n)), dtype=U64)
         ok = np.concatenate([ok, more[more < _P]])
     return ok[:n].astype(np.uint64)
+
+
+_CTR0 = modes.CTR(bytes(16))  # the zero counter block of every prg stream (a mode object holds only its nonce)
+
+
+def prg_many(keys: Sequence[bytes], n: int) -> np.ndarray:
+    """:func:`prg` for many keys, shape (len(keys), n): row i = prg(keys[i], n). Each key's first keystream block run
+    is drawn once into one array and the rows whose first n words are all below p (all but ≈ n·2^-32 of them) are
+    taken in one vectorised step; the others take :func:`prg`'s general path. The result is a view of a wider array
+    (rows not contiguous)."""
+    if any(len(key) != 32 for key in keys):
+        raise ValueError("prg takes a 32-byte AES-256 key")
+    if not keys:
+        return np.zeros((0, n), dtype=np.uint64)
+    width = n + 8 + n // (1 << 20)  # prg's first draw
+    zeros = bytes(8 * width)
+    words = np.empty((len(keys), width), dtype=U64)  # each keystream written in place: no joined copy (its page faults
+    rows = words.data.cast("B")  # cost more than the AES itself at d = 10)
+    w8 = 8 * width
+    for i, key in enumerate(keys):
+        rows[w8 * i : w8 * (i + 1)] = Cipher(algorithms.AES(key), _CTR0).encryptor().update(zeros)
+    out = words[:, :n]
+    for i in np.flatnonzero((out >= _P).any(axis=1)).tolist():
+        out[i] = prg(keys[i], n)
+    return out.astype(np.uint64, copy=False)
 
 
 def xof_bytes(dst: bytes, seed: bytes, binder: bytes, n: int) -> bytes:

@@ -57,6 +57,11 @@ def test_compiled_kernels_broadcast_and_reduce_any_axis():
         got = F.sum(a, axis=axis)
         assert got.tolist() == (np.sum(a.astype(object), axis=axis) % P).tolist()
     assert F.sum(np.zeros((3, 0), dtype=np.uint64), axis=-1).tolist() == [0, 0, 0]
+    near = np.array([P - 1 - rng.randrange(3) for _ in range(6 * 7 * 2)], dtype=np.uint64).reshape(6, 7, 2)  # every add wraps
+    for x in (near, near.transpose(2, 0, 1), near[:, ::2]):  # C-ordered or not
+        for axis in (0, 1, -1):
+            assert F.sum(x, axis=axis).tolist() == (np.sum(x.astype(object), axis=axis) % P).tolist()
+    assert F.sum(np.zeros((0, 4), dtype=np.uint64), axis=0).tolist() == [0] * 4 and F.sum(np.zeros((2, 0, 3), dtype=np.uint64), axis=1).shape == (2, 3)
     c = np.array([rng.randrange(P) for _ in range(2 * 3 * 16)], dtype=np.uint64).reshape(2, 3, 16)
     assert F.ntt(c).tolist() == [[F.ntt(c[i, j]).tolist() for j in range(3)] for i in range(2)]
     assert F.intt(F.ntt(c)).tolist() == c.tolist()
@@ -205,6 +210,36 @@ def test_prg_is_the_aes_ctr_keystream_with_words_at_or_above_p_dropped():
     assert F.prg(key, 7).tolist() == want[:7]  # a prefix of the same stream, however long the draw
     with pytest.raises(ValueError):
         F.prg(b"short", 4)
+
+
+def test_prg_many_is_prg_row_by_row_even_past_a_rejected_word(monkeypatch):
+    keys = [bytes([i]) * 32 for i in range(12)]
+    many = F.prg_many(keys, 300)
+    assert many.tolist() == [F.prg(key, 300).tolist() for key in keys]
+    assert F.prg_many([], 3).shape == (0, 3)
+    with pytest.raises(ValueError):
+        F.prg_many(keys[:2] + [b"short"], 4)
+    # a key whose first words hold one ≥ p (probability ≈ 300·2^-32, so planted) takes prg's rejection path
+    real = F.Cipher
+
+    class First:
+        def __init__(self, algorithm, mode) -> None:
+            self.inner, self.hit = real(algorithm, mode).encryptor(), algorithm.key == keys[4]
+
+        def encryptor(self):
+            return self
+
+        def update(self, data: bytes) -> bytes:
+            out = self.inner.update(data)
+            if self.hit:  # the stream's first word only
+                self.hit = False
+                return (2**64 - 1).to_bytes(8, "little") + out[8:]
+            return out
+
+    monkeypatch.setattr(F, "Cipher", First)
+    got = F.prg_many(keys, 300)
+    assert got[4].tolist() == F.prg(keys[4], 300).tolist() and got[4, :299].tolist() == many[4, 1:].tolist()
+    assert got[5].tolist() == many[5].tolist() and bool((got < np.uint64(P)).all())
 
 
 @pytest.mark.parametrize("n, cols", [(1, 2), (2, 4), (8, 6), (32, 52)])

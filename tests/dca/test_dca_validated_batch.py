@@ -165,18 +165,24 @@ def test_a_batch_of_the_wrong_shape_or_kind_is_refused_whole():
     assert e.value.problem == Problem.MALFORMED
 
 
+def _checked_at_every_node(prm: DcaParams, n: int, *, invalid: int) -> list[validation.Checked]:
+    """n clients of zeros, client ``invalid`` with a non-bit, full shares checked at each of the M nodes."""
+    plan = prm.validation
+    ids = [f"client-{i:06d}" for i in range(n)]
+    zeros = np.zeros((n, D), dtype=np.int64)
+    meas = validation.encode_inputs(plan, zeros, zeros).astype(np.uint64)
+    meas[invalid, 0] = F.scalar(3)  # not a bit: an invalid client
+    packed = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=False)
+    key = os.urandom(32)
+    return [validation.check_packed(plan, packed[k], job_id=prm.job_id, client_ids=ids, k=k, nodes=prm.M, seeded=False, verify_key=key)
+            for k in range(prm.M)]
+
+
 def test_decide_many_is_decide_client_by_client():
     """The nodes' batched decision agrees with the one-client decision on valid, invalid and corrupted records."""
     prm = _params("range")
     plan = prm.validation
-    ids = [f"client-{i:06d}" for i in range(6)]
-    zeros = np.zeros((6, D), dtype=np.int64)
-    meas = validation.encode_inputs(plan, zeros, zeros).astype(np.uint64)
-    meas[1, 0] = F.scalar(3)  # not a bit: an invalid client
-    packed = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=False)
-    key = os.urandom(32)
-    checked = [validation.check_packed(plan, packed[k], job_id=prm.job_id, client_ids=ids, k=k, nodes=prm.M, seeded=False, verify_key=key)
-               for k in range(prm.M)]
+    checked = _checked_at_every_node(prm, 6, invalid=1)
     records = [[checked[k][i][1] for k in range(prm.M)] for i in range(6)]  # type: ignore[index]
     vb = plan.record_bytes - 2 * validation.SEED
     records[2][1] = records[2][1][:-1]  # a record one byte short
@@ -185,3 +191,48 @@ def test_decide_many_is_decide_client_by_client():
     one = [validation.decide(plan, r) for r in records]
     assert one == [True, False, False, False, False, True]
     assert validation.decide_many(plan, records).tolist() == one
+
+
+def test_expand_shares_is_expand_share_row_by_row():
+    plan = _params("range", seed_compressed=True).validation
+    seeds = [os.urandom(validation.SEED) for _ in range(5)]
+    binds = [validation.binder("vb-range", f"client-{i:06d}") for i in range(5)]
+    meas, proof = validation.expand_shares(plan, seeds, binds, 2)
+    for i in range(5):
+        one_m, one_p = validation.expand_share(plan, seeds[i], binds[i], 2)
+        assert np.array_equal(meas[i], one_m) and np.array_equal(proof[i], one_p)
+    assert not np.array_equal(validation.expand_shares(plan, seeds, binds, 1)[0], meas)  # bound to the node
+
+
+def test_verdicts_decide_like_decide_many_whatever_the_order_records_come_in():
+    """A node's record book: its own records leave in the order a report asks for them (each once), every client is
+    decided from its M records as decide_many decides it, a client missing a record is invalid, and settled clients'
+    room is reused (the store does not grow with the clients decided)."""
+    prm = _params("range")
+    plan = prm.validation
+    checked = _checked_at_every_node(prm, 8, invalid=5)
+    want = validation.decide_many(plan, [[checked[k][i][1] for k in range(prm.M)] for i in range(8)])  # type: ignore[index]
+    assert want.tolist() == [True] * 5 + [False] + [True] * 2
+    book = validation.Verdicts(plan, prm.M, 1)
+    idx = np.array([7, 3, 0, 5, 1, 6, 2, 4])
+    book.put_own_many(idx[:5], checked[1].records[idx[:5]])
+    book.put_own_many(idx[5:], [checked[1][int(i)][1] for i in idx[5:]])  # type: ignore[index]
+    assert book.outgoing(np.array([0, 3])) == checked[1].records[[0, 3]].tobytes()  # a part, sorted: the rest stays
+    with pytest.raises(KeyError):
+        book.outgoing(np.array([3]))
+    rest = np.array([7, 5, 1, 6, 2, 4])
+    assert book.outgoing(rest) == checked[1].records[rest].tobytes() and book.outgoing(np.zeros(0, dtype=np.int64)) == b""
+    for k in (2, 0):
+        order = np.array([4, 2, 6, 0, 1, 5, 3, 7]) if k == 2 else np.arange(8)
+        keep = order[order != 6] if k == 0 else order  # node 0's record of client 6 never comes
+        book.put(k, keep, checked[k].records[keep].tobytes())
+    got = book.settle(np.arange(8))
+    assert got.tolist() == [bool(w) and i != 6 for i, w in enumerate(want)] and book.rejected == 2
+    size = len(book._blocks)
+    for _ in range(3):  # the same clients again (a new round of the book): the settled clients' slots are reused
+        for k in range(prm.M):
+            book.put(k, np.arange(8), checked[k].records.tobytes())
+        assert book.settle(np.arange(8)).tolist() == want.tolist()
+    assert len(book._blocks) == size == 1
+    with pytest.raises(ValueError):
+        book.put(0, np.arange(2), bytes(plan.record_bytes))
