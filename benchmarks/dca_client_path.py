@@ -17,19 +17,16 @@ recorded with each row, and CPU (not wall) time is what is measured.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
-import json
 import os
 import pstats
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dca_node_path import _commit, _Timed, params  # the node-path benchmark's job and timer
+from dca_node_path import _commit, _Timed, cli, params  # the node-path benchmark's job, timer and command line
 
 from mpdp.dca import client as dca_client
 from mpdp.dca import validation
@@ -93,28 +90,8 @@ def run(d: int, m: int, n: int, *, seeded: bool, profile: bool) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dims", default="10,1000")
-    ap.add_argument("--clients", default="4096,136", help="N per d (one value per --dims entry)")
-    ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--seeded", action="store_true", help="seed-compressed helper shares")
-    ap.add_argument("--profile", action="store_true", help="print a cProfile of the clients' path")
-    ap.add_argument("--json", type=Path)
-    a = ap.parse_args()
-    dims, ns = [int(x) for x in a.dims.split(",")], [int(x) for x in a.clients.split(",")]
-    if len(ns) != len(dims):
-        raise SystemExit("--clients takes one N per --dims entry")
-    rows = []
-    print(f"{'d':>5} {'M':>2} {'N':>6} {'seeded':>6} {'client µs':>10} {'values µs':>9} {'prove µs':>9} {'flp µs':>8} {'load':>10}")
-    for d, n in zip(dims, ns):
-        run(d, a.nodes, min(n, 8), seeded=a.seeded, profile=False)  # warm-up: compiled kernels loaded, caches filled
-        row = run(d, a.nodes, n, seeded=a.seeded, profile=a.profile)
-        rows.append(row)
-        print(f"{d:>5} {a.nodes:>2} {n:>6} {str(a.seeded):>6} {row['client_us']:>10.1f} {row['values_us']:>9.1f} {row['prove_us']:>9.1f} "
-              f"{row['flp_us']:>8.1f} {row['load_1min'][0]:>4.1f}–{row['load_1min'][1]:.1f}", flush=True)
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(rows, indent=1))
+    cli(__doc__, run, "4096,136", "the clients' path",
+        [("client µs", "client_us", 10), ("values µs", "values_us", 9), ("prove µs", "prove_us", 9), ("flp µs", "flp_us", 8)])
 
 
 if __name__ == "__main__":

@@ -129,29 +129,36 @@ def _commit() -> str:
         return "unknown"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli(doc: str, run_one, clients: str, part: str, columns: list[tuple[str, str, int]]) -> None:
+    """The per-client benchmarks' command line (this one's and benchmarks/dca_client_path.py's): for each d, a warm-up
+    run then the measured one (``run_one(d, m, n, seeded=, profile=)``), a table row of ``columns`` (heading, row
+    key, width) and the load, and every row to ``--json``."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dims", default="10,1000")
-    ap.add_argument("--clients", default="4096,68", help="N per d (one value per --dims entry)")
+    ap.add_argument("--clients", default=clients, help="N per d (one value per --dims entry)")
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--seeded", action="store_true", help="seed-compressed helper shares")
-    ap.add_argument("--profile", action="store_true", help="print a cProfile of the nodes' part")
+    ap.add_argument("--profile", action="store_true", help=f"print a cProfile of {part}")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     dims, ns = [int(x) for x in a.dims.split(",")], [int(x) for x in a.clients.split(",")]
     if len(ns) != len(dims):
         raise SystemExit("--clients takes one N per --dims entry")
     rows = []
-    print(f"{'d':>5} {'M':>2} {'N':>6} {'seeded':>6} {'node µs/client':>14} {'verify µs':>9} {'decide µs':>9} {'load':>10}")
+    print(f"{'d':>5} {'M':>2} {'N':>6} {'seeded':>6} " + " ".join(f"{h:>{w}}" for h, _, w in columns) + f" {'load':>10}")
     for d, n in zip(dims, ns):
-        run(d, a.nodes, min(n, 8), seeded=a.seeded, profile=False)  # warm-up: compiled kernels loaded, caches filled
-        row = run(d, a.nodes, n, seeded=a.seeded, profile=a.profile)
+        run_one(d, a.nodes, min(n, 8), seeded=a.seeded, profile=False)  # warm-up: compiled kernels loaded, caches filled
+        row = run_one(d, a.nodes, n, seeded=a.seeded, profile=a.profile)
         rows.append(row)
-        print(f"{d:>5} {a.nodes:>2} {n:>6} {str(a.seeded):>6} {row['node_us']:>14.1f} {row['verify_us']:>9.1f} {row['decide_us']:>9.1f} "
-              f"{row['load_1min'][0]:>4.1f}–{row['load_1min'][1]:.1f}", flush=True)
+        print(f"{d:>5} {a.nodes:>2} {n:>6} {str(a.seeded):>6} " + " ".join(f"{row[k]:>{w}.1f}" for _, k, w in columns)
+              + f" {row['load_1min'][0]:>4.1f}–{row['load_1min'][1]:.1f}", flush=True)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(rows, indent=1))
+
+
+def main() -> None:
+    cli(__doc__, run, "4096,68", "the nodes' part", [("node µs/client", "node_us", 14), ("verify µs", "verify_us", 9), ("decide µs", "decide_us", 9)])
 
 
 if __name__ == "__main__":
