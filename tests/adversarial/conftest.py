@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable
 
@@ -145,6 +146,23 @@ def mint_custom(fed: LocalFederation, label: str, subject: list[tuple[Any, str]]
 def channel(fed: LocalFederation, target: str, tls: TlsFiles, **options: Any) -> grpc.Channel:
     opts = [("grpc.ssl_target_name_override", target), *options.items()]
     return grpc.secure_channel(address(fed, target), tls.channel_credentials(), options=opts)
+
+
+def serve_party(fed: LocalFederation, name: str, servicer: Any) -> tuple[grpc.Server, TlsFiles]:
+    """The test's own Pathak party server under ``name`` (a certificate minted for it), registered at the curator,
+    so that a job naming ``name`` talks to ``servicer``. The caller stops the server."""
+    tls = mint(fed, "party", name)
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    pk_grpc.add_PartyServicer_to_server(servicer, server)
+    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
+    server.start()
+    try:
+        with channel(fed, "curator", tls) as ch:
+            pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
+    except BaseException:
+        server.stop(0)
+        raise
+    return server, tls
 
 
 # -- raw calls ---------------------------------------------------------------------------------------------

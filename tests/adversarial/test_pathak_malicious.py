@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent import futures
 from typing import Any
 
 import grpc
@@ -30,7 +29,7 @@ from mpdp.pathak2010.party import joint_pi1, pi1_commitment, reshare_secret
 
 from tests.integration.conftest import MockParty
 
-from .conftest import assert_clean, assert_ledgers_within_budget, channel, mint, pathak_spec, start_federation, submit_pathak, wait_pathak
+from .conftest import assert_clean, assert_ledgers_within_budget, channel, pathak_spec, serve_party, start_federation, submit_pathak, wait_pathak
 
 pytestmark = pytest.mark.integration
 REAL, MOCK = "party-1", "party-mock"
@@ -46,14 +45,8 @@ def fed(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mock(fed):
     """The attacker: registered at the curator, its server recording every message it is sent."""
-    tls = mint(fed, "party", MOCK)
     servicer = MockParty()
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    pk_grpc.add_PartyServicer_to_server(servicer, server)
-    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
-    server.start()
-    with channel(fed, "curator", tls) as ch:
-        pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
+    server, tls = serve_party(fed, MOCK, servicer)
     yield tls, servicer, []
     server.stop(0)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import queue
 import time
-from concurrent import futures
 
 import grpc
 import pytest
@@ -45,6 +44,7 @@ from .conftest import (
     pathak_spec,
     mint,
     refused,
+    serve_party,
     site_tls,
     start_federation,
     submit_pathak,
@@ -296,14 +296,8 @@ def test_a_refused_spend_voids_the_charge_of_a_party_that_paid_and_revealed(fed)
     ledger_path = fed.workdir / OTHER / "state" / "ledger.json"
     paid = lambda job: ledger_path.exists() and job in ledger_path.read_text()  # noqa: E731
     servicer = _RefusesItsSpend(paid)
-    tls = mint(fed, "party", REFUSER)
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    pk_grpc.add_PartyServicer_to_server(servicer, server)
-    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
-    server.start()
+    server, tls = serve_party(fed, REFUSER, servicer)
     try:
-        with channel(fed, "curator", tls) as ch:
-            pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
         job = submit_pathak(fed, pathak_spec(parties=[REAL, OTHER, REFUSER], seed=b"relay-refused-spend", deadline=60.0))
         ann = servicer.inbox.get(timeout=60)
         assert ann.job_id == job

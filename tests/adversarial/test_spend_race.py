@@ -14,9 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from concurrent import futures
 
-import grpc
 import pytest
 
 from mpdp import accounting
@@ -27,7 +25,7 @@ from mpdp.pathak2010.party import pi1_commitment, reshare_secret
 
 from tests.integration.conftest import MockParty
 
-from .conftest import BUDGET, channel, ledger_job_ids, mint, pathak_spec, start_federation, submit_pathak, wait_pathak
+from .conftest import BUDGET, channel, ledger_job_ids, pathak_spec, serve_party, start_federation, submit_pathak, wait_pathak
 
 pytestmark = pytest.mark.integration
 REAL, OTHER = "party-1", "party-mock"
@@ -51,15 +49,9 @@ def fed(tmp_path_factory):
 
 
 def test_a_step_ready_while_the_spend_is_written_waits_for_it_and_a_refused_spend_lets_nothing_out(fed):
-    tls = mint(fed, "party", OTHER)
     other = MockParty()  # the other party the test plays: it records what it is sent and acknowledges it
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    pk_grpc.add_PartyServicer_to_server(other, server)
-    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
-    server.start()
+    server, tls = serve_party(fed, OTHER, other)
     try:
-        with channel(fed, "curator", tls) as ch:
-            pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
         job = submit_pathak(fed, pathak_spec(parties=[REAL, OTHER], seed=b"race"))
         curator_log, party_log = fed.workdir / "curator" / "service.log", fed.workdir / REAL / "service.log"
         wait_for(lambda: f"received JobAcceptance from party:{REAL}" in curator_log.read_text(), 60, "the real party accepting")
