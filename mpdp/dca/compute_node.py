@@ -21,8 +21,9 @@ client index (2 + 4 bytes at M = 10; with a roster nothing else per client — n
 refuse replays); plus the pending buffer — 8·d bytes per unconfirmed client holding a full vector, 32 bytes
 per unconfirmed client holding a seed (seed-compressed jobs, nodes k ≥ 1). Unconfirmed = received here, not
 yet reported by every other node, so with timely reports the buffer holds about one reporting window of
-clients, not N; ``peak_pending`` records its high-water mark. If peers never report before closing, the
-buffer degrades to O(N·d) (or O(32·N) on seed nodes). Alternatives rejected: keeping every share until the
+clients, not N; ``peak_pending`` records its high-water mark. A node running ahead of a slower peer takes no more
+than ``backlog_limit`` such clients (see "Backlog" below). Only clients that never reach every node (taken beside
+the limit once presumed stuck) can make the buffer grow towards O(N·d) (or O(32·N) on seed nodes). Alternatives rejected: keeping every share until the
 end (always O(N·d)); folding at once and subtracting excluded clients later (impossible on the full-vector
 node: it cannot re-derive u_i + r_{i,0}).
 
@@ -49,6 +50,7 @@ from mpdp.messages import dca_pb2 as pb
 from mpdp.protocol import CURATOR, LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
 
 DEFAULT_REPORT_EVERY = 256
+DEFAULT_BACKLOG_BYTES = 64 << 20  # memory a node holds per job for its undecided clients before submissions wait (see "Backlog")
 MALFORMED, REPLAY, WRONG_ROLE, STEP_OUT_OF_ORDER = Problem.MALFORMED, Problem.REPLAY, Problem.WRONG_ROLE, Problem.STEP_OUT_OF_ORDER
 
 
@@ -65,7 +67,8 @@ class ComputeNodeMachine(DcaMachine):
     TERMINAL = ("RELEASED", states.FAILED)
     TABLE = states.COMPUTE_NODE_TABLE
 
-    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True, workers: int = 1) -> None:
+    def __init__(self, params: DcaParams, name: str, *, report_every: int = DEFAULT_REPORT_EVERY, record: bool = True, workers: int = 1,
+                 backlog_bytes: int = DEFAULT_BACKLOG_BYTES) -> None:
         super().__init__(params.job_id, Peer("compute_node", name), record=record)
         self.params = params
         self.k = params.node_index(name)
@@ -110,6 +113,9 @@ class ComputeNodeMachine(DcaMachine):
         self._expect: dict[int, int] = {w: 0 for w in range(1, self.workers)}  # clients of A summed at worker w
         self._worker_sums: dict[int, pb.WorkerSum] = {}
         self._to_drop: dict[int, list[np.ndarray]] = {w: [] for w in range(1, self.workers)}  # a validated job: proof failed
+        # the backlog (see "Backlog" below): how many undecided clients this node takes before new shares wait
+        self._backlog_base = max(4 * self.report_every, backlog_bytes // self.undecided_bytes)
+        self.backlog_limit = self._backlog_base
 
     @classmethod
     def from_announcement(cls, name: str, announcement: pb.DcaJobAnnouncement, **kw: Any) -> "ComputeNodeMachine":
@@ -150,6 +156,48 @@ class ComputeNodeMachine(DcaMachine):
     def rejected(self) -> int:
         """Clients of a validated job held by every node whose proof failed (not in A)."""
         return 0 if self._verdicts is None else self._verdicts.rejected
+
+    # -- backlog -----------------------------------------------------------------------------------
+    # A client received here is *undecided* until every node has reported it (and, in a validated job, its verdict is
+    # in): until then this node keeps its pending row and, validated, a slot of M verifier records (this node's and
+    # those of peers that verified it first). A node that runs ahead of a slower peer would hold that for every client
+    # the peer has not reached yet: up to all N (measured: 59 % of N = 10⁵ at a seed node of a validated d = 10 job
+    # fed as fast as it took shares). So the servicer holds new submissions while ``undecided`` is at
+    # ``backlog_limit`` (about ``backlog_bytes`` of rows and records, at least four reports' worth of clients) until
+    # the peers catch up. The peers' records held here for clients not received here are bounded by the peers' own
+    # limits, so a node holds about M·backlog_bytes per job at most. A node never waits on a peer that waits on it: a
+    # slower node's undecided clients are those its faster peers have already reported. Clients that reach some nodes
+    # but never all (dropouts, or a client sending to one node only) are never decided; when none of this node's
+    # clients is decided for a while although the backlog is full, the servicer calls :meth:`presume_stuck` and the
+    # limit rises above them: such clients cost memory as before, at most one per roster entry, and each counts as
+    # missing at agreement.
+    @property
+    def undecided_bytes(self) -> int:
+        """What one undecided client costs this node, at most: its pending row and, validated, M verifier records."""
+        return 8 * self.d + (self.params.M * self.plan.record_bytes if self.plan is not None else 0) + 64
+
+    @property
+    def decided(self) -> int:
+        """Clients received here whose fate is known: folded into the sum, or rejected by their proofs."""
+        return self.confirmed + self.rejected
+
+    @property
+    def undecided(self) -> int:
+        """Clients received here not yet reported by every node (or, validated, not yet verified by every node)."""
+        return self.received - self.decided
+
+    @property
+    def has_room(self) -> bool:
+        """New shares may be taken now: fewer undecided clients than the limit (or no shares are taken any more: the
+        machine refuses them itself)."""
+        return self.state != "AWAIT_SHARES" or self.undecided < self.backlog_limit
+
+    def presume_stuck(self) -> int:
+        """The backlog is full and nothing was decided for a while: presume its clients will never reach every node and
+        raise the limit above them. Returns how many clients that is."""
+        stuck = self.undecided
+        self.backlog_limit = max(self.backlog_limit, stuck + self._backlog_base)
+        return stuck
 
     # -- public ------------------------------------------------------------------------------------
     def close(self) -> list[Output]:

@@ -206,3 +206,7 @@ class ComputeNodeConfig(_Base):
     curator: Endpoint
     report_every: int = Field(256, description="send received-set deltas to the other nodes once this many clients are unreported (single shares or in ShareBatches)")
     workers: int = Field(1, ge=1, le=64, description="processes of this node sharing its port (SO_REUSEPORT); 1 = one process (docs/deploy.md)")
+    backlog_mib: float = Field(64.0, gt=0, le=1 << 20, description="memory per job for clients received here and not yet decided by every node (their rows and verifier records); "
+                               "past it, submissions wait for the other nodes to catch up")
+    backlog_stall_seconds: float = Field(20.0, ge=0.1, le=40.0, description="a full backlog none of whose clients was decided for this long is presumed stuck "
+                                         "(clients that reached some nodes only): shares are taken beside it")

@@ -35,6 +35,8 @@ STAGE_SECONDS = Histogram("mpdp_stage_seconds", "seconds a job spent in each sta
                           buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900), registry=REGISTRY)
 DCA_RECEIVED = Counter("mpdp_dca_clients_received", "DCA clients whose shares this compute node received, over its ended jobs", registry=REGISTRY)
 DCA_INCLUDED = Counter("mpdp_dca_clients_included", "DCA clients this compute node included in a released partial sum (the agreed set)", registry=REGISTRY)
+DCA_BACKLOG_WAITS = Counter("mpdp_dca_backlog_waits", "DCA submissions this compute node held until its peers had decided enough of its clients", registry=REGISTRY)
+DCA_BACKLOG_STALLS = Counter("mpdp_dca_backlog_stalls", "times this compute node took shares beside undecided clients none of which was decided for a while", registry=REGISTRY)
 _LEDGER: list[Gauge] = []  # created by watch_ledger, at a party only
 _POOLS: list[Gauge] = []  # created by watch_pools, at a party only
 JOBS_LIVE = Gauge("mpdp_jobs_live", "jobs admitted and not yet terminal, by protocol", ["protocol"], registry=REGISTRY)

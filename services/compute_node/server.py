@@ -54,6 +54,7 @@ SHARE_CHUNK = 4096  # at most this many single shares of one stream per machine 
 SHARE_RUN, GATHER_SECONDS = 64, 0.002  # a stream with fewer shares waiting gathers for this long before a step
 KEY_SECONDS = 30.0  # a validated job's announcement waits this long for every node's piece of the verify key
 KEY_RETRY_SECONDS = 0.05  # a piece sent to a node that has not been announced the job yet is sent again after this
+WAIT_SECONDS = 45.0  # the longest a submission waits for room (below the 60 s deadline of a client's own call)
 
 
 class ComputeNode(pb_grpc.ComputeNodeServicer):
@@ -94,7 +95,8 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         if request.job_id in self.jobs:
             await errors.refuse(context, common_pb2.REPLAY, f"job {request.job_id} was already announced")
         try:
-            machine = ComputeNodeMachine.from_announcement(self.cfg.name, request, report_every=self.cfg.report_every, record=False, workers=self.cfg.workers)
+            machine = ComputeNodeMachine.from_announcement(self.cfg.name, request, report_every=self.cfg.report_every, record=False, workers=self.cfg.workers,
+                                                               backlog_bytes=int(self.cfg.backlog_mib * (1 << 20)))
         except InvalidJob as e:
             await errors.refuse(context, common_pb2.INVALID_JOB, e.detail)
         except ValueError:
@@ -158,12 +160,16 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         share. Every share read before the stream ends, or fails with an error, is fed to the machine before the
         handler returns or re-raises. If the caller cancels the RPC, shares read but not yet taken are dropped:
         they count as never received, like shares still in flight (the agreement step excludes such clients).
+        The reader pauses while 2·SHARE_CHUNK shares wait to be taken (e.g. while :meth:`room` holds them), so a
+        stream costs bounded memory however fast its caller sends.
         """
         sender = await self._sender(context)
         receipt = pb.ShareReceipt()
         hosted: Hosted | None = None
         backlog: collections.deque[pb.ClientShare] = collections.deque()
         arrived = asyncio.Event()
+        drained = asyncio.Event()  # the reader stops at 2·SHARE_CHUNK shares read and not taken (the node may be waiting for room)
+        drained.set()
         ended = False
 
         async def read() -> None:
@@ -172,6 +178,9 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
                 async for share in request_iterator:
                     backlog.append(share)
                     arrived.set()
+                    if len(backlog) >= 2 * SHARE_CHUNK:
+                        drained.clear()
+                        await drained.wait()
             finally:
                 ended = True
                 arrived.set()
@@ -185,6 +194,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
                 arrived.clear()
                 while backlog:
                     chunk = [backlog.popleft() for _ in range(min(len(backlog), SHARE_CHUNK))]
+                    drained.set()
                     if hosted is None:
                         hosted = await self._job(chunk[0].job_id, context)
                         receipt.job_id = chunk[0].job_id
@@ -202,7 +212,33 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
             reader.cancel()
         return receipt
 
+    async def room(self, hosted: Hosted) -> None:
+        """Hold a submission while the job's undecided clients are at the node's limit (ComputeNodeMachine, "Backlog"):
+        until a peer's report decides some, for at most WAIT_SECONDS; after the configured backlog_stall_seconds with none decided, the
+        undecided clients are presumed stuck and the limit rises above them. A terminal or closed job wakes it at once
+        (the machine then refuses the shares itself)."""
+        m = _node(hosted)
+        if m.has_room:
+            return
+        metrics.DCA_BACKLOG_WAITS.inc()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + WAIT_SECONDS
+        while not m.has_room and loop.time() < end:
+            seen = m.decided
+            try:
+                async with hosted.changed:
+                    await asyncio.wait_for(hosted.changed.wait_for(lambda: m.has_room or m.decided != seen), min(self.cfg.backlog_stall_seconds, end - loop.time()))
+            except TimeoutError:
+                if m.decided == seen and not m.has_room:
+                    async with hosted.lock:
+                        stuck = m.presume_stuck()
+                    metrics.DCA_BACKLOG_STALLS.inc()
+                    log.warning("job %s: %d clients received here not decided for %.0f s; taking more shares beside them", m.job_id, stuck,
+                                self.cfg.backlog_stall_seconds)
+                return
+
     async def _take_shares(self, hosted: Hosted, sender: Peer, shares: list[pb.ClientShare], receipt: pb.ShareReceipt, context) -> None:
+        await self.room(hosted)
         async with hosted.lock:
             outputs, rejected = _node(hosted).receive_shares(sender, shares)
         for j, e in rejected:
@@ -222,6 +258,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
     async def SubmitShareBatch(self, request: pb.ShareBatch, context) -> pb.ShareReceipt:
         sender = await self._sender(context)
         hosted = await self._job(request.job_id, context)
+        await self.room(hosted)
         try:
             replies = await hosted.deliver(sender, request, inline=True)
         except ProtocolError as e:

@@ -115,6 +115,7 @@ class Coordinator(pb_grpc.ComputeNodeLocalServicer):
     async def Claim(self, request: pb.WorkerClaim, context) -> pb.WorkerClaimReply:
         w = self._worker(context)
         hosted = await self.node._job(request.job_id, context)
+        await self.node.room(hosted)  # the worker's SubmitShares / SubmitShareBatch waits with it
         try:
             replies = await hosted.deliver(Peer("worker", str(w)), request, inline=True)
         except ProtocolError as e:

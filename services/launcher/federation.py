@@ -56,6 +56,7 @@ class LocalFederation:
     local_classifiers: dict[str, str] = field(default_factory=dict)  # party → its local model for ensemble jobs
     log_format: str = "text"  # each role's service.log: text, or json lines (services/common/logs.py)
     curator_options: dict = field(default_factory=dict)  # extra curator configuration fields (e.g. admission bounds)
+    node_options: dict = field(default_factory=dict)  # extra compute-node configuration fields (e.g. report_every, backlog_mib)
     members: list[str] | None = None  # the federation's parties every party takes jobs over (default: ``parties``)
     procs: dict[str, Proc] = field(default_factory=dict)
 
@@ -89,7 +90,8 @@ class LocalFederation:
             )
 
         for n in self.compute_nodes:
-            _write_yaml(self.workdir / n / "compute_node.yaml", {**common, "name": n, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "workers": self.node_workers})
+            _write_yaml(self.workdir / n / "compute_node.yaml", {**common, "name": n, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "workers": self.node_workers,
+                                                                      **self.node_options})
 
     # -- processes --------------------------------------------------------------------------------
     def start(self, timeout: float = 180.0, on_ready: Callable[[Proc], None] | None = None) -> None:

@@ -60,10 +60,12 @@ def synthetic_rows(n: int, seed: int, d: int = D) -> tuple[np.ndarray, np.ndarra
 
 
 def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | None = None, dimension: int = D, *, nodes: list[str] = NODES,
-                     key_bits: int = 768, curator_options: dict | None = None, members: list[str] | None = None) -> LocalFederation:
+                     key_bits: int = 768, curator_options: dict | None = None, members: list[str] | None = None,
+                     node_options: dict | None = None) -> LocalFederation:
     """Curator (auxiliary dataset ``aux``), 3 parties (each with dataset ``synthetic``: d = 4, ±1 labels, rows in
     the unit ball) and 3 compute nodes, small keys, test mode: what ``mpdp federation up --test-mode --parties 3 --compute-nodes 3``
-    starts, plus the data a legitimate job needs. ``curator_options``: extra curator configuration fields; ``members``:
+    starts, plus the data a legitimate job needs. ``curator_options``, ``node_options``: extra curator and compute-node
+    configuration fields; ``members``:
     the federation's parties as provisioned (default: the parties started)."""
     names = parties or PARTIES
     datasets: dict[str, dict[str, dict]] = {}
@@ -77,7 +79,8 @@ def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | No
     aux = root / "data" / "aux.csv"
     np.savetxt(aux, np.column_stack([X, np.zeros(len(X))]), delimiter=",", fmt="%.17g")
     fed = LocalFederation(root / "fed", names, datasets, test_mode=True, paillier_bits=key_bits, dgk_bits=key_bits, budget_epsilon=budget, compute_nodes=list(nodes),
-                          auxiliary={"aux": {"path": str(aux), "format": "csv"}}, curator_options=dict(curator_options or {}), members=members)
+                          auxiliary={"aux": {"path": str(aux), "format": "csv"}}, curator_options=dict(curator_options or {}), members=members,
+                          node_options=dict(node_options or {}))
     try:
         fed.start()
     except BaseException:

@@ -1,0 +1,114 @@
+"""A compute node fed ahead of its peers holds new submissions instead of holding its undecided clients, over real
+processes and mutual TLS (ComputeNodeMachine, "Backlog"; the servicer's ``room``).
+
+The nodes run with ``report_every = 4`` and a backlog of one byte, so each holds at most 16 undecided clients
+(four reports' worth). A raw load generator (the federation's operator certificate) sends ShareBatch messages of 16
+clients:
+
+- to node A only: A takes the batch; the next batch to A is held (``mpdp_dca_backlog_waits_total`` rises on A's
+  /metrics page) until B and C take the first batch and report it; then A takes it, and the job releases exactly the
+  sum of all 48 clients' contributions;
+- to node A only, not (yet) to the others: after ``backlog_stall_seconds`` with none of them decided, A takes the next
+  batch beside them (``mpdp_dca_backlog_stalls_total`` rises); when those clients do reach B and C, the job releases.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import time
+
+import numpy as np
+import pytest
+
+from mpdp.dca.client import ClientCohort
+from mpdp.dca.params import DcaParams
+from mpdp.math.drbg import Drbg
+from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
+from mpdp_services.common.endpoints import Endpoints
+
+from tests.adversarial.conftest import NODES, assert_all_serving, channel, create_dca, dca_spec, operator_curator, start_federation, wait_dca
+
+N, D, BATCH = 48, 3, 16
+NODE_OPTIONS = {"report_every": 4, "backlog_mib": 1e-6, "backlog_stall_seconds": 2.0}
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    f = start_federation(tmp_path_factory.mktemp("backlog"), node_options=NODE_OPTIONS)
+    yield f
+    f.stop()
+
+
+def _counter(fed, node: str, name: str) -> float:
+    c = http.client.HTTPConnection("127.0.0.1", fed.procs[node].http_port, timeout=10)
+    try:
+        c.request("GET", "/metrics")
+        page = c.getresponse().read().decode()
+    finally:
+        c.close()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(f"{name} ") or line.startswith(f"{name}{{"))
+
+
+def _until_counter_rises(fed, node: str, name: str, before: float, seconds: float = 60.0) -> None:
+    end = time.monotonic() + seconds
+    while _counter(fed, node, name) <= before:
+        assert time.monotonic() < end, f"{name} did not rise at {node}"
+        time.sleep(0.05)  # polling a page, not synchronising on time: the loop ends on the counter
+
+
+def _job(fed) -> tuple[str, DcaParams, list]:
+    job = create_dca(fed, dca_spec(n=N, d=D, deadline=120.0, max_missing=8))
+    with operator_curator(fed) as ch:
+        ann = dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job), timeout=30)
+    params = DcaParams.from_spec(job, ann.spec)
+    Z = np.random.default_rng(7).uniform(-0.5, 0.5, (N, D))  # public test data
+    cohort = ClientCohort(params, [f"client-{i:03d}" for i in range(N)], Z, Drbg.from_os(), keep_noise=True)
+    return job, params, list(cohort.batches(BATCH))
+
+
+def _send(fed, tls, k: int, batch: dca_pb2.ShareBatch) -> dca_pb2.ShareReceipt:
+    with channel(fed, NODES[k], tls) as ch:
+        return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShareBatch(batch, timeout=90)
+
+
+def test_a_node_ahead_of_its_peers_holds_submissions_until_they_report(fed):
+    tls = Endpoints.load(fed.workdir).tls
+    job, params, batches = _job(fed)
+    assert _send(fed, tls, 0, batches[0].batches[0]).accepted == BATCH  # A now holds 16 undecided clients: its limit
+    waits = _counter(fed, NODES[0], "mpdp_dca_backlog_waits_total")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        held = pool.submit(_send, fed, tls, 0, batches[1].batches[0])
+        _until_counter_rises(fed, NODES[0], "mpdp_dca_backlog_waits_total", waits)
+        assert not held.done()  # held: none of A's clients is decided yet
+        for k in (1, 2):
+            assert _send(fed, tls, k, batches[0].batches[k]).accepted == BATCH
+        assert held.result(timeout=90).accepted == BATCH
+    for b in batches[1:]:
+        for k in range(params.M):
+            if (b, k) != (batches[1], 0):
+                assert _send(fed, tls, k, b.batches[k]).accepted == BATCH
+    st = wait_dca(fed, job)
+    assert st.state == "RELEASED" and st.clients_included == N, st
+    with operator_curator(fed) as ch:
+        release = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+    expected = sum((b.clipped + b.noise).sum(axis=0) for b in batches)
+    assert np.allclose(release.values, expected, atol=1e-6)
+    assert_all_serving(fed)
+
+
+def test_clients_that_never_reach_the_other_nodes_do_not_stall_a_node(fed):
+    tls = Endpoints.load(fed.workdir).tls
+    job, _, batches = _job(fed)
+    assert _send(fed, tls, 0, batches[0].batches[0]).accepted == BATCH
+    stalls = _counter(fed, NODES[0], "mpdp_dca_backlog_stalls_total")
+    assert _send(fed, tls, 0, batches[1].batches[0]).accepted == BATCH  # taken after the stall, beside the 16 stuck ones
+    assert _counter(fed, NODES[0], "mpdp_dca_backlog_stalls_total") == stalls + 1
+    for b in batches[:2]:  # the stuck clients reach the others after all: the job releases them all
+        for k in (1, 2):
+            assert _send(fed, tls, k, b.batches[k]).accepted == BATCH
+    for k in range(3):
+        assert _send(fed, tls, k, batches[2].batches[k]).accepted == BATCH
+    st = wait_dca(fed, job)
+    assert st.state == "RELEASED" and st.clients_included == N, st
+    assert_all_serving(fed)
