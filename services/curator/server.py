@@ -171,10 +171,11 @@ class Curator(pb_grpc.CuratorServicer):
             if record is not None and record.terminal:
                 await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} ended {record.state} ({record.problem_name}) and published nothing")
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no model or job {errors.shown(request.job_id)} at this curator")
-        m = hosted.machine
-        if m.error is not None:
-            await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} failed and published nothing: {m.error.detail}")
-        await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({m.state})")
+        state, terminal, _ = hosted.outcome()  # a step may be running in a worker thread: never read the machine half-changed
+        error = hosted.machine.error if terminal else None  # a failed machine's error never changes again
+        if error is not None:
+            await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} failed and published nothing: {error.detail}")
+        await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({state})")
 
     async def ListModels(self, request, context) -> pb.ModelList:
         return pb.ModelList(job_ids=self.registry.list())
