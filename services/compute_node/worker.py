@@ -77,9 +77,18 @@ class WorkerNode(ComputeNode):
         return job
 
     async def _claim(self, job: _Job, parsed: Parsed) -> tuple[int, list]:
-        """Claim the parsed clients at the coordinator and keep the accepted shares (one step per job)."""
+        """Claim the parsed clients at the coordinator and keep the accepted shares (one step per job).
+
+        While the node's backlog is full the coordinator holds a claim until there is room (ComputeNode.room). A claim
+        holds the job's lock here, so while another claim holds it this call first waits for room with an empty claim,
+        beside the held one: a held claim must not make the calls behind it wait out its whole wait before their own."""
         if not parsed.positions:
             return 0, parsed.rejected
+        if job.lock.locked():
+            try:
+                await self.local.Claim(pb.WorkerClaim(job_id=parsed.claim.job_id), timeout=LOCAL_SECONDS, metadata=self.md)
+            except grpc.aio.AioRpcError:
+                pass  # the claim itself meets the same refusal and reports it
         async with job.lock:
             if job.shares.finished:
                 return 0, job.shares.refused(parsed, common_pb2.STEP_OUT_OF_ORDER, "submissions to this job are closed")

@@ -116,6 +116,8 @@ class Coordinator(pb_grpc.ComputeNodeLocalServicer):
         w = self._worker(context)
         hosted = await self.node._job(request.job_id, context)
         await self.node.room(hosted)  # the worker's SubmitShares / SubmitShareBatch waits with it
+        if not (request.client_ids or request.client_indices):  # a worker waiting for room before it claims (worker.py, _claim)
+            return pb.WorkerClaimReply()
         try:
             replies = await hosted.deliver(Peer("worker", str(w)), request, inline=True)
         except ProtocolError as e:

@@ -18,10 +18,12 @@ Checks shared by every attack module:
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
 import re
+import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable
@@ -218,6 +220,25 @@ def assert_clean(e: grpc.RpcError, *sent: str) -> None:
 def assert_status(e: grpc.RpcError, code: grpc.StatusCode, *sent: str) -> None:
     assert e.code() == code, f"expected {code.name}, got {e.code().name}: {(e.details() or '')[:200]!r}"
     assert_clean(e, *sent)
+
+
+def metric_total(fed: LocalFederation, site: str, name: str) -> float:
+    """The sum of a counter's samples on a site's /metrics page."""
+    c = http.client.HTTPConnection("127.0.0.1", fed.procs[site].http_port, timeout=10)
+    try:
+        c.request("GET", "/metrics")
+        page = c.getresponse().read().decode()
+    finally:
+        c.close()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(f"{name} ") or line.startswith(f"{name}{{"))
+
+
+def until_metric(fed: LocalFederation, site: str, name: str, at_least: float, seconds: float = 60.0) -> None:
+    """Poll a site's counter until it reaches ``at_least`` (fails after ``seconds``)."""
+    end = time.monotonic() + seconds
+    while metric_total(fed, site, name) < at_least:
+        assert time.monotonic() < end, f"{name} did not reach {at_least} at {site}"
+        time.sleep(0.05)  # polling a page, not synchronising on time: the loop ends on the counter
 
 
 def assert_serving(fed: LocalFederation, site: str, timeout: float = 10.0) -> None:

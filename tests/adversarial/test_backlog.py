@@ -15,8 +15,6 @@ clients:
 from __future__ import annotations
 
 import concurrent.futures
-import http.client
-import time
 
 import numpy as np
 import pytest
@@ -27,7 +25,7 @@ from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 
-from tests.adversarial.conftest import NODES, assert_all_serving, channel, create_dca, dca_spec, operator_curator, start_federation, wait_dca
+from tests.adversarial.conftest import NODES, assert_all_serving, channel, create_dca, dca_spec, metric_total, operator_curator, start_federation, until_metric, wait_dca
 
 N, D, BATCH = 48, 3, 16
 NODE_OPTIONS = {"report_every": 4, "backlog_mib": 1e-6, "backlog_stall_seconds": 2.0}
@@ -38,23 +36,6 @@ def fed(tmp_path_factory):
     f = start_federation(tmp_path_factory.mktemp("backlog"), node_options=NODE_OPTIONS)
     yield f
     f.stop()
-
-
-def _counter(fed, node: str, name: str) -> float:
-    c = http.client.HTTPConnection("127.0.0.1", fed.procs[node].http_port, timeout=10)
-    try:
-        c.request("GET", "/metrics")
-        page = c.getresponse().read().decode()
-    finally:
-        c.close()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(f"{name} ") or line.startswith(f"{name}{{"))
-
-
-def _until_counter_rises(fed, node: str, name: str, before: float, seconds: float = 60.0) -> None:
-    end = time.monotonic() + seconds
-    while _counter(fed, node, name) <= before:
-        assert time.monotonic() < end, f"{name} did not rise at {node}"
-        time.sleep(0.05)  # polling a page, not synchronising on time: the loop ends on the counter
 
 
 def _job(fed) -> tuple[str, DcaParams, list]:
@@ -76,10 +57,10 @@ def test_a_node_ahead_of_its_peers_holds_submissions_until_they_report(fed):
     tls = Endpoints.load(fed.workdir).tls
     job, params, batches = _job(fed)
     assert _send(fed, tls, 0, batches[0].batches[0]).accepted == BATCH  # A now holds 16 undecided clients: its limit
-    waits = _counter(fed, NODES[0], "mpdp_dca_backlog_waits_total")
+    waits = metric_total(fed, NODES[0], "mpdp_dca_backlog_waits_total")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         held = pool.submit(_send, fed, tls, 0, batches[1].batches[0])
-        _until_counter_rises(fed, NODES[0], "mpdp_dca_backlog_waits_total", waits)
+        until_metric(fed, NODES[0], "mpdp_dca_backlog_waits_total", waits + 1)
         assert not held.done()  # held: none of A's clients is decided yet
         for k in (1, 2):
             assert _send(fed, tls, k, batches[0].batches[k]).accepted == BATCH
@@ -101,9 +82,9 @@ def test_clients_that_never_reach_the_other_nodes_do_not_stall_a_node(fed):
     tls = Endpoints.load(fed.workdir).tls
     job, _, batches = _job(fed)
     assert _send(fed, tls, 0, batches[0].batches[0]).accepted == BATCH
-    stalls = _counter(fed, NODES[0], "mpdp_dca_backlog_stalls_total")
+    stalls = metric_total(fed, NODES[0], "mpdp_dca_backlog_stalls_total")
     assert _send(fed, tls, 0, batches[1].batches[0]).accepted == BATCH  # taken after the stall, beside the 16 stuck ones
-    assert _counter(fed, NODES[0], "mpdp_dca_backlog_stalls_total") == stalls + 1
+    assert metric_total(fed, NODES[0], "mpdp_dca_backlog_stalls_total") == stalls + 1
     for b in batches[:2]:  # the stuck clients reach the others after all: the job releases them all
         for k in (1, 2):
             assert _send(fed, tls, k, b.batches[k]).accepted == BATCH

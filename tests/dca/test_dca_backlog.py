@@ -5,7 +5,8 @@
 * a node fed ahead of its peers has no room once the limit is reached, and has room again as soon as the peers'
   reports decide its clients; the shares it took are summed as usual;
 * clients that never reach every node: ``presume_stuck`` raises the limit above them;
-* once the node stops taking shares, it always "has room" (the machine refuses late shares itself).
+* once the node stops taking shares, it always "has room" (the machine refuses late shares itself);
+* a validated client rejected by its proof is decided, in one process or in workers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from mpdp.protocol import Peer
 
 from tests.dca.helpers import NODES, make_params
 from tests.dca.test_dca_machines import client_messages, deliver_all
+from tests.dca.test_dca_validated_workers import NODES as VNODES, _params, _run, _shares
 
 REPORT_EVERY = 2
 
@@ -90,3 +92,17 @@ def test_a_closed_node_always_has_room_its_machine_refuses_late_shares():
     a.close()
     assert a.state != "AWAIT_SHARES" and a.has_room
     assert a.undecided == 8
+
+
+def test_clients_rejected_by_their_proofs_count_as_decided_in_one_process_and_in_workers():
+    """A validated job: clients whose proof fails are decided (never summed), on every node and however many processes
+    took them; only a client missing at some node stays undecided at the nodes that hold it (never below zero)."""
+    prm = _params("range")
+    shares = _shares(prm, bad={1, 6})
+    for W, batched in ((1, False), (2, False), (3, True)):
+        coords, partials = _run(prm, shares, W, {(9, 2)}, batched)  # client 9 never reaches the third node
+        assert {p.clients_rejected for p in partials.values()} == {2}
+        for k, n in enumerate(VNODES):
+            m = coords[n]
+            assert m.rejected == 2 and m.decided == m.confirmed + 2
+            assert m.undecided == (0 if k == 2 else 1), (W, n, m.received, m.decided)
