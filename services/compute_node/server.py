@@ -214,28 +214,29 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
 
     async def room(self, hosted: Hosted) -> None:
         """Hold a submission while the job's undecided clients are at the node's limit (ComputeNodeMachine, "Backlog"):
-        until a peer's report decides some, for at most WAIT_SECONDS; after the configured backlog_stall_seconds with none decided, the
-        undecided clients are presumed stuck and the limit rises above them. A terminal or closed job wakes it at once
-        (the machine then refuses the shares itself)."""
+        until a peer's report decides some, for at most WAIT_SECONDS in all. When none is decided for a whole
+        ``backlog_stall_seconds``, the undecided clients are presumed stuck and the limit rises above them; a call that
+        only reaches WAIT_SECONDS while clients are being decided is let in without that. A terminal or closed job wakes
+        it at once (the machine then refuses the shares itself)."""
         m = _node(hosted)
         if m.has_room:
             return
         metrics.DCA_BACKLOG_WAITS.inc()
         loop = asyncio.get_running_loop()
+        stall = self.cfg.backlog_stall_seconds
         end = loop.time() + WAIT_SECONDS
-        while not m.has_room and loop.time() < end:
-            seen = m.decided
+        while not m.has_room:
+            seen, since = m.decided, loop.time()
             try:
                 async with hosted.changed:
-                    await asyncio.wait_for(hosted.changed.wait_for(lambda: m.has_room or m.decided != seen), min(self.cfg.backlog_stall_seconds, end - loop.time()))
+                    await asyncio.wait_for(hosted.changed.wait_for(lambda: m.has_room or m.decided != seen), max(0.0, min(stall, end - since)))
             except TimeoutError:
-                if m.decided == seen and not m.has_room:
+                if m.decided == seen and not m.has_room and loop.time() - since >= stall:
                     async with hosted.lock:
                         stuck = m.presume_stuck()
                     metrics.DCA_BACKLOG_STALLS.inc()
-                    log.warning("job %s: %d clients received here not decided for %.0f s; taking more shares beside them", m.job_id, stuck,
-                                self.cfg.backlog_stall_seconds)
-                return
+                    log.warning("job %s: %d clients received here not decided for %.0f s; taking more shares beside them", m.job_id, stuck, stall)
+                return  # a whole stall, or WAIT_SECONDS in all
 
     async def _take_shares(self, hosted: Hosted, sender: Peer, shares: list[pb.ClientShare], receipt: pb.ShareReceipt, context) -> None:
         await self.room(hosted)
