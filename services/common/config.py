@@ -210,3 +210,4 @@ class ComputeNodeConfig(_Base):
                                "past it, submissions wait for the other nodes to catch up")
     backlog_stall_seconds: float = Field(20.0, ge=0.1, le=40.0, description="a full backlog none of whose clients was decided for this long is presumed stuck "
                                          "(clients that reached some nodes only): shares are taken beside it")
+    backlog_held_calls: int = Field(16, ge=1, le=1024, description="submissions of one job held at once while the backlog is full; more are refused OVERLOADED (retry later)")

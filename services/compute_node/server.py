@@ -64,6 +64,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.channels = PeerChannels(cfg.tls.files())
         self.coordinator: Coordinator | None = None  # with cfg.workers > 1: the local service of this node's worker processes (workers.py)
+        self._held: dict[str, int] = {}  # job id → submissions held in room() now
 
     async def _sender(self, context) -> Peer:
         """The caller as a peer of the machine; a curator-role certificate that is not *our* curator is refused."""
@@ -212,16 +213,31 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
             reader.cancel()
         return receipt
 
-    async def room(self, hosted: Hosted) -> None:
+    async def room(self, hosted: Hosted, context) -> None:
         """Hold a submission while the job's undecided clients are at the node's limit (ComputeNodeMachine, "Backlog"):
         until a peer's report decides some, for at most WAIT_SECONDS in all. When none is decided for a whole
         ``backlog_stall_seconds``, the undecided clients are presumed stuck and the limit rises above them; a call that
         only reaches WAIT_SECONDS while clients are being decided is let in without that. A terminal or closed job wakes
-        it at once (the machine then refuses the shares itself)."""
+        it at once (the machine then refuses the shares itself). At most ``backlog_held_calls`` submissions of one job
+        are held at once: more are refused OVERLOADED, nothing taken."""
         m = _node(hosted)
         if m.has_room:
             return
+        held = self._held.get(m.job_id, 0)
+        if held >= self.cfg.backlog_held_calls:  # each held call keeps its request (up to a message's 64 MiB) in memory
+            await errors.refuse(context, common_pb2.OVERLOADED, f"{held} submissions to job {m.job_id} already wait for the other compute nodes; retry later")
         metrics.DCA_BACKLOG_WAITS.inc()
+        self._held[m.job_id] = held + 1
+        try:
+            await self._wait_for_room(hosted, m)
+        finally:
+            left = self._held.get(m.job_id, 1) - 1
+            if left > 0:
+                self._held[m.job_id] = left
+            else:
+                self._held.pop(m.job_id, None)
+
+    async def _wait_for_room(self, hosted: Hosted, m: ComputeNodeMachine) -> None:
         loop = asyncio.get_running_loop()
         stall = self.cfg.backlog_stall_seconds
         end = loop.time() + WAIT_SECONDS
@@ -239,7 +255,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
                 return  # a whole stall, or WAIT_SECONDS in all
 
     async def _take_shares(self, hosted: Hosted, sender: Peer, shares: list[pb.ClientShare], receipt: pb.ShareReceipt, context) -> None:
-        await self.room(hosted)
+        await self.room(hosted, context)
         async with hosted.lock:
             outputs, rejected = _node(hosted).receive_shares(sender, shares)
         for j, e in rejected:
@@ -259,7 +275,7 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
     async def SubmitShareBatch(self, request: pb.ShareBatch, context) -> pb.ShareReceipt:
         sender = await self._sender(context)
         hosted = await self._job(request.job_id, context)
-        await self.room(hosted)
+        await self.room(hosted, context)
         try:
             replies = await hosted.deliver(sender, request, inline=True)
         except ProtocolError as e:

@@ -115,7 +115,7 @@ class Coordinator(pb_grpc.ComputeNodeLocalServicer):
     async def Claim(self, request: pb.WorkerClaim, context) -> pb.WorkerClaimReply:
         w = self._worker(context)
         hosted = await self.node._job(request.job_id, context)
-        await self.node.room(hosted)  # the worker's SubmitShares / SubmitShareBatch waits with it
+        await self.node.room(hosted, context)  # the worker's SubmitShares / SubmitShareBatch waits with it
         if not (request.client_ids or request.client_indices):  # a worker waiting for room before it claims (worker.py, _claim)
             return pb.WorkerClaimReply()
         try:

@@ -9,13 +9,16 @@ clients:
   /metrics page) until B and C take the first batch and report it; then A takes it, and the job releases exactly the
   sum of all 48 clients' contributions;
 - to node A only, not (yet) to the others: after ``backlog_stall_seconds`` with none of them decided, A takes the next
-  batch beside them (``mpdp_dca_backlog_stalls_total`` rises); when those clients do reach B and C, the job releases.
+  batch beside them (``mpdp_dca_backlog_stalls_total`` rises); when those clients do reach B and C, the job releases;
+- with at most two submissions held per job (``backlog_held_calls``), a third is refused RESOURCE_EXHAUSTED at once,
+  nothing of it taken; sent again later it is taken whole.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 
+import grpc
 import numpy as np
 import pytest
 
@@ -25,10 +28,12 @@ from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 
-from tests.adversarial.conftest import NODES, assert_all_serving, channel, create_dca, dca_spec, metric_total, operator_curator, start_federation, until_metric, wait_dca
+from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, create_dca, dca_spec, metric_total, operator_curator, refused,
+                                        start_federation, until_metric, wait_dca)
 
 N, D, BATCH = 48, 3, 16
 NODE_OPTIONS = {"report_every": 4, "backlog_mib": 1e-6, "backlog_stall_seconds": 2.0}
+CAPPED = {"report_every": 4, "backlog_mib": 1e-6, "backlog_stall_seconds": 40.0, "backlog_held_calls": 2}
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +43,21 @@ def fed(tmp_path_factory):
     f.stop()
 
 
-def _job(fed) -> tuple[str, DcaParams, list]:
-    job = create_dca(fed, dca_spec(n=N, d=D, deadline=120.0, max_missing=8))
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    """Nodes that hold at most two submissions of a job at once, and wait 40 s before presuming clients stuck."""
+    f = start_federation(tmp_path_factory.mktemp("backlog-capped"), node_options=CAPPED)
+    yield f
+    f.stop()
+
+
+def _job(fed, n: int = N) -> tuple[str, DcaParams, list]:
+    job = create_dca(fed, dca_spec(n=n, d=D, deadline=120.0, max_missing=8))
     with operator_curator(fed) as ch:
         ann = dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job), timeout=30)
     params = DcaParams.from_spec(job, ann.spec)
-    Z = np.random.default_rng(7).uniform(-0.5, 0.5, (N, D))  # public test data
-    cohort = ClientCohort(params, [f"client-{i:03d}" for i in range(N)], Z, Drbg.from_os(), keep_noise=True)
+    Z = np.random.default_rng(7).uniform(-0.5, 0.5, (n, D))  # public test data
+    cohort = ClientCohort(params, [f"client-{i:03d}" for i in range(n)], Z, Drbg.from_os(), keep_noise=True)
     return job, params, list(cohort.batches(BATCH))
 
 
@@ -92,4 +105,27 @@ def test_clients_that_never_reach_the_other_nodes_do_not_stall_a_node(fed):
         assert _send(fed, tls, k, batches[2].batches[k]).accepted == BATCH
     st = wait_dca(fed, job)
     assert st.state == "RELEASED" and st.clients_included == N, st
+    assert_all_serving(fed)
+
+
+def test_a_node_holds_a_bounded_number_of_submissions_and_refuses_more(capped):
+    """Each held call keeps its request in memory: past ``backlog_held_calls`` a submission is refused OVERLOADED at once
+    and nothing of it is taken; sent again once there is room, it is taken, and the job releases every client."""
+    fed = capped
+    tls = Endpoints.load(fed.workdir).tls
+    job, params, batches = _job(fed, 4 * BATCH)
+    assert _send(fed, tls, 0, batches[0].batches[0]).accepted == BATCH
+    waits = metric_total(fed, NODES[0], "mpdp_dca_backlog_waits_total")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(_send, fed, tls, 0, b.batches[0]) for b in batches[1:3]]
+        until_metric(fed, NODES[0], "mpdp_dca_backlog_waits_total", waits + 2)  # both held
+        assert_status(refused(lambda: _send(fed, tls, 0, batches[3].batches[0])), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        for b in batches[:3]:  # the peers catch up, batch by batch
+            for k in (1, 2):
+                assert _send(fed, tls, k, b.batches[k]).accepted == BATCH
+        assert [h.result(timeout=90).accepted for h in held] == [BATCH, BATCH]
+    for k in range(params.M):  # the refused batch again: nothing of it was taken, so none of it is a replay
+        assert _send(fed, tls, k, batches[3].batches[k]).accepted == BATCH
+    st = wait_dca(fed, job)
+    assert st.state == "RELEASED" and st.clients_included == 4 * BATCH, st
     assert_all_serving(fed)
