@@ -35,7 +35,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mpdp.dca.client import ClientCohort
+from mpdp.dca.params import DcaParams
 from mpdp.ledger import composition
+from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
@@ -335,6 +338,18 @@ def wait_dca(fed: LocalFederation, job_id: str, timeout: float = 120.0) -> dca_p
                 break
     assert last is not None and last.terminal, f"job {job_id} not terminal: {last}"
     return last
+
+
+def cohort_job(fed: LocalFederation, n: int, d: int, batch: int, *, deadline: float = 120.0, max_missing: int = 8, seed: int = 7) -> tuple[str, DcaParams, list]:
+    """A DCA job of ``n`` simulated clients created by the operator: (job id, its DcaParams, the cohort's batches of
+    ``batch`` clients, each with one ShareBatch per node and the clients' exact contributions)."""
+    job = create_dca(fed, dca_spec(n=n, d=d, deadline=deadline, max_missing=max_missing))
+    with operator_curator(fed) as ch:
+        ann = dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job), timeout=30)
+    params = DcaParams.from_spec(job, ann.spec)
+    Z = np.random.default_rng(seed).uniform(-0.5, 0.5, (n, d))  # public test data
+    cohort = ClientCohort(params, [f"client-{i:03d}" for i in range(n)], Z, Drbg.from_os(), keep_noise=True)
+    return job, params, list(cohort.batches(batch))
 
 
 def dca_released(fed: LocalFederation, job_id: str) -> bool:

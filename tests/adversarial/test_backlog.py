@@ -22,13 +22,11 @@ import grpc
 import numpy as np
 import pytest
 
-from mpdp.dca.client import ClientCohort
 from mpdp.dca.params import DcaParams
-from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 
-from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, create_dca, dca_spec, metric_total, operator_curator, refused,
+from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, cohort_job, metric_total, operator_curator, refused,
                                         start_federation, until_metric, wait_dca)
 
 N, D, BATCH = 48, 3, 16
@@ -52,13 +50,7 @@ def capped(tmp_path_factory):
 
 
 def _job(fed, n: int = N) -> tuple[str, DcaParams, list]:
-    job = create_dca(fed, dca_spec(n=n, d=D, deadline=120.0, max_missing=8))
-    with operator_curator(fed) as ch:
-        ann = dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job), timeout=30)
-    params = DcaParams.from_spec(job, ann.spec)
-    Z = np.random.default_rng(7).uniform(-0.5, 0.5, (n, D))  # public test data
-    cohort = ClientCohort(params, [f"client-{i:03d}" for i in range(n)], Z, Drbg.from_os(), keep_noise=True)
-    return job, params, list(cohort.batches(BATCH))
+    return cohort_job(fed, n, D, BATCH)
 
 
 def _send(fed, tls, k: int, batch: dca_pb2.ShareBatch) -> dca_pb2.ShareReceipt:

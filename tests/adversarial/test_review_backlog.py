@@ -26,13 +26,11 @@ import grpc
 import numpy as np
 import pytest
 
-from mpdp.dca.client import ClientCohort
 from mpdp.dca.params import DcaParams
-from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, operations_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 
-from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, create_dca, dca_spec, metric_total, operator_curator,
+from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, cohort_job, metric_total, operator_curator,
                                         refused, start_federation, until_metric, wait_dca)
 
 D, BATCH = 3, 16
@@ -65,13 +63,7 @@ def two_processes(tmp_path_factory):
 
 # -- helpers ------------------------------------------------------------------------------------------------
 def _job(fed, n: int, deadline: float = 120.0, max_missing: int = 8) -> tuple[str, DcaParams, list]:
-    job = create_dca(fed, dca_spec(n=n, d=D, deadline=deadline, max_missing=max_missing))
-    with operator_curator(fed) as ch:
-        ann = dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job), timeout=30)
-    params = DcaParams.from_spec(job, ann.spec)
-    Z = np.random.default_rng(11).uniform(-0.5, 0.5, (n, D))  # public test data
-    cohort = ClientCohort(params, [f"client-{i:03d}" for i in range(n)], Z, Drbg.from_os(), keep_noise=True)
-    return job, params, list(cohort.batches(BATCH))
+    return cohort_job(fed, n, D, BATCH, deadline=deadline, max_missing=max_missing, seed=11)
 
 
 def _send(fed, k: int, batch: dca_pb2.ShareBatch, timeout: float = 90) -> dca_pb2.ShareReceipt:
