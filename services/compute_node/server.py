@@ -242,12 +242,12 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         stall = self.cfg.backlog_stall_seconds
         end = loop.time() + WAIT_SECONDS
         while not m.has_room:
-            seen, since = m.decided, loop.time()
+            seen, whole = m.decided, end - loop.time() >= stall  # a whole stall period fits in what is left of the call's wait
             try:
                 async with hosted.changed:
-                    await asyncio.wait_for(hosted.changed.wait_for(lambda: m.has_room or m.decided != seen), max(0.0, min(stall, end - since)))
+                    await asyncio.wait_for(hosted.changed.wait_for(lambda: m.has_room or m.decided != seen), stall if whole else max(0.0, end - loop.time()))
             except TimeoutError:
-                if m.decided == seen and not m.has_room and loop.time() - since >= stall:
+                if m.decided == seen and not m.has_room and whole:
                     async with hosted.lock:
                         stuck = m.presume_stuck()
                     metrics.DCA_BACKLOG_STALLS.inc()
