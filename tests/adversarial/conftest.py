@@ -352,6 +352,12 @@ def cohort_job(fed: LocalFederation, n: int, d: int, batch: int, *, deadline: fl
     return job, params, list(cohort.batches(batch))
 
 
+def submit_batch(fed: LocalFederation, k: int, batch: dca_pb2.ShareBatch, timeout: float = 90.0) -> dca_pb2.ShareReceipt:
+    """SubmitShareBatch to compute node ``NODES[k]`` with the federation's operator certificate (a load generator)."""
+    with channel(fed, NODES[k], site_tls(fed, "operator")) as ch:
+        return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShareBatch(batch, timeout=timeout)
+
+
 def dca_released(fed: LocalFederation, job_id: str) -> bool:
     with operator_curator(fed) as ch:
         try:

@@ -23,11 +23,10 @@ import numpy as np
 import pytest
 
 from mpdp.dca.params import DcaParams
-from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
-from mpdp_services.common.endpoints import Endpoints
+from mpdp.messages import common_pb2, dca_pb2_grpc
 
-from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, cohort_job, metric_total, operator_curator, refused,
-                                        start_federation, until_metric, wait_dca)
+from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, cohort_job, metric_total, operator_curator, refused,
+                                        start_federation, submit_batch, until_metric, wait_dca)
 
 N, D, BATCH = 48, 3, 16
 NODE_OPTIONS = {"report_every": 4, "backlog_mib": 1e-6, "backlog_stall_seconds": 2.0}
@@ -53,27 +52,21 @@ def _job(fed, n: int = N) -> tuple[str, DcaParams, list]:
     return cohort_job(fed, n, D, BATCH)
 
 
-def _send(fed, tls, k: int, batch: dca_pb2.ShareBatch) -> dca_pb2.ShareReceipt:
-    with channel(fed, NODES[k], tls) as ch:
-        return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShareBatch(batch, timeout=90)
-
-
 def test_a_node_ahead_of_its_peers_holds_submissions_until_they_report(fed):
-    tls = Endpoints.load(fed.workdir).tls
     job, params, batches = _job(fed)
-    assert _send(fed, tls, 0, batches[0].batches[0]).accepted == BATCH  # A now holds 16 undecided clients: its limit
+    assert submit_batch(fed, 0, batches[0].batches[0]).accepted == BATCH  # A now holds 16 undecided clients: its limit
     waits = metric_total(fed, NODES[0], "mpdp_dca_backlog_waits_total")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        held = pool.submit(_send, fed, tls, 0, batches[1].batches[0])
+        held = pool.submit(submit_batch, fed, 0, batches[1].batches[0])
         until_metric(fed, NODES[0], "mpdp_dca_backlog_waits_total", waits + 1)
         assert not held.done()  # held: none of A's clients is decided yet
         for k in (1, 2):
-            assert _send(fed, tls, k, batches[0].batches[k]).accepted == BATCH
+            assert submit_batch(fed, k, batches[0].batches[k]).accepted == BATCH
         assert held.result(timeout=90).accepted == BATCH
     for b in batches[1:]:
         for k in range(params.M):
             if (b, k) != (batches[1], 0):
-                assert _send(fed, tls, k, b.batches[k]).accepted == BATCH
+                assert submit_batch(fed, k, b.batches[k]).accepted == BATCH
     st = wait_dca(fed, job)
     assert st.state == "RELEASED" and st.clients_included == N, st
     with operator_curator(fed) as ch:
@@ -84,17 +77,16 @@ def test_a_node_ahead_of_its_peers_holds_submissions_until_they_report(fed):
 
 
 def test_clients_that_never_reach_the_other_nodes_do_not_stall_a_node(fed):
-    tls = Endpoints.load(fed.workdir).tls
     job, _, batches = _job(fed)
-    assert _send(fed, tls, 0, batches[0].batches[0]).accepted == BATCH
+    assert submit_batch(fed, 0, batches[0].batches[0]).accepted == BATCH
     stalls = metric_total(fed, NODES[0], "mpdp_dca_backlog_stalls_total")
-    assert _send(fed, tls, 0, batches[1].batches[0]).accepted == BATCH  # taken after the stall, beside the 16 stuck ones
+    assert submit_batch(fed, 0, batches[1].batches[0]).accepted == BATCH  # taken after the stall, beside the 16 stuck ones
     assert metric_total(fed, NODES[0], "mpdp_dca_backlog_stalls_total") == stalls + 1
     for b in batches[:2]:  # the stuck clients reach the others after all: the job releases them all
         for k in (1, 2):
-            assert _send(fed, tls, k, b.batches[k]).accepted == BATCH
+            assert submit_batch(fed, k, b.batches[k]).accepted == BATCH
     for k in range(3):
-        assert _send(fed, tls, k, batches[2].batches[k]).accepted == BATCH
+        assert submit_batch(fed, k, batches[2].batches[k]).accepted == BATCH
     st = wait_dca(fed, job)
     assert st.state == "RELEASED" and st.clients_included == N, st
     assert_all_serving(fed)
@@ -104,20 +96,19 @@ def test_a_node_holds_a_bounded_number_of_submissions_and_refuses_more(capped):
     """Each held call keeps its request in memory: past ``backlog_held_calls`` a submission is refused OVERLOADED at once
     and nothing of it is taken; sent again once there is room, it is taken, and the job releases every client."""
     fed = capped
-    tls = Endpoints.load(fed.workdir).tls
     job, params, batches = _job(fed, 4 * BATCH)
-    assert _send(fed, tls, 0, batches[0].batches[0]).accepted == BATCH
+    assert submit_batch(fed, 0, batches[0].batches[0]).accepted == BATCH
     waits = metric_total(fed, NODES[0], "mpdp_dca_backlog_waits_total")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        held = [pool.submit(_send, fed, tls, 0, b.batches[0]) for b in batches[1:3]]
+        held = [pool.submit(submit_batch, fed, 0, b.batches[0]) for b in batches[1:3]]
         until_metric(fed, NODES[0], "mpdp_dca_backlog_waits_total", waits + 2)  # both held
-        assert_status(refused(lambda: _send(fed, tls, 0, batches[3].batches[0])), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert_status(refused(lambda: submit_batch(fed, 0, batches[3].batches[0])), grpc.StatusCode.RESOURCE_EXHAUSTED)
         for b in batches[:3]:  # the peers catch up, batch by batch
             for k in (1, 2):
-                assert _send(fed, tls, k, b.batches[k]).accepted == BATCH
+                assert submit_batch(fed, k, b.batches[k]).accepted == BATCH
         assert [h.result(timeout=90).accepted for h in held] == [BATCH, BATCH]
     for k in range(params.M):  # the refused batch again: nothing of it was taken, so none of it is a replay
-        assert _send(fed, tls, k, batches[3].batches[k]).accepted == BATCH
+        assert submit_batch(fed, k, batches[3].batches[k]).accepted == BATCH
     st = wait_dca(fed, job)
     assert st.state == "RELEASED" and st.clients_included == 4 * BATCH, st
     assert_all_serving(fed)

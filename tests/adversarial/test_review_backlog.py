@@ -31,7 +31,7 @@ from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, operations_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 
 from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, cohort_job, metric_total, operator_curator,
-                                        refused, start_federation, until_metric, wait_dca)
+                                        refused, start_federation, submit_batch, until_metric, wait_dca)
 
 D, BATCH = 3, 16
 BASE = {"report_every": 4, "backlog_mib": 1e-6}
@@ -66,11 +66,6 @@ def _job(fed, n: int, deadline: float = 120.0, max_missing: int = 8) -> tuple[st
     return cohort_job(fed, n, D, BATCH, deadline=deadline, max_missing=max_missing, seed=11)
 
 
-def _send(fed, k: int, batch: dca_pb2.ShareBatch, timeout: float = 90) -> dca_pb2.ShareReceipt:
-    with channel(fed, NODES[k], Endpoints.load(fed.workdir).tls) as ch:
-        return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShareBatch(batch, timeout=timeout)
-
-
 def _stream(fed, k: int, batch, params: DcaParams, timeout: float = 90) -> dca_pb2.ShareReceipt:
     """The clients of a ShareBatch as one ClientShare each, on one SubmitShares stream."""
     shares = [dca_pb2.ClientShare(job_id=batch.job_id, client_id=cid, masked_vector=batch.masked_vectors[D * 8 * j: D * 8 * (j + 1)])
@@ -93,16 +88,16 @@ def _released_exactly(fed, job: str, batches: list, n: int) -> None:
 def test_held_batches_are_let_in_one_at_a_time_not_all_at_once(patient):
     job, params, batches = _job(patient, 4 * BATCH)
     a = NODES[0]
-    assert _send(patient, 0, batches[0].batches[0]).accepted == BATCH  # A is full: 16 undecided clients
+    assert submit_batch(patient, 0, batches[0].batches[0]).accepted == BATCH  # A is full: 16 undecided clients
     waits = metric_total(patient, a, WAITS)
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        held = {pool.submit(_send, patient, 0, b.batches[0]): b for b in batches[1:]}
+        held = {pool.submit(submit_batch, patient, 0, b.batches[0]): b for b in batches[1:]}
         until_metric(patient, a, WAITS, waits + 3)  # all three held
         assert not any(h.done() for h in held)
         freed = batches[0]
         while held:  # the peers take the batch A took last and report it: A decides its 16 clients and takes one more
             for k in (1, 2):
-                assert _send(patient, k, freed.batches[k]).accepted == BATCH
+                assert submit_batch(patient, k, freed.batches[k]).accepted == BATCH
             done, _ = concurrent.futures.wait(held, timeout=90, return_when=concurrent.futures.FIRST_COMPLETED)
             assert len(done) == 1, f"{len(done)} held batches taken at once"  # more would leave A over its limit
             first = done.pop()
@@ -110,7 +105,7 @@ def test_held_batches_are_let_in_one_at_a_time_not_all_at_once(patient):
             assert not any(h.done() for h in held if h is not first), "A took a second held batch before the first was decided"
             freed = held.pop(first)
     for k in (1, 2):
-        assert _send(patient, k, freed.batches[k]).accepted == BATCH
+        assert submit_batch(patient, k, freed.batches[k]).accepted == BATCH
     _released_exactly(patient, job, batches, 4 * BATCH)
     assert_all_serving(patient)
 
@@ -120,10 +115,10 @@ def test_nodes_fed_in_crossing_orders_are_freed_by_the_stall_rule_not_the_deadli
     job, params, batches = _job(fed, 3 * BATCH)
     stalls = [metric_total(fed, n, STALLS) for n in NODES]
     for k in range(3):  # node k takes batch k first: every node full of clients no other node holds
-        assert _send(fed, k, batches[k].batches[k]).accepted == BATCH
+        assert submit_batch(fed, k, batches[k].batches[k]).accepted == BATCH
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         for shift in (1, 2):  # each node is then sent the batch the next node took first: every one waits on the others
-            round_ = [pool.submit(_send, fed, k, batches[(k + shift) % 3].batches[k]) for k in range(3)]
+            round_ = [pool.submit(submit_batch, fed, k, batches[(k + shift) % 3].batches[k]) for k in range(3)]
             assert all(r.result(timeout=90).accepted == BATCH for r in round_)
     assert all(metric_total(fed, n, STALLS) > s for n, s in zip(NODES, stalls))
     _released_exactly(fed, job, batches, 3 * BATCH)
@@ -134,10 +129,10 @@ def test_nodes_fed_in_crossing_orders_are_freed_by_the_stall_rule_not_the_deadli
 def test_a_cancelled_job_wakes_its_held_calls_at_once_and_takes_nothing(patient):
     job, params, batches = _job(patient, 3 * BATCH)
     a = NODES[0]
-    assert _send(patient, 0, batches[0].batches[0]).accepted == BATCH
+    assert submit_batch(patient, 0, batches[0].batches[0]).accepted == BATCH
     waits = metric_total(patient, a, WAITS)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        batch = pool.submit(_send, patient, 0, batches[1].batches[0], 30)
+        batch = pool.submit(submit_batch, patient, 0, batches[1].batches[0], 30)
         stream = pool.submit(_stream, patient, 0, batches[2].batches[0], params, 30)
         until_metric(patient, a, WAITS, waits + 2)
         with operator_curator(patient) as ch:
@@ -159,10 +154,10 @@ def test_a_cancelled_job_wakes_its_held_calls_at_once_and_takes_nothing(patient)
 def test_the_node_s_own_deadline_wakes_its_held_calls_with_its_refusal(patient):
     job, params, batches = _job(patient, 3 * BATCH, deadline=8.0)
     a = NODES[0]
-    assert _send(patient, 0, batches[0].batches[0]).accepted == BATCH
+    assert submit_batch(patient, 0, batches[0].batches[0]).accepted == BATCH
     waits = metric_total(patient, a, WAITS)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        held = pool.submit(_send, patient, 0, batches[1].batches[0], 35)
+        held = pool.submit(submit_batch, patient, 0, batches[1].batches[0], 35)
         until_metric(patient, a, WAITS, waits + 1)
         e = refused(lambda: held.result(timeout=60))  # the node closed at 8 s; the stall rule would have waited 40 s
     assert_status(e, grpc.StatusCode.FAILED_PRECONDITION)
@@ -178,21 +173,21 @@ def test_a_held_call_whose_caller_gives_up_takes_nothing(federation, request):
     fed = request.getfixturevalue(federation)
     job, params, batches = _job(fed, 3 * BATCH)
     a = NODES[0]
-    assert _send(fed, 0, batches[0].batches[0]).accepted == BATCH
+    assert submit_batch(fed, 0, batches[0].batches[0]).accepted == BATCH
     waits = metric_total(fed, a, WAITS)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        gone = [pool.submit(_send, fed, 0, batches[1].batches[0], 3), pool.submit(_stream, fed, 0, batches[2].batches[0], params, 3)]
+        gone = [pool.submit(submit_batch, fed, 0, batches[1].batches[0], 3), pool.submit(_stream, fed, 0, batches[2].batches[0], params, 3)]
         for g in gone:
             assert_status(refused(lambda: g.result(timeout=60)), grpc.StatusCode.DEADLINE_EXCEEDED)
     assert metric_total(fed, a, WAITS) >= waits + 1
     for k in (1, 2):  # A's 16 clients decided: A has room again
-        assert _send(fed, k, batches[0].batches[k]).accepted == BATCH
-    assert _send(fed, 0, batches[1].batches[0]).accepted == BATCH
+        assert submit_batch(fed, k, batches[0].batches[k]).accepted == BATCH
+    assert submit_batch(fed, 0, batches[1].batches[0]).accepted == BATCH
     for k in (1, 2):
-        assert _send(fed, k, batches[1].batches[k]).accepted == BATCH
+        assert submit_batch(fed, k, batches[1].batches[k]).accepted == BATCH
     assert _stream(fed, 0, batches[2].batches[0], params).accepted == BATCH
     for k in (1, 2):
-        assert _send(fed, k, batches[2].batches[k]).accepted == BATCH
+        assert submit_batch(fed, k, batches[2].batches[k]).accepted == BATCH
     _released_exactly(fed, job, batches, 3 * BATCH)
     assert_all_serving(fed)
 
@@ -207,10 +202,10 @@ def test_calls_held_in_a_worker_process_wait_side_by_side_not_one_after_another(
     take what A took, A takes the held calls one after another; the job releases the exact sum."""
     job, params, batches = _job(two_processes, (HELD + 2) * BATCH)
     a = NODES[0]
-    assert _send(two_processes, 0, batches[0].batches[0]).accepted == BATCH  # A is full (whichever of its processes took it)
+    assert submit_batch(two_processes, 0, batches[0].batches[0]).accepted == BATCH  # A is full (whichever of its processes took it)
     waits = metric_total(two_processes, a, WAITS)
     with concurrent.futures.ThreadPoolExecutor(HELD) as pool:
-        held = {pool.submit(_send if j % 2 else _stream, two_processes, 0, batches[j].batches[0], *(() if j % 2 else (params,))): batches[j]
+        held = {pool.submit(submit_batch if j % 2 else _stream, two_processes, 0, batches[j].batches[0], *(() if j % 2 else (params,))): batches[j]
                 for j in range(1, HELD + 1)}
         until_metric(two_processes, a, WAITS, waits + HELD)  # all waiting at once (the stall rule waits 40 s)
         assert not any(h.done() for h in held)
@@ -218,15 +213,15 @@ def test_calls_held_in_a_worker_process_wait_side_by_side_not_one_after_another(
         while held:  # the peers take what A took (each node holds one batch of undecided clients at most): A takes more
             for b in freed:
                 for k in (1, 2):
-                    assert _send(two_processes, k, b.batches[k]).accepted == BATCH
+                    assert submit_batch(two_processes, k, b.batches[k]).accepted == BATCH
             done, _ = concurrent.futures.wait(held, timeout=90, return_when=concurrent.futures.FIRST_COMPLETED)
             assert done
             assert all(d.result().accepted == BATCH for d in done)
             freed = [held.pop(d) for d in done]
     for b in freed:
         for k in (1, 2):
-            assert _send(two_processes, k, b.batches[k]).accepted == BATCH
+            assert submit_batch(two_processes, k, b.batches[k]).accepted == BATCH
     for k in range(3):
-        assert _send(two_processes, k, batches[HELD + 1].batches[k]).accepted == BATCH
+        assert submit_batch(two_processes, k, batches[HELD + 1].batches[k]).accepted == BATCH
     _released_exactly(two_processes, job, batches, (HELD + 2) * BATCH)
     assert_all_serving(two_processes)
