@@ -164,7 +164,13 @@ class CuratorConfig(_Base):
     parties: dict[str, str] = Field({}, description="site name → address; parties may also register at start-up")
     state_dir: Path = Path("curator-state")
     dgk_bits: int = 2048
-    compute_nodes: dict[str, str] = {}
+    compute_nodes: dict[str, str] = Field({}, description="compute node site name → address; compute nodes may also register at start-up")
+    members: list[str] = Field([], max_length=limits.MAX_PARTIES, description=(
+        "the federation's parties as provisioned (site names, as in every party's config). Only these and the parties "
+        "named in parties may register (RegisterParty); any other party certificate is refused WRONG_ROLE"))
+    compute_node_members: list[str] = Field([], max_length=limits.MAX_PARTIES, description=(
+        "the federation's compute nodes as provisioned. Only these and the nodes named in compute_nodes may register "
+        "(RegisterComputeNode); any other compute-node certificate is refused WRONG_ROLE"))
     auxiliary: dict[str, DatasetConfig] = Field({}, description="public auxiliary (unlabelled) datasets for ensemble (hamm2016) jobs; labels are ignored")
     max_live_jobs_federation: int = Field(limits.MAX_LIVE_JOBS_FEDERATION, ge=1, le=100_000, description=(
         "jobs of every protocol live at once in this federation; a submission past it is refused OVERLOADED before any party is asked to spend"))
