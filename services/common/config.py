@@ -59,6 +59,10 @@ class DatasetConfig(BaseModel):
     query: str | None = Field(None, description="sql: a SELECT whose result holds the rows (instead of table)")
     dsn_env: str | None = Field(None, description="sql: the environment variable holding the PostgreSQL connection string (never logged)")
     dsn: SecretStr | None = Field(None, description="sql: the connection string itself (prefer dsn_env; never logged)")
+    columns: list[str] | None = Field(None, min_length=1, max_length=4096, description=(
+        "the table's columns this dataset reads: exactly its schema's features and label, in any order; every other column "
+        "of the file or table is ignored. Unset: columns the schema does not read are ignored too, and their count is logged "
+        "once as a WARNING"))
     batch_rows: int = Field(65_536, ge=1, le=10_000_000, description="rows read and computed on at a time: bounds the party's memory")
     dask: str = Field("", description="run this dataset's batch computations on Dask: \"local\" (a local cluster of dask_workers processes) or a scheduler address")
     dask_workers: int = Field(2, ge=1, le=256, description="worker processes of a local Dask cluster")
@@ -78,6 +82,8 @@ class DatasetConfig(BaseModel):
             raise ValueError("a parquet dataset needs a schema (it names the columns and their encoding)")
         elif self.path == Path():
             raise ValueError("a file dataset needs its path")
+        if self.columns is not None and self.schema_file is None:
+            raise ValueError("columns (the columns to read) needs a schema: they are its features and label")
         return self
 
     def connection_string(self) -> str:
