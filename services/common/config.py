@@ -64,7 +64,10 @@ class DatasetConfig(BaseModel):
         "of the file or table is ignored. Unset: columns the schema does not read are ignored too, and their count is logged "
         "once as a WARNING"))
     batch_rows: int = Field(65_536, ge=1, le=10_000_000, description="rows read and computed on at a time: bounds the party's memory")
-    dask: str = Field("", description="run this dataset's batch computations on Dask: \"local\" (a local cluster of dask_workers processes) or a scheduler address")
+    dask: str = Field("", description=(
+        "run this dataset's batch computations on Dask: \"local\" (a local cluster of dask_workers processes, mutual TLS on loopback) "
+        "or the address of the party's own scheduler, tls://host:port (with dask_tls)"))
+    dask_tls: TlsConfig | None = Field(None, description="an external Dask scheduler's TLS: this party's client certificate and key, and the cluster's CA")
     dask_workers: int = Field(2, ge=1, le=256, description="worker processes of a local Dask cluster")
 
     model_config = ConfigDict(populate_by_name=True)
@@ -82,6 +85,8 @@ class DatasetConfig(BaseModel):
             raise ValueError("a parquet dataset needs a schema (it names the columns and their encoding)")
         elif self.path == Path():
             raise ValueError("a file dataset needs its path")
+        if self.dask not in ("", "local") and (not self.dask.startswith("tls://") or self.dask_tls is None):
+            raise ValueError("a Dask scheduler address must be tls://host:port, with dask_tls {cert, key, ca} (the party never talks to a cluster in the clear)")
         if self.columns is not None and self.schema_file is None:
             raise ValueError("columns (the columns to read) needs a schema: they are its features and label")
         return self
