@@ -124,3 +124,24 @@ def test_a_taken_job_id_does_not_reveal_another_operators_job(fed):
     with channel(fed, "curator", mint(fed, "admin", "admin-1")) as ch:  # the admin may know of every job
         admin = refused(lambda: learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(_learner_spec(job), timeout=60))
     assert_status(admin, grpc.StatusCode.ALREADY_EXISTS)
+
+
+def test_a_registration_file_of_an_earlier_version_is_pinned_by_the_next_registration(tmp_path):
+    """An entry without a key (an earlier version's file) is pinned to the next registering key; entries of
+    non-members are dropped; the config's address wins over the file's."""
+    from mpdp_services.common import errors
+    from mpdp_services.curator.registrations import Registrations
+
+    path = tmp_path / "parties.json"
+    path.write_text(json.dumps({"party-1": "127.0.0.1:7001", "sybil-1": "127.0.0.1:9", FIXED: "127.0.0.1:10"}))
+    reg = Registrations("party", {FIXED: FIXED_ADDRESS}, ["party-1"], path)
+    assert reg.addresses == {"party-1": "127.0.0.1:7001", FIXED: FIXED_ADDRESS}
+    reg.register("party-1", "sha256:aa", "127.0.0.1:7002")
+    with pytest.raises(errors.Refused) as e:
+        reg.register("party-1", "sha256:bb", "127.0.0.1:9")
+    assert e.value.problem == common_pb2.WRONG_ROLE
+    again = Registrations("party", {FIXED: FIXED_ADDRESS}, ["party-1"], path)  # as after a restart
+    assert again.addresses["party-1"] == "127.0.0.1:7002"
+    with pytest.raises(errors.Refused):
+        again.register("party-1", "sha256:bb", "127.0.0.1:9")
+    assert json.loads(path.read_text()) == {"party-1": {"address": "127.0.0.1:7002", "key": "sha256:aa"}}
