@@ -135,6 +135,7 @@ class Rows:
         if src.n_features is not None and src.format == "libsvm" and src.n_features != len(schema.features):
             raise DatasetError(f"n_features {src.n_features} differs from the schema's {len(schema.features)} features")
         self.source = source_of(src, schema)
+        _check_columns(self.source, schema, getattr(src, "columns", None), self.name)
 
     @property
     def schema_sha256(self) -> str:
@@ -203,6 +204,34 @@ class Rows:
             yield np.vstack([h[0] for h in held]), np.concatenate([h[1] for h in held])
         self.report = report
         log.info("dataset %s encoded by schema %s: %s", self.name, self.schema_sha256[:12], report.to_json())
+
+
+_noted: set[str] = set()  # datasets whose unread columns were logged in this process
+
+
+def _check_columns(source: Source, schema: Schema, listed: list[str] | None, name: str) -> None:
+    """The dataset's ``columns`` (the columns to read) against its schema; without it, a WARNING once per dataset when
+    the table holds columns its schema does not read (their count only: they are ignored, never read).
+
+    A listed column the schema does not read, or a schema column left out of the list, refuses the dataset
+    (DatasetError): the config and the schema disagree about what is read."""
+    needed = schema.needed()
+    if listed is not None:
+        unread = [c for c in listed if c not in needed]
+        if unread:
+            raise DatasetError(f"{name}: its columns list names {len(unread)} column(s) its schema does not read, e.g. {unread[0]!r}")
+        left = [c for c in needed if c not in listed]
+        if left:
+            raise DatasetError(f"{name}: its columns list leaves out the schema's column {left[0]!r}")
+        return  # every other column of the table is ignored, as configured
+    if name in _noted:
+        return
+    declared = set(needed) | set(schema.columns or [])
+    extra = [c for c in (list(source.types()) or source.columns()) if c not in declared]
+    _noted.add(name)
+    if extra:
+        log.warning("dataset %s: %d column(s) of its table are not in its schema and are ignored (list the columns to read in "
+                    "the dataset's `columns:` to say so)", name, len(extra))
 
 
 def open_rows(src: DatasetSource, *, name: str = "") -> Rows:

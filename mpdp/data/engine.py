@@ -5,8 +5,8 @@ gradient sum, the Newton terms of Pathak's local training) is a *kernel* ``kerne
 batch of encoded rows (:class:`mpdp.data.dataset.Rows`), its results added up coordinate by coordinate. Memory is
 bounded by the batch size, whatever the row count.
 
-With a Dask cluster (the dataset's ``dask`` setting: ``"local"`` starts a local cluster of worker processes, anything
-else is a scheduler address), each part of the source (a file of a Parquet folder) is one task that reduces its own
+With a Dask cluster (the dataset's ``dask`` setting: ``"local"`` starts a local cluster of worker processes behind
+mutual TLS, anything else is the address of the party's own ``tls://`` scheduler), each part of the source (a file of a Parquet folder) is one task that reduces its own
 batches and returns its partial sums; this process adds the parts' sums in order. Only those sums leave a worker,
 and only the finished aggregate leaves the party, as without Dask. Dask is optional (``pip install 'mpdp[dask]'``).
 
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import atexit
 import logging
+import shutil
 import threading
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -54,12 +56,15 @@ def _part_sum(rows: Rows, kernel: Kernel) -> list | None:
 
 # -- Dask clusters, one per setting per process ---------------------------------------------------------------------
 _clients: dict[tuple[str, int], Any] = {}
+_folders: list[Path] = []  # the private folders of the local clusters this process started
 _lock = threading.Lock()
 
 
-def dask_client(address: str, workers: int = 2):
-    """The Dask client for ``address`` ("local": a local cluster of ``workers`` single-threaded worker processes,
-    started once and closed when this process exits), created on first use."""
+def dask_client(address: str, workers: int = 2, tls: Any = None):
+    """The Dask client for ``address``, created on first use: "local" is a local cluster of ``workers``
+    single-threaded worker processes on loopback, mutual TLS on every connection (:mod:`mpdp.data.dask_security`),
+    started once and closed when this process exits; anything else is the party's own scheduler, ``tls://`` with
+    ``tls`` (its ``ca``, ``cert`` and ``key`` paths: the dataset's ``dask_tls``)."""
     key = (address, workers if address == "local" else 0)
     with _lock:
         client = _clients.get(key)
@@ -69,17 +74,25 @@ def dask_client(address: str, workers: int = 2):
             from distributed import Client, LocalCluster
         except ImportError as e:
             raise RuntimeError("the dataset asks for Dask, which is not installed: pip install 'mpdp[dask]'") from e
+        from mpdp.data import dask_security
+
         if address == "local":
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
-            client = Client(cluster)
+            folder = dask_security.new_folder()
+            _folders.append(folder)
+            security = dask_security.local_security(folder)
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1", protocol="tls://",
+                                   security=security, local_directory=str(folder / "work"), preload=["mpdp.data.dask_security"])
+            client = Client(cluster, security=security)
         else:
-            client = Client(address, timeout="30s")
+            if tls is None:
+                raise RuntimeError("a Dask scheduler address needs the dataset's dask_tls (ca, cert, key) and a tls:// address")
+            client = Client(address, timeout="30s", security=dask_security.external_security(address, tls.ca, tls.cert, tls.key))
         _clients[key] = client
         return client
 
 
 def close_clients() -> None:
-    """Close every Dask client (and local cluster) this process started."""
+    """Close every Dask client (and local cluster) this process started, and remove the local clusters' folders."""
     with _lock:
         for client in _clients.values():
             cluster = client.cluster
@@ -87,17 +100,20 @@ def close_clients() -> None:
             if cluster is not None:
                 cluster.close()
         _clients.clear()
+        for folder in _folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        _folders.clear()
 
 
 atexit.register(close_clients)
 
 
-def reduce_rows(rows: Rows, kernel: Kernel, *, dask: str = "", workers: int = 2) -> list:
+def reduce_rows(rows: Rows, kernel: Kernel, *, dask: str = "", workers: int = 2, tls: Any = None) -> list:
     """Σ of ``kernel`` over every batch of ``rows``: here, or (``dask`` set) as one Dask task per part of the source."""
     parts = rows.parts()
     if not dask:
         return add_up(rows.batches(), kernel)
-    client = dask_client(dask, workers)
+    client = dask_client(dask, workers, tls)
     futures = [client.submit(_part_sum, part, kernel, pure=False) for part in parts]
     sums = [s for s in client.gather(futures) if s is not None]
     if not sums:
@@ -112,7 +128,7 @@ def reduce_rows(rows: Rows, kernel: Kernel, *, dask: str = "", workers: int = 2)
 
 
 def _reducer(src: DatasetSource, rows: Rows) -> Callable[[Kernel], list]:
-    return partial(reduce_rows, rows, dask=getattr(src, "dask", ""), workers=int(getattr(src, "dask_workers", 2)))
+    return partial(reduce_rows, rows, dask=getattr(src, "dask", ""), workers=int(getattr(src, "dask_workers", 2)), tls=getattr(src, "dask_tls", None))
 
 
 # -- what a party's servicers call --------------------------------------------------------------------------------------

@@ -17,6 +17,11 @@ class DatasetError(ValueError):
     """A dataset file is missing or malformed; the message says which file and what to fix."""
 
 
+class DatasetUnreadable(DatasetError):
+    """The dataset's data cannot be read at all (a missing, truncated or corrupt file): the dataset is unavailable,
+    whatever its configuration or schema says. A party keeps serving its other datasets."""
+
+
 def load_libsvm(path: str | Path, n_features: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_svmlight_file
 

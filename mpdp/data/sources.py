@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
-from mpdp.data.loaders import DatasetError, first_lines, sniff_dialect
+from mpdp.data.loaders import DatasetError, DatasetUnreadable, first_lines, sniff_dialect
 
 if TYPE_CHECKING:
     from mpdp.schema import Schema
@@ -76,7 +76,7 @@ class Source(ABC):
 
 def _require_file(p: Path) -> None:
     if not p.exists():
-        raise DatasetError(f"dataset file {p} does not exist; check the path in your party config")
+        raise DatasetUnreadable(f"dataset file {p} does not exist; check the path in your party config")
 
 
 def _opener(p: Path):
@@ -113,7 +113,7 @@ class CsvSource(Source):
                 else:
                     yield self.header, (rows if first is None or first == self.header else _chain(first, rows))
         except (OSError, UnicodeDecodeError, csv.Error) as e:
-            raise DatasetError(f"{self.path} is not readable delimited text: {e}") from e
+            raise DatasetUnreadable(f"{self.path} is not readable delimited text: {e}") from e
 
     def columns(self) -> list[str]:
         for header, _ in self._rows():
@@ -183,7 +183,7 @@ class LibsvmSource(Source):
             try:
                 X, y = load_svmlight_file(io.BytesIO(b"".join(lines)), n_features=d, zero_based=zero)
             except ValueError as e:
-                raise DatasetError(f"{self.path} is not valid LIBSVM/svmlight text: {e}") from e
+                raise DatasetUnreadable(f"{self.path} is not valid LIBSVM/svmlight text: {e}") from e
             dense = np.asarray(X.todense(), dtype=np.float64)
             cols = {n: np.ascontiguousarray(dense[:, i]) for i, n in enumerate(self.names) if n in wanted}
             if self.label in wanted:
@@ -238,12 +238,13 @@ class ParquetSource(Source):
         return [self.path]
 
     def _schema(self):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
             return pq.read_schema(self._files()[0])
-        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-            raise DatasetError(f"{self.path} is not a readable Parquet file ({type(e).__name__})") from e
+        except (OSError, ValueError, pa.ArrowException) as e:  # a truncated or corrupt file (ArrowInvalid is a ValueError)
+            raise DatasetUnreadable(f"{self.path} is not a readable Parquet file ({type(e).__name__})") from e
 
     def columns(self) -> list[str]:
         return list(self._schema().names)
@@ -290,8 +291,8 @@ class ParquetSource(Source):
                             cols[n] = _numeric_or_text(col.to_pylist(), TEXT)
                     emitted = True
                     yield Batch(cols, rb.num_rows)
-            except (OSError, ValueError) as e:
-                raise DatasetError(f"{f.name} is not a readable Parquet file ({type(e).__name__})") from e
+            except (OSError, ValueError, pa.ArrowException) as e:
+                raise DatasetUnreadable(f"{f.name} is not a readable Parquet file ({type(e).__name__})") from e
         if not emitted:
             yield Batch({n: np.array([], dtype=np.float64 if kinds[n] == NUMERIC else object) for n in wanted}, 0)
 

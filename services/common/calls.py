@@ -3,7 +3,8 @@
 grpc.aio's servicer context exposes neither the method name nor a place for per-call values, and each RPC runs in
 its own task, so the gate puts both in context variables when it admits a call. :mod:`errors` names the method in
 refusals and metrics; :func:`admitted` lets a role note who created a job (the curator's job ownership,
-:mod:`mpdp_services.curator.ownership`) without threading the caller through every servicer.
+:mod:`mpdp_services.curator.ownership`) without threading the caller through every servicer, and :func:`may_see`
+asks that ownership whether the caller may learn that a job exists.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ _METHOD: ContextVar[str] = ContextVar("mpdp_rpc_method", default="?")
 _CALLER: ContextVar[Identity | None] = ContextVar("mpdp_rpc_caller", default=None)
 _ON_ADMIT: list[Callable[[str, Identity], None]] = []
 _SUB_JOB: ContextVar[bool] = ContextVar("mpdp_sub_job", default=False)
+_MAY_SEE: list[Callable[[Identity, str], bool]] = []
 
 
 def serving(method: str, ident: Identity | None = None) -> None:
@@ -48,6 +50,17 @@ def admitted(job_id: str) -> None:
     if ident is not None:
         for hook in _ON_ADMIT:
             hook(job_id, ident)
+
+
+def on_may_see(check: Callable[[Identity, str], bool]) -> None:
+    """Judge with ``check(caller, job_id)`` whether the current RPC's caller may know of a job (this process only)."""
+    _MAY_SEE.append(check)
+
+
+def may_see(job_id: str) -> bool:
+    """Whether the current RPC's caller may learn that ``job_id`` exists (True outside an RPC, or with no judge)."""
+    ident = _CALLER.get()
+    return ident is None or all(check(ident, job_id) for check in _MAY_SEE)
 
 
 @contextmanager

@@ -59,8 +59,15 @@ class DatasetConfig(BaseModel):
     query: str | None = Field(None, description="sql: a SELECT whose result holds the rows (instead of table)")
     dsn_env: str | None = Field(None, description="sql: the environment variable holding the PostgreSQL connection string (never logged)")
     dsn: SecretStr | None = Field(None, description="sql: the connection string itself (prefer dsn_env; never logged)")
+    columns: list[str] | None = Field(None, min_length=1, max_length=4096, description=(
+        "the table's columns this dataset reads: exactly its schema's features and label, in any order; every other column "
+        "of the file or table is ignored. Unset: columns the schema does not read are ignored too, and their count is logged "
+        "once as a WARNING"))
     batch_rows: int = Field(65_536, ge=1, le=10_000_000, description="rows read and computed on at a time: bounds the party's memory")
-    dask: str = Field("", description="run this dataset's batch computations on Dask: \"local\" (a local cluster of dask_workers processes) or a scheduler address")
+    dask: str = Field("", description=(
+        "run this dataset's batch computations on Dask: \"local\" (a local cluster of dask_workers processes, mutual TLS on loopback) "
+        "or the address of the party's own scheduler, tls://host:port (with dask_tls)"))
+    dask_tls: TlsConfig | None = Field(None, description="an external Dask scheduler's TLS: this party's client certificate and key, and the cluster's CA")
     dask_workers: int = Field(2, ge=1, le=256, description="worker processes of a local Dask cluster")
 
     model_config = ConfigDict(populate_by_name=True)
@@ -78,6 +85,10 @@ class DatasetConfig(BaseModel):
             raise ValueError("a parquet dataset needs a schema (it names the columns and their encoding)")
         elif self.path == Path():
             raise ValueError("a file dataset needs its path")
+        if self.dask not in ("", "local") and (not self.dask.startswith("tls://") or self.dask_tls is None):
+            raise ValueError("a Dask scheduler address must be tls://host:port, with dask_tls {cert, key, ca} (the party never talks to a cluster in the clear)")
+        if self.columns is not None and self.schema_file is None:
+            raise ValueError("columns (the columns to read) needs a schema: they are its features and label")
         return self
 
     def connection_string(self) -> str:
@@ -164,7 +175,13 @@ class CuratorConfig(_Base):
     parties: dict[str, str] = Field({}, description="site name → address; parties may also register at start-up")
     state_dir: Path = Path("curator-state")
     dgk_bits: int = 2048
-    compute_nodes: dict[str, str] = {}
+    compute_nodes: dict[str, str] = Field({}, description="compute node site name → address; compute nodes may also register at start-up")
+    members: list[str] = Field([], max_length=limits.MAX_PARTIES, description=(
+        "the federation's parties as provisioned (site names, as in every party's config). Only these and the parties "
+        "named in parties may register (RegisterParty); any other party certificate is refused WRONG_ROLE"))
+    compute_node_members: list[str] = Field([], max_length=limits.MAX_PARTIES, description=(
+        "the federation's compute nodes as provisioned. Only these and the nodes named in compute_nodes may register "
+        "(RegisterComputeNode); any other compute-node certificate is refused WRONG_ROLE"))
     auxiliary: dict[str, DatasetConfig] = Field({}, description="public auxiliary (unlabelled) datasets for ensemble (hamm2016) jobs; labels are ignored")
     max_live_jobs_federation: int = Field(limits.MAX_LIVE_JOBS_FEDERATION, ge=1, le=100_000, description=(
         "jobs of every protocol live at once in this federation; a submission past it is refused OVERLOADED before any party is asked to spend"))

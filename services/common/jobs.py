@@ -4,7 +4,8 @@ A :class:`JobTable` holds a service's jobs (any entry type: a hosted machine, a 
 It owns what every role must do the same way and no protocol cares about:
 
 - **Admission.** A job id is checked (:func:`check_id`) before it reaches a store, a file or a dict; at most
-  ``max_live`` jobs are not terminal at once (more is OVERLOADED); an id is never admitted twice (REPLAY); a
+  ``max_live`` jobs are not terminal at once (more is OVERLOADED); an id is never admitted twice (REPLAY, or to a
+  caller who may not know of the job INVALID_JOB without naming it: :func:`duplicate`); a
   shared ``admission`` (the curator's per-federation and per-operator bounds) may refuse it OVERLOADED too.
 - **Deadline.** Every job has one (``hard_deadline``). :meth:`JobTable.sweep` returns the jobs past it that are not
   terminal; the service fails them (the machine's ``fail()``, which notifies the peers).
@@ -59,6 +60,18 @@ def check_id(job_id: str) -> str:
     if not valid_id(job_id):
         raise RemoteProtocolError(P.UNKNOWN_JOB, "no such job (not a job id: 1-64 letters, digits, '.', '_' or '-')")
     return job_id
+
+
+TAKEN = "this job id cannot be used; choose another, or leave job_id empty for a fresh one"
+
+
+def duplicate(job_id: str) -> RemoteProtocolError:
+    """The refusal of an id that names a job already: REPLAY to a caller who may know of that job (its owner, an
+    admin, a peer, the service itself), and to anyone else INVALID_JOB :data:`TAKEN`, which names no job and no
+    owner (the curator's job ownership, :func:`calls.may_see`)."""
+    if calls.may_see(job_id):
+        return RemoteProtocolError(P.REPLAY, f"job {job_id} already exists")
+    return RemoteProtocolError(P.INVALID_JOB, TAKEN)
 
 
 def hard_deadline(seconds: float) -> float:
@@ -177,7 +190,7 @@ class JobTable(Generic[T]):
         if not valid_id(job_id):
             raise RemoteProtocolError(P.MALFORMED, "not a job id (1-64 letters, digits, '.', '_' or '-')")
         if job_id in self._jobs or job_id in self._records:
-            raise RemoteProtocolError(P.REPLAY, f"job {job_id} already exists")
+            raise duplicate(job_id)
         self.sweep()
         if self.live_count() >= self.max_live:
             raise RemoteProtocolError(P.OVERLOADED, f"{self.max_live} {self.protocol} jobs are running; try again later")

@@ -155,6 +155,24 @@ def identity_from_pem(pem: bytes) -> Identity:
     return ident
 
 
+def key_fingerprint(pem: bytes) -> str:
+    """``sha256:<hex>`` of a certificate's public key (SubjectPublicKeyInfo, DER): the same for every certificate
+    issued over one key pair, different for a certificate minted with another key under the same name."""
+    fp = _key_cache.get(pem)
+    if fp is None:
+        cert = x509.load_pem_x509_certificate(pem)
+        spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        digest = hashes.Hash(hashes.SHA256())
+        digest.update(spki)
+        fp = "sha256:" + digest.finalize().hex()
+        if len(_key_cache) < 4096:
+            _key_cache[pem] = fp
+    return fp
+
+
+_key_cache: dict[bytes, str] = {}
+
+
 def usages(cert: x509.Certificate) -> list:
     """The certificate's extended key usages ([] when it has no EKU extension)."""
     try:

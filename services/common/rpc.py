@@ -59,6 +59,12 @@ def caller(context: grpc.aio.ServicerContext) -> Identity:
     return identity_from_pem(pems[0])
 
 
+def caller_key(context: grpc.aio.ServicerContext) -> str:
+    """The SHA-256 fingerprint of the caller's certificate key (:func:`pki.key_fingerprint`), "" without one."""
+    pems = context.auth_context().get("x509_pem_cert") or []
+    return pki.key_fingerprint(pems[0]) if pems else ""
+
+
 class RoleInterceptor(grpc.aio.ServerInterceptor):
     """The one gate in front of every servicer.
 
@@ -69,7 +75,8 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
     2. the caller's certificate must be a TLS client certificate (EKU clientAuth) naming a federation (O); its
        role must be allowed for the method, its federation must be ours, and
        for a role in ``pinned`` (e.g. ``{"curator": "curator"}`` at parties and compute nodes) its
-       certificate name must be exactly the configured one;
+       certificate name must be exactly the configured one, and for a method in ``names`` (e.g. the curator's
+       RegisterParty) the certificate name must be one of that method's names (the federation's members);
     3. the caller may have at most ``per_caller`` RPCs in flight (OVERLOADED otherwise);
     4. only then is the body read and parsed (unary requests are served as client-streaming, the same bytes on the
        wire, so a refused caller's message is never received into memory); an undecodable body is MALFORMED
@@ -93,6 +100,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         pinned: dict[str, str] | None = None,
         per_caller: int = PER_CALLER_IN_FLIGHT,
         scope: "Scope | None" = None,
+        names: dict[str, Callable[[], frozenset[str]]] | None = None,
     ) -> None:
         self._allowed = allowed  # full method name → roles
         self.federation = federation  # the O every caller's certificate must carry (start_server fills it from the site's own certificate)
@@ -101,6 +109,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         self._per_caller = per_caller
         self._scope = scope  # which jobs a caller may see (the curator's job ownership), after the body is parsed
         self._in_flight: dict[tuple[str, str], int] = {}
+        self._names = dict(names or {})  # method → the certificate names that may call it (read on every call)
 
     # -- checks ------------------------------------------------------------------------------------
     def _refusal(self, method: str, roles: tuple[str, ...] | None, ident: Identity) -> str | None:
@@ -117,6 +126,9 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         pinned = self._pinned.get(ident.role)
         if pinned is not None and ident.name != pinned:
             return f"only {pinned} may call this as {ident.role}"
+        names = self._names.get(method)
+        if names is not None and ident.name not in names():
+            return f"the caller's certificate names no member of this federation ({ident.role} {errors.shown(ident.name)})"
         return None
 
     def _enter(self, ident: Identity) -> bool:

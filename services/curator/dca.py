@@ -24,9 +24,10 @@ from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from mpdp_services.common.durable import write_atomic
 from mpdp_services.common import errors, jobs
-from mpdp_services.common.rpc import PeerChannels, caller, method_for_message, roles_by_method
+from mpdp_services.common.rpc import PeerChannels, caller, caller_key, method_for_message, roles_by_method
 from mpdp_services.common.runtime import Hosted
 from mpdp_services.curator.admission import Admission
+from mpdp_services.curator.registrations import Registrations
 
 log = logging.getLogger("mpdp.curator.dca")
 
@@ -95,14 +96,15 @@ _safe = jobs.valid_id  # a job id names a file only if it could be one of ours
 
 class DcaCurator(pb_grpc.DcaCuratorServicer):
     def __init__(self, state_dir: Path, channels: PeerChannels, test_mode: bool, static_nodes: dict[str, str], *,
-                 retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: Admission | None = None) -> None:
+                 retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: Admission | None = None,
+                 members: list[str] | None = None) -> None:
         self.store = DcaStore(Path(state_dir) / "dca")
         self.channels = channels
         self.test_mode = test_mode
-        self._nodes_file = Path(state_dir) / "compute_nodes.json"
-        self.nodes: dict[str, str] = dict(static_nodes)
-        if self._nodes_file.exists():
-            self.nodes.update(json.loads(self._nodes_file.read_text()))
+        # the nodes' addresses: provisioned ones fixed, learned ones pinned to the registering key (registrations.py);
+        # ``members``: the compute nodes that may register besides the provisioned ones
+        self.registrations = Registrations("compute node", static_nodes, list(members or []), Path(state_dir) / "compute_nodes.json")
+        self.nodes: dict[str, str] = self.registrations.addresses
         self.jobs: jobs.JobTable[Hosted[AggregatorMachine]] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
 
@@ -278,10 +280,10 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
     async def RegisterComputeNode(self, request: pb.NodeRegistration, context) -> common_pb2.Ack:
         if not _address(request.address):
             await errors.refuse(context, common_pb2.MALFORMED, "address must be host:port (at most 255 characters)")
-        name = caller(context).name
-        self.nodes[name] = request.address
-        write_atomic(self._nodes_file, json.dumps(self.nodes, indent=2))
-        log.info("compute node %s registered at %s", name, request.address)
+        try:  # a member: the gate refused every other name before the body was read
+            self.registrations.register(caller(context).name, caller_key(context), request.address)
+        except errors.Refused as e:
+            await errors.refuse(context, e.problem, e.detail)
         return common_pb2.Ack()
 
     # -- node → curator -----------------------------------------------------------------------------------

@@ -220,7 +220,8 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         if not job_id.startswith(learner.prefix):
             raise errors.Refused(common_pb2.INVALID_JOB, f"a {learner.protocol} job id starts with {learner.prefix}")
         if any(job_id in t for t in self.tables.values()) or self.store.state(job_id) is not None:
-            raise errors.Refused(common_pb2.REPLAY, f"job {job_id} already exists")
+            taken = jobs.duplicate(job_id)  # REPLAY to its owner; to another operator a refusal that names no job
+            raise errors.Refused(taken.problem, taken.detail)
         try:
             role: Any = learner.role(spec, job_id)
             outputs = role.start()  # round 0's DCA parameters are checked here, before anything runs

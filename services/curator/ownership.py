@@ -4,7 +4,11 @@ A job at the curator is owned by the certificate name (CN) of the operator whose
 SubmitJob, or a protocol's own submit call, and the DCA jobs such a job creates). Another operator
 cannot list, watch, fetch, cancel or release it, nor request contributions to it: to them it does not exist, so
 the gate answers ``UNKNOWN_JOB`` (NOT_FOUND), the same as for an id never issued, and list answers leave it out.
-This keeps one operator from learning even that another's job exists.
+This keeps one operator from learning even that another's job exists. An operator who submits a job under an id
+(a learner's ``job_id``) that names another's job is refused ``INVALID_JOB`` with the words any id it may not use
+gets (:data:`mpdp_services.common.jobs.TAKEN`: no job, no owner, no state); only its own duplicate is a ``REPLAY``.
+That an id is taken is all it learns; ids the curator picks are random (12 hex digits), so only an id its owner
+chose can be guessed at all.
 
 A certificate with role ``admin`` (``mpdp provision``: ``operators: [{name: …, admin: true}]``) may do whatever an
 operator may, on every job. Parties and compute nodes are not operators: what the protocols let them fetch (a
@@ -65,6 +69,7 @@ class Ownership(Scope):
     def install(self) -> "Ownership":
         """Record the caller of every job this process admits from now on (:func:`calls.on_admit`)."""
         calls.on_admit(self.admitted)
+        calls.on_may_see(self.may)
         return self
 
     def admitted(self, job_id: str, ident: Identity) -> None:

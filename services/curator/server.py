@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-import json
 import logging
 import secrets as pysecrets
 import sys
@@ -23,13 +22,12 @@ from mpdp.pathak2010.curator import CuratorMachine
 from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
-from mpdp_services.common.durable import write_atomic
 from mpdp_services.common import config as cfgmod
 from mpdp_services.common import errors, jobs
 from mpdp_services.common.peerwatch import PeerWatch
 from mpdp_services.curator.admission import Admission
 from mpdp_services.curator.pathak_pool import CuratorDgkPool
-from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, caller, method_for_message, roles_by_method, serve_until_signal, start_server
+from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, caller, caller_key, method_for_message, roles_by_method, serve_until_signal, start_server
 from mpdp_services.common.runtime import Hosted
 from mpdp_services.common.store import MessageStore
 from mpdp_services.common.transcript import from_env as transcript_from_env
@@ -43,6 +41,7 @@ from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as E
 from mpdp_services.curator.learner import LEARNERS, ROLES as LEARNER_ROLES, SERVICE as LEARNER_SERVICE, LearnerHost
 from mpdp_services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
 from mpdp_services.curator.ownership import Ownership
+from mpdp_services.curator.registrations import Registrations
 
 log = logging.getLogger("mpdp.curator")
 
@@ -92,10 +91,9 @@ class Curator(pb_grpc.CuratorServicer):
         self.secrets = secrets
         self.rng = Drbg.from_os()
         self.registry = ModelRegistry(Path(cfg.state_dir) / "models")
-        self._parties_file = Path(cfg.state_dir) / "parties.json"
-        self.addresses: dict[str, str] = dict(cfg.parties)
-        if self._parties_file.exists():  # registrations survive a restart
-            self.addresses.update(json.loads(self._parties_file.read_text()))
+        # the parties' addresses: provisioned ones fixed, learned ones pinned to the registering key (registrations.py)
+        self.registrations = Registrations("party", cfg.parties, cfg.members, Path(cfg.state_dir) / "parties.json")
+        self.addresses: dict[str, str] = self.registrations.addresses
         self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live,
                                                                               admission=self.admission)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
@@ -184,12 +182,13 @@ class Curator(pb_grpc.CuratorServicer):
         return self.keys_msg
 
     async def RegisterParty(self, request: pb.PartyRegistration, context) -> pb.CuratorKeys:
-        ident = caller(context)
+        ident = caller(context)  # a member: the gate refused every other name before the body was read
         if not (0 < len(request.address) <= 255 and ":" in request.address and request.address.isprintable()):
             await errors.refuse(context, common_pb2.MALFORMED, "address must be host:port (at most 255 characters)")
-        self.addresses[ident.name] = request.address
-        write_atomic(self._parties_file, json.dumps(self.addresses, indent=2))
-        log.info("party %s registered at %s", ident.name, request.address)
+        try:
+            self.registrations.register(ident.name, caller_key(context), request.address)
+        except errors.Refused as e:
+            await errors.refuse(context, e.problem, e.detail)
         return self.keys_msg
 
     # -- party → Charlie protocol steps (all the same: feed the job's machine) -----------------
@@ -314,7 +313,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     retention, max_live = cfg.job_retention_seconds, cfg.max_live_jobs
     curator = Curator(cfg, secrets, retention=retention, max_live=max_live)
     dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=retention, max_live=max_live,
-                     admission=curator.admission)
+                     admission=curator.admission, members=cfg.compute_node_members)
     local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs, admission=curator.admission)
     contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context, dca.store.spec)
     ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs,
@@ -339,7 +338,9 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     transcript = transcript_from_env(cfg.test_mode, cfg.name)
     curator.channels.transcript = transcript
     owners = Ownership(Path(cfg.state_dir)).install()  # jobs belong to the operator who asked for them (ownership.py)
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners), add, services)
+    registering = {f"/{SERVICE}/RegisterParty": curator.registrations.members, f"/{DCA_SERVICE}/RegisterComputeNode": dca.registrations.members}
+    gate = RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners, names=registering)  # only members register
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, gate, add, services)
     await dca.recover()
     await learner.recover()  # a learner job the previous process was running is FAILED (its round's DCA job aborted)
     for task_jobs in (local.tasks, ensemble.tasks):  # so is an ensemble or a set of local releases

@@ -79,19 +79,25 @@ class LocalFederation:
         tls = {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}
         common = {"federation": self.federation, "test_mode": self.test_mode, "paillier_bits": self.paillier_bits, "listen": "127.0.0.1:0"}
         _write_yaml(self.workdir / "curator" / "curator.yaml", {**common, "name": "curator", "tls": tls, "state_dir": "state", "dgk_bits": self.dgk_bits, "auxiliary": self.auxiliary,
+                                                                  "members": self._members(), "compute_node_members": list(self.compute_nodes),
                                                                   **self.curator_options})
         for p in self.parties:
             _write_yaml(
                 self.workdir / p / "party.yaml",
                 {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}),
                  "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta,
-                 "members": list(self.members if self.members is not None else self.parties),
+                 "members": self._members(),
                  "local_classifier": self.local_classifiers.get(p, "logreg")},
             )
 
         for n in self.compute_nodes:
             _write_yaml(self.workdir / n / "compute_node.yaml", {**common, "name": n, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "workers": self.node_workers,
                                                                       **self.node_options})
+
+    def _members(self) -> list[str]:
+        """The federation's parties as provisioned: every party takes jobs over these only, and only these may
+        register at the curator."""
+        return list(self.members if self.members is not None else self.parties)
 
     # -- processes --------------------------------------------------------------------------------
     def start(self, timeout: float = 180.0, on_ready: Callable[[Proc], None] | None = None) -> None:

@@ -107,9 +107,7 @@ async def _failed(party: "Party", spent: list[dict]) -> None:
 async def dataset_for(party: "Party", context, dataset: str, schema_sha256: str) -> "DatasetConfig":
     """The party's configured dataset ``dataset``, checked against the job's schema digest (INVALID_JOB otherwise)."""
     cfg = party.cfg
-    ds = cfg.datasets.get(dataset)
-    if ds is None:
-        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(dataset)} (configured: {sorted(cfg.datasets)})")
+    ds = await party.dataset(context, dataset)
     try:
         require_schema(ds, schema_sha256)
     except SchemaMismatch as e:

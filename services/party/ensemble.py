@@ -61,10 +61,9 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
         if spec.simulation_seed and not cfg.test_mode:
             await errors.refuse(context, Problem.INVALID_JOB, "simulation_seed is refused outside test mode")
-        if spec.dataset not in cfg.datasets:
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(spec.dataset)} (configured: {sorted(cfg.datasets)})")
+        ds = await party.dataset(context, spec.dataset)
         try:
-            require_schema(cfg.datasets[spec.dataset], spec.schema_sha256)
+            require_schema(ds, spec.schema_sha256)
         except SchemaMismatch as e:
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(spec.dataset)}: {e}")
         if cfg.local_classifier not in CLASSIFIERS:

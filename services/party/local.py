@@ -70,9 +70,7 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
             charge = next(o for o in role.requested() if isinstance(o, Spend))
         except ProtocolError as e:
             await errors.refuse(context, e.problem, f"party {cfg.name}: {e.detail}")
-        ds = cfg.datasets.get(request.spec.dataset)
-        if ds is None:
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} has no dataset {shown(request.spec.dataset)} (configured: {sorted(cfg.datasets)})")
+        ds = await party.dataset(context, request.spec.dataset)
         try:
             require_schema(ds, request.spec.schema_sha256)
         except SchemaMismatch as e:

@@ -205,9 +205,7 @@ class PathakParty(pb_grpc.PartyServicer):
 
     async def _announce(self, request: pb.JobAnnouncement, context) -> None:
         name = self.cfg.name
-        ds = self.cfg.datasets.get(request.spec.dataset)
-        if ds is None:
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {name} has no dataset {shown(request.spec.dataset)} (configured: {sorted(self.cfg.datasets)})")
+        ds = await self.party.dataset(context, request.spec.dataset)
         try:  # every party of the job is a member as provisioned (in gaussian-distributed mode each adds a share of σ²)
             check_members(list(request.spec.parties), self.cfg.members)
         except ValueError as e:

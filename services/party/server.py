@@ -50,6 +50,16 @@ class Party:
         LedgerPage(cfg.name, self.ledger).install()
         self.registered = False
         self._claimed: set[tuple[str, str]] = set()  # (protocol, job id) being started in this process
+        self.unavailable: dict[str, str] = {}  # dataset → why its data could not be read at start-up (services/party/datasets.py)
+
+    async def dataset(self, context, name: str) -> cfgmod.DatasetConfig:
+        """The configured dataset ``name``; INVALID_JOB if there is none or it is unavailable (its file unreadable at start-up)."""
+        ds = self.cfg.datasets.get(name)
+        if ds is None:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {self.cfg.name} has no dataset {shown(name)} (configured: {sorted(self.cfg.datasets)})")
+        if name in self.unavailable:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {self.cfg.name}: dataset {shown(name)} is unavailable; see the party's log")
+        return ds
 
     async def ready(self, context) -> None:
         """NOT_READY (UNAVAILABLE) until registration with the curator has completed."""
@@ -130,11 +140,14 @@ async def register(cfg: cfgmod.PartyConfig, port: int, patience: float = 120.0) 
 
 
 async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
-    problems = datasets.schema_problems(cfg.datasets)
+    problems, unavailable = datasets.check(cfg.datasets)
     if problems:  # before anything listens: a dataset with another dataset's schema would only fail at job time
         print(f"mpdp party {cfg.name}: " + "; ".join(problems) + f"; {datasets.HINT}", file=sys.stderr)
         raise SystemExit(2)
+    for name, why in unavailable.items():  # its jobs are refused; the party serves its other datasets
+        log.error("dataset %s is unavailable: %s; its jobs are refused until the file is fixed and the party restarted", name, why)
     party = Party(cfg)
+    party.unavailable = dict(unavailable)
     loop = asyncio.get_running_loop()
 
     def on_precompute(ready: bool) -> None:

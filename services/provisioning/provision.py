@@ -340,6 +340,8 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
             "dgk_bits": d.dgk_bits,
             "parties": {p.name: p.address for p in spec.parties},
             "compute_nodes": {c.name: c.address for c in spec.compute_nodes},
+            "members": [p.name for p in spec.parties],  # the federation as provisioned: only these register
+            "compute_node_members": [c.name for c in spec.compute_nodes],
             "auxiliary": {k: _dataset_dict(v) for k, v in cur.auxiliary.items()},
         },
     )

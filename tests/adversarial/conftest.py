@@ -66,12 +66,12 @@ def synthetic_rows(n: int, seed: int, d: int = D) -> tuple[np.ndarray, np.ndarra
 
 def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | None = None, dimension: int = D, *, nodes: list[str] = NODES,
                      key_bits: int = 768, curator_options: dict | None = None, members: list[str] | None = None,
-                     node_options: dict | None = None) -> LocalFederation:
+                     node_options: dict | None = None, extra_datasets: dict[str, dict[str, dict]] | None = None) -> LocalFederation:
     """Curator (auxiliary dataset ``aux``), 3 parties (each with dataset ``synthetic``: d = 4, ±1 labels, rows in
     the unit ball) and 3 compute nodes, small keys, test mode: what ``mpdp federation up --test-mode --parties 3 --compute-nodes 3``
     starts, plus the data a legitimate job needs. ``curator_options``, ``node_options``: extra curator and compute-node
     configuration fields; ``members``:
-    the federation's parties as provisioned (default: the parties started)."""
+    the federation's parties as provisioned (default: the parties started); ``extra_datasets``: party → more datasets."""
     names = parties or PARTIES
     datasets: dict[str, dict[str, dict]] = {}
     for j, p in enumerate(names):
@@ -79,7 +79,7 @@ def start_federation(root: Path, budget: float = BUDGET, parties: list[str] | No
         f = root / "data" / f"{p}.csv"
         f.parent.mkdir(parents=True, exist_ok=True)
         np.savetxt(f, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
-        datasets[p] = {"synthetic": {"path": str(f), "format": "csv"}}
+        datasets[p] = {"synthetic": {"path": str(f), "format": "csv"}, **(extra_datasets or {}).get(p, {})}
     X, _ = synthetic_rows(60, 99, dimension)  # the curator's public auxiliary points for ensemble jobs (labels ignored)
     aux = root / "data" / "aux.csv"
     np.savetxt(aux, np.column_stack([X, np.zeros(len(X))]), delimiter=",", fmt="%.17g")

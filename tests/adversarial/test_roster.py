@@ -44,9 +44,7 @@ from tests.adversarial.conftest import (
     pathak_spec,
     refused,
     site_tls,
-    submit_pathak,
     wait_dca,
-    wait_pathak,
 )
 
 GHOSTS = [f"ghost-{i:03d}" for i in range(297)]
@@ -211,12 +209,15 @@ def test_a_squatted_contribution_round_still_releases(fed):
     assert_all_serving(fed)
 
 
-def test_a_pathak_job_with_a_non_member_is_refused_by_every_party(fed):
-    """A party certificate minted under a new name registers at the curator; a Pathak job naming it is refused by
-    the provisioned parties (in gaussian-distributed mode each party adds σ²/(K − t): an outsider would thin it)."""
+def test_a_pathak_job_with_a_non_member_is_refused(fed):
+    """A party certificate minted under a new name cannot register at the curator (only the federation's members
+    may), so a Pathak job naming it is refused before any party hears of it (in gaussian-distributed mode each party
+    adds σ²/(K − t): an outsider would thin it; every party also checks its own members list)."""
     with channel(fed, "curator", mint(fed, "party", "sybil-9")) as ch:
-        pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address="127.0.0.1:9"), timeout=20)
-    job = submit_pathak(fed, pathak_spec(parties=[*PARTIES, "sybil-9"], seed=b"sybil-pathak"))
-    st = wait_pathak(fed, job)
-    assert st.state == "FAILED" and st.problem == common_pb2.INVALID_JOB and "not members" in st.detail, st
-    assert_nothing_spent(fed, job)
+        e = refused(lambda: pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address="127.0.0.1:9"), timeout=20))
+    assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
+    with operator_curator(fed) as ch:
+        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(parties=[*PARTIES, "sybil-9"], seed=b"sybil-pathak"), timeout=60))
+    assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
+    assert "not registered" in (e.details() or ""), e.details()
+    assert_ledgers_within_budget(fed)

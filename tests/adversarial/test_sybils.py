@@ -4,8 +4,8 @@ The roster rule (docs/protocols/dca.md "Rosters", mpdp.contribution.check_roster
 exactly the parties it was asked with, and a node takes a listed client's share only over that client's own party
 certificate. But *who is a party* is whatever the CA signs and the curator registers: whoever holds the CA key (the
 provisioning host, run by the same organisation as the curator and the operator: docs/deploy.md) mints party
-certificates ``sybil-1 … sybil-8``, registers them at the curator (RegisterParty takes any party-role certificate),
-and asks party-1 for a round whose roster is ``[party-1, sybil-1, …, sybil-8]`` (N = 9, T = 0). Every check passes:
+certificates ``sybil-1 … sybil-8``, tries to register them at the curator (it registers only the federation's members,
+so these are refused), and asks party-1 for a round whose roster is ``[party-1, sybil-1, …, sybil-8]`` (N = 9, T = 0). Every check passes:
 the roster *is* the round's parties. party-1 adds σ²_std/(N − T − 1) = σ²_std/8 and spends the job's (ε, δ); the
 sybils submit zero vectors with noise the attacker knows. Subtracting it leaves party-1's statistic under noise of
 variance σ²_std/8 — an (ε, δ) guarantee that does not hold, for a charge that says it does.
@@ -18,7 +18,6 @@ Expected: the party (or the curator) refuses a round over identities that are no
 from __future__ import annotations
 
 import asyncio
-import math
 
 import grpc
 import numpy as np
@@ -31,16 +30,17 @@ from mpdp.protocol import Send
 from mpdp.regression.statistics import party_statistics
 from mpdp_services.dca_client.client import _send_shares
 
-from .conftest import NODES, assert_ledgers_within_budget, channel, create_dca, dca_spec, ledger_job_ids, mint, operator_curator, wait_dca
+from .conftest import assert_ledgers_within_budget, assert_status, channel, create_dca, dca_spec, ledger_job_ids, mint, operator_curator, refused, wait_dca
 
 SYBILS = [f"sybil-{i}" for i in range(1, 9)]
 BOUNDS = [1.0] * 5  # d = 4 features and the label, each within [-1, 1]
 
 
 def test_sybil_parties_dilute_a_real_partys_noise(fed):
-    for s in SYBILS:  # a minted party certificate registers like any party
+    for s in SYBILS:  # a minted party certificate under a new name is no member: the curator does not register it
         with channel(fed, "curator", mint(fed, "party", s)) as ch:
-            pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address="127.0.0.1:9"), timeout=20)
+            e = refused(lambda: pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address="127.0.0.1:9"), timeout=20))
+        assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
     roster = ["party-1", *SYBILS]
     job = create_dca(fed, dca_spec(n=len(roster), d=5, roster=roster, clip_bounds=[100.0], sensitivity=5.0, deadline=60.0))
     with operator_curator(fed) as ch:
