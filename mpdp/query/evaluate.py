@@ -111,7 +111,8 @@ def _bin(values: np.ndarray, lo: float, hi: float, k: int) -> np.ndarray:
     """The equal-width bin of each value clamped to [lo, hi] (the last bin closed)."""
     if hi <= lo:
         return np.zeros(len(values), dtype=np.int64)
-    b = np.floor((np.clip(values, lo, hi) - lo) / (hi - lo) * k).astype(np.int64)
+    v = np.clip(np.nan_to_num(values, nan=lo), lo, hi)  # a missing value's row is excluded anyway (its bin is never used)
+    b = np.floor((v - lo) / (hi - lo) * k).astype(np.int64)
     return np.minimum(b, k - 1)
 
 
