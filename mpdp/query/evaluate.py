@@ -161,7 +161,7 @@ def dataset_vector(src, name: str, plan: QueryPlan, records_limit: int) -> np.nd
     """The vector of a configured dataset (``mpdp.data.dataset.DatasetSource``) through its source's batches; a dataset
     without a schema can only be counted (COUNT(*) without WHERE or GROUP BY: its rows as the file loads them)."""
     from mpdp.data.dataset import open_rows, schema_of, source_of
-    from mpdp.data.sources import DEFAULT_BATCH_ROWS
+    from mpdp.data.sources import DEFAULT_BATCH_ROWS, SqlSource
 
     schema = schema_of(src)
     if schema is None:
@@ -172,6 +172,12 @@ def dataset_vector(src, name: str, plan: QueryPlan, records_limit: int) -> np.nd
         return np.full(plan.dimension, float(n))
     source = source_of(src, schema)
     schema.check_types(source)
+    if isinstance(source, SqlSource):  # PostgreSQL: the database aggregates, one row per group leaves it
+        from mpdp.query.pushdown import vector as pushed
+
+        z = pushed(plan, source, schema, records_limit)
+        if z is not None:
+            return z
     names = sorted(plan.columns)
     rows = int(getattr(src, "batch_rows", DEFAULT_BATCH_ROWS))
 
