@@ -6,8 +6,8 @@ distributed discrete Gaussian; every party proves every coordinate of its vector
 Δ₂ is the plan's (:attr:`mpdp.query.plan.QueryPlan.sensitivity`).
 
 Intervals (docs/protocols/query.md, "Intervals"). Each released coordinate is Y = S + E + R: the true sum S, the
-noise E — a sum of independent discrete Gaussians N_Z(0, σ²), each σ-sub-Gaussian (Canonne, Kamath & Steinke 2020,
-Cor. 23), so E is sub-Gaussian with variance proxy V = the release's ``noise_variance`` — and the rounding R, at most
+noise E — a sum of independent discrete Gaussians N_Z(0, σ²), each σ-sub-Gaussian (Canonne, Kamath & Steinke
+2020: its moment generating function is at most N(0, σ²)'s), so E is sub-Gaussian with variance proxy V = the release's ``noise_variance`` — and the rounding R, at most
 one unit 2^-f per included client, |R| ≤ |A|·2^-f. Hence P(|E| ≥ t) ≤ 2·exp(−t²/(2V)) and
 
     S ∈ Y ± (√(2V·ln(2/α)) + |A|·2^-f)  with probability ≥ 1 − α   (α = 0.05: √(2 ln 40) ≈ 2.72 standard deviations).
