@@ -185,6 +185,13 @@ def schema_columns(schema: "Schema | None") -> dict[str, Column]:
 def compile_query(sql: str, schema: "Schema | None", dataset: str | None = None) -> QueryPlan:
     """The plan of ``sql`` over ``schema`` (None: a dataset without a schema, COUNT(*) only); ``dataset``: the name
     the FROM must give (None: any one table). Raises :class:`QueryError`."""
+    try:
+        return _compile(sql, schema, dataset)
+    except RecursionError:  # a query nested deeper than the parser's stack (at most 8192 characters reach it)
+        raise QueryError("the query nests too deeply") from None
+
+
+def _compile(sql: str, schema: "Schema | None", dataset: str | None) -> QueryPlan:
     import sqlglot
     from sqlglot import exp
 

@@ -38,7 +38,7 @@ def schema_from_json(schema_json: str, sha256: str):
         return None
     try:
         schema = Schema.model_validate(json.loads(schema_json))
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, RecursionError) as e:
         raise ValueError(f"the query's schema is not a valid schema ({type(e).__name__})") from None
     if schema.sha256() != sha256:
         raise ValueError("the query's schema does not hash to the job's schema_sha256")

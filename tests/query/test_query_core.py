@@ -73,6 +73,9 @@ def test_accepts_the_subset(sql):
     ("SELECT COUNT(*) FROM toy WHERE age LIKE '1%'", "WHERE does not allow"),
     ("SELECT COUNT(*) AS x, SUM(age) AS x FROM toy", "distinct aliases"),
     ("", "empty"),
+    ("SELECT COUNT(*) FROM toy WHERE " + "(" * 2000 + "age > 1" + ")" * 2000, "nests too deeply"),
+    ("SELECT COUNT(*) FROM toy WHERE " + "NOT " * 1500 + "age > 1", "nests too deeply"),
+    ("SELECT COUNT(*) FROM toy WHERE " + " AND ".join(["age > 1"] * 2000), "longer than 8192"),
 ])
 def test_refuses_everything_else_saying_what_is_allowed(sql, what):
     with pytest.raises(QueryError) as e:
