@@ -38,6 +38,7 @@ def query(endpoints, sql, epsilon, delta, schema, parties, nodes, records_per_pa
     from mpdp_services.operator.learner import LearnerClient
     from mpdp_services.operator.query import dumps, load_schema, query_spec, text_table
 
+    ep = Endpoints.load(endpoints)  # a missing federation is one clear error (where it looked, what to do)
     doc = json.loads(_endpoints_file(endpoints).read_text())
     names = parties.split(",") if parties else list(doc.get("parties", {}))
     node_names = nodes.split(",") if nodes else sorted(doc.get("compute_nodes", {}))
@@ -48,7 +49,7 @@ def query(endpoints, sql, epsilon, delta, schema, parties, nodes, records_per_pa
                              schema=load_schema(schema))
     except QueryError as e:
         raise click.ClickException(f"query refused (nothing was sent): {e}") from None
-    with LearnerClient(Endpoints.load(endpoints)) as client:
+    with LearnerClient(ep) as client:
         try:
             job_id = client.submit(spec)
         except grpc.RpcError as e:
