@@ -43,6 +43,7 @@ ENDPOINTS_ENV = "MPDP_ENDPOINTS"
 # The one bridge from the network-free core to the services: the live backend is the operator room's, found by
 # name when connecting (the core imports no network code, tests/core/test_layout.py).
 LIVE_BACKEND = "mpdp_services.operator.federation"
+LIVE_QUERY = "mpdp_services.operator.query"  # Federation.query's operator side
 
 
 class Backend(Protocol):
@@ -99,6 +100,7 @@ class Federation:
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
+        self._schema: Any = None
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -137,11 +139,15 @@ class Federation:
             endpoints = profiles.resolve(None, profile)
         live = importlib.import_module(LIVE_BACKEND)  # grpc and the operator clients load only when connecting
         schema_sha256 = ""
+        loaded = None
         if schema is not None:
             from mpdp.schema import Schema
 
-            schema_sha256 = Schema.load(Path(schema)).sha256()
-        return cls(live.LiveBackend(Path(endpoints), dataset=dataset, schema_sha256=schema_sha256))
+            loaded = Schema.load(Path(schema))
+            schema_sha256 = loaded.sha256()
+        fed = cls(live.LiveBackend(Path(endpoints), dataset=dataset, schema_sha256=schema_sha256))
+        fed._schema = loaded  # the columns, categories and bounds a query may use (Federation.query)
+        return fed
 
     @property
     def backend(self) -> str:
@@ -281,6 +287,37 @@ class Federation:
                                      max_missing=_nonneg("max_missing", max_missing), noise=noise, client_ids=ids, validate=validate)
 
     sum = dca_sum
+
+    def query(self, sql: str, *, epsilon: float = 1.0, delta: float = 1e-6, records_per_party: int = 100_000, schema: str | os.PathLike | None = None,
+              parties: Sequence[str] | None = None, max_missing: int = 0) -> Any:
+        """A DP answer to one SQL query over the parties' records (docs/protocols/query.md), as a pandas DataFrame: the
+        group columns, then per aggregate its estimate, ``<name>_low`` and ``<name>_high`` (a 95 % interval) and
+        ``<name>_noise_sd``; ``df.attrs`` holds the job id, the guarantee and how the intervals and the budget split
+        were made. Live federations only (the parties' rows stay at the parties).
+
+        The subset: COUNT(*), SUM, AVG, QUANTILE(col, q) / MEDIAN / PERCENTILE_CONT(q) WITHIN GROUP FROM the dataset,
+        WHERE on schema columns against literals, GROUP BY schema categories or BIN(col, k) over the schema's public
+        bounds; anything else raises :class:`mpdp.query.plan.QueryError` before anything is sent. ``schema``: the
+        federation's schema file (default: the one given to :meth:`connect`; none: COUNT(*) only). ``records_per_party``:
+        the public row bound each party proves its vector within (not the noise's scale). Each party is charged
+        (``epsilon``, ``delta``) once.
+
+        >>> fed = mpdp.Federation.connect("runs/federation", schema="examples/adult/schema.yaml")   # doctest: +SKIP
+        >>> fed.query("SELECT sex, COUNT(*) AS n, AVG(age) FROM adult GROUP BY sex")                # doctest: +SKIP
+        """
+        host = self._host()
+        _positive("epsilon", epsilon)
+        _positive("delta", delta, upper=1.0)
+        q = importlib.import_module(LIVE_QUERY)
+
+        sch = q.load_schema(schema) if schema is not None else self._schema
+        spec, _ = q.query_spec(sql, parties=list(parties) if parties is not None else host._names(None), nodes=host._nodes(), epsilon=float(epsilon),
+                               delta=float(delta), records_per_party=int(records_per_party), schema=sch, max_missing=int(max_missing))
+        try:
+            model = q.run_query(host.endpoints, spec)
+        except q.QueryFailed as e:
+            raise JobFailed(str(e)) from None
+        return q.frame(model)
 
     def linear_regression(self, *, bounds: Sequence[float], epsilon: float, delta: float = 1e-4, total_records: int | None = None,
                           records_per_party: int | None = None, noise: str | None = None, grid_repeats: tuple[int, int] = (20, 20),

@@ -49,6 +49,8 @@ DEFAULT_DELTA = 1e-6  # δ of an (ε, δ) job that names none: Pathak gaussian-d
 MAX_PATHAK_DIMENSION = 4096  # Paillier work per coordinate (noise chain, masks, reshare)
 MAX_DCA_DIMENSION = 1 << 20  # 8 MiB per packed vector; the ensemble's vote vector N·C is a DCA vector
 MAX_DCA_CLIENTS = 1_000_000  # 10× the largest benchmark (N = 10⁵); nodes keep per-client state
+MAX_QUERY_SQL = 8192  # characters of one query
+MAX_QUERY_SCHEMA = 1 << 16  # characters of the schema's canonical JSON a query carries
 MAX_VALIDATED_DIMENSION = 1 << 14  # a client's proof input is ~20–60 Field64 elements a coordinate: ≤ 8 MiB a message; nodes keep only d-long output shares
 MAX_NODES = 63  # per-client node bitmasks are int64 (mpdp.dca.agreement)
 MAX_CLIENT_ID_BYTES = 256
@@ -226,7 +228,7 @@ TABLE: dict[str, tuple[Limit, ...]] = {
     "StatisticRequest": (
         Limit("dca_job_id", "id", None, None, "", "the DCA job the statistic is submitted to"),
         _dataset(),
-        Limit("statistic", "text", 1, 32, "", "a statistic name the parties know (linreg/std, linreg/main, dpgd/round)"),
+        Limit("statistic", "text", 1, 32, "", "a statistic name the parties know (linreg/std, linreg/main, dpgd/round, query)"),
         Limit("bounds", "count", 0, MAX_REGRESSION_D + 1, "", "linreg: the clip box, d + 1 values (features, then target); dpgd: none", item="real+"),
         Limit("records_per_client", "int", 1, (1 << 32) - 1, "", "public bound on one party's row count"),
         _schema(),
@@ -330,6 +332,12 @@ TABLE: dict[str, tuple[Limit, ...]] = {
               choices=(dca_pb2.GAUSSIAN, dca_pb2.DISCRETE_GAUSSIAN), choice_names=("GAUSSIAN", "DISCRETE_GAUSSIAN")),
         Limit("grid_repeats_x", "int", 1, MAX_GRID_REPEATS, "", "the threshold grid search's repeats (synthetic data, no private data)", default=20),
         Limit("grid_repeats_y", "int", 1, MAX_GRID_REPEATS, "", "the threshold grid search's repeats (synthetic data, no private data)", default=20),
+    ),
+    "QueryJobSpec": (  # LearnerJobSpec.query and StatisticRequest.query (mpdp/query/plan.py compiles the SQL; docs/protocols/query.md)
+        Limit("sql", "text", 1, MAX_QUERY_SQL, "", "one SELECT of the query subset; anything else is refused before any spend"),
+        Limit("schema_json", "text", 0, MAX_QUERY_SCHEMA, "", "the schema's canonical JSON (its sha256 is the job's schema_sha256); empty = no schema: COUNT(*) only"),
+        _eps("ε of the whole query; its aggregates share it"),
+        Limit("delta", "real", 0.0, 1.0, "", "δ of the whole query", open_min=True, open_max=True),
     ),
     "KeyBits": (
         Limit("paillier_bits", "int", MIN_PRODUCTION_KEY_BITS, MAX_KEY_BITS, "bits", f"Paillier and DGK moduli; {MIN_TEST_KEY_BITS} bits allowed in test mode only; larger keys cost cubic time"),
@@ -467,6 +475,8 @@ def check_statistic_request(msg: Any) -> None:
     check_message("StatisticRequest", msg)
     if msg.HasField("dpgd"):
         check_message("DpgdRound", msg.dpgd, "dpgd.")
+    if msg.HasField("query"):
+        check_message("QueryJobSpec", msg.query, "query.")
 
 
 def check_contribution_round(msg: Any) -> None:
@@ -474,6 +484,8 @@ def check_contribution_round(msg: Any) -> None:
     check_message("StatisticRequest", msg.request, "request.")
     if msg.request.HasField("dpgd"):
         check_message("DpgdRound", msg.request.dpgd, "request.dpgd.")
+    if msg.request.HasField("query"):
+        check_message("QueryJobSpec", msg.request.query, "request.query.")
 
 
 def check_learner_job_spec(msg: Any) -> None:
@@ -486,8 +498,10 @@ def check_learner_job_spec(msg: Any) -> None:
         check_message("DpgdJobSpec", msg.dpgd, "dpgd.")
     elif which == "regression":
         check_message("RegressionJobSpec", msg.regression, "regression.")
+    elif which == "query":
+        check_message("QueryJobSpec", msg.query, "query.")
     else:
-        raise SpecError("learner", "must be one of dpgd, regression")
+        raise SpecError("learner", "must be one of dpgd, regression, query")
 
 
 def check_ensemble_job_spec(msg: Any) -> None:

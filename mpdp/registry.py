@@ -37,6 +37,8 @@ PROTOCOLS: tuple[Protocol, ...] = (
              "dpgd.md", ("mpdp.dpgd.role.DpgdRole",)),
     Protocol("regression", "DP Bayesian linear regression with projection over the DCA", "rg-", "learner", "regression",
              "regression.md", ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound", "mpdp.contribution.Contributor")),
+    Protocol("query", "DP SQL analytics over the DCA: counts, sums, means and quantiles with intervals", "qy-", "learner", None,
+             "query.md", ("mpdp.query.role.QueryRole",)),
 )
 
 BY_NAME: dict[str, Protocol] = {p.name: p for p in PROTOCOLS}

@@ -23,27 +23,28 @@ _sym_db = _symbol_database.Default()
 
 
 from mpdp.messages import common_pb2 as mpdp_dot_messages_dot_common__pb2
+from mpdp.messages import query_pb2 as mpdp_dot_messages_dot_query__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n mpdp/messages/contribution.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\xdb\x01\n\x10StatisticRequest\x12\x12\n\ndca_job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x11\n\tstatistic\x18\x03 \x01(\t\x12\x0e\n\x06\x62ounds\x18\x04 \x03(\x01\x12\x1a\n\x12records_per_client\x18\x05 \x01(\r\x12&\n\x04\x64pgd\x18\x06 \x01(\x0b\x32\x18.mpdp.messages.DpgdRound\x12\x15\n\rschema_sha256\x18\x07 \x01(\t\x12\x0f\n\x07parties\x18\x08 \x03(\t\x12\x13\n\x0bunvalidated\x18\t \x01(\x08\"\xcc\x02\n\tDpgdRound\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x0f\n\x07\x63lasses\x18\x04 \x01(\r\x12\x11\n\tdimension\x18\x05 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x06 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x07 \x01(\x01\x12\x0b\n\x03lam\x18\x08 \x01(\x01\x12\x0e\n\x06rounds\x18\t \x01(\r\x12\x0c\n\x04\x63lip\x18\n \x01(\x01\x12\x15\n\rhessian_share\x18\x0b \x01(\x01\x12\x14\n\x0c\x61verage_from\x18\x0c \x01(\x01\x12\x11\n\tadjacency\x18\r \x01(\t\x12\x15\n\rtotal_records\x18\x0e \x01(\x04\x12&\n\x04mode\x18\x0f \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x0f\n\x07iterate\x18\x10 \x03(\x01\x12\x13\n\x0bunvalidated\x18\x11 \x01(\x08\"V\n\x11\x43ontributionRound\x12\x30\n\x07request\x18\x01 \x01(\x0b\x32\x1f.mpdp.messages.StatisticRequest\x12\x0f\n\x07parties\x18\x02 \x03(\t\"=\n\x13\x43ontributionReceipt\x12\r\n\x05party\x18\x01 \x01(\t\x12\x17\n\x0f\x61\x63\x63\x65pted_shares\x18\x02 \x01(\r\"K\n\x13\x43ontributionSummary\x12\x34\n\x08receipts\x18\x01 \x03(\x0b\x32\".mpdp.messages.ContributionReceipt2s\n\x13\x43ontributionCurator\x12\\\n\x14RequestContributions\x12 .mpdp.messages.ContributionRound\x1a\".mpdp.messages.ContributionSummary2f\n\x11\x43ontributionParty\x12Q\n\nContribute\x12\x1f.mpdp.messages.StatisticRequest\x1a\".mpdp.messages.ContributionReceiptb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n mpdp/messages/contribution.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\x1a\x19mpdp/messages/query.proto\"\x87\x02\n\x10StatisticRequest\x12\x12\n\ndca_job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x11\n\tstatistic\x18\x03 \x01(\t\x12\x0e\n\x06\x62ounds\x18\x04 \x03(\x01\x12\x1a\n\x12records_per_client\x18\x05 \x01(\r\x12&\n\x04\x64pgd\x18\x06 \x01(\x0b\x32\x18.mpdp.messages.DpgdRound\x12\x15\n\rschema_sha256\x18\x07 \x01(\t\x12\x0f\n\x07parties\x18\x08 \x03(\t\x12\x13\n\x0bunvalidated\x18\t \x01(\x08\x12*\n\x05query\x18\n \x01(\x0b\x32\x1b.mpdp.messages.QueryJobSpec\"\xcc\x02\n\tDpgdRound\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x0f\n\x07\x63lasses\x18\x04 \x01(\r\x12\x11\n\tdimension\x18\x05 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x06 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x07 \x01(\x01\x12\x0b\n\x03lam\x18\x08 \x01(\x01\x12\x0e\n\x06rounds\x18\t \x01(\r\x12\x0c\n\x04\x63lip\x18\n \x01(\x01\x12\x15\n\rhessian_share\x18\x0b \x01(\x01\x12\x14\n\x0c\x61verage_from\x18\x0c \x01(\x01\x12\x11\n\tadjacency\x18\r \x01(\t\x12\x15\n\rtotal_records\x18\x0e \x01(\x04\x12&\n\x04mode\x18\x0f \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x0f\n\x07iterate\x18\x10 \x03(\x01\x12\x13\n\x0bunvalidated\x18\x11 \x01(\x08\"V\n\x11\x43ontributionRound\x12\x30\n\x07request\x18\x01 \x01(\x0b\x32\x1f.mpdp.messages.StatisticRequest\x12\x0f\n\x07parties\x18\x02 \x03(\t\"=\n\x13\x43ontributionReceipt\x12\r\n\x05party\x18\x01 \x01(\t\x12\x17\n\x0f\x61\x63\x63\x65pted_shares\x18\x02 \x01(\r\"K\n\x13\x43ontributionSummary\x12\x34\n\x08receipts\x18\x01 \x03(\x0b\x32\".mpdp.messages.ContributionReceipt2s\n\x13\x43ontributionCurator\x12\\\n\x14RequestContributions\x12 .mpdp.messages.ContributionRound\x1a\".mpdp.messages.ContributionSummary2f\n\x11\x43ontributionParty\x12Q\n\nContribute\x12\x1f.mpdp.messages.StatisticRequest\x1a\".mpdp.messages.ContributionReceiptb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mpdp.messages.contribution_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATISTICREQUEST']._serialized_start=80
-  _globals['_STATISTICREQUEST']._serialized_end=299
-  _globals['_DPGDROUND']._serialized_start=302
-  _globals['_DPGDROUND']._serialized_end=634
-  _globals['_CONTRIBUTIONROUND']._serialized_start=636
-  _globals['_CONTRIBUTIONROUND']._serialized_end=722
-  _globals['_CONTRIBUTIONRECEIPT']._serialized_start=724
-  _globals['_CONTRIBUTIONRECEIPT']._serialized_end=785
-  _globals['_CONTRIBUTIONSUMMARY']._serialized_start=787
-  _globals['_CONTRIBUTIONSUMMARY']._serialized_end=862
-  _globals['_CONTRIBUTIONCURATOR']._serialized_start=864
-  _globals['_CONTRIBUTIONCURATOR']._serialized_end=979
-  _globals['_CONTRIBUTIONPARTY']._serialized_start=981
-  _globals['_CONTRIBUTIONPARTY']._serialized_end=1083
+  _globals['_STATISTICREQUEST']._serialized_start=107
+  _globals['_STATISTICREQUEST']._serialized_end=370
+  _globals['_DPGDROUND']._serialized_start=373
+  _globals['_DPGDROUND']._serialized_end=705
+  _globals['_CONTRIBUTIONROUND']._serialized_start=707
+  _globals['_CONTRIBUTIONROUND']._serialized_end=793
+  _globals['_CONTRIBUTIONRECEIPT']._serialized_start=795
+  _globals['_CONTRIBUTIONRECEIPT']._serialized_end=856
+  _globals['_CONTRIBUTIONSUMMARY']._serialized_start=858
+  _globals['_CONTRIBUTIONSUMMARY']._serialized_end=933
+  _globals['_CONTRIBUTIONCURATOR']._serialized_start=935
+  _globals['_CONTRIBUTIONCURATOR']._serialized_end=1050
+  _globals['_CONTRIBUTIONPARTY']._serialized_start=1052
+  _globals['_CONTRIBUTIONPARTY']._serialized_end=1154
 # @@protoc_insertion_point(module_scope)

@@ -12,6 +12,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from mpdp.messages import common_pb2 as _common_pb2
+from mpdp.messages import query_pb2 as _query_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -38,10 +39,11 @@ class StatisticRequest(_message.Message):
     SCHEMA_SHA256_FIELD_NUMBER: _builtins.int
     PARTIES_FIELD_NUMBER: _builtins.int
     UNVALIDATED_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
     dca_job_id: _builtins.str
     dataset: _builtins.str
     statistic: _builtins.str
-    """"linreg/std" (squares), "linreg/main" (unique XᵀX and Xᵀy entries), "dpgd/round" """
+    """"linreg/std" (squares), "linreg/main" (unique XᵀX and Xᵀy entries), "dpgd/round", "query" """
     records_per_client: _builtins.int
     """public bound on a party's row count (the DCA clip box scales with it)"""
     schema_sha256: _builtins.str
@@ -62,6 +64,10 @@ class StatisticRequest(_message.Message):
     def parties(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the round's parties, set by the curator: the DCA job's roster must be exactly these"""
 
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryJobSpec:
+        """"query" only: the DP query the party evaluates over its records (docs/protocols/query.md)"""
+
     def __init__(
         self,
         *,
@@ -74,10 +80,11 @@ class StatisticRequest(_message.Message):
         schema_sha256: _builtins.str = ...,
         parties: _abc.Iterable[_builtins.str] | None = ...,
         unvalidated: _builtins.bool = ...,
+        query: _query_pb2.QueryJobSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd", "query", b"query"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "dataset", b"dataset", "dca_job_id", b"dca_job_id", "dpgd", b"dpgd", "parties", b"parties", "records_per_client", b"records_per_client", "schema_sha256", b"schema_sha256", "statistic", b"statistic", "unvalidated", b"unvalidated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "dataset", b"dataset", "dca_job_id", b"dca_job_id", "dpgd", b"dpgd", "parties", b"parties", "query", b"query", "records_per_client", b"records_per_client", "schema_sha256", b"schema_sha256", "statistic", b"statistic", "unvalidated", b"unvalidated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

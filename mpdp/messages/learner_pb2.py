@@ -25,9 +25,10 @@ _sym_db = _symbol_database.Default()
 from mpdp.messages import common_pb2 as mpdp_dot_messages_dot_common__pb2
 from mpdp.messages import contribution_pb2 as mpdp_dot_messages_dot_contribution__pb2
 from mpdp.messages import dca_pb2 as mpdp_dot_messages_dot_dca__pb2
+from mpdp.messages import query_pb2 as mpdp_dot_messages_dot_query__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmpdp/messages/learner.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\x1a mpdp/messages/contribution.proto\x1a\x17mpdp/messages/dca.proto\"\xd0\x01\n\x0b\x44pgdJobSpec\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x0f\n\x07\x63lasses\x18\x02 \x01(\r\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x01\x12\x0b\n\x03lam\x18\x06 \x01(\x01\x12\x0e\n\x06rounds\x18\x07 \x01(\r\x12\x15\n\rtotal_records\x18\x08 \x01(\x04\x12&\n\x04mode\x18\t \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x13\n\x0bunvalidated\x18\n \x01(\x08\"\xf0\x01\n\x11RegressionJobSpec\x12\x0e\n\x06\x62ounds\x18\x01 \x03(\x01\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\x15\n\rtotal_records\x18\x04 \x01(\x04\x12&\n\x04mode\x18\x05 \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\'\n\x05noise\x18\x06 \x01(\x0e\x32\x18.mpdp.messages.NoiseKind\x12\x16\n\x0egrid_repeats_x\x18\x07 \x01(\r\x12\x16\n\x0egrid_repeats_y\x18\x08 \x01(\r\x12\x13\n\x0bunvalidated\x18\t \x01(\x08\"\xc2\x02\n\x0eLearnerJobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x15\n\rcompute_nodes\x18\x04 \x03(\t\x12\x19\n\x11records_per_party\x18\x05 \x01(\r\x12\x13\n\x0bmax_missing\x18\x06 \x01(\r\x12\x17\n\x0fsimulation_seed\x18\x07 \x01(\x0c\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x08 \x01(\x01\x12\x15\n\rschema_sha256\x18\t \x01(\t\x12*\n\x04\x64pgd\x18\n \x01(\x0b\x32\x1a.mpdp.messages.DpgdJobSpecH\x00\x12\x36\n\nregression\x18\x0b \x01(\x0b\x32 .mpdp.messages.RegressionJobSpecH\x00\x42\t\n\x07learner\"\x1f\n\rLearnerTicket\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xcd\x01\n\rLearnerStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12\r\n\x05round\x18\x05 \x01(\r\x12\x0e\n\x06rounds\x18\x06 \x01(\r\x12\x12\n\ndca_job_id\x18\x07 \x01(\t\x12\x10\n\x08terminal\x18\x08 \x01(\x08\x12\'\n\x07problem\x18\t \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\n \x01(\t\"g\n\tDpgdModel\x12&\n\x04plan\x18\x01 \x01(\x0b\x32\x18.mpdp.messages.DpgdRound\x12\x0f\n\x07outputs\x18\x02 \x01(\r\x12\x0f\n\x07weights\x18\x03 \x03(\x01\x12\x10\n\x08iterates\x18\x04 \x03(\x01\"\xb9\x01\n\x0fRegressionModel\x12.\n\x04plan\x18\x01 \x01(\x0b\x32 .mpdp.messages.RegressionJobSpec\x12\x12\n\nthresholds\x18\x02 \x03(\x01\x12\x13\n\x0bmultipliers\x18\x03 \x03(\x01\x12\x16\n\x0eposterior_mean\x18\x04 \x03(\x01\x12\x1b\n\x13posterior_precision\x18\x05 \x03(\x01\x12\x18\n\x10posterior_lambda\x18\x06 \x01(\x01\"\xa1\x03\n\x0cLearnerModel\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x10\n\x08\x64\x63\x61_jobs\x18\x04 \x03(\t\x12&\n\x08releases\x18\x05 \x03(\x0b\x32\x14.mpdp.messages.DpSum\x12+\n\tguarantee\x18\x06 \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x13\n\x0btrust_model\x18\x07 \x01(\t\x12\x0e\n\x06seeded\x18\x08 \x01(\x08\x12\x39\n\x07seconds\x18\t \x03(\x0b\x32(.mpdp.messages.LearnerModel.SecondsEntry\x12(\n\x04\x64pgd\x18\n \x01(\x0b\x32\x18.mpdp.messages.DpgdModelH\x00\x12\x34\n\nregression\x18\x0b \x01(\x0b\x32\x1e.mpdp.messages.RegressionModelH\x00\x1a.\n\x0cSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05model2\xec\x01\n\x0eLearnerCurator\x12L\n\rSubmitLearner\x12\x1d.mpdp.messages.LearnerJobSpec\x1a\x1c.mpdp.messages.LearnerTicket\x12\x45\n\x0cWatchLearner\x12\x15.mpdp.messages.JobRef\x1a\x1c.mpdp.messages.LearnerStatus0\x01\x12\x45\n\x0fGetLearnerModel\x12\x15.mpdp.messages.JobRef\x1a\x1b.mpdp.messages.LearnerModelb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmpdp/messages/learner.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\x1a mpdp/messages/contribution.proto\x1a\x17mpdp/messages/dca.proto\x1a\x19mpdp/messages/query.proto\"\xd0\x01\n\x0b\x44pgdJobSpec\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x0f\n\x07\x63lasses\x18\x02 \x01(\r\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x01\x12\x0b\n\x03lam\x18\x06 \x01(\x01\x12\x0e\n\x06rounds\x18\x07 \x01(\r\x12\x15\n\rtotal_records\x18\x08 \x01(\x04\x12&\n\x04mode\x18\t \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\x13\n\x0bunvalidated\x18\n \x01(\x08\"\xf0\x01\n\x11RegressionJobSpec\x12\x0e\n\x06\x62ounds\x18\x01 \x03(\x01\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x01\x12\x15\n\rtotal_records\x18\x04 \x01(\x04\x12&\n\x04mode\x18\x05 \x01(\x0e\x32\x18.mpdp.messages.NoiseMode\x12\'\n\x05noise\x18\x06 \x01(\x0e\x32\x18.mpdp.messages.NoiseKind\x12\x16\n\x0egrid_repeats_x\x18\x07 \x01(\r\x12\x16\n\x0egrid_repeats_y\x18\x08 \x01(\r\x12\x13\n\x0bunvalidated\x18\t \x01(\x08\"\xf0\x02\n\x0eLearnerJobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x15\n\rcompute_nodes\x18\x04 \x03(\t\x12\x19\n\x11records_per_party\x18\x05 \x01(\r\x12\x13\n\x0bmax_missing\x18\x06 \x01(\r\x12\x17\n\x0fsimulation_seed\x18\x07 \x01(\x0c\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x08 \x01(\x01\x12\x15\n\rschema_sha256\x18\t \x01(\t\x12*\n\x04\x64pgd\x18\n \x01(\x0b\x32\x1a.mpdp.messages.DpgdJobSpecH\x00\x12\x36\n\nregression\x18\x0b \x01(\x0b\x32 .mpdp.messages.RegressionJobSpecH\x00\x12,\n\x05query\x18\x0c \x01(\x0b\x32\x1b.mpdp.messages.QueryJobSpecH\x00\x42\t\n\x07learner\"\x1f\n\rLearnerTicket\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xcd\x01\n\rLearnerStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12\r\n\x05round\x18\x05 \x01(\r\x12\x0e\n\x06rounds\x18\x06 \x01(\r\x12\x12\n\ndca_job_id\x18\x07 \x01(\t\x12\x10\n\x08terminal\x18\x08 \x01(\x08\x12\'\n\x07problem\x18\t \x01(\x0e\x32\x16.mpdp.messages.Problem\x12\x0e\n\x06\x64\x65tail\x18\n \x01(\t\"g\n\tDpgdModel\x12&\n\x04plan\x18\x01 \x01(\x0b\x32\x18.mpdp.messages.DpgdRound\x12\x0f\n\x07outputs\x18\x02 \x01(\r\x12\x0f\n\x07weights\x18\x03 \x03(\x01\x12\x10\n\x08iterates\x18\x04 \x03(\x01\"\xb9\x01\n\x0fRegressionModel\x12.\n\x04plan\x18\x01 \x01(\x0b\x32 .mpdp.messages.RegressionJobSpec\x12\x12\n\nthresholds\x18\x02 \x03(\x01\x12\x13\n\x0bmultipliers\x18\x03 \x03(\x01\x12\x16\n\x0eposterior_mean\x18\x04 \x03(\x01\x12\x1b\n\x13posterior_precision\x18\x05 \x03(\x01\x12\x18\n\x10posterior_lambda\x18\x06 \x01(\x01\"\xcd\x03\n\x0cLearnerModel\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x0f\n\x07parties\x18\x03 \x03(\t\x12\x10\n\x08\x64\x63\x61_jobs\x18\x04 \x03(\t\x12&\n\x08releases\x18\x05 \x03(\x0b\x32\x14.mpdp.messages.DpSum\x12+\n\tguarantee\x18\x06 \x01(\x0b\x32\x18.mpdp.messages.Guarantee\x12\x13\n\x0btrust_model\x18\x07 \x01(\t\x12\x0e\n\x06seeded\x18\x08 \x01(\x08\x12\x39\n\x07seconds\x18\t \x03(\x0b\x32(.mpdp.messages.LearnerModel.SecondsEntry\x12(\n\x04\x64pgd\x18\n \x01(\x0b\x32\x18.mpdp.messages.DpgdModelH\x00\x12\x34\n\nregression\x18\x0b \x01(\x0b\x32\x1e.mpdp.messages.RegressionModelH\x00\x12*\n\x05query\x18\x0c \x01(\x0b\x32\x19.mpdp.messages.QueryModelH\x00\x1a.\n\x0cSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05model2\xec\x01\n\x0eLearnerCurator\x12L\n\rSubmitLearner\x12\x1d.mpdp.messages.LearnerJobSpec\x1a\x1c.mpdp.messages.LearnerTicket\x12\x45\n\x0cWatchLearner\x12\x15.mpdp.messages.JobRef\x1a\x1c.mpdp.messages.LearnerStatus0\x01\x12\x45\n\x0fGetLearnerModel\x12\x15.mpdp.messages.JobRef\x1a\x1b.mpdp.messages.LearnerModelb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,24 +37,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LEARNERMODEL_SECONDSENTRY']._loaded_options = None
   _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_options = b'8\001'
-  _globals['_DPGDJOBSPEC']._serialized_start=134
-  _globals['_DPGDJOBSPEC']._serialized_end=342
-  _globals['_REGRESSIONJOBSPEC']._serialized_start=345
-  _globals['_REGRESSIONJOBSPEC']._serialized_end=585
-  _globals['_LEARNERJOBSPEC']._serialized_start=588
-  _globals['_LEARNERJOBSPEC']._serialized_end=910
-  _globals['_LEARNERTICKET']._serialized_start=912
-  _globals['_LEARNERTICKET']._serialized_end=943
-  _globals['_LEARNERSTATUS']._serialized_start=946
-  _globals['_LEARNERSTATUS']._serialized_end=1151
-  _globals['_DPGDMODEL']._serialized_start=1153
-  _globals['_DPGDMODEL']._serialized_end=1256
-  _globals['_REGRESSIONMODEL']._serialized_start=1259
-  _globals['_REGRESSIONMODEL']._serialized_end=1444
-  _globals['_LEARNERMODEL']._serialized_start=1447
-  _globals['_LEARNERMODEL']._serialized_end=1864
-  _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_start=1809
-  _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_end=1855
-  _globals['_LEARNERCURATOR']._serialized_start=1867
-  _globals['_LEARNERCURATOR']._serialized_end=2103
+  _globals['_DPGDJOBSPEC']._serialized_start=161
+  _globals['_DPGDJOBSPEC']._serialized_end=369
+  _globals['_REGRESSIONJOBSPEC']._serialized_start=372
+  _globals['_REGRESSIONJOBSPEC']._serialized_end=612
+  _globals['_LEARNERJOBSPEC']._serialized_start=615
+  _globals['_LEARNERJOBSPEC']._serialized_end=983
+  _globals['_LEARNERTICKET']._serialized_start=985
+  _globals['_LEARNERTICKET']._serialized_end=1016
+  _globals['_LEARNERSTATUS']._serialized_start=1019
+  _globals['_LEARNERSTATUS']._serialized_end=1224
+  _globals['_DPGDMODEL']._serialized_start=1226
+  _globals['_DPGDMODEL']._serialized_end=1329
+  _globals['_REGRESSIONMODEL']._serialized_start=1332
+  _globals['_REGRESSIONMODEL']._serialized_end=1517
+  _globals['_LEARNERMODEL']._serialized_start=1520
+  _globals['_LEARNERMODEL']._serialized_end=1981
+  _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_start=1926
+  _globals['_LEARNERMODEL_SECONDSENTRY']._serialized_end=1972
+  _globals['_LEARNERCURATOR']._serialized_start=1984
+  _globals['_LEARNERCURATOR']._serialized_end=2220
 # @@protoc_insertion_point(module_scope)

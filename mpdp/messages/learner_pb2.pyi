@@ -15,6 +15,7 @@ from google.protobuf.internal import containers as _containers
 from mpdp.messages import common_pb2 as _common_pb2
 from mpdp.messages import contribution_pb2 as _contribution_pb2
 from mpdp.messages import dca_pb2 as _dca_pb2
+from mpdp.messages import query_pb2 as _query_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -152,6 +153,7 @@ class LearnerJobSpec(_message.Message):
     SCHEMA_SHA256_FIELD_NUMBER: _builtins.int
     DPGD_FIELD_NUMBER: _builtins.int
     REGRESSION_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """the operator's id for the job ("" = the curator chooses); never admitted twice"""
     dataset: _builtins.str
@@ -176,6 +178,10 @@ class LearnerJobSpec(_message.Message):
     def dpgd(self) -> Global___DpgdJobSpec: ...
     @_builtins.property
     def regression(self) -> Global___RegressionJobSpec: ...
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryJobSpec:
+        """a DP query (docs/protocols/query.md): one round"""
+
     def __init__(
         self,
         *,
@@ -190,12 +196,13 @@ class LearnerJobSpec(_message.Message):
         schema_sha256: _builtins.str = ...,
         dpgd: Global___DpgdJobSpec | None = ...,
         regression: Global___RegressionJobSpec | None = ...,
+        query: _query_pb2.QueryJobSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd", "learner", b"learner", "regression", b"regression"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd", "learner", b"learner", "query", b"query", "regression", b"regression"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_nodes", b"compute_nodes", "dataset", b"dataset", "deadline_seconds", b"deadline_seconds", "dpgd", b"dpgd", "job_id", b"job_id", "learner", b"learner", "max_missing", b"max_missing", "parties", b"parties", "records_per_party", b"records_per_party", "regression", b"regression", "schema_sha256", b"schema_sha256", "simulation_seed", b"simulation_seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_nodes", b"compute_nodes", "dataset", b"dataset", "deadline_seconds", b"deadline_seconds", "dpgd", b"dpgd", "job_id", b"job_id", "learner", b"learner", "max_missing", b"max_missing", "parties", b"parties", "query", b"query", "records_per_party", b"records_per_party", "regression", b"regression", "schema_sha256", b"schema_sha256", "simulation_seed", b"simulation_seed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_learner: _TypeAlias = _typing.Literal["dpgd", "regression"]  # noqa: Y015
+    _WhichOneofReturnType_learner: _TypeAlias = _typing.Literal["dpgd", "regression", "query"]  # noqa: Y015
     _WhichOneofArgType_learner: _TypeAlias = _typing.Literal["learner", b"learner"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_learner) -> _WhichOneofReturnType_learner | None: ...
 
@@ -398,6 +405,7 @@ class LearnerModel(_message.Message):
     SECONDS_FIELD_NUMBER: _builtins.int
     DPGD_FIELD_NUMBER: _builtins.int
     REGRESSION_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     protocol: _builtins.str
     trust_model: _builtins.str
@@ -424,6 +432,8 @@ class LearnerModel(_message.Message):
     def dpgd(self) -> Global___DpgdModel: ...
     @_builtins.property
     def regression(self) -> Global___RegressionModel: ...
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryModel: ...
     def __init__(
         self,
         *,
@@ -438,12 +448,13 @@ class LearnerModel(_message.Message):
         seconds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         dpgd: Global___DpgdModel | None = ...,
         regression: Global___RegressionModel | None = ...,
+        query: _query_pb2.QueryModel | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd", "guarantee", b"guarantee", "model", b"model", "regression", b"regression"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["dpgd", b"dpgd", "guarantee", b"guarantee", "model", b"model", "query", b"query", "regression", b"regression"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dca_jobs", b"dca_jobs", "dpgd", b"dpgd", "guarantee", b"guarantee", "job_id", b"job_id", "model", b"model", "parties", b"parties", "protocol", b"protocol", "regression", b"regression", "releases", b"releases", "seconds", b"seconds", "seeded", b"seeded", "trust_model", b"trust_model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dca_jobs", b"dca_jobs", "dpgd", b"dpgd", "guarantee", b"guarantee", "job_id", b"job_id", "model", b"model", "parties", b"parties", "protocol", b"protocol", "query", b"query", "regression", b"regression", "releases", b"releases", "seconds", b"seconds", "seeded", b"seeded", "trust_model", b"trust_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_model: _TypeAlias = _typing.Literal["dpgd", "regression"]  # noqa: Y015
+    _WhichOneofReturnType_model: _TypeAlias = _typing.Literal["dpgd", "regression", "query"]  # noqa: Y015
     _WhichOneofArgType_model: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_model) -> _WhichOneofReturnType_model | None: ...
 

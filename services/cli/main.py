@@ -24,6 +24,7 @@ COMMANDS = {
     "predict": Lazy(_CLI + "jobs:predict", "Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."),
     "profile": Lazy(_CLI + "profile:profile", "Connection profiles: named endpoints files, chosen with --profile or MPDP_PROFILE."),
     "provision": Lazy(_CLI + "provision:provision", "Provision a federation: a CA, a certificate per site, each site's config and README."),
+    "query": Lazy(_CLI + "query:query", "Answer one SQL query across the parties with DP: counts, sums, means, quantiles, each with a 95 % interval."),
     "regress": Lazy(_CLI + "regress:regress", "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2)."),
     "schema": Lazy(_CLI + "schema:schema", "Check a data file against the federation's schema, or draft a schema from a file (docs/schema.md)."),
     "serve": Lazy(_CLI + "serve:serve", "Run one role of the federation as a service (one OS process per role)."),

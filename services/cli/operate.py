@@ -12,7 +12,7 @@ import click
 from mpdp_services.cli.errors import CliError, from_rpc
 from mpdp_services.cli.options import endpoints_option
 
-PROTOCOLS = ("pathak2010", "dca", "lmgc", "hamm2016", "dpgd", "regression")
+PROTOCOLS = ("pathak2010", "dca", "lmgc", "hamm2016", "dpgd", "regression", "query")
 
 
 def _endpoints(path: str):
@@ -95,6 +95,11 @@ def show(endpoints: str, job_id: str, as_json: bool) -> None:
     click.echo(f"  released  {'yes' if job['released'] else 'no'}")
     for stage, secs in job["stage_seconds"].items():
         click.echo(f"  stage {stage:<24} {secs:8.3f} s")
+    if job["protocol"] == "query" and job["released"]:  # the released table (docs/protocols/query.md)
+        from mpdp_services.operator.jobs import release
+        from mpdp_services.operator.query import text_table
+
+        click.echo("\n" + text_table(_call(release, _endpoints(endpoints), job_id).learner))
 
 
 @jobs.command("logs")

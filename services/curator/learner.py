@@ -36,6 +36,7 @@ from mpdp.dpgd.role import DpgdRole, RunRound as DpgdRound
 from mpdp.dpgd.wire import MODE_NAMES, STATISTIC as DPGD_STATISTIC
 from mpdp.messages import common_pb2, contribution_pb2 as cpb, dca_pb2, learner_pb2 as pb, learner_pb2_grpc as pb_grpc
 from mpdp.protocol import Machine, ProtocolError, Publish
+from mpdp.query.role import STATISTIC as QUERY_STATISTIC, QueryRole, RunRound as QueryRound
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import RegressionRole, RunRound as RegressionRound
 from mpdp_services.common import calls, errors, jobs
@@ -99,11 +100,22 @@ def _regression_progress(role: RegressionRole) -> tuple[int, int]:
     return (1 if role.asked is not None and role.asked.spec.round == "main" else 0), 2
 
 
+def _query_role(spec: pb.LearnerJobSpec, job_id: str) -> QueryRole:
+    return QueryRole(spec.query, spec.dataset, spec.schema_sha256, list(spec.parties), list(spec.compute_nodes), spec.records_per_party,
+                     max_missing=spec.max_missing, seed=spec.simulation_seed, deadline=spec.deadline_seconds or DEFAULT_DEADLINE, job_id=job_id)
+
+
+def _query_request(spec: pb.LearnerJobSpec, ask: QueryRound, dca_job: str) -> cpb.StatisticRequest:
+    return cpb.StatisticRequest(dca_job_id=dca_job, dataset=spec.dataset, statistic=QUERY_STATISTIC, records_per_client=ask.records_per_party,
+                                schema_sha256=spec.schema_sha256, query=spec.query)
+
+
 LEARNERS: dict[str, Learner] = {
     "dpgd": Learner("dpgd", "dp-", _dpgd_role, _dpgd_request, _dpgd_progress, lambda spec, run, job: run.message()),
     "regression": Learner("regression", "rg-", _regression_role, _regression_request, _regression_progress,
                           lambda spec, run, job: run.message(job, spec.parties, dca_pb2.DISCRETE_GAUSSIAN if not spec.regression.unvalidated
                                                                   else spec.regression.noise, spec.regression.total_records, spec.regression.unvalidated)),
+    "query": Learner("query", "qy-", _query_role, _query_request, lambda role: (0, 1), lambda spec, run, job: run.message(job, spec.parties)),
 }
 
 
@@ -295,9 +307,9 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         learner = job.learner
         seconds: dict[str, float] = {}
         try:
-            await job.start([o for o in outputs if not isinstance(o, (DpgdRound, RegressionRound))])
+            await job.start([o for o in outputs if not isinstance(o, (DpgdRound, RegressionRound, QueryRound))])
             while not role.terminal:
-                ask = next(o for o in outputs if isinstance(o, (DpgdRound, RegressionRound)))
+                ask = next(o for o in outputs if isinstance(o, (DpgdRound, RegressionRound, QueryRound)))
                 r, _ = learner.progress(role)
                 t = time.perf_counter()
                 dca_job, release = await self._round(job, ask)

@@ -64,7 +64,16 @@ def _dca(r) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def _learner(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    return _dpgd(m) if m.WhichOneof("model") == "dpgd" else _regression(m)
+    kind = m.WhichOneof("model")
+    return _dpgd(m) if kind == "dpgd" else _query(m) if kind == "query" else _regression(m)
+
+
+def _query(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    from mpdp_services.operator.query import summary
+
+    doc = {k: v for k, v in summary(m).items() if k not in ("job_id", "protocol")}
+    cells = np.array([[(c.estimate, c.low, c.high, c.noise_sd) for c in r.cells] for r in m.query.rows], dtype=np.float64)
+    return {"model": "query", **doc}, {"cells": cells.reshape(len(m.query.rows), len(m.query.aggregates), 4)}
 
 
 def _dpgd(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

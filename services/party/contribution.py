@@ -31,6 +31,9 @@ from mpdp.dca.params import DcaParams
 from mpdp.dpgd import wire as dpgd_wire
 from mpdp.dpgd.plan import round_job_id
 from mpdp.ledger import LedgerError
+from mpdp.query import role as query_role
+from mpdp.query.evaluate import dataset_vector
+from mpdp.query.release import VALIDATION as QUERY_VALIDATION, check_job as check_query_job
 from mpdp.regression.statistics import check_round_job, validated_round
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc
 from mpdp_services.common import errors, tracing
@@ -46,7 +49,7 @@ Problem = common_pb2.Problem
 
 SERVICE = "mpdp.messages.ContributionParty"
 ROLES = roles_by_method(SERVICE, {"Contribute": ("curator",)})
-STATISTICS = {"linreg/std": "std", "linreg/main": "main", dpgd_wire.STATISTIC: "dpgd"}
+STATISTICS = {"linreg/std": "std", "linreg/main": "main", dpgd_wire.STATISTIC: "dpgd", query_role.STATISTIC: "query"}
 PROTOCOL = "dca"
 
 
@@ -68,9 +71,12 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
         with tracing.job_span(request.dca_job_id, "contribution", "party") as span:  # a child of the curator's round
             if round_name == "dpgd":
                 receipt = await self._dpgd_round(party, request, context)
+            elif round_name == "query":
+                async with party.claimed(context, PROTOCOL, request.dca_job_id):
+                    receipt = await self._query(party, request, context)
             else:
-                if request.HasField("dpgd"):
-                    await errors.refuse(context, Problem.MALFORMED, "only a dpgd/round request carries a dp-gd round")
+                if request.HasField("dpgd") or request.HasField("query"):
+                    await errors.refuse(context, Problem.MALFORMED, "only a dpgd/round request carries a dp-gd round, only a query request a query")
                 async with party.claimed(context, PROTOCOL, request.dca_job_id):
                     receipt = await self._contribute(party, request, round_name, context)
             span.done("SUBMITTED")
@@ -93,6 +99,36 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {party.cfg.name}: {e}")
         accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: check_round_job(round_name, request.bounds, params),
                                  validate=validate, bounds=bounds)
+        report = await contribute(party, context, accepted, vector)
+        return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
+
+    # -- a DP query (docs/protocols/query.md) ---------------------------------------------------------------
+    async def _query(self, party: "Party", request: contribution_pb2.StatisticRequest, context) -> contribution_pb2.ContributionReceipt:
+        """Recompile the query against this party's own schema (the job's digest), hold the DCA job to the plan (validated
+        RANGE within the public row bound, Δ₂ at least the plan's, the query's (ε, δ)), then contribute its vector."""
+        cfg = party.cfg
+        try:
+            limits.check_statistic_request(request)
+        except limits.SpecError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, str(e))
+        if not request.HasField("query") or request.bounds or request.HasField("dpgd"):
+            await errors.refuse(context, Problem.MALFORMED, "a query request carries its query and no clip box")
+        ds = await dataset_for(party, context, request.dataset, request.schema_sha256)
+        spec = request.query
+        try:
+            plan = query_role.plan_of(spec, request.dataset, request.schema_sha256)
+        except ValueError as e:  # QueryError included: refused before anything is read or spent
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
+        records = request.records_per_client
+
+        def compute():  # over the dataset's batches (bounded memory)
+            return dataset_vector(ds, request.dataset, plan, records)
+
+        async def vector(params: DcaParams):
+            return await computed(party, context, request.dca_job_id, request.dataset, compute, doing="evaluate the query over")
+
+        accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: check_query_job(plan, params, spec.epsilon, spec.delta),
+                                 validate=QUERY_VALIDATION, bounds=(float(records),))
         report = await contribute(party, context, accepted, vector)
         return contribution_pb2.ContributionReceipt(party=cfg.name, accepted_shares=report.accepted)
 

@@ -1,0 +1,105 @@
+"""The operator's side of a DP query (docs/protocols/query.md): compile the query locally (a query outside the
+subset, or naming a column the schema does not hold, is refused here, before the curator or any party sees it), submit
+it to the curator's learner host, wait for the release and read its table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from mpdp.messages import learner_pb2 as pb, query_pb2
+from mpdp.query.plan import QueryPlan, compile_query
+from mpdp.query.role import records
+from mpdp_services.common.endpoints import Endpoints
+
+DEFAULT_RECORDS_PER_PARTY = 100_000  # the public row bound each party's vector is proven within (not its noise: Δ₂ is per record)
+DEFAULT_DELTA = 1e-6
+
+
+class QueryFailed(RuntimeError):
+    """The curator refused the query or it released nothing; the message says why."""
+
+
+def _from(sql: str) -> str:
+    import sqlglot
+    from sqlglot import exp
+
+    from mpdp.query.plan import QueryError
+
+    try:
+        tree = sqlglot.parse_one(sql)
+    except sqlglot.errors.SqlglotError:
+        raise QueryError("the query does not parse as SQL") from None
+    t = tree.find(exp.Table) if tree is not None else None
+    if t is None:
+        raise QueryError("FROM must name one dataset")
+    return t.name
+
+
+def query_spec(sql: str, *, parties: Sequence[str], nodes: Sequence[str], epsilon: float, delta: float = DEFAULT_DELTA,
+               records_per_party: int = DEFAULT_RECORDS_PER_PARTY, schema: Any = None, dataset: str | None = None, max_missing: int = 0,
+               seed: bytes = b"", deadline: float = 0.0) -> tuple[pb.LearnerJobSpec, QueryPlan]:
+    """The job spec of ``sql`` and its plan; QueryError before anything is sent if the query is outside the subset."""
+    ds = dataset or _from(sql)
+    plan = compile_query(sql, schema, ds)
+    spec = query_pb2.QueryJobSpec(sql=sql, schema_json=schema.canonical().decode() if schema is not None else "", epsilon=epsilon, delta=delta)
+    return pb.LearnerJobSpec(dataset=ds, parties=list(parties), compute_nodes=list(nodes), records_per_party=records_per_party, max_missing=max_missing,
+                             simulation_seed=seed, deadline_seconds=deadline, schema_sha256=schema.sha256() if schema is not None else "", query=spec), plan
+
+
+def run_query(ep: Endpoints, spec: pb.LearnerJobSpec) -> pb.LearnerModel:
+    """Submit, wait for the end and return the release (:class:`QueryFailed` otherwise)."""
+    from mpdp_services.operator.learner import run_model
+
+    return run_model(ep, spec, "query", QueryFailed)
+
+
+def summary(model: pb.LearnerModel) -> dict[str, Any]:
+    """The release as one JSON-able document: the table's records, the guarantee and how the intervals were made."""
+    q = model.query
+    return {"job_id": model.job_id, "protocol": "query", "sql": q.spec.sql, "rows": records(model), "group_columns": list(q.group_columns),
+            "aggregates": list(q.aggregates), "confidence": q.confidence, "interval_method": q.interval_method, "sensitivity": q.sensitivity,
+            "budget_split": q.budget_split, "guarantee": {"epsilon": model.guarantee.epsilon, "delta": model.guarantee.delta,
+                                                          "mechanism": model.guarantee.mechanism, "statement": model.guarantee.statement},
+            "trust_model": model.trust_model, "seeded": model.seeded, "dca_job": model.dca_jobs[0] if model.dca_jobs else ""}
+
+
+def frame(model: pb.LearnerModel):
+    """The release as a pandas DataFrame: the group columns, then per aggregate its estimate, ``_low``, ``_high`` and
+    ``_noise_sd``; ``attrs`` holds the guarantee and the interval method."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    doc = summary(model)
+    df = pd.DataFrame.from_records(doc["rows"])
+    df.attrs.update({k: doc[k] for k in ("job_id", "guarantee", "interval_method", "budget_split", "confidence", "sensitivity", "seeded")})
+    return df
+
+
+def text_table(model: pb.LearnerModel) -> str:
+    """The release as an aligned text table (estimate [low, high] ± noise sd per cell)."""
+    q = model.query
+    head = list(q.group_columns) + list(q.aggregates)
+    body = []
+    for r in q.rows:
+        cells = [f"{_fmt(c.estimate)} [{_fmt(c.low)}, {_fmt(c.high)}] ±{_fmt(c.noise_sd)}" for c in r.cells]
+        body.append(list(r.groups) + cells)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip() for row in [head, *body]]
+    return "\n".join(lines)
+
+
+def _fmt(v: float) -> str:
+    return "nan" if v != v else format(v, ".4g")
+
+
+def load_schema(path: str | Path | None):
+    if path is None:
+        return None
+    from mpdp.schema import Schema
+
+    return Schema.load(Path(path))
+
+
+def dumps(model: pb.LearnerModel) -> str:
+    return json.dumps(summary(model), indent=2, allow_nan=False)

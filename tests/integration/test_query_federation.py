@@ -1,0 +1,109 @@
+"""DP queries on a local federation (what `mpdp federation up --test-mode --key-bits 512 --parties 3 --compute-nodes 3`
+starts) over the breast-cancer parts `mpdp provision demo-data` writes: `mpdp query --json` counts every party's rows
+with an interval that holds the true total; a GROUP BY over a binned feature gives every bin, each count's interval
+holding its true count; every party is charged once per query; `mpdp jobs show` prints the table; Federation.query
+returns it as a DataFrame."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpdp_services.cli.main import main
+from mpdp_services.launcher.federation import LocalFederation
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+PARTIES = ["party-1", "party-2", "party-3"]
+# the demo parts are standardized features: bounds of ±5 standard deviations are public by that construction
+SCHEMA = "mpdp_schema: 1\nversion: 1\nname: bc\ncolumns: [{cols}]\nfeatures:\n{feats}\nlabel: {{column: c31, positive: ['-1'], negative: ['1']}}\n"
+
+
+def mpdp(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+@pytest.fixture(scope="module")
+def qfed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qfed")
+    with pytest.raises(SystemExit) as exc:
+        main(["provision", "demo-data", "--parties", ",".join(PARTIES), "--out", str(root / "demo")])
+    assert not exc.value.code
+    schema = root / "bc.yaml"
+    schema.write_text(SCHEMA.format(cols=", ".join(f"c{i}" for i in range(1, 32)),
+                                    feats="\n".join(f"  - {{name: c{i}, type: numeric, bounds: [-5, 5]}}" for i in range(1, 31))))
+    ds = {p: {"bc": {"path": str(root / "demo" / p / "breast_cancer.csv")},
+              "bcs": {"path": str(root / "demo" / p / "breast_cancer.csv"), "schema": str(schema)}} for p in PARTIES}
+    fed = LocalFederation(root / "fed", PARTIES, ds, test_mode=True, paillier_bits=512, dgk_bits=512, compute_nodes=["node-1", "node-2", "node-3"])
+    try:
+        fed.start()
+    except BaseException:
+        fed.stop()
+        raise
+    fed.schema_path = schema  # type: ignore[attr-defined]
+    fed.rows = np.vstack([np.loadtxt(root / "demo" / p / "breast_cancer.csv", delimiter=",") for p in PARTIES])  # type: ignore[attr-defined]
+    yield fed
+    fed.stop()
+
+
+def _charges(fed) -> dict[str, int]:
+    out = {}
+    for p in PARTIES:
+        f = Path(fed.workdir) / p / "state" / "ledger.json"
+        out[p] = len(json.loads(f.read_text())["entries"]) if f.exists() else 0
+    return out
+
+
+def test_count_star_holds_the_true_total_and_charges_each_party_once(qfed, capsys):
+    before = _charges(qfed)
+    code, out, err = mpdp(capsys, "query", "--endpoints", str(qfed.workdir), "--json", "SELECT COUNT(*) AS n FROM bc")
+    assert code == 0, err
+    doc = json.loads(out)
+    (row,) = doc["rows"]
+    total = len(qfed.rows)
+    assert total == 356  # 119 + 119 + 118 rows in the three demo parts
+    assert row["n_low"] <= total <= row["n_high"] and row["n_noise_sd"] > 0
+    assert doc["guarantee"]["epsilon"] == 1.0 and "each party is charged once" in doc["guarantee"]["statement"]
+    assert _charges(qfed) == {p: before[p] + 1 for p in PARTIES}
+
+
+def test_group_by_a_binned_feature_gives_every_bin(qfed, capsys):
+    sql = "SELECT COUNT(*) AS n, AVG(c2) AS m, MEDIAN(c3) AS med FROM bcs GROUP BY BIN(c1, 4)"
+    code, out, err = mpdp(capsys, "query", "--endpoints", str(qfed.workdir), "--schema", str(qfed.schema_path), "--json", "--epsilon", "2", sql)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [r["c1_bin"] for r in doc["rows"]] == ["[-5, -2.5)", "[-2.5, 0)", "[0, 2.5)", "[2.5, 5]"]
+    c1 = np.clip(qfed.rows[:, 0], -5, 5)
+    bins = np.minimum(np.floor((c1 + 5) / 10 * 4), 3).astype(int)
+    for b, row in enumerate(doc["rows"]):
+        assert row["n_low"] <= int((bins == b).sum()) <= row["n_high"], (b, row)
+        assert -5 <= row["m_low"] <= row["m_high"] <= 5 and -5 <= row["med_low"] <= row["med_high"] <= 5
+    assert "sum c2: Δ₂ = 2" in doc["budget_split"] and doc["sensitivity"] == pytest.approx(8 ** 0.5)  # √(2 + 2² + 2): c2 spans [−5, 5] in one group
+    code, out, err = mpdp(capsys, "jobs", "show", "--endpoints", str(qfed.workdir), doc["job_id"])
+    assert code == 0, err
+    assert "c1_bin" in out and "[2.5, 5]" in out and "med" in out
+
+
+def test_a_query_outside_the_subset_is_refused_before_anything_is_sent(qfed, capsys):
+    before = _charges(qfed)
+    code, _, err = mpdp(capsys, "query", "--endpoints", str(qfed.workdir), "--schema", str(qfed.schema_path), "SELECT SUM(salary) FROM bcs")
+    assert code != 0 and "not in the federation's schema" in err and "allowed:" in err
+    assert _charges(qfed) == before
+
+
+def test_federation_query_returns_a_dataframe(qfed):
+    import mpdp
+
+    with mpdp.Federation.connect(qfed.workdir, schema=qfed.schema_path) as fed:
+        df = fed.query("SELECT c31, COUNT(*) AS n, SUM(c1) AS s FROM bcs GROUP BY c31")
+    assert list(df["c31"]) == ["-1", "1"]
+    assert list(df.columns) == ["c31", "n", "n_low", "n_high", "n_noise_sd", "s", "s_low", "s_high", "s_noise_sd"]
+    labels = qfed.rows[:, 30]
+    for i, lab in enumerate((-1.0, 1.0)):
+        assert df["n_low"][i] <= int((labels == lab).sum()) <= df["n_high"][i]
+    assert df.attrs["guarantee"]["epsilon"] == 1.0 and df.attrs["job_id"].startswith("qy-")
