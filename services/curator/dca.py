@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets as pysecrets
 from pathlib import Path
 
 import grpc
 
+from mpdp import registry
 from mpdp.dca.aggregator import AggregatorMachine
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
@@ -151,7 +151,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
 
     async def create(self, request: pb.DcaJobSpec) -> str:
         """Create and announce a job (operators through CreateJob; the curator's own mechanisms directly)."""
-        job_id = "dca-" + pysecrets.token_hex(6)
+        job_id = registry.new_job_id("dca")
         try:
             params = DcaParams.from_spec(job_id, request)
         except InvalidJob as e:
