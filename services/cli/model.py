@@ -1,5 +1,5 @@
 """`mpdp model export`: any job's released model from the curator's store, as JSON or NumPy npz; and the
-CLI side of curator-hosted learner jobs (``mpdp train --model dp-gd``, ``mpdp regress``): submit, then follow or detach.
+CLI side of curator-hosted learner jobs (``mpdp train dp-gd``, ``mpdp regress``): submit, then follow or detach.
 
 The curator runs every round of such a job itself. With ``--detach`` the command prints the job id and returns at
 once; without it, it watches the job (stage "round r of R") and prints the release. Ctrl-C only stops watching:
@@ -51,32 +51,12 @@ def follow(client, job_id: str, as_json: bool, timeout: float | None = None):
 
 
 def submit_and_follow(endpoints: str, spec, detach: bool, as_json: bool, summary: Callable[[object], dict]) -> None:
-    """Submit ``spec``; print its id (``detach``) or follow it and print ``summary(model)``."""
-    import grpc
+    """Submit the learner job ``spec`` through the curator's job host; print its id (``detach``; with ``as_json`` its
+    first summary) or follow it and print ``summary(model)``."""
+    from mpdp.messages import operations_pb2
+    from mpdp_services.cli.train import run_job
 
-    from mpdp.messages import common_pb2
-    from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.learner import LearnerClient
-
-    with LearnerClient(Endpoints.load(endpoints)) as client:
-        try:
-            job_id = client.submit(spec)
-        except grpc.RpcError as e:
-            raise _refused(e) from None
-        if detach:
-            click.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
-            return
-        if not as_json:
-            _console(stderr=True).print(f"job {job_id} submitted; the curator runs it (Ctrl-C stops watching only)")
-        status = follow(client, job_id, as_json)
-        if status.state != "DONE":
-            raise click.ClickException(f"job {job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was released.")
-        try:
-            model = client.model(job_id)
-        except grpc.RpcError as e:
-            raise click.ClickException(e.details()) from None
-    out = summary(model)
-    print(json.dumps(out)) if as_json else _console().print_json(json.dumps(out))
+    run_job(endpoints, operations_pb2.JobSubmission(learner=spec), detach, as_json, lambda rel: summary(rel.learner))
 
 
 class _null:

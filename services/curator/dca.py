@@ -146,7 +146,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         """An operator's DP sum (CreateJob, the job host's SubmitJob): secure sums are the curator's own."""
         if request.secure_sum:
             raise errors.Refused(common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only "
-                                 "(e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
+                                 "(e.g. `mpdp train hamm2016`); ask for a DP sum instead")
         return await self.create(request)
 
     async def create(self, request: pb.DcaJobSpec) -> str:

@@ -1,4 +1,4 @@
-"""`mpdp train --model dp-gd`: multiparty DP gradient descent (docs/protocols/dpgd.md) as a curator job.
+"""`mpdp train dp-gd`: multiparty DP gradient descent (docs/protocols/dpgd.md) as a curator job.
 
 The curator hosts the job (services/curator/learner.py): it drives :class:`mpdp.dpgd.role.DpgdRole` round by
 round (each round's DCA job, the parties' contributions, the release) and keeps the released model (weights, plan,
