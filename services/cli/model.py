@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
+from mpdp_services.cli.errors import CliError, from_rpc
 from mpdp_services.cli.options import endpoints_option
 
 if TYPE_CHECKING:  # numpy and rich load when a command runs, not for its --help
@@ -26,37 +27,58 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr)
 
 
-def _refused(e) -> click.ClickException:
-    return click.ClickException(f"the curator refused the job: {e.details()}")
-
-
-def follow(client, job_id: str, as_json: bool, timeout: float | None = None):
-    """Watch a learner job to its end (status on stderr); its final LearnerStatus. Ctrl-C stops watching only."""
-    import grpc
-
-    err = _console(stderr=True)
-    last = None
-    try:
-        with err.status(f"job {job_id}: submitted") if not as_json else _null() as status:
-            for last in client.watch(job_id, timeout):
-                if status is not None:
-                    status.update(f"job {job_id}: {last.stage}{' (DCA job ' + last.dca_job_id + ')' if last.dca_job_id else ''}")
-    except KeyboardInterrupt:
-        err.print(f"stopped watching; job {job_id} goes on at the curator (`mpdp jobs watch {job_id}`, `mpdp jobs cancel {job_id}`)")
-        raise SystemExit(130) from None
-    except grpc.RpcError as e:
-        raise click.ClickException(f"watching job {job_id}: {e.details()}") from None
-    assert last is not None
-    return last
-
-
 def submit_and_follow(endpoints: str, spec, detach: bool, as_json: bool, summary: Callable[[object], dict]) -> None:
     """Submit the learner job ``spec`` through the curator's job host; print its id (``detach``; with ``as_json`` its
     first summary) or follow it and print ``summary(model)``."""
     from mpdp.messages import operations_pb2
-    from mpdp_services.cli.train import run_job
 
     run_job(endpoints, operations_pb2.JobSubmission(learner=spec), detach, as_json, lambda rel: summary(rel.learner))
+
+
+def run_job(endpoints: str, submission: Any, detach: bool, as_json: bool, summarise: Callable[[Any], dict], show: Callable[[dict], None] | None = None) -> None:
+    """Submit through the job host (a fresh idempotency key, reused on resends), then print the id or first summary
+    (``detach``), or follow the job and print ``summarise(release)``."""
+    import grpc
+
+    from mpdp_services.cli.jobs import _null, _stderr, _stdout_json
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.jobs import follow, release, submit
+
+    ep = Endpoints.load(endpoints)
+    try:
+        first = submit(ep, submission)
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, "the job") from None
+    job_id = first["job_id"]
+    if detach:
+        click.echo(json.dumps(first) if as_json else job_id)
+        return
+    last = first
+    try:
+        with _stderr().status(f"job {job_id}: {first['stage'] or first['state']}") if not as_json else _null() as status:
+            if not first["terminal"]:
+                for last in follow(ep, job_id):
+                    if status is not None:
+                        status.update(f"job {job_id}: {last['stage'] or last['state']}")
+    except KeyboardInterrupt:
+        _stderr().print(f"stopped watching; job {job_id} goes on at the curator (`mpdp jobs watch {job_id}`, `mpdp jobs cancel {job_id}`)")
+        raise SystemExit(130) from None
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, f"to watch job {job_id}") from None
+    if last["problem"]:
+        raise CliError(f"job {job_id} failed ({last['problem']}): {last['detail'] or ''}. Nothing was published.", code="job_failed",
+                       hint=f"`mpdp jobs logs {job_id}` shows each state it entered; a party's service.log says more")
+    try:
+        rel = release(ep, job_id)
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, f"the release of job {job_id}") from None
+    out = summarise(rel)
+    if as_json:
+        print(json.dumps(out))
+    elif show is not None:
+        show(out)
+    else:
+        _stdout_json(out)
 
 
 class _null:

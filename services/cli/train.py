@@ -11,14 +11,14 @@ the job (its stage on stderr) and prints the release's summary.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import click
 
 from mpdp.limits import DEFAULT_DELTA
 from mpdp.registry import models as registered_models
-from mpdp_services.cli.errors import CliError, from_rpc
+from mpdp_services.cli.errors import CliError
+from mpdp_services.cli.model import run_job
 from mpdp_services.cli.options import deprecated, endpoints_option, renamed_option
 from mpdp_services.operator.pathak2010 import MODES
 
@@ -74,52 +74,6 @@ def _nodes(endpoints: str, compute_nodes: str) -> list[str]:
     from mpdp_services.cli.jobs import _endpoint_nodes
 
     return [n for n in compute_nodes.split(",") if n] or _endpoint_nodes(endpoints)
-
-
-def run_job(endpoints: str, submission: Any, detach: bool, as_json: bool, summarise: Callable[[Any], dict], show: Callable[[dict], None] | None = None) -> None:
-    """Submit through the job host (a fresh idempotency key, reused on resends), then print the id or first summary
-    (``detach``), or follow the job and print ``summarise(release)``."""
-    import grpc
-
-    from mpdp_services.cli.jobs import _null, _stderr, _stdout_json
-    from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.jobs import follow, release, submit
-
-    ep = Endpoints.load(endpoints)
-    try:
-        first = submit(ep, submission)
-    except grpc.RpcError as e:
-        raise from_rpc(e, "the curator", ep.curator_address, "the job") from None
-    job_id = first["job_id"]
-    if detach:
-        click.echo(json.dumps(first) if as_json else job_id)
-        return
-    last = first
-    try:
-        with _stderr().status(f"job {job_id}: {first['stage'] or first['state']}") if not as_json else _null() as status:
-            if not first["terminal"]:
-                for last in follow(ep, job_id):
-                    if status is not None:
-                        status.update(f"job {job_id}: {last['stage'] or last['state']}")
-    except KeyboardInterrupt:
-        _stderr().print(f"stopped watching; job {job_id} goes on at the curator (`mpdp jobs watch {job_id}`, `mpdp jobs cancel {job_id}`)")
-        raise SystemExit(130) from None
-    except grpc.RpcError as e:
-        raise from_rpc(e, "the curator", ep.curator_address, f"to watch job {job_id}") from None
-    if last["problem"]:
-        raise CliError(f"job {job_id} failed ({last['problem']}): {last['detail'] or ''}. Nothing was published.", code="job_failed",
-                       hint=f"`mpdp jobs logs {job_id}` shows each state it entered; a party's service.log says more")
-    try:
-        rel = release(ep, job_id)
-    except grpc.RpcError as e:
-        raise from_rpc(e, "the curator", ep.curator_address, f"the release of job {job_id}") from None
-    out = summarise(rel)
-    if as_json:
-        print(json.dumps(out))
-    elif show is not None:
-        show(out)
-    else:
-        _stdout_json(out)
 
 
 # -- the models ---------------------------------------------------------------------------------------------------
