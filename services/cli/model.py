@@ -40,7 +40,7 @@ def run_job(endpoints: str, submission: Any, detach: bool, as_json: bool, summar
     (``detach``), or follow the job and print ``summarise(release)``."""
     import grpc
 
-    from mpdp_services.cli.jobs import _null, _stderr, _stdout_json
+    from mpdp_services.cli.jobs import _stderr, _stdout_json
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.jobs import follow, release, submit
 

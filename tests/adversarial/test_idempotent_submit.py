@@ -98,3 +98,15 @@ def test_a_key_survives_a_curator_restart(fed):
     keys = fed.workdir / "curator" / "state" / "submission-keys.json"
     assert keys.stat().st_mode & 0o777 == 0o600
     assert_all_serving(fed)
+
+
+def test_a_refused_keyed_submit_frees_its_key(fed):
+    """A submit the servicer refuses started nothing: its key is free, and the corrected submission under it runs."""
+    bad = lmgc_submission(b"key-5", "fix-me")
+    bad.lmgc.parties[:] = ["party-1", "party-1"]
+    with operator_curator(fed) as ch:
+        stub = ops_grpc.JobOperationsStub(ch)
+        assert_status(refused(lambda: stub.SubmitJob(bad, timeout=60)), grpc.StatusCode.INVALID_ARGUMENT)
+        good = stub.SubmitJob(lmgc_submission(b"key-5", "fix-me"), timeout=60)
+        assert finished(ch, good.job_id).state == "PUBLISHED"
+    assert charges(fed, good.job_id) == {p: 1 for p in PARTIES}

@@ -178,7 +178,7 @@ def test_a_dca_client_whose_ledger_cannot_pay_sends_nothing(fed):
 
     assert inspect.signature(submit_vector).parameters["ledger"].default is inspect.Parameter.empty
     job = create_dca(fed, dca_spec(n=3, d=3, nodes=NODES, roster=PARTIES, deadline=30.0))
-    poor = Ledger(fed.workdir / "client-ledgers" / "poor-party-1.json", budget_epsilon=1e-6, budget_delta=0.5)
+    poor = Ledger(fed.workdir / "client-ledgers" / "poor-party-1.json", budget_epsilon=1e-6, budget_delta=1e-6)
     with pytest.raises(BudgetExceeded):
         asyncio.run(submit_vector(Endpoints.load(fed.workdir), site_tls(fed, "party-1"), "party-1", job, np.full(3, 0.25), ledger=poor))
     assert poor.entries == []
