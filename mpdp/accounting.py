@@ -44,6 +44,8 @@ from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
+from mpdp.dp.mechanisms import gdp_epsilon
+
 GAUSSIAN, PURE, DISCRETE, EPS_DELTA, NONE = "gaussian", "pure-epsilon", "discrete-gaussian", "eps-delta", "none"
 KINDS = (GAUSSIAN, PURE, DISCRETE, EPS_DELTA, NONE)
 PLD, RDP, BASIC = "pld", "rdp", "basic"
@@ -283,8 +285,6 @@ def _pld_epsilon(gauss: tuple[float, ...], pairs: Pairs, tv: float, delta: float
         if not gauss:
             return 0.0
         # only Gaussians: the composed pair is one Gaussian; its exact privacy profile (Balle & Wang 2018, Thm 8)
-        from mpdp.dpgd.accounting import gdp_epsilon  # here: mpdp.dpgd's plan imports this module
-
         return _solve(lambda d: gdp_epsilon(mu, d) if d < 1 else 0.0, 0.0, tv, delta, caps)
     if mu > MAX_PLD_MU:
         return math.inf  # a composed ε in the thousands: the grid would be huge; basic composition decides

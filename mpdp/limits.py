@@ -13,7 +13,7 @@ Kinds of row:
 
 * ``int`` / ``real``: a number in [min, max] (``real`` also finite; ``open_min`` makes the lower end open);
   ``default`` says which value 0 stands for (proto3 cannot tell 0 from unset), and 0 is then accepted.
-* ``id``: a string matching :data:`ID_PATTERN` (job ids, site names, dataset names).
+* ``id``: a string matching :data:`ID_PATTERN` (job ids, site names, dataset names); with ``min`` 0 also empty.
 * ``text``: a string of min..max characters.
 * ``bytes``: min..max bytes.
 * ``count``: a repeated field or map with min..max entries; ``item`` says what each entry must be
@@ -68,6 +68,9 @@ MAX_SIZE_BITS = 48
 # calls in flight to each party, so 64 stays well under a connection's 256 concurrent streams.
 MAX_LIVE_JOBS_FEDERATION = 64
 MAX_LIVE_JOBS_PER_OPERATOR = 32
+# JobSubmission.idempotency_key: the curator remembers this many (operator, key) → job entries durably, oldest
+# forgotten first (one small JSON line each, rewritten with fsync on every keyed submit).
+MAX_SUBMISSION_KEYS = 4096
 MAX_LOCAL_ROWS = 10**10  # rows of one party's dataset: it is trained in memory (10¹⁰ rows of one float64 feature is 80 GB); a cached n above is implausible
 MIN_PRODUCTION_KEY_BITS, MIN_TEST_KEY_BITS, MAX_KEY_BITS = 2048, 256, 8192
 MAX_ADDRESS = 255
@@ -103,7 +106,7 @@ class Limit:
         if self.kind == "choice":
             return "one of " + ", ".join(self.choice_names or tuple(str(c) for c in self.choices))
         if self.kind == "id":
-            return f"an id matching {ID_PATTERN}"
+            return ("empty, or " if self.min == 0 else "") + f"an id matching {ID_PATTERN}"
         if self.kind == "sha256":
             return "empty, or 64 lowercase hex characters"
         lo = "(" if self.open_min else "["
@@ -339,6 +342,10 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         _eps("ε of the whole query; its aggregates share it"),
         Limit("delta", "real", 0.0, 1.0, "", "δ of the whole query", open_min=True, open_max=True),
     ),
+    "JobSubmission": (  # the job host's envelope (operations.proto); its spec has its own rows
+        Limit("idempotency_key", "id", 0, None, "", f"the operator's name for one logical submit: a retry with it gets the first submit's job; "
+              f"the curator keeps the last {MAX_SUBMISSION_KEYS} keys durably"),
+    ),
     "KeyBits": (
         Limit("paillier_bits", "int", MIN_PRODUCTION_KEY_BITS, MAX_KEY_BITS, "bits", f"Paillier and DGK moduli; {MIN_TEST_KEY_BITS} bits allowed in test mode only; larger keys cost cubic time"),
     ),
@@ -393,7 +400,8 @@ def check_row(row: Limit, value: Any, where: str = "", *, resolved: bool = False
     ``resolved``: the value is a parameter after defaults were applied, so 0 no longer stands for the default."""
     name = where + row.field
     if row.kind == "id":
-        check_id(value, name)
+        if not (row.min == 0 and value == ""):
+            check_id(value, name)
         return
     if row.kind == "sha256":
         if not (isinstance(value, str) and (value == "" or _SHA256.match(value))):
@@ -511,6 +519,11 @@ def check_ensemble_job_spec(msg: Any) -> None:
 def check_vote_request(msg: Any) -> None:
     check_message("VoteRequest", msg)
     check_message("EnsembleJobSpec", msg.spec, "spec.")
+
+
+def check_job_submission(msg: Any) -> None:
+    """The job host's envelope fields (not its spec: the protocol's servicer checks that)."""
+    check_message("JobSubmission", msg)
 
 
 def check_local_model_job_spec(msg: Any) -> None:

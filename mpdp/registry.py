@@ -10,6 +10,7 @@ tests iterate over :data:`PROTOCOLS`; adding a protocol starts here (``docs/addi
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 
@@ -47,6 +48,16 @@ BY_NAME: dict[str, Protocol] = {p.name: p for p in PROTOCOLS}
 def of_job(job_id: str) -> Protocol | None:
     """The protocol whose job ids start like ``job_id`` (None: no protocol's)."""
     return next((p for p in PROTOCOLS if job_id.startswith(p.prefix)), None)
+
+
+def prefix(name: str) -> str:
+    """The prefix of ``name``'s job ids (the one place they are written)."""
+    return BY_NAME[name].prefix
+
+
+def new_job_id(name: str) -> str:
+    """A fresh id for a job of protocol ``name``: its prefix and 48 random bits (CSPRNG), e.g. ``pk-3f9c0a1b2c4d``."""
+    return prefix(name) + secrets.token_hex(6)
 
 
 def models() -> dict[str, Protocol]:

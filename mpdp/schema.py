@@ -277,9 +277,13 @@ class Schema(_Model):
     def encode_file(self, path: str | Path, fmt: str = "auto") -> Encoded:
         """Read a party's file (CSV/TSV, optionally .gz, LIBSVM, or Parquet) and encode it, batch by batch
         (:meth:`encode_source`); the rows equal those of :meth:`encode_rows` over the whole file."""
+        return self.encode_source(self.source(path, fmt))
+
+    def source(self, path: str | Path, fmt: str = "auto") -> "Source":
+        """The source of a party's file, its columns named by this schema (:func:`mpdp.data.sources.file_source`)."""
         from mpdp.data.sources import file_source
 
-        return self.encode_source(file_source(path, fmt, self))
+        return file_source(path, fmt, self.columns, [f.name for f in self.features], self.label.column)
 
     def needed(self) -> list[str]:
         """The columns an encoding reads: the features, then the label."""
@@ -309,10 +313,8 @@ class Schema(_Model):
     def check_file(self, path: str | Path, fmt: str = "auto", rows: int | None = None) -> Report:
         """Validate a party's file batch by batch and return the encoding's report only (bounded memory: the encoded
         rows are dropped as each batch is counted); DatasetError as :meth:`encode_file` would raise."""
-        from mpdp.data.sources import file_source
-
         report = Report()
-        for enc in self.encode_batches(file_source(path, fmt, self), rows):
+        for enc in self.encode_batches(self.source(path, fmt), rows):
             report.merge(enc.report)
         return report
 

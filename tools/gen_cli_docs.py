@@ -23,7 +23,8 @@ Generated from the commands by `python tools/gen_cli_docs.py > docs/cli.md` (a t
 
 * `mpdp NOUN [VERB] [OPTIONS]`: a noun names what you act on (`federation`, `jobs`, `dca`, `ledger`, `profile`, `provision`,
   `experiment`), a verb what you do to it (`up`, `create`, `submit`, `watch`, `show`, ...). The protocol runs that
-  publish a model are verbs of their own: `train`, `regress`, `predict`; `demo` runs everything once.
+  publish a model are verbs of their own: `train MODEL` (one subcommand per model of `mpdp/registry.py`, each with
+  only its own options), `regress` (the same as `train regression`), `predict`; `demo` runs everything once.
 * Every command that prints a result takes `--json` and then prints exactly one JSON object on standard output;
   progress and notices go to standard error (long jobs show a progress line there, never with `--json`).
 * Failures: with `--json`, exactly one object `{"error": {"code", "message", "hint"}}` on standard output and a

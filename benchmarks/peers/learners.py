@@ -11,7 +11,7 @@ federated ones the same five parts. A run is one training job per (system, ε); 
 (and in Opacus's and Flower's own sampling/randomness). Objective: (1/n)·Σ log(1 + exp(−y·wᵀx)) + (λ/2)‖w‖²,
 λ = 10⁻³, no intercept. Metric: test error; wall time per job.
 
-* ``federation`` — ``mpdp train --model dp-gd`` as the curator-hosted job over sockets (:func:`run_dpgd`): a local
+* ``federation`` — ``mpdp train dp-gd`` as the curator-hosted job over sockets (:func:`run_dpgd`): a local
   federation of 5 party processes, 3 compute nodes and the curator, mutual TLS, test-mode keys (512 bits; the DCA
   uses none); R from the public rule :func:`~mpdp.dpgd.plan.auto_rounds`; replace-one-row adjacency (N public).
   One federation for the whole run, one unmeasured warm-up job. Wall time: submission → released model.
@@ -74,7 +74,7 @@ def split(n: int, parties: int = PARTIES, seed: int = SPLIT_SEED) -> list[np.nda
 
 
 def dpgd_plan(epsilon: float, delta: float, n: int):  # noqa: ANN201
-    """The plan `mpdp train --model dp-gd` makes for a9a: binary, d = 123, λ = 10⁻³, replace-one with N public, R by rule,
+    """The plan `mpdp train dp-gd` makes for a9a: binary, d = 123, λ = 10⁻³, replace-one with N public, R by rule,
     validated rounds (the CLI's default: each party proves its round vector in its ℓ2 ball; discrete Gaussian noise)."""
     from mpdp.dpgd.model import Task
     from mpdp.dpgd.plan import DpgdPlan, auto_rounds

@@ -64,7 +64,7 @@ done
 [[ -f "$WORK/fed/endpoints.json" ]] || { echo "run.sh: the federation did not start within 300 s" >&2; exit 1; }
 
 # 4. Train at ε = 1; the job carries the schema's sha256, so a party with another schema would refuse it.
-trained="$(mpdp train --endpoints "$WORK/fed" --model logreg --dataset adult --parties "$(IFS=,; echo "${PARTIES[*]}")" \
+trained="$(mpdp train logreg --endpoints "$WORK/fed" --dataset adult --parties "$(IFS=,; echo "${PARTIES[*]}")" \
            --epsilon "$EPSILON" --lam "$LAMBDA" --schema "$SCHEMA" --json)"
 job="$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["job_id"])' "$trained")"
 

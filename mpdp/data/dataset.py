@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Protocol
 import numpy as np
 
 from mpdp.data.loaders import DatasetError, load, to_pm1
-from mpdp.data.sources import DEFAULT_BATCH_ROWS, SqlSource, Source, file_source
+from mpdp.data.sources import DEFAULT_BATCH_ROWS, SqlSource, Source
 from mpdp.schema import Report, Schema, SchemaError
 
 log = logging.getLogger("mpdp.data")
@@ -109,7 +109,7 @@ def source_of(src: DatasetSource, schema: Schema) -> Source:
         except ValueError as e:
             raise DatasetError(str(e)) from None
         return SqlSource(dsn, table=getattr(src, "table", None), query=getattr(src, "query", None))
-    return file_source(src.path, src.format, schema)
+    return schema.source(src.path, src.format)
 
 
 class Rows:

@@ -10,8 +10,10 @@ mutual TLS, anything else is the address of the party's own ``tls://`` scheduler
 batches and returns its partial sums; this process adds the parts' sums in order. Only those sums leave a worker,
 and only the finished aggregate leaves the party, as without Dask. Dask is optional (``pip install 'mpdp[dask]'``).
 
-The functions at the bottom are what a party's servicers call: they open the configured dataset, check its fit
-against the job's public bounds (:class:`mpdp.data.dataset.DoesNotFit`), and reduce.
+The kernels live with their protocols, which call down here (never the other way): regression's
+``mpdp.regression.statistics.statistics_contribution``, DP-GD's ``mpdp.dpgd.plan.dpgd_contribution`` and Pathak's
+local model ``mpdp.learn.logreg.local_logreg`` open the configured dataset, check its fit against the job's public
+bounds (:class:`mpdp.data.dataset.DoesNotFit`), and reduce with :func:`reducer`.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ import shutil
 import threading
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from mpdp.data.dataset import DatasetSource, DoesNotFit, Rows, open_rows, require_rows
+from mpdp.data.dataset import DatasetSource, Rows
 
 log = logging.getLogger("mpdp.data")
 
@@ -127,45 +129,6 @@ def reduce_rows(rows: Rows, kernel: Kernel, *, dask: str = "", workers: int = 2,
     return total
 
 
-def _reducer(src: DatasetSource, rows: Rows) -> Callable[[Kernel], list]:
+def reducer(src: DatasetSource, rows: Rows) -> Callable[[Kernel], list]:
+    """``reduce_rows`` over ``rows`` with the dataset's Dask setting (none: here, in order)."""
     return partial(reduce_rows, rows, dask=getattr(src, "dask", ""), workers=int(getattr(src, "dask_workers", 2)), tls=getattr(src, "dask_tls", None))
-
-
-# -- what a party's servicers call --------------------------------------------------------------------------------------
-def statistics_contribution(src: DatasetSource, name: str, round: str, bounds: Sequence[float], records_limit: int) -> np.ndarray:
-    """A regression round's contribution (:func:`mpdp.regression.statistics.party_statistics`) over the dataset's batches."""
-    from mpdp.regression.statistics import party_statistics_batches, record_statistics
-
-    rows = open_rows(src, name=name)
-    if len(bounds) != rows.dimension + 1:
-        raise DoesNotFit("the job's clip box (bounds) does not match the dataset's columns", f"{rows.dimension} features, {len(bounds)} bounds")
-    if getattr(src, "dask", ""):  # parts summed apart, then added: equal up to the order of additions
-        total, n = _reducer(src, rows)(partial(_statistics_terms, record_statistics, round, tuple(bounds)))
-    else:  # one running sum over the rows in order: equal bit for bit to the whole table's
-        total, n = party_statistics_batches(rows.batches(), round, tuple(bounds))  # type: ignore[arg-type]
-    require_rows(int(n), records_limit, "records_per_client")
-    return np.asarray(total)
-
-
-def _statistics_terms(record_statistics, round: str, bounds: tuple, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int]:
-    return record_statistics(X, y, round, bounds).sum(axis=0), len(y)
-
-
-def dpgd_contribution(src: DatasetSource, name: str, plan, r: int, W: np.ndarray, records_limit: int) -> np.ndarray:
-    """A DP-GD round's contribution (:func:`mpdp.dpgd.plan.party_vector`) over the dataset's batches."""
-    from mpdp.dpgd.plan import party_vector_of, party_vector_terms
-
-    rows = open_rows(src, name=name)
-    if rows.dimension != plan.dimension:
-        raise DoesNotFit("the dataset's feature count is not the plan's dimension", f"{rows.dimension} features, the plan {plan.dimension}")
-    total, n = _reducer(src, rows)(partial(party_vector_terms, plan, r, W, rows.label_values()))
-    require_rows(int(n), records_limit, "records_per_client")
-    return party_vector_of(plan, r, np.asarray(total), int(n))
-
-
-def local_logreg(src: DatasetSource, name: str, lam: float, convention: str, *, clip: float, tol: float, max_iter: int) -> tuple[np.ndarray, int]:
-    """Pathak's local model over the dataset's batches (:func:`mpdp.learn.logreg.fit_batches`, labels ±1), and n."""
-    from mpdp.learn.logreg import fit_batches
-
-    rows = open_rows(src, name=name).pm1()
-    return fit_batches(_reducer(src, rows), rows.dimension, lam, convention, clip=clip, tol=tol, max_iter=max_iter)  # type: ignore[arg-type]

@@ -23,14 +23,11 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from mpdp.data.loaders import DatasetError, DatasetUnreadable, first_lines, sniff_dialect
-
-if TYPE_CHECKING:
-    from mpdp.schema import Schema
 
 DEFAULT_BATCH_ROWS = 65_536  # rows per batch: 65,536 × 20 float64 features is 10 MiB
 NUMERIC, TEXT = "numeric", "text"
@@ -394,16 +391,18 @@ class SqlSource(Source):
             yield Batch({n: np.array([], dtype=np.float64 if kinds[n] == NUMERIC else object) for n in wanted}, 0)
 
 
-def file_source(path: str | Path, fmt: str, schema: "Schema") -> Source:
-    """The source of a party's file under ``schema``: ``fmt`` is csv, libsvm, parquet or auto (a ``.parquet`` file or a
-    folder is Parquet, a file whose first line is ``label index:value …`` LIBSVM, anything else CSV)."""
+def file_source(path: str | Path, fmt: str, columns: Sequence[str] | None, features: Sequence[str], label: str) -> Source:
+    """The source of a party's file: ``fmt`` is csv, libsvm, parquet or auto (a ``.parquet`` file or a folder is
+    Parquet, a file whose first line is ``label index:value …`` LIBSVM, anything else CSV). ``columns`` names a
+    headerless CSV's columns (None: the file has a header row), ``features`` and ``label`` LIBSVM's (a schema's :meth:`~mpdp.schema.Schema.source`
+    passes its own; this module knows no schema)."""
     p = Path(path)
     if fmt == "auto":
         fmt = "parquet" if p.suffix == ".parquet" or p.is_dir() else "libsvm" if looks_libsvm(p) else "csv"
     if fmt == "csv":
-        return CsvSource(p, schema.columns)
+        return CsvSource(p, list(columns) if columns is not None else None)
     if fmt == "libsvm":
-        return LibsvmSource(p, [f.name for f in schema.features], schema.label.column)
+        return LibsvmSource(p, list(features), label)
     if fmt == "parquet":
         return ParquetSource(p)
     raise DatasetError(f"unknown dataset format {fmt!r}; use 'csv', 'libsvm' or 'parquet'")

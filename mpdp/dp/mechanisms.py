@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
+from mpdp.learn.convex import solver_slack as solver_slack  # the solver's term of every argmin sensitivity, re-exported
 from mpdp.math.drbg import Drbg
 
 
@@ -112,20 +113,31 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float, *,
     return hi
 
 
-def solver_slack(tol: float, strong_convexity: float) -> float:
-    """2·tol/μ: what a sensitivity proven for *exact* minimisers must add for the minimisers a solver computes.
+def gdp_delta(mu: float, epsilon: float) -> float:
+    """δ(ε) of μ-GDP (exact): Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) (Dong, Roth & Su 2019, Cor. 2.13), Balle & Wang's
+    exact Gaussian curve with Δ/σ = μ."""
+    if not (math.isfinite(mu) and mu > 0):
+        raise ValueError(f"mu must be finite and positive, got {mu}")
+    return max(0.0, gaussian_delta(1.0 / mu, 1.0, epsilon))
 
-    Output perturbation of an argmin (CM08, CMS11) bounds ‖w*(D) − w*(D′)‖ for the exact minimisers. A solver that
-    stops at ‖∇J(ŵ)‖ < tol on a μ-strongly convex J returns ŵ with ‖ŵ − w*‖ ≤ ‖∇J(ŵ)‖/μ < tol/μ (strong convexity:
-    ‖∇J(ŵ)‖·‖ŵ − w*‖ ≥ ⟨∇J(ŵ) − ∇J(w*), ŵ − w*⟩ ≥ μ‖ŵ − w*‖²), so two neighbouring computed minimisers are within
-    Δ + 2·tol/μ. Every release calibrated on a computed minimiser adds this term (Pathak 2010, HCB16, the LMGC
-    baselines and average, LMGC objective perturbation); ``tol`` bounds μ·‖ŵ − w*‖ and is public.
-    """
-    if not (math.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be finite and non-negative, got {tol}")
-    if not (math.isfinite(strong_convexity) and strong_convexity > 0):
-        raise ValueError(f"the strong-convexity modulus must be finite and positive, got {strong_convexity}")
-    return 2.0 * tol / strong_convexity
+
+def gdp_epsilon(mu: float, delta: float, *, tol: float = 1e-13) -> float:
+    """The smallest ε with δ(ε) ≤ δ for μ-GDP (bisection; the returned ε satisfies it, checked)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, max(1.0, mu * mu)
+    while gdp_delta(mu, hi) > delta:
+        hi *= 2.0
+    while hi - lo > tol * max(1.0, hi):
+        mid = 0.5 * (lo + hi)
+        if gdp_delta(mu, mid) > delta:
+            lo = mid
+        else:
+            hi = mid
+    assert gdp_delta(mu, hi) <= delta
+    return hi
 
 
 def _check_scale(beta: float) -> None:

@@ -19,38 +19,13 @@ import math
 import numpy as np
 
 from mpdp.dca import discrete
-from mpdp.dp.mechanisms import analytic_gaussian_sigma, gaussian_delta
+from mpdp.dp.mechanisms import analytic_gaussian_sigma
+from mpdp.dp.mechanisms import gdp_delta as gdp_delta, gdp_epsilon as gdp_epsilon  # the μ-GDP curve, re-exported for the plan
 
 
 def gdp_mu(epsilon: float, delta: float) -> float:
     """The largest μ whose μ-GDP curve is (ε, δ)-DP: 1/σ of the analytic Gaussian mechanism with Δ = 1."""
     return 1.0 / analytic_gaussian_sigma(1.0, epsilon, delta)
-
-
-def gdp_delta(mu: float, epsilon: float) -> float:
-    """δ(ε) of μ-GDP (exact)."""
-    if not (math.isfinite(mu) and mu > 0):
-        raise ValueError(f"mu must be finite and positive, got {mu}")
-    return max(0.0, gaussian_delta(1.0 / mu, 1.0, epsilon))
-
-
-def gdp_epsilon(mu: float, delta: float, *, tol: float = 1e-13) -> float:
-    """The smallest ε with δ(ε) ≤ δ for μ-GDP (bisection; the returned ε satisfies it, checked)."""
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    if gdp_delta(mu, 0.0) <= delta:
-        return 0.0
-    lo, hi = 0.0, max(1.0, mu * mu)
-    while gdp_delta(mu, hi) > delta:
-        hi *= 2.0
-    while hi - lo > tol * max(1.0, hi):
-        mid = 0.5 * (lo + hi)
-        if gdp_delta(mu, mid) > delta:
-            lo = mid
-        else:
-            hi = mid
-    assert gdp_delta(mu, hi) <= delta
-    return hi
 
 
 def compose(mus: list[float]) -> float:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -436,3 +436,20 @@ class DpgdCurator:
             raise ValueError("the job has rounds left")
         k = int(math.floor(len(self.iterates) * self.plan.average_from))
         return np.mean(np.stack(self.iterates[k:]), axis=0)
+
+
+# -- the party's side over a configured dataset ---------------------------------------------------------------------
+def dpgd_contribution(src: Any, name: str, plan: DpgdPlan, r: int, W: np.ndarray, records_limit: int) -> np.ndarray:
+    """A DP-GD round's contribution (:func:`party_vector`) over the dataset's batches (``src``: a
+    :class:`mpdp.data.dataset.DatasetSource`; :mod:`mpdp.data.engine` reduces them)."""
+    from functools import partial
+
+    from mpdp.data.dataset import DoesNotFit, open_rows, require_rows
+    from mpdp.data.engine import reducer
+
+    rows = open_rows(src, name=name)
+    if rows.dimension != plan.dimension:
+        raise DoesNotFit("the dataset's feature count is not the plan's dimension", f"{rows.dimension} features, the plan {plan.dimension}")
+    total, n = reducer(src, rows)(partial(party_vector_terms, plan, r, W, rows.label_values()))
+    require_rows(int(n), records_limit, "records_per_client")
+    return party_vector_of(plan, r, np.asarray(total), int(n))

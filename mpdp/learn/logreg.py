@@ -10,15 +10,15 @@ The DP analysis assumes the exact argmin, so :func:`fit` runs Newton's method un
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 from scipy.special import expit, log_expit
 
-from mpdp.dp.mechanisms import solver_slack
+from mpdp.learn.convex import solver_slack
 
 Convention = Literal["half", "full"]
-DEFAULT_TOL = 1e-10  # ‖∇J‖ bound :func:`fit` reaches; a sensitivity of its output adds mpdp.dp.mechanisms.solver_slack(tol, c)
+DEFAULT_TOL = 1e-10  # ‖∇J‖ bound :func:`fit` reaches; a sensitivity of its output adds mpdp.learn.convex.solver_slack(tol, c)
 
 
 def reg_coefficient(lam: float, convention: Convention) -> float:
@@ -39,7 +39,7 @@ def l2_sensitivity(n: int, lam: float, convention: Convention) -> float:
 
 def fitted_l2_sensitivity(n: int, lam: float, convention: Convention, tol: float = DEFAULT_TOL) -> float:
     """ℓ2-sensitivity of what :func:`fit` returns (stopped at ‖∇J‖ < tol; J is c-strongly convex):
-    2/(n·c) + 2·tol/c (:func:`mpdp.dp.mechanisms.solver_slack`)."""
+    2/(n·c) + 2·tol/c (:func:`mpdp.learn.convex.solver_slack`)."""
     return l2_sensitivity(n, lam, convention) + solver_slack(tol, reg_coefficient(lam, convention))
 
 
@@ -154,3 +154,13 @@ def predict(w: np.ndarray, X: np.ndarray) -> np.ndarray:
 
 def error_rate(w: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(predict(w, X) != y))
+
+
+def local_logreg(src: Any, name: str, lam: float, convention: str, *, clip: float, tol: float, max_iter: int) -> tuple[np.ndarray, int]:
+    """Pathak's local model over a configured dataset's batches (:func:`fit_batches`, labels ±1), and n (``src``: a
+    :class:`mpdp.data.dataset.DatasetSource`; :mod:`mpdp.data.engine` reduces them)."""
+    from mpdp.data.dataset import open_rows
+    from mpdp.data.engine import reducer
+
+    rows = open_rows(src, name=name).pm1()
+    return fit_batches(reducer(src, rows), rows.dimension, lam, convention, clip=clip, tol=tol, max_iter=max_iter)  # type: ignore[arg-type]

@@ -183,6 +183,12 @@ class JobSubmission(_message.Message):
     LMGC_FIELD_NUMBER: _builtins.int
     HAMM2016_FIELD_NUMBER: _builtins.int
     LEARNER_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    idempotency_key: _builtins.str
+    """The operator's name for this logical submit ("" = none): a retry with the same key from the same operator
+    gets the first submit's job, never a second one; the same key with another spec is refused REPLAY.
+    Empty or an id (mpdp.limits, JobSubmission). Numbered high to leave the oneof room for new protocols.
+    """
     @_builtins.property
     def pathak2010(self) -> _pathak2010_pb2.PathakJobSpec: ...
     @_builtins.property
@@ -205,10 +211,11 @@ class JobSubmission(_message.Message):
         lmgc: _local_release_pb2.LocalModelJobSpec | None = ...,
         hamm2016: _hamm2016_pb2.EnsembleJobSpec | None = ...,
         learner: _learner_pb2.LearnerJobSpec | None = ...,
+        idempotency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["dca", b"dca", "hamm2016", b"hamm2016", "learner", b"learner", "lmgc", b"lmgc", "pathak2010", b"pathak2010", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dca", b"dca", "hamm2016", b"hamm2016", "learner", b"learner", "lmgc", b"lmgc", "pathak2010", b"pathak2010", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dca", b"dca", "hamm2016", b"hamm2016", "idempotency_key", b"idempotency_key", "learner", b"learner", "lmgc", b"lmgc", "pathak2010", b"pathak2010", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_spec: _TypeAlias = _typing.Literal["pathak2010", "dca", "lmgc", "hamm2016", "learner"]  # noqa: Y015
     _WhichOneofArgType_spec: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015

@@ -609,9 +609,9 @@ def train_local(X: np.ndarray, y: np.ndarray, params: PathakParams) -> LocalMode
 
 
 def train_local_rows(src, name: str, params: PathakParams) -> LocalModel:
-    """:func:`train_local` over a configured dataset read in batches (:func:`mpdp.data.engine.local_logreg`): the same
+    """:func:`train_local` over a configured dataset read in batches (:func:`mpdp.learn.logreg.local_logreg`): the same
     clipping, labels and stopping rule ‖∇J‖ < :data:`FIT_TOL`, with bounded memory."""
-    from mpdp.data.engine import local_logreg
+    from mpdp.learn.logreg import local_logreg
 
     w, n = local_logreg(src, name, params.calibration.lam, params.calibration.convention, clip=CLIP_BOUND, tol=FIT_TOL, max_iter=FIT_MAX_ITER)
     return LocalModel(w, n)

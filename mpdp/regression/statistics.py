@@ -388,3 +388,27 @@ def party_statistics_batches(batches: Iterable[tuple[np.ndarray, np.ndarray]], r
     if total is None:
         raise ValueError("a party's statistics need at least one row")
     return total, n
+
+
+# -- the party's side over a configured dataset ---------------------------------------------------------------------
+def statistics_contribution(src: Any, name: str, round: str, bounds: Sequence[float], records_limit: int) -> np.ndarray:
+    """A regression round's contribution (:func:`party_statistics`) over the dataset's batches (``src``: a
+    :class:`mpdp.data.dataset.DatasetSource`; :mod:`mpdp.data.engine` reduces them)."""
+    from functools import partial
+
+    from mpdp.data.dataset import DoesNotFit, open_rows, require_rows
+    from mpdp.data.engine import reducer
+
+    rows = open_rows(src, name=name)
+    if len(bounds) != rows.dimension + 1:
+        raise DoesNotFit("the job's clip box (bounds) does not match the dataset's columns", f"{rows.dimension} features, {len(bounds)} bounds")
+    if getattr(src, "dask", ""):  # parts summed apart, then added: equal up to the order of additions
+        total, n = reducer(src, rows)(partial(_statistics_terms, round, tuple(bounds)))
+    else:  # one running sum over the rows in order: equal bit for bit to the whole table's
+        total, n = party_statistics_batches(rows.batches(), round, tuple(bounds))  # type: ignore[arg-type]
+    require_rows(int(n), records_limit, "records_per_client")
+    return np.asarray(total)
+
+
+def _statistics_terms(round: str, bounds: tuple, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int]:
+    return record_statistics(X, y, round, bounds).sum(axis=0), len(y)  # type: ignore[arg-type]

@@ -61,7 +61,10 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
     """Create a DCA job at the curator; prints its id."""
     import grpc
 
+    from mpdp.messages.operations_pb2 import JobSubmission
+    from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.dca_client.client import job_spec
+    from mpdp_services.operator.jobs import submit
 
     if validate != "none" and noise not in (None, "discrete-gaussian"):
         raise click.UsageError(f"--noise {noise} cannot be proven valid: a validated job (--validate {validate}, the default range) needs "
@@ -70,12 +73,11 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
     spec = job_spec(dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
                     clip=clip, nodes=nodes.split(","), calibration=mode, validate=validate, noise=noise, frac_bits=frac_bits,
                     deadline_seconds=deadline, seed_compressed=seed_compressed)
-    address, op = _operator(endpoints)
-    with op:
-        try:
-            job = op.create(spec)
-        except grpc.RpcError as e:
-            raise from_rpc(e, "the curator", address, "the DCA job") from None
+    ep = Endpoints.load(endpoints)
+    try:  # through the curator's job host, with an idempotency key: a resend after a lost answer is the same job
+        job = submit(ep, JobSubmission(dca=spec))["job_id"]
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, "the DCA job") from None
     print(json.dumps({"job_id": job}) if as_json else job)
 
 

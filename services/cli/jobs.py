@@ -1,4 +1,5 @@
-"""`mpdp federation up`, `mpdp train`, `mpdp predict`, `mpdp demo`."""
+"""`mpdp federation up`, `mpdp predict`, `mpdp demo`, and the Pathak summaries `mpdp train logreg` prints (its
+commands are in :mod:`mpdp_services.cli.train`)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from mpdp_services.cli.errors import CliError, from_rpc
-from mpdp_services.cli.options import deprecated, endpoints_option, renamed_option
+from mpdp_services.cli.options import endpoints_option, renamed_option
 from mpdp_services.operator.pathak2010 import MODES
-from mpdp.limits import DEFAULT_DELTA
-from mpdp.registry import models as _registered_models
-
-# `mpdp train --model`: every registered model trained from a dataset name alone (regression has `mpdp regress`)
-TRAIN_MODELS = [m for m, p in _registered_models().items() if p.name != "regression"]
 
 if TYPE_CHECKING:  # numpy, gRPC, rich and the protocol cores load when a command runs, not for its --help
     from mpdp.messages import pathak2010_pb2 as pb
@@ -194,130 +190,6 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
 
 @click.command()
 @endpoints_option
-@click.option("--dataset", required=True, help="dataset name every party maps to its own file")
-@click.option("--parties", required=True, help="comma-separated party names; the first is P1")
-@click.option("--epsilon", type=float, required=True, help="privacy parameter ε")
-@renamed_option("--lam", "--lambda", "lam", type=float, required=True, help="the regulariser λ (logreg: L2; lmgc: trace regulariser)")
-@renamed_option("--noise", "--mode", "mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
-                help=NOISE_HELP + "; lmgc and dp-gd take the calibration: corrected or paper")
-@click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True), default=None,
-              help=f"δ of gaussian-distributed, dp-gd and pate jobs  [default: {DEFAULT_DELTA:g}; pure ε-DP noise takes none]")
-@click.option("--colluders", type=click.IntRange(min=0), default=None, help="gaussian-distributed: t, parties that may pool their noise (default max(1, K−2))")
-@click.option("--model", type=click.Choice(TRAIN_MODELS), default="logreg", show_default=True,
-              help="logreg: Pathak 2010 aggregate (secure protocol); lmgc: each party releases a DP large-margin Gaussian classifier, plus their average; "
-                   "hamm2016: parties vote on the curator's public auxiliary data, the votes are summed by the DCA compute nodes, the curator releases a DP global classifier; "
-                   "dp-gd: DP gradient descent over the DCA (parties submit noisy clipped gradient sums each round, the curator steps; binary or softmax logistic regression)")
-@click.option("--ridge", type=float, default=1e-3, show_default=True, help="lmgc: ridge floor Δ")
-@click.option("--data-norm", type=float, default=1.0, show_default=True, help="lmgc: public row-norm bound r (rows are clipped to it)")
-@click.option("--auxiliary", default="", help="hamm2016: the curator's auxiliary dataset name (curator config `auxiliary:`)")
-@click.option("--method", type=click.Choice(["soft", "vote", "pate"]), default="soft", show_default=True,
-              help="hamm2016: soft labels (Alg. 2), majority votes (Alg. 1), both ε-DP by output perturbation; or pate: the voters add Gaussian noise "
-                   "inside the vote sum, the curator sees only noisy counts and labels by their noisy argmax (GNMax), (ε, δ)-DP (δ from --delta)")
-@click.option("--queries", type=click.IntRange(min=0), default=0, help="hamm2016 pate: Q auxiliary points queried (a public random subset; 0 = all distinct points)")
-@click.option("--classes", default="-1,1", show_default=True, help="hamm2016: the class labels, comma-separated (binary: the second is +1)")
-@click.option("--compute-nodes", default="", help="hamm2016: comma-separated compute nodes that sum the votes (default: all in endpoints.json)")
-@click.option("--max-missing", type=int, default=0, show_default=True, help="hamm2016: voters that may drop out")
-@click.option("--protect-aux", is_flag=True, help="hamm2016: also protect one auxiliary point (HCB16 §3.4)")
-@renamed_option("--local-lam", "--local-lambda", "local_lam", type=float, default=0.0, help="hamm2016: λ of the parties' local models (default: --lam)")
-@click.option("--dimension", type=int, default=0, help="dp-gd: the number of features d every party's dataset has")
-@click.option("--total-records", type=int, default=0, help="dp-gd: the public total row count N (replace-one adjacency)")
-@click.option("--records-per-party", type=int, default=0, help="dp-gd: public bound on one party's row count")
-@click.option("--rounds", type=int, default=-1, help="dp-gd: R, the job runs R + 1 DCA rounds (default: 0 when N·ε ≥ 10⁴, else 4)")
-@click.option("--validate", type=click.Choice(("on", "none")), default="on", show_default=True,
-              help="dp-gd and hamm2016: every party proves on its secret shares that its round vector (dp-gd: in the ℓ2 ball of the public row bound × the clip) "
-                   "or its vote vector (hamm2016: one vote per auxiliary point) is valid, with discrete Gaussian noise where the sum adds noise; "
-                   "none: no proofs, Gaussian noise (honest-but-curious parties)")
-@click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="the federation's data schema: its sha256 goes in the job spec, and a party whose dataset has another schema refuses the job")
-@click.option("--detach", is_flag=True, help="print the job id and return at once (the curator runs the job; `mpdp jobs watch JOB` follows it, "
-                                              "`mpdp model export JOB` writes its model)")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float, mode: str, delta: float | None, colluders: int | None, model: str, ridge: float, data_norm: float,
-          auxiliary: str, method: str, queries: int, classes: str, compute_nodes: str, max_missing: int, protect_aux: bool, local_lam: float,
-          dimension: int, total_records: int, records_per_party: int, rounds: int, validate: str, schema_file: str | None, detach: bool, as_json: bool) -> None:
-    """Run a training job across the parties and print the published model's summary."""
-    from mpdp_services.operator.pathak2010 import make_spec
-
-    import grpc
-
-    if delta == 0:
-        deprecated("--delta 0", f"--delta {DEFAULT_DELTA:g} (the default), or leave it out")
-        delta = None
-    if delta is not None and model == "logreg" and mode != "gaussian-distributed":
-        raise click.BadParameter(f"{mode} noise is pure ε-DP: it takes no δ", param_hint="--delta")
-    if delta is not None and model == "hamm2016" and method != "pate":
-        raise click.BadParameter(f"hamm2016 {method} is pure ε-DP: it takes no δ (pate does)", param_hint="--delta")
-    delta_used = DEFAULT_DELTA if delta is None else delta
-    schema_sha256 = _schema(schema_file)[1] if schema_file else ""
-
-    from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.pathak2010 import OperatorClient
-
-    if model == "dp-gd":
-        dpgd_mode = "corrected" if mode == "gaussian-distributed" else mode  # dp-gd's own calibrations; the Pathak default names the provable one
-        _train_dpgd(endpoints, dataset, parties.split(","), compute_nodes, epsilon, delta_used, lam, dpgd_mode, classes.split(","), dimension, total_records,
-                    records_per_party, rounds, max_missing, as_json, schema_sha256, detach, validate=validate != "none")
-        return
-
-    if model == "hamm2016":
-        from mpdp.messages import hamm2016_pb2
-        from mpdp_services.operator.ensemble import summary as ens_summary, train_ensemble
-
-        nodes = [n for n in compute_nodes.split(",") if n] or _endpoint_nodes(endpoints)
-        if not auxiliary:
-            raise click.BadParameter("hamm2016 needs the curator's auxiliary dataset name", param_hint="--auxiliary")
-        spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset, auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon, classes=classes.split(","),
-                                            parties=parties.split(","), compute_nodes=nodes, max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam,
-                                            delta=delta_used if method == "pate" else 0.0, queries=queries if method == "pate" else 0,
-                                            schema_sha256=schema_sha256, unvalidated=validate == "none")
-        if detach:
-            _detached(endpoints, as_json, hamm2016=spec)
-            return
-        try:
-            with _stderr().status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
-                rel = train_ensemble(Endpoints.load(endpoints), spec)
-        except grpc.RpcError as e:
-            raise from_rpc(e, "the federation", None, "the ensemble job") from None
-        out = ens_summary(rel)
-        print(json.dumps(out)) if as_json else _stdout_json(out)
-        return
-
-    if model == "lmgc":
-        from mpdp_services.operator.local import local_spec, submit_local
-
-        if mode == "gaussian-distributed":
-            mode = "corrected"  # lmgc has its own two calibrations; the Pathak default names the provable one
-        if detach:
-            _detached(endpoints, as_json, lmgc=local_spec(dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256))
-            return
-        try:
-            with _stderr().status(f"lmgc job: each of {len(parties.split(','))} parties fits and releases its classifier") if not as_json else _null():
-                summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
-        except grpc.RpcError as e:
-            raise from_rpc(e, "the federation", None, "the lmgc job") from None
-        if as_json:
-            print(json.dumps(summary))
-        else:
-            _stdout_json(summary)
-        return
-    ep = Endpoints.load(endpoints)
-    pathak = make_spec(dataset, parties.split(","), epsilon, lam, mode, delta=delta_used if mode == "gaussian-distributed" else 0.0, colluders=colluders,
-                       schema_sha256=schema_sha256)
-    if detach:
-        _detached(endpoints, as_json, pathak2010=pathak)
-        return
-    with OperatorClient(ep) as client:
-        job_id, status = run_and_watch(client, pathak, as_json, ep.curator_address)
-        _fail_if_failed(status)
-        summary = model_summary(client.model(job_id))
-    if as_json:
-        print(json.dumps(summary))
-    else:
-        _print_summary(summary)
-
-
-@click.command()
-@endpoints_option
 @click.option("--job", "job_id", required=True, help="job id of a published model")
 @click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), help="records to classify (CSV or LIBSVM)")
 @click.option("--format", "fmt", type=click.Choice(["auto", "csv", "libsvm"]), default="auto", show_default=True, help="file format")
@@ -476,53 +348,6 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
         print(json.dumps(summary))
     else:
         _print_summary(summary)
-
-
-def _detached(endpoints: str, as_json: bool, **spec) -> None:
-    """Submit one job through the curator's job host and print its id (with --json: its first summary). The curator
-    runs it; this process is free to go."""
-    import grpc
-
-    from mpdp.messages import operations_pb2
-    from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.jobs import submit
-
-    ep = Endpoints.load(endpoints)
-    try:
-        summary = submit(ep, operations_pb2.JobSubmission(**spec))
-    except grpc.RpcError as e:
-        raise from_rpc(e, "the curator", ep.curator_address, "the job") from None
-    click.echo(json.dumps(summary) if as_json else summary["job_id"])
-
-
-def _train_dpgd(endpoints: str, dataset: str, parties: list[str], compute_nodes: str, epsilon: float, delta: float, lam: float, mode: str,
-                classes: list[str], dimension: int, total_records: int, records_per_party: int, rounds: int, max_missing: int, as_json: bool,
-                schema_sha256: str = "", detach: bool = False, validate: bool = True) -> None:
-    """`mpdp train --model dp-gd`: submit the job to the curator (which runs the rounds and stores the model); follow it or detach."""
-    from mpdp.dpgd.model import Task
-    from mpdp.dpgd.plan import DpgdPlan, auto_rounds
-    from mpdp.dpgd.role import DpgdRun
-    from mpdp_services.cli.model import submit_and_follow
-    from mpdp_services.operator.dpgd import dpgd_spec
-
-    for name, v in (("--dimension", dimension), ("--total-records", total_records), ("--records-per-party", records_per_party)):
-        if v < 1:
-            raise click.BadParameter("dp-gd needs it (a positive integer)", param_hint=name)
-    nodes = [n for n in compute_nodes.split(",") if n] or _endpoint_nodes(endpoints)
-    task = Task("binary") if len(classes) == 2 else Task("softmax", len(classes))
-    try:
-        plan = DpgdPlan(task, dimension, epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, total_records) if rounds < 0 else rounds,
-                        total_records=total_records, mode=mode, validate="l2" if validate else "none")
-    except ValueError as e:
-        raise click.ClickException(f"not a valid dp-gd plan: {e}")
-
-    def summary(model) -> dict:
-        out = {k: v for k, v in DpgdRun.of(model).summary().items() if k != "weights"}
-        out["stored"] = "curator"  # `mpdp predict --job`, `mpdp model export` read it from the curator's store
-        return out
-
-    submit_and_follow(endpoints, dpgd_spec(dataset, parties, nodes, plan, records_per_party, max_missing=max_missing, schema_sha256=schema_sha256),
-                      detach, as_json, summary)
 
 
 def _protocol_of(endpoints: str, job_id: str) -> str:

@@ -28,7 +28,7 @@ COMMANDS = {
     "regress": Lazy(_CLI + "regress:regress", "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2)."),
     "schema": Lazy(_CLI + "schema:schema", "Check a data file against the federation's schema, or draft a schema from a file (docs/schema.md)."),
     "serve": Lazy(_CLI + "serve:serve", "Run one role of the federation as a service (one OS process per role)."),
-    "train": Lazy(_CLI + "jobs:train", "Run a training job across the parties and print the published model's summary."),
+    "train": Lazy(_CLI + "train:train", "Train a model across the parties (one subcommand per model): the curator runs the job."),
 }
 
 EXPERIMENTS = {

@@ -1,5 +1,5 @@
 """`mpdp model export`: any job's released model from the curator's store, as JSON or NumPy npz; and the
-CLI side of curator-hosted learner jobs (``mpdp train --model dp-gd``, ``mpdp regress``): submit, then follow or detach.
+CLI side of curator-hosted learner jobs (``mpdp train dp-gd``, ``mpdp regress``): submit, then follow or detach.
 
 The curator runs every round of such a job itself. With ``--detach`` the command prints the job id and returns at
 once; without it, it watches the job (stage "round r of R") and prints the release. Ctrl-C only stops watching:
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
+from mpdp_services.cli.errors import CliError, from_rpc
 from mpdp_services.cli.options import endpoints_option
 
 if TYPE_CHECKING:  # numpy and rich load when a command runs, not for its --help
@@ -26,57 +27,58 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr)
 
 
-def _refused(e) -> click.ClickException:
-    return click.ClickException(f"the curator refused the job: {e.details()}")
+def submit_and_follow(endpoints: str, spec, detach: bool, as_json: bool, summary: Callable[[object], dict]) -> None:
+    """Submit the learner job ``spec`` through the curator's job host; print its id (``detach``; with ``as_json`` its
+    first summary) or follow it and print ``summary(model)``."""
+    from mpdp.messages import operations_pb2
+
+    run_job(endpoints, operations_pb2.JobSubmission(learner=spec), detach, as_json, lambda rel: summary(rel.learner))
 
 
-def follow(client, job_id: str, as_json: bool, timeout: float | None = None):
-    """Watch a learner job to its end (status on stderr); its final LearnerStatus. Ctrl-C stops watching only."""
+def run_job(endpoints: str, submission: Any, detach: bool, as_json: bool, summarise: Callable[[Any], dict], show: Callable[[dict], None] | None = None) -> None:
+    """Submit through the job host (a fresh idempotency key, reused on resends), then print the id or first summary
+    (``detach``), or follow the job and print ``summarise(release)``."""
     import grpc
 
-    err = _console(stderr=True)
-    last = None
+    from mpdp_services.cli.jobs import _stderr, _stdout_json
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.operator.jobs import follow, release, submit
+
+    ep = Endpoints.load(endpoints)
     try:
-        with err.status(f"job {job_id}: submitted") if not as_json else _null() as status:
-            for last in client.watch(job_id, timeout):
-                if status is not None:
-                    status.update(f"job {job_id}: {last.stage}{' (DCA job ' + last.dca_job_id + ')' if last.dca_job_id else ''}")
+        first = submit(ep, submission)
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, "the job") from None
+    job_id = first["job_id"]
+    if detach:
+        click.echo(json.dumps(first) if as_json else job_id)
+        return
+    last = first
+    try:
+        with _stderr().status(f"job {job_id}: {first['stage'] or first['state']}") if not as_json else _null() as status:
+            if not first["terminal"]:
+                for last in follow(ep, job_id):
+                    if status is not None:
+                        status.update(f"job {job_id}: {last['stage'] or last['state']}")
     except KeyboardInterrupt:
-        err.print(f"stopped watching; job {job_id} goes on at the curator (`mpdp jobs watch {job_id}`, `mpdp jobs cancel {job_id}`)")
+        _stderr().print(f"stopped watching; job {job_id} goes on at the curator (`mpdp jobs watch {job_id}`, `mpdp jobs cancel {job_id}`)")
         raise SystemExit(130) from None
     except grpc.RpcError as e:
-        raise click.ClickException(f"watching job {job_id}: {e.details()}") from None
-    assert last is not None
-    return last
-
-
-def submit_and_follow(endpoints: str, spec, detach: bool, as_json: bool, summary: Callable[[object], dict]) -> None:
-    """Submit ``spec``; print its id (``detach``) or follow it and print ``summary(model)``."""
-    import grpc
-
-    from mpdp.messages import common_pb2
-    from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.learner import LearnerClient
-
-    with LearnerClient(Endpoints.load(endpoints)) as client:
-        try:
-            job_id = client.submit(spec)
-        except grpc.RpcError as e:
-            raise _refused(e) from None
-        if detach:
-            click.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
-            return
-        if not as_json:
-            _console(stderr=True).print(f"job {job_id} submitted; the curator runs it (Ctrl-C stops watching only)")
-        status = follow(client, job_id, as_json)
-        if status.state != "DONE":
-            raise click.ClickException(f"job {job_id} failed ({common_pb2.Problem.Name(status.problem)}): {status.detail}. Nothing was released.")
-        try:
-            model = client.model(job_id)
-        except grpc.RpcError as e:
-            raise click.ClickException(e.details()) from None
-    out = summary(model)
-    print(json.dumps(out)) if as_json else _console().print_json(json.dumps(out))
+        raise from_rpc(e, "the curator", ep.curator_address, f"to watch job {job_id}") from None
+    if last["problem"]:
+        raise CliError(f"job {job_id} failed ({last['problem']}): {last['detail'] or ''}. Nothing was published.", code="job_failed",
+                       hint=f"`mpdp jobs logs {job_id}` shows each state it entered; a party's service.log says more")
+    try:
+        rel = release(ep, job_id)
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, f"the release of job {job_id}") from None
+    out = summarise(rel)
+    if as_json:
+        print(json.dumps(out))
+    elif show is not None:
+        show(out)
+    else:
+        _stdout_json(out)
 
 
 class _null:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets as pysecrets
 from pathlib import Path
 
 import grpc
 
+from mpdp import registry
 from mpdp.dca.aggregator import AggregatorMachine
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
@@ -148,12 +148,12 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         """An operator's DP sum (CreateJob, the job host's SubmitJob): secure sums are the curator's own."""
         if request.secure_sum:
             raise errors.Refused(common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only "
-                                 "(e.g. `mpdp train --model hamm2016`); ask for a DP sum instead")
+                                 "(e.g. `mpdp train hamm2016`); ask for a DP sum instead")
         return await self.create(request)
 
     async def create(self, request: pb.DcaJobSpec) -> str:
         """Create and announce a job (operators through CreateJob; the curator's own mechanisms directly)."""
-        job_id = "dca-" + pysecrets.token_hex(6)
+        job_id = registry.new_job_id("dca")
         try:
             params = DcaParams.from_spec(job_id, request)
         except InvalidJob as e:

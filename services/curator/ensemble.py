@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets as pysecrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from mpdp import registry
 from mpdp.data.loaders import DatasetError, load
 from mpdp.hamm2016 import job as core
 from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
@@ -98,7 +98,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         except DatasetError as e:  # names the curator's file: logged here, never sent
             log.warning("auxiliary dataset %s cannot be loaded: %s", errors.shown(request.auxiliary), e)
             raise errors.Refused(common_pb2.INVALID_JOB, f"auxiliary dataset {errors.shown(request.auxiliary)} cannot be loaded (see the curator's log)") from None
-        job_id = "hm-" + pysecrets.token_hex(6)
+        job_id = registry.new_job_id("hamm2016")
         try:
             if request.method == core.PATE:  # the queried points are the job's auxiliary set (a public choice)
                 X_aux = core.pate_queries(request, X_aux)

@@ -22,13 +22,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets as pysecrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from mpdp import limits
+from mpdp import limits, registry
 from mpdp.dca.errors import InvalidJob
 from mpdp.dpgd.model import Task
 from mpdp.dpgd.plan import VALIDATE_L2, VALIDATE_NONE, DpgdPlan
@@ -111,11 +110,11 @@ def _query_request(spec: pb.LearnerJobSpec, ask: QueryRound, dca_job: str) -> cp
 
 
 LEARNERS: dict[str, Learner] = {
-    "dpgd": Learner("dpgd", "dp-", _dpgd_role, _dpgd_request, _dpgd_progress, lambda spec, run, job: run.message()),
-    "regression": Learner("regression", "rg-", _regression_role, _regression_request, _regression_progress,
+    "dpgd": Learner("dpgd", registry.prefix("dpgd"), _dpgd_role, _dpgd_request, _dpgd_progress, lambda spec, run, job: run.message()),
+    "regression": Learner("regression", registry.prefix("regression"), _regression_role, _regression_request, _regression_progress,
                           lambda spec, run, job: run.message(job, spec.parties, dca_pb2.DISCRETE_GAUSSIAN if not spec.regression.unvalidated
                                                                   else spec.regression.noise, spec.regression.total_records, spec.regression.unvalidated)),
-    "query": Learner("query", "qy-", _query_role, _query_request, lambda role: (0, 1), lambda spec, run, job: run.message(job, spec.parties)),
+    "query": Learner("query", registry.prefix("query"), _query_role, _query_request, lambda role: (0, 1), lambda spec, run, job: run.message(job, spec.parties)),
 }
 
 
@@ -228,7 +227,7 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         missing = [n for n in spec.compute_nodes if n not in self.dca.nodes]
         if missing:
             raise errors.Refused(common_pb2.INVALID_JOB, f"compute nodes {', '.join(errors.shown(n) for n in missing[:4])} are not registered with the curator")
-        job_id = spec.job_id or learner.prefix + pysecrets.token_hex(6)
+        job_id = spec.job_id or registry.new_job_id(learner.protocol)
         if not job_id.startswith(learner.prefix):
             raise errors.Refused(common_pb2.INVALID_JOB, f"a {learner.protocol} job id starts with {learner.prefix}")
         if any(job_id in t for t in self.tables.values()) or self.store.state(job_id) is not None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets as pysecrets
 from pathlib import Path
 
 import grpc
 
+from mpdp import registry
 from mpdp.local_release import LocalReleaseCurator, ReleaseError, validate_spec
 from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
 from mpdp.protocol import ProtocolError, Publish, Send
@@ -65,7 +65,7 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         unknown = [p for p in request.parties if p not in self.addresses]
         if unknown:
             raise errors.Refused(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
-        job_id = "lm-" + pysecrets.token_hex(6)
+        job_id = registry.new_job_id("lmgc")
         job = jobs.TaskJob(TRAINING)
         try:
             self.jobs.admit(job_id, job, PARTY_TIMEOUT + 60.0)

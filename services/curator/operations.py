@@ -10,15 +10,18 @@ watcher wakes on every job change (:data:`jobs.changes`) and sends the job's sum
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from mpdp import registry
+from mpdp import limits, registry
 from mpdp.messages import common_pb2, operations_pb2 as pb, operations_pb2_grpc as pb_grpc
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import calls, errors, jobs
 from mpdp_services.common.rpc import roles_by_method
 from mpdp_services.curator.catalog import MAX_LIMIT, Catalog
+from mpdp_services.curator.submissions import SubmissionKeys, digest
 
 log = logging.getLogger("mpdp.curator")
 
@@ -40,10 +43,12 @@ class HostedProtocol:
 
 
 class JobOperations(pb_grpc.JobOperationsServicer):
-    def __init__(self, catalog: Catalog, hosted: list[HostedProtocol]) -> None:
+    def __init__(self, catalog: Catalog, hosted: list[HostedProtocol], state_dir: Path | None = None) -> None:
         self.catalog = catalog
         self.hosted = {h.protocol.name: h for h in hosted}
         self.by_field = {h.protocol.submission: h for h in hosted}  # dpgd and regression share the learner host
+        self.keys = SubmissionKeys(state_dir)
+        self._under_way: dict[tuple[str, str], asyncio.Future] = {}  # the keyed submits still running
 
     async def SubmitJob(self, request: pb.JobSubmission, context) -> pb.JobSummary:
         field = str(request.WhichOneof("spec") or "")
@@ -51,11 +56,57 @@ class JobOperations(pb_grpc.JobOperationsServicer):
         if host is None:
             await errors.refuse(context, common_pb2.MALFORMED, f"a job submission carries one spec: {', '.join(sorted(self.by_field))}")
         try:
-            job_id = await host.submit(getattr(request, field))
+            limits.check_job_submission(request)
+        except limits.SpecError as e:
+            await errors.refuse(context, common_pb2.MALFORMED, str(e))
+        if not request.idempotency_key:
+            job_id = await self._submit(host, getattr(request, field), context)
+            return await self._summary(job_id, context)
+        ident = calls.caller()
+        key = (ident.name if ident is not None else "", request.idempotency_key)
+        job_id = await self._keyed(key, digest(request), host, getattr(request, field), context)
+        return await self._summary(job_id, context)
+
+    async def _keyed(self, key: tuple[str, str], spec_digest: str, host: HostedProtocol, spec: Any, context) -> str:
+        """The job of this operator's key: the one its first submit started, or a new one (its key recorded durably
+        first). The submit runs as its own task, so a caller that disconnects mid-submit (the lost answer a retry is
+        for) neither stops it nor loses its record; a retry that arrives meanwhile waits for that same task."""
+        known = self.keys.get(key)
+        if known is not None and known[0] != spec_digest:
+            await errors.refuse(context, common_pb2.REPLAY, "this idempotency key was already used for another job specification")
+        running = self._under_way.get(key)
+        if running is None:
+            if known is not None:
+                if known[1] is None:
+                    await errors.refuse(context, common_pb2.JOB_FAILED, "the curator restarted while this key's submit was under way; "
+                                        "whether its job started is unknown, so it is not started again (use a new key)")
+                log.info("job %s: a repeated submit with its key answered with the same job", known[1])
+                return known[1]
+            self.keys.pending(key, spec_digest)
+            running = asyncio.ensure_future(host.submit(spec))
+            self._under_way[key] = running
+            running.add_done_callback(lambda task: self._settled(key, task))
+        try:
+            job_id = await asyncio.shield(running)
+        except errors.Refused as e:
+            await errors.refuse(context, e.problem, e.detail)
+        log.info("job %s submitted through the job host (keyed)", job_id)
+        return job_id
+
+    def _settled(self, key: tuple[str, str], task: asyncio.Future) -> None:
+        self._under_way.pop(key, None)
+        if task.cancelled() or task.exception() is not None:
+            self.keys.forget(key)  # refused: nothing started under this key, a retry may try again
+        else:
+            self.keys.started(key, task.result())
+
+    async def _submit(self, host: HostedProtocol, spec: Any, context) -> str:
+        try:
+            job_id = await host.submit(spec)
         except errors.Refused as e:
             await errors.refuse(context, e.problem, e.detail)
         log.info("job %s submitted through the job host", job_id)
-        return await self._summary(job_id, context)
+        return job_id
 
     async def WatchJob(self, request, context):
         since = jobs.changes.version

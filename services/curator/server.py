@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 import logging
-import secrets as pysecrets
 import sys
 from pathlib import Path
 
@@ -114,7 +113,7 @@ class Curator(pb_grpc.CuratorServicer):
 
     async def submit(self, request: pb.PathakJobSpec) -> str:
         """Check, admit and start a job; its id once every party has been told (errors.Refused otherwise)."""
-        job_id = "pk-" + pysecrets.token_hex(6)
+        job_id = registry.new_job_id("pathak2010")
         try:
             params = PathakParams.from_spec(job_id, request)
         except InvalidJob as e:
@@ -321,7 +320,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     learner = LearnerHost(Path(cfg.state_dir), dca, contribution, curator.addresses, cfg.test_mode, retention=retention, max_live=max_live,
                           admission=curator.admission)
     catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble, learner)
-    operations = JobOperations(catalog, hosted_protocols(curator, dca, local, ensemble, learner))
+    operations = JobOperations(catalog, hosted_protocols(curator, dca, local, ensemble, learner), Path(cfg.state_dir))
     Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()
 
     def add(server) -> None:

@@ -2,8 +2,8 @@
 
 - :class:`DcaOperator` (OPERATOR certificate): create a job, watch it, fetch the released DP sum.
 - :func:`submit_vector`: one client (PARTY certificate, client id = its site name) secret-shares its
-  vector with fresh Gaussian noise and streams one share to each compute node. Given the client's privacy
-  ledger, it spends the job's true (ε, δ) there before any share leaves (a failed submission keeps it).
+  vector with fresh Gaussian noise and streams one share to each compute node. It spends the job's true (ε, δ)
+  in the client's privacy ledger (a required argument) before any share leaves (a failed submission keeps it).
 - :func:`submit_cohort`: many simulated clients from one process over long-lived TLS channels, either one
   ClientShare message per client on a stream per node (``batched=False``) or ShareBatch messages carrying
   many clients' shares (``batched=True``); every client is still accounted on its own by the nodes.
@@ -160,15 +160,16 @@ async def submit_vector(
     z: np.ndarray,
     rng: Drbg | None = None,
     *,
-    ledger: Ledger | None = None,
+    ledger: Ledger,
     announcement: pb.DcaJobAnnouncement | None = None,
 ) -> SubmitReport:
     """One client's contribution: shares with fresh noise, one stream per node. Raises if any node refuses.
 
-    With ``ledger``, the client machine's Spend (the job's true (ε, δ), :meth:`DcaParams.ledger_entry`) is spent
-    there before any share leaves: :class:`mpdp.ledger.BudgetExceeded` if it does not fit. A submission that fails
-    after spending keeps its charge, marked failed. ``announcement`` is the job as the caller already fetched and
-    checked it (fetched here otherwise).
+    The client machine's Spend (the job's true (ε, δ), :meth:`DcaParams.ledger_entry`) is spent in ``ledger`` (the
+    client's own privacy ledger: required, there is no submission without a spend) before any share leaves:
+    :class:`mpdp.ledger.BudgetExceeded` if it does not fit, and then nothing is sent. A submission that fails after
+    spending keeps its charge, marked failed. ``announcement`` is the job as the caller already fetched and checked
+    it (fetched here otherwise).
     """
     from mpdp.dca.client import ClientMachine
     from mpdp.dca.params import DcaParams
@@ -184,20 +185,21 @@ async def submit_vector(
     spent: list[dict] = []
 
     async def spend(entries: tuple[dict, ...]) -> None:
-        if ledger is not None:
-            for e in entries:
-                await asyncio.to_thread(ledger.spend, e)
-                spent.append(e)
+        if not entries:
+            raise RuntimeError("the client machine's Spend is empty: no share leaves without a charge")
+        for e in entries:
+            await asyncio.to_thread(ledger.spend, e)
+            spent.append(e)
 
     try:
         report = await carry_out(ann, tls, params, outputs, spend, client_seconds=client_seconds)
     except BaseException:
         for e in spent:
-            await asyncio.to_thread(ledger.mark, e["protocol"], e["job_id"], FAILED)  # type: ignore[union-attr]
+            await asyncio.to_thread(ledger.mark, e["protocol"], e["job_id"], FAILED)
         raise
     if report.rejected:
         for e in spent:
-            await asyncio.to_thread(ledger.mark, e["protocol"], e["job_id"], FAILED)  # type: ignore[union-attr]
+            await asyncio.to_thread(ledger.mark, e["protocol"], e["job_id"], FAILED)
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -1,4 +1,4 @@
-"""`mpdp train --model dp-gd`: multiparty DP gradient descent (docs/protocols/dpgd.md) as a curator job.
+"""`mpdp train dp-gd`: multiparty DP gradient descent (docs/protocols/dpgd.md) as a curator job.
 
 The curator hosts the job (services/curator/learner.py): it drives :class:`mpdp.dpgd.role.DpgdRole` round by
 round (each round's DCA job, the parties' contributions, the release) and keeps the released model (weights, plan,
@@ -18,7 +18,6 @@ from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.operator.learner import LearnerClient, run_model
 
 __all__ = ["DpgdRun", "RoundFailed", "dpgd_spec", "fetch_model", "run_dpgd"]
-JOB_PREFIX = "dp-"
 
 
 def dpgd_spec(dataset: str, parties: list[str], nodes: list[str], plan: DpgdPlan, records_per_party: int, *, job_id: str = "", max_missing: int = 0,

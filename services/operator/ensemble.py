@@ -40,9 +40,12 @@ def summary(r: pb.EnsembleRelease) -> dict:
 
 
 def train_ensemble(ep: Endpoints, spec: pb.EnsembleJobSpec, timeout: float = 1800.0) -> pb.EnsembleRelease:
-    ch, stub = _stub(ep)
-    with ch:
-        return stub.TrainEnsemble(spec, timeout=timeout)
+    """Run an ensemble job through the curator's job host (keyed submit, watch, release); grpc.RpcError (the job's
+    Problem) if it published nothing."""
+    from mpdp.messages import operations_pb2
+    from mpdp_services.operator.jobs import run
+
+    return run(ep, operations_pb2.JobSubmission(hamm2016=spec), timeout=timeout)[1].hamm2016
 
 
 def fetch(ep: Endpoints, job_id: str) -> pb.EnsembleRelease:

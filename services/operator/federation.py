@@ -1,10 +1,9 @@
 """The live federation behind :meth:`mpdp.Federation.connect`: each protocol through its operator client.
 
-Pathak jobs go through :class:`~mpdp_services.operator.pathak2010.OperatorClient`, DCA sums through
-:class:`~mpdp_services.dca_client.client.DcaOperator` and :func:`~mpdp_services.dca_client.client.submit_cohort` (the
-operator's certificate submits the caller's vectors as a simulated cohort, as `mpdp dca loadgen`), regression
-and dp-gd as curator-hosted jobs (:func:`~mpdp_services.operator.regression.run_regression`,
-:func:`~mpdp_services.operator.dpgd.run_dpgd` submit, wait and read the curator's store), ensembles and LMGC through theirs. The core objects that come back
+Every job is submitted, followed and fetched through the curator's job host (:mod:`mpdp_services.operator.jobs`:
+``submit`` sends a fresh idempotency key per call and reuses it on its own resends, so a lost answer never starts a
+second job). A DCA sum's vectors are then sent by :func:`~mpdp_services.dca_client.client.submit_cohort` (the
+operator's certificate submits them as a simulated cohort, as `mpdp dca loadgen`). The core objects that come back
 (PublishedModel, DpSum, RegressionRun, …) become a :class:`mpdp.results.Result` exactly as in-process
 (:mod:`mpdp.results`), so both modes return the same fields.
 """
@@ -93,21 +92,18 @@ class LiveBackend:
     # -- Pathak 2010 -------------------------------------------------------------------------------------
     def logistic_regression(self, *, epsilon: float, lam: float, noise: str, delta: float | None, colluders: int | None,
                             classes: tuple[Any, ...] | None, dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+        from mpdp.messages import operations_pb2
         from mpdp.results import pathak_result
-        from mpdp_services.operator.pathak2010 import OperatorClient, make_spec
+        from mpdp_services.operator.jobs import run
+        from mpdp_services.operator.pathak2010 import make_spec
 
         t0 = time.perf_counter()
         spec = make_spec(self._dataset(dataset), self._names(parties), epsilon, lam, noise, delta=delta or 0.0, colluders=colluders,
                          schema_sha256=self.schema_sha256)
-        with OperatorClient(self.endpoints) as client:
-            try:
-                job_id = client.submit(spec)
-                status = client.wait(job_id, timeout=1800)
-            except grpc.RpcError as e:
-                raise JobFailed(f"the curator refused the Pathak job: {e.details()}") from None
-            if status.state != "PUBLISHED":
-                raise JobFailed(f"Pathak job {job_id} published nothing ({status.state}): {status.detail}")
-            model = client.model(job_id)
+        try:
+            model = run(self.endpoints, operations_pb2.JobSubmission(pathak2010=spec), timeout=1800)[1].pathak2010
+        except grpc.RpcError as e:
+            raise JobFailed(f"the Pathak job published nothing: {e.details()}") from None
         return pathak_result(model, mode=self.mode, classes=classes or DEFAULT_CLASSES, noise=noise, total=time.perf_counter() - t0)
 
     # -- DCA --------------------------------------------------------------------------------------------
@@ -116,7 +112,9 @@ class LiveBackend:
         from mpdp.dca.errors import InvalidJob
         from mpdp.dca.params import DcaParams
         from mpdp.results import dca_sum_result
-        from mpdp_services.dca_client.client import DcaOperator, submit_cohort
+        from mpdp.messages import operations_pb2
+        from mpdp_services.dca_client.client import submit_cohort
+        from mpdp_services.operator.jobs import follow, release as job_release, submit
 
         t0 = time.perf_counter()
         try:
@@ -125,18 +123,17 @@ class LiveBackend:
         except InvalidJob as e:
             raise ValueError(str(e)) from None
         ep = self.endpoints
-        with DcaOperator(ep) as op:
-            try:
-                job = op.create(params.to_spec())
-                t1 = time.perf_counter()
-                rep = asyncio.run(submit_cohort(ep, ep.tls, job, client_ids, Z))
-                t2 = time.perf_counter()
-                status = op.wait(job, timeout=max(60.0, params.deadline_seconds + 60.0))
-            except grpc.RpcError as e:
-                raise JobFailed(f"the DCA job failed: {e.details()}") from None
-            if status.state != "RELEASED":
-                raise JobFailed(f"DCA job {job} released nothing ({status.state}): {status.detail}")
-            release = op.release(job)
+        try:
+            job = submit(ep, operations_pb2.JobSubmission(dca=params.to_spec()))["job_id"]
+            t1 = time.perf_counter()
+            rep = asyncio.run(submit_cohort(ep, ep.tls, job, client_ids, Z))
+            t2 = time.perf_counter()
+            status = list(follow(ep, job, timeout=max(60.0, params.deadline_seconds + 60.0)))[-1]
+            if status["state"] != "RELEASED":
+                raise JobFailed(f"DCA job {job} released nothing ({status['state']}): {status['detail']}")
+            release = job_release(ep, job).dca
+        except grpc.RpcError as e:
+            raise JobFailed(f"the DCA job failed: {e.details()}") from None
         timings = {"create": t1 - t0, "clients": t2 - t1, "agreement+release": time.perf_counter() - t2}
         return dca_sum_result(release, mode=self.mode, total=time.perf_counter() - t0, timings=timings,
                               operations={"accepted_shares": rep.accepted, "rejected_shares": len(rep.rejected), "dca_jobs": 1,

@@ -3,15 +3,41 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+import secrets
+import time
+from typing import Any, Callable, Iterator
 
 import grpc
 
 from mpdp.messages import common_pb2, operations_pb2 as pb, operations_pb2_grpc as pb_grpc
+from mpdp_services.common import errors
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common.channels import CHANNEL_OPTIONS
 
 TIMEOUT = 30.0
+SUBMIT_TIMEOUT = 120.0
+SUBMIT_ATTEMPTS = 3  # one submit and two resends of it, under one idempotency key
+LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)  # the answer may have been lost: resend
+
+
+class JobEnded(grpc.RpcError):
+    """The job ended without a release. An RPC error with the status of the job's Problem (the error table) and the
+    curator's "PROBLEM: detail", as if the submit itself had waited for the end and been refused."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        problem = common_pb2.Problem.Value(summary["problem"]) if summary.get("problem") else common_pb2.JOB_FAILED
+        detail = summary.get("detail") or f"job {summary['job_id']} ended {summary['state']} and published nothing"
+        self.job_id = str(summary["job_id"])
+        self.summary = summary
+        self._code = errors.status_for(problem)
+        self._details = detail if detail.split(":", 1)[0] in common_pb2.Problem.keys() else errors.details_for(problem, detail)
+        super().__init__(self._details)
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
 
 
 def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.JobOperationsStub]:
@@ -69,11 +95,49 @@ def cancel_job(ep: Endpoints, job_id: str) -> dict[str, Any]:
         return as_dict(stub.CancelJob(common_pb2.JobRef(job_id=job_id), timeout=TIMEOUT))
 
 
-def submit(ep: Endpoints, submission: pb.JobSubmission) -> dict[str, Any]:
-    """Submit a job of any protocol to the curator's job host; its first summary, at once (the curator runs it)."""
-    ch, stub = _stub(ep)
-    with ch:
-        return as_dict(stub.SubmitJob(submission, timeout=120))
+def new_key() -> str:
+    """A fresh idempotency key for one logical submit (CSPRNG; an id, mpdp.limits)."""
+    return "sub-" + secrets.token_hex(12)
+
+
+def submit(ep: Endpoints, submission: pb.JobSubmission, *, key: str | None = None, attempts: int = SUBMIT_ATTEMPTS) -> dict[str, Any]:
+    """Submit a job of any protocol to the curator's job host; its first summary, at once (the curator runs it).
+
+    The submission carries ``key`` (default: a fresh one). When the answer is lost (UNAVAILABLE without a Problem of
+    the curator's, DEADLINE_EXCEEDED) the same submission is sent again with the same key, so the curator answers
+    with the job the first send started instead of starting a second one."""
+    sent = pb.JobSubmission()
+    sent.CopyFrom(submission)
+    sent.idempotency_key = key or submission.idempotency_key or new_key()
+    for attempt in range(attempts):
+        ch, stub = _stub(ep)
+        try:
+            with ch:
+                return as_dict(stub.SubmitJob(sent, timeout=SUBMIT_TIMEOUT))
+        except grpc.RpcError as e:
+            problem = (e.details() or "").split(":", 1)[0]
+            refused = problem in common_pb2.Problem.keys() and problem != "NOT_READY"  # the curator answered: its refusal stands
+            if e.code() not in LOST or refused or attempt == attempts - 1:
+                raise
+        time.sleep(0.5 * 2**attempt)  # a client's back-off between resends, not a synchronisation
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run(ep: Endpoints, submission: pb.JobSubmission, *, timeout: float | None = None,
+        on_summary: Callable[[dict[str, Any]], None] | None = None) -> tuple[dict[str, Any], pb.JobRelease]:
+    """Submit (keyed, :func:`submit`), follow the job to its end and fetch what it published: (last summary,
+    release). :class:`JobEnded` (a grpc.RpcError with the job's Problem) if it published nothing; grpc.RpcError if
+    the curator refused it."""
+    last = submit(ep, submission)
+    if on_summary is not None:
+        on_summary(last)
+    if not last["terminal"]:
+        for last in follow(ep, last["job_id"], timeout):
+            if on_summary is not None:
+                on_summary(last)
+    if last["problem"]:
+        raise JobEnded(last)
+    return last, release(ep, last["job_id"])
 
 
 def release(ep: Endpoints, job_id: str) -> pb.JobRelease:

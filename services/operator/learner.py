@@ -66,12 +66,16 @@ class LearnerClient:
 
 
 def run_model(ep: Endpoints, spec: pb.LearnerJobSpec, what: str, failed: type[Exception]) -> pb.LearnerModel:
-    """Submit ``spec``, wait for its end and return its model; ``failed`` (naming why) if nothing was released or the
-    curator refused the job (``what``: the job's kind, for that message)."""
-    with LearnerClient(ep) as client:
-        try:
-            return client.run(spec)
-        except JobFailed as e:
-            raise failed(str(e)) from None
-        except grpc.RpcError as e:
-            raise failed(f"the curator refused the {what} job: {e.details()}") from None
+    """Submit ``spec`` through the curator's job host (keyed: a resend never starts a second job), wait for its end
+    and return its model; ``failed`` (naming why) if nothing was released or the curator refused the job (``what``:
+    the job's kind, for that message)."""
+    from mpdp.messages import operations_pb2
+    from mpdp_services.operator.jobs import JobEnded, run
+
+    try:
+        return run(ep, operations_pb2.JobSubmission(learner=spec))[1].learner
+    except JobEnded as e:
+        s = e.summary
+        raise failed(f"job {s['job_id']} {s['state']} ({s['problem']}): {s['detail'] or ''}") from None
+    except grpc.RpcError as e:
+        raise failed(f"the curator refused the {what} job: {e.details()}") from None

@@ -38,10 +38,13 @@ def local_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mod
 
 def submit_local(ep: Endpoints, dataset: str, parties: list[str], epsilon: float, lam: float, mode: str, ridge: float, data_norm: float, seed: bytes = b"",
                  schema_sha256: str = "") -> dict:
+    """Run an LMGC job through the curator's job host (keyed submit, watch, release); its summary. grpc.RpcError (the
+    job's Problem) if it published nothing."""
+    from mpdp.messages import operations_pb2
+    from mpdp_services.operator.jobs import run
+
     spec = local_spec(dataset, parties, epsilon, lam, mode, ridge, data_norm, seed, schema_sha256)
-    ch, stub = _stub(ep)
-    with ch:
-        return summary(stub.SubmitLocalJob(spec, timeout=900))
+    return summary(run(ep, operations_pb2.JobSubmission(lmgc=spec), timeout=900)[1].lmgc)
 
 
 def fetch(ep: Endpoints, job_id: str) -> pb.LocalModelSet:

@@ -24,7 +24,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from mpdp.data.engine import dpgd_contribution, statistics_contribution
+from mpdp.dpgd.plan import dpgd_contribution
+from mpdp.regression.statistics import statistics_contribution
 from mpdp import limits
 from mpdp.contribution import AcceptedRound
 from mpdp.dca.params import DcaParams

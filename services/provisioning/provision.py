@@ -602,7 +602,7 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
             "Submit a job (the curator must be up):",
             "",
             "```sh",
-            f"mpdp train --endpoints . --dataset {d.dataset or 'DATASET'} --parties {parties} --epsilon {d.epsilon:g} --lam {d.lam:g} --noise {d.noise}",
+            f"mpdp train logreg --endpoints . --dataset {d.dataset or 'DATASET'} --parties {parties} --epsilon {d.epsilon:g} --lam {d.lam:g} --noise {d.noise}",
             "mpdp predict --endpoints . --job JOB_ID --data test.csv",
             "```",
         ]

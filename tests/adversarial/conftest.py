@@ -37,7 +37,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mpdp.dca.client import ClientCohort
 from mpdp.dca.params import DcaParams
-from mpdp.ledger import composition
+from mpdp.ledger import Ledger, composition
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp_services.common import pki
@@ -270,6 +270,14 @@ def assert_ledgers_within_budget(fed: LocalFederation) -> None:
     for p in fed.parties:
         s = spent(fed, p)
         assert math.isfinite(s) and s <= fed.budget_epsilon + 1e-9, f"{p} spent ε={s} of budget {fed.budget_epsilon}"
+
+
+def client_ledger(fed: LocalFederation, client_id: str) -> Ledger:
+    """A DCA client's own privacy ledger (what `mpdp dca submit --site` spends in): one file per client id, a wide
+    budget; ``submit_vector`` spends the job's (ε, δ) there before any share leaves."""
+    folder = fed.workdir / "client-ledgers"
+    folder.mkdir(exist_ok=True)
+    return Ledger(folder / f"{client_id}.json", budget_epsilon=1e6, budget_delta=0.5)
 
 
 def ledger_job_ids(fed: LocalFederation, party: str) -> set[str]:

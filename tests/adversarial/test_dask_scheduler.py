@@ -26,6 +26,7 @@ pytest.importorskip("distributed")
 from distributed import Client  # noqa: E402
 
 from mpdp.data import dask_security, engine  # noqa: E402
+from mpdp.regression.statistics import statistics_contribution  # noqa: E402
 
 SCHEMA = """\
 mpdp_schema: 1
@@ -47,7 +48,7 @@ def party_cluster(tmp_path, monkeypatch):
     (tmp_path / "s.yaml").write_text(SCHEMA)
     ds = SimpleNamespace(path=tmp_path / "d.parquet", format="parquet", n_features=None, label_column=-1, schema_file=tmp_path / "s.yaml",
                          batch_rows=64, dask="local", dask_workers=1)
-    total = engine.statistics_contribution(ds, "t", "std", [1.0, 1.0], 10**6)  # starts the cluster and uses it
+    total = statistics_contribution(ds, "t", "std", [1.0, 1.0], 10**6)  # starts the cluster and uses it
     client = engine._clients[("local", 1)]
     yield site, client, total
     engine.close_clients()

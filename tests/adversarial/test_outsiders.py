@@ -11,10 +11,11 @@ the job completes and publishes, nobody's ledger goes past its budget.
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 
-from .conftest import (
+from .conftest import (client_ledger,
     NODES,
     PARTIES,
     assert_all_serving,
@@ -155,8 +156,34 @@ def test_dca_client_off_the_roster_is_rejected_and_the_round_releases(fed):
                 assert receipt.accepted == 0 and len(receipt.rejected) == 1, receipt
     ep = Endpoints.load(fed.workdir)
     for p in PARTIES:
-        rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25)))
+        rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25), ledger=client_ledger(fed, p)))
         assert rep.accepted == len(NODES) and not rep.rejected, rep
+        assert [e["job_id"] for e in client_ledger(fed, p).entries if e["job_id"] == job] == [job]  # spent once, before its shares
     st = wait_dca(fed, job)
     assert st.state == "RELEASED" and st.clients_included == 3, st
     assert dca_released(fed, job)
+
+
+def test_a_dca_client_whose_ledger_cannot_pay_sends_nothing(fed):
+    """submit_vector has no ledger-less form: a client whose own ledger cannot pay the job's (ε, δ) is refused
+    BudgetExceeded before any share leaves (the nodes count no submission from it) and its ledger is unchanged."""
+    import asyncio
+    import inspect
+
+    import numpy as np
+
+    from mpdp.ledger import BudgetExceeded, Ledger
+    from mpdp_services.common.endpoints import Endpoints
+    from mpdp_services.dca_client.client import submit_vector
+
+    assert inspect.signature(submit_vector).parameters["ledger"].default is inspect.Parameter.empty
+    job = create_dca(fed, dca_spec(n=3, d=3, nodes=NODES, roster=PARTIES, deadline=30.0))
+    poor = Ledger(fed.workdir / "client-ledgers" / "poor-party-1.json", budget_epsilon=1e-6, budget_delta=1e-6)
+    with pytest.raises(BudgetExceeded):
+        asyncio.run(submit_vector(Endpoints.load(fed.workdir), site_tls(fed, "party-1"), "party-1", job, np.full(3, 0.25), ledger=poor))
+    assert poor.entries == []
+    ep = Endpoints.load(fed.workdir)
+    for p in PARTIES:  # nothing of party-1 reached a node: its own paid submission is still its first, and accepted
+        rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25), ledger=client_ledger(fed, p)))
+        assert rep.accepted == len(NODES) and not rep.rejected, rep
+    assert wait_dca(fed, job).clients_included == 3

@@ -40,7 +40,7 @@ from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
-from tests.adversarial.conftest import NODES, assert_all_serving, assert_status, channel, create_dca, dca_spec, mint, operator_curator, refused, wait_dca
+from tests.adversarial.conftest import NODES, client_ledger, assert_all_serving, assert_status, channel, create_dca, dca_spec, mint, operator_curator, refused, wait_dca
 
 D, F_BITS = 3, 16
 HONEST = ["rv-honest-1", "rv-honest-2", "rv-honest-3"]
@@ -89,7 +89,7 @@ def test_hostile_pieces_non_canonical_shares_and_split_hints_are_refused_or_reje
     ep = Endpoints.load(fed.workdir)
     Z = np.random.default_rng(21).uniform(-0.8, 0.8, (len(HONEST), D))
     for cid, z in zip(HONEST, Z):
-        assert not asyncio.run(submit_vector(ep, mint(fed, "party", cid), cid, job, z)).rejected
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", cid), cid, job, z, ledger=client_ledger(fed, cid))).rejected
 
     # a field element ≥ p: in the measurement at node 0, in the proof at node 1; refused there, taken at node 2
     wide = _shares(params, job, "rv-wide")

@@ -28,7 +28,7 @@ from mpdp.regression.statistics import main_round_spec
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
-from tests.adversarial.conftest import (
+from tests.adversarial.conftest import (client_ledger,
     NODES,
     PARTIES,
     assert_all_serving,
@@ -162,7 +162,7 @@ def test_an_operator_cannot_fill_invented_slots(fed):
     _assert_all_refused(_operator_shares(fed, job, GHOSTS[:50], 3), 50)
     ep = Endpoints.load(fed.workdir)
     for p in PARTIES:
-        rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25)))
+        rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25), ledger=client_ledger(fed, p)))
         assert rep.accepted == len(NODES) and not rep.rejected, rep
     st = wait_dca(fed, job)
     assert st.state == "RELEASED" and st.clients_included == 3, st  # the parties' own shares only
@@ -184,7 +184,7 @@ def test_a_squatted_slot_stays_the_partys(fed):
     _assert_all_refused(_operator_shares(fed, job, ["party-3"], 3), 1)
     ep = Endpoints.load(fed.workdir)
     for p in PARTIES:
-        rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25)))
+        rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25), ledger=client_ledger(fed, p)))
         assert rep.accepted == len(NODES) and not rep.rejected, rep
     st = wait_dca(fed, job)
     assert st.state == "RELEASED" and st.clients_included == 3, st

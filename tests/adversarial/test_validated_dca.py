@@ -38,7 +38,7 @@ from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_cohort, submit_vector
 
-from tests.adversarial.conftest import (
+from tests.adversarial.conftest import (client_ledger,
     NODES,
     assert_all_serving,
     assert_status,
@@ -88,7 +88,7 @@ def test_a_client_sending_1e9_is_rejected_counted_and_the_job_releases_the_hones
     ep = Endpoints.load(fed.workdir)
     Z = np.random.default_rng(7).uniform(-0.8, 0.8, (len(HONEST), D))
     for cid, z in zip(HONEST, Z):
-        rep = asyncio.run(submit_vector(ep, mint(fed, "party", cid), cid, job, z))
+        rep = asyncio.run(submit_vector(ep, mint(fed, "party", cid), cid, job, z, ledger=client_ledger(fed, cid)))
         assert not rep.rejected
 
     # a share one element short: refused at its node, nothing taken
@@ -173,7 +173,7 @@ def test_every_malicious_class_is_rejected_alike_and_an_omitted_noise_counts_wit
     ep = Endpoints.load(fed.workdir)
     Z = np.random.default_rng(9).uniform(-0.8, 0.8, (len(HONEST) + 1, D))
     for cid, z in zip(HONEST, Z):
-        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"{cid}-b"), f"{cid}-b", job, z)).rejected
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"{cid}-b"), f"{cid}-b", job, z, ledger=client_ledger(fed, f"{cid}-b"))).rejected
     quiet = np.rint(Z[-1] * 2**F_BITS).astype(np.int64)  # omits its noise: a valid input of the circuit
     attacks: dict[str, list[dca_pb2.ValidatedShare]] = {"quiet": _shares_of(params, job, "quiet", validation.encode_input(plan, quiet, zeros))}
 
@@ -244,7 +244,7 @@ def test_one_hot_job_rejects_two_hot_empty_and_replayed_votes_and_refuses_wrong_
     ep = Endpoints.load(fed.workdir)
     Z = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
     for k, z in enumerate(Z):
-        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"oh-honest-{k}"), f"oh-honest-{k}", job, z)).rejected
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"oh-honest-{k}"), f"oh-honest-{k}", job, z, ledger=client_ledger(fed, f"oh-honest-{k}"))).rejected
     raw = _shares_of(params, job, "oh-raw", vote)
     assert [r.accepted for r in _send(fed, "oh-raw", job, raw)] == [1, 1, 1]
     again = _send(fed, "oh-raw", job, raw)  # the exact same shares again: refused, counted once
@@ -292,7 +292,7 @@ def test_l2_job_rejects_an_over_norm_vector_and_a_proof_share_altered_at_one_nod
     ep = Endpoints.load(fed.workdir)
     Z = np.random.default_rng(13).uniform(-0.5, 0.5, (3, D))
     for k, z in enumerate(Z):
-        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"l2-honest-{k}"), f"l2-honest-{k}", job, z)).rejected
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"l2-honest-{k}"), f"l2-honest-{k}", job, z, ledger=client_ledger(fed, f"l2-honest-{k}"))).rejected
 
     y = np.full(D, int(0.87 * 2**F_BITS), dtype=np.int64)  # ‖z‖₂ = 1.5 > 1, every |z_j| < 1
     norm2 = int(np.sum(y.astype(object) ** 2))
@@ -333,7 +333,7 @@ def test_more_than_t_clients_omitting_noise_are_accepted_and_the_release_states_
     ep = Endpoints.load(fed.workdir)
     Z = np.random.default_rng(17).uniform(-0.8, 0.8, (n, D))
     for k, z in enumerate(Z[:2]):
-        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"q-honest-{k}"), f"q-honest-{k}", job, z)).rejected
+        assert not asyncio.run(submit_vector(ep, mint(fed, "party", f"q-honest-{k}"), f"q-honest-{k}", job, z, ledger=client_ledger(fed, f"q-honest-{k}"))).rejected
     for k, z in enumerate(Z[2:]):
         meas = validation.encode_input(plan, np.rint(z * 2**F_BITS).astype(np.int64), np.zeros(D, dtype=np.int64))
         assert [r.accepted for r in _send(fed, f"q-quiet-{k}", job, _shares_of(params, job, f"q-quiet-{k}", meas))] == [1, 1, 1]

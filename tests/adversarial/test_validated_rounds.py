@@ -37,7 +37,7 @@ from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, d
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
-from tests.adversarial.conftest import (
+from tests.adversarial.conftest import (client_ledger,
     D,
     NODES,
     PARTIES,
@@ -203,7 +203,7 @@ def test_a_malicious_voter_in_a_validated_pate_vote_sum_is_rejected_or_bounded_a
     rng = np.random.default_rng(5)  # public simulation data: the honest teachers' predictions
     votes = np.stack([party_votes(rng.integers(0, CLASSES, size=Q), CLASSES) for _ in HONEST])
     for p, v in zip(HONEST, votes):  # through the product's client, over each party's own certificate
-        assert not asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, v)).rejected
+        assert not asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, v, ledger=client_ledger(fed, p))).rejected
     if attack == "no-noise":
         vote = party_votes(rng.integers(0, CLASSES, size=Q), CLASSES)
         _valid_without_noise(fed, job, vote)

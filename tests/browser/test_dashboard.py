@@ -120,7 +120,7 @@ def fed(tmp_path_factory):
 @pytest.fixture(scope="module")
 def jobs(fed) -> dict[str, str]:
     """One `mpdp train` (Pathak 2010) and one DCA sum with one of its five clients missing."""
-    train = subprocess.run(_mpdp("train", "--endpoints", str(fed["workdir"]), "--dataset", "synthetic", "--parties", ",".join(PARTIES),
+    train = subprocess.run(_mpdp("train", "logreg", "--endpoints", str(fed["workdir"]), "--dataset", "synthetic", "--parties", ",".join(PARTIES),
                                  "--epsilon", "1", "--lam", "0.05", "--json"), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert train.returncode == 0, train.stderr[-3000:]
     pathak = json.loads(train.stdout.strip().splitlines()[-1])["job_id"]
@@ -206,7 +206,7 @@ def test_a_party_page_shows_its_ledger(browser, fed, jobs, shots):
     from selenium.webdriver.common.by import By
 
     for eps in ("2", "0.5"):
-        more = subprocess.run(_mpdp("train", "--endpoints", str(fed["workdir"]), "--dataset", "synthetic", "--parties", ",".join(PARTIES),
+        more = subprocess.run(_mpdp("train", "logreg", "--endpoints", str(fed["workdir"]), "--dataset", "synthetic", "--parties", ",".join(PARTIES),
                                     "--epsilon", eps, "--lam", "0.05", "--json"), cwd=REPO, capture_output=True, text=True, timeout=600)
         assert more.returncode == 0, more.stderr[-3000:]
     origin = fed["http"]["party-1"]

@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from mpdp.data.dataset import DoesNotFit, load_dataset, open_rows
-from mpdp.data.engine import dpgd_contribution, local_logreg, statistics_contribution
+from mpdp.dpgd.plan import dpgd_contribution
+from mpdp.learn.logreg import local_logreg
+from mpdp.regression.statistics import statistics_contribution
 from mpdp.dpgd.model import Task, party_rows
 from mpdp.dpgd.plan import ADD_REMOVE, DpgdPlan, party_vector
 from mpdp.learn import logreg

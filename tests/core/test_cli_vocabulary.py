@@ -10,7 +10,7 @@ import pytest
 
 from mpdp_services.cli.main import main
 
-TRAIN = ["train", "--dataset", "d", "--parties", "party-1,party-2,party-3", "--epsilon", "1"]
+TRAIN = ["train", "logreg", "--dataset", "d", "--parties", "party-1,party-2,party-3", "--epsilon", "1"]
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def test_delta_defaults_are_explicit(capsys):
     code, doc, _ = run(capsys, *TRAIN, "--lam", "0.1", "--noise", "corrected", "--delta", "1e-5")
     assert code == 2 and "pure ε-DP" in doc["error"]["message"]
     with pytest.raises(SystemExit):
-        main(["train", "--help"])
+        main(["train", "logreg", "--help"])
     assert "[default: 1e-06" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
 
 

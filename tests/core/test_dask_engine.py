@@ -13,6 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from mpdp.data import engine
+from mpdp.dpgd.plan import dpgd_contribution
+from mpdp.learn.logreg import local_logreg
+from mpdp.regression.statistics import statistics_contribution
 from mpdp.dpgd.model import Task
 from mpdp.dpgd.plan import DpgdPlan
 
@@ -56,14 +59,14 @@ def test_two_worker_processes_compute_what_one_process_does(tmp_path, cluster_cl
     folder = _folder(tmp_path)
     here, there = _ds(tmp_path, folder, ""), _ds(tmp_path, folder, "local")
     bounds = [0.8, 0.8, 0.8, 1.0]
-    a = engine.statistics_contribution(here, "t", "std", bounds, 10**6)
-    b = engine.statistics_contribution(there, "t", "std", bounds, 10**6)
+    a = statistics_contribution(here, "t", "std", bounds, 10**6)
+    b = statistics_contribution(there, "t", "std", bounds, 10**6)
     assert np.max(np.abs(a - b)) <= 1e-11 * 4000
     plan = DpgdPlan(Task("binary"), 3, 1.0, 1e-6, lam=1e-2, rounds=1, total_records=4000)
     W = np.array([[0.3], [-0.2], [0.1]])
-    assert np.max(np.abs(engine.dpgd_contribution(here, "t", plan, 1, W, 10**6) - engine.dpgd_contribution(there, "t", plan, 1, W, 10**6))) <= 1e-11 * 4000
-    w1, n1 = engine.local_logreg(here, "t", 1e-2, "half", clip=1.0, tol=1e-10, max_iter=100)
-    w2, n2 = engine.local_logreg(there, "t", 1e-2, "half", clip=1.0, tol=1e-10, max_iter=100)
+    assert np.max(np.abs(dpgd_contribution(here, "t", plan, 1, W, 10**6) - dpgd_contribution(there, "t", plan, 1, W, 10**6))) <= 1e-11 * 4000
+    w1, n1 = local_logreg(here, "t", 1e-2, "half", clip=1.0, tol=1e-10, max_iter=100)
+    w2, n2 = local_logreg(there, "t", 1e-2, "half", clip=1.0, tol=1e-10, max_iter=100)
     assert n1 == n2 == 4000 and np.linalg.norm(w1 - w2) <= 2 * 1e-10 / 1e-2
     client = engine._clients[("local", 2)]
     pids = list(client.run(os.getpid).values())  # each worker's process id

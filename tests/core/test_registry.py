@@ -43,3 +43,45 @@ def test_the_curator_hosts_and_lists_every_registered_protocol(tmp_path):
     assert [h.protocol for h in hosted] == list(registry.PROTOCOLS)
     catalog = server.job_catalog(tmp_path, *parts)
     assert catalog.protocols() == [p.name for p in registry.PROTOCOLS]
+
+
+def _prefix_literals(source: str, prefixes: tuple[str, ...]) -> list[tuple[int, str]]:
+    """String literals (plain, or the leading text of an f-string) that are a job-id prefix or a prefix plus hex digits:
+    the ways a servicer would hard-code one ("pk-", "pk-" + token, f"pk-{token}", startswith("pk-"), "pk-0123abcd")."""
+    import ast
+    import re
+
+    pattern = re.compile("^(" + "|".join(re.escape(p) for p in prefixes) + ")[0-9a-f]*$")
+    found: set[tuple[int, str]] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant) and isinstance(node.values[0].value, str):
+            head = node.values[0].value
+            if any(head == p or (head.startswith(p) and pattern.match(head)) for p in prefixes):
+                found.add((node.lineno, head))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.match(node.value):
+            found.add((node.lineno, node.value))  # (an f-string's leading text is also a Constant: one entry per line)
+    return sorted(found)
+
+
+def test_job_id_prefixes_are_written_only_in_the_registry():
+    prefixes = tuple(p.prefix for p in registry.PROTOCOLS)
+    offenders = []
+    for folder in ("mpdp", "services"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == "mpdp/registry.py" or rel.startswith("mpdp/messages/"):
+                continue
+            offenders += [f"{rel}:{line}: {text!r}" for line, text in _prefix_literals(path.read_text(), prefixes)]
+    assert not offenders, "job-id prefixes belong in mpdp/registry.py (registry.prefix / registry.new_job_id):\n" + "\n".join(offenders)
+
+
+def test_the_prefix_scan_finds_each_way_of_hard_coding_one():
+    """The scan above can fail: each hard-coded form is found, prose and other names are not."""
+    src = 'a = "pk-" + t\nb = f"dca-{t}"\nc = x.startswith("rg-")\nd = "hm-0123abcd"\ne = "dp-gd"\nf = "see the pk- jobs"\n'
+    assert [text for _, text in _prefix_literals(src, ("pk-", "dca-", "rg-", "hm-", "dp-"))] == ["pk-", "dca-", "rg-", "hm-0123abcd"]
+
+
+def test_new_job_ids_carry_their_protocols_prefix_and_differ():
+    for p in registry.PROTOCOLS:
+        a, b = registry.new_job_id(p.name), registry.new_job_id(p.name)
+        assert a != b and registry.of_job(a) is p and len(a) == len(p.prefix) + 12

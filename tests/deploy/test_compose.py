@@ -99,7 +99,7 @@ class Compose:
         return self("run", "--rm", "-T", "--no-deps", "operator", *cmd, timeout=timeout, check=check)
 
     def train(self) -> dict:
-        p = self.operator("mpdp", "train", "--endpoints", "/site", "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.1", "--json")
+        p = self.operator("mpdp", "train", "logreg", "--endpoints", "/site", "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.1", "--json")
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     def ledger(self, party: str) -> dict:
@@ -240,7 +240,7 @@ def test_dca_job_across_compute_nodes(compose):
 def test_ensemble_job_votes_summed_by_the_compute_nodes(compose):
     """HCB16 across the containers: the parties vote on the curator's public auxiliary rows, the compute nodes
     sum the votes, the curator publishes the DP global classifier; Dave classifies the held-out rows."""
-    p = _timed("ensemble job (hamm2016)", compose.operator, "mpdp", "train", "--endpoints", "/site", "--model", "hamm2016", "--dataset", "breast_cancer",
+    p = _timed("ensemble job (hamm2016)", compose.operator, "mpdp", "train", "hamm2016", "--endpoints", "/site", "--dataset", "breast_cancer",
                "--auxiliary", "breast_cancer_aux", "--method", "soft", "--classes=-1,1", "--parties", ",".join(PARTIES), "--compute-nodes", ",".join(NODES),
                "--epsilon", "2", "--lam", "0.1", "--json")
     s = json.loads(p.stdout.strip().splitlines()[-1])

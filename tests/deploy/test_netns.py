@@ -227,7 +227,7 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
 
     ep = str(out / "operator")
     try:
-        train = operator("train", "--endpoints", ep, "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.1", "--json")
+        train = operator("train", "logreg", "--endpoints", ep, "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.1", "--json")
         dca_job = json.loads(operator("dca", "create", "--endpoints", ep, "-d", "4", "-n", "40", "-t", "2", "--epsilon", "1", "--delta", "1e-5", "--sensitivity", "4", "--nodes", ",".join(NODES), "--json"))["job_id"]
         load = json.loads(operator("dca", "loadgen", "--endpoints", ep, "--job", dca_job, "--clients", "40", "--json"))
         dca_status = json.loads(operator("dca", "watch", "--endpoints", ep, "--job", dca_job, "--json"))

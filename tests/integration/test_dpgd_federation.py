@@ -1,4 +1,4 @@
-"""`mpdp train --model dp-gd` over sockets: 3 parties as DCA clients, 3 compute nodes, mutual TLS.
+"""`mpdp train dp-gd` over sockets: 3 parties as DCA clients, 3 compute nodes, mutual TLS.
 
 * the socket job's releases and model equal the in-memory drive of the same role (and so ``learner.fit``'s
   computation) with the same seed and DCA job ids, bit for bit;
@@ -113,10 +113,11 @@ def test_dpgd_job_over_sockets(tmp_path):
             assert _ledger(fed, p) == before[p]
 
         # the CLI: train (unseeded), store, predict
-        from mpdp_services.cli.jobs import predict, train
+        from mpdp_services.cli.jobs import predict
+        from mpdp_services.cli.train import train
 
-        args = ["--endpoints", str(fed.workdir), "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.01",
-                "--model", "dp-gd", "--dimension", str(D), "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--rounds", "1", "--json"]
+        args = ["dp-gd", "--endpoints", str(fed.workdir), "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.01",
+                "--dimension", str(D), "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--rounds", "1", "--json"]
         res = CliRunner().invoke(train, args, catch_exceptions=False)
         assert res.exit_code == 0, res.output
         out = json.loads(res.output.strip().splitlines()[-1])

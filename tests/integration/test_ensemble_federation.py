@@ -206,10 +206,10 @@ def test_roles_are_enforced(fed):
 
 
 def test_cli_train_and_predict(fed):
-    """`mpdp train --model hamm2016` (private: OS noise) and `mpdp predict` as an operator would run them."""
-    from mpdp_services.cli.jobs import train as train_cmd
+    """`mpdp train hamm2016` (private: OS noise) and `mpdp predict` as an operator would run them."""
+    from mpdp_services.cli.train import train as train_cmd
 
-    args = ["--endpoints", str(fed.workdir), "--model", "hamm2016", "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "vote",
+    args = ["hamm2016", "--endpoints", str(fed.workdir), "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "vote",
             "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "2000", "--lam", "0.01", "--json"]
     out = CliRunner().invoke(train_cmd, args)
     assert out.exit_code == 0, out.output
@@ -313,13 +313,13 @@ def test_pate_fields_belong_to_pate(fed):
 
 
 def test_cli_trains_a_pate_ensemble(fed):
-    """`mpdp train --model hamm2016 --method pate` as an operator runs it (OS noise): `--help` offers it, the summary
+    """`mpdp train hamm2016 --method pate` as an operator runs it (OS noise): `--help` offers it, the summary
     states the (ε, δ) guarantee."""
-    from mpdp_services.cli.jobs import train as train_cmd
+    from mpdp_services.cli.train import train as train_cmd
 
-    help_text = CliRunner().invoke(train_cmd, ["--help"]).output
+    help_text = CliRunner().invoke(train_cmd, ["hamm2016", "--help"]).output
     assert "pate" in help_text and "--queries" in help_text
-    args = ["--endpoints", str(fed.workdir), "--model", "hamm2016", "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "pate", "--queries", "40",
+    args = ["hamm2016", "--endpoints", str(fed.workdir), "--dataset", "bc", "--auxiliary", "bc_aux", "--method", "pate", "--queries", "40",
             "--classes=-1,1", "--parties", ",".join(PARTIES), "--epsilon", "30", "--delta", "1e-7", "--lam", "0.01", "--json"]
     out = CliRunner().invoke(train_cmd, args)
     assert out.exit_code == 0, out.output

@@ -43,7 +43,7 @@ MODELS = {
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_train_detaches_then_watch_and_export_give_the_released_model(fed, model):
-    out = mpdp(fed, "train", "--model", model, "--dataset", "synthetic", "--parties", ",".join(PARTIES), "--epsilon", "2", "--lam", "0.01",
+    out = mpdp(fed, "train", model, "--dataset", "synthetic", "--parties", ",".join(PARTIES), "--epsilon", "2", "--lam", "0.01",
                *MODELS[model], "--detach", "--json")
     assert out.returncode == 0, out.stdout + out.stderr
     first = json.loads(out.stdout)
@@ -71,7 +71,7 @@ def test_train_detaches_then_watch_and_export_give_the_released_model(fed, model
 
 
 def test_export_npz_and_the_refusals_of_a_running_or_unknown_job(fed, tmp_path):
-    out = mpdp(fed, "train", "--model", "lmgc", "--dataset", "synthetic", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.01", "--detach")
+    out = mpdp(fed, "train", "lmgc", "--dataset", "synthetic", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.01", "--detach")
     job = out.stdout.strip()
     assert out.returncode == 0 and job.startswith("lm-"), out.stderr
     assert mpdp(fed, "jobs", "watch", job).returncode == 0

@@ -169,21 +169,22 @@ def test_a_job_id_is_admitted_once(fed):
 
 
 def test_cli_detach_watch_export_predict(fed, tmp_path):
-    """`mpdp train --model dp-gd --detach` and `mpdp regress --detach` return the job id at once; `mpdp jobs watch`
+    """`mpdp train dp-gd --detach` and `mpdp regress --detach` return the job id at once; `mpdp jobs watch`
     follows the job to its end with its stage; `mpdp model export` writes the release as JSON or npz; `mpdp predict`
     reads the dp-gd model from the curator's store."""
     import json
 
     from click.testing import CliRunner
 
-    from mpdp_services.cli.jobs import predict, train
+    from mpdp_services.cli.jobs import predict
     from mpdp_services.cli.model import model as model_cmd
     from mpdp_services.cli.operate import jobs as jobs_cmd
     from mpdp_services.cli.regress import regress
+    from mpdp_services.cli.train import train
 
     ep = ["--endpoints", str(fed.workdir)]
     run = CliRunner()
-    res = run.invoke(train, [*ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.01", "--model", "dp-gd",
+    res = run.invoke(train, ["dp-gd", *ep, "--dataset", "logit", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.01",
                              "--dimension", str(D), "--total-records", str(sum(SIZES)), "--records-per-party", str(BOUND), "--rounds", "2", "--detach", "--json"],
                      catch_exceptions=False)
     assert res.exit_code == 0, res.output

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mpdp.data.dataset import load_dataset, open_rows
-from mpdp.data.engine import statistics_contribution
+from mpdp.regression.statistics import statistics_contribution
 from mpdp.data.loaders import DatasetError
 from mpdp.data.sources import SqlSource
 from tests.postgres import Postgres
