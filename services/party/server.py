@@ -23,7 +23,7 @@ from mpdp.ledger import BudgetExceeded, Ledger, LedgerError
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, contribution_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.resources import CuratorPublicKeys
-from mpdp_services.common import config as cfgmod, errors, metrics
+from mpdp_services.common import config as cfgmod, errors, metrics, readiness as ready
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, register_at_curator, serve_until_signal, start_server, tls_failure
 from mpdp_services.party import contribution, datasets, ensemble, local, pathak2010
@@ -134,7 +134,11 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
     if problems:  # before anything listens: a dataset with another dataset's schema would only fail at job time
         print(f"mpdp party {cfg.name}: " + "; ".join(problems) + f"; {datasets.HINT}", file=sys.stderr)
         raise SystemExit(2)
+    readiness = ready.Readiness(ready.KERNELS, ready.LEDGER, ready.REGISTERED)
+    probes_port = ready.serve_probes(cfg.probe_listen, readiness)[1] if cfg.probe_listen else 0
+    warm = ready.start_warm_up(readiness)  # compiles while the rest starts; awaited before the party registers
     party = Party(cfg)
+    await readiness.done(ready.LEDGER)
     loop = asyncio.get_running_loop()
 
     def on_precompute(ready: bool) -> None:
@@ -152,8 +156,10 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
 
     roles = {**pathak2010.ROLES, **local.ROLES, **contribution.ROLES, **ensemble.ROLES}
     services = [pathak2010.SERVICE, local.SERVICE, contribution.SERVICE, ensemble.SERVICE]
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, pinned={"curator": cfg.curator.name}), add, services)
-    await health.set(pathak2010.SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)  # SERVING once registered with the curator
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, pinned={"curator": cfg.curator.name}), add, services,
+                                              serving=False)
+    await readiness.attach(health, services)  # SERVING once the kernels are compiled and the party registered with the curator
+    await warm  # no job reaches a party that is still compiling: the curator learns of it only after this
     try:
         keys = await register(cfg, port)
     except grpc.aio.AioRpcError as e:
@@ -169,8 +175,8 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         raise SystemExit(2)
     pathak.start(keys)
     party.registered = True
-    await health.set(pathak2010.SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    await readiness.done(ready.REGISTERED)
     log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
-    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port)
     pathak.stop()
     await party.channels.close()
