@@ -132,7 +132,7 @@ def _arg(a: Elem, dtype: type = np.uint64) -> np.ndarray:
     and read-only (a view: no copy when the array already is contiguous). numba compiles one machine-code version per
     argument type (dtype, layout, read-only flag), so normalising every argument keeps each kernel at the one version
     :func:`warm_up` compiles; no job compiles another."""
-    v = np.ascontiguousarray(a, dtype=dtype).view()
+    v: np.ndarray = np.ascontiguousarray(a, dtype=dtype).view()
     v.flags.writeable = False
     return v
 

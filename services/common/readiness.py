@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler
-from typing import Iterable
+from typing import Iterable, TextIO
 
 from grpc_health.v1 import health, health_pb2
 
@@ -89,11 +91,45 @@ class Readiness:
             await self._health.set(name, status)
 
 
-async def warm_kernels(readiness: Readiness) -> None:
-    """Compile (or load from numba's cache) every compiled kernel in a worker thread, then mark :data:`KERNELS` done."""
+SEED_ENV = "MPDP_KERNEL_CACHE_SEED"  # a read-only folder of kernels compiled ahead of time (the image's), copied into NUMBA_CACHE_DIR
+
+
+def seed_kernel_cache() -> int:
+    """Copy the kernels compiled ahead of time (``$MPDP_KERNEL_CACHE_SEED``, e.g. the image's
+    /opt/mpdp/numba-cache) into numba's cache folder ``$NUMBA_CACHE_DIR`` when both are set, without replacing a
+    file already there; returns the files copied. numba uses a cache folder only if it can write to it, and a
+    container's root filesystem is read-only: so the image keeps its compiled kernels read-only and each start copies
+    them (≈ 1.4 MB) to a writable folder (a tmpfs), where a CPU the image was not built on adds its own."""
+    seed, cache = os.environ.get(SEED_ENV, ""), os.environ.get("NUMBA_CACHE_DIR", "")
+    if not seed or not cache or not os.path.isdir(seed) or os.path.abspath(seed) == os.path.abspath(cache):
+        return 0
+    copied = 0
+    for folder, _, files in os.walk(seed):
+        target = os.path.join(cache, os.path.relpath(folder, seed))
+        os.makedirs(target, mode=0o700, exist_ok=True)
+        for f in files:
+            dst = os.path.join(target, f)
+            if not os.path.exists(dst):
+                shutil.copy2(os.path.join(folder, f), dst)
+                copied += 1
+    return copied
+
+
+def compile_kernels() -> None:
+    """Every compiled kernel ready for use (:func:`mpdp.math.field.warm_up`), from the ahead-of-time cache when there
+    is one (:func:`seed_kernel_cache`); blocking: call it in a worker thread."""
+    try:
+        seed_kernel_cache()
+    except OSError as e:  # no writable cache folder: numba compiles (slower start, never a failed one)
+        log.warning("cannot copy the precompiled kernels from %s: %s", os.environ.get(SEED_ENV), e)
     from mpdp.math import field
 
-    await asyncio.to_thread(field.warm_up)
+    field.warm_up()
+
+
+async def warm_kernels(readiness: Readiness) -> None:
+    """:func:`compile_kernels` in a worker thread, then mark :data:`KERNELS` done."""
+    await asyncio.to_thread(compile_kernels)
     await readiness.done(KERNELS)
 
 
@@ -148,11 +184,14 @@ class _ProbeHandler(BaseHTTPRequestHandler):
         log.debug("probe %s", format % args)
 
 
-def serve_probes(listen: str, readiness: Readiness) -> tuple[web._Server, int]:
-    """Serve /healthz and /readyz on ``host:port`` (port 0: any free one) in a daemon thread; the server and its port."""
+def serve_probes(listen: str, readiness: Readiness, announce: TextIO | None = None) -> tuple[web._Server, int]:
+    """Serve /healthz and /readyz on ``host:port`` (port 0: any free one) in a daemon thread; the server and its port.
+    ``announce``: where to print ``MPDP-PROBES <port>`` at once (the role's start-up stream, before ``MPDP-READY``)."""
     host, port = web.split_listen(listen)
     handler = type("ProbeHandler", (_ProbeHandler,), {"readiness": readiness})
     server = web._Server((host or "0.0.0.0", port), handler)
     threading.Thread(target=server.serve_forever, name="mpdp-probes", daemon=True).start()
     log.info("probes (/healthz, /readyz) on %s port %d", host or "0.0.0.0", server.server_address[1])
+    if announce is not None:
+        print(f"MPDP-PROBES {server.server_address[1]}", file=announce, flush=True)
     return server, server.server_address[1]

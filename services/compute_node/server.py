@@ -394,7 +394,7 @@ def interceptor(cfg: cfgmod.ComputeNodeConfig) -> RoleInterceptor:
 
 async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
     readiness = ready.Readiness(ready.KERNELS, ready.REGISTERED)
-    probes_port = ready.serve_probes(cfg.probe_listen, readiness)[1] if cfg.probe_listen else 0
+    probes_port = ready.serve_probes(cfg.probe_listen, readiness, ready_fd)[1] if cfg.probe_listen else 0
     warm = ready.start_warm_up(readiness)  # compiles while the rest starts; awaited before the node registers
     node = ComputeNode(cfg, retention=cfg.job_retention_seconds, max_live=cfg.max_live_jobs)
     server, port, health = await start_server(

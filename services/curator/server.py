@@ -311,7 +311,7 @@ def load_secrets(cfg: cfgmod.CuratorConfig) -> CuratorSecrets:
 
 async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     readiness = ready.Readiness(ready.KERNELS, ready.KEYS, ready.RECOVERED)
-    probes_port = ready.serve_probes(cfg.probe_listen, readiness)[1] if cfg.probe_listen else 0
+    probes_port = ready.serve_probes(cfg.probe_listen, readiness, ready_fd)[1] if cfg.probe_listen else 0
     warm = ready.start_warm_up(readiness)  # the DCA aggregator's sums; compiles while the keys are made
     secrets = await asyncio.to_thread(load_secrets, cfg)
     await readiness.done(ready.KEYS)
