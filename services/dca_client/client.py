@@ -194,10 +194,12 @@ async def submit_vector(
     from mpdp.math.drbg import Drbg
     from mpdp_services.common.readiness import compile_kernels
 
-    await asyncio.to_thread(compile_kernels)  # before the job is fetched: the job's time never pays for it
     t0 = time.perf_counter()
     ann = announcement if announcement is not None else await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
+    if params.validation is not None:  # the proofs' kernels compiled (or loaded) before anything is built or spent
+        await asyncio.to_thread(compile_kernels)
+        t0 = time.perf_counter()
     rng = rng or (Drbg.from_seed(params.simulation_seed).child(f"client/{client_id}") if params.seeded else Drbg.from_os())
     outputs = ClientMachine(params, client_id, z, rng).submit()
     client_seconds = time.perf_counter() - t0
@@ -300,10 +302,12 @@ async def submit_cohort(
     from mpdp.math.drbg import Drbg
     from mpdp_services.common.readiness import compile_kernels
 
-    await asyncio.to_thread(compile_kernels)  # before the job is fetched: the job's time never pays for it
     t0 = time.perf_counter()
     ann = await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
+    if params.validation is not None:  # the proofs' kernels compiled (or loaded) before the first share is built
+        await asyncio.to_thread(compile_kernels)
+        t0 = time.perf_counter()
     id_bytes = max((len(c.encode()) for c in client_ids), default=0)
     size = batch_size_for(params.dimension, len(client_ids), batch_bytes, id_bytes, batch_size)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())
