@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 from functools import lru_cache
-from typing import TYPE_CHECKING, Sequence, cast
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -127,6 +127,16 @@ def _u64(a: Elem) -> np.ndarray:
     return np.asarray(a, dtype=np.uint64)
 
 
+def _arg(a: Elem, dtype: type = np.uint64) -> np.ndarray:
+    """An array argument of a compiled kernel, always of one type: uint64 (or the int64 of a permutation), C-contiguous
+    and read-only (a view: no copy when the array already is contiguous). numba compiles one machine-code version per
+    argument type (dtype, layout, read-only flag), so normalising every argument keeps each kernel at the one version
+    :func:`warm_up` compiles; no job compiles another."""
+    v: np.ndarray = np.ascontiguousarray(a, dtype=dtype).view()
+    v.flags.writeable = False
+    return v
+
+
 def add(a: Elem, b: Elem) -> np.ndarray:
     """a + b mod p."""
     return _add(_u64(a), _u64(b))
@@ -204,7 +214,7 @@ def batch_inv(a: Elem) -> np.ndarray:
         return a.copy()
     if bool((a == 0).any()):
         raise ZeroDivisionError("batch_inv: a zero element")
-    return _batch_inv(a)
+    return _batch_inv(_arg(a))
 
 
 @njit(cache=True)
@@ -239,11 +249,11 @@ def sum(a: Elem, axis: int | None = None) -> np.ndarray:  # noqa: A001 - the fie
         axis %= a.ndim
         a = np.ascontiguousarray(a)
         pre, post = int(np.prod(a.shape[:axis], dtype=np.int64)), int(np.prod(a.shape[axis + 1 :], dtype=np.int64))
-        return _mid_sums(a.reshape(pre, a.shape[axis], post)).reshape(a.shape[:axis] + a.shape[axis + 1 :])
+        return _mid_sums(_arg(a.reshape(pre, a.shape[axis], post))).reshape(a.shape[:axis] + a.shape[axis + 1 :])
     moved = np.moveaxis(a, axis, -1)
     n = moved.shape[-1]
     rows = moved.reshape(-1, n) if n else np.zeros((int(np.prod(moved.shape[:-1], dtype=np.int64)), 1), dtype=np.uint64)
-    out = _row_sums(rows).reshape(moved.shape[:-1])
+    out = _row_sums(_arg(rows)).reshape(moved.shape[:-1])
     return out if out.ndim else cast(np.ndarray, out[()])  # one element: a numpy scalar, as numpy reductions give
 
 
@@ -466,7 +476,7 @@ def _plan(n: int, inverse: bool) -> tuple[np.ndarray, np.ndarray]:
         step = pow(w, n // (2 * half), P)  # a primitive (2·half)-th root
         twiddles.append(powers(step, half))
         half *= 2
-    return rev, np.concatenate(twiddles) if twiddles else np.zeros(0, dtype=np.uint64)
+    return _arg(rev, np.int64), _arg(np.concatenate(twiddles) if twiddles else np.zeros(0, dtype=np.uint64))  # shared (cached): read-only
 
 
 def ntt(a: Elem, axis: int = -1) -> np.ndarray:
@@ -545,7 +555,7 @@ def coset_values(a: Elem, shift: int) -> np.ndarray:
     _, tw = _plan(n, False)
     twist = mul(powers(shift, n), np.uint64(pow(n, P - 2, P)))  # the 1/n of the interpolation folded in
     stack = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
-    return _coset_stack(stack, rev, tw_inv, tw, twist).reshape(a.shape)
+    return _coset_stack(_arg(stack), rev, tw_inv, tw, _arg(twist)).reshape(a.shape)
 
 
 @njit(cache=True, inline="always")
@@ -574,7 +584,7 @@ def pair_dots(a: Elem) -> np.ndarray:
     a = np.asarray(a, dtype=np.uint64)
     if a.shape[-1] % 2:
         raise ValueError("pair_dots takes interleaved pairs: an even last axis")
-    return _pair_dots(np.ascontiguousarray(a).reshape(-1, a.shape[-1])).reshape(a.shape[:-1])
+    return _pair_dots(_arg(a.reshape(-1, a.shape[-1]))).reshape(a.shape[:-1])
 
 
 @njit(cache=True)
@@ -604,12 +614,12 @@ def coset_pair_dots(a: Elem, shift: int) -> np.ndarray:
     _, tw = _plan(n, False)
     twist = mul(powers(shift, n), np.uint64(pow(n, P - 2, P)))
     stack = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
-    return _coset_pair_dots(stack, rev, tw_inv, tw, twist).reshape(a.shape[:-1])
+    return _coset_pair_dots(_arg(stack), rev, tw_inv, tw, _arg(twist)).reshape(a.shape[:-1])
 
 
 def _per_row_and_rep(x: Elem, rows: int, reps: int) -> np.ndarray:
     """x (broadcastable to (rows, reps, …)) as a contiguous uint64 array of that shape, for the per-client kernels."""
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.uint64), (rows, reps) + np.shape(x)[2:]))
+    return _arg(np.broadcast_to(np.asarray(x, dtype=np.uint64), (rows, reps) + np.shape(x)[2:]))
 
 
 @njit(cache=True)
@@ -661,7 +671,7 @@ def prove_wires(meas: Elem, alphas: Elem, extra_a: Elem, extra_b: Elem, seeds: E
     reps = np.shape(seeds)[1]
 
     alphas, extra_a, extra_b, seeds = (_per_row_and_rep(x, rows, reps) for x in (alphas, extra_a, extra_b, seeds))
-    return _prove_wires(meas, alphas, extra_a, extra_b, seeds, n, chunk)
+    return _prove_wires(_arg(meas), alphas, extra_a, extra_b, seeds, int(n), int(chunk))
 
 
 def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
@@ -673,9 +683,9 @@ def _transform(a: Elem, *, inverse: bool, axis: int = -1) -> np.ndarray:
     scale = np.uint64(pow(n, P - 2, P) if inverse else 1)
     if axis == -2:  # already one polynomial per column
         stack = np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:])
-        return _ntt_stack(stack, rev, tw, scale).reshape(a.shape)
+        return _ntt_stack(_arg(stack), rev, tw, scale).reshape(a.shape)
     columns = np.ascontiguousarray(a.reshape(-1, n).T)  # one polynomial per column
-    y = _ntt_columns(columns, rev, tw, scale)
+    y = _ntt_columns(_arg(columns), rev, tw, scale)
     return np.ascontiguousarray(y.T).reshape(a.shape)
 
 
@@ -720,7 +730,7 @@ def recombine(bits: Elem, width: int) -> np.ndarray:
     if not 1 <= width <= 63 or a.shape[-1] % width:
         raise ValueError("recombine: the last axis must be a whole number of width-bit groups")
     rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
-    return _recombine_rows(rows, width).reshape(a.shape[:-1] + (a.shape[-1] // width,))
+    return _recombine_rows(_arg(rows), int(width)).reshape(a.shape[:-1] + (a.shape[-1] // width,))
 
 
 @njit(cache=True)
@@ -791,4 +801,38 @@ def wire_evals(meas: Elem, alphas: Elem, extra_a: Elem, extra_b: Elem, seeds: El
     reps = np.shape(weights)[1]
 
     alphas, extra_a, extra_b, seeds, weights = (_per_row_and_rep(x, rows, reps) for x in (alphas, extra_a, extra_b, seeds, weights))
-    return _wire_evals(meas, alphas, extra_a, extra_b, seeds, weights, np.uint64(inv), chunk)
+    return _wire_evals(_arg(meas), alphas, extra_a, extra_b, seeds, weights, np.uint64(inv), int(chunk))
+
+
+# -- ahead-of-time compilation -------------------------------------------------------------------------------
+_NESTED = ("_inv1",)  # compiled into _batch_inv, never called from Python
+
+
+def kernels() -> dict[str, Any]:
+    """Every compiled kernel Python calls (name → numba dispatcher); the inlined scalar helpers and :data:`_NESTED` are
+    compiled into them."""
+    from numba.core.registry import CPUDispatcher
+
+    return {name: obj for name, obj in globals().items()
+            if isinstance(obj, CPUDispatcher) and obj.targetoptions.get("inline") != "always" and name not in _NESTED}
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache, ``NUMBA_CACHE_DIR``) every kernel of this module by calling each once on
+    tiny inputs through its public function. Every kernel argument goes through :func:`_arg`, so this compiles the one
+    version a job uses: a role calls it before it reports ready and no job pays compile time (a cold compile of all
+    of them takes tens of seconds on a loaded machine). The elementwise ufuncs are compiled when the module loads."""
+    x = rand(16)
+    batch_inv(x[:4] | _ONE)
+    sum(x)  # the sums along the last axis
+    sum(x.reshape(2, 8), axis=0)  # along a middle axis
+    pair_dots(x.reshape(2, 8))
+    ntt(x.reshape(2, 8))
+    ntt(x.reshape(8, 2), axis=-2)
+    coset_values(x.reshape(2, 4, 2), 3)
+    coset_pair_dots(x.reshape(2, 4, 2), 3)
+    recombine(x.reshape(2, 8) & _ONE, 2)
+    # one client, one repetition, m = 2 measurement entries in one call of chunk 2, one further Mul term: wires on 4 points
+    meas, alphas, extra, seeds = x[:2].reshape(1, 2), x[2:3].reshape(1, 1, 1), x[3:4].reshape(1, 1, 1), x[4:8].reshape(1, 1, 4)
+    prove_wires(meas, alphas, extra, extra, seeds, 4, 2)
+    wire_evals(meas, alphas, extra, extra, seeds, x[8:12].reshape(1, 1, 4), 5, 2)

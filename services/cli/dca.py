@@ -155,7 +155,7 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     from mpdp.ledger import BudgetExceeded, LedgerError
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.common.channels import TlsFiles
-    from mpdp_services.dca_client.client import submit_vector
+    from mpdp_services.dca_client.client import NodesUnreachable, submit_vector
 
     try:
         z = np.loadtxt(values[1:]) if values.startswith("@") else np.array([float(v) for v in values.split(",")])
@@ -175,6 +175,8 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
                        hint=f"`mpdp ledger show --site {folder}` shows what is left; nothing was sent") from None
     except LedgerError as e:
         raise CliError(f"the privacy ledger {ledger.path} cannot be used: {e}", hint="repair or restore the ledger file; nothing was sent") from None
+    except NodesUnreachable as e:
+        raise CliError(f"UNAVAILABLE: {e}", code="unreachable", hint="nothing was spent or sent; retry once the node is up") from None
     except grpc.RpcError as e:
         raise from_rpc(e, "a compute node or the curator", None, f"the submission of {cid}") from None
     out = {"client_id": cid, "accepted": rep.accepted, "rejected": [r.detail for r in rep.rejected], "seconds": rep.seconds}

@@ -111,6 +111,9 @@ class _Base(BaseSettings):
     listen: str = "127.0.0.1:0"
     http_listen: str = Field("127.0.0.1:0", description="host:port of the HTTP endpoint (GET /metrics, the curator's dashboard, a party's ledger page); loopback by default, \"\" disables it")
     http_token_file: Path | None = Field(None, description="a file holding the token the HTTP endpoint requires (Bearer header, or a session from POST /login); needed unless http_listen is loopback")
+    probe_listen: str = Field("", description=(
+        "host:port of the plain-HTTP probes GET /healthz (alive) and GET /readyz (200 once the role can serve, else 503) for an orchestrator: "
+        "no token, no certificate, nothing about keys or jobs; \"\" (the default) serves none (docs/deploy.md)"))
     advertise: str | None = None
     tls: TlsConfig
     test_mode: bool = Field(False, description="allow small keys and simulation seeds: never in production")
@@ -141,6 +144,15 @@ class _Base(BaseSettings):
                 raise ValueError(f"http_listen {self.http_listen} is not a loopback address: set http_token_file (or MPDP_HTTP_TOKEN_FILE) to a file "
                                  "holding a random token (`openssl rand -hex 32 > http.token`, docs/deploy.md §4), or bind 127.0.0.1")
         return self
+
+    @field_validator("probe_listen")
+    @classmethod
+    def _probe_listen(cls, v: str) -> str:
+        if v:
+            from mpdp_services.common import web
+
+            web.split_listen(v)  # host:port or a clear error
+        return v
 
     @field_validator("paillier_bits")
     @classmethod

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import grpc
 from google.protobuf import descriptor as _descriptor
@@ -28,6 +28,9 @@ from mpdp_services.common import pki
 from mpdp_services.common.channels import CHANNEL_OPTIONS as CHANNEL_OPTIONS, MAX_MESSAGE as MAX_MESSAGE, TlsFiles as TlsFiles  # the roles import them from here too
 from mpdp_services.common.pki import Identity, check_server_certificate, identity_from_pem
 from mpdp_services.common.transcript import Transcript
+
+if TYPE_CHECKING:
+    from mpdp_services.common.readiness import Readiness
 
 log = logging.getLogger("mpdp.rpc")
 P = common_pb2.Problem
@@ -339,8 +342,11 @@ async def start_server(
     service_names: list[str],
     *,
     reuse_port: bool = False,
+    serving: bool = True,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """``reuse_port``: other processes may listen on the same port (SO_REUSEPORT; a compute node's workers)."""
+    """``reuse_port``: other processes may listen on the same port (SO_REUSEPORT; a compute node's workers).
+    ``serving``: False starts every health service name NOT_SERVING, for a role whose start-up steps turn it SERVING
+    (services/common/readiness.py)."""
     own = check_server_certificate(tls.read()[0])  # serverAuth EKU and an O, or no start
     if not interceptor.federation:
         interceptor.federation = own  # no federation configured: the one this site's own certificate names
@@ -353,7 +359,7 @@ async def start_server(
         raise OSError(f"could not bind {listen}")
     await server.start()
     for name in service_names + [""]:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING)
     return server, port, health_servicer
 
 
@@ -363,20 +369,23 @@ async def stop_server(server: grpc.aio.Server, health_servicer: health.aio.Healt
 
 
 async def serve_until_signal(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, port: int, ready_fd, http_listen: str = "",
-                             http_token_file: str | Path | None = None) -> None:
+                             http_token_file: str | Path | None = None, *, readiness: "Readiness | None" = None, probes_port: int = 0) -> None:
     """Start the HTTP endpoint (``http_listen``: /metrics and the role's pages, services/common/web.py; "" = none;
     ``http_token_file``: the token it requires, needed unless it binds loopback), announce readiness
-    (``MPDP-READY <port> [http=<port>]``, read by LocalFederation), then serve until SIGTERM or SIGINT; health
-    goes NOT_SERVING before the graceful stop."""
+    (``MPDP-READY <port> [http=<port>] [probes=<port>]``, read by LocalFederation; ``probes_port``: the role's
+    /healthz and /readyz, services/common/readiness.py), then serve until SIGTERM or SIGINT; health and ``readiness``
+    go not ready before the graceful stop."""
     http_port = None
     if http_listen:
         http_server, http_port = web.serve_http(http_listen, http_token_file)
-    print(f"MPDP-READY {port}" + (f" http={http_port}" if http_port else ""), file=ready_fd, flush=True)
+    print(f"MPDP-READY {port}" + (f" http={http_port}" if http_port else "") + (f" probes={probes_port}" if probes_port else ""), file=ready_fd, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if readiness is not None:
+        readiness.stop()
     if http_port:
         http_server.shutdown()
     await stop_server(server, health_servicer)

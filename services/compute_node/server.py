@@ -23,7 +23,7 @@ from mpdp.dca.errors import InvalidJob
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
 from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
 from mpdp_services.common import config as cfgmod
-from mpdp_services.common import errors, jobs, metrics
+from mpdp_services.common import errors, jobs, metrics, readiness as ready
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, caller, method_for_message, register_at_curator, roles_by_method, serve_until_signal, start_server, tls_failure
 from mpdp_services.common.runtime import Hosted
 
@@ -393,10 +393,15 @@ def interceptor(cfg: cfgmod.ComputeNodeConfig) -> RoleInterceptor:
 
 
 async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
+    readiness = ready.Readiness(ready.KERNELS, ready.REGISTERED)
+    probes_port = ready.serve_probes(cfg.probe_listen, readiness, ready_fd)[1] if cfg.probe_listen else 0
+    warm = ready.start_warm_up(readiness)  # compiles while the rest starts; awaited before the node registers
     node = ComputeNode(cfg, retention=cfg.job_retention_seconds, max_live=cfg.max_live_jobs)
     server, port, health = await start_server(
-        cfg.tls.files(), cfg.listen, interceptor(cfg), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE], reuse_port=cfg.workers > 1
+        cfg.tls.files(), cfg.listen, interceptor(cfg), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE], reuse_port=cfg.workers > 1,
+        serving=False,
     )
+    await readiness.attach(health, [SERVICE])
     local: grpc.aio.Server | None = None
     if cfg.workers > 1:  # W processes on this port, this one the coordinator (workers.py)
         from mpdp_services.compute_node.workers import Coordinator
@@ -408,6 +413,7 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
             node.coordinator.stop()
             await server.stop(0)
             raise
+    await warm  # the curator learns of this node (and sends it jobs) only once its kernels are compiled
     try:
         await register(cfg, port)
     except grpc.aio.AioRpcError as e:
@@ -418,9 +424,10 @@ async def serve(cfg: cfgmod.ComputeNodeConfig, ready_fd=sys.stdout) -> None:
         print(f"mpdp compute node {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}; {hint}", file=sys.stderr)
         await server.stop(0)
         raise SystemExit(2)
+    await readiness.done(ready.REGISTERED)
     log.info("compute node %s listening on port %d", cfg.name, port)
     try:
-        await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
+        await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port)
     finally:
         if node.coordinator is not None:
             node.coordinator.stop()

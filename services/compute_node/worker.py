@@ -31,6 +31,7 @@ from mpdp.protocol import Peer, ProtocolError
 from mpdp_services.common import config as cfgmod
 from mpdp_services.common import errors, jobs
 from mpdp_services.common.processes import exit_if_orphaned, raise_fd_limit
+from mpdp_services.common.readiness import compile_kernels
 from mpdp_services.common.rpc import start_server
 from mpdp_services.compute_node.server import SERVICE, ComputeNode, interceptor
 from mpdp_services.compute_node.workers import RELAYED, WORKER_HEADER
@@ -182,6 +183,7 @@ async def run(cfg: cfgmod.ComputeNodeConfig, worker: int, port: int, sock: str) 
     local = grpc.aio.insecure_channel(f"unix:{sock}", options=[("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
     node = WorkerNode(cfg, worker, local)
     host = cfg.listen.rsplit(":", 1)[0]
+    await asyncio.to_thread(compile_kernels)  # before this worker shares the node's port: no job meets it compiling
     server, _, _ = await start_server(cfg.tls.files(), f"{host}:{port}", interceptor(cfg), lambda s: pb_grpc.add_ComputeNodeServicer_to_server(node, s), [SERVICE], reuse_port=True)
     follow = asyncio.ensure_future(node.follow())
     print("MPDP-WORKER-READY", flush=True)

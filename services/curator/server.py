@@ -22,7 +22,7 @@ from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from mpdp_services.common import config as cfgmod
-from mpdp_services.common import errors, jobs
+from mpdp_services.common import errors, jobs, readiness as ready
 from mpdp_services.common.peerwatch import PeerWatch
 from mpdp_services.curator.admission import Admission
 from mpdp_services.curator.pathak_pool import CuratorDgkPool
@@ -308,7 +308,11 @@ def load_secrets(cfg: cfgmod.CuratorConfig) -> CuratorSecrets:
 
 
 async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
+    readiness = ready.Readiness(ready.KERNELS, ready.KEYS, ready.RECOVERED)
+    probes_port = ready.serve_probes(cfg.probe_listen, readiness, ready_fd)[1] if cfg.probe_listen else 0
+    warm = ready.start_warm_up(readiness)  # the DCA aggregator's sums; compiles while the keys are made
     secrets = await asyncio.to_thread(load_secrets, cfg)
+    await readiness.done(ready.KEYS)
     retention, max_live = cfg.job_retention_seconds, cfg.max_live_jobs
     curator = Curator(cfg, secrets, retention=retention, max_live=max_live)
     dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=retention, max_live=max_live,
@@ -339,14 +343,17 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     owners = Ownership(Path(cfg.state_dir)).install()  # jobs belong to the operator who asked for them (ownership.py)
     registering = {f"/{SERVICE}/RegisterParty": curator.registrations.members, f"/{DCA_SERVICE}/RegisterComputeNode": dca.registrations.members}
     gate = RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners, names=registering)  # only members register
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, gate, add, services)
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, gate, add, services, serving=False)
+    await readiness.attach(health, services)
     await dca.recover()
     await learner.recover()  # a learner job the previous process was running is FAILED (its round's DCA job aborted)
     for task_jobs in (local.tasks, ensemble.tasks):  # so is an ensemble or a set of local releases
         for job_id in task_jobs.recover():
             log.warning("job %s: the curator restarted mid-job; marked FAILED", job_id)
+    await readiness.done(ready.RECOVERED)
+    await warm
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
-    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port)
     curator.dgk_pool.stop()
     await curator.watch.close()
     await curator.channels.close()

@@ -124,6 +124,24 @@ class DcaOperator:
         self.close()
 
 
+REACH_SECONDS = 20.0  # a submission waits this long for every compute node's connection before it spends
+
+
+class NodesUnreachable(ConnectionError):
+    """A compute node of the job could not be connected to (TCP and TLS) before the client spent: nothing was
+    charged and nothing sent."""
+
+
+@dataclass
+class Handoff:
+    """Whether a share of a submission may have reached a compute node. Set the moment a request stream hands its
+    first share to gRPC (from then on the network may carry it, whatever the call's outcome) and never unset; a
+    failure while it is still False happened before any share left (docs/protocols/accounting.md, "When a job
+    spends, and when a charge is voided")."""
+
+    shares: bool = False
+
+
 @dataclass
 class SubmitReport:
     accepted: int = 0
@@ -175,10 +193,14 @@ async def submit_vector(
     from mpdp.dca.params import DcaParams
     from mpdp.ledger import FAILED
     from mpdp.math.drbg import Drbg
+    from mpdp_services.common.readiness import compile_kernels
 
     t0 = time.perf_counter()
     ann = announcement if announcement is not None else await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
+    if params.validation is not None:  # the proofs' kernels compiled (or loaded) before anything is built or spent
+        await asyncio.to_thread(compile_kernels)
+        t0 = time.perf_counter()
     rng = rng or (Drbg.from_seed(params.simulation_seed).child(f"client/{client_id}") if params.seeded else Drbg.from_os())
     outputs = ClientMachine(params, client_id, z, rng).submit()
     client_seconds = time.perf_counter() - t0
@@ -205,33 +227,50 @@ async def submit_vector(
 
 
 async def carry_out(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, outputs: list, spend: Callable[[tuple[dict, ...]], Awaitable[None]],
-                    *, client_seconds: float = 0.0) -> SubmitReport:
-    """Carry out a client machine's outputs in their order: its :class:`~mpdp.protocol.Spend` through ``spend``
-    (durable; a refusal raises and nothing after it is sent), then its shares, one stream per node."""
+                    *, client_seconds: float = 0.0, handoff: Handoff | None = None, reach_seconds: float = REACH_SECONDS) -> SubmitReport:
+    """Carry out a client machine's outputs in their order: connect to every compute node (:class:`NodesUnreachable`
+    after ``reach_seconds``, before anything is spent), its :class:`~mpdp.protocol.Spend` through ``spend``
+    (durable; a refusal raises and nothing after it is sent), then its shares, one stream per node. ``handoff``
+    records whether any share may have left (see :class:`Handoff`)."""
+    spends: list[tuple[dict, ...]] = []
     sends: list[Send] = []
     for o in outputs:
         if isinstance(o, Spend):
             if sends:
                 raise RuntimeError("a share came before the client's spend")  # the engine's spend rule forbids this
-            await spend(o.entries)
+            spends.append(o.entries)
         elif isinstance(o, Send):
             sends.append(o)
-    return await _send_shares(ann, tls, params, sends, client_seconds)
-
-
-async def _send_shares(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, outs: list[Send], client_seconds: float) -> SubmitReport:
     channels = _node_channels(ann, tls)
-    report = SubmitReport(client_seconds=client_seconds)
     try:
-        async def one(k: int, msg: pb.ClientShare) -> pb.ShareReceipt:
-            async def it() -> AsyncIterator[pb.ClientShare]:
-                yield msg
-
-            return await pb_grpc.ComputeNodeStub(channels[k]).SubmitShares(it(), timeout=60)
-
-        receipts = await asyncio.gather(*(one(params.node_index(o.to.name), o.message) for o in outs))
+        await _reach(ann, channels, reach_seconds)
+        for entries in spends:
+            await spend(entries)
+        return await _send_shares(channels, params, sends, client_seconds, handoff or Handoff())
     finally:
         await asyncio.gather(*(c.close() for c in channels))
+
+
+async def _reach(ann: pb.DcaJobAnnouncement, channels: list[grpc.aio.Channel], seconds: float) -> None:
+    """Every node's channel connected (TCP and TLS), or :class:`NodesUnreachable` naming the first that is not."""
+    for name, ch in zip(ann.spec.compute_nodes, channels):
+        try:
+            await asyncio.wait_for(ch.channel_ready(), seconds)
+        except asyncio.TimeoutError:
+            raise NodesUnreachable(f"compute node {name} could not be reached in {seconds:g} s") from None
+
+
+async def _send_shares(channels: list[grpc.aio.Channel], params: DcaParams, outs: list[Send], client_seconds: float, handoff: Handoff) -> SubmitReport:
+    report = SubmitReport(client_seconds=client_seconds)
+
+    async def one(k: int, msg: pb.ClientShare) -> pb.ShareReceipt:
+        async def it() -> AsyncIterator[pb.ClientShare]:
+            handoff.shares = True  # before gRPC holds the share: from here on it may reach the node
+            yield msg
+
+        return await pb_grpc.ComputeNodeStub(channels[k]).SubmitShares(it(), timeout=60)
+
+    receipts = await asyncio.gather(*(one(params.node_index(o.to.name), o.message) for o in outs))
     for r in receipts:
         report.accepted += r.accepted
         report.rejected.extend(r.rejected)
@@ -263,10 +302,14 @@ async def submit_cohort(
     from mpdp.dca.client import ClientCohort
     from mpdp.dca.params import DcaParams
     from mpdp.math.drbg import Drbg
+    from mpdp_services.common.readiness import compile_kernels
 
     t0 = time.perf_counter()
     ann = await fetch_job(endpoints.curator_address, endpoints.curator_name, tls, job_id)
     params = DcaParams.from_spec(job_id, ann.spec)
+    if params.validation is not None:  # the proofs' kernels compiled (or loaded) before the first share is built
+        await asyncio.to_thread(compile_kernels)
+        t0 = time.perf_counter()
     id_bytes = max((len(c.encode()) for c in client_ids), default=0)
     size = batch_size_for(params.dimension, len(client_ids), batch_bytes, id_bytes, batch_size)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())

@@ -3,9 +3,11 @@ statistics, dp-gd rounds, ensemble votes and contribution rounds.
 
 :func:`contribute` carries out :class:`mpdp.contribution.Contributor`: fetch the DCA job as the curator announces
 it, hold it to the round the party accepted (roster, N, compute nodes, noise, seeding, the protocol's own check),
-precheck the charge, compute the vector off the event loop, spend the charge durably, then send the shares. A
-submission that fails after the spend keeps every entry of the charge, marked failed. Every refusal goes through the
-party's RPC ``context`` (the one error table) and names only the job's public parameters.
+precheck the charge, compute the vector off the event loop, connect to every compute node, spend the charge durably,
+then send the shares. A submission that fails once a share may have left keeps every entry of the charge, marked
+failed; one that fails after the spend but before any share was handed to the network (a cancelled call, a node
+lost in between) voids the entries it created (Party.settle_unsent; docs/protocols/accounting.md). Every refusal
+goes through the party's RPC ``context`` (the one error table) and names only the job's public parameters.
 
 :func:`dataset_for` and :func:`computed` are the steps around it that read the party's own data.
 """
@@ -29,7 +31,7 @@ from mpdp.messages import common_pb2
 from mpdp.protocol import ProtocolError
 from mpdp_services.common import errors
 from mpdp_services.common.errors import shown
-from mpdp_services.dca_client.client import SubmitReport, carry_out, fetch_job
+from mpdp_services.dca_client.client import Handoff, NodesUnreachable, SubmitReport, carry_out, fetch_job
 
 if TYPE_CHECKING:
     from mpdp_services.common.config import DatasetConfig
@@ -69,25 +71,29 @@ async def contribute(party: "Party", context, accepted: AcceptedRound, compute: 
         outputs = role.computed(z, rng)
     except ProtocolError as e:
         await errors.refuse(context, e.problem, f"party {cfg.name}: DCA job {job}: {e.detail}")
-    spent: list[dict] = []
+    spent: list[tuple[dict, bool]] = []
+    handoff = Handoff()
 
     async def spend(entries: tuple[dict, ...]) -> None:
         for entry in entries:  # each in one durable step of the ledger, before any share leaves
-            spent.append(await party.spend(context, entry))
+            spent.append(await party.hold(context, entry))
 
     try:
-        report = await carry_out(ann, tls, params, outputs, spend)
+        report = await carry_out(ann, tls, params, outputs, spend, handoff=handoff)
+    except NodesUnreachable as e:  # before the spend: nothing charged
+        await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its {what}: {e}")
     except grpc.aio.AioRpcError as e:
-        await _failed(party, spent)
+        await _settle(party, spent, handoff, f"could not submit its {what} ({e.code().name})")
         await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its {what} ({e.code().name})")
-    except BaseException:
-        await _failed(party, spent)
+    except BaseException as e:
+        await _settle(party, spent, handoff, f"its submission stopped ({type(e).__name__})")
         raise
     try:
         role.receipts(report.accepted, report.rejected)
     except ProtocolError as e:
         await _failed(party, spent)
         await errors.refuse(context, e.problem, f"party {cfg.name}'s {what} were refused ({errors.problem_name(report.rejected[0].problem)})")
+    party.let_go(spent)
     return report
 
 
@@ -98,10 +104,19 @@ async def _charged(party: "Party", context, entry: dict) -> dict | None:
         await party.ledger_broken(context, e)
 
 
-async def _failed(party: "Party", spent: list[dict]) -> None:
-    """A failed submission keeps its charge: every entry spent for it is marked failed."""
-    for entry in spent:
+async def _failed(party: "Party", spent: list[tuple[dict, bool]]) -> None:
+    """A failed submission whose shares may have left keeps its charge: every entry spent for it is marked failed."""
+    for entry, _ in spent:
         await party.mark(entry["protocol"], entry["job_id"], FAILED)
+    party.let_go(spent)
+
+
+async def _settle(party: "Party", spent: list[tuple[dict, bool]], handoff: Handoff, why: str) -> None:
+    """A submission failed after its spend: voided when no share was handed to the network yet, else failed."""
+    if handoff.shares:
+        await _failed(party, spent)
+    else:
+        await party.settle_unsent(spent, f"no share left: {why}")
 
 
 async def dataset_for(party: "Party", context, dataset: str, schema_sha256: str) -> "DatasetConfig":

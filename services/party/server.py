@@ -13,17 +13,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections import Counter
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, NoReturn
 
 import grpc
 from grpc_health.v1 import health_pb2
 
-from mpdp.ledger import BudgetExceeded, Ledger, LedgerError
+from mpdp.ledger import FAILED, BudgetExceeded, Ledger, LedgerError
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, contribution_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
 from mpdp.pathak2010.resources import CuratorPublicKeys
-from mpdp_services.common import config as cfgmod, errors, metrics
+from mpdp_services.common import config as cfgmod, errors, metrics, readiness as ready
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, register_at_curator, serve_until_signal, start_server, tls_failure
 from mpdp_services.party import contribution, datasets, ensemble, local, pathak2010
@@ -50,6 +51,11 @@ class Party:
         LedgerPage(cfg.name, self.ledger).install()
         self.registered = False
         self._claimed: set[tuple[str, str]] = set()  # (protocol, job id) being started in this process
+        # DCA submissions: every ledger entry a live submission spent, with the number of submissions holding it, and
+        # those of them a second submission spent again while held; spends and voids are ordered by the lock
+        self._held: Counter[tuple[str, str]] = Counter()
+        self._reused: set[tuple[str, str]] = set()
+        self._charging = asyncio.Lock()
         self.unavailable: dict[str, str] = {}  # dataset → why its data could not be read at start-up (services/party/datasets.py)
 
     async def dataset(self, context, name: str) -> cfgmod.DatasetConfig:
@@ -125,6 +131,52 @@ class Party:
         except (LedgerError, OSError) as e:
             log.error("ledger %s: cannot void job %s: %s", self.ledger.path, shown(job_id), e)
 
+    async def hold(self, context, entry: dict) -> tuple[dict, bool]:
+        """Spend ``entry`` for a DCA submission and hold it until :meth:`let_go` or :meth:`settle_unsent`; returns the
+        stored entry and whether this spend created it (False: an earlier submission had spent it, e.g. the dp-gd
+        job's one entry in a later round)."""
+        key = (str(entry["protocol"]), str(entry["job_id"]))
+        async with self._charging:
+            try:
+                before = await asyncio.to_thread(self.ledger.find, *key)
+            except (LedgerError, OSError) as e:
+                await self.ledger_broken(context, e)
+            self._held[key] += 1
+            if before is not None:
+                self._reused.add(key)
+            try:
+                stored = await self.spend(context, entry)
+            except BaseException:
+                self._let_go(key)
+                raise
+        return stored, before is None
+
+    def let_go(self, entries: list[tuple[dict, bool]]) -> None:
+        """The submission that held ``entries`` (from :meth:`hold`) is over, its charge settled elsewhere."""
+        for entry, _ in entries:
+            self._let_go((str(entry["protocol"]), str(entry["job_id"])))
+
+    def _let_go(self, key: tuple[str, str]) -> None:
+        self._held[key] -= 1
+        if self._held[key] <= 0:
+            del self._held[key]
+            self._reused.discard(key)
+
+    async def settle_unsent(self, entries: list[tuple[dict, bool]], reason: str) -> None:
+        """A DCA submission that held ``entries`` failed before any of its shares was handed to the network: void
+        each entry this submission created that no other submission spent again meanwhile (nothing of the party's
+        data left under it; docs/protocols/accounting.md, "When a job spends, and when a charge is voided"); an
+        entry an earlier or a concurrent submission spent too keeps its charge, marked failed. Lets go of every
+        entry."""
+        async with self._charging:  # no submission spends (or reuses) one of these entries meanwhile
+            for entry, created in entries:
+                protocol, job_id = key = (str(entry["protocol"]), str(entry["job_id"]))
+                if created and key not in self._reused:
+                    await self.void(protocol, job_id, reason)
+                else:
+                    await self.mark(protocol, job_id, FAILED)
+                self._let_go(key)
+
     async def ledger_broken(self, context, e: Exception) -> NoReturn:
         log.error("ledger %s: %s", self.ledger.path, e)
         await errors.refuse(context, Problem.INTERNAL, f"party {self.cfg.name} cannot use its privacy ledger; see its log")
@@ -146,8 +198,12 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         raise SystemExit(2)
     for name, why in unavailable.items():  # its jobs are refused; the party serves its other datasets
         log.error("dataset %s is unavailable: %s; its jobs are refused until the file is fixed and the party restarted", name, why)
+    readiness = ready.Readiness(ready.KERNELS, ready.LEDGER, ready.REGISTERED)
+    probes_port = ready.serve_probes(cfg.probe_listen, readiness, ready_fd)[1] if cfg.probe_listen else 0
+    warm = ready.start_warm_up(readiness)  # compiles while the rest starts; awaited before the party registers
     party = Party(cfg)
     party.unavailable = dict(unavailable)
+    await readiness.done(ready.LEDGER)
     loop = asyncio.get_running_loop()
 
     def on_precompute(ready: bool) -> None:
@@ -165,8 +221,10 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
 
     roles = {**pathak2010.ROLES, **local.ROLES, **contribution.ROLES, **ensemble.ROLES}
     services = [pathak2010.SERVICE, local.SERVICE, contribution.SERVICE, ensemble.SERVICE]
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, pinned={"curator": cfg.curator.name}), add, services)
-    await health.set(pathak2010.SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)  # SERVING once registered with the curator
+    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, pinned={"curator": cfg.curator.name}), add, services,
+                                              serving=False)
+    await readiness.attach(health, services)  # SERVING once the kernels are compiled and the party registered with the curator
+    await warm  # no job reaches a party that is still compiling: the curator learns of it only after this
     try:
         keys = await register(cfg, port)
     except grpc.aio.AioRpcError as e:
@@ -182,8 +240,8 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         raise SystemExit(2)
     pathak.start(keys)
     party.registered = True
-    await health.set(pathak2010.SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    await readiness.done(ready.REGISTERED)
     log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
-    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port)
     pathak.stop()
     await party.channels.close()

@@ -28,12 +28,16 @@ from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp.protocol import Send
 from mpdp.regression.statistics import party_statistics
-from mpdp_services.dca_client.client import _send_shares
+from mpdp_services.dca_client.client import carry_out
 
 from .conftest import assert_ledgers_within_budget, assert_status, channel, create_dca, dca_spec, ledger_job_ids, mint, operator_curator, refused, wait_dca
 
 SYBILS = [f"sybil-{i}" for i in range(1, 9)]
 BOUNDS = [1.0] * 5  # d = 4 features and the label, each within [-1, 1]
+
+
+async def _nothing_to_spend(entries: tuple[dict, ...]) -> None:  # a sybil keeps no ledger
+    raise AssertionError("the shares alone carry no Spend")
 
 
 def test_sybil_parties_dilute_a_real_partys_noise(fed):
@@ -50,7 +54,7 @@ def test_sybil_parties_dilute_a_real_partys_noise(fed):
     for s in SYBILS:  # zero statistics; the attacker keeps each noise slice
         m = ClientMachine(params, s, np.zeros(5), Drbg.from_os(), keep_noise=True)
         outs = [o for o in m.submit() if isinstance(o, Send)]
-        rep = asyncio.run(_send_shares(ann, mint(fed, "party", s), params, outs, 0.0))
+        rep = asyncio.run(carry_out(ann, mint(fed, "party", s), params, outs, _nothing_to_spend))
         assert not rep.rejected, rep.rejected[:1]
         known += m.noise
     request = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=BOUNDS, records_per_client=1000)
