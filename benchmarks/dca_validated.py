@@ -96,7 +96,7 @@ def measure(kind: str, d: int, m: int, sample: int) -> dict:
             cid = f"c{i}"
             t0 = time.perf_counter()
             y, eta = validated_values(prm, Z[i], Drbg.from_os())
-            meas = validation.encode_input(plan, y, eta)
+            meas = validation.encode_input(plan, y)
             shares = validation.client_shares(plan, "bench", cid, meas, m, seeded=seeded)
             msgs = [pb.ClientShare(job_id="bench", client_id=cid, validated=pb.ValidatedShare(
                 measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)) for s in shares]
@@ -115,7 +115,7 @@ def measure(kind: str, d: int, m: int, sample: int) -> dict:
         # many clients at once: a load generator proving a batch, a node verifying a run of shares (one stream)
         t0 = time.perf_counter()
         rows = [validated_values(prm, Z[i], Drbg.from_os()) for i in range(sample)]
-        meas_b = validation.encode_inputs(plan, np.stack([y for y, _ in rows]), np.stack([eta for _, eta in rows]))
+        meas_b = validation.encode_inputs(plan, np.stack([y for y, _ in rows]))
         many = validation.client_shares_packed(plan, "bench", [f"c{i}" for i in range(sample)], meas_b, m, seeded=seeded)
         t_client_batch = (time.perf_counter() - t0) / sample
         t0 = time.perf_counter()

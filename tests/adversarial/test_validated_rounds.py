@@ -81,7 +81,7 @@ def _input(params: DcaParams, attack: str) -> np.ndarray:
         data = np.zeros((d // params.vote_classes, params.vote_classes), dtype=np.int64)
         data[:, 0] = vp.scale
         data = data.reshape(-1)
-    meas = validation.encode_input(vp, data, noise).astype(np.uint64)
+    meas = validation.encode_input(vp, data).astype(np.uint64)
     if attack == "1e9":  # coordinate 0 reads 10⁹: its lowest 'bit' holds 10⁹·2^f
         meas[0] = F.scalar(10**9 * 2**params.frac_bits + int(meas[0]))
     elif attack == "over-norm":  # every coordinate at the ℓ2 radius: ‖y‖ = √d·radius
@@ -227,7 +227,7 @@ def _valid_without_noise(fed, job: str, vote: np.ndarray) -> None:
     params = _announced(fed, tls, job)
     vp = params.validation
     y = np.rint(vote * 2**params.frac_bits).astype(np.int64)
-    meas = validation.encode_input(vp, y, np.zeros(params.dimension, dtype=np.int64))
+    meas = validation.encode_input(vp, y)
     _send(fed, tls, params, job, meas)
 
 

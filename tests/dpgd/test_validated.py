@@ -122,7 +122,7 @@ def _mallory(params, cid: str) -> dict[str, dca_pb2.ValidatedShare]:
     """Per compute node, shares of a round vector whose coordinate 0 reads 10⁹ (its lowest 'bit' holds 10⁹·2^f), with an
     honest proof of that input and zero noise."""
     vp = params.validation
-    meas = validation.encode_input(vp, np.zeros(params.dimension, dtype=np.int64), np.zeros(params.dimension, dtype=np.int64)).astype(np.uint64)
+    meas = validation.encode_input(vp, np.zeros(params.dimension, dtype=np.int64)).astype(np.uint64)
     meas[0] = F.scalar(10**9 * 2**params.frac_bits + int(meas[0]))
     shares = validation.client_shares(vp, params.job_id, cid, meas, params.M, seeded=params.seed_compressed)
     return {node: dca_pb2.ValidatedShare(measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)
