@@ -147,6 +147,6 @@ def test_a_party_sending_1e9_is_rejected_and_the_round_releases_the_honest_sum_w
 
     run = run_job(params, Z, Drbg.from_os(), client_ids=list(PARTIES), client_mode="machines", tamper=tamper)
     assert run.release is not None and run.release.clients_rejected == 1
-    # the release is the honest two's sum plus the noise of the clients summed: ≤ 6σ√d off (σ² = 3 clients' variance)
-    sigma = math.sqrt(params.noise_variance_per_client * params.clients)
+    # the release is the honest two's sum plus the compute nodes' noise: ≤ 6σ√d off (σ² = the M nodes' variance)
+    sigma = math.sqrt(params.noise_variance(run.release.clients_included))
     assert np.max(np.abs(np.asarray(run.release.values) - honest)) <= 6 * sigma * math.sqrt(params.dimension)
