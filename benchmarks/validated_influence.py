@@ -16,10 +16,11 @@ Attacks:
   reads 10³·c·2^f — both forged with an honest proof of the forged input.
 - ``dpgd-round``: round 1 of a validated dp-gd plan (ℓ2 ball of radius n_max·C, 3 parties, M = 3): "edge" puts the
   whole radius into coordinate 0 (accepted); "huge" as above.
-- ``pate-voter``: three voters, C = 3 classes, Q = 200 queries, ε = 2, δ = 10⁻⁶: one voter votes class 0 on every
-  point (its legal maximum: one vote a point); "all-classes" forges one vote for every class of every point (the
-  systematic shift the old noise allowance allowed): rejected. Reported besides the shift: the labels' accuracy
-  against the queries' true classes, honest and attacked, over ``PATE_REPEATS`` unseeded runs.
+- ``pate-voter``: three voters (T = 1), δ = 10⁻⁶, at (C = 3, Q = 200, ε = 2) and (C = 2, Q = 100, ε = 50): one voter
+  votes class 0 on every point (its legal maximum: one vote a point); "all-classes" forges a vote for every class of
+  every point (C = 2: a vote of 2 on every point), the systematic shift the former noise allowance allowed: rejected,
+  so its shift is its honest vote's absence. Reported besides the shift: the labels' accuracy against the queries'
+  true classes and the share labelled class 0, honest and attacked, over ``PATE_REPEATS`` unseeded runs each.
 """
 
 from __future__ import annotations
@@ -139,24 +140,27 @@ def _pate_data(classes: int, queries: int, seed: int):
     return {f"voter-{i}": draw(200) for i in range(3)}, draw(queries)
 
 
-def pate_voter() -> dict:
-    C, Q = 3, 200
+def pate_voter(C: int, Q: int, epsilon: float) -> dict:
     names = ["voter-0", "voter-1", "voter-2"]
     parties, (X_q, y_q) = _pate_data(C, Q, 3)
-    spec = hamm2016_pb2.EnsembleJobSpec(dataset="d", auxiliary="a", method="pate", lam=0.05, epsilon=2.0, delta=1e-6, queries=Q,
+    spec = hamm2016_pb2.EnsembleJobSpec(dataset="d", auxiliary="a", method="pate", lam=0.05, epsilon=epsilon, delta=1e-6, queries=Q, max_missing=1,
                                         classes=[str(k) for k in range(C)], parties=names, compute_nodes=list(NODES), simulation_seed=b"influence")
     prm = ensemble.vote_job(spec, "influence-pate", Q)
     votes = np.stack([ensemble.VoterRole(n).vote(spec, *parties[n], X_q) for n in names]).astype(np.float64)
-    class0 = np.zeros(Q * C)
-    class0[0::C] = 1.0  # one vote a point, always class 0: the voter's legal maximum
-    forged = np.ones(prm.validation.circuit.meas_len, dtype=np.uint64)  # every class of every point voted: bits, not one vote a point
+    class0 = np.zeros(Q) if C == 2 else np.zeros(Q * C)  # binary: the class-1 indicator, all 0 = class 0
+    if C > 2:
+        class0[0::C] = 1.0  # one vote a point, always class 0: the voter's legal maximum
+    forged = np.ones(prm.validation.circuit.meas_len, dtype=np.uint64)  # C > 2: every class of every point voted (bits, not one vote a point)
+    if C == 2:
+        forged[:] = 2  # binary: a vote of 2 on every point (not a bit)
     out = {"class-0-voter": _shift(prm, votes, names, 2, class0, None), "all-classes": _shift(prm, votes, names, 2, None, forged)}
     unseeded = dataclasses.replace(prm, job_id="influence-pate-live", simulation_seed=b"")
 
     def accuracy(Z: np.ndarray) -> tuple[float, float]:
         rel = run_job(unseeded, Z, Drbg.from_os(), client_ids=names, client_mode="machines", record=False).release
         assert rel is not None
-        labels = pate.noisy_argmax(np.asarray(rel.values).reshape(Q, C), len(names))
+        counts = np.asarray(rel.values)
+        labels = pate.noisy_argmax(counts if C == 2 else counts.reshape(Q, C), len(names))
         return float(np.mean(labels == y_q)), float(np.mean(labels == 0))
 
     attacked = votes.copy()
@@ -167,11 +171,12 @@ def pate_voter() -> dict:
     out["accuracy_attacked"] = [min(a for a, _ in attacked_runs), max(a for a, _ in attacked_runs)]
     out["class0_share_attacked"] = [min(b for _, b in attacked_runs), max(b for _, b in attacked_runs)]
     out["class0_share_true"] = float(np.mean(y_q == 0))
+    out["classes"], out["queries"], out["epsilon"] = C, Q, epsilon
     return out
 
 
 def main() -> None:
-    print(json.dumps({"dca-sum": dca_sum(), "dpgd-round": dpgd_round(), "pate-voter": pate_voter()}, indent=1))
+    print(json.dumps({"dca-sum": dca_sum(), "dpgd-round": dpgd_round(), "pate-voter": [pate_voter(3, 200, 2.0), pate_voter(2, 100, 50.0)]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import numpy as np
 
 from mpdp import accounting, limits
 from mpdp.dca import discrete, mechanism, validation
+from mpdp.dca.discrete import Account as DiscreteAccount
 from mpdp.dca.errors import InvalidJob
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.math.fixedpoint import U64_MODULUS, EncodingOverflow, check_sum_headroom
@@ -299,7 +300,7 @@ class DcaParams:
         )
         object.__setattr__(self, "guarantee", Guarantee(discrete.MECHANISM, self.epsilon, acc.delta, self.sensitivity, "l2", statement))
 
-    def _node_statement(self, acc: discrete.Account) -> None:
+    def _node_statement(self, acc: DiscreteAccount) -> None:
         """The guarantee of a validated job whose compute nodes add the noise (:mod:`mpdp.dca.discrete`, "Node noise")."""
         statement = (
             f"{acc.rho:.6g}-zCDP and ({self.epsilon:g}, {acc.delta:.3g})-DP for the integer sum of the rounded z_i over the clients "

@@ -149,7 +149,7 @@ class DcaJobSpec(_message.Message):
     vote_classes: _builtins.int
     """VALIDATE_VOTES only: C ≥ 2, the classes of a vote (0 otherwise)"""
     colluders: _builtins.int
-    """Validated DISCRETE_GAUSSIAN jobs only: the compute nodes add the noise, each N_Z(0, σ²/(M − c)); c ≤ M − 1 nodes
+    """Validated DISCRETE_GAUSSIAN jobs only: the compute nodes add the noise, each N_Z(0, σ_std²/(M − c)); c ≤ M − 1 nodes
     may pool their noise with the curator (unset = M − 1: one honest node suffices, as for the shares' secrecy).
     """
     @_builtins.property
