@@ -53,7 +53,7 @@ def dca() -> None:
 @click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
 @click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")
 @click.option("--validate", type=click.Choice(CREATE_VALIDATIONS), default="range", show_default=True,
-              help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the noise's norm too); "
+              help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the compute nodes then add the noise); "
                    "invalid ones are dropped and counted like dropouts. none: contributions are trusted, not proven (honest clients only)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, validate,
