@@ -105,7 +105,9 @@ def test_a_party_refuses_a_round_whose_job_drops_validation_loosens_the_bound_or
     looser = dataclasses.replace(good, clip_bounds=(10 * good.clip_bounds[0],))
     thinner = dataclasses.replace(good, epsilon=good.epsilon * 4)
     range_mode = dataclasses.replace(good, validate="range")
-    for bad, says in ((off, "validation"), (looser, "bounds"), (thinner, "noise"), (range_mode, "validation")):
+    trusting = dataclasses.replace(good, colluders=0)  # the nodes' noise counted on all M nodes, not one honest one
+    assert good.colluders == good.M - 1
+    for bad, says in ((off, "validation"), (looser, "bounds"), (thinner, "noise"), (range_mode, "validation"), (trusting, "colluders")):
         with pytest.raises(LocalProtocolError) as e:
             _announce(p, r, bad)
         assert e.value.problem == Problem.INVALID_JOB and says in e.value.detail
