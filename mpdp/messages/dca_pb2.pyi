@@ -344,11 +344,11 @@ class DpSum(_message.Message):
     delta: _builtins.float
     sensitivity: _builtins.float
     sigma_std: _builtins.float
-    """σ_std of the central Gaussian mechanism (DISCRETE_GAUSSIAN: √(N−T−1)·σ_client)"""
+    """σ_std of the central Gaussian mechanism (DISCRETE_GAUSSIAN: √(N−T−1)·σ_client, validated √(M−c)·σ_node)"""
     sigma_client: _builtins.float
-    """σ_std / sqrt(N − T − 1), each client's noise"""
+    """σ_std / sqrt(N − T − 1), each client's noise (0 in a validated job: the nodes add it)"""
     noise_variance: _builtins.float
-    """|A|·σ_client², the variance of the noise in each coordinate"""
+    """|A|·σ_client² (validated: M·σ_node²), the variance of the noise in each coordinate"""
     fractional_bits: _builtins.int
     seeded: _builtins.bool
     """true when a simulation seed was used: not a private release"""

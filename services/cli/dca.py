@@ -123,6 +123,7 @@ def release(endpoints, job_id, as_json: bool) -> None:
     print(json.dumps({
         "job_id": r.job_id, "values": list(r.values), "clients_included": r.clients_included, "clients_expected": r.clients_expected,
         "sigma_std": r.sigma_std, "sigma_client": r.sigma_client, "noise_variance": r.noise_variance,
+        "sigma_node": r.sigma_node if r.sigma_node else None, "colluders": r.colluders if r.sigma_node else None,
         "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None,
                       "statement": r.guarantee.statement},
         "noise": NOISES[r.noise] if 0 <= r.noise < len(NOISES) else "unknown", "sigma2_units": r.sigma2_units or None, "fractional_bits": r.fractional_bits, "seeded": r.seeded,
