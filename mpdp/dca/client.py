@@ -8,6 +8,8 @@ one Drbg and emitted as per-node :class:`~mpdp.messages.dca_pb2.ShareBatch` mess
 
 What the client guarantees by itself: |z_ij| ≤ c_j (it clips — clipping is the guarantee),
 its noise is N(0, σ_client²) from a CSPRNG, and any M − 1 of its messages are uniform (Algorithm 1, step 2).
+A validated job's client adds no noise: it rounds its data, proves it valid, and the compute nodes add the noise
+(:mod:`mpdp.dca.validation`, :mod:`mpdp.dca.discrete`, "Node noise").
 What it cannot check: the declared Δ₂ (the job's claim about its statistics, e.g. Algorithm 2's).
 """
 
