@@ -55,9 +55,11 @@ def dca() -> None:
 @click.option("--validate", type=click.Choice(CREATE_VALIDATIONS), default="range", show_default=True,
               help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the compute nodes then add the noise); "
                    "invalid ones are dropped and counted like dropouts. none: contributions are trusted, not proven (honest clients only)")
+@click.option("--colluders", type=int, default=None,
+              help="validated jobs: c, the compute nodes that may pool their noise with the curator (0 ≤ c ≤ M − 1)  [default: M − 1]")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, validate,
-           as_json) -> None:
+           colluders, as_json) -> None:
     """Create a DCA job at the curator; prints its id."""
     import grpc
 
@@ -65,11 +67,11 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
 
     if validate != "none" and noise not in (None, "discrete-gaussian"):
         raise click.UsageError(f"--noise {noise} cannot be proven valid: a validated job (--validate {validate}, the default range) needs "
-                               "--noise discrete-gaussian, the integer noise whose norm the proof bounds; pass --validate none to trust "
+                               "--noise discrete-gaussian, the exact integer noise the compute nodes add; pass --validate none to trust "
                                "contributions unproven with floating-point noise")
     spec = job_spec(dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
                     clip=clip, nodes=nodes.split(","), calibration=mode, validate=validate, noise=noise, frac_bits=frac_bits,
-                    deadline_seconds=deadline, seed_compressed=seed_compressed)
+                    deadline_seconds=deadline, seed_compressed=seed_compressed, colluders=colluders)
     address, op = _operator(endpoints)
     with op:
         try:

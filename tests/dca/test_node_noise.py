@@ -89,3 +89,15 @@ def test_a_node_that_cannot_add_its_noise_sends_nothing(monkeypatch):
     prm = _params(seed=b"refused")
     run = run_job(prm, np.zeros((prm.clients, prm.dimension)), Drbg.from_seed("refused"), record=False)
     assert run.release is None and run.error is not None
+
+
+def test_the_operators_spec_sets_colluders_and_leaves_it_unset_by_default():
+    """`mpdp dca create --colluders` / ``job_spec(colluders=…)``: c travels in the spec; unset, every role reads M − 1."""
+    from mpdp_services.dca_client.client import job_spec
+
+    base = dict(dimension=4, clients=6, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=1.0, nodes=list(NODES))
+    default = DcaParams.from_spec("j", job_spec(**base))
+    assert not job_spec(**base).HasField("colluders") and default.colluders == 2 and default.discrete.honest == 1
+    trusting = DcaParams.from_spec("j", job_spec(**base, colluders=0))
+    assert trusting.colluders == 0 and trusting.discrete.honest == 3
+    assert trusting.sigma_node < default.sigma_node and trusting.sigma_std == pytest.approx(default.sigma_std, rel=1e-3)
