@@ -5,11 +5,11 @@
 
 Per d: N clients (range predicate, discrete-Gaussian noise, a roster, clients named by roster index, as
 ``benchmarks/dca_node_path.py``'s and ``benchmarks/dca_validated.py``'s jobs) are built by
-:func:`mpdp.dca.client.validated_cohort`, the code the load generator runs: values (clipping, rounding, the exact
-discrete-Gaussian noise), encoding, sharing, joint-randomness parts, the FLP proofs, the ShareBatch messages, in
+:func:`mpdp.dca.client.validated_cohort`, the code the load generator runs: values (clipping, rounding; the compute
+nodes add the noise), encoding, sharing, joint-randomness parts, the FLP proofs, the ShareBatch messages, in
 batches of :func:`mpdp.dca.validation.batch_size` clients. Reported: process CPU µs per client for the whole path
-(``client_us``), the part in :func:`mpdp.dca.client.validated_values_many` (``values_us``: rounding and noise, the
-same as an unvalidated client's) and the rest (``prove_us``: encoding, shares, parts, proofs, messages), and the
+(``client_us``), the part in :func:`mpdp.dca.client.validated_values_many` (``values_us``: the rounding; a validated
+client adds no noise, the compute nodes do) and the rest (``prove_us``: encoding, shares, parts, proofs, messages), and the
 part in :meth:`mpdp.math.flp.Circuit.prove` alone (``flp_us``). Every batch is checked by M compute-node machines
 afterwards (not timed): the cohort must be accepted whole. The machine is shared: the 1-minute load average is
 recorded with each row, and CPU (not wall) time is what is measured.

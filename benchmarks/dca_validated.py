@@ -5,9 +5,9 @@
 
 Per (kind, d, M), on ``--sample`` clients (the per-client costs do not depend on N):
 
-* ``client_ms`` — one client's step 1–2: clip, round, exact discrete-Gaussian noise, and for a validated job the bit
-  encoding, Field64 shares, joint randomness and the proof (R repetitions); unvalidated: the same noise, encoding into
-  Z_(2^64) and M-way sharing;
+* ``client_ms`` — one client's step 1–2: clip, round, and for a validated job (no noise: the compute nodes add it) the
+  bit encoding, Field64 shares, joint randomness and the proof (R repetitions); unvalidated: exact discrete-Gaussian
+  noise, encoding into Z_(2^64) and M-way sharing;
 * ``node_ms`` — one node's work for one client: unvalidated, unpack and add the share; validated, check lengths and
   canonical elements, recompute its joint-randomness part, the query (its verifier share) and its output share;
 * ``client_batch_ms`` / ``node_batch_ms`` — the same per client when ``--sample`` clients are proven together
@@ -95,8 +95,8 @@ def measure(kind: str, d: int, m: int, sample: int) -> dict:
         for i in range(sample):
             cid = f"c{i}"
             t0 = time.perf_counter()
-            y, eta = validated_values(prm, Z[i], Drbg.from_os())
-            meas = validation.encode_input(plan, y, eta)
+            y = validated_values(prm, Z[i], Drbg.from_os())
+            meas = validation.encode_input(plan, y)
             shares = validation.client_shares(plan, "bench", cid, meas, m, seeded=seeded)
             msgs = [pb.ClientShare(job_id="bench", client_id=cid, validated=pb.ValidatedShare(
                 measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)) for s in shares]
@@ -115,7 +115,7 @@ def measure(kind: str, d: int, m: int, sample: int) -> dict:
         # many clients at once: a load generator proving a batch, a node verifying a run of shares (one stream)
         t0 = time.perf_counter()
         rows = [validated_values(prm, Z[i], Drbg.from_os()) for i in range(sample)]
-        meas_b = validation.encode_inputs(plan, np.stack([y for y, _ in rows]), np.stack([eta for _, eta in rows]))
+        meas_b = validation.encode_inputs(plan, np.stack(rows))
         many = validation.client_shares_packed(plan, "bench", [f"c{i}" for i in range(sample)], meas_b, m, seeded=seeded)
         t_client_batch = (time.perf_counter() - t0) / sample
         t0 = time.perf_counter()

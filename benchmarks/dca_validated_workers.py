@@ -40,7 +40,7 @@ def _shares(params: DcaParams, n: int) -> list[list[pb.ClientShare]]:
     assert plan is not None
     rng = np.random.default_rng(3)
     y = np.round(rng.uniform(-1, 1, (n, params.dimension)) * plan.scale).astype(np.int64)
-    meas = np.stack([validation.encode_input(plan, row, np.zeros(params.dimension, dtype=np.int64)) for row in y])
+    meas = np.stack([validation.encode_input(plan, row) for row in y])
     ids = [f"c{i:06d}" for i in range(n)]
     per_client = validation.client_shares_many(plan, params.job_id, ids, meas, params.M, seeded=False)
     return [[pb.ClientShare(job_id=params.job_id, client_id=cid, validated=pb.ValidatedShare(

@@ -199,6 +199,8 @@ def hold_round(params: "DcaParams", accepted: AcceptedRound, me: str, members: S
         raise ValueError(f"the DCA job's validation ({params.validate}) is not the round's ({accepted.validate})")
     if accepted.bounds is not None and params.clip_bounds != tuple(float(b) for b in accepted.bounds):
         raise ValueError("the DCA job's bounds are not the ones the round's plan proves")
+    if params.node_noise and params.colluders != params.M - 1:  # a party counts on one honest node, as for its shares
+        raise ValueError("the DCA job's noise counts on more than one honest compute node (colluders below M − 1)")
     if accepted.check is not None:
         accepted.check(params)
 

@@ -258,8 +258,8 @@ class Federation:
         of the Gaussian noise and secret-shares the result across the M compute nodes, which add up and release only
         the noisy sum. ``sensitivity``: Δ₂ of one client's vector (default 2·clip·√d: any client replaced).
         ``max_missing``: T clients that may drop out or collude. ``validate`` (default ``range``): every client proves
-        on its shares that each entry is within ±clip (``l2``: ‖z‖₂ ≤ clip; ``one-hot``: a 0/1 vote) and its noise's
-        norm bounded; an invalid contribution is dropped like a dropout. ``none`` trusts the clients (the guarantee says
+        on its shares that each entry is within ±clip (``l2``: ‖z‖₂ ≤ clip; ``one-hot``: a 0/1 vote), and adds no noise:
+        the compute nodes add it; an invalid contribution is dropped like a dropout. ``none`` trusts the clients (the guarantee says
         so). ``noise``: ``discrete-gaussian`` (the default, and the only noise a validated sum takes) or, with
         ``validate="none"``, ``gaussian`` (its default there).
         Live, the vectors are submitted with the operator's certificate as a simulated cohort (as `mpdp dca loadgen`).

@@ -209,6 +209,8 @@ TABLE: dict[str, tuple[Limit, ...]] = {
               choices=(dca_pb2.VALIDATE_NONE, dca_pb2.VALIDATE_RANGE, dca_pb2.VALIDATE_L2, dca_pb2.VALIDATE_ONE_HOT, dca_pb2.VALIDATE_VOTES),
               choice_names=("VALIDATE_NONE", "VALIDATE_RANGE", "VALIDATE_L2", "VALIDATE_ONE_HOT", "VALIDATE_VOTES")),
         Limit("vote_classes", "int", 0, MAX_CLASSES, "", "validate VOTES: C, the classes of one vote per point (0 otherwise; checked with validate)"),
+        Limit("colluders", "int", 0, MAX_NODES - 1, "", "validated DISCRETE_GAUSSIAN: c ≤ M − 1 compute nodes may pool their noise with the curator "
+              "(checked with M; unset = M − 1; each node adds σ_std²/(M − c))"),
     ),
     "RosterRange": (  # DcaJobSpec.roster_range: client i is prefix + i zero-padded to `digits` (digits ≥ those of N − 1)
         Limit("prefix", "text", 0, MAX_ID, "", "the common start of the N client ids"),

@@ -151,7 +151,7 @@ class AggregatorMachine(DcaMachine):
             sensitivity=prm.sensitivity,
             sigma_std=prm.sigma_std,
             sigma_client=prm.sigma_client,
-            noise_variance=included * prm.noise_variance_per_client,
+            noise_variance=prm.noise_variance(included),
             guarantee=common_pb2.Guarantee(**g.as_dict()),
             fractional_bits=prm.frac_bits,
             seeded=prm.seeded,
@@ -165,6 +165,8 @@ class AggregatorMachine(DcaMachine):
             sigma2_units=f"{prm.discrete.sigma2.numerator}/{prm.discrete.sigma2.denominator}" if prm.discrete is not None else "",
             validate=VALIDATE_ENUM[prm.validate],
             clients_rejected=first.clients_rejected,
+            sigma_node=prm.sigma_node,
+            colluders=prm.colluders or 0,
         )
         self._release = release
         self._sums.clear()
@@ -175,8 +177,8 @@ def check_window(params: DcaParams, total: np.ndarray) -> None:
     """Wrap-around is never silent (`discrete-gaussian` mode, :mod:`mpdp.dca.discrete`): every coordinate of a valid
     sum satisfies |S_j| ≤ B (the job's window) except with probability 2^-96; a sum outside it wrapped in Z_2^64 or
     a node deviated, and nothing is released. (The Gaussian mode's headroom check bounds its sum at creation.)
-    A validated job's window is deterministic: every accepted contribution has |ỹ_j| and |η_j| within the proven
-    bounds, so a sum outside N·(max |ỹ_j| + max |η_j|) can only come from a deviating node."""
+    A validated job's window is N·max |ỹ_j| (proven for every accepted contribution) plus the tail of the M nodes' noise
+    (exceeded with probability ≤ 2^-96, in δ): a sum outside it comes from a deviating node, or that rare draw."""
     if params.validation is not None:
         window = params.validation.window
     elif params.discrete is not None:

@@ -8,6 +8,8 @@ one Drbg and emitted as per-node :class:`~mpdp.messages.dca_pb2.ShareBatch` mess
 
 What the client guarantees by itself: |z_ij| ≤ c_j (it clips — clipping is the guarantee),
 its noise is N(0, σ_client²) from a CSPRNG, and any M − 1 of its messages are uniform (Algorithm 1, step 2).
+A validated job's client adds no noise: it rounds its data, proves it valid, and the compute nodes add the noise
+(:mod:`mpdp.dca.validation`, :mod:`mpdp.dca.discrete`, "Node noise").
 What it cannot check: the declared Δ₂ (the job's claim about its statistics, e.g. Algorithm 2's).
 """
 
@@ -138,42 +140,41 @@ class ClientMachine(DcaMachine):
         return out
 
     def _submit_validated(self) -> list[Output]:
-        """A validated job (:mod:`mpdp.dca.validation`): the integers (ỹ, η), their bits, Field64 shares and the proof."""
+        """A validated job (:mod:`mpdp.dca.validation`): the integers ỹ (no noise: the compute nodes add it), their bits,
+        Field64 shares and the proof."""
         prm = self.params
         plan = prm.validation
         assert plan is not None
-        y, eta = validated_values(prm, self._z, self._rng.child("noise"))
+        y = validated_values(prm, self._z, self._rng.child("noise"))
         try:
-            meas = validation.encode_input(plan, y, eta)
-        except validation.ValidationError as e:  # only the noise norm, probability ≤ 2^-96, data-independent (in δ)
+            meas = validation.encode_input(plan, y)
+        except validation.ValidationError as e:  # never for an honest client's ỹ (validated_values keeps it in the predicate)
             raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
         out: list[Output] = [Spend(self.charge if self.charge is not None else (prm.ledger_entry(),))]
         for k, sh in enumerate(validation.client_shares(plan, self.job_id, self.client_id, meas, prm.M, seeded=prm.seed_compressed)):
             msg = pb.ValidatedShare(measurement=sh.measurement, proof=sh.proof, share_seed=sh.share_seed, blind=sh.blind, joint_rand_parts=sh.joint_rand_parts)
             out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, validated=msg)))
-        if self.keep_noise:
-            noise = np.zeros(prm.dimension, dtype=np.int64) if eta is None else eta
-            self.noise, self.encoded = noise / 2.0**prm.frac_bits, (y + noise).view(np.uint64)
+        if self.keep_noise:  # a validated job's client adds no noise (the compute nodes do)
+            self.noise, self.encoded = np.zeros(prm.dimension), y.view(np.uint64)
         self._z[:] = 0.0
         return out
 
 
-def validated_values(params: DcaParams, z: np.ndarray, rng: Drbg) -> tuple[np.ndarray, np.ndarray | None]:
-    """Step 1 of a validated job for one client: (ỹ, η) as int64 in units of 2^-f (η None in a secure sum).
+def validated_values(params: DcaParams, z: np.ndarray, rng: Drbg) -> np.ndarray:
+    """Step 1 of a validated job for one client: ỹ as int64 in units of 2^-f, no noise (the compute nodes add it).
 
     range: z clipped per coordinate; l2: clipped, then scaled into the ℓ2 ball of radius c; one-hot: z must be a one-hot
     0/1 vector (ỹ = z·2^f exactly). ỹ is the conditional randomized rounding of the discrete mode (or the nearest
-    integer in a secure sum); η the exact discrete Gaussian."""
+    integer in a secure sum)."""
     z = np.asarray(z, dtype=np.float64)
     if z.shape != (params.dimension,):
         raise InvalidJob(f"z must hold d = {params.dimension} finite values")
-    y, eta = validated_values_many(params, z[None, :], rng)
-    return y[0], None if eta is None else eta[0]
+    return validated_values_many(params, z[None, :], rng)[0]
 
 
-def validated_values_many(params: DcaParams, Z: np.ndarray, rng: Drbg) -> tuple[np.ndarray, np.ndarray | None]:
+def validated_values_many(params: DcaParams, Z: np.ndarray, rng: Drbg) -> np.ndarray:
     """:func:`validated_values` for the rows of Z (many simulated clients of a load generator drawing from one Drbg;
-    one row: the same draws as :func:`validated_values`): (ỹ, η) of shape (rows, d)."""
+    one row: the same draws as :func:`validated_values`): ỹ of shape (rows, d)."""
     plan = params.validation
     assert plan is not None
     Z = np.asarray(Z, dtype=np.float64)
@@ -195,13 +196,9 @@ def validated_values_many(params: DcaParams, Z: np.ndarray, rng: Drbg) -> tuple[
             norm = np.linalg.norm(clipped, axis=1, keepdims=True)
             radius = float(c[0])
             clipped = np.where(norm > radius, clipped * (radius / np.maximum(norm, radius)), clipped)
-    if params.discrete is None:  # a secure sum: no noise, the nearest integer
-        return np.rint(clipped * 2.0**params.frac_bits).astype(np.int64), None
-    try:
-        rounded, noise = discrete.client_integers(clipped, params.frac_bits, params.discrete.sigma2, rng)  # 0/1·2^f: exact
-    except discrete.EncodeRefused as e:  # probability ≤ p_fail, data-independent
-        raise LocalProtocolError(Problem.INTERNAL, f"encoding overflow: {e}") from None
-    return rounded, noise
+    if params.discrete is None:  # a secure sum: the nearest integer
+        return np.rint(clipped * 2.0**params.frac_bits).astype(np.int64)
+    return discrete.rounded_integers(clipped, params.frac_bits, rng)  # 0/1·2^f: exact
 
 
 def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rng: Drbg, batch_size: int = 0) -> Iterator[tuple[list[str], list[pb.ShareBatch]]]:
@@ -225,10 +222,10 @@ def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rn
     step = batch_size or validation.batch_size(plan)
     for at in range(0, len(client_ids), step):
         ids = client_ids[at : at + step]
-        ys, etas = validated_values_many(params, Z[at : at + step], rng.child(f"noise/{at}"))
+        ys = validated_values_many(params, Z[at : at + step], rng.child(f"noise/{at}"))
         try:
-            meas = validation.encode_inputs(plan, ys, etas)
-        except validation.ValidationError as e:  # only the noise norm, probability ≤ 2^-96, data-independent (in δ)
+            meas = validation.encode_inputs(plan, ys)
+        except validation.ValidationError as e:  # never for an honest client's ỹ
             raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
         packed = validation.client_shares_packed(plan, params.job_id, ids, meas, params.M, seeded=params.seed_compressed)
         named = {"client_indices": indices[at : at + step].astype("<u4").tobytes()} if indices is not None else {"client_ids": ids}

@@ -16,6 +16,12 @@ Shares of clients not yet confirmed wait in a pending buffer; at agreement the b
 R_k \\ A, which is discarded. The final report carries |R_k| and a digest of R_k; the receiver checks both,
 and the partial sum carries a digest of A, which the aggregator compares across nodes.
 
+Node noise (validated jobs with noise, :mod:`mpdp.dca.discrete`, "Node noise"). The clients of a validated job add
+no noise and prove their data only; at agreement, before its partial sum exists, node k adds its own d draws of
+N_Z(0, σ²) (σ² the job's, from the spec every role recomputes; exact sampler over a CSPRNG: os.urandom, or the
+simulation seed in a seeded test job) to q_k, once: the PartialSum is kept and sent again unchanged. A node whose
+noise cannot be drawn (σ below the sampler's range, or a draw that would not fit) sends nothing and fails the job.
+
 Memory per job (the trade-off, stated): O(d) for the running sum; one node mask and one pending-row slot per
 client index (2 + 4 bytes at M = 10; with a roster nothing else per client — no id, no object — and without one the id map needed to
 refuse replays); plus the pending buffer — 8·d bytes per unconfirmed client holding a full vector, 32 bytes
@@ -39,13 +45,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mpdp.dca import mechanism, sharing, states, validation
+from mpdp.dca import discrete, mechanism, sharing, states, validation
 from mpdp import limits
 from mpdp.dca.agreement import ClientBook, decode_indices, encode_indices, is_run, roster_for
 from mpdp.dca.engine import DcaMachine
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams, valid_client_id
 from mpdp.math import field as F
+from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb
 from mpdp.protocol import CURATOR, LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
 
@@ -895,6 +902,8 @@ class ComputeNodeMachine(DcaMachine):
         assert agreed.size == self.confirmed, (agreed.size, self.confirmed)
         mechanism.require_enough_clients(agreed.size, self.params.clients, self.params.max_missing)
         self._agreed = agreed
+        if self.params.node_noise:  # q_k + η_k: this node's share of the DP noise, added before q_k exists anywhere else
+            self._running = F.add(self._running, F.from_signed(self.draw_noise()))
         self._partial = pb.PartialSum(
             job_id=self.job_id,
             partial_sum=sharing.pack_u64(self._running),
@@ -904,6 +913,27 @@ class ComputeNodeMachine(DcaMachine):
         )
         self._book.drop_pending()  # R_k \ A: never summed
         return [Send(CURATOR, self._partial)]
+
+
+    def draw_noise(self) -> np.ndarray:
+        """This node's noise η_k ~ N_Z(0, σ²)^d (units of 2^-f) for a validated job: exact, from a CSPRNG (os.urandom; a
+        seeded test job: its simulation seed, labelled with the job and this node). Fails the job (INTERNAL) rather
+        than send a partial sum with less noise than the guarantee counts."""
+        acc = self.params.discrete
+        if acc is None or not acc.by_nodes or acc.nodes != self.params.M:
+            raise LocalProtocolError(Problem.INTERNAL, "this job's account has no node noise: nothing is sent")
+        try:
+            return discrete.node_noise(self.d, acc.sigma2, noise_rng(self.params, self.me.name))
+        except discrete.NodeNoiseRefused as e:
+            raise LocalProtocolError(Problem.INTERNAL, f"node noise refused: {e}; nothing is sent") from None
+
+
+def noise_rng(params: DcaParams, name: str) -> Drbg:
+    """The generator of node ``name``'s noise: os.urandom, or in a seeded test job (non-private, marked so in its
+    release) the job's simulation seed labelled with the job and the node, so a test can recompute the noise."""
+    if params.seeded:
+        return Drbg.from_seed(params.simulation_seed).child(f"dca/{params.job_id}/node-noise/{name}")
+    return Drbg.from_os()
 
 
 def _share_fields(msg: pb.ValidatedShare) -> validation.ShareForNode:

@@ -18,6 +18,12 @@ with Secure Aggregation", ICML 2021, arXiv:2102.06387):
 * **Who adds the noise (Heikkilä et al. 2017, Thm 1).** With at most T clients colluding or dropping out, the
   noise of n = N − T − 1 honest others is always in the sum; more independent noise is post-processing, so the
   bound with n = N − T − 1 holds for every agreed set A with |A| ≥ N − T.
+* **Node noise (validated jobs, ours after the DP draft for DAP, draft-wang-ppm-differential-privacy).** In a
+  validated job the clients add no noise and prove only their data; each of the M compute nodes adds
+  N_Z(0, σ²)^d to its partial sum before sending it. With at most c nodes pooling their noise with the curator
+  (the spec's ``colluders``, 0 ≤ c ≤ M − 1), the noise of n = M − c honest nodes is always in the sum, and the
+  bound above holds with that n; the other c draws are post-processing. Dropped or rejected clients remove no
+  noise, so the guarantee no longer depends on T (T still bounds how few clients a release may hold).
 * **Rounding (ours, after KLS21's conditional randomized rounding, their Prop. 22).** y = z·2^f is rounded to ⌊y⌋
   or ⌈y⌉ with P[⌈y⌉] = y − ⌊y⌋, and the whole vector is redrawn until the rounding error r = ỹ − y has
   ‖r‖₂² ≤ R² = min(d, d/4 + √(d·ln(1/β)/2)) (each r_j² ∈ [0, 1) with mean ≤ 1/4, so Hoeffding accepts a draw with
@@ -50,6 +56,7 @@ from mpdp.math.drbg import Drbg
 
 NAME = "discrete-gaussian"
 MECHANISM = "distributed discrete Gaussian (DCA clients, Kairouz, Liu & Steinke 2021; exact sampler of Canonne, Kamath & Steinke 2020)"
+NODE_MECHANISM = "distributed discrete Gaussian (DCA compute nodes, Kairouz, Liu & Steinke 2021; exact sampler of Canonne, Kamath & Steinke 2020)"
 BETA = math.exp(-0.5)  # conditional rounding's failure bound (KLS21 use e^{-1/2}); ≤ 1/(1−β) ≈ 2.5 draws expected
 WINDOW_LOG2_P = -96  # p: probability that the noise sum leaves its window on some coordinate
 CLIENT_BOUND = 1 << 62  # a client refuses |ỹ_ij + η_ij| ≥ 2^62
@@ -129,8 +136,8 @@ def delta_from_rdp(curve: np.ndarray, alphas: np.ndarray, epsilon: float) -> flo
 class Account:
     """The guarantee of one `discrete-gaussian` DCA job (all noise figures in units of 2^-f)."""
 
-    sigma2: Fraction  # each client's σ² (units²), exact: what the sampler uses
-    honest: int  # n = N − T − 1
+    sigma2: Fraction  # each noise draw's σ² (units²), exact: what the sampler uses (a client's, or a node's when nodes add it)
+    honest: int  # n: the noise vectors the guarantee counts (N − T − 1 clients' or M − c nodes')
     tau: float
     l2: float  # Δ̃₂ (units)
     l1: float  # Δ̃₁ (units)
@@ -140,32 +147,59 @@ class Account:
     alpha: float  # the Rényi order that gave δ
     p_fail: float  # probability of a noise-caused refusal (client encode bound or sum window)
     window: int  # B: |S_j| ≤ B for every released coordinate, in units
+    nodes: int = 0  # > 0: node noise (a validated job): each of the M nodes adds N_Z(0, σ²); 0: each client does
+    colluders: int = 0  # node noise: c, the nodes whose noise is not counted (n = M − c)
 
     @property
     def sigma_units(self) -> float:
         return math.sqrt(float(self.sigma2))
 
+    @property
+    def by_nodes(self) -> bool:
+        return self.nodes > 0
 
-def window(clients: int, c_units: int, sigma2: float, d: int) -> int:
-    """B = N·c_u + ⌈√(2Nσ²·ln(2d/p))⌉: the largest |S_j| a valid release can have except with probability p."""
-    t = math.sqrt(2.0 * clients * sigma2 * (math.log(2 * d) - WINDOW_LOG2_P * math.log(2)))
-    return clients * c_units + math.ceil(t * (1 + SLACK)) + 1
+    def noise_draws(self, included: int) -> int:
+        """How many noise vectors a release over ``included`` clients holds: every node's, or every included client's."""
+        return self.nodes if self.nodes else included
+
+
+def window(clients: int, c_units: int, sigma2: float, d: int, draws: int | None = None) -> int:
+    """B = N·c_u + ⌈√(2·m·σ²·ln(2d/p))⌉ with m = ``draws`` noise vectors (default N, one a client): the largest |S_j| a
+    valid release can have except with probability p (a sum of m σ²-subgaussian draws is mσ²-subgaussian)."""
+    return clients * c_units + noise_tail(clients if draws is None else draws, sigma2, d)
+
+
+def noise_tail(draws: int, sigma2: float, d: int) -> int:
+    """⌈√(2·m·σ²·ln(2d/p))⌉ + 1: the sum of m independent N_Z(0, σ²)^d draws (mσ²-subgaussian, CKS20 Cor. 9) exceeds
+    it in magnitude on some coordinate with probability ≤ p = 2^-96."""
+    t = math.sqrt(2.0 * draws * sigma2 * (math.log(2 * d) - WINDOW_LOG2_P * math.log(2)))
+    return math.ceil(t * (1 + SLACK)) + 1
 
 
 def clip_units(clip_max: float, frac_bits: int) -> int:
     return math.ceil(clip_max * 2.0**frac_bits)
 
 
-def account(sigma2: Fraction, *, sensitivity: float, frac_bits: int, d: int, clients: int, max_missing: int, clip_max: float, epsilon: float,
-            extra_fail: float = 0.0) -> Account:
-    """The (ρ, ε, δ) a job with per-client σ² (units²) really gives, at the job's ε. ``extra_fail``: the probability of
-    any further noise-caused refusal (a validated job's noise-norm bound, :mod:`mpdp.dca.validation`), added to p_fail."""
-    s2 = float(sigma2)
-    if sigma2 < Fraction(1, 4):
-        raise ValueError("KLS21 Prop. 14 needs σ ≥ 1/2 unit")
+def _honest(clients: int, max_missing: int, nodes: int, colluders: int) -> int:
+    if nodes:
+        if not 0 <= colluders < nodes:
+            raise ValueError(f"colluders c must satisfy 0 ≤ c ≤ M − 1, got c={colluders}, M={nodes}")
+        return nodes - colluders
     n = clients - max_missing - 1
     if n < 1:
         raise ValueError(f"N − T − 1 must be at least 1, got N={clients}, T={max_missing}")
+    return n
+
+
+def account(sigma2: Fraction, *, sensitivity: float, frac_bits: int, d: int, clients: int, max_missing: int, clip_max: float, epsilon: float,
+            extra_fail: float = 0.0, nodes: int = 0, colluders: int = 0) -> Account:
+    """The (ρ, ε, δ) a job with per-draw σ² (units²) really gives, at the job's ε. ``extra_fail``: the probability of
+    any further noise-caused refusal, added to p_fail. ``nodes`` > 0: node noise (each of the M nodes adds N_Z(0, σ²),
+    n = M − c of them counted; the clients add none and cannot refuse for their noise); 0: client noise (n = N − T − 1)."""
+    s2 = float(sigma2)
+    if sigma2 < Fraction(1, 4):
+        raise ValueError("KLS21 Prop. 14 needs σ ≥ 1/2 unit")
+    n = _honest(clients, max_missing, nodes, colluders)
     t = tau(s2, n)
     l2, l1 = sensitivities(sensitivity, frac_bits, d)
     x2, x1 = l2 * l2 / (n * s2), l1 / math.sqrt(n * s2)
@@ -174,24 +208,26 @@ def account(sigma2: Fraction, *, sensitivity: float, frac_bits: int, d: int, cli
     logd = (_ALPHAS - 1) * (curve - epsilon) - np.log(_ALPHAS) + (_ALPHAS - 1) * np.log1p(-1 / _ALPHAS)
     i = int(np.argmin(logd))
     c_u = clip_units(clip_max, frac_bits)
-    # client refusal: some |ỹ + η| ≥ 2^62 needs |η| ≥ 2^62 − c_u − 1 (σ²-subgaussian tail, N·d draws)
-    gap = float(CLIENT_BOUND - c_u - 1)
-    log_client = math.log(2.0 * clients * d) - gap * gap / (2 * s2)
-    p_fail = min(1.0, math.exp(min(0.0, log_client)) + 2.0**WINDOW_LOG2_P + extra_fail)
+    if nodes:  # a node's noise never meets a client bound; a draw that breaks the window is the window's refusal
+        p_client = 0.0
+    else:  # client refusal: some |ỹ + η| ≥ 2^62 needs |η| ≥ 2^62 − c_u − 1 (σ²-subgaussian tail, N·d draws)
+        gap = float(CLIENT_BOUND - c_u - 1)
+        p_client = math.exp(min(0.0, math.log(2.0 * clients * d) - gap * gap / (2 * s2)))
+    p_fail = min(1.0, p_client + 2.0**WINDOW_LOG2_P + extra_fail)
     delta = min(1.0, math.exp(min(0.0, float(logd[i]))) + (1 + math.exp(min(epsilon, 700.0))) * p_fail)
-    return Account(sigma2, n, t, l2, l1, rho, epsilon, delta, float(_ALPHAS[i]), p_fail, window(clients, c_u, s2, d))
+    return Account(sigma2, n, t, l2, l1, rho, epsilon, delta, float(_ALPHAS[i]), p_fail, window(clients, c_u, s2, d, nodes or None), nodes, colluders)
 
 
 def calibrate(*, epsilon: float, delta: float, sensitivity: float, frac_bits: int, d: int, clients: int, max_missing: int, clip_max: float,
-              extra_fail: float = 0.0) -> Account:
-    """The smallest σ² (units², a rational with denominator 2^8) whose account gives (ε, ≤ δ); raises ValueError."""
-    n = clients - max_missing - 1
-    if n < 1:
-        raise ValueError(f"N − T − 1 must be at least 1, got N={clients}, T={max_missing}")
+              extra_fail: float = 0.0, nodes: int = 0, colluders: int = 0) -> Account:
+    """The smallest σ² (units², a rational with denominator 2^8) whose account gives (ε, ≤ δ); raises ValueError.
+    ``nodes``, ``colluders``: as in :func:`account` (node noise when nodes > 0)."""
+    n = _honest(clients, max_missing, nodes, colluders)
+    kw = dict(sensitivity=sensitivity, frac_bits=frac_bits, d=d, clients=clients, max_missing=max_missing, clip_max=clip_max, epsilon=epsilon,
+              extra_fail=extra_fail, nodes=nodes, colluders=colluders)
 
     def ok(s: float) -> bool:
-        return account(_rational(s * s), sensitivity=sensitivity, frac_bits=frac_bits, d=d, clients=clients, max_missing=max_missing, clip_max=clip_max,
-                       epsilon=epsilon, extra_fail=extra_fail).delta <= delta
+        return account(_rational(s * s), **kw).delta <= delta  # type: ignore[arg-type]
 
     l2, _ = sensitivities(sensitivity, frac_bits, d)
     lo, hi = 0.5, max(1.0, l2 / math.sqrt(n))
@@ -207,8 +243,7 @@ def calibrate(*, epsilon: float, delta: float, sensitivity: float, frac_bits: in
             lo, hi = (lo, mid) if ok(mid) else (mid, hi)
             if hi / lo < 1 + 1e-7:
                 break
-    return account(_rational(hi * hi), sensitivity=sensitivity, frac_bits=frac_bits, d=d, clients=clients, max_missing=max_missing, clip_max=clip_max, epsilon=epsilon,
-                   extra_fail=extra_fail)
+    return account(_rational(hi * hi), **kw)  # type: ignore[arg-type]
 
 
 def _rational(s2: float) -> Fraction:
@@ -237,3 +272,26 @@ def client_integers(clipped: np.ndarray, frac_bits: int, sigma2: Fraction, rng: 
     if np.any(np.abs(total) >= CLIENT_BOUND):
         raise EncodeRefused("a noisy value reached 2^62 units")
     return rounded, noise
+
+
+def rounded_integers(clipped: np.ndarray, frac_bits: int, rng: Drbg) -> np.ndarray:
+    """Rows of clipped z → ỹ as int64: the conditional randomized rounding of z·2^f alone (a validated job's client,
+    whose noise the compute nodes add), from ``rng.child("round")`` as in :func:`client_integers`."""
+    y = np.atleast_2d(np.asarray(clipped, dtype=np.float64)) * 2.0**frac_bits
+    return conditional_round(y, rng.child("round"))
+
+
+class NodeNoiseRefused(RuntimeError):
+    """A node's noise draw reached 2^62 units (probability ≤ 2^-96 with the job's window): the node sends nothing."""
+
+
+def node_noise(d: int, sigma2: Fraction, rng: Drbg) -> np.ndarray:
+    """A compute node's noise for one validated job: d exact draws of N_Z(0, σ²) (Canonne, Kamath & Steinke 2020,
+    :mod:`mpdp.dp.discrete_gaussian`) from ``rng`` (a CSPRNG), as int64. Refuses σ < 1/2 unit (below KLS21 Prop. 14's
+    range: the account would not hold) and a draw of magnitude ≥ 2^62 (it could not be told from a wrap)."""
+    if d < 1 or sigma2 < Fraction(1, 4):
+        raise NodeNoiseRefused("a node's noise needs d ≥ 1 and σ ≥ 1/2 unit")
+    raw = DiscreteGaussian(sigma2, rng).samples(d)
+    if max(map(abs, raw)) >= CLIENT_BOUND:
+        raise NodeNoiseRefused("a noise draw reached 2^62 units")
+    return np.array(raw, dtype=np.int64)

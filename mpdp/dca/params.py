@@ -17,6 +17,7 @@ import numpy as np
 
 from mpdp import accounting, limits
 from mpdp.dca import discrete, mechanism, validation
+from mpdp.dca.discrete import Account as DiscreteAccount
 from mpdp.dca.errors import InvalidJob
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.math.fixedpoint import U64_MODULUS, EncodingOverflow, check_sum_headroom
@@ -51,9 +52,10 @@ TRUST_MODEL = (
 )
 VALIDATED_TRUST_MODEL = (
     "clients may be malicious: every contribution is proven valid on its shares (fully linear proof, soundness error ≤ 2^-60) "
-    "and an invalid one is dropped like a dropout; at most T clients collude, omit their noise, drop out or are rejected; "
-    "honest-but-curious compute nodes (they derive the verify key among themselves and do not give it to clients) and curator; "
-    "at least one compute node is honest (does not collude); channels are encrypted (TLS)"
+    "and an invalid one is dropped like a dropout; clients add no noise, so none can omit or inflate it; at most T clients "
+    "drop out or are rejected; honest-but-curious compute nodes (they derive the verify key among themselves and do not give it "
+    "to clients, and each adds its own noise before sending its partial sum) and curator; at least one compute node is honest "
+    "(does not collude); channels are encrypted (TLS)"
 )
 
 
@@ -82,8 +84,10 @@ class DcaParams:
     roster_range: tuple[str, int] | None = None  # (prefix, digits): client i is prefix + i zero-padded (instead of ``roster``)
     validate: str = "none"  # or range, l2, one-hot, votes: Field64 shares with a proof (mpdp.dca.validation)
     vote_classes: int = 0  # validate votes: C, the classes of one vote per point (the vector is d/C points, or d bits for C = 2)
+    colluders: int | None = None  # a validated noisy job: c ≤ M − 1 nodes may pool their noise with the curator (None = M − 1)
     sigma_std: float = field(init=False)
     sigma_client: float = field(init=False)
+    sigma_node: float = field(init=False, default=0.0)  # a validated noisy job: each compute node's noise σ (real units)
     guarantee: Guarantee = field(init=False)
     discrete: discrete.Account | None = field(init=False, default=None)  # the discrete-gaussian mode's account
     validation: validation.Plan | None = field(init=False, default=None)  # a validated job's circuit and bounds
@@ -109,6 +113,7 @@ class DcaParams:
                 roster=self.roster,
                 purpose=self.purpose,
                 vote_classes=self.vote_classes,
+                **({} if self.colluders is None else {"colluders": self.colluders}),
             )
         except limits.SpecError as e:
             raise InvalidJob(str(e)) from None
@@ -128,6 +133,13 @@ class DcaParams:
             self._check_validated()
         elif self.vote_classes:
             raise InvalidJob("vote_classes is set exactly for validate VOTES")
+        if self.node_noise:
+            if self.colluders is None:
+                object.__setattr__(self, "colluders", self.M - 1)
+            elif not 0 <= self.colluders <= self.M - 1:
+                raise InvalidJob(f"colluders c must satisfy 0 ≤ c ≤ M − 1 = {self.M - 1}")
+        elif self.colluders is not None:
+            raise InvalidJob("colluders applies to validated DISCRETE_GAUSSIAN jobs only (whose compute nodes add the noise)")
         if self.secure_sum:
             if self.noise != "gaussian":
                 raise InvalidJob("a secure-sum job adds no noise: leave noise at GAUSSIAN")
@@ -182,7 +194,7 @@ class DcaParams:
         if self.dimension > limits.MAX_VALIDATED_DIMENSION:
             raise InvalidJob(f"a validated job has d ≤ {limits.MAX_VALIDATED_DIMENSION} (a client's proof input is ~50 bits a coordinate)")
         if not self.secure_sum and self.noise != discrete.NAME:
-            raise InvalidJob("a validated job needs noise DISCRETE_GAUSSIAN (integer noise whose norm the proof bounds) or a secure sum")
+            raise InvalidJob("a validated job needs noise DISCRETE_GAUSSIAN (exact integer noise, added by the compute nodes) or a secure sum")
         if (self.validate == "votes") != (self.vote_classes != 0):
             raise InvalidJob("vote_classes is set exactly for validate VOTES")
         if self.validate == "votes" and self.vote_classes > 2 and self.dimension % self.vote_classes:
@@ -200,7 +212,7 @@ class DcaParams:
         try:
             plan = validation.plan(
                 self.validate, d=self.dimension, clip_bounds=self.clip_bounds, frac_bits=self.frac_bits, clients=self.clients, vote_classes=self.vote_classes,
-                sigma2=None if acc is None else acc.sigma2,
+                noise_tail=0 if acc is None else discrete.noise_tail(acc.nodes, float(acc.sigma2), self.dimension),
                 rounding_sq=self.dimension / 4 if acc is None else discrete.rounding_bound_sq(self.dimension) * (1 + discrete.SLACK),
             )
         except validation.ValidationError as e:
@@ -208,18 +220,28 @@ class DcaParams:
         object.__setattr__(self, "validation", plan)
         c = plan.circuit
         note = (
-            f" Every contribution is proven valid ({self.validate}"
-            + (f"; its noise's ‖η‖₂² ≤ {plan.noise_bound} units², else the client sends nothing, probability ≤ 2^-{validation.NOISE_TAIL_LOG2} a client, in δ"
-               if plan.has_noise else "")
-            + f") by a fully linear proof with {c.proofs} repetitions, soundness error ≤ 2^{c.soundness_log2:.0f}; rejected contributions count"
-            " like dropouts against T, and the guarantee holds when at most T clients drop out, are rejected, collude or omit their noise."
+            f" Every contribution is proven valid ({self.validate}: data only, |ỹ_j| ≤ {plan.data_bound} units"
+            + (f", ‖ỹ‖₂² ≤ {plan.l2_bound} units²" if plan.l2_bound else "")
+            + f") by a fully linear proof with {c.proofs} repetitions, soundness error ≤ 2^{c.soundness_log2:.0f}, so one accepted contribution"
+            " moves the sum by at most its data bound; rejected contributions count like dropouts against T."
         )
         g = self.guarantee
         object.__setattr__(self, "guarantee", Guarantee(g.mechanism, g.epsilon, g.delta, g.sensitivity, g.norm, g.statement + note))
 
     @property
+    def node_noise(self) -> bool:
+        """A validated job with noise: the compute nodes add it (each N_Z(0, σ²) in units², :mod:`mpdp.dca.discrete`,
+        "Node noise"); its clients add none and prove their data only."""
+        return self.validate != "none" and not self.secure_sum
+
+    @property
     def trust_model(self) -> str:
-        return VALIDATED_TRUST_MODEL if self.validation is not None else TRUST_MODEL
+        if self.validation is None:
+            return TRUST_MODEL
+        if not self.node_noise:
+            return VALIDATED_TRUST_MODEL
+        return VALIDATED_TRUST_MODEL + (f"; the guarantee counts the noise of M − c = {self.M - (self.colluders or 0)} of the {self.M} compute nodes:"
+                                        f" at most c = {self.colluders} nodes may reveal their noise to the curator or omit it")
 
     def _init_secure_sum(self) -> None:
         """A secure sum (DCA without the Gaussian noise, ours): the clients' masks hide each vector from every
@@ -244,11 +266,12 @@ class DcaParams:
         A job whose sum could leave its window (and so wrap in Z_(2^64)) is refused here, before any share exists."""
         if self.mode != "corrected":
             raise InvalidJob("noise DISCRETE_GAUSSIAN has its own calibration: leave mode at CORRECTED")
+        by_nodes = self.node_noise
         try:
             acc = discrete.calibrate(
                 epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity, frac_bits=self.frac_bits, d=self.dimension,
                 clients=self.clients, max_missing=self.max_missing, clip_max=max(self.clip_bounds),
-                extra_fail=validation.refusal_probability(self.clients) if self.validate != "none" else 0.0,
+                nodes=self.M if by_nodes else 0, colluders=(self.colluders or 0) if by_nodes else 0,
             )
         except ValueError as e:
             raise InvalidJob(f"discrete Gaussian calibration: {e}") from None
@@ -257,10 +280,14 @@ class DcaParams:
                 f"headroom: the sum's window B = N·⌈c·2^f⌉ + noise tail ≥ 2^{acc.window.bit_length() - 1} must stay below 2^62 "
                 "so that no wrap in Z_(2^64) goes unnoticed; lower frac_bits, the clip bounds or N"
             )
-        s_client = acc.sigma_units / 2.0**self.frac_bits
+        s_draw = acc.sigma_units / 2.0**self.frac_bits
         object.__setattr__(self, "discrete", acc)
-        object.__setattr__(self, "sigma_client", s_client)
-        object.__setattr__(self, "sigma_std", s_client * math.sqrt(acc.honest))
+        object.__setattr__(self, "sigma_client", 0.0 if by_nodes else s_draw)
+        object.__setattr__(self, "sigma_node", s_draw if by_nodes else 0.0)
+        object.__setattr__(self, "sigma_std", s_draw * math.sqrt(acc.honest))
+        if by_nodes:
+            self._node_statement(acc)
+            return
         statement = (
             f"{acc.rho:.6g}-zCDP and ({self.epsilon:g}, {acc.delta:.3g})-DP for the integer sum of the rounded z_i + η_i over the clients "
             f"that reached every compute node (decoded by 2^-{self.frac_bits}), adjacency = one client's vector replaced (same N = {self.clients}), "
@@ -273,18 +300,34 @@ class DcaParams:
         )
         object.__setattr__(self, "guarantee", Guarantee(discrete.MECHANISM, self.epsilon, acc.delta, self.sensitivity, "l2", statement))
 
+    def _node_statement(self, acc: DiscreteAccount) -> None:
+        """The guarantee of a validated job whose compute nodes add the noise (:mod:`mpdp.dca.discrete`, "Node noise")."""
+        statement = (
+            f"{acc.rho:.6g}-zCDP and ({self.epsilon:g}, {acc.delta:.3g})-DP for the integer sum of the rounded z_i over the clients "
+            f"that reached every compute node and passed their proofs, plus the compute nodes' noise (decoded by 2^-{self.frac_bits}), "
+            f"adjacency = one client's vector replaced (same N = {self.clients}), ℓ2-sensitivity Δ₂ = {self.sensitivity:g} (Δ̃₂ = {acc.l2:.6g} units "
+            f"after conditional randomized rounding, β = e^-1/2); the clients add no noise: each of the M = {self.M} compute nodes adds exact "
+            f"discrete Gaussian noise N_Z(0, σ²) with σ² = {acc.sigma2.numerator}/{acc.sigma2.denominator} units² (Canonne, Kamath & Steinke 2020, "
+            f"no floating point; = σ_std²/(M − c)) to its partial sum before sending it; ρ from Kairouz, Liu & Steinke 2021 Prop. 14 over the "
+            f"noise of the n = M − c = {acc.honest} nodes that do not pool their noise with the curator (c = {acc.colluders}, τ = {acc.tau:.3g}); "
+            f"(ε, δ) by Canonne et al.'s RDP conversion at α = {acc.alpha:.4g}, δ including the {acc.p_fail:.3g} probability of a noise-caused "
+            f"refusal; dropped or rejected clients remove no noise; holds when at most c = {acc.colluders} compute nodes reveal or omit their "
+            "noise and at least one compute node is honest."
+        )
+        object.__setattr__(self, "guarantee", Guarantee(discrete.NODE_MECHANISM, self.epsilon, acc.delta, self.sensitivity, "l2", statement))
+
     # -- derived ---------------------------------------------------------------------------
     @property
     def rho(self) -> float:
         """ρ of the ρ-zCDP guarantee (discrete-gaussian mode), 0 otherwise."""
         return self.discrete.rho if self.discrete is not None else 0.0
 
-    @property
-    def noise_variance_per_client(self) -> float:
-        """Each client's noise variance per coordinate in real units (discrete: σ²/4^f, an upper bound, CKS20)."""
+    def noise_variance(self, included: int) -> float:
+        """The noise variance per coordinate of a release over ``included`` clients, in real units: every included
+        client's noise, or (node noise) every compute node's (discrete: σ²/4^f a draw, an upper bound, CKS20)."""
         if self.discrete is not None:
-            return float(self.discrete.sigma2) / 4.0**self.frac_bits
-        return self.sigma_client**2
+            return self.discrete.noise_draws(included) * float(self.discrete.sigma2) / 4.0**self.frac_bits
+        return included * self.sigma_client**2
 
     @property
     def has_roster(self) -> bool:
@@ -359,6 +402,8 @@ class DcaParams:
         }
         if self.discrete is not None:
             entry.update(noise=self.noise, rho=self.discrete.rho, sigma2_units=str(self.discrete.sigma2))
+        if self.node_noise:
+            entry.update(noise_by="compute nodes", colluders=self.colluders)
         return entry
 
     # -- wire ------------------------------------------------------------------------------
@@ -392,6 +437,7 @@ class DcaParams:
             roster_range=(spec.roster_range.prefix, spec.roster_range.digits) if spec.HasField("roster_range") else None,
             validate=VALIDATE_NAMES[spec.validate],
             vote_classes=spec.vote_classes,
+            colluders=spec.colluders if spec.HasField("colluders") else None,
         )
 
     def to_spec(self) -> dca_pb2.DcaJobSpec:
@@ -416,6 +462,7 @@ class DcaParams:
             roster_range=dca_pb2.RosterRange(prefix=self.roster_range[0], digits=self.roster_range[1]) if self.roster_range is not None else None,
             validate=VALIDATE_ENUM[self.validate],
             vote_classes=self.vote_classes,
+            colluders=self.colluders,
         )
 
 

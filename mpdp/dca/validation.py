@@ -3,10 +3,11 @@
 Ours, after Prio3 (draft-irtf-cfrg-vdaf §7: FLP on secret shares, joint randomness by Fiat–Shamir from the shares,
 query randomness from a key the verifiers share) on the DCA of Heikkilä et al. 2017.
 
-Client i with integer data ỹ_i (units of 2^-f, after clipping and rounding) and integer noise η_i:
+Client i with integer data ỹ_i (units of 2^-f, after clipping and rounding; no noise: in a validated job the compute
+nodes add the DP noise to their partial sums, :mod:`mpdp.dca.discrete`, "Node noise"):
 
-1. x = enc(ỹ_i, η_i) ∈ {0, 1}^n, the bits of the job's circuit (:func:`plan`): the data predicate (range, L2 ball
-   or one-hot) and, unless the job is a secure sum, ‖η_i‖₂² ≤ B_η;
+1. x = enc(ỹ_i) ∈ {0, 1}^n, the bits of the job's circuit (:func:`plan`): the data predicate alone (range, L2 ball,
+   one-hot or votes), so an accepted contribution moves the sum by at most what the predicate allows;
 2. x is shared additively over Field64 among the M nodes (node k ≥ 1 gets a 32-byte seed when the job is
    seed-compressed, expanded by AES-256-CTR under XOF(seed, job ‖ client ‖ k); node 0 gets x minus the expansions);
 3. joint randomness (Prio3's, §7.2.1.2): node k's part J_k = XOF(blind_k, job ‖ client ‖ k ‖ node k's measurement
@@ -23,7 +24,7 @@ of one random piece from each node, exchanged node to node before any share is t
 the curator knows r. It sends (verifier share, J_k, s_k) with its next received-set report.
 Every node then decides from the same M records (:func:`decide`): all s_l equal XOF(J_0 ‖ … ‖ J_(M−1)) computed
 from the *reported* parts, and FLP.decide on the sum of the verifier shares. Each node's output share is
-Σ_predicates truncate(its measurement share) = a share of ỹ_i + η_i, folded into its sum only if the client is valid.
+truncate(its measurement share) = a share of ỹ_i, folded into its sum only if the client is valid.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import hashlib
 import math
 import os
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -44,8 +44,6 @@ from mpdp.math.drbg import Drbg
 _P = np.uint64(F.P)
 KINDS = ("none", "range", "l2", "one-hot", "votes")
 SEED = 32  # bytes of a blind, a part, a joint-randomness seed, a share seed, the verify key
-NOISE_TAIL_LOG2 = 96  # an honest client's ‖η‖² exceeds B_η with probability ≤ 2^-96 (then it sends nothing)
-_T = NOISE_TAIL_LOG2 * math.log(2)
 _DST_PART, _DST_SEED, _DST_JR = b"mpdp/dca/flp/joint-rand-part", b"mpdp/dca/flp/joint-rand-seed", b"mpdp/dca/flp/joint-rand"
 _DST_QUERY, _DST_SHARE = b"mpdp/dca/flp/query-rand", b"mpdp/dca/flp/share-key"
 _DST_KEY = b"mpdp/dca/flp/verify-key"
@@ -67,15 +65,10 @@ class Plan:
     circuit: flp.Circuit
     d: int
     data_bound: int  # max |ỹ_j| an accepted contribution can have
-    noise_bound: int  # B_η: ‖η‖₂² of an accepted contribution (0: a secure sum, no noise part)
-    noise_entry: int  # max |η_j| an accepted contribution can have
     l2_bound: int  # the L2 kind: ‖ỹ‖₂² ≤ l2_bound (0 otherwise)
-    window: int  # |Σ_{i∈A} u_ij| ≤ window for every accepted set: no wrap modulo p (< 2^62, checked)
+    noise_tail: int  # the nodes' noise: |Σ_k η_kj| ≤ noise_tail except with probability 2^-96 (0: a secure sum)
+    window: int  # N·data_bound + noise_tail: the largest |S_j| of a valid release (< 2^62, checked: no wrap modulo p)
     scale: int  # one-hot: the unit 2^f of a vote
-
-    @property
-    def has_noise(self) -> bool:
-        return self.noise_bound > 0
 
     @property
     def record_bytes(self) -> int:
@@ -90,22 +83,11 @@ class Plan:
         return c.meas_len + c.proofs * c.proof_len
 
 
-def noise_norm_bound(sigma2: Fraction, d: int) -> int:
-    """B_η = ⌈σ²·(d + 2√(d·t) + 2t)⌉ with t = 96·ln 2: a σ²-subgaussian vector of d independent coordinates (the
-    discrete Gaussian N_Z(0, σ²) is one, Canonne, Kamath & Steinke 2020) exceeds it in squared norm with probability
-    ≤ e^(−t) = 2^-96 (Hsu, Kakade & Zhang 2012, Thm 1; Laurent & Massart 2000 for the Gaussian)."""
-    return math.ceil(float(sigma2) * (d + 2 * math.sqrt(d * _T) + 2 * _T) * (1 + 1e-9))
-
-
-def refusal_probability(clients: int) -> float:
-    """An honest client whose ‖η‖² exceeds B_η sends nothing: probability ≤ N·2^-96 over the job."""
-    return clients * 2.0**-NOISE_TAIL_LOG2
-
-
-def plan(kind: str, *, d: int, clip_bounds: tuple[float, ...], frac_bits: int, sigma2: Fraction | None, clients: int, rounding_sq: float,
+def plan(kind: str, *, d: int, clip_bounds: tuple[float, ...], frac_bits: int, noise_tail: int, clients: int, rounding_sq: float,
          vote_classes: int = 0) -> Plan:
-    """Build the circuit of a validated job. ``sigma2``: the discrete Gaussian's σ² in units² (None: a secure sum);
-    ``rounding_sq``: R², the bound on the conditional rounding's squared error (0 without rounding); ``vote_classes``:
+    """Build the circuit of a validated job (data only: the clients add no noise). ``noise_tail``: the bound on the
+    compute nodes' noise sum per coordinate (:func:`mpdp.dca.discrete.noise_tail`; 0 in a secure sum); ``rounding_sq``:
+    R², the bound on the conditional rounding's squared error (0 without rounding); ``vote_classes``:
     the votes kind's C (one vote per point: d/C blocks of C bits summing to 1, or d bits for C = 2)."""
     if kind not in KINDS[1:]:
         raise ValidationError(f"validate must be one of {KINDS[1:]}")
@@ -131,20 +113,15 @@ def plan(kind: str, *, d: int, clip_bounds: tuple[float, ...], frac_bits: int, s
         else:
             data = flp.OneHot(d, scale)
             data_bound = scale
-        preds = [data]
-        noise_bound = noise_entry = 0
-        if sigma2 is not None:
-            noise_bound = noise_norm_bound(sigma2, d)
-            bits = math.isqrt(noise_bound).bit_length() + 1  # 2^(b−1) > √B_η ≥ any |η_j| of an accepted η
-            preds.append(flp.L2Ball(d, bits, noise_bound))
-            noise_entry = (1 << (bits - 1))
-        circuit = flp.Circuit(preds)
+        circuit = flp.Circuit([data])
     except flp.CircuitError as e:
         raise ValidationError(f"{e}; lower fractional_bits or the clip bound") from None
-    window = clients * (data_bound + noise_entry)
+    if noise_tail < 0:
+        raise ValidationError("the noise tail is a bound, at least 0")
+    window = clients * data_bound + noise_tail
     if window >= 2**62:
-        raise ValidationError("N·(max |ỹ_j| + max |η_j|) must stay below 2^62 (no wrap modulo p); lower fractional_bits, the clip bound or N")
-    return Plan(kind, circuit, d, data_bound, noise_bound, noise_entry, l2_bound, window, scale)
+        raise ValidationError("N·max |ỹ_j| + the nodes' noise tail must stay below 2^62 (no wrap modulo p); lower fractional_bits, the clip bound or N")
+    return Plan(kind, circuit, d, data_bound, l2_bound, noise_tail, window, scale)
 
 
 # -- client -------------------------------------------------------------------------------------------------
@@ -214,26 +191,21 @@ def expand_shares(p: Plan, seeds: Sequence[bytes], binds: Sequence[bytes], k: in
     return flat[:, : c.meas_len], flat[:, c.meas_len :].reshape(len(keys), c.proofs, c.proof_len)
 
 
-def encode_input(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
-    """The bits of (ỹ, η); ValidationError if the input is outside the predicate (an honest client never is,
-    except its noise with probability ≤ 2^-96)."""
+def encode_input(p: Plan, data: np.ndarray) -> np.ndarray:
+    """The bits of ỹ; ValidationError if the input is outside the predicate (an honest client's never is)."""
     data = np.asarray(data, dtype=np.int64)
-    if data.ndim != 1 or (noise is not None and np.shape(noise) != data.shape):
+    if data.ndim != 1:
         raise ValidationError("one client's input is a vector")
-    return encode_inputs(p, data[None, :], None if noise is None else np.asarray(noise, dtype=np.int64)[None, :])[0]
+    return encode_inputs(p, data[None, :])[0]
 
 
-def encode_inputs(p: Plan, data: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
-    """:func:`encode_input` for many clients (rows of ``data`` and ``noise``), shape (rows, meas_len)."""
+def encode_inputs(p: Plan, data: np.ndarray) -> np.ndarray:
+    """:func:`encode_input` for many clients (rows of ``data``), shape (rows, meas_len)."""
     values = [np.asarray(data, dtype=np.int64)]
     if p.kind in ("one-hot", "votes"):  # ỹ = z·2^f with z 0/1: the circuit's input is z itself (its output is scale·z)
         if bool((values[0] % p.scale != 0).any()):
             raise ValidationError(f"a {p.kind} input is a 0/1 vector times 2^f")
         values[0] = values[0] // p.scale
-    if p.has_noise:
-        if noise is None:
-            raise ValidationError("this job's contributions carry noise")
-        values.append(np.asarray(noise, dtype=np.int64))
     try:
         return p.circuit.encode_rows(values)
     except flp.CircuitError as e:

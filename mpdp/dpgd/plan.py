@@ -23,8 +23,8 @@ the (ε_r, δ) whose σ_std is Δ_r/μ_r; the guarantee is recomputed from the �
 **Validated rounds** (``validate="l2"``, the federation's default): every party proves on its secret shares that its
 round vector lies in the ℓ2 ball of radius n_max·b_r (n_max the public row bound, b_r = √(1 + C² [+ a²]) in round 0 —
 ‖second moment‖_F ≤ n_p and the count a·n_p — and C after), so a malicious party moves a round's sum by at most that
-much (:mod:`mpdp.dca.validation`). The proof bounds integer noise, so the rounds use the DCA's distributed discrete
-Gaussian: the job's budget is ρ-zCDP (:func:`~mpdp.dpgd.accounting.zcdp_budget`, δ including each round's refusal
+much (:mod:`mpdp.dca.validation`). The parties add no noise: the compute nodes add the DCA's distributed discrete
+Gaussian to their partial sums (:mod:`mpdp.dca.discrete`, "Node noise"): the job's budget is ρ-zCDP (:func:`~mpdp.dpgd.accounting.zcdp_budget`, δ including each round's refusal
 probability ≤ TV_ROUND), split ρ₀ = h·ρ, ρ_t = (1 − h)·ρ/R, and each round's DCA job must have ρ ≤ ρ_r (checked
 when it is built and by every party).
 """
@@ -59,10 +59,11 @@ TRUST_MODEL = (
     "sums of each round and publishes every iterate; channels are mutual TLS"
 )
 VALIDATED_TRUST_MODEL = (
-    "parties may be malicious: each round vector is proven on its shares to lie in the public ℓ2 ball (n_max·b_r) with "
-    "its noise's norm bounded (fully linear proof, soundness error ≤ 2^-60), an invalid one is dropped like a dropout; at "
-    "most T parties collude, drop out, are rejected or omit their noise in any round; honest-but-curious compute nodes "
-    "and curator; at least one compute node is honest; the curator sees only the noisy sums of each round and publishes "
+    "parties may be malicious: each round vector is proven on its shares to lie in the public ℓ2 ball (n_max·b_r) "
+    "(fully linear proof, soundness error ≤ 2^-60), an invalid one is dropped like a dropout; parties add no noise: "
+    "each compute node adds its own discrete Gaussian draw to its partial sum (the guarantee counts M − c of them; c "
+    "unset = M − 1); at most T parties drop out or are rejected in any round; honest-but-curious compute nodes and "
+    "curator; at least one compute node is honest; the curator sees only the noisy sums of each round and publishes "
     "every iterate; channels are mutual TLS"
 )
 
@@ -194,8 +195,10 @@ class DpgdPlan:
             f"ρ_r ≤ {', '.join(f'{s.rho:.4g}' for s in specs[:2])}{', …' if len(specs) > 2 else ''}; composition: ρ = {total:.4g}-zCDP, "
             f"to (ε, δ) by Canonne, Kamath & Steinke 2020 (Prop. 12), δ including (1 + e^ε)·{tv:.3g} for noise-caused refusals; every "
             "party's round vector is proven on its shares to lie in the public ℓ2 ball n_max·b_r (fully linear proof, soundness error "
-            "≤ 2^-60) and its noise's norm bounded, invalid ones are dropped like dropouts; holds when at most T parties collude, drop "
-            "out, are rejected or omit their noise in each round and at least one compute node is honest"
+            "≤ 2^-60), invalid ones are dropped like dropouts; the parties add no noise: the compute nodes add it (each round's "
+            "ρ_r counts the noise of the M − c nodes that do not pool theirs with the curator, c unset = M − 1), so no party "
+            "can omit or inflate it and dropouts remove none; holds when at most c compute nodes reveal or omit their noise and "
+            "at least one compute node is honest"
         )
         object.__setattr__(self, "guarantee", Guarantee(VALIDATED_MECHANISM, real_eps, self.delta, specs[-1].sensitivity, "l2", statement))
 

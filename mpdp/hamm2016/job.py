@@ -163,7 +163,8 @@ def vote_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
 
     Validated (the default): every vote vector is proven on its shares to be one vote per point
     (:data:`VOTE_VALIDATION`: C bits summing to 1 per point, the class-1 bit for C = 2); pate's noise is then the
-    distributed discrete Gaussian, whose (ε, δ) the DCA's calibration gives for the same Δ₂."""
+    distributed discrete Gaussian, added by the compute nodes to their partial sums (the voters add none, so no voter
+    can inflate or omit it), whose (ε, δ) the DCA's calibration gives for the same Δ₂."""
     check = validated(spec)
     if spec.method == PATE and check:
         return _validated_pate_job(spec, job_id, n_aux)
@@ -213,8 +214,9 @@ def _pate_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int, frac_bits: int,
 
 
 def _validated_pate_job(spec: pb.EnsembleJobSpec, job_id: str, n_aux: int) -> DcaParams:
-    """pate's validated vote sum: the largest f ≤ PATE_FRAC_BITS whose circuit fits Field64 (the noise's ℓ2 check
-    needs d·(its entry bound)² < p; votes are integers, so any f rounds them exactly)."""
+    """pate's validated vote sum: the largest f ≤ PATE_FRAC_BITS whose window fits Field64 (N votes plus the
+    compute nodes' noise tail below 2^62; votes are integers, so any f rounds them exactly). The voters prove their votes
+    only; the compute nodes add the noise (:mod:`mpdp.dca.discrete`, "Node noise")."""
     last: InvalidJob | None = None
     for f in range(PATE_FRAC_BITS, 3, -1):
         try:

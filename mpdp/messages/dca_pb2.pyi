@@ -112,6 +112,7 @@ class DcaJobSpec(_message.Message):
     ROSTER_RANGE_FIELD_NUMBER: _builtins.int
     VALIDATE_FIELD_NUMBER: _builtins.int
     VOTE_CLASSES_FIELD_NUMBER: _builtins.int
+    COLLUDERS_FIELD_NUMBER: _builtins.int
     dimension: _builtins.int
     """d"""
     clients: _builtins.int
@@ -147,6 +148,10 @@ class DcaJobSpec(_message.Message):
     """
     vote_classes: _builtins.int
     """VALIDATE_VOTES only: C ≥ 2, the classes of a vote (0 otherwise)"""
+    colluders: _builtins.int
+    """Validated DISCRETE_GAUSSIAN jobs only: the compute nodes add the noise, each N_Z(0, σ_std²/(M − c)); c ≤ M − 1 nodes
+    may pool their noise with the curator (unset = M − 1: one honest node suffices, as for the shares' secrecy).
+    """
     @_builtins.property
     def clip_bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """|z_ij| ≤ c_j after the client clips: one value for all j, or d values"""
@@ -188,12 +193,15 @@ class DcaJobSpec(_message.Message):
         roster_range: Global___RosterRange | None = ...,
         validate: Global___Validation.ValueType = ...,
         vote_classes: _builtins.int = ...,
+        colluders: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["roster_range", b"roster_range"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_colluders", b"_colluders", "colluders", b"colluders", "roster_range", b"roster_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients", b"clients", "clip_bounds", b"clip_bounds", "compute_nodes", b"compute_nodes", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "purpose", b"purpose", "roster", b"roster", "roster_range", b"roster_range", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "sensitivity", b"sensitivity", "simulation_seed", b"simulation_seed", "validate", b"validate", "vote_classes", b"vote_classes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_colluders", b"_colluders", "clients", b"clients", "clip_bounds", b"clip_bounds", "colluders", b"colluders", "compute_nodes", b"compute_nodes", "deadline_seconds", b"deadline_seconds", "delta", b"delta", "dimension", b"dimension", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "purpose", b"purpose", "roster", b"roster", "roster_range", b"roster_range", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "sensitivity", b"sensitivity", "simulation_seed", b"simulation_seed", "validate", b"validate", "vote_classes", b"vote_classes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__colluders: _TypeAlias = _typing.Literal["colluders"]  # noqa: Y015
+    _WhichOneofArgType__colluders: _TypeAlias = _typing.Literal["_colluders", b"_colluders"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__colluders) -> _WhichOneofReturnType__colluders | None: ...
 
 Global___DcaJobSpec: _TypeAlias = DcaJobSpec  # noqa: Y015
 
@@ -317,6 +325,8 @@ class DpSum(_message.Message):
     SIGMA2_UNITS_FIELD_NUMBER: _builtins.int
     VALIDATE_FIELD_NUMBER: _builtins.int
     CLIENTS_REJECTED_FIELD_NUMBER: _builtins.int
+    SIGMA_NODE_FIELD_NUMBER: _builtins.int
+    COLLUDERS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     encoded_sum: _builtins.bytes
     """Σ_k q_k mod 2^64, packed (exact ring value behind `values`)"""
@@ -334,11 +344,11 @@ class DpSum(_message.Message):
     delta: _builtins.float
     sensitivity: _builtins.float
     sigma_std: _builtins.float
-    """σ_std of the central Gaussian mechanism (DISCRETE_GAUSSIAN: √(N−T−1)·σ_client)"""
+    """σ_std of the central Gaussian mechanism (DISCRETE_GAUSSIAN: √(N−T−1)·σ_client, validated √(M−c)·σ_node)"""
     sigma_client: _builtins.float
-    """σ_std / sqrt(N − T − 1), each client's noise"""
+    """σ_std / sqrt(N − T − 1), each client's noise (0 in a validated job: the nodes add it)"""
     noise_variance: _builtins.float
-    """|A|·σ_client², the variance of the noise in each coordinate"""
+    """|A|·σ_client² (validated: M·σ_node²), the variance of the noise in each coordinate"""
     fractional_bits: _builtins.int
     seeded: _builtins.bool
     """true when a simulation seed was used: not a private release"""
@@ -357,6 +367,10 @@ class DpSum(_message.Message):
     validate: Global___Validation.ValueType
     clients_rejected: _builtins.int
     """validated jobs: contributions whose proof failed (counted like dropouts; never named)"""
+    sigma_node: _builtins.float
+    """validated DISCRETE_GAUSSIAN: each compute node's noise σ (clients add none; sigma_client 0)"""
+    colluders: _builtins.int
+    """validated DISCRETE_GAUSSIAN: c, the nodes whose noise the guarantee does not count"""
     @_builtins.property
     def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """d decoded coordinates"""
@@ -394,10 +408,12 @@ class DpSum(_message.Message):
         sigma2_units: _builtins.str = ...,
         validate: Global___Validation.ValueType = ...,
         clients_rejected: _builtins.int = ...,
+        sigma_node: _builtins.float = ...,
+        colluders: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["guarantee", b"guarantee"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agreed_set_digest", b"agreed_set_digest", "clients_expected", b"clients_expected", "clients_included", b"clients_included", "clients_rejected", b"clients_rejected", "compute_nodes", b"compute_nodes", "delta", b"delta", "dimension", b"dimension", "encoded_sum", b"encoded_sum", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "guarantee", b"guarantee", "job_id", b"job_id", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "noise_variance", b"noise_variance", "purpose", b"purpose", "rho", b"rho", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "seeded", b"seeded", "sensitivity", b"sensitivity", "sigma2_units", b"sigma2_units", "sigma_client", b"sigma_client", "sigma_std", b"sigma_std", "trust_model", b"trust_model", "validate", b"validate", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agreed_set_digest", b"agreed_set_digest", "clients_expected", b"clients_expected", "clients_included", b"clients_included", "clients_rejected", b"clients_rejected", "colluders", b"colluders", "compute_nodes", b"compute_nodes", "delta", b"delta", "dimension", b"dimension", "encoded_sum", b"encoded_sum", "epsilon", b"epsilon", "fractional_bits", b"fractional_bits", "guarantee", b"guarantee", "job_id", b"job_id", "max_missing", b"max_missing", "mode", b"mode", "noise", b"noise", "noise_variance", b"noise_variance", "purpose", b"purpose", "rho", b"rho", "secure_sum", b"secure_sum", "seed_compressed", b"seed_compressed", "seeded", b"seeded", "sensitivity", b"sensitivity", "sigma2_units", b"sigma2_units", "sigma_client", b"sigma_client", "sigma_node", b"sigma_node", "sigma_std", b"sigma_std", "trust_model", b"trust_model", "validate", b"validate", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

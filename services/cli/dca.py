@@ -53,11 +53,13 @@ def dca() -> None:
 @click.option("--deadline", type=float, default=600.0, show_default=True, help="seconds until submissions close")
 @click.option("--seed-compressed", is_flag=True, help="send nodes ≥ 2 a 32-byte seed instead of a full share")
 @click.option("--validate", type=click.Choice(CREATE_VALIDATIONS), default="range", show_default=True,
-              help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the noise's norm too); "
+              help="prove every contribution valid on its shares (|z_j| ≤ clip, ‖z‖₂ ≤ clip, or a one-hot vote; the compute nodes then add the noise); "
                    "invalid ones are dropped and counted like dropouts. none: contributions are trusted, not proven (honest clients only)")
+@click.option("--colluders", type=int, default=None,
+              help="validated jobs: c, the compute nodes that may pool their noise with the curator (0 ≤ c ≤ M − 1)  [default: M − 1]")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, validate,
-           as_json) -> None:
+           colluders, as_json) -> None:
     """Create a DCA job at the curator; prints its id."""
     import grpc
 
@@ -68,11 +70,11 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
 
     if validate != "none" and noise not in (None, "discrete-gaussian"):
         raise click.UsageError(f"--noise {noise} cannot be proven valid: a validated job (--validate {validate}, the default range) needs "
-                               "--noise discrete-gaussian, the integer noise whose norm the proof bounds; pass --validate none to trust "
+                               "--noise discrete-gaussian, the exact integer noise the compute nodes add; pass --validate none to trust "
                                "contributions unproven with floating-point noise")
     spec = job_spec(dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
                     clip=clip, nodes=nodes.split(","), calibration=mode, validate=validate, noise=noise, frac_bits=frac_bits,
-                    deadline_seconds=deadline, seed_compressed=seed_compressed)
+                    deadline_seconds=deadline, seed_compressed=seed_compressed, colluders=colluders)
     ep = Endpoints.load(endpoints)
     try:  # through the curator's job host, with an idempotency key: a resend after a lost answer is the same job
         job = submit(ep, JobSubmission(dca=spec))["job_id"]
@@ -125,6 +127,7 @@ def release(endpoints, job_id, as_json: bool) -> None:
     print(json.dumps({
         "job_id": r.job_id, "values": list(r.values), "clients_included": r.clients_included, "clients_expected": r.clients_expected,
         "sigma_std": r.sigma_std, "sigma_client": r.sigma_client, "noise_variance": r.noise_variance,
+        "sigma_node": r.sigma_node if r.sigma_node else None, "colluders": r.colluders if r.sigma_node else None,
         "guarantee": {"mechanism": r.guarantee.mechanism, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None,
                       "statement": r.guarantee.statement},
         "noise": NOISES[r.noise] if 0 <= r.noise < len(NOISES) else "unknown", "sigma2_units": r.sigma2_units or None, "fractional_bits": r.fractional_bits, "seeded": r.seeded,

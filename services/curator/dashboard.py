@@ -205,6 +205,8 @@ class Dashboard:
         if rel is not None:
             facts = [("mode", _enum(common_pb2.NoiseMode, rel.mode)), ("noise", _enum(dca_pb2.NoiseKind, rel.noise)), ("σ (central)", _num(rel.sigma_std)),
                      ("σ per client", _num(rel.sigma_client))]
+            if rel.sigma_node:  # a validated job: the compute nodes add the noise
+                facts.append(("σ per compute node", f"{_num(rel.sigma_node)} (guarantee counts M − c, c = {rel.colluders})"))
             if rel.rho:
                 facts.append(("ρ (zCDP)", _num(rel.rho)))
             out.append(_published("Released DP sum", rel.guarantee, rel.trust_model, rel.seeded, facts))

@@ -65,10 +65,12 @@ VALIDATIONS = ("none", "range", "l2", "one-hot", "votes")  # by their Validation
 
 def job_spec(*, dimension: int, clients: int, epsilon: float, delta: float, sensitivity: float, nodes: list[str], max_missing: int = 0,
              clip: float = 1.0, calibration: str = "corrected", validate: str = "range", noise: str | None = None,
-             frac_bits: int | None = None, deadline_seconds: float = 600.0, seed_compressed: bool = False) -> pb.DcaJobSpec:
+             frac_bits: int | None = None, deadline_seconds: float = 600.0, seed_compressed: bool = False,
+             colluders: int | None = None) -> pb.DcaJobSpec:
     """A DP-sum job's spec with the user-facing defaults (the wire's zero values are the unvalidated job): every
     contribution proven within the public clip bound (``validate="range"``) with discrete Gaussian noise and f = 16.
     ``validate="none"`` trusts contributions unproven, with floating-point Gaussian noise and f = 32 by default.
+    ``colluders``: a validated job's c, the compute nodes that may pool their noise with the curator (None: M − 1).
     ValueError if ``noise`` cannot be proven (gaussian in a validated job)."""
     if noise is None:
         noise = "gaussian" if validate == "none" else "discrete-gaussian"
@@ -76,14 +78,14 @@ def job_spec(*, dimension: int, clients: int, epsilon: float, delta: float, sens
         raise ValueError(f"validate in {VALIDATIONS}, noise in {NOISES}, calibration corrected or paper")
     if validate != "none" and noise != "discrete-gaussian":
         raise ValueError(f"noise {noise} cannot be proven valid: a validated job (validate {validate}) needs noise discrete-gaussian, the integer "
-                         "noise whose norm the proof bounds; validate none trusts contributions unproven with floating-point noise")
+                         "noise the compute nodes add; validate none trusts contributions unproven with floating-point noise")
     if frac_bits is None:
         frac_bits = 32 if validate == "none" else 16
     return pb.DcaJobSpec(
         dimension=dimension, clients=clients, max_missing=max_missing, epsilon=epsilon, delta=delta, sensitivity=sensitivity,
         mode=common_pb2.CORRECTED if calibration == "corrected" else common_pb2.PAPER, clip_bounds=[clip], compute_nodes=list(nodes),
         deadline_seconds=deadline_seconds, seed_compressed=seed_compressed, noise=pb.NoiseKind.ValueType(NOISES.index(noise)), fractional_bits=frac_bits,
-        validate=pb.Validation.ValueType(VALIDATIONS.index(validate)),
+        validate=pb.Validation.ValueType(VALIDATIONS.index(validate)), colluders=colluders,
     )
 
 

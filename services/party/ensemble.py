@@ -129,4 +129,5 @@ def _same_noise(params: DcaParams, expected: DcaParams) -> bool:
     """The announced vote sum adds the noise the ensemble job promises (none for soft/vote, pate's σ otherwise)."""
     return (params.secure_sum == expected.secure_sum and params.mode == expected.mode and params.noise == expected.noise
             and params.epsilon == expected.epsilon and params.delta == expected.delta and params.sensitivity == expected.sensitivity
-            and params.clients == expected.clients and params.max_missing == expected.max_missing and params.sigma_client >= expected.sigma_client)
+            and params.clients == expected.clients and params.max_missing == expected.max_missing and params.sigma_client >= expected.sigma_client
+            and params.sigma_node >= expected.sigma_node)

@@ -25,7 +25,6 @@ import asyncio
 import math
 
 import grpc
-import pytest
 import numpy as np
 
 from mpdp.dca import validation
@@ -61,7 +60,7 @@ def _shares(params: DcaParams, job: str, cid: str) -> list[dca_pb2.ValidatedShar
     plan = params.validation
     assert plan is not None
     zeros = np.zeros(D, dtype=np.int64)
-    meas = validation.encode_input(plan, zeros, zeros).astype(np.uint64)
+    meas = validation.encode_input(plan, zeros).astype(np.uint64)
     return [dca_pb2.ValidatedShare(measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)
             for s in validation.client_shares(plan, job, cid, meas, params.M, seeded=False)]
 
@@ -232,7 +231,7 @@ def test_a_node_verifies_no_proof_of_a_batched_share_it_refused(monkeypatch):
     zeros = np.zeros(D, dtype=np.int64)
 
     def batch(ids: list[str]) -> dca_pb2.ShareBatch:
-        meas = np.stack([validation.encode_input(plan, zeros, zeros)] * len(ids)).astype(np.uint64)
+        meas = np.stack([validation.encode_input(plan, zeros)] * len(ids)).astype(np.uint64)
         pk = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=True)[node.k]
         return dca_pb2.ShareBatch(job_id=prm.job_id, client_ids=ids, validated=dca_pb2.ValidatedShares(
             measurements=pk.measurements, proofs=pk.proofs, share_seeds=pk.share_seeds, blinds=pk.blinds, joint_rand_parts=pk.joint_rand_parts))

@@ -39,7 +39,7 @@ def _mallory(params: DcaParams, job: str, ids: list[str]) -> list[dca_pb2.ShareB
     plan = params.validation
     assert plan is not None
     zeros = np.zeros((len(ids), D), dtype=np.int64)
-    meas = validation.encode_inputs(plan, zeros, zeros).astype(np.uint64)
+    meas = validation.encode_inputs(plan, zeros).astype(np.uint64)
     meas[0, 0] = F.scalar(10**9 * 2**F_BITS + int(meas[0, 0]))
     packed = validation.client_shares_packed(plan, job, ids, meas, params.M, seeded=False)
     return [dca_pb2.ShareBatch(job_id=job, client_ids=ids, validated=dca_pb2.ValidatedShares(

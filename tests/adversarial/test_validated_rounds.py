@@ -4,11 +4,11 @@ over real processes and mutual TLS (3 parties, 3 compute nodes, T = 1).
 
 Mallory holds a PARTY certificate for the roster's third slot (``party-3``: whoever holds the CA key can mint one) and
 sends well-formed shares with an honest proof of an invalid input — 10⁹ in a coordinate, a vector over the ℓ2 bound, a
-two-hot or an empty vote at one point, 10⁹ noise — through a raw stub; ``party-1`` and ``party-2`` contribute through their own services (a dp-gd
+two-hot or an empty vote at one point, 10⁹ in its last input element — through a raw stub; ``party-1`` and ``party-2`` contribute through their own services (a dp-gd
 round, asked by a certificate with the curator's name, as the curator asks) or their own certificates (the votes).
 Expected: every node rejects Mallory alike, the sum releases (one rejected ≤ T), the release names how many were
-rejected and never who, and it differs from the honest parties' sum only by its noise (≤ 6σ√d). A client that omits
-its noise is accepted (η = 0 is inside the proven bound; the T-dropout calibration covers it). And a curator cannot
+rejected and never who, and it differs from the honest parties' sum only by its noise (≤ 6σ√d; the compute nodes add
+it, no party does). A raw voter sending its bare vote is accepted (what every voter sends). And a curator cannot
 turn a round's validation off or loosen its bound (dp-gd, votes, regression): each party refuses such a round
 (INVALID_ARGUMENT) and spends nothing.
 """
@@ -75,13 +75,12 @@ def _input(params: DcaParams, attack: str) -> np.ndarray:
     assert vp is not None
     d = params.dimension
     zero = np.zeros(d, dtype=np.int64)
-    noise = zero if vp.has_noise else None
     data = zero
     if vp.kind == "votes":  # a valid vote to start from: class 0 at every point
         data = np.zeros((d // params.vote_classes, params.vote_classes), dtype=np.int64)
         data[:, 0] = vp.scale
         data = data.reshape(-1)
-    meas = validation.encode_input(vp, data, noise).astype(np.uint64)
+    meas = validation.encode_input(vp, data).astype(np.uint64)
     if attack == "1e9":  # coordinate 0 reads 10⁹: its lowest 'bit' holds 10⁹·2^f
         meas[0] = F.scalar(10**9 * 2**params.frac_bits + int(meas[0]))
     elif attack == "over-norm":  # every coordinate at the ℓ2 radius: ‖y‖ = √d·radius
@@ -94,9 +93,8 @@ def _input(params: DcaParams, attack: str) -> np.ndarray:
         meas[1] = np.uint64(1)
     elif attack == "empty":  # point 0 casts no vote: its block sums to 0
         meas[0] = np.uint64(0)
-    elif attack == "noise-1e9":  # the noise's first coordinate reads 10⁹ units
-        off = vp.circuit.predicates[0].meas_len
-        meas[off] = F.scalar(10**9 + int(meas[off]))
+    elif attack == "last-1e9":  # the last input element (a data bit: the circuit has no noise part) reads 10⁹ units
+        meas[-1] = F.scalar(10**9 + int(meas[-1]))
     else:
         raise AssertionError(attack)
     return meas
@@ -142,7 +140,7 @@ def _honest_round_sum() -> np.ndarray:
     return total
 
 
-@pytest.mark.parametrize("attack", ["1e9", "over-norm", "noise-1e9"])
+@pytest.mark.parametrize("attack", ["1e9", "over-norm", "last-1e9"])
 def test_a_malicious_party_in_a_validated_dpgd_round_is_rejected_and_the_round_releases_the_honest_sum(fed, attack):
     job = f"dp-adv-{attack}"
     params = PLAN.dca_params(1, "pending", len(PARTIES), NODES, records_per_client=ROWS, max_missing=T, roster=PARTIES, deadline_seconds=40.0,
@@ -190,11 +188,11 @@ def _pate_spec() -> hamm2016_pb2.EnsembleJobSpec:
                                         deadline_seconds=40.0)
 
 
-@pytest.mark.parametrize("attack", ["1e9", "noise-1e9", "two-hot", "empty", "no-noise"])
+@pytest.mark.parametrize("attack", ["1e9", "last-1e9", "two-hot", "empty", "raw-vote"])
 def test_a_malicious_voter_in_a_validated_pate_vote_sum_is_rejected_or_bounded_and_the_labels_come_from_the_votes(fed, attack):
-    """Not one vote per point (10⁹ votes, a two-hot point, an empty point) or 10⁹ noise: rejected, counted, and the
-    release is the honest voters' sum within its noise. A vote without its noise share is valid (η = 0 is within the
-    noise bound) and counts as the one vote per point it is."""
+    """Not one vote per point (10⁹ votes, a two-hot point, an empty point, 10⁹ in the last element): rejected, counted,
+    and the release is the honest voters' sum within the compute nodes' noise. A raw voter's bare vote (no voter adds
+    noise) is valid and counts as the one vote per point it is."""
     spec = _pate_spec()
     params = hamm.vote_job(spec, "pending", Q)
     assert (params.validate, params.vote_classes, params.noise) == ("votes", CLASSES, "discrete-gaussian")
@@ -204,9 +202,9 @@ def test_a_malicious_voter_in_a_validated_pate_vote_sum_is_rejected_or_bounded_a
     votes = np.stack([party_votes(rng.integers(0, CLASSES, size=Q), CLASSES) for _ in HONEST])
     for p, v in zip(HONEST, votes):  # through the product's client, over each party's own certificate
         assert not asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, v, ledger=client_ledger(fed, p))).rejected
-    if attack == "no-noise":
+    if attack == "raw-vote":
         vote = party_votes(rng.integers(0, CLASSES, size=Q), CLASSES)
-        _valid_without_noise(fed, job, vote)
+        _raw_vote(fed, job, vote)
         expected, rejected, included = votes.sum(axis=0) + vote, 0, 3
     else:
         _mallory(fed, job, attack)
@@ -221,13 +219,13 @@ def test_a_malicious_voter_in_a_validated_pate_vote_sum_is_rejected_or_bounded_a
     assert_all_serving(fed)
 
 
-def _valid_without_noise(fed, job: str, vote: np.ndarray) -> None:
-    """Mallory's vote, inside the proven range, with zero noise: a valid proof."""
+def _raw_vote(fed, job: str, vote: np.ndarray) -> None:
+    """Mallory's bare vote through a raw stub, inside the proven predicate: a valid proof."""
     tls = mint(fed, "party", MALLORY)
     params = _announced(fed, tls, job)
     vp = params.validation
     y = np.rint(vote * 2**params.frac_bits).astype(np.int64)
-    meas = validation.encode_input(vp, y, np.zeros(params.dimension, dtype=np.int64))
+    meas = validation.encode_input(vp, y)
     _send(fed, tls, params, job, meas)
 
 

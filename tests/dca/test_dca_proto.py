@@ -20,6 +20,7 @@ def spec() -> pb.DcaJobSpec:
     s.roster_range.prefix, s.roster_range.digits = "c", 2  # likewise (a job has a roster list or a range)
     s.validate = pb.VALIDATE_L2  # likewise (a validated job has DISCRETE_GAUSSIAN noise or a secure sum)
     s.vote_classes = 3  # likewise (vote_classes belongs to VALIDATE_VOTES)
+    s.colluders = 1  # likewise (colluders belongs to a validated noisy job)
     return s
 
 
@@ -33,6 +34,7 @@ MESSAGES = {
         noise_variance=112.5, guarantee=common_pb2.Guarantee(mechanism="m", epsilon=1.0, delta=1e-5, sensitivity=2.0, norm="l2", statement="s"),
         fractional_bits=32, seeded=True, trust_model="t", agreed_set_digest=b"\x07" * 32, seed_compressed=True, purpose="p",
         secure_sum=True, noise=pb.DISCRETE_GAUSSIAN, rho=0.03, sigma2_units="4185040256825957888/1", validate=pb.VALIDATE_RANGE, clients_rejected=2,
+        sigma_node=4.2, colluders=2,
     ),
     "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"},
                                                         verify_key=b"\x09" * 32),

@@ -1,8 +1,9 @@
 """Validated DCA jobs in one process (mpdp.dca.validation through the real machines and the driver's wire).
 
-Honest clients are always accepted and the release is their exact integer sum (ỹ + η); every malicious client —
+Honest clients are always accepted and the release is their exact integer sum Σ ỹ plus the compute nodes' noise
+Σ_k η_k (recomputed here from the job's simulation seed: the clients add none); every malicious client —
 10^9 in a coordinate, a non-bit, a proof for another circuit, a proof share altered at one node, a replayed proof
-under another id, 10^9 noise — is rejected by every node alike, counted (never named), and the job releases the
+under another id — is rejected by every node alike, counted (never named), and the job releases the
 honest-only sum when at most T are missing; with more than T missing nothing is released. A share of the wrong
 length is refused at its node (the client is then missing, like a dropout).
 """
@@ -13,10 +14,10 @@ import numpy as np
 import pytest
 
 from mpdp import limits
-from mpdp.dca import validation
+from mpdp.dca import discrete, validation
 from mpdp.dca.aggregator import AggregatorMachine
 from mpdp.dca.client import ClientMachine
-from mpdp.dca.compute_node import ComputeNodeMachine
+from mpdp.dca.compute_node import ComputeNodeMachine, noise_rng
 from mpdp.dca.driver import run_job
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
@@ -43,9 +44,14 @@ def _data(kind: str, rng: np.random.Generator) -> np.ndarray:
 
 
 def _honest_sum(run, ids_out: set[int]) -> np.ndarray:
-    """Σ over the accepted clients of their u_i = ỹ_i + η_i (int64 units), from the driver's kept contributions."""
+    """Σ over the accepted clients of their ỹ_i (int64 units, the driver's kept contributions), plus every node's
+    noise η_k recomputed from the seeded job's generator (none in a secure sum)."""
     keep = [i for i in range(N) if i not in ids_out]
-    return run.encoded[keep].view(np.int64).sum(axis=0)
+    total = run.encoded[keep].view(np.int64).sum(axis=0)
+    prm = run.params
+    if prm.node_noise:
+        total = total + sum(discrete.node_noise(prm.dimension, prm.discrete.sigma2, noise_rng(prm, name)) for name in prm.nodes)
+    return total
 
 
 def _released_units(release: pb.DpSum) -> np.ndarray:
@@ -78,19 +84,18 @@ def _attack(prm: DcaParams, victims: dict[str, str]):
     made: dict[str, list[pb.ValidatedShare] | None] = {}
 
     def forge(cid: str, how: str) -> list[validation.ShareForNode] | None:
-        honest = validation.encode_input(plan, np.zeros(D, dtype=np.int64) if plan.kind != "one-hot" else np.eye(D, dtype=np.int64)[0] * plan.scale,
-                                         np.zeros(D, dtype=np.int64))
+        honest = validation.encode_input(plan, np.zeros(D, dtype=np.int64) if plan.kind != "one-hot" else np.eye(D, dtype=np.int64)[0] * plan.scale)
         if how == "huge-value":  # 10^9 in place of a bit
             bad = honest.copy()
             bad[3] = 10**9
             return validation.client_shares(plan, prm.job_id, cid, bad, prm.M, seeded=prm.seed_compressed)
         if how == "other-circuit":  # a valid proof, for a circuit that allows 10^9 units
-            wide = validation.plan("range", d=D, clip_bounds=(2.0**14,), frac_bits=16, sigma2=prm.discrete.sigma2 if prm.discrete else None,
+            wide = validation.plan("range", d=D, clip_bounds=(2.0**14,), frac_bits=16, noise_tail=0,
                                    clients=N, rounding_sq=0.0)
             if wide.circuit.meas_len != plan.circuit.meas_len:
-                big = validation.encode_input(wide, np.full(D, 10**9, dtype=np.int64), np.zeros(D, dtype=np.int64))
+                big = validation.encode_input(wide, np.full(D, 10**9, dtype=np.int64))
                 return validation.client_shares(wide, prm.job_id, cid, big, prm.M, seeded=prm.seed_compressed)
-        if how == "huge-noise":  # η_0 = 10^9 units: bits of the noise part forged
+        if how == "huge-last":  # the last input bit reads 10^9
             bad = honest.copy()
             bad[-1] = 10**9
             return validation.client_shares(plan, prm.job_id, cid, bad, prm.M, seeded=prm.seed_compressed)
@@ -126,14 +131,14 @@ def _attack(prm: DcaParams, victims: dict[str, str]):
     return tamper
 
 
-ATTACKS = ["huge-value", "other-circuit", "huge-noise", "altered-proof", "replayed"]
+ATTACKS = ["huge-value", "other-circuit", "huge-last", "altered-proof", "replayed"]
 
 
 @pytest.mark.parametrize("kind", ["range", "l2", "one-hot"])
 def test_malicious_clients_are_rejected_counted_and_left_out(kind):
     prm = _params(kind)
     ids = [f"client-{i:06d}" for i in range(N)]
-    bad = {ids[1]: "huge-value", ids[4]: "huge-noise", ids[7]: "altered-proof"}
+    bad = {ids[1]: "huge-value", ids[4]: "huge-last", ids[7]: "altered-proof"}
     run = run_job(prm, _data(kind, np.random.default_rng(3)), Drbg.from_seed("m"), client_ids=ids, keep_noise=True, tamper=_attack(prm, bad), report_every=4)
     r = run.release
     assert run.error is None and r is not None
@@ -150,7 +155,7 @@ def test_other_circuit_and_replayed_proofs_are_rejected(seeded):
     run = run_job(prm, _data("range", np.random.default_rng(4)), Drbg.from_seed("o"), client_ids=ids, keep_noise=True, tamper=_attack(prm, bad), report_every=4)
     r = run.release
     assert r is not None
-    if prm.validation.circuit.meas_len != validation.plan("range", d=D, clip_bounds=(2.0**14,), frac_bits=16, sigma2=prm.discrete.sigma2, clients=N, rounding_sq=0.0).circuit.meas_len:
+    if prm.validation.circuit.meas_len != validation.plan("range", d=D, clip_bounds=(2.0**14,), frac_bits=16, noise_tail=0, clients=N, rounding_sq=0.0).circuit.meas_len:
         # a proof for a longer circuit is a share of the wrong length: refused at the node, the client missing
         assert r.clients_included == N - 2 and r.clients_rejected == 1
     assert np.array_equal(_released_units(r), _honest_sum(run, {0, 5}))
@@ -173,12 +178,31 @@ def test_more_than_t_rejected_releases_nothing():
     assert run.release is None and run.error is not None and run.error.problem == Problem.INSUFFICIENT_NOISE
 
 
-def test_missing_noise_is_valid_and_within_the_t_budget():
-    """η = 0 satisfies ‖η‖² ≤ B_η: a client may omit its noise; it is one of the T (docs: "Validated mode")."""
+def test_a_client_proves_its_data_only_and_the_nodes_carry_the_noise():
+    """The circuit of a validated job is the data predicate alone (docs: "Validated mode"): a client has no noise to
+    inflate or omit; ỹ at the data bound is valid, one unit beyond it cannot be encoded; the account counts the noise
+    of M − c nodes (c unset: M − 1) and the window holds N·c_u plus the M nodes' noise tail."""
     prm = _params("range")
     plan = prm.validation
-    meas = validation.encode_input(plan, np.zeros(D, dtype=np.int64), np.zeros(D, dtype=np.int64))
-    assert bool(plan.circuit.valid(meas))
+    assert len(plan.circuit.predicates) == 1 and plan.circuit.meas_len == plan.circuit.predicates[0].meas_len
+    edge = np.zeros(D, dtype=np.int64)
+    edge[0] = plan.data_bound
+    assert bool(plan.circuit.valid(validation.encode_input(plan, edge)))
+    edge[0] += 1
+    with pytest.raises(validation.ValidationError):
+        validation.encode_input(plan, edge)
+    acc = prm.discrete
+    assert acc.by_nodes and (acc.nodes, acc.colluders, acc.honest) == (3, 2, 1) and prm.sigma_client == 0
+    assert plan.window == N * plan.data_bound + discrete.noise_tail(3, float(acc.sigma2), D)
+    trusting = _params("range", colluders=0)  # every node trusted: each adds σ_std²/M
+    assert trusting.discrete.honest == 3 and trusting.sigma_std == pytest.approx(prm.sigma_std, rel=1e-3)
+    assert trusting.sigma_node == pytest.approx(prm.sigma_node / 3**0.5, rel=1e-3)
+    with pytest.raises(InvalidJob, match="colluders"):
+        _params("range", colluders=3)
+    with pytest.raises(InvalidJob, match="colluders"):
+        _params("range", secure_sum=True, colluders=1)
+    back = DcaParams.from_spec(trusting.job_id, trusting.to_spec())
+    assert back.colluders == 0 and back.discrete == trusting.discrete
 
 
 def test_validated_job_parameters():
@@ -240,7 +264,8 @@ def test_a_run_of_shares_is_verified_in_one_batch_with_the_same_outcome():
     wire.pump()
     r = agg.dp_sum()
     assert (r.clients_included, r.clients_rejected) == (N - 3, 2)
-    assert np.array_equal(_released_units(r), np.sum([kept[i] for i in range(N) if i not in (2, 6, 9)], axis=0))
+    noise = sum(discrete.node_noise(D, prm.discrete.sigma2, noise_rng(prm, name)) for name in prm.nodes)  # the seeded nodes' η_k
+    assert np.array_equal(_released_units(r), np.sum([kept[i] for i in range(N) if i not in (2, 6, 9)], axis=0) + noise)
 
 
 def test_a_votes_job_sums_one_vote_per_point_and_rejects_a_two_hot_point():

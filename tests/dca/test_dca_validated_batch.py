@@ -64,14 +64,14 @@ def test_encode_inputs_is_encode_input_row_by_row():
         prm = _params(kind)
         rng = np.random.default_rng(1)  # public test data
         Z = np.eye(D)[rng.integers(D, size=6)] if kind == "one-hot" else rng.uniform(-1, 1, (6, D)) / (np.sqrt(D) if kind == "l2" else 1)
-        ys, etas = validated_values_many(prm, Z, Drbg.from_seed(kind))
+        ys = validated_values_many(prm, Z, Drbg.from_seed(kind))
         plan = prm.validation
-        many = validation.encode_inputs(plan, ys, etas)
-        assert np.array_equal(many, np.stack([validation.encode_input(plan, y, e) for y, e in zip(ys, etas)]))
+        many = validation.encode_inputs(plan, ys)
+        assert np.array_equal(many, np.stack([validation.encode_input(plan, y) for y in ys]))
         bad = ys.copy()
         bad[3, 0] = 10**9
         with pytest.raises(validation.ValidationError):
-            validation.encode_inputs(plan, bad, etas)
+            validation.encode_inputs(plan, bad)
 
 
 @pytest.mark.parametrize("seeded", [False, True], ids=["full", "seed-compressed"])
@@ -80,8 +80,8 @@ def test_a_packed_batch_verifies_like_its_clients_own_shares(seeded):
     prm = _params("range", seed_compressed=seeded)
     plan = prm.validation
     ids = [f"client-{i:06d}" for i in range(7)]
-    ys, etas = validated_values_many(prm, np.random.default_rng(2).uniform(-1, 1, (7, D)), Drbg.from_seed("p"))
-    meas = validation.encode_inputs(plan, ys, etas)
+    ys = validated_values_many(prm, np.random.default_rng(2).uniform(-1, 1, (7, D)), Drbg.from_seed("p"))
+    meas = validation.encode_inputs(plan, ys)
     packed = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=seeded)
     key = os.urandom(32)
     records = []
@@ -170,7 +170,7 @@ def _checked_at_every_node(prm: DcaParams, n: int, *, invalid: int) -> list[vali
     plan = prm.validation
     ids = [f"client-{i:06d}" for i in range(n)]
     zeros = np.zeros((n, D), dtype=np.int64)
-    meas = validation.encode_inputs(plan, zeros, zeros).astype(np.uint64)
+    meas = validation.encode_inputs(plan, zeros).astype(np.uint64)
     meas[invalid, 0] = F.scalar(3)  # not a bit: an invalid client
     packed = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=False)
     key = os.urandom(32)

@@ -38,7 +38,7 @@ def _shares(prm: DcaParams, bad: set[int]) -> list[list[pb.ValidatedShare]]:
             y = np.eye(D, dtype=np.int64)[rng.integers(D)] * plan.scale
         else:
             y = rng.integers(-plan.scale // 2, plan.scale // 2, D).astype(np.int64)
-        meas = validation.encode_input(plan, y, np.zeros(D, dtype=np.int64))
+        meas = validation.encode_input(plan, y)
         if i in bad:
             meas = meas.copy()
             meas[i % D] = 10**9

@@ -105,7 +105,9 @@ def test_a_party_refuses_a_round_whose_job_drops_validation_loosens_the_bound_or
     looser = dataclasses.replace(good, clip_bounds=(10 * good.clip_bounds[0],))
     thinner = dataclasses.replace(good, epsilon=good.epsilon * 4)
     range_mode = dataclasses.replace(good, validate="range")
-    for bad, says in ((off, "validation"), (looser, "bounds"), (thinner, "noise"), (range_mode, "validation")):
+    trusting = dataclasses.replace(good, colluders=0)  # the nodes' noise counted on all M nodes, not one honest one
+    assert good.colluders == good.M - 1
+    for bad, says in ((off, "validation"), (looser, "bounds"), (thinner, "noise"), (range_mode, "validation"), (trusting, "colluders")):
         with pytest.raises(LocalProtocolError) as e:
             _announce(p, r, bad)
         assert e.value.problem == Problem.INVALID_JOB and says in e.value.detail
@@ -122,7 +124,7 @@ def _mallory(params, cid: str) -> dict[str, dca_pb2.ValidatedShare]:
     """Per compute node, shares of a round vector whose coordinate 0 reads 10⁹ (its lowest 'bit' holds 10⁹·2^f), with an
     honest proof of that input and zero noise."""
     vp = params.validation
-    meas = validation.encode_input(vp, np.zeros(params.dimension, dtype=np.int64), np.zeros(params.dimension, dtype=np.int64)).astype(np.uint64)
+    meas = validation.encode_input(vp, np.zeros(params.dimension, dtype=np.int64)).astype(np.uint64)
     meas[0] = F.scalar(10**9 * 2**params.frac_bits + int(meas[0]))
     shares = validation.client_shares(vp, params.job_id, cid, meas, params.M, seeded=params.seed_compressed)
     return {node: dca_pb2.ValidatedShare(measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)
@@ -147,6 +149,6 @@ def test_a_party_sending_1e9_is_rejected_and_the_round_releases_the_honest_sum_w
 
     run = run_job(params, Z, Drbg.from_os(), client_ids=list(PARTIES), client_mode="machines", tamper=tamper)
     assert run.release is not None and run.release.clients_rejected == 1
-    # the release is the honest two's sum plus the noise of the clients summed: ≤ 6σ√d off (σ² = 3 clients' variance)
-    sigma = math.sqrt(params.noise_variance_per_client * params.clients)
+    # the release is the honest two's sum plus the compute nodes' noise: ≤ 6σ√d off (σ² = the M nodes' variance)
+    sigma = math.sqrt(params.noise_variance(run.release.clients_included))
     assert np.max(np.abs(np.asarray(run.release.values) - honest)) <= 6 * sigma * math.sqrt(params.dimension)

@@ -267,7 +267,11 @@ def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(
     assert params.noise == ("gaussian" if unvalidated else "discrete-gaussian")
     assert ("proves on its secret shares" in rel.trust_model) != unvalidated
     assert params.sensitivity == pytest.approx(np.sqrt(50) * (1.0 if classes == 2 else np.sqrt(2)))
-    assert params.guarantee.epsilon == 2.0 and params.sigma_client > 0
+    assert params.guarantee.epsilon == 2.0
+    if unvalidated:  # the voters add the noise
+        assert params.sigma_client > 0 and params.sigma_node == 0
+    else:  # the compute nodes add it; a voter proves its votes only
+        assert params.sigma_client == 0 and params.sigma_node > 0 and params.node_noise
     X_q = core.pate_queries(spec, X_aux)
     exact = sum(core.VoterRole(n).vote(spec, *parties[n], X_q) for n in NAMES)
     noisy = np.asarray(vs.values)
@@ -284,8 +288,9 @@ def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(
 
 
 def test_pate_vote_sum_noise_has_the_calibrated_variance():
-    """The noise the curator's counts carry, over many in-memory vote sums: variance M·σ_client² per entry
-    (≥ σ_std², what Thm 1 needs from the M − T − 1 honest others), mean 0 (χ²-style bounds at 5 s.e.)."""
+    """The noise the curator's counts carry, over many in-memory vote sums of a validated pate job: the three compute
+    nodes' draws, variance 3·σ_node² per entry (≥ σ_std², what the M − c counted nodes give; the voters add none),
+    mean 0 (χ²-style bounds at 5 s.e.)."""
     from mpdp.dca.driver import run_job
     from mpdp.math.drbg import Drbg
 
@@ -293,8 +298,8 @@ def test_pate_vote_sum_noise_has_the_calibrated_variance():
     params = core.vote_job(spec, "dca-var", 40)
     Z = np.zeros((len(NAMES), 40))  # all-zero votes: the sum is pure noise
     draws = np.concatenate([np.asarray(run_job(params, Z, Drbg.from_os(), client_ids=NAMES).release.values) for _ in range(25)])
-    var = len(NAMES) * params.sigma_client**2
-    assert var >= params.sigma_std**2
+    var = len(params.nodes) * params.sigma_node**2
+    assert params.sigma_client == 0 and var >= params.sigma_std**2 and params.noise_variance(len(NAMES)) == pytest.approx(var, rel=1e-12)
     n = draws.size  # 1000 entries
     assert abs(draws.mean()) < 5 * np.sqrt(var / n)
     assert abs(draws.var() / var - 1) < 5 * np.sqrt(2 / n)

@@ -56,8 +56,9 @@ def test_cli_validated_job_releases_with_its_proof_stated(fed):
     assert (r["validate"], r["clients_rejected"], r["clients_included"], r["fractional_bits"]) == ("range", 0, n, 16)
     assert "proven valid" in r["guarantee"]["statement"] and 0 < r["guarantee"]["delta"] <= 1e-6
     Z = np.random.default_rng(seed).uniform(-1.0, 1.0, size=(n, d))  # loadgen's public simulation data
-    num, den = (int(v) for v in r["sigma2_units"].split("/"))
-    sd = math.sqrt(n * num / den) / 2.0**16
+    num, den = (int(v) for v in r["sigma2_units"].split("/"))  # each compute node's σ² (the clients add no noise)
+    assert r["sigma_client"] == 0 and r["noise_variance"] == pytest.approx(len(NODES) * num / den / 4.0**16)
+    sd = math.sqrt(r["noise_variance"])
     assert np.all(np.abs(np.asarray(r["values"]) - Z.sum(axis=0)) < 6 * sd + n * 2.0**-16)
 
 
@@ -122,6 +123,7 @@ def test_cli_submit_proves_each_vector_of_a_validated_job(fed):
     assert watch.returncode == 0 and json.loads(watch.stdout)["state"] == "RELEASED", watch.stdout
     r = json.loads(mpdp("dca", "release", "--endpoints", str(fed.workdir), "--job", job).stdout)
     assert (r["validate"], r["clients_rejected"], r["clients_included"]) == ("l2", 0, n)
-    num, den = (int(v) for v in r["sigma2_units"].split("/"))
-    sd = math.sqrt(n * num / den) / 2.0 ** r["fractional_bits"]
+    num, den = (int(v) for v in r["sigma2_units"].split("/"))  # each compute node's σ²
+    assert r["noise_variance"] == pytest.approx(len(NODES) * num / den / 4.0 ** r["fractional_bits"])
+    sd = math.sqrt(r["noise_variance"])
     assert np.all(np.abs(np.asarray(r["values"]) - Z.sum(axis=0)) < 6 * sd * math.sqrt(d) + n * 2.0 ** -r["fractional_bits"])

@@ -121,7 +121,7 @@ def test_two_workers_per_node_run_a_validated_job_and_reject_a_malicious_client(
         params = DcaParams.from_spec(job, ann.spec)
         plan = params.validation
         assert plan is not None
-        meas = validation.encode_input(plan, np.zeros(d, dtype=np.int64), np.zeros(d, dtype=np.int64)).astype(np.uint64)
+        meas = validation.encode_input(plan, np.zeros(d, dtype=np.int64)).astype(np.uint64)
         meas[0] = F.scalar(10**9 * 2**f_bits + int(meas[0]))
 
         async def mallory():
