@@ -206,16 +206,14 @@ async def confirm_spec(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaPar
     """Ask every compute node of the job (at the addresses of ``ann``, each checked by its certificate name) for the
     digest of the spec it was announced, and compare each with the digest of ``params``, the spec this client checked
     (:func:`mpdp.dca.spec.confirm`). Raises :class:`mpdp.dca.spec.SpecMismatch` naming the first node that answered
-    another digest or did not answer; nothing has been spent or sent then."""
+    another digest, or the refusal of a node that did not answer (grpc.aio.AioRpcError: e.g. NOT_FOUND from a node
+    that does not hold the job); nothing has been spent or sent then."""
     from mpdp.dca import spec
 
     channels = _node_channels(ann, tls)
     try:
         async def one(k: int) -> bytes | None:
-            try:
-                got = await pb_grpc.ComputeNodeStub(channels[k]).GetJobDigest(common_pb2.JobRef(job_id=params.job_id), timeout=30)
-            except grpc.aio.AioRpcError:
-                return None  # a node that cannot confirm the spec is a node the client does not send to
+            got = await pb_grpc.ComputeNodeStub(channels[k]).GetJobDigest(common_pb2.JobRef(job_id=params.job_id), timeout=30)
             return got.spec_digest if got.job_id == params.job_id else None
 
         answers = await asyncio.gather(*(one(k) for k in range(params.M)))
