@@ -38,7 +38,7 @@ def _accepted(prm: Any, ids: list[str], batches: list) -> bool:
     """Every client's shares verify at every node (node 0's view of each client's records is enough to decide)."""
     plan = prm.validation
     keys = [validation.verify_key_piece() for _ in range(prm.M)]
-    vk = validation.verify_key(prm.job_id, keys)
+    vk = validation.verify_key(prm.job_id, keys, prm.spec_digest)
     at = 0
     for names, msgs in batches:
         records: list[list[bytes]] = [[] for _ in names]

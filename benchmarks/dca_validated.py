@@ -75,7 +75,7 @@ def measure(kind: str, d: int, m: int, sample: int) -> dict:
             t0 = time.perf_counter()
             _, _, u = contributions(prm, Z[i], Drbg.from_os())
             shares = sharing.share_u64(u, m, Drbg.from_os())
-            msgs = [pb.ClientShare(job_id="bench", client_id=f"c{i}", masked_vector=sharing.pack_u64(shares[k])) for k in range(m)]
+            msgs = [pb.ClientShare(job_id="bench", client_id=f"c{i}", spec_digest=prm.spec_digest, masked_vector=sharing.pack_u64(shares[k])) for k in range(m)]
             t_client.append(time.perf_counter() - t0)
             acc = np.zeros(d, dtype=np.uint64)
             t0 = time.perf_counter()
@@ -98,7 +98,7 @@ def measure(kind: str, d: int, m: int, sample: int) -> dict:
             y = validated_values(prm, Z[i], Drbg.from_os())
             meas = validation.encode_input(plan, y)
             shares = validation.client_shares(plan, "bench", cid, meas, m, seeded=seeded)
-            msgs = [pb.ClientShare(job_id="bench", client_id=cid, validated=pb.ValidatedShare(
+            msgs = [pb.ClientShare(job_id="bench", client_id=cid, spec_digest=prm.spec_digest, validated=pb.ValidatedShare(
                 measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts)) for s in shares]
             t_client.append(time.perf_counter() - t0)
             nbytes = sum(len(x.SerializeToString()) for x in msgs)

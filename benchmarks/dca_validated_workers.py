@@ -43,7 +43,7 @@ def _shares(params: DcaParams, n: int) -> list[list[pb.ClientShare]]:
     meas = np.stack([validation.encode_input(plan, row) for row in y])
     ids = [f"c{i:06d}" for i in range(n)]
     per_client = validation.client_shares_many(plan, params.job_id, ids, meas, params.M, seeded=False)
-    return [[pb.ClientShare(job_id=params.job_id, client_id=cid, validated=pb.ValidatedShare(
+    return [[pb.ClientShare(job_id=params.job_id, client_id=cid, spec_digest=params.spec_digest, validated=pb.ValidatedShare(
                 measurement=s[k].measurement, proof=s[k].proof, share_seed=s[k].share_seed, blind=s[k].blind, joint_rand_parts=s[k].joint_rand_parts))
              for cid, s in zip(ids, per_client)] for k in range(params.M)]
 

@@ -127,13 +127,13 @@ class ClientMachine(DcaMachine):
         out: list[Output] = [Spend(self.charge if self.charge is not None else (prm.ledger_entry(),))]
         if prm.seed_compressed:
             m0, seeds = sharing.share_u64_seeded_packed(u, prm.M, masks_rng)
-            out.append(Send(node_peer(prm.nodes[0]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(m0))))
+            out.append(Send(node_peer(prm.nodes[0]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, spec_digest=prm.spec_digest, masked_vector=sharing.pack_u64(m0))))
             for k in range(1, prm.M):
-                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, mask_seed=seeds[k - 1])))
+                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, spec_digest=prm.spec_digest, mask_seed=seeds[k - 1])))
         else:
             shares = sharing.share_u64(u, prm.M, masks_rng)
             for k in range(prm.M):
-                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, masked_vector=sharing.pack_u64(shares[k]))))
+                out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, spec_digest=prm.spec_digest, masked_vector=sharing.pack_u64(shares[k]))))
         if self.keep_noise:
             self.noise, self.encoded = eta, u
         self._z[:] = 0.0  # the client's data is not needed any more
@@ -153,7 +153,7 @@ class ClientMachine(DcaMachine):
         out: list[Output] = [Spend(self.charge if self.charge is not None else (prm.ledger_entry(),))]
         for k, sh in enumerate(validation.client_shares(plan, self.job_id, self.client_id, meas, prm.M, seeded=prm.seed_compressed)):
             msg = pb.ValidatedShare(measurement=sh.measurement, proof=sh.proof, share_seed=sh.share_seed, blind=sh.blind, joint_rand_parts=sh.joint_rand_parts)
-            out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, validated=msg)))
+            out.append(Send(node_peer(prm.nodes[k]), pb.ClientShare(job_id=self.job_id, client_id=self.client_id, spec_digest=prm.spec_digest, validated=msg)))
         if self.keep_noise:  # a validated job's client adds no noise (the compute nodes do)
             self.noise, self.encoded = np.zeros(prm.dimension), y.view(np.uint64)
         self._z[:] = 0.0
@@ -229,7 +229,7 @@ def validated_cohort(params: DcaParams, client_ids: list[str], Z: np.ndarray, rn
             raise LocalProtocolError(Problem.INTERNAL, f"encoding refused: {e}") from None
         packed = validation.client_shares_packed(plan, params.job_id, ids, meas, params.M, seeded=params.seed_compressed)
         named = {"client_indices": indices[at : at + step].astype("<u4").tobytes()} if indices is not None else {"client_ids": ids}
-        yield ids, [pb.ShareBatch(job_id=params.job_id, validated=pb.ValidatedShares(
+        yield ids, [pb.ShareBatch(job_id=params.job_id, spec_digest=params.spec_digest, validated=pb.ValidatedShares(
             measurements=sh.measurements, proofs=sh.proofs, share_seeds=sh.share_seeds, blinds=sh.blinds, joint_rand_parts=sh.joint_rand_parts), **named)
             for sh in packed]
 
@@ -284,18 +284,19 @@ class ClientCohort:
             if prm.seed_compressed:
                 m0, seeds = sharing.share_u64_seeded_packed(u, prm.M, masks_rng)  # seeds[k−1]: node k's seeds, packed
                 if not lost:
-                    msgs.append(pb.ShareBatch(job_id=prm.job_id, masked_vectors=sharing.pack_u64(m0), **named(None)))
-                    msgs += [pb.ShareBatch(job_id=prm.job_id, mask_seeds=seeds[k - 1], **named(None)) for k in range(1, prm.M)]
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, masked_vectors=sharing.pack_u64(m0), **named(None)))
+                    msgs += [pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, mask_seeds=seeds[k - 1], **named(None)) for k in range(1, prm.M)]
                 else:
                     keep = _kept(start, stop, 0, lost)
-                    msgs.append(pb.ShareBatch(job_id=prm.job_id, masked_vectors=sharing.pack_u64(m0[keep]), **named(keep)))
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, masked_vectors=sharing.pack_u64(m0[keep]), **named(keep)))
                     for k in range(1, prm.M):
                         keep = _kept(start, stop, k, lost)
                         blob = seeds[k - 1]
-                        msgs.append(pb.ShareBatch(job_id=prm.job_id, mask_seeds=b"".join(blob[sharing.SEED_BYTES * j : sharing.SEED_BYTES * (j + 1)] for j in keep), **named(keep)))
+                        kept = b"".join(blob[sharing.SEED_BYTES * j : sharing.SEED_BYTES * (j + 1)] for j in keep)
+                        msgs.append(pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, mask_seeds=kept, **named(keep)))
             elif not lost:
                 shares = sharing.share_u64(u, prm.M, masks_rng)
-                template = pb.ShareBatch(job_id=prm.job_id, **named(None))  # ids converted once, copied M times in C
+                template = pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, **named(None))  # ids converted once, copied M times in C
                 for k in range(prm.M):
                     msg = pb.ShareBatch()
                     msg.CopyFrom(template)
@@ -305,7 +306,7 @@ class ClientCohort:
                 shares = sharing.share_u64(u, prm.M, masks_rng)
                 for k in range(prm.M):
                     keep = _kept(start, stop, k, lost)
-                    msgs.append(pb.ShareBatch(job_id=prm.job_id, masked_vectors=sharing.pack_u64(shares[k][keep]), **named(keep)))
+                    msgs.append(pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, masked_vectors=sharing.pack_u64(shares[k][keep]), **named(keep)))
             yield CohortBatch(ids, msgs, clipped if self.keep_noise else None, eta if self.keep_noise else None, u if self.keep_noise else None)
 
 

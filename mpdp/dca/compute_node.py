@@ -37,6 +37,12 @@ Submissions from clients and routers are validated per client: a bad one is reje
 for a wrong length — i.e. wrong dimension — or the wrong share kind, WRONG_ROLE for a client not on the
 roster or submitting for another client, STEP_OUT_OF_ORDER once submissions are closed or N clients are in)
 and leaves the machine unchanged. A bad message from another node fails the job (see :mod:`mpdp.dca.engine`).
+
+One spec everywhere (:mod:`mpdp.dca.spec`). Every share, batch, verify-key piece and received-set report carries the
+spec digest its sender holds. One whose digest is not this node's (the digest of the spec it was announced) was made
+for another specification of the job: it is refused INVALID_JOB and, like a message naming another job, never
+touches the job (state, accounting, transcript), whoever sent it. A validated job's proofs and verify key are bound
+to the digest as well (:func:`mpdp.dca.validation.binder`).
 """
 
 from __future__ import annotations
@@ -54,11 +60,12 @@ from mpdp.dca.params import DcaParams, valid_client_id
 from mpdp.math import field as F
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb
-from mpdp.protocol import CURATOR, LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, require
+from mpdp.protocol import CURATOR, LocalProtocolError, Output, Peer, Problem, ProtocolError, RemoteProtocolError, Reply, Send, admit_sender, require
 
 DEFAULT_REPORT_EVERY = 256
 DEFAULT_BACKLOG_BYTES = 64 << 20  # memory a node holds per job for its undecided clients before submissions wait (see "Backlog")
 MALFORMED, REPLAY, WRONG_ROLE, STEP_OUT_OF_ORDER = Problem.MALFORMED, Problem.REPLAY, Problem.WRONG_ROLE, Problem.STEP_OUT_OF_ORDER
+SPEC_BOUND = (pb.ClientShare, pb.ShareBatch, pb.ReceivedClients, pb.VerifyKeyPiece)  # the messages that carry a spec digest
 
 
 def _short_ids(ids: list[str]) -> bool:
@@ -142,7 +149,8 @@ class ComputeNodeMachine(DcaMachine):
             return []
         piece = self._pieces[self.k]
         assert piece is not None
-        return [Send(Peer("compute_node", self.params.nodes[p]), pb.VerifyKeyPiece(job_id=self.job_id, piece=piece)) for p in self._peers]
+        msg = pb.VerifyKeyPiece(job_id=self.job_id, piece=piece, spec_digest=self.params.spec_digest)
+        return [Send(Peer("compute_node", self.params.nodes[p]), msg) for p in self._peers]
 
     @property
     def key_ready(self) -> bool:
@@ -156,7 +164,7 @@ class ComputeNodeMachine(DcaMachine):
         require(len(msg.piece) == validation.SEED, MALFORMED, f"a piece of the verify key is {validation.SEED} bytes")
         self._pieces[p] = bytes(msg.piece)
         if all(x is not None for x in self._pieces):
-            self._verify_key = validation.verify_key(self.job_id, [x for x in self._pieces if x is not None])
+            self._verify_key = validation.verify_key(self.job_id, [x for x in self._pieces if x is not None], self.params.spec_digest)
         return []
 
     @property
@@ -207,6 +215,20 @@ class ComputeNodeMachine(DcaMachine):
         return stuck
 
     # -- public ------------------------------------------------------------------------------------
+    def receive(self, sender: Peer, message: Any) -> list[Output]:
+        """:meth:`mpdp.protocol.Machine.receive`, after the spec check: a message bound to another spec of this job
+        (its ``spec_digest`` is not this node's) is refused INVALID_JOB and never touches the job, whoever sent it."""
+        if isinstance(message, SPEC_BOUND):
+            admit_sender(self.job_id, self._kinds(sender), sender, message)  # an outsider's or another job's: its own refusal first
+            self.check_spec(sender, message.spec_digest, type(message).__name__)
+        return super().receive(sender, message)
+
+    def check_spec(self, sender: Peer, digest: bytes, what: str) -> None:
+        """Refuse (INVALID_JOB) a message whose spec digest is not the digest of the spec this node was announced."""
+        if digest != self.params.spec_digest:
+            raise RemoteProtocolError(Problem.INVALID_JOB, f"{what} from {sender} is bound to another spec of job {self.job_id} than "
+                                                           f"node {self.me.name} was announced (spec digests differ)")
+
     def close(self) -> list[Output]:
         """Stop taking shares (the node's own deadline) and send the final R_k to every other node."""
         return self._local("close")
@@ -261,6 +283,8 @@ class ComputeNodeMachine(DcaMachine):
             cid = s.client_id
             if s.job_id != self.job_id or s.WhichOneof("share") != "validated" or cid in seen or (sender.role == "party" and sender.name != cid):
                 continue
+            if s.spec_digest != self.params.spec_digest:
+                continue
             seen.add(cid)
             run.append(s)
         look = self._book.lookup([s.client_id for s in run]).tolist()
@@ -284,6 +308,8 @@ class ComputeNodeMachine(DcaMachine):
         ids = [s.client_id for s in shares]
         if any(s.job_id != self.job_id for s in shares) or (sender.role == "party" and any(c != sender.name for c in ids)):
             return None
+        if any(s.spec_digest != self.params.spec_digest for s in shares):
+            return None  # refused one by one
         if self.named and sender.role != "party":
             return None
         if len(set(ids)) != n or not _short_ids(ids):
@@ -613,7 +639,7 @@ class ComputeNodeMachine(DcaMachine):
         if not final and (not self._unreported_n or (self.state == "AWAIT_SHARES" and self.received >= self.params.clients)):
             return []  # nothing new, or N clients are in: the final report, sent in this same step, carries them
         idx = np.concatenate(self._unreported) if self._unreported else np.empty(0, dtype=np.int64)
-        msg = pb.ReceivedClients(job_id=self.job_id, sequence=self._sent_seq, final=final)
+        msg = pb.ReceivedClients(job_id=self.job_id, sequence=self._sent_seq, final=final, spec_digest=self.params.spec_digest)
         if self.by_index:
             runs, start, bitmap = encode_indices(idx)
             msg.index_runs.extend(runs)

@@ -10,13 +10,14 @@ N·(max_j c_j + 8σ_client)·2^f < q/2 with q = 2^64 runs here, before any share
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from mpdp import accounting, limits
-from mpdp.dca import discrete, mechanism, validation
+from mpdp.dca import discrete, mechanism, spec, validation
 from mpdp.dca.discrete import Account as DiscreteAccount
 from mpdp.dca.errors import InvalidJob
 from mpdp.dp.mechanisms import Guarantee
@@ -91,6 +92,7 @@ class DcaParams:
     guarantee: Guarantee = field(init=False)
     discrete: discrete.Account | None = field(init=False, default=None)  # the discrete-gaussian mode's account
     validation: validation.Plan | None = field(init=False, default=None)  # a validated job's circuit and bounds
+    spec_digest: bytes = field(init=False, default=b"")  # SHA-256 of the whole spec (mpdp.dca.spec): what every share and proof is bound to
 
     def __post_init__(self) -> None:
         for name, conv in (("nodes", str), ("roster", str), ("clip_bounds", float)):
@@ -140,6 +142,7 @@ class DcaParams:
                 raise InvalidJob(f"colluders c must satisfy 0 ≤ c ≤ M − 1 = {self.M - 1}")
         elif self.colluders is not None:
             raise InvalidJob("colluders applies to validated DISCRETE_GAUSSIAN jobs only (whose compute nodes add the noise)")
+        object.__setattr__(self, "spec_digest", spec.spec_digest(self))  # of the spec with its defaults applied (c = M − 1 when unset)
         if self.secure_sum:
             if self.noise != "gaussian":
                 raise InvalidJob("a secure-sum job adds no noise: leave noise at GAUSSIAN")
@@ -217,7 +220,7 @@ class DcaParams:
             )
         except validation.ValidationError as e:
             raise InvalidJob(f"validation: {e}") from None
-        object.__setattr__(self, "validation", plan)
+        object.__setattr__(self, "validation", dataclasses.replace(plan, spec_digest=self.spec_digest))  # its proofs are bound to this spec
         c = plan.circuit
         note = (
             f" Every contribution is proven valid ({self.validate}: data only, |ỹ_j| ≤ {plan.data_bound} units"

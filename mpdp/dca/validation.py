@@ -9,17 +9,18 @@ nodes add the DP noise to their partial sums, :mod:`mpdp.dca.discrete`, "Node no
 1. x = enc(ỹ_i) ∈ {0, 1}^n, the bits of the job's circuit (:func:`plan`): the data predicate alone (range, L2 ball,
    one-hot or votes), so an accepted contribution moves the sum by at most what the predicate allows;
 2. x is shared additively over Field64 among the M nodes (node k ≥ 1 gets a 32-byte seed when the job is
-   seed-compressed, expanded by AES-256-CTR under XOF(seed, job ‖ client ‖ k); node 0 gets x minus the expansions);
-3. joint randomness (Prio3's, §7.2.1.2): node k's part J_k = XOF(blind_k, job ‖ client ‖ k ‖ node k's measurement
+   seed-compressed, expanded by AES-256-CTR under XOF(seed, job ‖ spec ‖ client ‖ k); node 0 gets x minus the expansions);
+3. joint randomness (Prio3's, §7.2.1.2): node k's part J_k = XOF(blind_k, job ‖ spec ‖ client ‖ k ‖ node k's measurement
    share, or its seed), the seed s = XOF(J_0 ‖ … ‖ J_(M−1)), ρ = XOF(s); the client sends every node its blind and
    all M parts (the hint);
 4. π = FLP.prove(x, ρ), shared like x (proof shares are part of each seed's expansion).
 
 Every random value of a client comes from os.urandom, or (the helpers' full shares) from an AES-256-CTR keystream
-keyed from it (:class:`mpdp.math.drbg.Drbg`).
+keyed from it (:class:`mpdp.math.drbg.Drbg`). Here "job ‖ spec ‖ client" is :func:`binder`: the job id, the job's
+32-byte spec digest (:mod:`mpdp.dca.spec`, the hash of its whole DcaJobSpec) and the client id.
 
 Node k recomputes its own part, derives s_k from the hint with its own part in place, and computes its verifier
-share with query randomness r = XOF(verify key, job ‖ client) — the key is the nodes' own (:func:`verify_key`: a hash
+share with query randomness r = XOF(verify key, job ‖ spec ‖ client) — the key is the nodes' own (:func:`verify_key`: a hash
 of one random piece from each node, exchanged node to node before any share is taken), so neither the client nor
 the curator knows r. It sends (verifier share, J_k, s_k) with its next received-set report.
 Every node then decides from the same M records (:func:`decide`): all s_l equal XOF(J_0 ‖ … ‖ J_(M−1)) computed
@@ -69,6 +70,7 @@ class Plan:
     noise_tail: int  # the nodes' noise: |Σ_k η_kj| ≤ noise_tail except with probability 2^-96 (0: a secure sum)
     window: int  # N·data_bound + noise_tail: the largest |S_j| of a valid release (< 2^62, checked: no wrap modulo p)
     scale: int  # one-hot: the unit 2^f of a vote
+    spec_digest: bytes = b""  # the job's spec digest (mpdp.dca.spec; set by DcaParams): every binder, hence every proof, is bound to it
 
     @property
     def record_bytes(self) -> int:
@@ -136,15 +138,24 @@ class ShareForNode:
     joint_rand_parts: bytes
 
 
-def binder(job_id: str, client_id: str) -> bytes:
-    j, c = job_id.encode(), client_id.encode()
-    return len(j).to_bytes(2, "big") + j + len(c).to_bytes(2, "big") + c
-
-
-def binders(job_id: str, client_ids: Sequence[str]) -> list[bytes]:
-    """:func:`binder` of every client id (the job's part encoded once)."""
+def _job_part(job_id: str, spec_digest: bytes) -> bytes:
+    if len(spec_digest) != SEED:
+        raise ValueError(f"a validated job's proofs are bound to its {SEED}-byte spec digest (DcaParams.spec_digest); got {len(spec_digest)} bytes")
     j = job_id.encode()
-    head = len(j).to_bytes(2, "big") + j
+    return len(j).to_bytes(2, "big") + j + spec_digest
+
+
+def binder(job_id: str, client_id: str, spec_digest: bytes) -> bytes:
+    """What a client's share expansion, joint-randomness parts and query randomness are bound to: the job id, the
+    job's whole spec (its 32-byte spec digest, :mod:`mpdp.dca.spec`) and the client id, length-prefixed. A proof made
+    for one spec fails at a node announced another, even where both specs give the same circuit."""
+    c = client_id.encode()
+    return _job_part(job_id, spec_digest) + len(c).to_bytes(2, "big") + c
+
+
+def binders(job_id: str, client_ids: Sequence[str], spec_digest: bytes) -> list[bytes]:
+    """:func:`binder` of every client id (the job's part encoded once)."""
+    head = _job_part(job_id, spec_digest)
     out = []
     for cid in client_ids:
         c = cid.encode()
@@ -175,7 +186,7 @@ def _joint_rands(p: Plan, seeds: list[bytes]) -> np.ndarray:
 
 def expand_share(p: Plan, seed: bytes, bind: bytes, k: int) -> tuple[np.ndarray, np.ndarray]:
     """A seed-compressed helper's (measurement share, proof share): the AES-256-CTR keystream (:func:`mpdp.math.field.prg`)
-    under the key XOF(seed, job ‖ client ‖ k), bound to its job, client and node like the seed's other uses."""
+    under the key XOF(seed, job ‖ spec ‖ client ‖ k), bound to its job, client and node like the seed's other uses."""
     c = p.circuit
     flat = F.prg(F.xof_bytes(_DST_SHARE, seed, bind + k.to_bytes(2, "big"), SEED), p.share_len)
     return flat[: c.meas_len], flat[c.meas_len :].reshape(c.proofs, c.proof_len)
@@ -291,7 +302,7 @@ def _proven(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes
 def _client_shares_batch(p: Plan, job_id: str, client_ids: list[str], meas: np.ndarray, nodes: int, *, seeded: bool) -> list[PackedShares]:
     c = p.circuit
     b = len(client_ids)
-    binds = binders(job_id, client_ids)
+    binds = binders(job_id, client_ids, p.spec_digest)
     blinds = os.urandom(SEED * nodes * b)  # client i's blind for node k: bytes [SEED·(i·nodes + k), +SEED)
     seeds = os.urandom(SEED * nodes * b) if seeded else b""
     stream = Drbg.from_os()  # the helpers' full shares: AES-256-CTR keyed from os.urandom, fresh per batch
@@ -341,12 +352,13 @@ def verify_key_piece() -> bytes:
     return os.urandom(SEED)
 
 
-def verify_key(job_id: str, pieces: list[bytes]) -> bytes:
-    """The job's verify key from every node's piece, in node order: SHAKE128 of the job id and the M pieces. With one
-    piece uniform and unseen by a party, the key is uniform to that party (docs/protocols/dca.md, "The verify key")."""
+def verify_key(job_id: str, pieces: list[bytes], spec_digest: bytes) -> bytes:
+    """The job's verify key from every node's piece, in node order: SHAKE128 of the job id, its spec digest and the M
+    pieces. With one piece uniform and unseen by a party, the key is uniform to that party (docs/protocols/dca.md,
+    "The verify key"); nodes announced different specs derive different keys."""
     if not pieces or any(len(x) != SEED for x in pieces):
         raise ValueError(f"a verify key takes one {SEED}-byte piece per node")
-    return F.xof_bytes(_DST_KEY, b"", binder(job_id, "") + b"".join(pieces), SEED)
+    return F.xof_bytes(_DST_KEY, b"", binder(job_id, "", spec_digest) + b"".join(pieces), SEED)
 
 
 def query_rand(p: Plan, verify_key: bytes, bind: bytes) -> np.ndarray:
@@ -390,7 +402,7 @@ def check_shares(p: Plan, shares: list[ShareForNode], *, job_id: str, client_ids
     for at in range(0, len(shares), step):
         parsed: list[_Parsed | MalformedShare] = []
         for share, cid in zip(shares[at : at + step], client_ids[at : at + step]):
-            bind = binder(job_id, cid)
+            bind = binder(job_id, cid, p.spec_digest)
             try:
                 meas, proof, material = _parse(p, share, bind, k, nodes, seeded)
             except MalformedShare as e:
@@ -524,7 +536,7 @@ def check_packed(p: Plan, packed: PackedShares, *, job_id: str, client_ids: list
     step = batch_size(p)
     for at in range(0, n, step):
         stop = min(n, at + step)
-        binds = binders(job_id, client_ids[at:stop])
+        binds = binders(job_id, client_ids[at:stop], p.spec_digest)
         if helper:  # seed-compressed: every client's shares expanded from its seed into one array
             sd = memoryview(packed.share_seeds)
             seeds = [bytes(sd[SEED * i : SEED * (i + 1)]) for i in range(at, stop)]

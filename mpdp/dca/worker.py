@@ -2,7 +2,7 @@
 
 A compute node may run W worker processes on one port (services/compute_node/worker.py). Worker 0, the
 coordinator, holds the job's :class:`~mpdp.dca.compute_node.ComputeNodeMachine`. A worker w ≥ 1 holds one
-:class:`WorkerShares` per job: it checks the *shape* of each share it receives (kind, length — what needs the
+:class:`WorkerShares` per job: it checks the *shape* of each share it receives (spec digest, kind, length — what needs the
 bytes), asks the coordinator to account the clients (a :class:`~mpdp.messages.dca_pb2.WorkerClaim`: roster,
 replay, room, sender — what needs the node-wide view), then keeps the accepted shares exactly as the machine keeps
 its own: a share whose client is already in A is folded into the worker's running sum at once, the others wait
@@ -35,6 +35,7 @@ from mpdp.messages import dca_pb2 as pb
 from mpdp.protocol import Problem, RemoteProtocolError, require
 
 MALFORMED = Problem.MALFORMED
+SPEC_DETAIL = "a share bound to another spec of job {job} than node {node} was announced (spec digests differ)"  # mpdp.dca.spec
 
 
 @dataclass
@@ -73,6 +74,7 @@ class WorkerShares:
     def parse_batch(self, sender_role: str, sender_name: str, msg: pb.ShareBatch) -> Parsed:
         """A ShareBatch: refused as a whole (RemoteProtocolError) when its shape is wrong, as at the coordinator."""
         require(msg.job_id == self.job_id, Problem.UNKNOWN_JOB, "a batch names another job")
+        require(msg.spec_digest == self.params.spec_digest, Problem.INVALID_JOB, SPEC_DETAIL.format(job=self.job_id, node=self.node))
         if self.plan is not None:
             return self._parse_validated_batch(sender_role, sender_name, msg)
         claim = pb.WorkerClaim(job_id=self.job_id, sender_role=sender_role, sender_name=sender_name)
@@ -115,6 +117,9 @@ class WorkerShares:
         for j, s in enumerate(shares):
             kind = s.WhichOneof("share")
             blob = getattr(s, field) if kind == field else b""
+            if s.spec_digest != self.params.spec_digest:
+                rejected.append((j, pb.ShareRejection(client_id=s.client_id, problem=Problem.INVALID_JOB, detail=SPEC_DETAIL.format(job=self.job_id, node=self.node))))
+                continue
             if kind != field:
                 why = f"node {self.node} takes {field.replace('_', ' ')}s in this job, got {kind}"
             elif len(blob) != width:
@@ -138,7 +143,9 @@ class WorkerShares:
         seen: set[str] = set()
         for j, s in enumerate(shares):  # what this process can refuse alone is refused before any proof check
             cid = s.client_id
-            if s.WhichOneof("share") != "validated":
+            if s.spec_digest != self.params.spec_digest:
+                problem, why = Problem.INVALID_JOB, SPEC_DETAIL.format(job=self.job_id, node=self.node)
+            elif s.WhichOneof("share") != "validated":
                 problem, why = MALFORMED, f"job {self.job_id} is validated: it takes a ValidatedShare, got {s.WhichOneof('share')}"
             elif claim.sender_role == "party" and claim.sender_name != cid:
                 problem, why = Problem.WRONG_ROLE, f"party:{claim.sender_name} cannot submit for client {cid!r}"

@@ -499,6 +499,35 @@ class DcaJobAnnouncement(_message.Message):
 Global___DcaJobAnnouncement: _TypeAlias = DcaJobAnnouncement  # noqa: Y015
 
 @_typing.final
+class JobDigest(_message.Message):
+    """The spec digest: SHA-256 of a canonical encoding of the job id and every field of the job's DcaJobSpec after
+    defaults (mpdp.dca.spec.spec_digest; docs/protocols/dca.md, "One spec everywhere"). Every share, verify-key piece
+    and received-set report carries the digest of the spec its sender holds; a node refuses one that is not the digest
+    of the spec it was announced (INVALID_JOB). A client asks every compute node for it (GetJobDigest) before it spends.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    SPEC_DIGEST_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    spec_digest: _builtins.bytes
+    """32 bytes: the digest of the spec this node was announced"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        spec_digest: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "spec_digest", b"spec_digest"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobDigest: _TypeAlias = JobDigest  # noqa: Y015
+
+@_typing.final
 class VerifyKeyPiece(_message.Message):
     """Validated jobs, node k → every other node at announcement: a 32-byte piece from node k's CSPRNG. Every node's
     verify key (the seed of the proofs' query randomness) is a hash of the job id and all M pieces in node order;
@@ -509,17 +538,21 @@ class VerifyKeyPiece(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     PIECE_FIELD_NUMBER: _builtins.int
+    SPEC_DIGEST_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     piece: _builtins.bytes
+    spec_digest: _builtins.bytes
+    """the sender's spec digest (JobDigest); refused unless it is the receiver's"""
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         piece: _builtins.bytes = ...,
+        spec_digest: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "piece", b"piece"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "piece", b"piece", "spec_digest", b"spec_digest"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -561,12 +594,15 @@ class ClientShare(_message.Message):
     MASKED_VECTOR_FIELD_NUMBER: _builtins.int
     MASK_SEED_FIELD_NUMBER: _builtins.int
     VALIDATED_FIELD_NUMBER: _builtins.int
+    SPEC_DIGEST_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     client_id: _builtins.str
     masked_vector: _builtins.bytes
     """m_{i,k} ∈ Z_q^d, 8·d bytes"""
     mask_seed: _builtins.bytes
     """32 bytes"""
+    spec_digest: _builtins.bytes
+    """the digest of the spec the client checked (JobDigest); refused unless it is the node's"""
     @_builtins.property
     def validated(self) -> Global___ValidatedShare:
         """validated jobs (DcaJobSpec.validate)"""
@@ -579,10 +615,11 @@ class ClientShare(_message.Message):
         masked_vector: _builtins.bytes = ...,
         mask_seed: _builtins.bytes = ...,
         validated: Global___ValidatedShare | None = ...,
+        spec_digest: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["mask_seed", b"mask_seed", "masked_vector", b"masked_vector", "share", b"share", "validated", b"validated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "job_id", b"job_id", "mask_seed", b"mask_seed", "masked_vector", b"masked_vector", "share", b"share", "validated", b"validated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "job_id", b"job_id", "mask_seed", b"mask_seed", "masked_vector", b"masked_vector", "share", b"share", "spec_digest", b"spec_digest", "validated", b"validated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_share: _TypeAlias = _typing.Literal["masked_vector", "mask_seed", "validated"]  # noqa: Y015
     _WhichOneofArgType_share: _TypeAlias = _typing.Literal["share", b"share"]  # noqa: Y015
@@ -643,6 +680,7 @@ class ShareBatch(_message.Message):
     MASK_SEEDS_FIELD_NUMBER: _builtins.int
     VALIDATED_FIELD_NUMBER: _builtins.int
     CLIENT_INDICES_FIELD_NUMBER: _builtins.int
+    SPEC_DIGEST_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     masked_vectors: _builtins.bytes
     """n·8·d bytes, row j = the share of the j-th client named"""
@@ -650,6 +688,8 @@ class ShareBatch(_message.Message):
     """n·32 bytes"""
     client_indices: _builtins.bytes
     """roster jobs: n roster indices, packed little-endian uint32"""
+    spec_digest: _builtins.bytes
+    """the digest of the spec the clients were made for (JobDigest); refused unless it is the node's"""
     @_builtins.property
     def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -665,10 +705,11 @@ class ShareBatch(_message.Message):
         mask_seeds: _builtins.bytes = ...,
         validated: Global___ValidatedShares | None = ...,
         client_indices: _builtins.bytes = ...,
+        spec_digest: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares", "validated", b"validated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "client_indices", b"client_indices", "job_id", b"job_id", "mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares", "validated", b"validated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_ids", b"client_ids", "client_indices", b"client_indices", "job_id", b"job_id", "mask_seeds", b"mask_seeds", "masked_vectors", b"masked_vectors", "shares", b"shares", "spec_digest", b"spec_digest", "validated", b"validated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_shares: _TypeAlias = _typing.Literal["masked_vectors", "mask_seeds", "validated"]  # noqa: Y015
     _WhichOneofArgType_shares: _TypeAlias = _typing.Literal["shares", b"shares"]  # noqa: Y015
@@ -791,6 +832,7 @@ class ReceivedClients(_message.Message):
     BITMAP_START_FIELD_NUMBER: _builtins.int
     BITMAP_FIELD_NUMBER: _builtins.int
     VERIFIER_SHARES_FIELD_NUMBER: _builtins.int
+    SPEC_DIGEST_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     sequence: _builtins.int
     final: _builtins.bool
@@ -804,6 +846,10 @@ class ReceivedClients(_message.Message):
     """  bitmap_start is a multiple of 8, bits at N and beyond are 0"""
     verifier_shares: _builtins.bytes
     """validated jobs: per reported client (ascending index; id order without a roster)"""
+    spec_digest: _builtins.bytes
+    """  its verifier share, joint-randomness part and the seed this node used
+    the sender's spec digest (JobDigest); refused unless it is the receiver's
+    """
     @_builtins.property
     def client_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """jobs without a roster"""
@@ -825,10 +871,11 @@ class ReceivedClients(_message.Message):
         bitmap_start: _builtins.int = ...,
         bitmap: _builtins.bytes = ...,
         verifier_shares: _builtins.bytes = ...,
+        spec_digest: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitmap", b"bitmap", "bitmap_start", b"bitmap_start", "client_ids", b"client_ids", "digest", b"digest", "final", b"final", "index_runs", b"index_runs", "job_id", b"job_id", "sequence", b"sequence", "total", b"total", "verifier_shares", b"verifier_shares"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bitmap", b"bitmap", "bitmap_start", b"bitmap_start", "client_ids", b"client_ids", "digest", b"digest", "final", b"final", "index_runs", b"index_runs", "job_id", b"job_id", "sequence", b"sequence", "spec_digest", b"spec_digest", "total", b"total", "verifier_shares", b"verifier_shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -78,6 +78,11 @@ class ComputeNodeStub:
                 request_serializer=mpdp_dot_messages_dot_common__pb2.JobAbort.SerializeToString,
                 response_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
                 _registered_method=True)
+        self.GetJobDigest = channel.unary_unary(
+                '/mpdp.messages.ComputeNode/GetJobDigest',
+                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
+                response_deserializer=mpdp_dot_messages_dot_dca__pb2.JobDigest.FromString,
+                _registered_method=True)
 
 
 class ComputeNodeServicer:
@@ -142,6 +147,13 @@ class ComputeNodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobDigest(self, request, context):
+        """client (PARTY) or router (OPERATOR) → node, before the client spends: the digest of the spec this node was announced
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ComputeNodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -184,6 +196,11 @@ def add_ComputeNodeServicer_to_server(servicer, server):
                     servicer.AbortJob,
                     request_deserializer=mpdp_dot_messages_dot_common__pb2.JobAbort.FromString,
                     response_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
+            ),
+            'GetJobDigest': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobDigest,
+                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
+                    response_serializer=mpdp_dot_messages_dot_dca__pb2.JobDigest.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -405,6 +422,33 @@ class ComputeNode:
             '/mpdp.messages.ComputeNode/AbortJob',
             mpdp_dot_messages_dot_common__pb2.JobAbort.SerializeToString,
             mpdp_dot_messages_dot_common__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobDigest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpdp.messages.ComputeNode/GetJobDigest',
+            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
+            mpdp_dot_messages_dot_dca__pb2.JobDigest.FromString,
             options,
             channel_credentials,
             insecure,

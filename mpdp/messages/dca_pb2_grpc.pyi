@@ -62,6 +62,8 @@ class ComputeNodeStub:
     """curator → node, DCA step 3 (pull form; nodes also push it with DcaCurator.SendPartialSum)"""
     AbortJob: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobAbort, _common_pb2.Ack]
     """any participant → node"""
+    GetJobDigest: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.JobDigest]
+    """client (PARTY) or router (OPERATOR) → node, before the client spends: the digest of the spec this node was announced"""
 
 @_typing.type_check_only
 class ComputeNodeAsyncStub(ComputeNodeStub):
@@ -87,6 +89,8 @@ class ComputeNodeAsyncStub(ComputeNodeStub):
     """curator → node, DCA step 3 (pull form; nodes also push it with DcaCurator.SendPartialSum)"""
     AbortJob: _aio.UnaryUnaryMultiCallable[_common_pb2.JobAbort, _common_pb2.Ack]  # type: ignore[assignment]
     """any participant → node"""
+    GetJobDigest: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.JobDigest]  # type: ignore[assignment]
+    """client (PARTY) or router (OPERATOR) → node, before the client spends: the digest of the spec this node was announced"""
 
 class ComputeNodeServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------- services
@@ -157,6 +161,14 @@ class ComputeNodeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Ack, _abc.Awaitable[_common_pb2.Ack]]:
         """any participant → node"""
+
+    @_abc_1.abstractmethod
+    def GetJobDigest(
+        self,
+        request: _common_pb2.JobRef,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dca_pb2.JobDigest, _abc.Awaitable[_dca_pb2.JobDigest]]:
+        """client (PARTY) or router (OPERATOR) → node, before the client spends: the digest of the spec this node was announced"""
 
 def add_ComputeNodeServicer_to_server(servicer: ComputeNodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

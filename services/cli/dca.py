@@ -155,6 +155,7 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     import numpy as np
     from cryptography import x509
 
+    from mpdp.dca.spec import SpecMismatch
     from mpdp.ledger import BudgetExceeded, LedgerError
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.common.channels import TlsFiles
@@ -176,6 +177,9 @@ def submit(endpoints, site, job_id, values, ledger_path, budget_epsilon, budget_
     except BudgetExceeded as e:
         raise CliError(f"RESOURCE_EXHAUSTED: BUDGET_EXCEEDED: client {cid}: {e}", code="budget_exceeded",
                        hint=f"`mpdp ledger show --site {folder}` shows what is left; nothing was sent") from None
+    except SpecMismatch as e:
+        raise CliError(f"INVALID_ARGUMENT: INVALID_JOB: client {cid}: {e.detail}", code="invalid_job",
+                       hint=f"compute node {e.node} holds another spec of the job than the curator showed this client; nothing was spent or sent") from None
     except LedgerError as e:
         raise CliError(f"the privacy ledger {ledger.path} cannot be used: {e}", hint="repair or restore the ledger file; nothing was sent") from None
     except NodesUnreachable as e:

@@ -136,7 +136,8 @@ MEANING: dict[int, str] = {
     P.BUDGET_EXCEEDED: "a party's privacy budget cannot pay the job's true (ε, δ)",
     P.JOB_FAILED: "the job has failed; its failure names the cause",
     P.INTERNAL: "a bug on the refusing side; its log has the cause",
-    P.INVALID_JOB: "a job specification that can never run (unknown dataset, another data schema, duplicate names, bad parameters)",
+    P.INVALID_JOB: "a job specification that can never run (unknown dataset, another data schema, duplicate names, bad parameters), or a DCA message "
+                   "bound to another specification of the job than the receiver holds (its spec digest)",
     P.NOT_READY: "the service is starting up; retry",
     P.OVERLOADED: "a per-caller or per-service limit is reached; retry later",
     P.CANCELLED: "the federation's operator cancelled the job (`mpdp jobs cancel`); charges already made are kept",

@@ -45,6 +45,7 @@ ROLES = roles_by_method(
         "CloseSubmissions": ("curator",),
         "GetPartialSum": ("curator",),
         "AbortJob": ("curator", "compute_node"),
+        "GetJobDigest": ("party", "operator"),
     },
 )
 NODE_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["ComputeNode"])
@@ -118,7 +119,8 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
         if machine.plan is not None and not await self._agree_verify_key(hosted):
             await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {request.job_id}: the compute nodes did not agree on its verify key in {KEY_SECONDS:g} s")
             await errors.refuse(context, common_pb2.PEER_UNREACHABLE, f"job {request.job_id}: no verify key from every compute node in {KEY_SECONDS:g} s")
-        log.info("job %s announced: d=%d, N=%d, T=%d, M=%d", request.job_id, machine.params.dimension, machine.params.clients, machine.params.max_missing, machine.params.M)
+        log.info("job %s announced: d=%d, N=%d, T=%d, M=%d, spec_digest %s", request.job_id, machine.params.dimension, machine.params.clients, machine.params.max_missing,
+                 machine.params.M, machine.params.spec_digest.hex())
         return common_pb2.Ack()
 
     async def _agree_verify_key(self, hosted: Hosted) -> bool:
@@ -150,6 +152,14 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
             return _node(hosted).partial_sum()
         except ProtocolError as e:
             await errors.abort(context, e)
+
+    # -- client → node, before it spends ----------------------------------------------------------------------
+    async def GetJobDigest(self, request: common_pb2.JobRef, context) -> pb.JobDigest:
+        """The spec digest of the job as this node was announced it (mpdp.dca.spec): a client compares it with the digest
+        of the spec it checked before it spends anything."""
+        await self._sender(context)
+        hosted = await self._job(request.job_id, context)
+        return pb.JobDigest(job_id=request.job_id, spec_digest=_node(hosted).params.spec_digest)
 
     # -- submissions ------------------------------------------------------------------------------------
     async def SubmitShares(self, request_iterator, context) -> pb.ShareReceipt:

@@ -146,6 +146,9 @@ class WorkerNode(ComputeNode):
     async def AbortJob(self, request, context):
         return await self._relay("AbortJob", request, context)
 
+    async def GetJobDigest(self, request, context):
+        return await self._relay("GetJobDigest", request, context)
+
     # -- orders from the coordinator -------------------------------------------------------------------
     async def follow(self) -> None:
         """Carry out the coordinator's orders until the link ends (then the node is stopping: so does this worker)."""
@@ -175,7 +178,7 @@ class WorkerNode(ComputeNode):
 
 RELAYED_RESPONSES: dict[str, type[Message]] = {"AnnounceJob": common_pb2.Ack, "ReportReceivedClients": common_pb2.Ack,
                      "ShareVerifyKeyPiece": common_pb2.Ack, "CloseSubmissions": common_pb2.Ack,
-                     "GetPartialSum": pb.PartialSum, "AbortJob": common_pb2.Ack}
+                     "GetPartialSum": pb.PartialSum, "AbortJob": common_pb2.Ack, "GetJobDigest": pb.JobDigest}
 assert set(RELAYED_RESPONSES) == set(RELAYED)
 
 

@@ -44,6 +44,7 @@ RELAYED: dict[str, type[Message]] = {  # the ComputeNode RPCs a worker relays: m
     "CloseSubmissions": pb.SubmissionsClose,
     "GetPartialSum": common_pb2.JobRef,
     "AbortJob": common_pb2.JobAbort,
+    "GetJobDigest": common_pb2.JobRef,
 }
 
 

@@ -176,7 +176,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         self.reaper.ensure_running()
         self.store.put_spec(job_id, request)
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
-        log.info("DCA job %s: d=%d N=%d T=%d M=%d ε=%g δ=%g mode=%s", job_id, params.dimension, params.clients, params.max_missing, params.M, params.epsilon, params.delta, params.mode)
+        log.info("DCA job %s: d=%d N=%d T=%d M=%d ε=%g δ=%g mode=%s spec_digest %s", job_id, params.dimension, params.clients, params.max_missing, params.M,
+                 params.epsilon, params.delta, params.mode, params.spec_digest.hex())
         # announce synchronously: when the ticket returns, every node knows the job and clients may submit
         async with hosted.lock:
             outputs = machine.announce()

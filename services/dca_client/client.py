@@ -228,12 +228,35 @@ async def submit_vector(
     return report
 
 
+async def confirm_spec(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams) -> None:
+    """Ask every compute node of the job (at the addresses of ``ann``, each checked by its certificate name) for the
+    digest of the spec it was announced, and compare each with the digest of ``params``, the spec this client checked
+    (:func:`mpdp.dca.spec.confirm`). Raises :class:`mpdp.dca.spec.SpecMismatch` naming the first node that answered
+    another digest, or the refusal of a node that did not answer (grpc.aio.AioRpcError: e.g. NOT_FOUND from a node
+    that does not hold the job); nothing has been spent or sent then."""
+    from mpdp.dca import spec
+
+    channels = _node_channels(ann, tls)
+    try:
+        async def one(k: int) -> bytes | None:
+            got = await pb_grpc.ComputeNodeStub(channels[k]).GetJobDigest(common_pb2.JobRef(job_id=params.job_id), timeout=30)
+            return got.spec_digest if got.job_id == params.job_id else None
+
+        answers = await asyncio.gather(*(one(k) for k in range(params.M)))
+    finally:
+        await asyncio.gather(*(c.close() for c in channels))
+    spec.confirm(params, {n: a for n, a in zip(params.nodes, answers) if a is not None})
+
+
 async def carry_out(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, outputs: list, spend: Callable[[tuple[dict, ...]], Awaitable[None]],
                     *, client_seconds: float = 0.0, handoff: Handoff | None = None, reach_seconds: float = REACH_SECONDS) -> SubmitReport:
     """Carry out a client machine's outputs in their order: connect to every compute node (:class:`NodesUnreachable`
-    after ``reach_seconds``, before anything is spent), its :class:`~mpdp.protocol.Spend` through ``spend``
-    (durable; a refusal raises and nothing after it is sent), then its shares, one stream per node. ``handoff``
-    records whether any share may have left (see :class:`Handoff`)."""
+    after ``reach_seconds``), have every node confirm it was announced the spec this client checked
+    (:func:`confirm_spec`; :class:`mpdp.dca.spec.SpecMismatch` otherwise) — both before anything is spent — then its
+    :class:`~mpdp.protocol.Spend` through ``spend`` (durable; a refusal raises and nothing after it is sent), then its
+    shares, one stream per node. ``handoff`` records whether any share may have left (see :class:`Handoff`)."""
+    if ann.job_id != params.job_id or tuple(ann.spec.compute_nodes) != params.nodes:
+        raise ValueError("the announcement is not of the job the client checked")
     spends: list[tuple[dict, ...]] = []
     sends: list[Send] = []
     for o in outputs:
@@ -246,6 +269,7 @@ async def carry_out(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams
     channels = _node_channels(ann, tls)
     try:
         await _reach(ann, channels, reach_seconds)
+        await confirm_spec(ann, tls, params)
         for entries in spends:
             await spend(entries)
         return await _send_shares(channels, params, sends, client_seconds, handoff or Handoff())
@@ -312,6 +336,7 @@ async def submit_cohort(
     if params.validation is not None:  # the proofs' kernels compiled (or loaded) before the first share is built
         await asyncio.to_thread(compile_kernels)
         t0 = time.perf_counter()
+    await confirm_spec(ann, tls, params)  # the simulated clients' shares are bound to this spec; the nodes must hold it
     id_bytes = max((len(c.encode()) for c in client_ids), default=0)
     size = batch_size_for(params.dimension, len(client_ids), batch_bytes, id_bytes, batch_size)
     rng = rng or (Drbg.from_seed(params.simulation_seed).child("cohort") if params.seeded else Drbg.from_os())
@@ -427,7 +452,7 @@ async def _submit_validated(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: D
                 v = msg.validated
                 packed = PackedShares(len(ids), v.measurements, v.proofs, v.share_seeds, v.blinds, v.joint_rand_parts)
                 rows = [packed.row(i) for i in range(len(ids))]
-                await queues[k].put([pb.ClientShare(job_id=msg.job_id, client_id=cid, validated=pb.ValidatedShare(
+                await queues[k].put([pb.ClientShare(job_id=msg.job_id, client_id=cid, spec_digest=msg.spec_digest, validated=pb.ValidatedShare(
                     measurement=r.measurement, proof=r.proof, share_seed=r.share_seed, blind=r.blind, joint_rand_parts=r.joint_rand_parts))
                     for cid, r in zip(ids, rows)])
             went(len(ids))
@@ -483,14 +508,14 @@ def _split(batch: pb.ShareBatch, d: int, ids: list[str] | None = None) -> Iterat
 
     The bytes field is read once: every read of a protobuf bytes field returns a fresh copy, so slicing
     ``batch.masked_vectors`` per client would copy the whole batch once per client (quadratic)."""
-    job_id = batch.job_id
+    job_id, digest = batch.job_id, batch.spec_digest
     ids = list(batch.client_ids) if ids is None else ids
     if batch.WhichOneof("shares") == "mask_seeds":
         data = memoryview(batch.mask_seeds)
         for j, cid in enumerate(ids):
-            yield pb.ClientShare(job_id=job_id, client_id=cid, mask_seed=bytes(data[32 * j : 32 * (j + 1)]))
+            yield pb.ClientShare(job_id=job_id, client_id=cid, spec_digest=digest, mask_seed=bytes(data[32 * j : 32 * (j + 1)]))
     else:
         w = 8 * d
         data = memoryview(batch.masked_vectors)
         for j, cid in enumerate(ids):
-            yield pb.ClientShare(job_id=job_id, client_id=cid, masked_vector=bytes(data[w * j : w * (j + 1)]))
+            yield pb.ClientShare(job_id=job_id, client_id=cid, spec_digest=digest, masked_vector=bytes(data[w * j : w * (j + 1)]))

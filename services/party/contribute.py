@@ -3,11 +3,12 @@ statistics, dp-gd rounds, ensemble votes and contribution rounds.
 
 :func:`contribute` carries out :class:`mpdp.contribution.Contributor`: fetch the DCA job as the curator announces
 it, hold it to the round the party accepted (roster, N, compute nodes, noise, seeding, the protocol's own check),
-precheck the charge, compute the vector off the event loop, connect to every compute node, spend the charge durably,
-then send the shares. A submission that fails once a share may have left keeps every entry of the charge, marked
-failed; one that fails after the spend but before any share was handed to the network (a cancelled call, a node
-lost in between) voids the entries it created (Party.settle_unsent; docs/protocols/accounting.md). Every refusal
-goes through the party's RPC ``context`` (the one error table) and names only the job's public parameters.
+precheck the charge, compute the vector off the event loop, connect to every compute node and have each confirm it was
+announced the spec the party checked (GetJobDigest; refused INVALID_JOB naming the node otherwise, nothing spent),
+spend the charge durably, then send the shares. A submission that fails once a share may have left keeps every entry
+of the charge, marked failed; one that fails after the spend but before any share was handed to the network (a
+cancelled call, a node lost in between) voids the entries it created (Party.settle_unsent; docs/protocols/accounting.md).
+Every refusal goes through the party's RPC ``context`` (the one error table) and names only the job's public parameters.
 
 :func:`dataset_for` and :func:`computed` are the steps around it that read the party's own data.
 """
@@ -25,6 +26,7 @@ from mpdp.contribution import AcceptedRound, Contributor
 from mpdp.data.dataset import DoesNotFit, SchemaMismatch, require_schema
 from mpdp.data.loaders import DatasetError
 from mpdp.dca.params import DcaParams
+from mpdp.dca.spec import SpecMismatch
 from mpdp.ledger import FAILED, LedgerError
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2
@@ -78,10 +80,13 @@ async def contribute(party: "Party", context, accepted: AcceptedRound, compute: 
         for entry in entries:  # each in one durable step of the ledger, before any share leaves
             spent.append(await party.hold(context, entry))
 
-    try:
+    try:  # every compute node reached, and confirming the spec this party checked, before anything is spent (mpdp.dca.spec)
         report = await carry_out(ann, tls, params, outputs, spend, handoff=handoff)
     except NodesUnreachable as e:  # before the spend: nothing charged
         await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its {what}: {e}")
+    except SpecMismatch as e:
+        await _failed(party, spent)  # nothing is spent before the nodes confirm: empty
+        await errors.refuse(context, e.problem, f"party {cfg.name}: DCA job {job}: {e.detail}")
     except grpc.aio.AioRpcError as e:
         await _settle(party, spent, handoff, f"could not submit its {what} ({e.code().name})")
         await errors.refuse(context, Problem.PEER_UNREACHABLE, f"party {cfg.name} could not submit its {what} ({e.code().name})")

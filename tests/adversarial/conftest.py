@@ -360,6 +360,14 @@ def cohort_job(fed: LocalFederation, n: int, d: int, batch: int, *, deadline: fl
     return job, params, list(cohort.batches(batch))
 
 
+def spec_digest_of(fed: LocalFederation, job_id: str) -> bytes:
+    """The spec digest of a DCA job as the curator shows it (GetJob, operator certificate): what a raw client's shares
+    must carry for the nodes to take them (mpdp.dca.spec)."""
+    with operator_curator(fed) as ch:
+        ann = dca_pb2_grpc.DcaCuratorStub(ch).GetJob(common_pb2.JobRef(job_id=job_id), timeout=30)
+    return DcaParams.from_spec(job_id, ann.spec).spec_digest
+
+
 def submit_batch(fed: LocalFederation, k: int, batch: dca_pb2.ShareBatch, timeout: float = 90.0) -> dca_pb2.ShareReceipt:
     """SubmitShareBatch to compute node ``NODES[k]`` with the federation's operator certificate (a load generator)."""
     with channel(fed, NODES[k], site_tls(fed, "operator")) as ch:

@@ -32,6 +32,7 @@ from .conftest import (client_ledger,
     pathak_spec,
     refused,
     site_tls,
+    spec_digest_of,
     submit_clients,
     submit_pathak,
     wait_dca,
@@ -147,7 +148,7 @@ def test_dca_client_off_the_roster_is_rejected_and_the_round_releases(fed):
     job = create_dca(fed, dca_spec(n=3, d=3, nodes=NODES, roster=PARTIES, deadline=30.0))
     for node in NODES:
         with channel(fed, node, mint(fed, "party", "party-9")) as ch:
-            share = dca_pb2.ClientShare(job_id=job, client_id="party-9", masked_vector=os.urandom(24))
+            share = dca_pb2.ClientShare(job_id=job, spec_digest=spec_digest_of(fed, job), client_id="party-9", masked_vector=os.urandom(24))
             try:
                 receipt = dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter([share]), timeout=20)
             except grpc.RpcError as e:

@@ -114,14 +114,14 @@ def _mallory(fed, job: str, attack: str) -> None:
     vp = params.validation
     assert vp is not None and vp.kind == "range"
     zero = np.zeros(params.dimension, dtype=np.int64)
-    meas = validation.encode_input(vp, zero, zero if vp.has_noise else None).astype(np.uint64)
+    meas = validation.encode_input(vp, zero).astype(np.uint64)
     over = (ROWS + 1) * 2**params.frac_bits  # ROWS + 1 rows in group a (count), or a sum of ROWS + 1 rows at the bound
     coord = 0 if attack == "count" else 3  # the count part, then the sum part (scaled by B = 100: one row at most 1)
     bits = vp.circuit.predicates[0].bits
     meas[coord * bits] = F.scalar(over + int(meas[coord * bits]))
     shares = validation.client_shares(vp, job, MALLORY, meas, params.M, seeded=params.seed_compressed)
     for node, s in zip(params.nodes, shares):
-        msg = dca_pb2.ClientShare(job_id=job, client_id=MALLORY, validated=dca_pb2.ValidatedShare(
+        msg = dca_pb2.ClientShare(job_id=job, client_id=MALLORY, spec_digest=params.spec_digest, validated=dca_pb2.ValidatedShare(
             measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts))
         with channel(fed, node, tls) as ch:
             receipt = dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter([msg]), timeout=30)

@@ -68,8 +68,8 @@ def _job(fed, n: int, deadline: float = 120.0, max_missing: int = 8) -> tuple[st
 
 def _stream(fed, k: int, batch, params: DcaParams, timeout: float = 90) -> dca_pb2.ShareReceipt:
     """The clients of a ShareBatch as one ClientShare each, on one SubmitShares stream."""
-    shares = [dca_pb2.ClientShare(job_id=batch.job_id, client_id=cid, masked_vector=batch.masked_vectors[D * 8 * j: D * 8 * (j + 1)])
-              if batch.masked_vectors else dca_pb2.ClientShare(job_id=batch.job_id, client_id=cid, mask_seed=batch.mask_seeds[32 * j: 32 * (j + 1)])
+    shares = [dca_pb2.ClientShare(job_id=batch.job_id, spec_digest=batch.spec_digest, client_id=cid, masked_vector=batch.masked_vectors[D * 8 * j: D * 8 * (j + 1)])
+              if batch.masked_vectors else dca_pb2.ClientShare(job_id=batch.job_id, spec_digest=batch.spec_digest, client_id=cid, mask_seed=batch.mask_seeds[32 * j: 32 * (j + 1)])
               for j, cid in enumerate(batch.client_ids)]
     with channel(fed, NODES[k], Endpoints.load(fed.workdir).tls) as ch:
         return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter(shares), timeout=timeout)

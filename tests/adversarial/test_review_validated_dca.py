@@ -39,13 +39,17 @@ from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
-from tests.adversarial.conftest import NODES, client_ledger, assert_all_serving, assert_status, channel, create_dca, dca_spec, mint, operator_curator, refused, wait_dca
+from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, client_ledger, create_dca, dca_spec, mint, operator_curator, refused,
+                                        spec_digest_of, wait_dca)
 
 D, F_BITS = 3, 16
 HONEST = ["rv-honest-1", "rv-honest-2", "rv-honest-3"]
 
 
 def _stream(fed, tls, node: str, shares: list[dca_pb2.ClientShare]) -> dca_pb2.ShareReceipt:
+    """Stream raw shares to a node, each bound to the job's spec as the curator shows it (the digest every share carries)."""
+    for s in shares:
+        s.spec_digest = spec_digest_of(fed, s.job_id)
     with channel(fed, node, tls) as ch:
         return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter(shares), timeout=30)
 
@@ -153,7 +157,7 @@ def test_a_node_equivocating_on_its_verify_key_piece_gets_every_client_rejected_
 
     def equivocate(src: Peer, send: Send):  # n2 tells n1 another piece than the one it tells n0 and uses itself
         if src.name == "n2" and send.to.name == "n1" and isinstance(send.message, dca_pb2.VerifyKeyPiece):
-            return dca_pb2.VerifyKeyPiece(job_id=prm.job_id, piece=other)
+            return dca_pb2.VerifyKeyPiece(job_id=prm.job_id, piece=other, spec_digest=prm.spec_digest)
         return send.message
 
     for m in nodes:
@@ -233,7 +237,7 @@ def test_a_node_verifies_no_proof_of_a_batched_share_it_refused(monkeypatch):
     def batch(ids: list[str]) -> dca_pb2.ShareBatch:
         meas = np.stack([validation.encode_input(plan, zeros)] * len(ids)).astype(np.uint64)
         pk = validation.client_shares_packed(plan, prm.job_id, ids, meas, prm.M, seeded=True)[node.k]
-        return dca_pb2.ShareBatch(job_id=prm.job_id, client_ids=ids, validated=dca_pb2.ValidatedShares(
+        return dca_pb2.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, client_ids=ids, validated=dca_pb2.ValidatedShares(
             measurements=pk.measurements, proofs=pk.proofs, share_seeds=pk.share_seeds, blinds=pk.blinds, joint_rand_parts=pk.joint_rand_parts))
 
     router = Peer("operator", "rv-router")

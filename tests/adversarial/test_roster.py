@@ -44,6 +44,7 @@ from tests.adversarial.conftest import (client_ledger,
     pathak_spec,
     refused,
     site_tls,
+    spec_digest_of,
     wait_dca,
 )
 
@@ -130,15 +131,16 @@ def _operator_shares(fed, job: str, clients: list[str], d: int) -> list[dca_pb2.
     """The operator streams a share for each of ``clients`` to every node, then sends the same as one batch."""
     out: list = []
     op = site_tls(fed, "operator")
+    digest = spec_digest_of(fed, job)  # bound to the job's spec: refused for the roster alone
     for node in NODES:
         with channel(fed, node, op) as ch:
             stub = dca_pb2_grpc.ComputeNodeStub(ch)
-            shares = [dca_pb2.ClientShare(job_id=job, client_id=c, masked_vector=bytes(8 * d)) for c in clients]
+            shares = [dca_pb2.ClientShare(job_id=job, spec_digest=digest, client_id=c, masked_vector=bytes(8 * d)) for c in clients]
             try:
                 out.append(stub.SubmitShares(iter(shares), timeout=20))
             except grpc.RpcError as e:
                 out.append(e)
-            batch = dca_pb2.ShareBatch(job_id=job, client_ids=clients, masked_vectors=bytes(8 * d * len(clients)))
+            batch = dca_pb2.ShareBatch(job_id=job, spec_digest=digest, client_ids=clients, masked_vectors=bytes(8 * d * len(clients)))
             try:
                 out.append(stub.SubmitShareBatch(batch, timeout=20))
             except grpc.RpcError as e:
@@ -172,7 +174,7 @@ def test_a_squatted_slot_stays_the_partys(fed):
     """The operator submits under party-3's name first (stream and batch, every node): refused; party-3's own
     shares are then accepted and the job releases the parties' sum (not a sum with the operator's garbage)."""
     job = create_dca(fed, dca_spec(n=3, d=3, roster=PARTIES, deadline=20.0))
-    squat = [dca_pb2.ClientShare(job_id=job, client_id="party-3", masked_vector=os.urandom(24))]
+    squat = [dca_pb2.ClientShare(job_id=job, spec_digest=spec_digest_of(fed, job), client_id="party-3", masked_vector=os.urandom(24))]
     for node in NODES:
         with channel(fed, node, site_tls(fed, "operator")) as ch:
             try:

@@ -42,7 +42,7 @@ def _mallory(params: DcaParams, job: str, ids: list[str]) -> list[dca_pb2.ShareB
     meas = validation.encode_inputs(plan, zeros).astype(np.uint64)
     meas[0, 0] = F.scalar(10**9 * 2**F_BITS + int(meas[0, 0]))
     packed = validation.client_shares_packed(plan, job, ids, meas, params.M, seeded=False)
-    return [dca_pb2.ShareBatch(job_id=job, client_ids=ids, validated=dca_pb2.ValidatedShares(
+    return [dca_pb2.ShareBatch(job_id=job, spec_digest=params.spec_digest, client_ids=ids, validated=dca_pb2.ValidatedShares(
         measurements=p.measurements, proofs=p.proofs, share_seeds=p.share_seeds, blinds=p.blinds, joint_rand_parts=p.joint_rand_parts)) for p in packed]
 
 

@@ -47,6 +47,7 @@ from tests.adversarial.conftest import (client_ledger,
     mint,
     operator_curator,
     refused,
+    spec_digest_of,
     wait_dca,
 )
 
@@ -60,6 +61,9 @@ def _announcement(fed, tls, job: str) -> dca_pb2.DcaJobAnnouncement:
 
 
 def _stream(fed, tls, node: str, shares: list[dca_pb2.ClientShare]) -> dca_pb2.ShareReceipt:
+    """Stream raw shares to a node, each bound to the job's spec as the curator shows it (the digest every share carries)."""
+    for s in shares:
+        s.spec_digest = spec_digest_of(fed, s.job_id)
     with channel(fed, node, tls) as ch:
         return dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter(shares), timeout=30)
 
@@ -131,7 +135,7 @@ def test_a_router_batch_into_a_validated_job_is_refused_cleanly(fed):
     job = create_dca(fed, dca_spec(n=3, d=D, deadline=30.0, noise=dca_pb2.DISCRETE_GAUSSIAN, validate=dca_pb2.VALIDATE_RANGE, fractional_bits=F_BITS,
                                    sensitivity=2.0))
     ep = Endpoints.load(fed.workdir)
-    batch = dca_pb2.ShareBatch(job_id=job, client_ids=["r-1", "r-2"], masked_vectors=bytes(16 * D))
+    batch = dca_pb2.ShareBatch(job_id=job, spec_digest=spec_digest_of(fed, job), client_ids=["r-1", "r-2"], masked_vectors=bytes(16 * D))
     with channel(fed, NODES[0], ep.tls) as ch:
         e = refused(lambda: dca_pb2_grpc.ComputeNodeStub(ch).SubmitShareBatch(batch, timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, "r-1")

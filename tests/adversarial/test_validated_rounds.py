@@ -232,7 +232,7 @@ def _raw_vote(fed, job: str, vote: np.ndarray) -> None:
 def _send(fed, tls, params: DcaParams, job: str, meas: np.ndarray) -> None:
     shares = validation.client_shares(params.validation, job, MALLORY, meas, params.M, seeded=params.seed_compressed)
     for node, s in zip(params.nodes, shares):
-        msg = dca_pb2.ClientShare(job_id=job, client_id=MALLORY, validated=dca_pb2.ValidatedShare(
+        msg = dca_pb2.ClientShare(job_id=job, client_id=MALLORY, spec_digest=params.spec_digest, validated=dca_pb2.ValidatedShare(
             measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts))
         with channel(fed, node, tls) as ch:
             receipt = dca_pb2_grpc.ComputeNodeStub(ch).SubmitShares(iter([msg]), timeout=30)

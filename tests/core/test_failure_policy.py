@@ -140,16 +140,20 @@ def _same(a, b) -> bool:
     return all(np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y for x, y in zip(a, b, strict=True))
 
 
-def _dca_outsiders(job_id: str, cid: str, peer: str) -> list[tuple[Peer, object, int]]:
+def _dca_outsiders(job_id: str, cid: str, peer: str, digest: bytes) -> list[tuple[Peer, object, int]]:
     abort = common_pb2.JobAbort(job_id=job_id, problem=Problem.JOB_FAILED, detail="kill")
     return [
-        (Peer("compute_node", "node-z"), dca_pb2.ReceivedClients(job_id=job_id, sequence=0, client_ids=[cid], final=True, total=1, digest=b"\0" * 32), Problem.WRONG_ROLE),
+        (Peer("compute_node", "node-z"), dca_pb2.ReceivedClients(job_id=job_id, spec_digest=digest, sequence=0, client_ids=[cid], final=True, total=1, digest=b"\0" * 32), Problem.WRONG_ROLE),
         (Peer("compute_node", "node-z"), abort, Problem.WRONG_ROLE),
         (Peer("party", cid), abort, Problem.WRONG_ROLE),  # a client may not abort a job
         (Peer("party", cid), dca_pb2.SubmissionsClose(job_id=job_id), Problem.WRONG_ROLE),  # nor close it
-        (Peer("operator", "router-0"), dca_pb2.ReceivedClients(job_id=job_id, sequence=0), Problem.WRONG_ROLE),
-        (Peer("party", "p9"), dca_pb2.ClientShare(job_id=job_id, client_id="p9", masked_vector=b"\0" * 31), Problem.MALFORMED),  # a bad share (late: STEP_OUT_OF_ORDER)
+        (Peer("operator", "router-0"), dca_pb2.ReceivedClients(job_id=job_id, spec_digest=digest, sequence=0), Problem.WRONG_ROLE),
+        (Peer("party", "p9"), dca_pb2.ClientShare(job_id=job_id, spec_digest=digest, client_id="p9", masked_vector=b"\0" * 31), Problem.MALFORMED),  # a bad share (late: STEP_OUT_OF_ORDER)
         (Peer("compute_node", peer), dca_pb2.ReceivedClients(job_id="other-job", sequence=0), Problem.UNKNOWN_JOB),
+        # bound to another spec of the job (spec digest): refused, the job untouched, whether a client's or a node's
+        (Peer("party", cid), dca_pb2.ClientShare(job_id=job_id, spec_digest=bytes(32), client_id=cid, masked_vector=b"\0" * 32), Problem.INVALID_JOB),
+        (Peer("operator", "router-0"), dca_pb2.ShareBatch(job_id=job_id, client_ids=[cid], masked_vectors=b"\0" * 32), Problem.INVALID_JOB),
+        (Peer("compute_node", peer), dca_pb2.ReceivedClients(job_id=job_id, spec_digest=digest[::-1], sequence=0, client_ids=[cid]), Problem.INVALID_JOB),
     ]
 
 
@@ -162,11 +166,11 @@ def test_dca_outsiders_and_clients_cannot_touch_a_job_which_then_releases_the_sa
     def attack(sender: Peer, to: Peer, msg):
         machine = attacked_nodes.get(to.name)
         if machine is not None and not machine.terminal:
-            for s, m, problem in _dca_outsiders(p.job_id, "client-000001", next(n for n in NODES if n != to.name)):
+            for s, m, problem in _dca_outsiders(p.job_id, "client-000001", next(n for n in NODES if n != to.name), p.spec_digest):
                 before = _node_snapshot(machine)
                 with pytest.raises(ProtocolError) as e:
                     machine.receive(s, m)
-                late = machine.state != "AWAIT_SHARES" and isinstance(m, dca_pb2.ClientShare)
+                late = machine.state != "AWAIT_SHARES" and isinstance(m, dca_pb2.ClientShare) and problem != Problem.INVALID_JOB
                 assert e.value.problem == (Problem.STEP_OUT_OF_ORDER if late else problem), e.value.detail
                 assert _same(before, _node_snapshot(machine)) and not machine.failed
                 refused.append(problem)
@@ -228,8 +232,8 @@ def test_dca_node_replay_fails_but_a_client_replay_does_not():
         a.receive(Peer("party", "client-000000"), share)
     assert e.value.problem == Problem.REPLAY and not a.failed
     b = Peer("compute_node", NODES[1])
-    a.receive(b, dca_pb2.ReceivedClients(job_id=p.job_id, sequence=0, client_ids=["client-000000"]))
+    a.receive(b, dca_pb2.ReceivedClients(job_id=p.job_id, spec_digest=p.spec_digest, sequence=0, client_ids=["client-000000"]))
     with pytest.raises(ProtocolError) as e:
-        a.receive(b, dca_pb2.ReceivedClients(job_id=p.job_id, sequence=0, client_ids=["client-000001"]))
+        a.receive(b, dca_pb2.ReceivedClients(job_id=p.job_id, spec_digest=p.spec_digest, sequence=0, client_ids=["client-000001"]))
     assert e.value.problem == Problem.REPLAY and a.failed
     assert {n.to for n in e.value.notices} == {CURATOR, b, Peer("compute_node", NODES[2])}

@@ -135,7 +135,7 @@ def test_roster_range_params():
 
 
 def _batch(p, idx, d=4):
-    return pb.ShareBatch(job_id="job-1", client_indices=np.asarray(idx, dtype="<u4").tobytes(), masked_vectors=b"\x01" * (8 * d * len(idx)))
+    return pb.ShareBatch(job_id="job-1", spec_digest=p.spec_digest, client_indices=np.asarray(idx, dtype="<u4").tobytes(), masked_vectors=b"\x01" * (8 * d * len(idx)))
 
 
 def test_batches_by_index_are_accounted_per_client():
@@ -149,10 +149,10 @@ def test_batches_by_index_are_accounted_per_client():
     assert [(x.client_id, x.problem) for x in r.rejected] == [("client-000002", Problem.REPLAY), ("client-000003", Problem.REPLAY), ("#20", Problem.WRONG_ROLE)]
     # a party's single share by its certificate name maps to the same index: a replay of a batched client
     with pytest.raises(ProtocolError) as e:
-        a.receive(Peer("party", "client-000004"), pb.ClientShare(job_id="job-1", client_id="client-000004", masked_vector=b"\0" * 32))
+        a.receive(Peer("party", "client-000004"), pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id="client-000004", masked_vector=b"\0" * 32))
     assert e.value.problem == Problem.REPLAY
     with pytest.raises(ProtocolError) as e:  # an outsider
-        a.receive(Peer("party", "client-x"), pb.ClientShare(job_id="job-1", client_id="client-x", masked_vector=b"\0" * 32))
+        a.receive(Peer("party", "client-x"), pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id="client-x", masked_vector=b"\0" * 32))
     assert e.value.problem == Problem.WRONG_ROLE
     # both names at once, and indices in a job without a roster, are malformed
     both = _batch(p, [5])
@@ -160,9 +160,10 @@ def test_batches_by_index_are_accounted_per_client():
     with pytest.raises(ProtocolError) as e:
         a.receive(router, both)
     assert e.value.problem == Problem.MALFORMED
-    b = ComputeNodeMachine(make_params(clients=20, max_missing=4), NODES[0])
+    plain = make_params(clients=20, max_missing=4)
+    b = ComputeNodeMachine(plain, NODES[0])
     with pytest.raises(ProtocolError) as e:
-        b.receive(router, _batch(p, [5]))
+        b.receive(router, _batch(plain, [5]))
     assert e.value.problem == Problem.MALFORMED
     assert not b.failed and not a.failed  # a router's bad batch fails nobody
 
@@ -171,13 +172,13 @@ def test_reports_by_index_are_checked():
     p = make_params(clients=20, max_missing=4, roster_range=("client-", 6))
     B = Peer("compute_node", NODES[1])
     a = ComputeNodeMachine(p, NODES[0])
-    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, index_runs=[0, 5]))
+    a.receive(B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=0, index_runs=[0, 5]))
     with pytest.raises(ProtocolError) as e:
-        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=1, bitmap_start=0, bitmap=b"\x10"))  # index 4 again
+        a.receive(B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=1, bitmap_start=0, bitmap=b"\x10"))  # index 4 again
     assert e.value.problem == Problem.MALFORMED and a.failed
     c = ComputeNodeMachine(p, NODES[0])
     with pytest.raises(ProtocolError) as e:
-        c.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000001"]))  # ids in a roster job
+        c.receive(B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=0, client_ids=["client-000001"]))  # ids in a roster job
     assert e.value.problem == Problem.MALFORMED and c.failed
 
 

@@ -86,15 +86,15 @@ def test_replay_wrong_dimension_unknown_job_wrong_sender(job):
     assert isinstance(outs[0], Reply) and outs[0].message.accepted == 1
     refused(a, me, m, Problem.REPLAY)
     other = client_messages(p, 1)[NODES[0]]
-    short = pb.ClientShare(job_id="job-1", client_id=other.client_id, masked_vector=other.masked_vector[:-8])
+    short = pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id=other.client_id, masked_vector=other.masked_vector[:-8])
     e = refused(a, Peer("party", other.client_id), short, Problem.MALFORMED)
     assert "dimension" in e.detail
     refused(a, Peer("party", other.client_id), pb.ClientShare(job_id="job-2", client_id=other.client_id, masked_vector=other.masked_vector), Problem.UNKNOWN_JOB)
     refused(a, Peer("party", "client-999999"), other, Problem.WRONG_ROLE)  # submitting for someone else
-    refused(a, Peer("party", other.client_id), pb.ClientShare(job_id="job-1", client_id=other.client_id, mask_seed=b"s" * 32), Problem.MALFORMED)
+    refused(a, Peer("party", other.client_id), pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id=other.client_id, mask_seed=b"s" * 32), Problem.MALFORMED)
     refused(a, Peer("compute_node", "stranger"), other, Problem.WRONG_ROLE)
     refused(a, Peer("party", other.client_id), pb.PartialSum(job_id="job-1"), Problem.WRONG_ROLE)  # a node never takes q_k
-    refused(a, Peer("party", other.client_id), pb.ShareBatch(job_id="job-1"), Problem.WRONG_ROLE)  # batches come from routers
+    refused(a, Peer("party", other.client_id), pb.ShareBatch(job_id="job-1", spec_digest=p.spec_digest), Problem.WRONG_ROLE)  # batches come from routers
     a.receive(Peer("party", other.client_id), other)  # the well-formed share is still taken
     assert a.received == 2
 
@@ -116,9 +116,9 @@ def test_roster_and_seed_nodes():
     m = client_messages(p, 0)
     assert m[NODES[0]].WhichOneof("share") == "masked_vector" and m[NODES[1]].WhichOneof("share") == "mask_seed"
     b.receive(Peer("party", roster[0]), m[NODES[1]])
-    refused(b, Peer("party", roster[1]), pb.ClientShare(job_id="job-1", client_id=roster[1], masked_vector=m[NODES[0]].masked_vector), Problem.MALFORMED)
-    refused(a, Peer("party", roster[0]), pb.ClientShare(job_id="job-1", client_id=roster[0], mask_seed=b"x" * 31), Problem.MALFORMED)
-    refused(a, Peer("party", "intruder"), pb.ClientShare(job_id="job-1", client_id="intruder", masked_vector=m[NODES[0]].masked_vector), Problem.WRONG_ROLE)
+    refused(b, Peer("party", roster[1]), pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id=roster[1], masked_vector=m[NODES[0]].masked_vector), Problem.MALFORMED)
+    refused(a, Peer("party", roster[0]), pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id=roster[0], mask_seed=b"x" * 31), Problem.MALFORMED)
+    refused(a, Peer("party", "intruder"), pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id="intruder", masked_vector=m[NODES[0]].masked_vector), Problem.WRONG_ROLE)
     with pytest.raises(InvalidJob, match="roster"):
         ClientMachine(p, "intruder", np.zeros(p.dimension), Drbg.from_seed(0))
 
@@ -130,7 +130,7 @@ def test_batch_accounts_per_client(job):
     a.receive(Peer("party", msgs[0].client_id), msgs[0])
     ids = [msgs[0].client_id, msgs[1].client_id, msgs[1].client_id, "", msgs[2].client_id, msgs[3].client_id]
     vecs = [msgs[0].masked_vector, msgs[1].masked_vector, msgs[1].masked_vector, msgs[1].masked_vector, msgs[2].masked_vector, msgs[3].masked_vector]
-    outs = a.receive(Peer("operator", "router-0"), pb.ShareBatch(job_id="job-1", client_ids=ids, masked_vectors=b"".join(vecs)))
+    outs = a.receive(Peer("operator", "router-0"), pb.ShareBatch(job_id="job-1", spec_digest=p.spec_digest, client_ids=ids, masked_vectors=b"".join(vecs)))
     receipt = outs[0].message
     assert receipt.accepted == 3
     assert [(r.client_id, r.problem) for r in receipt.rejected] == [
@@ -140,9 +140,9 @@ def test_batch_accounts_per_client(job):
     ]
     assert a.received == 4 and not a.failed
     # a batch whose length does not match its ids is refused whole, without change
-    refused(a, Peer("operator", "router-0"), pb.ShareBatch(job_id="job-1", client_ids=["client-x"], masked_vectors=b"\x00" * 8), Problem.MALFORMED)
+    refused(a, Peer("operator", "router-0"), pb.ShareBatch(job_id="job-1", spec_digest=p.spec_digest, client_ids=["client-x"], masked_vectors=b"\x00" * 8), Problem.MALFORMED)
     # more than N clients: the surplus is refused as late (N = 5 and 4 are in)
-    more = pb.ShareBatch(job_id="job-1", client_ids=["client-y", "client-z"], masked_vectors=b"\x00" * (16 * p.dimension))
+    more = pb.ShareBatch(job_id="job-1", spec_digest=p.spec_digest, client_ids=["client-y", "client-z"], masked_vectors=b"\x00" * (16 * p.dimension))
     receipt = a.receive(Peer("operator", "router-0"), more)[0].message
     assert receipt.accepted == 1 and receipt.rejected[0].problem == Problem.STEP_OUT_OF_ORDER
     assert a.state == "AWAIT_RECEIVED_SETS"  # N reached: the node closed by itself
@@ -151,8 +151,8 @@ def test_batch_accounts_per_client(job):
 def test_empty_batch_must_be_empty(job):
     p, nodes = job
     a = nodes[NODES[0]]
-    assert a.receive(Peer("operator", "r"), pb.ShareBatch(job_id="job-1"))[0].message.accepted == 0
-    refused(a, Peer("operator", "r"), pb.ShareBatch(job_id="job-1", masked_vectors=b"\x00" * 8 * p.dimension), Problem.MALFORMED)
+    assert a.receive(Peer("operator", "r"), pb.ShareBatch(job_id="job-1", spec_digest=p.spec_digest))[0].message.accepted == 0
+    refused(a, Peer("operator", "r"), pb.ShareBatch(job_id="job-1", spec_digest=p.spec_digest, masked_vectors=b"\x00" * 8 * p.dimension), Problem.MALFORMED)
 
 
 def test_fail_from_outside_notifies_and_never_releases(job):
@@ -191,11 +191,11 @@ def test_job_releases_after_rejections(job):
 def test_peer_misbehaviour_fails_the_job_and_failed_never_releases(job):
     p, nodes = job
     a = nodes[NODES[0]]
-    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=1, client_ids=["client-000001"]))
-    refused(a, Peer("compute_node", "stranger"), pb.ReceivedClients(job_id="job-1", sequence=2), Problem.WRONG_ROLE)  # not a node of the job
+    a.receive(B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=1, client_ids=["client-000001"]))
+    refused(a, Peer("compute_node", "stranger"), pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=2), Problem.WRONG_ROLE)  # not a node of the job
     refused(a, B, pb.ReceivedClients(job_id="job-2", sequence=2), Problem.UNKNOWN_JOB)  # another job's message
     with pytest.raises(ProtocolError) as e:
-        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=3, client_ids=["client-000001"]))  # same client twice
+        a.receive(B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=3, client_ids=["client-000001"]))  # same client twice
     assert e.value.problem == Problem.MALFORMED and a.failed
     notices = e.value.notices
     assert {o.to for o in notices} == {CURATOR, B, C} and all(isinstance(o.message, common_pb2.JobAbort) for o in notices)
@@ -213,9 +213,9 @@ def test_a_node_replaying_its_report_fails_the_job(job):
     """A participant's replay fails the job closed (one failure policy, mpdp.protocol)."""
     p, nodes = job
     a = nodes[NODES[0]]
-    a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000001"]))
+    a.receive(B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=0, client_ids=["client-000001"]))
     with pytest.raises(ProtocolError) as e:
-        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000002"]))
+        a.receive(B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=0, client_ids=["client-000002"]))
     assert e.value.problem == Problem.REPLAY and a.failed and a.error.problem == Problem.REPLAY
 
 
@@ -223,7 +223,7 @@ def test_final_set_must_match_its_digest(job):
     p, nodes = job
     a = nodes[NODES[0]]
     with pytest.raises(ProtocolError) as e:
-        a.receive(B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000001"], final=True, total=1, digest=b"\x00" * 32))
+        a.receive(B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=0, client_ids=["client-000001"], final=True, total=1, digest=b"\x00" * 32))
     assert e.value.problem == Problem.MALFORMED and a.failed
 
 
@@ -302,8 +302,8 @@ def test_fuzz_any_input_gives_outputs_or_a_protocol_error(seed):
         m = client_messages(p, i)[NODES[0]]
         base.append((Peer("party", m.client_id), m))
     base += [
-        (B, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000001", "client-000002"])),
-        (C, pb.ReceivedClients(job_id="job-1", sequence=0, client_ids=["client-000003"], final=True, total=1, digest=sharing.set_digest(["client-000003"]))),
+        (B, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=0, client_ids=["client-000001", "client-000002"])),
+        (C, pb.ReceivedClients(job_id="job-1", spec_digest=p.spec_digest, sequence=0, client_ids=["client-000003"], final=True, total=1, digest=sharing.set_digest(["client-000003"]))),
         (CURATOR, pb.SubmissionsClose(job_id="job-1")),
     ]
     a = ComputeNodeMachine(p, NODES[0], report_every=2)

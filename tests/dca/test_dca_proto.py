@@ -38,16 +38,19 @@ MESSAGES = {
     ),
     "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"},
                                                         verify_key=b"\x09" * 32),
-    "VerifyKeyPiece": lambda: pb.VerifyKeyPiece(job_id="j", piece=b"\x0a" * 32),
+    "VerifyKeyPiece": lambda: pb.VerifyKeyPiece(job_id="j", piece=b"\x0a" * 32, spec_digest=b"\x0b" * 32),
+    "JobDigest": lambda: pb.JobDigest(job_id="j", spec_digest=b"\x0b" * 32),
     "SubmissionsClose": lambda: pb.SubmissionsClose(job_id="j"),
-    "ClientShare": lambda: pb.ClientShare(job_id="j", client_id="c1", masked_vector=VEC),
+    "ClientShare": lambda: pb.ClientShare(job_id="j", client_id="c1", masked_vector=VEC, spec_digest=b"\x0b" * 32),
     "ValidatedShare": lambda: pb.ValidatedShare(measurement=VEC, proof=VEC, share_seed=b"\x04" * 32, blind=b"\x05" * 32, joint_rand_parts=b"\x06" * 96),
-    "ShareBatch": lambda: pb.ShareBatch(job_id="j", client_ids=["c1", "c2"], mask_seeds=b"\x01" * 64, client_indices=b"\x01\0\0\0"),
+    "ShareBatch": lambda: pb.ShareBatch(job_id="j", client_ids=["c1", "c2"], mask_seeds=b"\x01" * 64, client_indices=b"\x01\0\0\0",
+                                      spec_digest=b"\x0b" * 32),
     "ValidatedShares": lambda: pb.ValidatedShares(measurements=VEC, proofs=VEC, share_seeds=b"\x04" * 64, blinds=b"\x05" * 64, joint_rand_parts=b"\x06" * 192),
     "ShareReceipt": lambda: pb.ShareReceipt(job_id="j", accepted=3, rejected=[pb.ShareRejection(client_id="c9", problem=common_pb2.REPLAY, detail="again")]),
     "ShareRejection": lambda: pb.ShareRejection(client_id="c9", problem=common_pb2.MALFORMED, detail="short"),
     "ReceivedClients": lambda: pb.ReceivedClients(job_id="j", sequence=4, client_ids=["a", "b"], final=True, total=9, digest=b"\x02" * 32,
-                                                  index_runs=[3, 5, 100, 2], bitmap_start=8, bitmap=b"\x81", verifier_shares=b"\x08" * 16),
+                                                  index_runs=[3, 5, 100, 2], bitmap_start=8, bitmap=b"\x81", verifier_shares=b"\x08" * 16,
+                                                  spec_digest=b"\x0b" * 32),
     "RosterRange": lambda: pb.RosterRange(prefix="client-", digits=6),
     "PartialSum": lambda: pb.PartialSum(job_id="j", partial_sum=VEC, clients_included=17, agreed_set_digest=b"\x03" * 32, clients_rejected=1),
     "NodeRegistration": lambda: pb.NodeRegistration(address="node-a.example.org:7300"),
@@ -99,7 +102,8 @@ def test_services_are_complete():
     svc = pb.DESCRIPTOR.services_by_name
     node = {m.name: m for m in svc["ComputeNode"].methods}
     assert set(node) == {"AnnounceJob", "SubmitShares", "SubmitShareBatch", "ReportReceivedClients", "ShareVerifyKeyPiece", "CloseSubmissions", "GetPartialSum",
-                         "AbortJob"}
+                         "AbortJob", "GetJobDigest"}
+    assert node["GetJobDigest"].input_type.name == "JobRef" and node["GetJobDigest"].output_type.name == "JobDigest"
     assert node["SubmitShares"].client_streaming and not node["SubmitShares"].server_streaming
     assert node["SubmitShares"].input_type.name == "ClientShare" and node["SubmitShares"].output_type.name == "ShareReceipt"
     assert node["SubmitShareBatch"].output_type.name == "ShareReceipt"

@@ -90,10 +90,11 @@ def test_clean_runs_take_the_fast_path_and_match(seed_compressed, node):
 def test_bad_runs_fall_back_and_match():
     p = make_params(clients=12, max_missing=2)
     good = shares_for(p, NODES[0], [f"c{i}" for i in range(14)])
-    wrong_dim = pb.ClientShare(job_id=p.job_id, client_id="w", masked_vector=b"\x00" * 8)
-    seed_kind = pb.ClientShare(job_id=p.job_id, client_id="k", mask_seed=b"\x00" * 32)
+    wrong_dim = pb.ClientShare(job_id=p.job_id, spec_digest=p.spec_digest, client_id="w", masked_vector=b"\x00" * 8)
+    seed_kind = pb.ClientShare(job_id=p.job_id, spec_digest=p.spec_digest, client_id="k", mask_seed=b"\x00" * 32)
     foreign = pb.ClientShare(job_id="other", client_id="f", masked_vector=good[0].masked_vector)
-    runs = [good[:3], [good[3], good[3], wrong_dim, seed_kind, foreign, good[4]], good[2:5], good[5:14]]  # replays, too many
+    other_spec = pb.ClientShare(job_id=p.job_id, spec_digest=bytes(32), client_id="o", masked_vector=good[0].masked_vector)
+    runs = [good[:3], [good[3], good[3], wrong_dim, seed_kind, foreign, other_spec, good[4]], good[2:5], good[5:14]]  # replays, too many
     a, b = both(p, NODES[0], ROUTER, runs)
     assert b.received == 12 and not b.failed
 
@@ -111,6 +112,7 @@ def test_party_sender_and_roster():
     r = make_params(clients=6, max_missing=1, roster_range=("c", 1))  # a range roster (simulated clients) may be relayed
     ranged = shares_for(r, NODES[0], [r.roster_id(i) for i in range(6)])
     outsider = shares_for(make_params(clients=7, max_missing=1), NODES[0], ["zz"])
+    outsider[0].spec_digest = r.spec_digest  # the roster, not the spec, refuses it here
     seen = []
     a, _ = both(r, NODES[0], ROUTER, [outsider + ranged[2:4]], seen)  # off the roster
     assert seen == [(2, [(0, Problem.WRONG_ROLE)])] and a.received == 2 and not a.failed

@@ -10,6 +10,8 @@ length is refused at its node (the client is then missing, like a dropout).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -90,8 +92,8 @@ def _attack(prm: DcaParams, victims: dict[str, str]):
             bad[3] = 10**9
             return validation.client_shares(plan, prm.job_id, cid, bad, prm.M, seeded=prm.seed_compressed)
         if how == "other-circuit":  # a valid proof, for a circuit that allows 10^9 units
-            wide = validation.plan("range", d=D, clip_bounds=(2.0**14,), frac_bits=16, noise_tail=0,
-                                   clients=N, rounding_sq=0.0)
+            wide = dataclasses.replace(validation.plan("range", d=D, clip_bounds=(2.0**14,), frac_bits=16, noise_tail=0,
+                                                       clients=N, rounding_sq=0.0), spec_digest=prm.spec_digest)  # bound to the job's spec
             if wide.circuit.meas_len != plan.circuit.meas_len:
                 big = validation.encode_input(wide, np.full(D, 10**9, dtype=np.int64))
                 return validation.client_shares(wide, prm.job_id, cid, big, prm.M, seeded=prm.seed_compressed)
@@ -123,7 +125,7 @@ def _attack(prm: DcaParams, victims: dict[str, str]):
             forged_msgs = made[msg.client_id]
             if forged_msgs is None:
                 return msg
-            out = pb.ClientShare(job_id=msg.job_id, client_id=msg.client_id)
+            out = pb.ClientShare(job_id=msg.job_id, client_id=msg.client_id, spec_digest=msg.spec_digest)
             out.validated.CopyFrom(forged_msgs[prm.nodes.index(recipient.name)])
             return out
         return msg
@@ -288,7 +290,7 @@ def test_a_votes_job_sums_one_vote_per_point_and_rejects_a_two_hot_point():
 
     def tamper(sender, recipient, msg):
         if isinstance(msg, pb.ClientShare) and msg.client_id == ids[2]:
-            out = pb.ClientShare(job_id=msg.job_id, client_id=msg.client_id)
+            out = pb.ClientShare(job_id=msg.job_id, client_id=msg.client_id, spec_digest=msg.spec_digest)
             out.validated.CopyFrom(forged[prm.nodes.index(recipient.name)])
             return out
         return msg
@@ -324,10 +326,11 @@ def test_the_verify_key_is_the_nodes_own_hash_of_every_piece():
     for src, outs in sent.items():
         for o in outs:
             by_peer[o.to].receive(src, o.message)
-    want = validation.verify_key(prm.job_id, [pieces[k] for k in range(3)])
+    want = validation.verify_key(prm.job_id, [pieces[k] for k in range(3)], prm.spec_digest)
     assert all(n.key_ready and n._verify_key == want for n in nodes)
-    assert validation.verify_key(prm.job_id, [pieces[k] for k in (1, 0, 2)]) != want  # node order is part of the key
-    assert validation.verify_key("another-job", [pieces[k] for k in range(3)]) != want
+    assert validation.verify_key(prm.job_id, [pieces[k] for k in (1, 0, 2)], prm.spec_digest) != want  # node order is part of the key
+    assert validation.verify_key("another-job", [pieces[k] for k in range(3)], prm.spec_digest) != want
+    assert validation.verify_key(prm.job_id, [pieces[k] for k in range(3)], bytes(32)) != want  # and the job's spec
 
 
 def test_no_share_is_taken_before_the_key_and_a_bad_piece_fails_the_job():
@@ -340,12 +343,12 @@ def test_no_share_is_taken_before_the_key_and_a_bad_piece_fails_the_job():
     assert e.value.problem == Problem.STEP_OUT_OF_ORDER and nodes[0].received == 0 and not nodes[0].failed
     peer = Peer("compute_node", prm.nodes[1])
     with pytest.raises(RemoteProtocolError) as e:
-        nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, piece=b"\x01" * 31))
+        nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, spec_digest=prm.spec_digest, piece=b"\x01" * 31))
     assert e.value.problem == Problem.MALFORMED and nodes[0].failed  # a participant's bad message fails the job
     _, nodes = _nodes(prm)
-    nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, piece=b"\x01" * 32))
+    nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, spec_digest=prm.spec_digest, piece=b"\x01" * 32))
     with pytest.raises(RemoteProtocolError) as e:  # a second piece (another key) from the same node
-        nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, piece=b"\x02" * 32))
+        nodes[0].receive(peer, pb.VerifyKeyPiece(job_id=prm.job_id, spec_digest=prm.spec_digest, piece=b"\x02" * 32))
     assert e.value.problem == Problem.REPLAY and nodes[0].failed
     with pytest.raises(InvalidJob):  # a key chosen by whoever announces the job is refused
         ComputeNodeMachine.from_announcement(prm.nodes[0], pb.DcaJobAnnouncement(job_id=prm.job_id, spec=prm.to_spec(), verify_key=b"\x03" * 32))

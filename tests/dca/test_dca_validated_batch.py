@@ -153,7 +153,7 @@ def test_a_batch_of_the_wrong_shape_or_kind_is_refused_whole():
     short = pb.ShareBatch()
     short.CopyFrom(msgs[0])
     short.validated.blinds = short.validated.blinds[:-1]
-    for bad in (short, pb.ShareBatch(job_id=prm.job_id, client_ids=ids, masked_vectors=bytes(24 * D))):
+    for bad in (short, pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, client_ids=ids, masked_vectors=bytes(24 * D))):
         with pytest.raises(RemoteProtocolError) as e:
             nodes[0].receive(ROUTER, bad)
         assert e.value.problem == Problem.MALFORMED and "client-" not in e.value.detail
@@ -161,7 +161,7 @@ def test_a_batch_of_the_wrong_shape_or_kind_is_refused_whole():
     plain = DcaParams(job_id="plain", dimension=D, clients=N, max_missing=T, nodes=("n0", "n1", "n2"), epsilon=1.0, delta=1e-5, sensitivity=2.0)
     node = ComputeNodeMachine(plain, "n0")
     with pytest.raises(RemoteProtocolError) as e:
-        node.receive(ROUTER, pb.ShareBatch(job_id="plain", client_ids=ids, validated=msgs[0].validated))
+        node.receive(ROUTER, pb.ShareBatch(job_id="plain", spec_digest=plain.spec_digest, client_ids=ids, validated=msgs[0].validated))
     assert e.value.problem == Problem.MALFORMED
 
 
@@ -196,12 +196,14 @@ def test_decide_many_is_decide_client_by_client():
 def test_expand_shares_is_expand_share_row_by_row():
     plan = _params("range", seed_compressed=True).validation
     seeds = [os.urandom(validation.SEED) for _ in range(5)]
-    binds = [validation.binder("vb-range", f"client-{i:06d}") for i in range(5)]
+    binds = [validation.binder("vb-range", f"client-{i:06d}", plan.spec_digest) for i in range(5)]
     meas, proof = validation.expand_shares(plan, seeds, binds, 2)
     for i in range(5):
         one_m, one_p = validation.expand_share(plan, seeds[i], binds[i], 2)
         assert np.array_equal(meas[i], one_m) and np.array_equal(proof[i], one_p)
     assert not np.array_equal(validation.expand_shares(plan, seeds, binds, 1)[0], meas)  # bound to the node
+    other = [validation.binder("vb-range", f"client-{i:06d}", bytes(32)) for i in range(5)]
+    assert not np.array_equal(validation.expand_shares(plan, seeds, other, 2)[0], meas)  # and to the job's spec
 
 
 def test_verdicts_decide_like_decide_many_whatever_the_order_records_come_in():

@@ -85,7 +85,7 @@ def _run(prm: DcaParams, shares: list[list[pb.ValidatedShare]], W: int, missing:
             for w in range(W):
                 mine = [i for i in range(N) if i % W == w and (i, k) not in missing]
                 rows = [shares[i][k] for i in mine]
-                msg = pb.ShareBatch(job_id=prm.job_id, client_ids=[f"c{i:02d}" for i in mine], validated=pb.ValidatedShares(
+                msg = pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, client_ids=[f"c{i:02d}" for i in mine], validated=pb.ValidatedShares(
                     measurements=b"".join(r.measurement for r in rows), proofs=b"".join(r.proof for r in rows), share_seeds=b"",
                     blinds=b"".join(r.blind for r in rows), joint_rand_parts=b"".join(r.joint_rand_parts for r in rows)))
                 if w == 0:
@@ -102,7 +102,7 @@ def _run(prm: DcaParams, shares: list[list[pb.ValidatedShare]], W: int, missing:
         for k, n in enumerate(NODES):
             if (i, k) in missing:
                 continue
-            msg = pb.ClientShare(job_id=prm.job_id, client_id=f"c{i:02d}", validated=per_node[k])
+            msg = pb.ClientShare(job_id=prm.job_id, spec_digest=prm.spec_digest, client_id=f"c{i:02d}", validated=per_node[k])
             w = i % W
             if w == 0:
                 outs = coords[n].receive(ROUTER, msg)
@@ -149,9 +149,9 @@ def test_a_claim_must_carry_one_record_per_client_and_the_key_stays_until_agreed
     with pytest.raises(ValueError):
         WorkerShares(prm, "n0", b"")  # a validated job's worker cannot run without the key
     for p in NODES[1:]:
-        m.receive(Peer("compute_node", p), pb.VerifyKeyPiece(job_id=prm.job_id, piece=bytes(validation.SEED)))
+        m.receive(Peer("compute_node", p), pb.VerifyKeyPiece(job_id=prm.job_id, spec_digest=prm.spec_digest, piece=bytes(validation.SEED)))
     ws = WorkerShares(prm, "n0", m.worker_key())
-    msg = pb.ClientShare(job_id=prm.job_id, client_id="c00", validated=_shares(prm, set())[0][0])
+    msg = pb.ClientShare(job_id=prm.job_id, spec_digest=prm.spec_digest, client_id="c00", validated=_shares(prm, set())[0][0])
     parsed = ws.parse_shares("operator", "router-0", [msg])
     assert len(parsed.claim.verifier_records) == prm.validation.record_bytes  # type: ignore[union-attr]
     short = pb.WorkerClaim()
@@ -161,10 +161,10 @@ def test_a_claim_must_carry_one_record_per_client_and_the_key_stays_until_agreed
         m.receive(Peer("worker", "1"), short)
     assert e.value.problem == Problem.MALFORMED and not m.failed and m.received == 0
     # a share of the wrong kind is refused at the worker, never claimed; a batch is refused as a whole
-    plain = ws.parse_shares("operator", "router-0", [pb.ClientShare(job_id=prm.job_id, client_id="c01", masked_vector=bytes(8 * D))])
+    plain = ws.parse_shares("operator", "router-0", [pb.ClientShare(job_id=prm.job_id, spec_digest=prm.spec_digest, client_id="c01", masked_vector=bytes(8 * D))])
     assert not parsed.rejected and [r.problem for _, r in plain.rejected] == [Problem.MALFORMED] and not plain.positions
     with pytest.raises(ProtocolError):
-        ws.parse_batch("operator", "router-0", pb.ShareBatch(job_id=prm.job_id, client_ids=["c02"], masked_vectors=bytes(8 * D)))
+        ws.parse_batch("operator", "router-0", pb.ShareBatch(job_id=prm.job_id, spec_digest=prm.spec_digest, client_ids=["c02"], masked_vectors=bytes(8 * D)))
     outs = m.receive(Peer("worker", "1"), parsed.claim)
     reply = next(o.message for o in outs if isinstance(o, Reply))
     assert ws.apply(parsed, reply)[0] == 1 and ws.pending == 1 and m.received == 1
@@ -177,13 +177,13 @@ def test_a_worker_checks_no_proof_of_a_share_it_can_refuse_alone(monkeypatch):
     prm = _params("range")
     m = ComputeNodeMachine(prm, "n0", workers=2)
     for peer in NODES[1:]:  # the key is agreed once every node's piece is in
-        m.receive(Peer("compute_node", peer), pb.VerifyKeyPiece(job_id=prm.job_id, piece=bytes(validation.SEED)))
+        m.receive(Peer("compute_node", peer), pb.VerifyKeyPiece(job_id=prm.job_id, spec_digest=prm.spec_digest, piece=bytes(validation.SEED)))
     ws = WorkerShares(prm, "n0", m.worker_key())
     shares = _shares(prm, set())
     checked: list[int] = []
     real = validation.check_shares
     monkeypatch.setattr(validation, "check_shares", lambda p, rows, **kw: checked.append(len(rows)) or real(p, rows, **kw))
-    run = [pb.ClientShare(job_id=prm.job_id, client_id=f"c{i:02d}", validated=shares[i][0]) for i in (1, 2, 0, 0, 0)]
+    run = [pb.ClientShare(job_id=prm.job_id, spec_digest=prm.spec_digest, client_id=f"c{i:02d}", validated=shares[i][0]) for i in (1, 2, 0, 0, 0)]
     parsed = ws.parse_shares("party", "c00", run)
     assert [(j, r.problem) for j, r in parsed.rejected] == [(0, Problem.WRONG_ROLE), (1, Problem.WRONG_ROLE), (3, Problem.REPLAY), (4, Problem.REPLAY)]
     assert list(parsed.claim.client_ids) == ["c00"] and checked == [1]

@@ -127,10 +127,10 @@ def test_a_client_is_accepted_once_per_node_across_workers():
     _, r = node0.to(2, b)  # the same batch at another worker of the same node
     assert r.accepted == 0 and {x.problem for x in r.rejected} == {Problem.REPLAY}
     # a party's own share at a worker: only for itself, only on the roster
-    share = pb.ClientShare(job_id="job-1", client_id="c01", masked_vector=b"\0" * 32)
+    share = pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id="c01", masked_vector=b"\0" * 32)
     _, r = node0.to(1, share, Peer("party", "c02"))
     assert r.accepted == 0 and r.rejected[0].problem == Problem.WRONG_ROLE
-    short = pb.ClientShare(job_id="job-1", client_id="c02", masked_vector=b"\0" * 31)
+    short = pb.ClientShare(job_id="job-1", spec_digest=p.spec_digest, client_id="c02", masked_vector=b"\0" * 31)
     _, r = node0.to(2, short, Peer("party", "c02"))
     assert r.accepted == 0 and r.rejected[0].problem == Problem.MALFORMED
     assert not node0.coord.failed

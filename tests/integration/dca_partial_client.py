@@ -37,7 +37,7 @@ async def main(endpoints: str, job_id: str, full: int) -> None:
     stubs = [pb_grpc.ComputeNodeStub(c) for c in channels]
     # the first `full` clients: acknowledged batches, so exactly they reach every node
     for k, b in enumerate(batch.batches):
-        rows = pb.ShareBatch(job_id=b.job_id, client_ids=b.client_ids[:full], masked_vectors=b.masked_vectors[: 8 * params.dimension * full])
+        rows = pb.ShareBatch(job_id=b.job_id, spec_digest=b.spec_digest, client_ids=b.client_ids[:full], masked_vectors=b.masked_vectors[: 8 * params.dimension * full])
         receipt = await stubs[k].SubmitShareBatch(rows, timeout=60)
         assert receipt.accepted == full, receipt
     # the last client: one share on an open stream to node 0, nothing to the others, then the process dies

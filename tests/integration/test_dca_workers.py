@@ -128,7 +128,7 @@ def test_two_workers_per_node_run_a_validated_job_and_reject_a_malicious_client(
             channels = _node_channels(ann, ep.tls)
             try:
                 for k, s in enumerate(validation.client_shares(plan, job, "mallory", meas, params.M, seeded=False)):
-                    async def one(msg=pb.ClientShare(job_id=job, client_id="mallory", validated=pb.ValidatedShare(
+                    async def one(msg=pb.ClientShare(job_id=job, client_id="mallory", spec_digest=params.spec_digest, validated=pb.ValidatedShare(
                             measurement=s.measurement, proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts))):
                         yield msg
                     r = await pb_grpc.ComputeNodeStub(channels[k]).SubmitShares(one(), timeout=60)
@@ -139,7 +139,7 @@ def test_two_workers_per_node_run_a_validated_job_and_reject_a_malicious_client(
         async def short():
             """A share one element short, over several connections (so over both processes of node 1): refused each time."""
             s = validation.client_shares(plan, job, "shorty", meas, params.M, seeded=False)[0]
-            msg = pb.ClientShare(job_id=job, client_id="shorty", validated=pb.ValidatedShare(
+            msg = pb.ClientShare(job_id=job, client_id="shorty", spec_digest=params.spec_digest, validated=pb.ValidatedShare(
                 measurement=s.measurement[:-8], proof=s.proof, share_seed=s.share_seed, blind=s.blind, joint_rand_parts=s.joint_rand_parts))
             out = []
             for _ in range(6):
