@@ -133,6 +133,8 @@ def federation() -> None:
 def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schemas: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
                   budget_epsilon: float, budget_delta: float, node_workers: int, log_format: str, as_json: bool) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
+    stale = Path(workdir) / "endpoints.json"
+    stale.unlink(missing_ok=True)  # first of all: a stopped run's file must not say this one is up (`mpdp health --wait` waits for the new one)
     from mpdp_services.launcher.federation import LocalFederation
 
     _check_key_bits(key_bits, test_mode)
@@ -190,6 +192,16 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         pass
     finally:
         fed.stop()
+        _forget_endpoints(stale, fed.procs["curator"].popen.pid)
+
+
+def _forget_endpoints(path: Path, curator_pid: int) -> None:
+    """Remove the endpoints file of a federation that stopped (only if it is still this run's: its curator's pid)."""
+    try:
+        if json.loads(path.read_text()).get("pids", {}).get("curator") == curator_pid:
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 @click.command()
