@@ -289,7 +289,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
             with _stderr().status(f"ensemble job: {len(spec.parties)} parties vote, {len(nodes)} compute nodes sum the votes") if not as_json else _null():
                 rel = train_ensemble(Endpoints.load(endpoints), spec)
         except grpc.RpcError as e:
-            raise from_rpc(e, "the federation", None, "the ensemble job") from None
+            raise from_rpc(e, "the curator", Endpoints.load(endpoints).curator_address, "the ensemble job") from None
         out = ens_summary(rel)
         print(json.dumps(out)) if as_json else _stdout_json(out)
         return
@@ -306,7 +306,7 @@ def train(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float
             with _stderr().status(f"lmgc job: each of {len(parties.split(','))} parties fits and releases its classifier") if not as_json else _null():
                 summary = submit_local(Endpoints.load(endpoints), dataset, parties.split(","), epsilon, lam, mode, ridge, data_norm, schema_sha256=schema_sha256)
         except grpc.RpcError as e:
-            raise from_rpc(e, "the federation", None, "the lmgc job") from None
+            raise from_rpc(e, "the curator", Endpoints.load(endpoints).curator_address, "the lmgc job") from None
         if as_json:
             print(json.dumps(summary))
         else:

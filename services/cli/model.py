@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
+from mpdp_services.cli.errors import from_rpc
 from mpdp_services.cli.options import endpoints_option
 
 if TYPE_CHECKING:  # numpy and rich load when a command runs, not for its --help
@@ -24,10 +25,6 @@ def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
     return Console(stderr=stderr)
-
-
-def _refused(e) -> click.ClickException:
-    return click.ClickException(f"the curator refused the job: {e.details()}")
 
 
 def follow(client, job_id: str, as_json: bool, timeout: float | None = None):
@@ -45,7 +42,7 @@ def follow(client, job_id: str, as_json: bool, timeout: float | None = None):
         err.print(f"stopped watching; job {job_id} goes on at the curator (`mpdp jobs watch {job_id}`, `mpdp jobs cancel {job_id}`)")
         raise SystemExit(130) from None
     except grpc.RpcError as e:
-        raise click.ClickException(f"watching job {job_id}: {e.details()}") from None
+        raise from_rpc(e, "the curator", None, f"watching job {job_id}") from None
     assert last is not None
     return last
 
@@ -58,11 +55,12 @@ def submit_and_follow(endpoints: str, spec, detach: bool, as_json: bool, summary
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.learner import LearnerClient
 
-    with LearnerClient(Endpoints.load(endpoints)) as client:
+    ep = Endpoints.load(endpoints)
+    with LearnerClient(ep) as client:
         try:
             job_id = client.submit(spec)
         except grpc.RpcError as e:
-            raise _refused(e) from None
+            raise from_rpc(e, "the curator", ep.curator_address, "the job") from None
         if detach:
             click.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
             return
@@ -74,7 +72,7 @@ def submit_and_follow(endpoints: str, spec, detach: bool, as_json: bool, summary
         try:
             model = client.model(job_id)
         except grpc.RpcError as e:
-            raise click.ClickException(e.details()) from None
+            raise from_rpc(e, "the curator", ep.curator_address, f"the model of job {job_id}") from None
     out = summary(model)
     print(json.dumps(out)) if as_json else _console().print_json(json.dumps(out))
 
@@ -105,7 +103,6 @@ def export(endpoints: str, job_id: str, fmt: str, out: str | None, as_json: bool
     the trust model."""
     import grpc
 
-    from mpdp_services.cli.errors import from_rpc
     from mpdp_services.common.durable import write_atomic
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.export import exported
