@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-from pathlib import Path
 
 import pytest
 

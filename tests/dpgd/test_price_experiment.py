@@ -21,8 +21,8 @@ def test_one_run_reports_every_method_and_dpgd_beats_pathak(tmp_path):
     assert set(a9a["errors"]) == {"dpgd", "dpgd_r4", "functional", "objective", "pathak_corrected", "pathak_paper", "central_output"}
     assert set(digits["errors"]) == {"dpgd", "dpgd_r4", "functional", "objective"}
     for lab in ("0.2", "1"):
-        assert a9a["errors"]["dpgd"][lab]["mean"] < a9a["errors"]["pathak_corrected"][lab]["mean"]
+        assert a9a["errors"]["dpgd"][lab]["error_rate_mean"] < a9a["errors"]["pathak_corrected"][lab]["error_rate_mean"]
         assert a9a["guarantees"][lab]["epsilon"] <= float(lab)
-    assert a9a["errors"]["dpgd"]["1"]["mean"] < a9a["nonprivate"] + 0.01
+    assert a9a["errors"]["dpgd"]["1"]["error_rate_mean"] < a9a["nonprivate"] + 0.01
     assert (tmp_path / "p.png").stat().st_size > 0
     assert out["diffprivlib"].startswith("disabled")

@@ -231,7 +231,7 @@ def test_cli_json_and_files(tmp_path: Path) -> None:
     obj = json.loads(res.stdout)
     assert obj["path"] == "mechanism" and obj["settings"]["path"] == "mechanism"
     assert set(obj["even"]) == {"corrected", "paper"}
-    assert list(obj["even"]["paper"]["mean"]) == ["0.1", "0.40"]  # keyed as written
+    assert list(obj["even"]["paper"]["error_rate_mean"]) == ["0.1", "0.40"]  # keyed as written
     assert set(obj["dp_all"]) == {"corrected", "paper"} and set(obj["nonprivate_all"]) == {"corrected", "paper"}
     assert set(obj["nonprivate_aggregate"]) == {"even"}
     s = obj["settings"]
