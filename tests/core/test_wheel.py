@@ -23,6 +23,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     return zipfile.ZipFile(path)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_only_mpdp_names_at_the_top_level(wheel):
     names = wheel.namelist()
     top = {n.split("/")[0] for n in names if "/" in n and not n.split("/")[0].endswith((".dist-info", ".data"))}
@@ -30,6 +31,7 @@ def test_only_mpdp_names_at_the_top_level(wheel):
     assert "mpdp_services/curator/server.py" in names and "mpdp_services/cli/main.py" in names
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_type_information_ships(wheel):
     names = set(wheel.namelist())
     assert "mpdp/py.typed" in names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from mpdp_services.cli.experiment_price import command
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_one_run_reports_every_method_and_dpgd_beats_pathak(tmp_path):
     assert (DATA / "a9a" / "a9a.gz").exists(), f"{DATA / 'a9a'} is missing: the tests need ../shared/data beside the repository"
     res = CliRunner().invoke(command, ["--data", str(DATA), "--epsilons", "0.2,1", "--runs", "1", "--no-diffprivlib", "--work", str(tmp_path), "--plot", str(tmp_path / "p.png"), "--json"])

@@ -44,6 +44,7 @@ def test_binary_label_balance(binary: K.KddTask) -> None:
     assert binary.class_names == ("normal", "attack") and binary.classes == 2
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_every_row_lies_in_the_unit_ball(binary: K.KddTask) -> None:
     gen = np.random.default_rng(0)  # public simulation data: which rows are auxiliary
     aux = gen.choice(len(binary.train), 5000, replace=False)
@@ -81,6 +82,7 @@ def test_vocabulary_is_fixed_and_unseen_values_give_zero_blocks(binary: K.KddTas
     assert raw.numeric[0, 1] == 181.0 and raw.numeric[0, 2] == 5450.0
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_scaling_statistics_come_from_the_auxiliary_rows_only(binary: K.KddTask) -> None:
     raw = binary.train
     gen = np.random.default_rng(1)  # public simulation data: the auxiliary rows
