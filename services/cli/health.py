@@ -168,8 +168,10 @@ def health(address: str | None, tls_dir: str | None, endpoints: str, server_name
 
 
 def _endpoints_file(where: str) -> Path:
+    """WHERE/endpoints.json for a folder, or one that does not exist yet and is not named *.json (the federation's
+    workdir before `mpdp federation up` made it); else WHERE."""
     p = Path(where)
-    return p / "endpoints.json" if p.is_dir() else p
+    return p / "endpoints.json" if p.is_dir() or (not p.exists() and p.suffix != ".json") else p
 
 
 if __name__ == "__main__":

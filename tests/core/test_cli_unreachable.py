@@ -82,3 +82,23 @@ def test_a_stopped_curator_reads_the_same_from_every_command(capsys, stopped_fed
     else:
         assert f"Error: the curator is not reachable at {address}" in err, err
         assert f"Hint: {UNREACHABLE_HINT}" in err, err
+
+
+def test_health_of_a_stopped_federation_names_every_role_down(capsys, stopped_federation):
+    """`mpdp health` without --address asks every role endpoints.json lists; a stopped federation's file (left behind)
+    is unhealthy, each role with its reason, and --wait does not turn it healthy."""
+    endpoints, address = stopped_federation
+    with pytest.raises(SystemExit) as exc:
+        cli_main.main(["health", "--endpoints", str(endpoints.parent), "--timeout", "2", "--wait", "0.5", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 1 and doc["healthy"] is False and doc["error"]["code"] == "unhealthy"
+    assert set(doc["roles"]) == {"curator", "node-1", "node-2"} and not any(r["healthy"] for r in doc["roles"].values())
+    assert doc["roles"]["curator"]["address"] == address and "UNAVAILABLE" in doc["roles"]["curator"]["status"]
+
+
+def test_health_waits_for_an_endpoints_file_and_says_where_it_looked(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        cli_main.main(["health", "--endpoints", str(tmp_path / "runs" / "federation"), "--wait", "0.3"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and "endpoints.json not found" in err and "mpdp federation up" in err
