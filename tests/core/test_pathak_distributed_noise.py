@@ -84,6 +84,7 @@ def test_any_t_parties_leave_variance_sigma_squared(runs):
         assert low > ALPHA and high > ALPHA, (coalition, np.var(left))
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_t_plus_one_parties_would_be_detected(runs):
     """The test above has power: with one more party pooled, the variance left is σ²·(K−t−1)/(K−t) = σ²/2."""
     left = np.concatenate([_residual(r, w, ("p1", "p2", "p3")) for r, w in runs])

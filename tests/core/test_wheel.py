@@ -38,6 +38,7 @@ def test_type_information_ships(wheel):
     assert "mpdp/messages/dca_pb2.pyi" in names and "mpdp/messages/pathak2010_pb2_grpc.pyi" in names
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_metadata_has_ranges_and_extras(wheel):
     meta = next(wheel.read(n).decode() for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
     requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist:")]

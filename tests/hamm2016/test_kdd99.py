@@ -15,6 +15,9 @@ from mpdp.data.loaders import DatasetError
 from tests.conftest import SHARED_DATA, shared_file
 
 
+pytestmark = pytest.mark.slow  # reads KDD-99 (minutes): not in `make test-fast`
+
+
 def require_kdd() -> None:
     """The KDD-99 files must sit in ../shared/data/kddcup99: a missing file FAILS the test (never skips)."""
     for name in (K.TRAIN_FILE, K.TEST_FILE, K.TYPES_FILE):
