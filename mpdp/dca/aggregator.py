@@ -70,8 +70,9 @@ class AggregatorMachine(DcaMachine):
 
     def status(self) -> pb.DcaJobStatus:
         st = pb.DcaJobStatus(job_id=self.job_id, state=self.state, nodes_reported=len(self._sums), terminal=self.terminal)
-        if self._release is not None:
+        if self._release is not None:  # the partial sums are dropped once added up: count them from the release
             st.clients_included = self._release.clients_included
+            st.nodes_reported = self._release.compute_nodes
         if self.error is not None:
             st.problem, st.detail = self.error.problem, self.error.detail
         return st

@@ -40,6 +40,16 @@ def agg_figure() -> tuple[Any, Any]:
         raise RuntimeError("plots need matplotlib, which the `experiments` extra installs: pip install 'mpdp[experiments]' (or pass no --plot)") from e
     return Figure, FigureCanvasAgg
 
+def can_plot() -> bool:
+    """Whether matplotlib (the `experiments` extra) is installed: without it an experiment writes its tables and no PNG."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+NO_PLOT = "no PNG written: plots need matplotlib, which the `experiments` extra installs (pip install 'mpdp[experiments]')"
+
+
 def mean_sem(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """Sample mean and standard error of the mean (0 for fewer than two values)."""
     a = np.asarray(values, dtype=np.float64).ravel()

@@ -490,14 +490,19 @@ class Heikkila2017Result:
         return f"heikkila2017_{self.config.dataset}" + ("_paper_reader" if self.data_summary.get("paper_reader") else "")
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
+        """CSV (summary and raw), JSON and PNG (when matplotlib is installed) into ``out_dir``; returns the paths."""
+        from mpdp.experiments.common import can_plot
+
         out = Path(out_dir)
         stem = self.stem()
-        return {
+        files = {
             "csv": write_csv(out / f"{stem}.csv", self.csv_rows()),
             "raw_csv": write_csv(out / f"{stem}_runs.csv", self.raw_rows()),
             "json": write_json(out / f"{stem}.json", self.summary()),
-            "png": self.plot(out / f"{stem}.png"),
         }
+        if can_plot():
+            files["png"] = self.plot(out / f"{stem}.png")
+        return files
 
 
 # -- entry point --------------------------------------------------------------------------------------------------

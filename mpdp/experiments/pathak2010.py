@@ -309,7 +309,7 @@ class Pathak2010Result:
     def _per_eps(self, a: np.ndarray) -> dict[str, dict[str, float]]:
         labels = self.config.labels
         stats = [mean_sem(a[:, i]) for i in range(a.shape[1])]
-        return {"mean": {lab: m for lab, (m, _) in zip(labels, stats)}, "sem": {lab: s for lab, (_, s) in zip(labels, stats)}}
+        return {"error_rate_mean": {lab: m for lab, (m, _) in zip(labels, stats)}, "error_rate_sem": {lab: s for lab, (_, s) in zip(labels, stats)}}
 
     def settings(self) -> dict[str, Any]:
         c = self.config
@@ -371,10 +371,10 @@ class Pathak2010Result:
                                "lambda_per_mode": {m: c.lam_for(m) for m in c.modes}, "epsilons": list(c.labels)}
         for split in c.splits:
             out[split] = {mode: self._per_eps(self.aggregate[(split, mode)]) for mode in c.modes}
-        out["nonprivate_all"] = {mode: {"mean": self.nonprivate_all[mode], "sem": 0.0} for mode in c.modes}
+        out["nonprivate_all"] = {mode: {"error_rate_mean": self.nonprivate_all[mode], "error_rate_sem": 0.0} for mode in c.modes}
         out["dp_all"] = {mode: self._per_eps(self.dp_all[mode]) for mode in c.modes}
         out["nonprivate_aggregate"] = {
-            split: {mode: dict(zip(("mean", "sem"), mean_sem(self.nonprivate_aggregate[(split, mode)]))) for mode in c.modes}
+            split: {mode: dict(zip(("error_rate_mean", "error_rate_sem"), mean_sem(self.nonprivate_aggregate[(split, mode)]))) for mode in c.modes}
             for split in c.splits
         }
         out["majority_rate_test"] = self.data_summary["majority_rate_test"]
@@ -461,15 +461,19 @@ class Pathak2010Result:
         return f"pathak2010_lam{c.lam:g}{extra}"
 
     def write(self, out_dir: str | Path, extra_points: ExtraPoints | None = None) -> dict[str, Path]:
-        """CSV (summary and raw), JSON and PNG into ``out_dir``; returns the paths."""
+        """CSV (summary and raw), JSON and PNG (when matplotlib is installed) into ``out_dir``; returns the paths."""
+        from mpdp.experiments.common import can_plot
+
         out = Path(out_dir)
         stem = self.stem()
-        return {
+        files = {
             "csv": write_csv(out / f"{stem}.csv", self.csv_rows()),
             "raw_csv": write_csv(out / f"{stem}_runs.csv", self.raw_rows()),
             "json": write_json(out / f"{stem}.json", self.summary()),
-            "png": self.plot(out / f"{stem}.png", extra_points),
         }
+        if can_plot():
+            files["png"] = self.plot(out / f"{stem}.png", extra_points)
+        return files
 
 
 def _sem(a: np.ndarray) -> np.ndarray:
@@ -559,11 +563,11 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
             cells = [lab, _pm(summary["dp_all"][mode], lab)] + [_pm(summary[s][mode], lab) for s in splits]
             lines.append("| " + " | ".join(cells) + " |")
         npa = [summary["nonprivate_aggregate"][s][mode] for s in splits]
-        lines.append("| ∞ (non-private) | " + " | ".join([f"{summary['nonprivate_all'][mode]['mean']:.4f}"]
-                                                       + [f"{b['mean']:.4f} ± {b['sem']:.4f}" for b in npa]) + " |")
+        lines.append("| ∞ (non-private) | " + " | ".join([f"{summary['nonprivate_all'][mode]['error_rate_mean']:.4f}"]
+                                                       + [f"{b['error_rate_mean']:.4f} ± {b['error_rate_sem']:.4f}" for b in npa]) + " |")
         lines.append("")
     return "\n".join(lines)
 
 
 def _pm(block: Mapping[str, Any], lab: str) -> str:
-    return f"{block['mean'][lab]:.4f} ± {block['sem'][lab]:.4f}"
+    return f"{block['error_rate_mean'][lab]:.4f} ± {block['error_rate_sem'][lab]:.4f}"

@@ -114,7 +114,7 @@ def run_dataset(ds: Dataset, epsilons: list[float], runs: int, seed: int) -> dic
                 w = full["corrected"] + cal1.draw(Drbg.from_seed(f"{tag}/central"), n, d)
                 errs["central_output"][run, j] = np.mean(np.where(ds.X_test @ w >= 0, 1.0, -1.0) != ds.y_test)
     labels = [f"{e:g}" for e in epsilons]
-    summary = {m: {lab: dict(zip(("mean", "sem"), mean_sem(a[:, j]))) for j, lab in enumerate(labels)} for m, a in errs.items()}
+    summary = {m: {lab: dict(zip(("error_rate_mean", "error_rate_sem"), mean_sem(a[:, j]))) for j, lab in enumerate(labels)} for m, a in errs.items()}
     majority = float(np.mean(ds.y_test != np.bincount(((ds.y + 1) // 2 if binary else ds.y).astype(int)).argmax() * (2 if binary else 1) + (-1 if binary else 0)))
     return {
         "dataset": ds.name,
@@ -186,7 +186,7 @@ def run(data_dir: str | Path, epsilons: list[float], runs: int, *, seed: int = 0
         res = run_dataset(ds, epsilons, runs, seed)
         if py is not None:
             a = run_diffprivlib(py, ds, epsilons, runs, seed, work)
-            res["errors"]["diffprivlib"] = {f"{e:g}": dict(zip(("mean", "sem"), mean_sem(a[:, j]))) for j, e in enumerate(epsilons)}
+            res["errors"]["diffprivlib"] = {f"{e:g}": dict(zip(("error_rate_mean", "error_rate_sem"), mean_sem(a[:, j]))) for j, e in enumerate(epsilons)}
             res["per_run"]["diffprivlib"] = a.tolist()
         results.append(res)
     return {
@@ -217,7 +217,7 @@ def plot(out: dict[str, Any], path: str | Path) -> Path:
     for ax, r in zip(axes[0], res):
         for m, blk in r["errors"].items():
             xs = [float(k) for k in blk]
-            ax.errorbar(xs, [v["mean"] for v in blk.values()], yerr=[v["sem"] for v in blk.values()], marker="o", capsize=2, label=m)
+            ax.errorbar(xs, [v["error_rate_mean"] for v in blk.values()], yerr=[v["error_rate_sem"] for v in blk.values()], marker="o", capsize=2, label=m)
         ax.axhline(r["nonprivate"], color="k", ls=":", label="non-private")
         ax.set_xscale("log")
         ax.set_xlabel("ε (δ = 1e-6 where needed)")

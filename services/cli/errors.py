@@ -26,7 +26,7 @@ import click
 
 USAGE_HINT = "`mpdp COMMAND --help` lists a command's options"
 UNREACHABLE_HINT = ("start it (`mpdp federation up`, or `mpdp serve` at its site), or point --endpoints / --profile at the federation "
-                    "you meant; `mpdp health --address HOST:PORT --tls-dir DIR` checks one service")
+                    "you meant; `mpdp health` checks every role of the federation, `mpdp health --address HOST:PORT --tls-dir DIR` one service")
 
 
 class CliError(click.ClickException):

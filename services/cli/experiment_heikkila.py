@@ -120,6 +120,10 @@ def heikkila2017(data_dir: Path, dataset: str, repeats: int, epsilons: str, delt
     with rich_progress(f"heikkila2017 {dataset}", enabled=not as_json) as progress:
         result = exp.run_heikkila2017(data, config, progress)
     files = result.write(out_dir)
+    if "png" not in files:
+        from mpdp.experiments.common import NO_PLOT
+
+        click.echo(f"mpdp: {NO_PLOT}", err=True)
     if as_json:
         summary = result.summary()
         summary["files"] = {k: str(v) for k, v in files.items()}

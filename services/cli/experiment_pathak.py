@@ -40,7 +40,7 @@ def _table(result: exp.Pathak2010Result) -> None:
     console = Console()
 
     def cell(block: dict, lab: str) -> str:
-        return f"{block['mean'][lab]:.4f} ± {block['sem'][lab]:.4f}"
+        return f"{block['error_rate_mean'][lab]:.4f} ± {block['error_rate_sem'][lab]:.4f}"
 
     for mode in c.modes:
         table = Table(title=f"{mode} mode, λ={c.lam_for(mode):g}: mean test error ± s.e. over {c.runs} runs (path: {exp.PATH})")
@@ -51,7 +51,7 @@ def _table(result: exp.Pathak2010Result) -> None:
         for lab in c.labels:
             table.add_row(lab, cell(s["dp_all"][mode], lab), *(cell(s[split][mode], lab) for split in c.splits))
         npa = [s["nonprivate_aggregate"][split][mode] for split in c.splits]
-        table.add_row("∞ (non-private)", f"{s['nonprivate_all'][mode]['mean']:.4f}", *(f"{b['mean']:.4f} ± {b['sem']:.4f}" for b in npa))
+        table.add_row("∞ (non-private)", f"{s['nonprivate_all'][mode]['error_rate_mean']:.4f}", *(f"{b['error_rate_mean']:.4f} ± {b['error_rate_sem']:.4f}" for b in npa))
         console.print(table)
         g = s["settings"]["guarantee"][mode]
         console.print(f"  guarantee: aggregate {g['aggregate']['epsilon_actual_over_nominal']:.4g}·ε, "
@@ -134,8 +134,12 @@ def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: st
         pts: list[Point] = [(sp, m, lab, config.epsilons[config.labels.index(lab)]) for sp in config.splits for m in config.modes for lab in dict.fromkeys(wanted)]
         with rich_progress("protocol spot check", enabled=not as_json) as progress:
             extra, info = protocol_points(data, config, pts, runs=protocol_runs, key_bits=protocol_key_bits, progress=progress)
-        spot = {"settings": info, "points": {f"{sp}/{m}/{eps:g}": {"mean": v[0], "sem": v[1], "path": v[2]} for (sp, m, eps), v in extra.items()}}
+        spot = {"settings": info, "points": {f"{sp}/{m}/{eps:g}": {"error_rate_mean": v[0], "error_rate_sem": v[1], "path": v[2]} for (sp, m, eps), v in extra.items()}}
     files = result.write(out_dir, extra)
+    if "png" not in files:
+        from mpdp.experiments.common import NO_PLOT
+
+        click.echo(f"mpdp: {NO_PLOT}", err=True)
     if as_json:
         summary = result.summary()
         if spot:
@@ -145,7 +149,7 @@ def pathak2010(data_dir: Path, lam: float, paper_lam: float | None, epsilons: st
         return
     _table(result)
     for key, point in spot.get("points", {}).items():
-        click.echo(f"protocol {key}: {point['mean']:.4f} ± {point['sem']:.4f} (mechanism: see table)")
+        click.echo(f"protocol {key}: {point['error_rate_mean']:.4f} ± {point['error_rate_sem']:.4f} (mechanism: see table)")
     click.echo("wrote " + ", ".join(str(p) for p in files.values()))
 
 

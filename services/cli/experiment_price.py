@@ -50,5 +50,5 @@ def command(data_dir: Path, epsilons: str, runs: int, seed: int, datasets: str, 
     for r in out["results"]:
         click.echo(f"{r['dataset']} ({r['task']}): non-private {r['nonprivate']:.4f}, majority {r['majority']:.4f}")
         for m, blk in r["errors"].items():
-            click.echo(f"  {m:18s} " + "  ".join(f"ε={k}: {v['mean']:.4f}±{v['sem']:.4f}" for k, v in blk.items()))
+            click.echo(f"  {m:18s} " + "  ".join(f"ε={k}: {v['error_rate_mean']:.4f}±{v['error_rate_sem']:.4f}" for k, v in blk.items()))
     click.echo(f"diffprivlib: {out['diffprivlib']}; seeded simulation; {out['wall_seconds']:.1f} s")

@@ -1,7 +1,9 @@
 """`mpdp health`: ask a service's standard gRPC health service, over mutual TLS, whether it serves.
 
-Exit status 0 when the service answers SERVING, 1 otherwise (with the reason on stderr), so it works as
-a container health check. Runnable as ``python -m mpdp_services.cli.health`` too: it imports only grpc and
+With ``--address``: one service (exit status 0 when it answers SERVING, 1 otherwise, with the reason on stderr), so it
+works as a container health check. Without: every role the federation's endpoints.json lists (the curator, each
+party and compute node), asked at once with the operator's certificate; ``--wait`` keeps asking (and waits for the
+file itself), which is how a script waits for `mpdp federation up`. Runnable as ``python -m mpdp_services.cli.health`` too: it imports only grpc and
 cryptography, which keeps a health probe cheap.
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path
 import click
 
 from mpdp_services.cli.errors import CliError
+from mpdp_services.cli.options import endpoints_option
 
 
 def probe(address: str, tls_dir: Path, server_name: str | None, service: str, timeout: float) -> tuple[bool, str]:
@@ -81,37 +84,94 @@ def _server_certificate(address: str, cert: Path, key: Path, ca: Path, timeout: 
     return der
 
 
+def probe_federation(endpoints: Path, timeout: float) -> tuple[bool, dict[str, dict], str]:
+    """Every role endpoints.json lists (curator, parties, compute nodes) asked at once, with the operator's
+    certificate; returns (all serving, {site: {address, healthy, status}}, what happened)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = _endpoints_file(str(endpoints))
+    try:
+        doc = json.loads(path.read_text())
+        roles = {doc["curator"].get("name", "curator"): doc["curator"]["address"]}
+        for group in ("parties", "compute_nodes"):
+            roles.update({str(k): str(v) for k, v in (doc.get(group) or {}).items()})
+        here = path.resolve().parent  # relative TLS paths (as `mpdp provision` writes them) are relative to the file
+        cert, key, ca = (here / doc["operator_tls"][k] for k in ("cert", "key", "ca"))
+    except FileNotFoundError:
+        return False, {}, f"{path} not found (yet): `mpdp federation up` writes it once every role is up"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return False, {}, f"{path} is not an endpoints file (JSON with curator, operator_tls): {type(e).__name__}: {e}"
+    missing = [str(f) for f in (cert, key, ca) if not f.exists()]
+    if missing:
+        return False, {}, f"TLS files missing: {', '.join(missing)}"
+    with ThreadPoolExecutor(max_workers=min(16, len(roles))) as pool:
+        answers = dict(zip(roles, pool.map(lambda item: _check(item[1], cert, key, ca, item[0], "", timeout), roles.items())))
+    report = {name: {"address": roles[name], "healthy": ok, "status": what} for name, (ok, what) in answers.items()}
+    down = [name for name, r in report.items() if not r["healthy"]]
+    if down:
+        return False, report, "; ".join(report[n]["status"] for n in down)
+    return True, report, f"{len(report)} roles serving ({', '.join(report)})"
+
+
 @click.command("health")
-@click.option("--address", required=True, help="host:port of the service")
-@click.option("--tls-dir", required=True, type=click.Path(file_okay=False, exists=True), help="folder with site.crt, site.key, ca.crt (any certificate of the federation)")
+@endpoints_option
+@click.option("--address", default=None, help="host:port of one service (with --tls-dir)  [default: every role of the federation in --endpoints]")
+@click.option("--tls-dir", default=None, type=click.Path(file_okay=False, exists=True), help="with --address: folder with site.crt, site.key, ca.crt (any certificate of the federation)")
 @click.option("--server-name", default=None, help="site name to verify in the server's certificate  [default: this site's own name if the server "
               "has it, else the name on the certificate the server presents, signed by the CA of --tls-dir]")
 @click.option("--service", default="", help="health service name, e.g. mpdp.messages.Party (party registered with the curator)  [default: the server]")
-@click.option("--timeout", type=float, default=5.0, show_default=True, help="seconds per attempt")
-@click.option("--wait", type=float, default=0.0, show_default=True, help="keep asking for up to this many seconds until SERVING")
+@click.option("--timeout", type=click.FloatRange(min=0.0, min_open=True), default=5.0, show_default=True, help="seconds per attempt")
+@click.option("--wait", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="keep asking for up to this many seconds until SERVING (an endpoints file not written yet is waited for too)")
 @click.option("--quiet", is_flag=True, help="print nothing when healthy")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (healthy or not; the exit code still says which)")
-def health(address: str, tls_dir: str, server_name: str | None, service: str, timeout: float, wait: float, quiet: bool, as_json: bool) -> None:
-    """Exit 0 if the service at ADDRESS reports SERVING over mutual TLS, else 1 with the reason."""
+def health(address: str | None, tls_dir: str | None, endpoints: str, server_name: str | None, service: str, timeout: float, wait: float,
+           quiet: bool, as_json: bool) -> None:
+    """Exit 0 if the service at ADDRESS, or every role of the federation, reports SERVING over mutual TLS, else 1 with the reason."""
+    if address is not None and tls_dir is None:
+        raise click.UsageError("--address needs --tls-dir (a folder with site.crt, site.key and ca.crt of the federation)")
+    if address is None and (tls_dir is not None or server_name is not None or service):
+        raise click.UsageError("--tls-dir, --server-name and --service go with --address (without it every role in --endpoints is asked)")
+    roles: dict[str, dict] = {}
+    where = address or endpoints
     deadline = time.monotonic() + wait
     while True:
-        ok, what = probe(address, Path(tls_dir), server_name, service, timeout)
+        if address is not None:
+            assert tls_dir is not None
+            ok, what = probe(address, Path(tls_dir), server_name, service, timeout)
+        else:
+            ok, roles, what = probe_federation(Path(str(where)), timeout)  # read again each time: the file appears when the federation is up
         if ok or time.monotonic() >= deadline:
             break
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # polling a remote service: nothing to wait on locally
-    hint = ("is the service running at that address, and is --tls-dir a site of the same federation? "
-            "--server-name names the site the address should be (default: the name on its certificate)")
+    if address is not None:
+        hint = ("is the service running at that address, and is --tls-dir a site of the same federation? "
+                "--server-name names the site the address should be (default: the name on its certificate)")
+    else:
+        hint = ("start the federation (`mpdp federation up`; `--wait SECONDS` waits for it), or point --endpoints / --profile at the one you meant; "
+                "each role's log is WORKDIR/<site>/service.log")
+    code = "unhealthy"
+    if address is None and not roles and not _endpoints_file(str(where)).exists():
+        code, what = "endpoints", f"{_endpoints_file(str(where))} not found: start a federation with `mpdp federation up`, or pass --endpoints (or set MPDP_ENDPOINTS) to the endpoints.json of yours"
     if as_json:  # one object either way; a failure's carries "error" too
-        doc: dict[str, object] = {"address": address, "service": service or None, "healthy": ok, "status": what}
+        doc: dict[str, object] = ({"address": address, "service": service or None} if address is not None else {"endpoints": str(where), "roles": roles})
+        doc.update({"healthy": ok, "status": what})
         if not ok:
-            doc["error"] = {"code": "unhealthy", "message": f"unhealthy: {what}", "hint": hint}
+            doc["error"] = {"code": code, "message": what if code == "endpoints" else f"unhealthy: {what}", "hint": hint}
         click.echo(json.dumps(doc))
         sys.exit(0 if ok else 1)
     if ok:
         if not quiet:
             click.echo(what)
         return
-    raise CliError(f"unhealthy: {what}", code="unhealthy", hint=hint)
+    raise CliError(what if code == "endpoints" else f"unhealthy: {what}", code=code, hint=hint)
+
+
+def _endpoints_file(where: str) -> Path:
+    """WHERE/endpoints.json for a folder, or one that does not exist yet and is not named *.json (the federation's
+    workdir before `mpdp federation up` made it); else WHERE."""
+    p = Path(where)
+    return p / "endpoints.json" if p.is_dir() or (not p.exists() and p.suffix != ".json") else p
 
 
 if __name__ == "__main__":

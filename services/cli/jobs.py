@@ -129,6 +129,8 @@ def federation() -> None:
 def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schemas: tuple[str, ...], test_mode: bool, key_bits: int, n_nodes: int, auxiliary: tuple[str, ...],
                   budget_epsilon: float, budget_delta: float, node_workers: int, log_format: str, as_json: bool) -> None:
     """Start the federation and keep it running until Ctrl-C; endpoints go to WORKDIR/endpoints.json."""
+    stale = Path(workdir) / "endpoints.json"
+    stale.unlink(missing_ok=True)  # first of all: a stopped run's file must not say this one is up (`mpdp health --wait` waits for the new one)
     from mpdp_services.launcher.federation import LocalFederation
 
     _check_key_bits(key_bits, test_mode)
@@ -186,6 +188,16 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         pass
     finally:
         fed.stop()
+        _forget_endpoints(stale, fed.procs["curator"].popen.pid)
+
+
+def _forget_endpoints(path: Path, curator_pid: int) -> None:
+    """Remove the endpoints file of a federation that stopped (only if it is still this run's: its curator's pid)."""
+    try:
+        if json.loads(path.read_text()).get("pids", {}).get("curator") == curator_pid:
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 @click.command()
@@ -218,18 +230,22 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
 
         try:
             out = predict_ensemble(Endpoints.load(endpoints), job_id, data_path, fmt)
-        except (grpc.RpcError, DatasetError, ValueError) as e:
-            raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
-        print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        except grpc.RpcError as e:
+            raise from_rpc(e, "the curator", Endpoints.load(endpoints).curator_address, f"the model of job {job_id}") from None
+        except (DatasetError, ValueError) as e:
+            raise click.ClickException(str(e))
+        _print_prediction(out, protocol, as_json)
         return
     if protocol == "lmgc":
         from mpdp_services.operator.local import predict_local
 
         try:
             out = predict_local(Endpoints.load(endpoints), job_id, data_path, fmt, party)
-        except (grpc.RpcError, DatasetError, ValueError) as e:
-            raise click.ClickException(e.details() if isinstance(e, grpc.RpcError) else str(e))
-        print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        except grpc.RpcError as e:
+            raise from_rpc(e, "the curator", Endpoints.load(endpoints).curator_address, f"the model of job {job_id}") from None
+        except (DatasetError, ValueError) as e:
+            raise click.ClickException(str(e))
+        _print_prediction(out, protocol, as_json)
         return
     if protocol == "regression":
         from mpdp_services.operator.regression import predict_regression
@@ -241,15 +257,16 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
             raise from_rpc(e, "the curator", ep.curator_address, f"the release of job {job_id}") from None
         except (DatasetError, ValueError) as e:
             raise click.ClickException(str(e)) from None
-        print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        _print_prediction(out, protocol, as_json)
         return
     if protocol != "pathak2010":
         raise click.ClickException(f"job {job_id} is a {protocol} job: it released a sum, not a model (`mpdp dca release --job {job_id}`)")
-    with OperatorClient(Endpoints.load(endpoints)) as client:
+    ep = Endpoints.load(endpoints)
+    with OperatorClient(ep) as client:
         try:
             m = client.model(job_id)
         except grpc.RpcError as e:
-            raise click.ClickException(e.details())
+            raise from_rpc(e, "the curator", ep.curator_address, f"the model of job {job_id}") from None
     w = tester.rebuild(m)
     try:
         if schema_file:
@@ -262,14 +279,30 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
     if X.shape[1] != m.dimension:
         raise click.ClickException(f"{data_path} has {X.shape[1]} features, the model has {m.dimension}")
     pred = tester.classify(w, X)
-    out = {"job_id": job_id, "rows": int(len(pred)), "positive": int(np.sum(pred > 0)), "guarantee": m.guarantee.statement}
+    out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": m.guarantee.statement, "predicted": class_counts(pred, [-1, 1])}
     if len(np.unique(y)) == 2:
         out["accuracy"] = float(np.mean(pred == to_pm1(y)))
+    _print_prediction(out, protocol, as_json)
+
+
+def class_counts(pred: Any, classes: list) -> dict[str, int]:
+    """How many rows were predicted as each class (every class listed, in order; labels as text: -1 and 1, or names)."""
+    import numpy as np
+
+    return {format(c, "g") if isinstance(c, (int, float)) else str(c): int(np.sum(pred == c)) for c in classes}
+
+
+def _print_prediction(out: dict, protocol: str, as_json: bool) -> None:
+    """`mpdp predict`'s one shape for every protocol: job_id, protocol, rows, predicted (rows per class; a regression:
+    its mean prediction instead), accuracy when the rows are labelled, guarantee, then what only that protocol has."""
+    first = ("job_id", "protocol", "rows", "predicted", "accuracy", "guarantee")
+    doc = {"job_id": out["job_id"], "protocol": protocol, **out}
+    doc = {**{k: doc[k] for k in first if k in doc}, **{k: v for k, v in doc.items() if k not in first}}
     if as_json:
-        print(json.dumps(out))
-    else:
-        for k, v in out.items():
-            print(f"{k}: {v}")
+        print(json.dumps(doc))
+        return
+    for k, v in doc.items():
+        print(f"{k}: " + (", ".join(f"{c}: {n}" for c, n in v.items()) if isinstance(v, dict) else f"{v}"))
 
 
 @click.command()
@@ -283,6 +316,9 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, test_mode: bool, workdir: str | None, as_json: bool) -> None:
     """Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."""
+    if n_parties < 3:  # usage errors before anything heavy is imported
+        raise click.BadParameter("the demo needs at least 3 parties", param_hint="--parties")
+    _check_key_bits(key_bits, test_mode)
     import numpy as np
 
     from mpdp.learn import logreg
@@ -295,9 +331,6 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
     from mpdp_services.operator.pathak2010 import OperatorClient
     from mpdp_services.launcher.federation import LocalFederation
 
-    if n_parties < 3:
-        raise click.BadParameter("the demo needs at least 3 parties", param_hint="--parties")
-    _check_key_bits(key_bits, test_mode)
     X, y = load_breast_cancer(return_X_y=True)
     y = np.where(y == 1, 1.0, -1.0)
     X = (X - X.mean(axis=0)) / X.std(axis=0)  # demo-only public scaling; parties clip rows to ‖x‖ ≤ 1
@@ -379,7 +412,7 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
     try:
         run = fetch_model(Endpoints.load(endpoints), job_id)
     except grpc.RpcError as e:
-        raise click.ClickException(e.details())
+        raise from_rpc(e, "the curator", Endpoints.load(endpoints).curator_address, f"the model of job {job_id}") from None
     except ValueError as e:
         raise click.ClickException(str(e))
     task, d = run.plan.task, run.plan.dimension
@@ -390,13 +423,15 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
     if X.shape[1] != d:
         raise click.ClickException(f"{data_path} has {X.shape[1]} features, the model has {d}")
     pred = task.predict(run.model, prepare(X))
-    out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": run.plan.guarantee.statement, "trust_model": run.summary()["trust_model"]}
+    classes = [-1, 1] if task.kind == "binary" else list(range(task.classes))
+    out = {"job_id": job_id, "rows": int(len(pred)), "predicted": class_counts(pred, classes), "guarantee": run.plan.guarantee.statement,
+           "trust_model": run.summary()["trust_model"]}
     try:
         _, labels = party_rows(task, X, y)
         out["accuracy"] = float(np.mean(pred == labels))
     except ValueError:
         pass  # unlabelled or other labels: no accuracy
-    print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+    _print_prediction(out, "dpgd", as_json)
 
 
 def _libsvm_dimensions(ds: dict[str, dict[str, dict]]) -> None:

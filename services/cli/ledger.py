@@ -22,7 +22,7 @@ def _sites(folders: tuple[Path, ...]) -> list[Path]:
         own = folder / "party.yaml"
         more = [own] if own.exists() else sorted(folder.glob("*/party.yaml"))
         if not more:
-            raise click.ClickException(f"{folder} has no party.yaml (nor any */party.yaml): pass a party's site folder, or --ledger")
+            raise click.UsageError(f"{folder} has no party.yaml (nor any */party.yaml): pass a party's site folder, or --ledger")
         found += more
     return found
 
@@ -80,27 +80,34 @@ def ledger() -> None:
 def show(sites: tuple[Path, ...], ledger_path: Path | None, budget_epsilon: float | None, budget_delta: float | None, as_json: bool) -> None:
     """Per party: each entry (protocol, job, status, mechanism, its (ε, δ)), ε spent under the accountant (at the
     budget δ) and under basic composition, and what is left."""
+    # usage errors first (exit 2), before the ledger and configuration code is imported
+    if ledger_path is None and not sites:
+        raise click.UsageError("pass --site DIR (repeatable) or --ledger FILE --budget-epsilon E")
+    if ledger_path is not None and budget_epsilon is None:
+        raise click.UsageError("--ledger needs --budget-epsilon (the budget lives in the party's configuration, not in the file)")
+    if ledger_path is None and (budget_epsilon is not None or budget_delta is not None):
+        raise click.UsageError("--budget-epsilon and --budget-delta go with --ledger (a site's budget is in its party.yaml)")
+    for value in (budget_epsilon, budget_delta):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise click.UsageError(f"budgets must be finite, ε ≥ 0 and δ in [0, 1]; got ε={budget_epsilon}, δ={budget_delta}")
+    if budget_delta is not None and budget_delta > 1:
+        raise click.UsageError(f"budgets must be finite, ε ≥ 0 and δ in [0, 1]; got δ={budget_delta}")
+    yamls = _sites(sites)
+
     from mpdp.ledger import DEFAULT_BUDGET_DELTA
     from mpdp_services.common import config as cfgmod
 
     reports: list[dict] = []
     if ledger_path is not None:
-        if budget_epsilon is None:
-            raise click.ClickException("--ledger needs --budget-epsilon (the budget lives in the party's configuration, not in the file)")
+        assert budget_epsilon is not None  # checked above
         delta = DEFAULT_BUDGET_DELTA if budget_delta is None else budget_delta
-        if not (math.isfinite(budget_epsilon) and budget_epsilon >= 0 and math.isfinite(delta) and 0 <= delta <= 1):
-            raise click.ClickException(f"budgets must be finite, ε ≥ 0 and δ in [0, 1]; got ε={budget_epsilon}, δ={delta}")
         reports.append(_report(ledger_path.name, ledger_path, budget_epsilon, delta))
-    elif budget_epsilon is not None or budget_delta is not None:
-        raise click.ClickException("--budget-epsilon and --budget-delta go with --ledger (a site's budget is in its party.yaml)")
-    for yaml_path in _sites(sites):
+    for yaml_path in yamls:
         try:
             cfg = cfgmod.load(cfgmod.PartyConfig, yaml_path)
         except cfgmod.ConfigError as e:
             raise click.ClickException(str(e))
         reports.append(_report(cfg.name, Path(cfg.ledger), cfg.budget_epsilon, cfg.budget_delta))
-    if not reports:
-        raise click.ClickException("pass --site DIR (repeatable) or --ledger FILE --budget-epsilon E")
     if as_json:
         click.echo(json.dumps({"parties": reports}, indent=2))
     else:

@@ -18,7 +18,7 @@ COMMANDS = {
     "demo": Lazy(_CLI + "jobs:demo", "Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."),
     "federation": Lazy(_CLI + "jobs:federation", "Start a local federation (curator + parties as separate processes, throwaway CA, mutual TLS)."),
     "jobs": Lazy(_CLI + "operate:jobs", "See, follow and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles, dp-gd, regression)."),
-    "health": Lazy(_CLI + "health:health", "Exit 0 if the service at ADDRESS reports SERVING over mutual TLS, else 1 with the reason."),
+    "health": Lazy(_CLI + "health:health", "Exit 0 if the service at ADDRESS, or every role of the federation, reports SERVING over mutual TLS, else 1 with the reason."),
     "ledger": Lazy(_CLI + "ledger:ledger", "Read a party's privacy ledger."),
     "model": Lazy(_CLI + "model:model", "Released models of every protocol's jobs, from the curator's job host."),
     "predict": Lazy(_CLI + "jobs:predict", "Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."),

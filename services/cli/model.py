@@ -107,7 +107,6 @@ def export(endpoints: str, job_id: str, fmt: str, out: str | None, as_json: bool
     the trust model."""
     import grpc
 
-    from mpdp_services.cli.errors import from_rpc
     from mpdp_services.common.durable import write_atomic
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.export import exported

@@ -183,6 +183,7 @@ class JobTable(Generic[T]):
         self._jobs: dict[str, _Live[T]] = {}  # not yet forgotten: live, or terminal within retention
         self._retained: OrderedDict[str, None] = OrderedDict()  # terminal entries still held, oldest first
         self._records: OrderedDict[str, JobRecord] = OrderedDict()  # forgotten jobs, oldest first
+        self.on_end: list[Callable[[JobRecord], None]] = []  # called with a job's record as it becomes terminal (e.g. its times kept on disk)
 
     # -- admission ------------------------------------------------------------------------------------
     def admit(self, job_id: str, entry: T, deadline_seconds: float, *, running: bool = True) -> JobRecord:
@@ -317,6 +318,11 @@ class JobTable(Generic[T]):
         self._retained[job_id] = None
         metrics.job_ended(self.protocol, state, r.ended - r.created)
         metrics.stages_ended(self.protocol, state_seconds(r))
+        for hook in self.on_end:
+            try:
+                hook(r)
+            except Exception:  # noqa: BLE001 - bookkeeping after the job's end must never change its outcome
+                log.exception("job %s: after-end hook failed", job_id)
 
     def _forget(self, job_id: str) -> None:
         live = self._jobs.pop(job_id)

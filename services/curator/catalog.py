@@ -6,11 +6,13 @@ protocol, state, failure, its state log at the curator and per-stage seconds. No
 sizes, keys or released values (an operator fetches a release from the protocol's own service).
 
 Jobs this process ran come from the tables (their records outlive the job's memory); jobs of an earlier run of the
-curator come from the stores (what was published or failed survives a restart, its state log does not).
+curator come from the stores (what was published or failed survives a restart, its state log does not), with the
+times each job was admitted and ended, which the catalog keeps in ``times_dir`` as each job ends.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,9 +46,35 @@ class Source:
 @dataclass
 class Catalog:
     sources: list[Source] = field(default_factory=list)
+    times_dir: Path | None = None  # <job_id>.json: {"created", "ended"} (Unix times) of every job that ended, for later runs
+
+    def __post_init__(self) -> None:
+        for source in self.sources:
+            source.table.on_end.append(self._keep_times)
 
     def add(self, source: Source) -> None:
         self.sources.append(source)
+        source.table.on_end.append(self._keep_times)
+
+    def _keep_times(self, record: JobRecord) -> None:
+        """A job ended: its admission and end times, durably, so a restarted curator lists it with its real duration."""
+        if self.times_dir is None or record.ended_at is None or not valid_id(record.job_id):
+            return
+        from mpdp_services.common.durable import PUBLIC, write_atomic
+
+        self.times_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.times_dir / f"{record.job_id}.json", json.dumps({"created": record.created_at, "ended": record.ended_at}), PUBLIC)
+
+    def _times(self, job_id: str) -> tuple[float, float] | None:
+        """(created, ended) kept for a job of an earlier run, if any (our own file; anything unreadable counts as none)."""
+        if self.times_dir is None or not valid_id(job_id):
+            return None
+        try:
+            doc = json.loads((self.times_dir / f"{job_id}.json").read_text())
+            created, ended = float(doc["created"]), float(doc["ended"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return (created, ended) if 0 < created <= ended else None
 
     def protocols(self) -> list[str]:
         return [s.protocol for s in self.sources]
@@ -63,7 +91,7 @@ class Catalog:
                 seen.add(record.job_id)
                 out.append(self._summary(source, record))
             if not live_only:
-                out.extend(_stored(source, job_id, state, at) for job_id, state, at in source.stored() if job_id not in seen)
+                out.extend(_stored(source, job_id, state, at, self._times(job_id)) for job_id, state, at in source.stored() if job_id not in seen)
         if live_only:
             out = [s for s in out if not s.terminal]
         out.sort(key=lambda s: s.created_unix, reverse=True)
@@ -79,7 +107,7 @@ class Catalog:
         for source in self.sources:
             for stored_id, state, at in source.stored():
                 if stored_id == job_id:
-                    return _stored(source, job_id, state, at)
+                    return _stored(source, job_id, state, at, self._times(job_id))
         return None
 
     def busy(self, job_id: str) -> bool:
@@ -114,9 +142,12 @@ class Catalog:
         return s
 
 
-def _stored(source: Source, job_id: str, state: str, at: float) -> pb.JobSummary:
+def _stored(source: Source, job_id: str, state: str, at: float, times: tuple[float, float] | None = None) -> pb.JobSummary:
+    """A job of an earlier run, from its store: admitted and ended at the times kept for it, else both at ``at``
+    (its file's time: a job that ended before times were kept)."""
     failed = state == "FAILED"
-    return pb.JobSummary(job_id=job_id, protocol=source.protocol, state=state, terminal=True, created_unix=at, ended_unix=at, stage=state.lower(),
+    created, ended = times if times is not None else (at, at)
+    return pb.JobSummary(job_id=job_id, protocol=source.protocol, state=state, terminal=True, created_unix=created, ended_unix=ended, stage=state.lower(),
                          problem=P.JOB_FAILED if failed else P.PROBLEM_UNSPECIFIED, released=not failed)
 
 

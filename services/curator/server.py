@@ -374,7 +374,7 @@ def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: Local
         catalogs.Source("hamm2016", ensemble.running, lambda j: ensemble.store.get(j) is not None,
                         lambda: [*files(state_dir / "ensembles", ".binpb", "PUBLISHED"), *ensemble.tasks.failures()], catalogs.task_live),
         *(learner_sources(learner) if learner is not None else []),
-    ])
+    ], times_dir=state_dir / "job-times")
 
 
 def learner_sources(learner: LearnerHost) -> list[catalogs.Source]:

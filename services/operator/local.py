@@ -63,4 +63,6 @@ def predict_local(ep: Endpoints, job_id: str, data_path: str, fmt: str, party: s
         raise ValueError(f"{data_path} has {X.shape[1]} features, the model expects {rel.dimension - 1}")
     pred = predict(rel, X)
     labels = np.array([label_text(v) for v in y])
-    return {"job_id": job_id, "release": party, "rows": int(len(pred)), "accuracy": float(np.mean(pred == labels)), "guarantee": rel.guarantee.statement}
+    predicted = {str(c): int(np.sum(pred == c)) for c in sorted(set(pred.tolist()) | set(labels.tolist()))}
+    return {"job_id": job_id, "release": party, "rows": int(len(pred)), "predicted": predicted, "accuracy": float(np.mean(pred == labels)),
+            "guarantee": rel.guarantee.statement}

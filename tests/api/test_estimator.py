@@ -33,6 +33,7 @@ def _data():
     return X[order[:400]], y[order[:400]], X[order[400:]], y[order[400:]]
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_check_estimator_passes_every_applicable_check():
     est = FederatedLogisticRegression(3, epsilon=50.0, lam=1e-3, key_bits=512)
     with warnings.catch_warnings():

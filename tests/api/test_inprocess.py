@@ -150,6 +150,7 @@ def test_ensemble(cancer):
         fed.ensemble(auxiliary="aux-name", epsilon=1.0)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_lmgc_releases_and_average():
     X, y = load_wine(return_X_y=True)
     X = _scaled(X) / 4.0
@@ -210,6 +211,7 @@ def test_errors_are_clear(cancer, monkeypatch):
         fed.logistic_regression(epsilon=1.0, lam=0.1).predict(np.ones((2, 3)))
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_import_is_lazy():
     import subprocess
     import sys

@@ -52,6 +52,7 @@ def kfold_pure_epsilon(eps: float, k: int, delta: float) -> float:
 
 # -- composition against closed forms ------------------------------------------------------------------
 @pytest.mark.parametrize("k", [1, 4, 25, 100])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_k_gaussians_compose_to_one_gaussian_with_sigma_over_sqrt_k(k):
     z = analytic_gaussian_sigma(1.0, 1.0, 1e-6)  # each entry: (1, 1e-6)-DP, σ/Δ = z
     entries = [dca_entry(f"j{i}", 1.0, 1e-6) for i in range(k)]
@@ -76,6 +77,7 @@ def test_pure_epsilon_entries_compose_to_the_exact_kfold_value(eps, k):
     assert c.epsilon == min(c.pld_epsilon, k * eps) <= k * eps
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_never_above_basic_composition():
     rng = np.random.default_rng(7)  # public test data
     for trial in range(30):
@@ -122,6 +124,7 @@ def test_discrete_gaussian_entries_compose_in_rdp():
 
 
 # -- the refusal rule ---------------------------------------------------------------------------------
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_refusal_uses_the_composed_epsilon(tmp_path):
     """Budget (10, 1e-5), DCA jobs of (1, 1e-7): basic composition stops after 10; the accountant admits more,
     then refuses exactly when the composed ε would exceed 10."""

@@ -113,6 +113,7 @@ def test_batches_bound_what_is_held_at_once(tmp_path):
     assert max(sizes) <= 300 and sum(sizes) == 5000
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_any_source_of_the_same_rows_gives_the_same_sums_bit_for_bit(tmp_path):
     (tmp_path / "p").mkdir()
     (tmp_path / "c").mkdir()

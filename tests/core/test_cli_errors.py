@@ -122,7 +122,7 @@ def test_no_federation_is_one_clear_error(capsys, tmp_path, name, as_json):
     (["federation", "up", "--parties", "0"], "usage", ["at least one party"]),
     (["dca", "submit", "--site", ".", "--job", "j", "--values", "1,abc", "--ledger", "l.json", "--budget-epsilon", "1"], "usage", ["--values"]),
     (["dca", "submit", "--site", ".", "--job", "j", "--values", "1,2"], "usage", ["not a site folder", "site.crt"]),
-    (["ledger", "show"], "failed", ["--site"]),
+    (["ledger", "show"], "usage", ["--site"]),
     (["health", "--address", "127.0.0.1:1", "--tls-dir", "."], "unhealthy", ["TLS files missing"]),
     (["serve", "curator", "--config", "nowhere.yaml"], "failed", ["nowhere.yaml"]),
     (["provision", "check", "."], "invalid", ["site.crt", "provision sites"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 
 from mpdp_services.cli.dca import _show
@@ -17,6 +18,7 @@ def test_human_and_json_output(capsys):
     assert json.loads(capsys.readouterr().out) == out
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_endpoints_come_from_the_environment_and_a_missing_file_is_one_clear_line(tmp_path):
     import os
     import subprocess

@@ -33,6 +33,7 @@ def test_every_command_module_is_registered():
     assert modules == targets, sorted(modules ^ targets)
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_help_imports_no_heavy_module():
     code = ("import sys, runpy; sys.argv = ['mpdp', '--help']\n"
             "try:\n    runpy.run_module('mpdp_services.cli.main', run_name='__main__')\nexcept SystemExit:\n    pass\n"
@@ -43,6 +44,7 @@ def test_help_imports_no_heavy_module():
     assert json.loads(r.stderr.strip().splitlines()[-1]) == []
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_a_lazy_command_runs_and_shows_its_own_help():
     r = subprocess.run([sys.executable, "-m", "mpdp_services.cli.main", "ledger", "show", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--json" in r.stdout
@@ -82,6 +84,7 @@ def test_experiment_help_values_equal_the_experiments():
 
 
 @pytest.mark.parametrize("group", ["experiment", "dca", "jobs", "ledger", "model", "profile", "provision", "schema", "serve", "federation"])
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_a_command_help_imports_no_protocol_core(group):
     """Each command's --help loads its module only: no scipy, dp-accounting, scikit-learn, pandas or protocol core."""
     code = ("import sys, json\nfrom mpdp_services.cli.main import cli\nimport click\n"

@@ -181,6 +181,7 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+@pytest.mark.process  # serves HTTP on a socket: not in `make test-fast`
 def test_known_paths_only_read_only_and_hardened_headers(served):
     url = served()
     status, headers, body = _get(url + "/")
@@ -200,6 +201,7 @@ def test_known_paths_only_read_only_and_hardened_headers(served):
     conn.close()
 
 
+@pytest.mark.process  # serves HTTP on a socket: not in `make test-fast`
 def test_a_failing_or_busy_page_says_nothing_about_why(tmp_path):
     routes = web.Routes()
 
@@ -221,6 +223,7 @@ def test_a_failing_or_busy_page_says_nothing_about_why(tmp_path):
         server.server_close()
 
 
+@pytest.mark.process  # serves HTTP on a socket: not in `make test-fast`
 def test_a_token_guards_every_page_and_a_browser_logs_in_with_a_cookie(served, tmp_path):
     token = "t0k3n-" + "a" * 40
     (tmp_path / "http.token").write_text(token + "\n")
@@ -304,6 +307,7 @@ def test_the_ledger_page_shows_entries_and_spent_epsilon(tmp_path):
     assert page.page("", {}).status == 503
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_the_ledger_page_draws_budget_spent_over_time_as_inline_svg(tmp_path):
     """One point per job in the order spent: the accountant's composed ε (never above basic composition), Σε, and
     the budget line; an inline SVG with no script, the hostile job name escaped."""
@@ -362,6 +366,7 @@ def test_reads_run_on_the_roles_event_loop(dashboard):
     time.sleep(0)
 
 
+@pytest.mark.process  # serves HTTP on a socket: not in `make test-fast`
 def test_the_token_is_checked_before_the_query_is_parsed_and_a_long_query_is_400(served, tmp_path):
     token = "t0k3n-" + "c" * 40
     (tmp_path / "http.token").write_text(token)

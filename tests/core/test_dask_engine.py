@@ -55,6 +55,7 @@ def _ds(tmp_path, folder, dask: str):
                            batch_rows=500, dask=dask, dask_workers=2)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_two_worker_processes_compute_what_one_process_does(tmp_path, cluster_closed):
     folder = _folder(tmp_path)
     here, there = _ds(tmp_path, folder, ""), _ds(tmp_path, folder, "local")

@@ -3,6 +3,7 @@ and no core dependency is pinned to one exact version (mpdp must install beside 
 
 from __future__ import annotations
 
+import pytest
 import ast
 import re
 import sys
@@ -30,6 +31,7 @@ def _name(req: str) -> str:
     return re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower().replace("_", "-")
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_every_import_is_declared():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = {_name(r) for r in project["dependencies"]} | {_name(r) for reqs in project["optional-dependencies"].values() for r in reqs}

@@ -92,6 +92,7 @@ def test_ntt_is_evaluation_at_roots_of_unity(n):
 
 
 @pytest.mark.parametrize("n", [1, 4, 32])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_transforms_along_columns_coset_values_and_pair_dots_match_python_integers(n):
     rng = random.Random(100 + n)
     vals = np.array([rng.randrange(P) for _ in range(3 * n * 4)], dtype=np.uint64).reshape(3, n, 4)  # 3 stacks of 4 columns

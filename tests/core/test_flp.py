@@ -116,6 +116,7 @@ def test_soundness_bound_and_repetitions():
     [(RANGE, _valid_range), (L2, _valid_l2), (ONE_HOT, _valid_hot), (VOTES, _valid_votes), (VOTES2, lambda n: _valid_votes(n, 2)), (BINARY, _valid_binary)],
     ids=["range", "l2", "one-hot", "votes", "votes-count-2", "votes-binary"],
 )
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_valid_inputs_are_always_accepted_and_truncate_to_the_input(circuit, valid):
     rows = valid(TRIALS)
     meas = _encode(circuit, rows)
@@ -211,6 +212,7 @@ INVALID = {"range": _out_of_range, "l2": _over_norm, "one-hot": _multi_hot, "vot
 
 
 @pytest.mark.parametrize("name", list(VALID))
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_proof_for_another_vector_is_rejected(name):
     """A valid proof of some valid x′ presented with an invalid x (and with a different valid x)."""
     c, valid = VALID[name]

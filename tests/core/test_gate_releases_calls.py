@@ -101,6 +101,7 @@ async def _run(sites: tuple[TlsFiles, TlsFiles]) -> tuple[dict, list[int], int]:
         await server.stop(0)
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_answered_calls_release_their_requests(sites):
     out, samples, base = asyncio.run(_run(sites))
     assert len(out["answers"]) == CALLS

@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = {"grpc", "socket", "asyncio", "ssl", "http", "urllib", "requests", "services", "mpdp_services"}
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_core_has_no_network_imports():
     offenders = []
     for path in (REPO / "mpdp").rglob("*.py"):
@@ -45,6 +46,7 @@ ROOMS = {"cli", "common", "compute_node", "curator", "dca_client", "launcher", "
 SERVERS = {"curator", "party", "compute_node"}
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_services_rooms():
     """services/ has only rooms (janus: one crate per role); no module outside the CLI imports the CLI; servers
     import no operator client, launcher or provisioning code; nothing imports a private name of another room."""

@@ -242,6 +242,7 @@ def _hammer(path: str, worker: int, jobs: int, start) -> int:
     return spent
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_processes_sharing_one_ledger_file_never_overspend(tmp_path):
     path = tmp_path / "ledger.json"
     ctx = multiprocessing.get_context("spawn")

@@ -5,6 +5,7 @@ still have type errors are followed silently until they are fixed and removed fr
 
 from __future__ import annotations
 
+import pytest
 import subprocess
 import sys
 from pathlib import Path
@@ -17,16 +18,19 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*args], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_ruff_finds_nothing():
     r = _run(str(BIN / "ruff"), "check", "mpdp", "services")
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_mypy_finds_nothing():
     r = _run(sys.executable, str(REPO / "tools" / "typecheck.py"))
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_api_reference_builds(tmp_path):
     """`make docs` in small: pdoc renders the public core modules' docstrings to HTML."""
     r = _run(sys.executable, "-m", "pdoc", "--docformat", "restructuredtext", "-o", str(tmp_path), "mpdp.ledger", "mpdp.accounting", "mpdp.limits", "mpdp.protocol")

@@ -74,6 +74,7 @@ def _variance_p(x: np.ndarray, var: float) -> tuple[float, float]:
     return float(stats.chi2.cdf(q, len(x))), float(stats.chi2.sf(q, len(x)))
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_any_t_parties_leave_variance_sigma_squared(runs):
     K, t = len(NAMES), runs[0][0].curator.params.calibration.colluders
     assert t == K - 2
@@ -83,6 +84,7 @@ def test_any_t_parties_leave_variance_sigma_squared(runs):
         assert low > ALPHA and high > ALPHA, (coalition, np.var(left))
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_t_plus_one_parties_would_be_detected(runs):
     """The test above has power: with one more party pooled, the variance left is σ²·(K−t−1)/(K−t) = σ²/2."""
     left = np.concatenate([_residual(r, w, ("p1", "p2", "p3")) for r, w in runs])
@@ -112,6 +114,7 @@ def test_released_model_equals_the_plaintext_mechanism(runs):
         assert np.max(np.abs(w - draw.weights)) <= (len(NAMES) / 2 + 1.01) / len(NAMES) * 2.0**-r.curator.params.frac_bits
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_mechanism_noise_distribution_and_scale():
     """The plaintext fast path: 4000 draws × d = 5, per-coordinate KS against N(0, σ²·K/(K−t))."""
     cal = PathakCalibration("gaussian-distributed", 0.5, 1.0, 5, 1e-6, 3)

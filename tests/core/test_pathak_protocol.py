@@ -54,6 +54,7 @@ def test_output_equals_plaintext_mechanism(small_secrets, sizes, mode):
     assert r.model.seeded and r.model.guarantee.statement
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_argmin_all_permutations_and_ties(small_secrets):
     for sizes in list(itertools.permutations([11, 12, 13])) + [(12, 12, 15), (15, 12, 12), (9, 9, 9), (20, 14)]:
         data = _data(list(sizes), d=2, seed=3)
@@ -246,6 +247,7 @@ def test_replay_wrong_sender_and_unknown_job_are_refused(small_secrets):
         assert cm.state == ("FAILED" if fails else "AWAIT_ACCEPTANCES")
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_fuzzed_messages_give_protocol_errors_only(small_secrets):
     """Any corrupted message yields a ProtocolError (never another exception) and no release."""
     from mpdp.protocol import ProtocolError

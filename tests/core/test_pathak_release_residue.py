@@ -89,6 +89,7 @@ def _residues(released: list[list[int]], c: int, m: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mode,K", [("corrected", 3), ("paper", 4)])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_low_digits_do_not_tell_neighbours_apart(secrets, mode: str, K: int) -> None:
     """Residues of R mod K and mod 8 over many runs: uniform, and the same on D and D′ although Q ≢ Q′ (mod K)."""
     data, other = _neighbours(K)

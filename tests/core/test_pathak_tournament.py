@@ -91,6 +91,7 @@ def _selected(r, name) -> bool:
         (20, 20, 20, 20, 20, 20, 20, 20),
     ],
 )
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_tournament_selects_the_documented_minimum(small_secrets, sizes):
     for seed in (b"t1", b"t2"):
         data = _data(sizes, seed=len(sizes))
@@ -153,6 +154,7 @@ def test_only_the_leader_and_charlie_see_the_tournament(small_secrets):
         assert not any(isinstance(m, (pb.ComparisonBits, pb.BlindedComparisons)) for s, m in r.parties[name].transcript)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_leader_sees_a_uniform_bracket_even_when_every_size_ties(small_secrets):
     """Four equal sizes: the positions P1 sees in round 1 are uniform over the 4 possible lists (χ², α = 10⁻³),
     as for distinct sizes. A position tie-break would always show (0, 2)."""

@@ -35,6 +35,7 @@ def dead_address() -> str:
     return f"127.0.0.1:{port}"
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_concurrent_calls_to_a_dead_peer_all_end_in_rpc_errors(tls):
     address = dead_address()
 
@@ -60,6 +61,7 @@ def test_concurrent_calls_to_a_dead_peer_all_end_in_rpc_errors(tls):
     assert {e.code() for e in errors} <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_a_call_in_flight_when_its_channel_closes_ends_as_unavailable(tls):
     """A peer that accepts TCP and never answers the TLS handshake: the call hangs; closing the channel under it
     (as happens when another call to the same peer fails) ends it with UNAVAILABLE, not a bare CancelledError."""
@@ -88,6 +90,7 @@ def test_a_call_in_flight_when_its_channel_closes_ends_as_unavailable(tls):
     assert isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.UNAVAILABLE, repr(e)
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_a_watched_peer_that_never_answers_is_lost_within_the_bound(tls):
     """A peer that takes TCP and never speaks (as a reconnect whose name lookup never returns) is reported lost
     once its answer is LOST_AFTER overdue, however many attempts are still left: a job waiting on it fails naming
@@ -121,6 +124,7 @@ def test_a_watched_peer_that_never_answers_is_lost_within_the_bound(tls):
     assert reason == "no answer for 1 s" and seconds < 20, (reason, seconds)
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_a_watched_peer_that_serves_then_stops_without_a_word_is_lost(tls, tmp_path):
     """A real health service answers SERVING, then its server goes away without turning NOT_SERVING (a killed
     process): the stream drops, the reconnects fail, and the subscriber hears it once."""

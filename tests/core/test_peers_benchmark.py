@@ -20,6 +20,7 @@ def run():
     return mod
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_help() -> None:
     out = subprocess.run([sys.executable, str(PEERS / "run.py"), "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
     for opt in ("--json", "--quick", "--repeats", "--clients", "--dims", "--markdown"):
@@ -74,6 +75,7 @@ def test_tagged_json(run) -> None:
         run.tagged_json("nothing", "FLOWER_RESULT")
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_prio3_peer_is_pinned_exactly_and_its_script_answers_help() -> None:
     """The Prio3 peer (divviup-ts on Node.js) is pinned by version and lock file, and is no project dependency."""
     import json

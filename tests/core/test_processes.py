@@ -6,6 +6,7 @@ spawn() arms the parent-death signal in a trampoline the child runs instead (vfo
 
 from __future__ import annotations
 
+import pytest
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import grpc
 from mpdp_services.common import processes
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_spawned_children_survive_an_active_grpc_channel():
     channel = grpc.insecure_channel("127.0.0.1:9")  # a channel trying to connect keeps gRPC's poller busy
     grpc.channel_ready_future(channel)
@@ -26,12 +28,14 @@ def test_spawned_children_survive_an_active_grpc_channel():
     assert codes == [0] * 200  # before: ≈ 3 % died of SIGABRT (-6)
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_the_child_is_armed_and_told_its_parent():
     code = "import ctypes, os; v = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0); print(v.value, os.environ['MPDP_PARENT_PID'])"
     out = processes.spawn([sys.executable, "-c", code], stdout=subprocess.PIPE).communicate(timeout=60)[0].decode().split()
     assert out == [str(int(signal.SIGKILL)), str(os.getpid())]  # PR_GET_PDEATHSIG: SIGKILL
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_an_orphan_exits_at_once():
     code = "from mpdp_services.common.processes import exit_if_orphaned; exit_if_orphaned(); print('ran')"
     env = dict(os.environ, MPDP_PARENT_PID="1")  # not our parent: as if the spawner had died before arming

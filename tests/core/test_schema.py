@@ -146,6 +146,7 @@ def test_draft_proposes_a_schema_and_warns_that_its_bounds_are_private(tmp_path)
     assert d.schema.encode_file(p).report.used == 4  # the draft encodes the file it came from
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_adult_example_schema_encodes_adult_test(tmp_path):
     from tests.conftest import shared_file
 

@@ -57,6 +57,7 @@ def _csv_of(table: pa.Table, path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_adult_csv_batches_equal_the_whole_file(tmp_path):
     s = Schema.load(ADULT)
     f = shared_file("adult", "adult.test.gz")

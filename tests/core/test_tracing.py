@@ -199,6 +199,7 @@ def test_the_file_exporter_writes_one_json_object_per_span(tmp_path):
     assert md[0][1].split("-")[1] == rec["trace_id"] and md[0][1].split("-")[2] == rec["span_id"]
 
 
+@pytest.mark.process  # starts a process or opens a socket: not in `make test-fast`
 def test_the_api_alone_is_enough_while_traces_are_off():
     """Without the SDK (a fresh interpreter that cannot import opentelemetry.sdk): the runtime imports and runs its
     no-ops; turning traces on says which package to install."""

@@ -23,6 +23,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     return zipfile.ZipFile(path)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_only_mpdp_names_at_the_top_level(wheel):
     names = wheel.namelist()
     top = {n.split("/")[0] for n in names if "/" in n and not n.split("/")[0].endswith((".dist-info", ".data"))}
@@ -30,12 +31,14 @@ def test_only_mpdp_names_at_the_top_level(wheel):
     assert "mpdp_services/curator/server.py" in names and "mpdp_services/cli/main.py" in names
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_type_information_ships(wheel):
     names = set(wheel.namelist())
     assert "mpdp/py.typed" in names
     assert "mpdp/messages/dca_pb2.pyi" in names and "mpdp/messages/pathak2010_pb2_grpc.pyi" in names
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_metadata_has_ranges_and_extras(wheel):
     meta = next(wheel.read(n).decode() for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
     requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist:")]

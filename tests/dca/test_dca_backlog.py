@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import pytest
 from mpdp.dca.compute_node import ComputeNodeMachine
 from mpdp.dca.params import DcaParams
 from mpdp.protocol import Peer
@@ -94,6 +95,7 @@ def test_a_closed_node_always_has_room_its_machine_refuses_late_shares():
     assert a.undecided == 8
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_clients_rejected_by_their_proofs_count_as_decided_in_one_process_and_in_workers():
     """A validated job: clients whose proof fails are decided (never summed), on every node and however many processes
     took them; only a client missing at some node stays undecided at the nodes that hold it (never below zero)."""

@@ -129,6 +129,7 @@ def _privacy_loss_delta(o_d: np.ndarray, o_dp: np.ndarray, mu: float, mu_p: floa
     return float(a - math.exp(eps) * b), se
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_dp_sanity_on_adjacent_datasets():
     """DP sanity: a 1-D sum of values in [−1, 1] through DCA, 10^5 runs on D and on D' (client 0: +1 → −1).
 

@@ -46,6 +46,16 @@ def test_release_decodes_to_the_noisy_sum(client_mode, seed_compressed):
     assert len(run.ledger) == 30 and all(e[0]["job_id"] == "job-1" for e in run.ledger.values())
 
 
+def test_a_released_job_reports_every_node_s_partial_sum():
+    """The status of a released job counts the M partial sums it was added up from (the sums themselves are dropped
+    once added: the count comes from the release)."""
+    p = make_params()
+    run = run_job(p, data(20, 4), Drbg.from_seed("status"), record=False)
+    st = run.aggregator.status()
+    assert st.state == "RELEASED" and st.terminal
+    assert st.nodes_reported == p.M == len(NODES) and st.clients_included == 20
+
+
 def test_same_seed_same_release_other_seed_other_noise():
     p = make_params()
     Z = data(20, 4)

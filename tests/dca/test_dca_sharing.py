@@ -105,6 +105,7 @@ def test_seed_expansion_refuses_other_key_lengths():
 
 
 @pytest.mark.parametrize("seeded", [False, True])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_any_m_minus_1_shares_are_uniform(seeded):
     """For a fixed secret, every (M−1)-subset of the shares is jointly uniform (χ²)."""
     M, n = 3, 20000

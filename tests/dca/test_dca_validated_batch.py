@@ -99,6 +99,7 @@ def test_a_packed_batch_verifies_like_its_clients_own_shares(seeded):
     assert not any(validation.decide(plan, [bad[k][i][1] for k in range(prm.M)]) for i in range(7))  # type: ignore[index]
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_a_validated_job_takes_batches_per_client_and_releases_the_honest_sum():
     prm = _params("range")
     ids = [f"client-{i:06d}" for i in range(N)]

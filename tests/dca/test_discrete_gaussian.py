@@ -58,6 +58,7 @@ def chi2_pvalue(samples: list[int], prob) -> float:
 
 # -- the sampler -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("sigma2", [Fraction(1, 2), Fraction(7, 3), 4, Fraction(1000, 7)], ids=str)
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_discrete_gaussian_matches_its_pmf(sigma2):
     xs = dg.DiscreteGaussian(sigma2, Drbg.from_seed(f"dg/{sigma2}")).samples(20_000)
     assert chi2_pvalue(xs, lambda x: dg.pmf(sigma2, x)) > SIGNIFICANCE
@@ -111,6 +112,7 @@ def test_no_floating_point_in_the_sampling_path():
             assert not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)), f"{f.__qualname__}: true division"
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_sum_of_client_noise_has_n_times_the_variance():
     """Var Σ_{i≤n} X_i = n·Var N_Z(0, σ²) (independent draws; Var N_Z < σ² for small σ, CKS20)."""
     sigma2, n, draws = Fraction(9, 4), 8, 4000
@@ -203,6 +205,7 @@ def test_discrete_costs_little_noise_over_the_analytic_gaussian():
 
 
 # -- rounding --------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_conditional_rounding_stays_on_the_grid_within_its_bound_and_is_unbiased():
     d = 64
     y = Drbg.from_seed("y").uniform((1, d)) * 40 - 20

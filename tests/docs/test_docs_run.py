@@ -115,15 +115,19 @@ def _run(cmd: list[str], repo: Path, env: dict, timeout: float) -> subprocess.Co
     return subprocess.CompletedProcess(cmd, p.returncode, log.read_text(), "")
 
 
-def test_readme_using_it_runs_as_written(user):
+def test_readme_using_it_runs_as_written_twice_in_the_same_folder(user):
+    """A user runs "Using it" again where they ran it before: what the first pass left behind (runs/, a stopped
+    federation's folder) must not break nor fool the second (it waits on `mpdp health`, not on a file)."""
     repo, env = user
     script = "\n".join(body for _, body in blocks(section((repo / "README.md").read_text(), "Using it")))
     (repo / "using-it.sh").write_text(script)
-    p = _run(["bash", "-euo", "pipefail", "using-it.sh"], repo, env, timeout=900)
-    assert p.returncode == 0, p.stdout[-8000:]
-    adult = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{") and '"schema_sha256"' in line]
-    assert len(adult) == 1 and adult[0]["test_rows"] == 16281 and adult[0]["accuracy"] > 0.78, p.stdout[-3000:]
-    assert (repo / "runs" / "dpgd.npz").stat().st_size > 0
+    for attempt in ("first", "second"):
+        p = _run(["bash", "-euo", "pipefail", "using-it.sh"], repo, env, timeout=1200)  # a deadline per pass, not a performance bound
+        assert p.returncode == 0, (attempt, p.stdout[-8000:])
+        adult = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{") and '"schema_sha256"' in line]
+        assert len(adult) == 1 and adult[0]["test_rows"] == 16281 and adult[0]["accuracy"] > 0.78, (attempt, p.stdout[-3000:])
+        assert (repo / "runs" / "dpgd.npz").stat().st_size > 0, attempt
+        assert not (repo / "runs" / "federation" / "endpoints.json").exists(), f"{attempt} pass: a stopped federation left its endpoints file"
 
 
 def test_api_md_runs_as_written(user):

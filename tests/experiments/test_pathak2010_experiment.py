@@ -24,6 +24,9 @@ from mpdp.experiments import pathak2010 as exp
 from mpdp.learn import logreg
 from mpdp.math.drbg import Drbg
 
+pytestmark = pytest.mark.slow  # runs the experiment end to end (minutes): not in `make test-fast`
+
+
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 A9A = DATA / "a9a"
 LAM = 1e-3
@@ -106,6 +109,7 @@ def test_missing_data_fails(tmp_path: Path) -> None:
 
 
 # -- the paper's qualitative claims -------------------------------------------------------------------
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_error_decreases_with_eps_and_converges_to_nonprivate_aggregate(same_models: exp.Pathak2010Result) -> None:
     r = same_models
     assert r.max_grad_norm < 1e-10
@@ -156,6 +160,7 @@ def test_distributed_gaussian_beats_corrected_at_equal_epsilon(same_models: exp.
     assert agg["delta"] == 1e-6 and agg["norm"] == "l2" and agg["statement"].startswith("(0.1, 1e-06)-DP")  # ε = EPS[0]
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_at_equal_lambda_paper_wins_and_why(data: exp.A9a, same_models: exp.Pathak2010Result,
                                             paper_same_lambda: exp.Pathak2010Result) -> None:
     """At the same λ = 1e-3 the comparison flips: the paper mode trains with λ‖w‖² (twice the
@@ -189,6 +194,7 @@ def test_at_equal_lambda_paper_wins_and_why(data: exp.A9a, same_models: exp.Path
     assert norm_ratio(LAM) < predicted < norm_ratio(1.0)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_lambda_one_sits_at_majority_rate(data: exp.A9a) -> None:
     """The paper's λ = 1 with rows on the unit sphere: ‖w‖ ≈ 0.16, no intercept, every test point is
     classified −1, so the non-private error is the minority rate 23.6% and noise can only add error."""
@@ -206,6 +212,7 @@ def test_lambda_one_sits_at_majority_rate(data: exp.A9a) -> None:
 
 
 # -- plumbing: determinism, output files, CLI ----------------------------------------------------------------
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_reproducible_and_fresh_streams(data: exp.A9a) -> None:
     cfg = exp.Pathak2010Config(lam=LAM, epsilons=(0.4, 0.5), runs=1, splits=("even",), modes=("corrected",))
     full = {m: logreg.fit(data.X, data.y, cfg.lam_for(m), exp.convention(m)) for m in cfg.modes}
@@ -221,6 +228,7 @@ def test_reproducible_and_fresh_streams(data: exp.A9a) -> None:
     assert len(labels) == 8  # distinct streams per run, ε and draw
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_cli_json_and_files(tmp_path: Path) -> None:
     from mpdp_services.cli.experiment_pathak import pathak2010
 
@@ -231,7 +239,7 @@ def test_cli_json_and_files(tmp_path: Path) -> None:
     obj = json.loads(res.stdout)
     assert obj["path"] == "mechanism" and obj["settings"]["path"] == "mechanism"
     assert set(obj["even"]) == {"corrected", "paper"}
-    assert list(obj["even"]["paper"]["mean"]) == ["0.1", "0.40"]  # keyed as written
+    assert list(obj["even"]["paper"]["error_rate_mean"]) == ["0.1", "0.40"]  # keyed as written
     assert set(obj["dp_all"]) == {"corrected", "paper"} and set(obj["nonprivate_all"]) == {"corrected", "paper"}
     assert set(obj["nonprivate_aggregate"]) == {"even"}
     s = obj["settings"]
@@ -245,6 +253,7 @@ def test_cli_json_and_files(tmp_path: Path) -> None:
     assert bad.exit_code != 0
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_plot_accepts_protocol_points(data: exp.A9a, tmp_path: Path) -> None:
     cfg = exp.Pathak2010Config(lam=LAM, epsilons=(0.4, 2.0), runs=1, splits=("even",))
     r = exp.run_pathak2010(data, cfg)

@@ -105,6 +105,7 @@ def test_one_hot_alpha_is_plain_logistic_regression():
     assert np.allclose(w, logreg.fit(X, 2.0 * y - 1.0, 1e-3, "half"), rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_converges_at_lambda_1e4_on_nearly_separable_data():
     """λ = 10⁻⁴ as in the paper: the margins get large, Newton with backtracking still reaches ‖∇J‖ < 1e-9."""
     rng = np.random.default_rng(11)  # public simulation data

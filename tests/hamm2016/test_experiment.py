@@ -27,6 +27,9 @@ from mpdp.experiments.hamm2016 import Hamm2016Config, run_hamm2016, total_steps
 from tests.conftest import SHARED_DATA, shared_file
 
 
+pytestmark = pytest.mark.slow  # runs the experiment end to end (minutes): not in `make test-fast`
+
+
 def require_kdd() -> None:
     """The KDD-99 files must be in ../shared/data/kddcup99: missing files FAIL the test, never skip it."""
     for name in (kdd99.TRAIN_FILE, kdd99.TEST_FILE, kdd99.TYPES_FILE):
@@ -54,6 +57,7 @@ def se(result: dict, M: int, method: str, e: float) -> float:
     return sd / math.sqrt(n)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_result_structure_and_actual_numbers(reduced: dict) -> None:
     r = reduced
     assert r["n_features"] == 123 and r["class_names"] == ["normal", "attack"] and r["n_test_rows"] == 10_000
@@ -124,6 +128,7 @@ def _cli():
     return cli
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_cli_json_smoke(tmp_path) -> None:
     require_kdd()
     png = tmp_path / "fig.png"

@@ -201,6 +201,7 @@ def test_curator_role_fails_once_more_than_T_voters_fail():
         role.receipt("p2", pb.VoteReceipt(job_id="hm-9", party="p2"))
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_thousands_of_voters_through_the_dca_core_give_the_exact_counts():
     """Scale: 3,000 simulated voters' vote vectors (N = 400) summed by the real DCA machines (cohort mode, 3 nodes)
     equal the plain sum the simulation uses, so the experiment's counts are what the federation would compute."""
@@ -287,6 +288,7 @@ def test_pate_in_memory_labels_the_noisy_sum_and_states_the_vote_sums_guarantee(
         assert entry["accounting"] == {"kind": "discrete-gaussian", "rho": params.rho, "tv": params.discrete.p_fail}
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_pate_vote_sum_noise_has_the_calibrated_variance():
     """The noise the curator's counts carry, over many in-memory vote sums of a validated pate job: the three compute
     nodes' draws, variance 3·σ_node² per entry (≥ σ_std², what the M − c counted nodes give; the voters add none),

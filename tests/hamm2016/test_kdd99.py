@@ -15,6 +15,9 @@ from mpdp.data.loaders import DatasetError
 from tests.conftest import SHARED_DATA, shared_file
 
 
+pytestmark = pytest.mark.slow  # reads KDD-99 (minutes): not in `make test-fast`
+
+
 def require_kdd() -> None:
     """The KDD-99 files must sit in ../shared/data/kddcup99: a missing file FAILS the test (never skips)."""
     for name in (K.TRAIN_FILE, K.TEST_FILE, K.TYPES_FILE):
@@ -44,6 +47,7 @@ def test_binary_label_balance(binary: K.KddTask) -> None:
     assert binary.class_names == ("normal", "attack") and binary.classes == 2
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_every_row_lies_in_the_unit_ball(binary: K.KddTask) -> None:
     gen = np.random.default_rng(0)  # public simulation data: which rows are auxiliary
     aux = gen.choice(len(binary.train), 5000, replace=False)
@@ -81,6 +85,7 @@ def test_vocabulary_is_fixed_and_unseen_values_give_zero_blocks(binary: K.KddTas
     assert raw.numeric[0, 1] == 181.0 and raw.numeric[0, 2] == 5450.0
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_scaling_statistics_come_from_the_auxiliary_rows_only(binary: K.KddTask) -> None:
     raw = binary.train
     gen = np.random.default_rng(1)  # public simulation data: the auxiliary rows

@@ -24,6 +24,7 @@ def _parties(M, n, d, seed):
     return X, y, wt
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_batched_logreg_equals_per_party_newton():
     M, n, d, lam = 300, 22, 123, 1e-4
     X, y, wt = _parties(M, n, d, 0)
@@ -64,6 +65,7 @@ def test_batched_logreg_input_checks():
         batched_logreg(X, y, 1e-4, max_iter=1)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_fit_local_logreg_is_the_batched_model_and_sklearns_minimiser():
     M, n, d, lam = 6, 22, 20, 1e-2
     X, y, _ = _parties(M, n, d, 3)

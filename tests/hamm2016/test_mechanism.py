@@ -228,6 +228,7 @@ def test_noise_norm_is_gamma_and_direction_isotropic(method, classes, shape):
     _check_spherical(eta, expected)  # Gamma(d, 2/(Mλε)) (Alg. 2), Gamma(d, 2/(λε)) (Alg. 1), Gamma(Cd, √2/(Mλε))
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_aux_factor_scales_the_noise_only_with_protect_aux():
     lam, eps, M, N, d = 0.01, 1.0, 30, 60, 5
     plain = EnsembleParams("soft", lam, eps, 2, N, M)
@@ -313,6 +314,7 @@ def test_release_global_refuses_bad_rows_and_counts():
 # ------------------------------------------------------------------------------------------- avg baseline
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_avg_release_sensitivity_noise_and_projection():
     M, d, lam, eps = 50, 4, 0.1, 1.0
     W = np.random.default_rng(60).normal(size=(M, d))  # public simulation data (‖w_i‖ < 1/λ = 10)
@@ -366,6 +368,7 @@ def test_objective_norm_bound_holds_for_exact_minimisers_on_random_data(classes)
     assert worst > 0.2  # measured 0.277: within a factor 4 of the bound on this data
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_avg_tight_noise_scale_and_projection():
     from mpdp.hamm2016.mechanism import avg_radius, objective_norm_bound
 

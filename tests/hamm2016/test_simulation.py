@@ -44,6 +44,7 @@ def trial_data(M: int, n: int, classes: int, d: int = 6, N: int = 120, T: int = 
 
 
 @pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_counts_are_the_sum_of_party_votes(classes: int) -> None:
     data = trial_data(M=40, n=7, classes=classes)
     lam = 1e-3
@@ -137,6 +138,7 @@ def test_indiv_is_the_mean_local_accuracy_of_a_random_subset() -> None:
     np.testing.assert_allclose(model_accuracies(ens, np.arange(30), data.X_test, data.y_test), accs, atol=1e-12)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_noise_comes_from_the_drbg_passed_in() -> None:
     data = trial_data(M=25, n=8, classes=2, seed=13)
     cfg = _cfg(25)

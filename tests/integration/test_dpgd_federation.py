@@ -127,6 +127,7 @@ def test_dpgd_job_over_sockets(tmp_path):
         assert res.exit_code == 0, res.output
         pred = json.loads(res.output.strip().splitlines()[-1])
         assert pred["rows"] == SIZES[0] and 0.0 <= pred["accuracy"] <= 1.0
+        assert list(pred)[:4] == ["job_id", "protocol", "rows", "predicted"] and sum(pred["predicted"].values()) == pred["rows"], pred
 
     # the same role in memory, with the socket run's DCA job ids and seed: the same releases and model, bit for bit
     parts = {p: party_rows(plan.task, X, y) for p, (X, y) in raw.items()}

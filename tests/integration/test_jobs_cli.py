@@ -123,7 +123,11 @@ def test_predict_reads_the_protocol_from_the_curator(fed):
     args = ["--endpoints", str(fed.workdir), "--data", fed.tests["bc"], "--format", "csv", "--json"]
     out = CliRunner().invoke(predict_cmd, ["--job", lm, *args])
     assert out.exit_code == 0, out.output
-    assert json.loads(out.output)["accuracy"] > 0.8
+    doc = json.loads(out.output)
+    assert doc["accuracy"] > 0.8
+    # one shape for every protocol: job_id, protocol, rows, rows per class, accuracy, guarantee
+    assert list(doc)[:6] == ["job_id", "protocol", "rows", "predicted", "accuracy", "guarantee"] and doc["protocol"] == "lmgc", doc
+    assert sum(doc["predicted"].values()) == doc["rows"], doc
     dca = _waiting_dca_job(ep)
     _cli(fed, "cancel", dca)
     out = CliRunner().invoke(predict_cmd, ["--job", dca, *args])

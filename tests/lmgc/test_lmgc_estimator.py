@@ -112,6 +112,7 @@ def test_rows_are_clipped_to_public_bound(data) -> None:
     assert np.max(np.linalg.norm(est._features(big), axis=1)) <= math.sqrt(2.0) + 1e-12
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_paper_mode_is_labelled_and_fails_when_unbounded(data) -> None:
     Xtr, ytr, Xte, yte = data
     released, unbounded = 0, 0
@@ -143,6 +144,7 @@ def test_trace_weight_only_moves_the_class_mean_without_psd(data) -> None:
     assert np.array_equal(predict_phi(sols[0], augment(Xte)), predict_phi(sols[1], augment(Xte)))
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_utility_smoke_large_epsilon_matches_nonprivate(data) -> None:
     Xtr, ytr, Xte, yte = data
     ridge = 1e-3
@@ -159,6 +161,7 @@ def test_utility_smoke_large_epsilon_matches_nonprivate(data) -> None:
     assert small < big - 0.2  # noise at small ε really costs accuracy
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_nonprivate_mode_passes_sklearn_estimator_checks() -> None:
     """The DP modes are randomised on purpose (fresh noise per fit, unpicklable Drbg), so only the
     deterministic mode is held to scikit-learn's idempotence and pickling checks."""

@@ -16,6 +16,9 @@ from mpdp.math.drbg import Drbg
 from .helpers import SHARED_DATA, shared_path
 
 
+pytestmark = pytest.mark.slow  # runs the experiment end to end (minutes): not in `make test-fast`
+
+
 def test_sklearn_datasets_are_scaled_into_unit_ball() -> None:
     for split in (load_digits_split(0), load_wine_split(0)):
         for X in (split.X_train, split.X_test):
@@ -25,6 +28,7 @@ def test_sklearn_datasets_are_scaled_into_unit_ball() -> None:
     assert not np.array_equal(a.y_train, b.y_train)  # runs use different public splits
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_kdd99_loader_five_categories() -> None:
     shared_path("kddcup99", "kddcup.data_10_percent.gz")
     shared_path("kddcup99", "training_attack_types.txt")
@@ -58,6 +62,7 @@ def wine_result() -> dict:
     return result
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_experiment_result_structure_and_accounting(wine_result: dict) -> None:
     r = wine_result
     assert r["seeded_noise"] and "NOT a private release" in r["noise_note"]
@@ -77,6 +82,7 @@ def test_experiment_result_structure_and_accounting(wine_result: dict) -> None:
     assert r["_steps"][-1][0] == r["_steps"][-1][1] == 2 * (2 + 3 * 2)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_experiment_writes_json_csv_png(wine_result: dict, tmp_path) -> None:
     result = {k: v for k, v in wine_result.items() if not k.startswith("_")}
     files = write_outputs(result, tmp_path)
@@ -86,6 +92,7 @@ def test_experiment_writes_json_csv_png(wine_result: dict, tmp_path) -> None:
     assert files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_seeded_runs_reproduce() -> None:
     config = LMGCExperimentConfig(dataset="wine", epsilons=(10.0,), runs=1, methods=("lmgc_corrected", "logreg_dp"))
     a = run_lmgc_experiment(config, rng=Drbg.from_seed("r"))
@@ -104,6 +111,7 @@ def _cli():
     return cli
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_cli_prints_one_json_object(tmp_path) -> None:
     res = CliRunner().invoke(_cli(), ["experiment", "lmgc", "--dataset", "wine", "--epsilons", "0.5,1000", "--runs", "1",
                                       "--seed", "9", "--out", str(tmp_path), "--json"])

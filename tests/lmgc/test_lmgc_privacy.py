@@ -133,6 +133,7 @@ def _adjacent_pairs(gen: np.random.Generator, X: np.ndarray, y: np.ndarray):
     return out
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_change_of_variables_density_ratio_bounded_by_epsilon() -> None:
     """d=1, C=3, n=20: θ* is reachable under D′ with b′ = b + ∇ℓ(θ*; z_n) − ∇ℓ(θ*; z′_n), and
     log p_D(θ*) − log p_D′(θ*) = [log P(b) − log P(b′)] + [log det H_D − log det H_D′] ≤ ε."""
@@ -208,6 +209,7 @@ def test_a_computed_minimiser_is_within_tol_over_ridge_of_the_exact_one() -> Non
         assert np.linalg.norm(theta_to_vec(sol.theta - exact)) <= tol / cal.ridge
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_the_output_noise_pays_for_the_tolerance_with_eps_s() -> None:
     """η_s has scale β_s = (2·tol/Δ)/ε_s: moving θ* by at most tol/Δ on either side changes the output density by at
     most e^{(2·tol/Δ)/β_s} ≤ e^{ε_s}, so ε_b + ε_J + ε_s ≤ ε is the whole guarantee."""

@@ -26,6 +26,7 @@ def draws(calibration: CorrectedCalibration) -> np.ndarray:
     return np.stack([calibration.sample(rng) for _ in range(N_DRAWS)])
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_blocks_are_symmetric(draws: np.ndarray, calibration: CorrectedCalibration) -> None:
     assert draws.shape == (N_DRAWS, 3, 2, 2)
     assert np.array_equal(draws, np.swapaxes(draws, 2, 3))

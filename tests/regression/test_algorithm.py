@@ -81,6 +81,7 @@ def test_nearly_noiseless_fit_approaches_projected_ridge(data):
     assert fit.posterior.mae(Xt, yt) == pytest.approx(ref.mae(Xt, yt), rel=1e-2)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_ddp_noise_variance_is_n_over_n_minus_1_times_sigma_std(data):
     """Over many runs, release − exact sum ~ N(0, N/(N−1)·σ_std²) (Thm 1 with T = 0), pooled over coordinates."""
     X, y, _, _ = data

@@ -58,6 +58,7 @@ def large_eps(data):
 
 
 @pytest.mark.parametrize("mode", ["corrected", "paper"])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_ddp_indistinguishable_from_ta_at_small_epsilon(small_eps, mode):
     r = small_eps[mode]
     assert mannwhitneyu(r["ddp"], r["ta"]).pvalue > 0.01
@@ -65,6 +66,7 @@ def test_ddp_indistinguishable_from_ta_at_small_epsilon(small_eps, mode):
 
 
 @pytest.mark.parametrize("mode", ["corrected", "paper"])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_projection_beats_no_projection_at_small_epsilon(small_eps, mode):
     r = small_eps[mode]
     assert np.median(r["proj_ddp"]) < 0.5 * np.median(r["ddp"])
@@ -72,6 +74,7 @@ def test_projection_beats_no_projection_at_small_epsilon(small_eps, mode):
     assert mannwhitneyu(r["proj_ddp"], r["ddp"], alternative="less").pvalue < 1e-6
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_ddp_indistinguishable_from_ta_at_large_epsilon_and_the_test_has_power(large_eps, data):
     r = large_eps
     assert mannwhitneyu(r["ddp"], r["ta"]).pvalue > 0.01

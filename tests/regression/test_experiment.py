@@ -16,6 +16,9 @@ from mpdp_services.cli.experiment_heikkila import command
 
 from tests.conftest import SHARED_DATA, shared_file
 
+pytestmark = pytest.mark.slow  # runs the experiment end to end (minutes): not in `make test-fast`
+
+
 FILES = {"red": ("wine_quality", "winequality-red.csv"), "white": ("wine_quality", "winequality-white.csv"), "abalone": ("abalone", "abalone.data")}
 ROWS = {"red": 1599, "white": 4898, "abalone": 4177}
 
@@ -68,6 +71,7 @@ def red_reduced():
 
 
 @pytest.mark.parametrize("mode", ["corrected", "paper"])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_reduced_reproduction_red_wine(red_reduced, mode):
     """The paper's findings on a reduced grid: DDP ≈ TA (with and without projection), proj < no-proj at small ε."""
     r = red_reduced
@@ -81,6 +85,7 @@ def test_reduced_reproduction_red_wine(red_reduced, mode):
     assert med["proj_ddp"][1] < med["proj_ddp"][0]  # more budget, less error
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_summary_has_every_method_and_epsilon(red_reduced, tmp_path):
     s = red_reduced.summary()
     assert s["epsilons"] == ["1", "10"]
@@ -100,6 +105,7 @@ def test_summary_has_every_method_and_epsilon(red_reduced, tmp_path):
     assert "proj DDP" in exp.summary_markdown(s)
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_cli_json(tmp_path):
     res = CliRunner().invoke(command, ["--data", str(SHARED_DATA), "--dataset", "red", "--repeats", "2", "--epsilons", "1",
                                        "--grid-repeats", "2,2", "--modes", "corrected", "--out", str(tmp_path), "--json"])

@@ -60,6 +60,7 @@ def test_table_is_well_formed():
 
 
 @pytest.mark.parametrize("validate", [True, False], ids=["validated", "unvalidated"])
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_in_memory_run_through_the_role_equals_the_plan_by_hand(data, validate):
     run = run_inmemory(_plan(), data, NODES, N_TOTAL, 200, job_ids=("dca-std", "dca-main"), seed=SEED, validate=validate)
     # the plan's steps by hand, as the socket test's reference does
@@ -86,6 +87,7 @@ def test_in_memory_run_through_the_role_equals_the_plan_by_hand(data, validate):
     assert set(run.seconds) == {"std_round", "grid_search", "main_round"}
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_rounds_asked_are_the_plans(data):
     role = _role()
     [ask] = role.start()
@@ -131,6 +133,7 @@ def _tampered(release: dca_pb2.DpSum, **changes) -> dca_pb2.DpSum:
     {"epsilon": 9.0},
     {"delta": 0.5},
 ], ids=lambda c: next(iter(c)))
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_a_release_that_is_not_the_rounds_fails_the_job_closed(data, changes):
     role = _role()
     [ask] = role.start()
@@ -193,6 +196,7 @@ def test_duplicate_parties_are_refused():
     assert e.value.problem == Problem.INVALID_JOB
 
 
+@pytest.mark.slow  # seconds to minutes: not in `make test-fast`
 def test_a_validated_job_whose_main_round_cannot_fit_is_refused_before_the_std_round():
     """d = 180: the std round (181 values) fits a validated job, the main round (16,470 > 16,384 values) does not; the job
     is refused at start, before any party spends on the std round. Unvalidated, the same job starts."""
