@@ -7,6 +7,7 @@ Servicer methods only look up the job, feed its machine and forward what comes o
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 import logging
 import secrets as pysecrets
@@ -136,9 +137,10 @@ class Curator(pb_grpc.CuratorServicer):
         hosted = Hosted(machine, self._route)
         hosted.on_change = self.jobs.observe
         started: list[asyncio.Task] = []
+        submitted = contextvars.copy_context()  # the submitter's call: a queued job starts in it, not in the call that freed its slot
 
         def start() -> None:  # the job has its slot (now, or later from the queue): the parties are told
-            started.append(asyncio.create_task(self._begin(hosted)))
+            started.append(asyncio.create_task(self._begin(hosted), context=submitted.copy()))
             started[-1].add_done_callback(jobs._retrieved)
 
         try:  # the job table's bounds and the federation's and operator's (admission): before any party hears of it

@@ -7,7 +7,8 @@ hold their slots). Invariants:
 * a queued job is told to no party: no party's ledger holds it while it waits, and a queued job cancelled never
   reaches any party at all;
 * freed slots go to the two operators in turn (round-robin), each operator's jobs in the order submitted;
-* every admitted job publishes, and each party is charged once per published job.
+* every admitted job publishes, and each party is charged once per published job;
+* an operator's DCA job (idle while it waits for clients) may not ask for a deadline past the slot cap.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from __future__ import annotations
 import os
 import signal
 
+import grpc
 import pytest
 
 from mpdp.messages import common_pb2, operations_pb2 as ops, operations_pb2_grpc as ops_grpc
 
-from .conftest import assert_all_serving, channel, ledger_job_ids, mint, operator_curator, pathak_spec, start_federation
+from .conftest import (assert_all_serving, assert_clean, assert_status, channel, dca_spec, ledger_job_ids, mint, operator_curator, pathak_spec, refused,
+                       start_federation)
 
 pytestmark = pytest.mark.integration
 
@@ -82,4 +85,15 @@ def test_more_jobs_than_slots_from_two_operators_are_queued_served_in_turn_and_a
     for p in fed.parties:  # each published job charged once; the cancelled one never reached a party
         ids = ledger_job_ids(fed, p)
         assert ids >= set(ends) and cancelled.job_id not in ids, p
+    assert_all_serving(fed)
+
+
+def test_a_dca_job_may_not_hold_a_slot_longer_than_the_cap(fed):
+    """An operator's DCA job waits idle for its clients: a deadline past ``max_dca_deadline_seconds`` (3600 s) is
+    refused INVALID_JOB naming the cap, without echoing the request; the curator keeps serving."""
+    with operator_curator(fed) as ch:
+        e = refused(lambda: ops_grpc.JobOperationsStub(ch).SubmitJob(ops.JobSubmission(dca=dca_spec(deadline=86_400.0)), timeout=60))
+    assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
+    assert "INVALID_JOB" in (e.details() or "") and "at most 3600 s" in (e.details() or ""), e.details()
+    assert_clean(e)
     assert_all_serving(fed)
