@@ -204,8 +204,8 @@ class JobTable(Generic[T]):
         With ``start`` and an operator's call, a job the shared admission has no slot for waits QUEUED (its record's
         state, :meth:`queued`) instead of being refused; ``start()`` is called when it gets its slot (then its
         deadline is ``deadline_seconds`` from that moment). While queued its deadline is ``deadline_seconds`` from
-        now: :meth:`sweep` reports it like any overdue job and :meth:`drop_queued` ends it. Without a slot and
-        without ``start`` the caller gets a slot now (True) or OVERLOADED as before."""
+        now: :meth:`sweep` reports it like any overdue job and :meth:`drop_queued` ends it. Without ``start`` a job
+        the admission has no slot for is refused OVERLOADED, as is one past the queue's bounds."""
         if not valid_id(job_id):
             raise RemoteProtocolError(P.MALFORMED, "not a job id (1-64 letters, digits, '.', '_' or '-')")
         if job_id in self._jobs or job_id in self._records:
