@@ -1,12 +1,13 @@
 """Many Pathak jobs at once: do they all end, published or refused before anyone spends?
 
-    python benchmarks/concurrent_jobs.py [--jobs 130] [--key-bits 512] [--deadline 120] [--timeout 900] [--json FILE]
-                                         [--curator KEY=VALUE ...]
+    python benchmarks/concurrent_jobs.py [--jobs 130] [--operators 1] [--key-bits 512] [--deadline 120] [--timeout 900]
+                                         [--json FILE] [--curator KEY=VALUE ...]
 
 Starts a fresh :class:`~mpdp_services.launcher.federation.LocalFederation` (curator and 3 parties, test mode, small
 keys, small synthetic data: what ``mpdp federation up --test-mode --key-bits 512 --parties 3`` runs), then, with raw
 gRPC clients holding the operator's certificate, submits ``--jobs`` Pathak jobs (``corrected`` noise) all at once and
-follows every job until it is terminal or ``--timeout`` passes. ``--curator max_live_jobs_per_operator=8`` (repeatable)
+follows every job until it is terminal or ``--timeout`` passes. ``--operators N`` spreads the submissions over N
+operator certificates (the federation's and N-1 more from its CA), job i from operator i mod N. ``--curator max_live_jobs_per_operator=8`` (repeatable)
 sets curator configuration fields.
 
 Each job ends in one of four rows:
@@ -17,8 +18,9 @@ Each job ends in one of four rows:
 * ``failed_after_spend``: the job failed and some party keeps a charge for it (a wasted charge);
 * ``hung``: not terminal when ``--timeout`` passed.
 
-Printed: one table (the rows, the wall time from the first submission to the last job's end, the curator's resident
-memory before and after); the JSON holds the same plus the refusals' Problem names and the configuration.
+Printed: one table (the rows, the wall time from the first submission to the last job's end, the seconds jobs waited
+in the curator's admission queue (p50, p95, max; the summary's ``stage_seconds["QUEUED"]``), the curator's resident
+memory before, at its peak (sampled while polling) and after); the JSON holds the same plus the refusals' Problem names and the configuration.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mpdp.ledger import VOIDED  # noqa: E402
-from mpdp.messages import common_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc  # noqa: E402
-from mpdp_services.common import errors  # noqa: E402
+from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives import serialization  # noqa: E402
+
+from mpdp.messages import common_pb2, operations_pb2_grpc as ops_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc  # noqa: E402
+from mpdp_services.common import errors, pki  # noqa: E402
 from mpdp_services.common.rpc import TlsFiles  # noqa: E402
 from mpdp_services.launcher.federation import LocalFederation  # noqa: E402
 
@@ -79,32 +84,57 @@ def spec(deadline: float) -> pk.PathakJobSpec:
     return s
 
 
-async def run(fed: LocalFederation, jobs: int, deadline: float, timeout: float) -> dict:
-    d = fed.workdir / "operator"
-    tls = TlsFiles(d / "site.crt", d / "site.key", d / "ca.crt")
+def operator_tls(fed: LocalFederation, k: int) -> TlsFiles:
+    """The federation's operator certificate (k = 0), or operator-k's, issued by the federation's CA."""
+    d = fed.workdir / "operator" if k == 0 else fed.workdir / "bench-operators" / f"operator-{k}"
+    if not (d / "site.crt").exists():
+        ca = fed.workdir / "ca"
+        ca_key = serialization.load_pem_private_key((ca / "ca.key").read_bytes(), None)
+        ca_cert = x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes())
+        key, cert = pki.issue(ca_key, ca_cert, "operator", f"operator-{k}", ["127.0.0.1"])
+        pki.write_site(d, key, cert, ca_cert)
+    return TlsFiles(d / "site.crt", d / "site.key", d / "ca.crt")
+
+
+def percentile(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else 0.0
+
+
+async def run(fed: LocalFederation, jobs: int, deadline: float, timeout: float, operators: int = 1) -> dict:
     address = f"127.0.0.1:{fed.procs['curator'].port}"
     opts = [("grpc.ssl_target_name_override", "curator"), ("grpc.use_local_subchannel_pool", 1)]
-    # one connection per 100 submissions: the benchmark itself must not queue on one connection's stream limit
-    channels = [grpc.aio.secure_channel(address, tls.channel_credentials(), options=opts + [("mpdp.bench.lane", i)]) for i in range(max(1, (jobs + 99) // 100))]
+    # one connection per 100 submissions (and per operator): the benchmark itself must not queue on one connection's stream limit
+    lanes = max(operators, (jobs + 99) // 100)
+    tls = [operator_tls(fed, k % operators) for k in range(lanes)]
+    channels = [grpc.aio.secure_channel(address, tls[i].channel_credentials(), options=opts + [("mpdp.bench.lane", i)]) for i in range(lanes)]
     stubs = [pk_grpc.CuratorStub(ch) for ch in channels]
+    curator_pid = fed.procs["curator"].popen.pid
+    rss_peak = rss_kib(curator_pid)
     refused: collections.Counter[str] = collections.Counter()
     t0 = time.monotonic()
 
     async def submit(i: int) -> str | None:
         try:
-            return (await stubs[i % len(stubs)].SubmitJob(spec(deadline), timeout=120)).job_id
+            return (await stubs[lane(i)].SubmitJob(spec(deadline), timeout=120)).job_id
         except grpc.aio.AioRpcError as e:
             refused[(e.details() or e.code().name).split(":")[0]] += 1
             return None
 
-    ids = [j for j in await asyncio.gather(*(submit(i) for i in range(jobs))) if j is not None]
+    def lane(i: int) -> int:  # job i is operator (i mod operators)'s, on one of that operator's connections
+        k = i % operators
+        own = [x for x in range(lanes) if x % operators == k]
+        return own[(i // operators) % len(own)]
+
+    got = await asyncio.gather(*(submit(i) for i in range(jobs)))
+    lane_of = {j: lane(i) for i, j in enumerate(got) if j is not None}
+    ids = list(lane_of)
     submitted = time.monotonic() - t0
     states: dict[str, str] = {}
     gate = asyncio.Semaphore(POLL_CONCURRENCY)
 
     async def status(i: int, job_id: str) -> pk.JobStatus | None:
         async with gate:
-            call = stubs[i % len(stubs)].WatchJob(common_pb2.JobRef(job_id=job_id), timeout=30)
+            call = stubs[lane_of[job_id]].WatchJob(common_pb2.JobRef(job_id=job_id), timeout=30)
             try:
                 async for st in call:
                     return st
@@ -122,11 +152,21 @@ async def run(fed: LocalFederation, jobs: int, deadline: float, timeout: float) 
             if st is not None and st.terminal:
                 states[j] = st.state if st.state == "PUBLISHED" else f"FAILED:{errors.problem_name(st.problem)}"
                 del pending[i]
+        rss_peak = max(rss_peak, rss_kib(curator_pid))
         if pending:
             await asyncio.sleep(0.5)  # a benchmark polls; tests wait on the watch stream instead
     wall = time.monotonic() - t0
+    hosts = [ops_grpc.JobOperationsStub(ch) for ch in channels]
+
+    async def waited(job_id: str) -> float:  # seconds in the admission queue, from the job host's summary
+        async with gate:
+            summary = await hosts[lane_of[job_id]].GetJob(common_pb2.JobRef(job_id=job_id), timeout=30)
+        return float(summary.stage_seconds["QUEUED"]) if "QUEUED" in summary.stage_seconds else 0.0
+
+    queue_seconds = list(await asyncio.gather(*(waited(j) for j in ids)))
     await asyncio.gather(*(ch.close() for ch in channels))
-    return {"ids": ids, "states": states, "hung": sorted(pending.values()), "refused": dict(refused), "submit_seconds": submitted, "wall_seconds": wall}
+    return {"ids": ids, "states": states, "hung": sorted(pending.values()), "refused": dict(refused), "submit_seconds": submitted, "wall_seconds": wall,
+            "queue_seconds": queue_seconds, "rss_peak": rss_peak}
 
 
 def charged(fed: LocalFederation) -> dict[str, int]:
@@ -144,6 +184,7 @@ def charged(fed: LocalFederation) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=130)
+    ap.add_argument("--operators", type=int, default=1, help="operator certificates the jobs are spread over")
     ap.add_argument("--key-bits", type=int, default=512)
     ap.add_argument("--deadline", type=float, default=120.0, help="each job's spec deadline (s)")
     ap.add_argument("--timeout", type=float, default=900.0, help="give up following the jobs after this long (s)")
@@ -158,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pid = fed.procs["curator"].popen.pid
         rss_before = rss_kib(pid)
-        r = asyncio.run(run(fed, a.jobs, a.deadline, a.timeout))
+        r = asyncio.run(run(fed, a.jobs, a.deadline, a.timeout, a.operators))
         rss_after = rss_kib(pid)
         charges = charged(fed)
         published = sum(1 for s in r["states"].values() if s == "PUBLISHED")
@@ -173,17 +214,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"federation folder kept: {root}")
         else:
             tmp.cleanup()
-    print(f"{a.jobs} Pathak jobs at once, {a.key_bits}-bit keys, 3 parties, curator {curator or 'defaults'}")
+    q = r["queue_seconds"]
+    queue = {"queued_jobs": sum(1 for x in q if x > 0), "p50": round(percentile(q, 50), 2), "p95": round(percentile(q, 95), 2), "max": round(max(q, default=0.0), 2)}
+    print(f"{a.jobs} Pathak jobs at once from {a.operators} operators, {a.key_bits}-bit keys, 3 parties, curator {curator or 'defaults'}")
     print(f"{'outcome':<24}{'jobs':>8}")
     for k, v in rows.items():
         print(f"{k:<24}{v:>8}")
     print(f"{'wall time (s)':<24}{r['wall_seconds']:>8.1f}")
-    print(f"{'curator RSS (MiB)':<24}{rss_before / 1024:>8.1f} → {rss_after / 1024:.1f}")
+    print(f"{'queue wait (s)':<24}p50 {queue['p50']:.1f}, p95 {queue['p95']:.1f}, max {queue['max']:.1f} ({queue['queued_jobs']} jobs waited)")
+    print(f"{'curator RSS (MiB)':<24}{rss_before / 1024:>8.1f} → peak {r['rss_peak'] / 1024:.1f} → {rss_after / 1024:.1f}")
     print(f"submission refusals: {r['refused'] or 'none'}; failures: {dict(failures) or 'none'}")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({
-            "jobs": a.jobs, "key_bits": a.key_bits, "parties": len(PARTIES), "deadline_seconds": a.deadline, "curator_options": curator,
+            "jobs": a.jobs, "operators": a.operators, "queue_wait_seconds": queue, "curator_rss_kib_peak": r["rss_peak"],
+            "key_bits": a.key_bits, "parties": len(PARTIES), "deadline_seconds": a.deadline, "curator_options": curator,
             **rows, "wall_seconds": round(r["wall_seconds"], 2), "submit_seconds": round(r["submit_seconds"], 2),
             "curator_rss_kib_before": rss_before, "curator_rss_kib_after": rss_after,
             "submission_refusals": r["refused"], "failures": dict(failures), "wasted_charges": {j: charges[j] for j in wasted},

@@ -2,7 +2,7 @@
 
 An entry names the protocol as the curator's job catalog, the job host and the ledgers know it; the prefix of its job
 ids; the field of the job host's ``JobSubmission`` and ``JobRelease`` that carries its spec and its release; the
-``mpdp train --model`` name that runs it (None: not a model, or not trained by ``train``); its page in
+``mpdp train MODEL`` subcommand that runs it (None: not a model, or not trained by ``train``); its page in
 ``docs/protocols/``; and the role machines whose transition tables that page shows. The job host
 (``services/curator/operations.py``), the catalog, the CLI's model names, ``tools/render_tables.py`` and the layout
 tests iterate over :data:`PROTOCOLS`; adding a protocol starts here (``docs/adding-a-protocol.md``).
@@ -20,7 +20,7 @@ class Protocol:
     title: str  # one line for people
     prefix: str  # of its job ids
     submission: str  # its field in JobSubmission / JobRelease
-    model: str | None  # `mpdp train --model` name; None when `train` does not run it
+    model: str | None  # `mpdp train MODEL` subcommand; None when `train` does not run it
     docs: str  # its page under docs/protocols/
     tables: tuple[str, ...]  # the role machines (module.Class) whose tables its page shows
 
@@ -61,7 +61,7 @@ def new_job_id(name: str) -> str:
 
 
 def models() -> dict[str, Protocol]:
-    """`mpdp train --model` name → protocol."""
+    """`mpdp train MODEL` subcommand → protocol."""
     return {p.model: p for p in PROTOCOLS if p.model is not None}
 
 

@@ -1,4 +1,4 @@
-"""The dp-gd job (``mpdp train --model dp-gd``) as one sans-IO role.
+"""The dp-gd job (``mpdp train dp-gd``) as one sans-IO role.
 
 :class:`DpgdRole` runs the R + 1 public rounds of a :class:`~mpdp.dpgd.plan.DpgdPlan`: each round is a
 :class:`RunRound` output (a DCA job to create, labelled ``<job>.r<round>``, and a contribution round of the
@@ -61,7 +61,7 @@ class DpgdRun:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict:
-        """The release as `mpdp train --model dp-gd --json` prints and `mpdp predict` reads it."""
+        """The release as `mpdp train dp-gd --json` prints and `mpdp predict` reads it."""
         g = self.plan.guarantee
         return {
             "job_id": self.job_id,

@@ -6,7 +6,9 @@ It owns what every role must do the same way and no protocol cares about:
 - **Admission.** A job id is checked (:func:`check_id`) before it reaches a store, a file or a dict; at most
   ``max_live`` jobs are not terminal at once (more is OVERLOADED); an id is never admitted twice (REPLAY, or to a
   caller who may not know of the job INVALID_JOB without naming it: :func:`duplicate`); a
-  shared ``admission`` (the curator's per-federation and per-operator bounds) may refuse it OVERLOADED too.
+  shared ``admission`` (the curator's per-federation and per-operator bounds) may refuse it OVERLOADED too, or,
+  for a job submitted with a ``start`` (:meth:`JobTable.admit`), queue it: the job is QUEUED, nothing of it runs and
+  no peer hears of it until the admission gives it a slot, then ``start()`` runs it.
 - **Deadline.** Every job has one (``hard_deadline``). :meth:`JobTable.sweep` returns the jobs past it that are not
   terminal; the service fails them (the machine's ``fail()``, which notifies the peers).
 - **Retention.** A terminal job keeps its entry ``retention`` seconds (at most ``max_retained`` of them), so a
@@ -41,6 +43,8 @@ T = TypeVar("T")
 P = common_pb2.Problem
 
 CREATED, RUNNING, TERMINAL = "CREATED", "RUNNING", "TERMINAL"
+PUBLISHED, FAILED = "PUBLISHED", "FAILED"
+QUEUED = "QUEUED"  # the state of a job waiting for an admission slot (its record's state; lifecycle CREATED)
 RETENTION_SECONDS = 600.0
 MAX_LIVE = 256
 MAX_RETAINED = 64
@@ -87,6 +91,10 @@ class Admission(Protocol):
 
     def release(self, job_id: str) -> None: ...
 
+    def enqueue(self, job_id: str, operator: str, grant: Callable[[float], None]) -> bool: ...
+
+    def withdraw(self, job_id: str) -> bool: ...
+
 
 @dataclass(frozen=True)
 class JobEvent:
@@ -115,6 +123,8 @@ class JobRecord:
     created_at: float = field(default_factory=time.time)  # Unix time of admission (``created`` is the table's clock)
     events: deque[JobEvent] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS - 1))
     first: JobEvent | None = None
+    queue_seconds: float = 0.0  # seconds it waited for an admission slot (while QUEUED: so far, at its last reading)
+    detail: str = ""  # the table's own words when it ended a job that never ran (cancelled or expired while queued)
 
     def note(self, state: str, problem: int = P.PROBLEM_UNSPECIFIED) -> None:
         """Log a state this job entered (a repeat of the last state is not logged)."""
@@ -155,6 +165,8 @@ class _Live(Generic[T]):
     entry: T | None
     record: JobRecord
     deadline: float
+    queued: bool = False
+    run_seconds: float = 0.0  # a queued job's deadline once it gets its slot
 
 
 class JobTable(Generic[T]):
@@ -186,8 +198,15 @@ class JobTable(Generic[T]):
         self.on_end: list[Callable[[JobRecord], None]] = []  # called with a job's record as it becomes terminal (e.g. its times kept on disk)
 
     # -- admission ------------------------------------------------------------------------------------
-    def admit(self, job_id: str, entry: T, deadline_seconds: float, *, running: bool = True) -> JobRecord:
-        """Add a job (its id checked); OVERLOADED past ``max_live`` live jobs, REPLAY for an id already seen."""
+    def admit(self, job_id: str, entry: T, deadline_seconds: float, *, running: bool = True,
+              start: Callable[[], None] | None = None) -> JobRecord:
+        """Add a job (its id checked); OVERLOADED past ``max_live`` live jobs, REPLAY for an id already seen.
+
+        With ``start`` and an operator's call, a job the shared admission has no slot for waits QUEUED (its record's
+        state, :meth:`queued`) instead of being refused; ``start()`` is called when it gets its slot (then its
+        deadline is ``deadline_seconds`` from that moment). While queued its deadline is ``deadline_seconds`` from
+        now: :meth:`sweep` reports it like any overdue job and :meth:`drop_queued` ends it. Without ``start`` a job
+        the admission has no slot for is refused OVERLOADED, as is one past the queue's bounds."""
         if not valid_id(job_id):
             raise RemoteProtocolError(P.MALFORMED, "not a job id (1-64 letters, digits, '.', '_' or '-')")
         if job_id in self._jobs or job_id in self._records:
@@ -195,15 +214,64 @@ class JobTable(Generic[T]):
         self.sweep()
         if self.live_count() >= self.max_live:
             raise RemoteProtocolError(P.OVERLOADED, f"{self.max_live} {self.protocol} jobs are running; try again later")
+        queued = False
         if self.admission is not None:
             ident = calls.caller()
-            self.admission.admit(job_id, ident.name if ident is not None else "", refuse=ident is not None and not calls.in_sub_job())
+            operator = ident.name if ident is not None else ""
+            may_refuse = ident is not None and not calls.in_sub_job()
+            if start is not None and may_refuse:
+                queued = not self.admission.enqueue(job_id, operator, lambda waited: self._granted(job_id, waited, start))
+            else:
+                self.admission.admit(job_id, operator, refuse=may_refuse)
         now = self._clock()
-        record = JobRecord(job_id, self.protocol, "", P.PROBLEM_UNSPECIFIED, now, lifecycle=RUNNING if running else CREATED)
-        record.note("ADMITTED")
-        self._jobs[job_id] = _Live(entry, record, now + deadline_seconds)
+        record = JobRecord(job_id, self.protocol, "", P.PROBLEM_UNSPECIFIED, now, lifecycle=RUNNING if running and not queued else CREATED)
+        live = _Live(entry, record, now + deadline_seconds, queued=queued, run_seconds=deadline_seconds)
+        if queued:
+            record.state = QUEUED
+            record.note(QUEUED)
+        else:
+            record.note("ADMITTED")
+        self._jobs[job_id] = live
         calls.admitted(job_id)  # who asked for it (the curator's job ownership)
+        if start is not None and not queued:
+            start()
         return record
+
+    def queued(self, job_id: str) -> bool:
+        """The job waits for an admission slot (nothing of it has run)."""
+        live = self._jobs.get(job_id)
+        return live is not None and live.queued
+
+    def drop_queued(self, job_id: str, problem: int, detail: str) -> bool:
+        """End a queued job without ever running it (cancelled, or past its deadline): FAILED with ``problem`` and
+        ``detail``; it leaves the queue. False if the job is not queued."""
+        live = self._jobs.get(job_id)
+        if live is None or not live.queued:
+            return False
+        if self.admission is not None:
+            self.admission.withdraw(job_id)
+        live.queued = False
+        live.record.queue_seconds = max(0.0, self._clock() - live.record.created)
+        live.record.detail = detail[:240]
+        metrics.queue_ended("dropped", live.record.queue_seconds)
+        self._end(job_id, live, FAILED, problem)
+        return True
+
+    def _granted(self, job_id: str, waited: float, start: Callable[[], None]) -> None:
+        """The admission gave a queued job its slot: it runs from now, with its own deadline from now."""
+        live = self._jobs.get(job_id)
+        if live is None or not live.queued:  # ended meanwhile (cannot happen: ending it withdraws it); give the slot back
+            if self.admission is not None:
+                self.admission.release(job_id)
+            return
+        live.queued = False
+        live.deadline = self._clock() + live.run_seconds
+        live.record.queue_seconds = waited
+        live.record.lifecycle = RUNNING
+        live.record.state = ""
+        live.record.note("ADMITTED")
+        metrics.queue_ended("started", waited)
+        start()
 
     def observe(self, job_id: str) -> None:
         """Note now whether a held job became terminal (its outcome function), so records and metrics follow at once."""
@@ -236,7 +304,8 @@ class JobTable(Generic[T]):
         return isinstance(job_id, str) and (job_id in self._jobs or job_id in self._records)
 
     def live_count(self) -> int:
-        return sum(1 for live in self._jobs.values() if not live.record.terminal)
+        """Jobs admitted to a slot and not yet terminal (queued jobs are the admission's bound, not this one's)."""
+        return sum(1 for live in self._jobs.values() if not live.record.terminal and not live.queued)
 
     def held(self) -> list[str]:
         return list(self._jobs)
@@ -284,7 +353,7 @@ class JobTable(Generic[T]):
         for job_id, live in list(self._jobs.items()):
             self._observe(job_id, live)
             if not live.record.terminal and now >= live.deadline:
-                expired.append(job_id)
+                expired.append(job_id)  # a queued one too: the service ends it with drop_queued (nothing to tell a peer)
         while self._retained:
             job_id = next(iter(self._retained))
             live = self._jobs[job_id]
@@ -300,6 +369,9 @@ class JobTable(Generic[T]):
 
     # -- internals ---------------------------------------------------------------------------------------
     def _observe(self, job_id: str, live: _Live[T]) -> None:
+        if live.queued:
+            live.record.queue_seconds = max(0.0, self._clock() - live.record.created)
+            return
         if live.record.terminal or live.entry is None or self._outcome is None:
             return
         state, terminal, problem = self._outcome(live.entry)
@@ -342,7 +414,6 @@ def state_seconds(record: JobRecord) -> dict[str, float]:
     return out
 
 
-PUBLISHED, FAILED = "PUBLISHED", "FAILED"
 
 
 @dataclass
@@ -523,6 +594,10 @@ class Reaper:
         while True:
             await asyncio.sleep(self._every)
             for job_id in self.table.sweep():
+                if self.table.drop_queued(job_id, P.PEER_UNREACHABLE, f"job {job_id} waited for an admission slot past its deadline; it never ran "
+                                          "and no party heard of it"):
+                    await wake(self.table.get(job_id))
+                    continue
                 try:
                     await self._expire(job_id)
                 except Exception:  # noqa: BLE001 - one job's failure path must not stop the sweeping
@@ -532,6 +607,14 @@ class Reaper:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+async def wake(entry: Any) -> None:
+    """Wake the watchers of a job's entry that a table changed without its machine (a queued job ended): a hosted
+    machine's ``notify``; other entries have no watchers of their own (:data:`changes` is bumped already)."""
+    notify = getattr(entry, "notify", None)
+    if notify is not None:
+        await notify()
 
 
 def machine_outcome(hosted) -> tuple[str, bool, int]:

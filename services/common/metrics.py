@@ -39,6 +39,10 @@ DCA_BACKLOG_WAITS = Counter("mpdp_dca_backlog_waits", "DCA submissions this comp
 DCA_BACKLOG_STALLS = Counter("mpdp_dca_backlog_stalls", "times this compute node took shares beside undecided clients none of which was decided for a while", registry=REGISTRY)
 _LEDGER: list[Gauge] = []  # created by watch_ledger, at a party only
 _POOLS: list[Gauge] = []  # created by watch_pools, at a party only
+QUEUE_SECONDS = Histogram("mpdp_admission_queue_seconds", "seconds a job waited for an admission slot at the curator, by outcome "
+                          "(started, or dropped: cancelled or past its deadline while queued)", ["outcome"],
+                          buckets=(0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600), registry=REGISTRY)
+QUEUED = Gauge("mpdp_admission_queued", "jobs waiting for an admission slot at the curator", registry=REGISTRY)
 JOBS_LIVE = Gauge("mpdp_jobs_live", "jobs admitted and not yet terminal, by protocol", ["protocol"], registry=REGISTRY)
 
 
@@ -54,6 +58,14 @@ def refused(method: str, problem: str, code: str) -> None:
 def job_ended(protocol: str, state: str, seconds: float) -> None:
     JOBS.labels(protocol, state).inc()
     JOB_SECONDS.labels(protocol, state).observe(max(0.0, seconds))
+
+
+def queue_ended(outcome: str, seconds: float) -> None:
+    QUEUE_SECONDS.labels(outcome).observe(max(0.0, seconds))
+
+
+def watch_queue(count: Callable[[], int]) -> None:
+    QUEUED.set_function(lambda: float(count()))
 
 
 def stages_ended(protocol: str, seconds: dict[str, float]) -> None:

@@ -2,7 +2,8 @@
 
 Each protocol's servicer keeps its own :class:`~mpdp_services.common.JobTable` (the one job lifecycle) and its
 own store of what it published. A :class:`Catalog` reads them all and answers one :class:`JobSummary` per job: id,
-protocol, state, failure, its state log at the curator and per-stage seconds. Nothing else: no data, dataset
+protocol, state, failure, its state log at the curator and per-stage seconds (``QUEUED``: the seconds it waited for an
+admission slot, while it waits and after). Nothing else: no data, dataset
 sizes, keys or released values (an operator fetches a release from the protocol's own service).
 
 Jobs this process ran come from the tables (their records outlive the job's memory); jobs of an earlier run of the
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 from mpdp.messages import common_pb2
 from mpdp.messages import operations_pb2 as pb
-from mpdp_services.common.jobs import JobRecord, JobTable, state_seconds, valid_id
+from mpdp_services.common.jobs import QUEUED, JobRecord, JobTable, state_seconds, valid_id
 
 P = common_pb2.Problem
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
@@ -134,7 +135,11 @@ class Catalog:
             if record.problem != P.PROBLEM_UNSPECIFIED:
                 s.detail = detail[:240]
         s.stage_seconds.update(stages or state_seconds(record))
-        if record.terminal or entry is None or source.stage is None:
+        if record.queue_seconds > 0 or record.state == QUEUED:  # the wait for an admission slot (job-model.md §5)
+            s.stage_seconds[QUEUED] = record.queue_seconds
+        if record.detail and not s.detail:  # ended by the table itself (cancelled or expired while queued)
+            s.detail = record.detail
+        if record.terminal or entry is None or source.stage is None or record.state == QUEUED:
             s.stage = (record.state or "admitted").lower()
         else:
             s.stage = source.stage(entry)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 
-from mpdp import registry
+from mpdp import limits, registry
 from mpdp.dca.aggregator import AggregatorMachine
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
@@ -97,7 +97,7 @@ _safe = jobs.valid_id  # a job id names a file only if it could be one of ours
 class DcaCurator(pb_grpc.DcaCuratorServicer):
     def __init__(self, state_dir: Path, channels: PeerChannels, test_mode: bool, static_nodes: dict[str, str], *,
                  retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: Admission | None = None,
-                 members: list[str] | None = None) -> None:
+                 members: list[str] | None = None, max_deadline: float = limits.MAX_DCA_SLOT_SECONDS) -> None:
         self.store = DcaStore(Path(state_dir) / "dca")
         self.channels = channels
         self.test_mode = test_mode
@@ -107,6 +107,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         self.nodes: dict[str, str] = self.registrations.addresses
         self.jobs: jobs.JobTable[Hosted[AggregatorMachine]] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
+        self.max_deadline = max_deadline  # an operator's job holds a slot while it waits for clients: at most this long
 
     def trace_context(self, job_id: str):
         """The job's current span at this curator (services/common/tracing.py), for work that belongs to the job; None if not held."""
@@ -149,6 +150,9 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         if request.secure_sum:
             raise errors.Refused(common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only "
                                  "(e.g. `mpdp train hamm2016`); ask for a DP sum instead")
+        if request.deadline_seconds > self.max_deadline:  # an idle job holds its admission slot no longer (job-model.md §5)
+            raise errors.Refused(common_pb2.INVALID_JOB, f"deadline_seconds is at most {self.max_deadline:g} s for a DCA job at this curator "
+                                 "(it holds an admission slot while it waits for clients); split the collection into shorter jobs")
         return await self.create(request)
 
     async def create(self, request: pb.DcaJobSpec) -> str:

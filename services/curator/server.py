@@ -7,6 +7,7 @@ Servicer methods only look up the job, feed its machine and forward what comes o
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 import logging
 import sys
@@ -22,7 +23,7 @@ from mpdp.pathak2010.params import InvalidJob, PathakParams
 from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from mpdp_services.common import config as cfgmod
-from mpdp_services.common import errors, jobs, readiness as ready
+from mpdp_services.common import errors, jobs, metrics, readiness as ready
 from mpdp_services.common.peerwatch import PeerWatch
 from mpdp_services.curator.admission import Admission
 from mpdp_services.curator.pathak_pool import CuratorDgkPool
@@ -82,7 +83,9 @@ class ModelRegistry(MessageStore[pb.PublishedModel]):
 
 class Curator(pb_grpc.CuratorServicer):
     def __init__(self, cfg: cfgmod.CuratorConfig, secrets: CuratorSecrets, *, retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE) -> None:
-        self.admission = Admission(cfg.max_live_jobs_federation, cfg.max_live_jobs_per_operator)
+        self.admission = Admission(cfg.max_live_jobs_federation, cfg.max_live_jobs_per_operator,
+                                   queue_total=cfg.max_queued_jobs, queue_per_operator=cfg.max_queued_jobs_per_operator)
+        metrics.watch_queue(self.admission.queued)
         # The spend step of every job (ProtocolStart, after which the parties spend) runs one job at a time, so every
         # party sees the jobs' spends in the same order (docs/protocols/accounting.md, "Voided charges").
         self.spend_order = asyncio.Lock()
@@ -112,7 +115,9 @@ class Curator(pb_grpc.CuratorServicer):
             await errors.refuse(context, e.problem, e.detail)
 
     async def submit(self, request: pb.PathakJobSpec) -> str:
-        """Check, admit and start a job; its id once every party has been told (errors.Refused otherwise)."""
+        """Check, admit and start a job; its id once every party has been told (errors.Refused otherwise). A job the
+        admission has no slot for is QUEUED: its id returns at once, and it starts (the parties are told) when it
+        gets its slot (docs/protocols/job-model.md §5)."""
         job_id = registry.new_job_id("pathak2010")
         try:
             params = PathakParams.from_spec(job_id, request)
@@ -130,16 +135,30 @@ class Curator(pb_grpc.CuratorServicer):
                                                                                                                       dgk_pool=self.dgk_pool.pool, zeta_pool=self.dgk_pool.zeta_pool))
         hosted = Hosted(machine, self._route)
         hosted.on_change = self.jobs.observe
+        started: list[asyncio.Task] = []
+        submitted = contextvars.copy_context()  # the submitter's call: a queued job starts in it, not in the call that freed its slot
+
+        def start() -> None:  # the job has its slot (now, or later from the queue): the parties are told
+            started.append(asyncio.create_task(self._begin(hosted), context=submitted.copy()))
+            started[-1].add_done_callback(jobs._retrieved)
+
         try:  # the job table's bounds and the federation's and operator's (admission): before any party hears of it
-            self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds))
+            self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds), start=start)
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
-        self.reaper.ensure_running()
+        self.reaper.ensure_running()  # also ends a queued job past its deadline
+        log.info("job %s submitted%s: %d parties, dataset %s, ε=%g, mode %s", job_id, " (queued)" if not started else "", params.K, params.dataset,
+                 params.calibration.epsilon, params.calibration.mode)
+        if started:
+            await asyncio.shield(started[0])  # a job that started at once: its id once every party has been told
+        return job_id
+
+    async def _begin(self, hosted: Hosted[CuratorMachine]) -> None:
+        """Start a job that has its admission slot."""
+        params = hosted.machine.params
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
         hosted.spawn(self._watch_parties(hosted))
-        log.info("job %s submitted: %d parties, dataset %s, ε=%g, mode %s", job_id, params.K, params.dataset, params.calibration.epsilon, params.calibration.mode)
-        await hosted.start(machine.start())
-        return job_id
+        await hosted.start(hosted.machine.start())
 
     async def WatchJob(self, request: common_pb2.JobRef, context):
         await _check_id(request.job_id, context)
@@ -259,8 +278,12 @@ class Curator(pb_grpc.CuratorServicer):
             await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
 
     async def cancel(self, job_id: str) -> bool:
-        """The operator's `mpdp jobs cancel`: fail a running job with CANCELLED (the parties are told)."""
+        """The operator's `mpdp jobs cancel`: fail a running job with CANCELLED (the parties are told); a queued job
+        leaves the queue and never runs (no party ever hears of it)."""
         hosted = self.jobs.get(job_id)
+        if hosted is not None and self.jobs.drop_queued(job_id, common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator while queued; it never ran"):
+            await hosted.notify()
+            return True
         if hosted is None or hosted.machine.terminal:
             return False
         await hosted.fail(common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator in state {hosted.machine.state}")
@@ -295,6 +318,10 @@ class Curator(pb_grpc.CuratorServicer):
 
     def _status(self, hosted: Hosted[CuratorMachine]) -> pb.JobStatus:
         m = hosted.machine
+        record = self.jobs.record(m.job_id)
+        if record is not None and (self.jobs.queued(m.job_id) or (record.terminal and not m.terminal)):  # waiting, or ended while waiting
+            return pb.JobStatus(job_id=m.job_id, state=record.state, stage=record.state.lower(), terminal=record.terminal,
+                                problem=common_pb2.Problem.ValueType(record.problem), detail=record.detail, stage_seconds={jobs.QUEUED: record.queue_seconds})
         st = pb.JobStatus(job_id=m.job_id, state=m.state, stage=m.stage, stage_seconds=m.stages.seconds, terminal=m.terminal)
         if m.error is not None:
             st.problem, st.detail = m.error.problem, m.error.detail
@@ -316,7 +343,8 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     retention, max_live = cfg.job_retention_seconds, cfg.max_live_jobs
     curator = Curator(cfg, secrets, retention=retention, max_live=max_live)
     dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=retention, max_live=max_live,
-                     admission=curator.admission, members=cfg.compute_node_members)
+                     admission=curator.admission, members=cfg.compute_node_members,
+                     max_deadline=cfg.max_dca_deadline_seconds)
     local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs, admission=curator.admission)
     contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context, dca.store.spec)
     ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs,

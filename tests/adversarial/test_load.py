@@ -8,7 +8,8 @@ submits past the curator's admission bounds. Invariants:
 * every job ends (published or failed) well before its deadline; none hangs;
 * no party keeps a charge (a ledger entry that is not voided) for a job that published nothing because a party was
   unreachable or a job before it in the spend order took the budget;
-* a submission past the federation's or the operator's bound of live jobs is refused OVERLOADED
+* a Pathak submission past the federation's or the operator's bound of live jobs waits in the admission queue, told
+  to no party; past the queue's bounds (or for a protocol that cannot wait) it is refused OVERLOADED
   (RESOURCE_EXHAUSTED) before any party hears of it.
 """
 
@@ -69,9 +70,10 @@ def tight(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bounded(tmp_path_factory):
-    """At most 3 live jobs in the federation and 2 per operator."""
+    """At most 3 live jobs in the federation and 2 per operator; at most 2 queued jobs, 1 per operator."""
     f = start_federation(tmp_path_factory.mktemp("bounded"), budget=1000.0, nodes=[], key_bits=512,
-                         curator_options={"max_live_jobs_federation": 3, "max_live_jobs_per_operator": 2})
+                         curator_options={"max_live_jobs_federation": 3, "max_live_jobs_per_operator": 2,
+                                          "max_queued_jobs": 2, "max_queued_jobs_per_operator": 1})
     yield f
     f.stop()
 
@@ -172,21 +174,23 @@ def test_concurrent_jobs_that_do_not_all_fit_waste_no_charge(tight):
     assert_all_serving(tight)
 
 
-def test_submissions_past_the_admission_bounds_are_overloaded_before_any_spend(bounded):
-    """Bounds 3 live jobs per federation, 2 per operator. With party-3 paused (its jobs stay live, awaiting its
-    acceptance), the operator's third submission and a second operator's second are refused OVERLOADED; no party
-    ever hears of them; once party-3 runs again the admitted jobs publish and the bound is free again."""
-    other = mint(bounded, "operator", "operator-2")
+def test_submissions_past_the_admission_bounds_queue_then_are_overloaded_before_any_spend(bounded):
+    """Bounds 3 live jobs per federation, 2 per operator, 2 queued (1 per operator). With party-3 paused (its jobs
+    stay live, awaiting its acceptance), the operator's third submission and a second operator's second are queued,
+    the next of each (and a third operator's first: the queue is full) refused OVERLOADED, and an LMGC job (which
+    cannot wait) refused OVERLOADED; no party ever hears of the refused ones; once party-3 runs again the admitted
+    and the queued jobs publish and the bounds are free again."""
+    other, third_operator = mint(bounded, "operator", "operator-2"), mint(bounded, "operator", "operator-3")
     proc = bounded.procs["party-3"].popen
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         with operator_curator(bounded) as ch:
             stub = pk_grpc.CuratorStub(ch)
-            first = [stub.SubmitJob(pathak_spec(seed=f"adm-{i}".encode(), deadline=120.0), timeout=60).job_id for i in range(2)]
+            first = [stub.SubmitJob(pathak_spec(seed=f"adm-{i}".encode(), deadline=120.0), timeout=60).job_id for i in range(3)]  # the third queued
             e = refused(lambda: stub.SubmitJob(pathak_spec(seed=b"adm-over-operator", deadline=120.0), timeout=60))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         assert_clean(e)
-        # the bounds are the federation's, not one protocol's: an LMGC job of the same operator is refused too
+        # the bounds are the federation's, not one protocol's: an LMGC job of the same operator is refused (it cannot wait)
         lmgc = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1"],
                                                    ridge=1e-3, data_norm=1.0, simulation_seed=b"adm-lmgc")
         setattr(lmgc, "lambda", 1e-3)
@@ -195,16 +199,22 @@ def test_submissions_past_the_admission_bounds_are_overloaded_before_any_spend(b
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         with channel(bounded, "curator", other) as ch:
             stub = pk_grpc.CuratorStub(ch)
-            third = stub.SubmitJob(pathak_spec(seed=b"adm-other", deadline=120.0), timeout=60).job_id
+            third = [stub.SubmitJob(pathak_spec(seed=f"adm-other-{i}".encode(), deadline=120.0), timeout=60).job_id for i in range(2)]  # the second queued
             e = refused(lambda: stub.SubmitJob(pathak_spec(seed=b"adm-over-federation", deadline=120.0), timeout=60))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
+        with channel(bounded, "curator", third_operator) as ch:
+            e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(seed=b"adm-queue-full", deadline=120.0), timeout=60))
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
+        for p in ("party-1", "party-2"):  # the queued jobs are told to no party while they wait
+            assert not {first[2], third[1]} & {e["job_id"] for e in ledger(bounded, p)["entries"]}, p
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-    admitted = [*first, third]
+    admitted = [*first, *third]
     for j in first:
         assert wait_pathak(bounded, j).state == "PUBLISHED"
-    assert wait_pathak(bounded, third, tls=other).state == "PUBLISHED"  # only its owner (or an admin) may follow it
-    for p in bounded.parties:  # only the admitted jobs ever reached a party
+    for j in third:
+        assert wait_pathak(bounded, j, tls=other).state == "PUBLISHED"  # only its owner (or an admin) may follow it
+    for p in bounded.parties:  # only the admitted and queued jobs ever reached a party
         assert sorted(e["job_id"] for e in ledger(bounded, p)["entries"]) == sorted(admitted), (p, ledger(bounded, p))
     job = pk_grpc.CuratorStub(operator_curator(bounded)).SubmitJob(pathak_spec(seed=b"adm-after", deadline=120.0), timeout=60).job_id
     assert wait_pathak(bounded, job).state == "PUBLISHED"  # the ended jobs left the bound
