@@ -9,6 +9,8 @@ marked released, failed or voided when it ends. The acceptance is built from pub
 from __future__ import annotations
 
 import asyncio
+import csv
+import gzip
 import logging
 import os
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from mpdp import limits
 from mpdp.data.dataset import SchemaMismatch, open_rows, require_schema, schema_of
-from mpdp.data.loaders import DatasetError
+from mpdp.data.loaders import DatasetError, sniff_dialect
 from mpdp.learn import model_cache
 from mpdp.learn.model_cache import LocalModel, ModelCache
 from mpdp.ledger import FAILED, RELEASED, BudgetExceeded, LedgerError
@@ -150,19 +152,37 @@ def local_model_key(ds: cfgmod.DatasetConfig, params: PathakParams) -> str | Non
 
 
 def public_dimension(ds: cfgmod.DatasetConfig, name: str) -> int:
-    """d of a dataset's encoded rows from public facts: its schema's width (one-hot columns counted) or its configured
-    n_features; the learner adds no column (:func:`mpdp.data.engine.local_logreg` fits on the rows as encoded). A
-    dataset with neither is read whole here for its width, before the acceptance: give such a dataset a schema or
-    n_features (docs/limitations.md, "Timing")."""
+    """d of a dataset's encoded rows from public facts: its schema's width (one-hot columns counted), a LIBSVM file's
+    configured n_features or a delimited file's first line; the learner adds no column
+    (:func:`mpdp.data.engine.local_logreg` fits on the rows as encoded). Any other dataset (LIBSVM without n_features)
+    is read whole here for its width, before the acceptance: give it a schema or n_features (docs/limitations.md,
+    the timing row)."""
     try:
         schema = schema_of(ds)
     except SchemaError as e:
         raise DatasetError(f"{ds.path}: {e}") from e
     if schema is not None:
         return schema.dimension
-    if ds.n_features is not None:
+    fmt = ds.format if ds.format != "auto" else ("csv" if ".csv" in Path(ds.path).name else "libsvm")  # as loaders.load guesses
+    if ds.n_features is not None and fmt == "libsvm":  # the width the file is read with (loaders.load_libsvm)
         return int(ds.n_features)
+    if fmt == "csv" and not Path(ds.path).is_dir():  # every column but the label is a feature (loaders.load_csv)
+        return _csv_width(Path(ds.path))
     return open_rows(ds, name=name).dimension
+
+
+def _csv_width(path: Path) -> int:
+    """A delimited file's feature count from its first line alone (its columns less the label's): the same for every
+    row count, so reading it times nothing of the records."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", newline="") as fh:
+            row = next(csv.reader(fh, sniff_dialect(fh)), None)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise DatasetError(f"{path} is not readable delimited text: {e}") from e
+    if not row or len(row) < 2:
+        raise DatasetError(f"{path}: its first line has no feature column")
+    return len(row) - 1
 
 
 def schema_sha256_of(ds: cfgmod.DatasetConfig) -> str:
