@@ -44,7 +44,7 @@ def main() -> None:
                 np.savetxt(f, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
                 extra[p][f"n{n}"] = {"path": str(f), "format": "csv"}
         fed = LocalFederation(root / "fed", parties, extra, test_mode=True, paillier_bits=768, dgk_bits=768, budget_epsilon=1000.0,
-                              party_options={} if a.pad is None else {"local_work_seconds": a.pad})
+                              **({} if a.pad is None else {"party_options": {"local_work_seconds": a.pad}}))
         try:
             fed.start()
             fed.wait_precomputed()
