@@ -464,7 +464,10 @@ Global___JobAnnouncement: _TypeAlias = JobAnnouncement  # noqa: Y015
 
 @_typing.final
 class JobAcceptance(_message.Message):
-    """S0, P_j → Charlie: the party will take part (it found the dataset, trained ŵ_j, and its ledger allows ε)."""
+    """S0, P_j → Charlie: the party will take part (it found the dataset and its schema, and its ledger has room for the
+    charge). Sent before any work on the records: ŵ_j is trained after the spend (pathak2010.md, "When a party accepts,
+    trains and spends").
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -473,7 +476,7 @@ class JobAcceptance(_message.Message):
     PI1_COMMITMENT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dimension: _builtins.int
-    """d of the party's records (public)"""
+    """d from the dataset's schema (public), never from its records"""
     pi1_commitment: _builtins.bytes
     """SHA-256 commitment to the party's 32-byte contribution to π1's seed and its re-share key (pathak2010.md, "π1 by commit and reveal")"""
     def __init__(
@@ -1003,7 +1006,10 @@ Global___ResharePiece: _TypeAlias = ResharePiece  # noqa: Y015
 
 @_typing.final
 class PublishedShare(_message.Message):
-    """publish, participant t → Charlie: z_t, plus the participant's Paillier operation counts."""
+    """publish, participant t → Charlie: z_t, plus the participant's Paillier operation counts (fixed by K, d and the
+    keys' sizes). No party-measured duration: a party's stage times grow with n_j (pathak2010.md, "When a party
+    accepts, trains and spends").
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1027,47 +1033,23 @@ class PublishedShare(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-    @_typing.final
-    class StageSecondsEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.float
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.float = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     JOB_ID_FIELD_NUMBER: _builtins.int
     SHARE_FIELD_NUMBER: _builtins.int
     PAILLIER_OPS_FIELD_NUMBER: _builtins.int
-    STAGE_SECONDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     share: _builtins.bytes
     @_builtins.property
     def paillier_ops(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
-    @_builtins.property
-    def stage_seconds(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         share: _builtins.bytes = ...,
         paillier_ops: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
-        stage_seconds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "paillier_ops", b"paillier_ops", "share", b"share", "stage_seconds", b"stage_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "paillier_ops", b"paillier_ops", "share", b"share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

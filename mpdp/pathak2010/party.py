@@ -112,19 +112,21 @@ class PartyMachine(Machine):
     TABLE = states.PARTY_TABLE
     PARTICIPANTS = frozenset({"curator", "party"})
     SPENDS = True  # ProtocolStart's step outputs the job's Spend before any message derived from the records
-    PUBLIC = frozenset({"JobAbort", "JobAcceptance"})  # the acceptance carries only d
+    PUBLIC = frozenset({"JobAbort", "JobAcceptance"})  # the acceptance carries only d (from the schema) and a commitment to fresh randomness
 
-    def __init__(
-        self, name: str, announcement: pb.JobAnnouncement, X: np.ndarray | None, y: np.ndarray | None, resources: PartyResources, *, local: LocalModel | None = None
-    ) -> None:
-        """``local``: ŵ_j and n_j from the party's model cache (:mod:`mpdp.learn.model_cache`), the same values
-        :func:`train_local` would return for X, y (then X and y may be None)."""
+    def __init__(self, name: str, announcement: pb.JobAnnouncement, dimension: int, resources: PartyResources) -> None:
+        """``dimension``: d of the party's records from public facts only (the schema's encoded width, or the
+        configured feature count), never from its records: the acceptance carries it. The records are not read
+        here: ŵ_j and n_j come with the local event :meth:`trained`, after the spend (docs/protocols/pathak2010.md,
+        "When a party accepts, trains and spends")."""
         super().__init__(announcement.job_id, Peer("party", name))
         self.params = PathakParams.from_spec(announcement.job_id, announcement.spec)
         if name not in self.params.parties:
             raise LocalProtocolError(Problem.WRONG_ROLE, f"party {name} is not a participant of job {self.job_id}")
         if self.params.seeded and not resources.test_mode:
             raise LocalProtocolError(Problem.INVALID_JOB, "a simulation seed makes a release non-private; this party is not in test mode")
+        if not 1 <= dimension <= limits.MAX_PATHAK_DIMENSION:
+            raise LocalProtocolError(Problem.INVALID_JOB, f"the dataset's dimension is outside 1..{limits.MAX_PATHAK_DIMENSION}")
         self.res = resources
         zeta_bits = resources.curator_keys.paillier.bits
         if zeta_bits < self.params.min_paillier_bits():  # η̄ + s (σ̄·Σz̄ + s) must never wrap mod N′
@@ -137,19 +139,12 @@ class PartyMachine(Machine):
             if self.params.seeded
             else resources.rng.child(f"job/{self.job_id}")
         )
-        self.stages = StageClock(resources.clock)
-        self.stages.enter("local_training")
-        if local is None and (X is None or y is None):
-            raise ValueError("a party machine needs its records or a cached local model")
-        n_rows = local.n if local is not None else int(np.asarray(X).shape[0])
-        if n_rows >= 1 << self.params.size_bits:  # refused before any training; the refusal names the bound, never n_j
-            raise LocalProtocolError(Problem.INVALID_JOB, "the dataset does not fit the job's public bound size_bits")
-        if local is None:
-            local = train_local(X, y, self.params)  # type: ignore[arg-type]
-        self.n = local.n
-        self.d = local.d
-        self.w = np.array(local.w, dtype=np.float64)
+        self.stages = StageClock(resources.clock)  # this party's own view (its log, tests); never sent
         self.stages.enter("setup")
+        self.d = int(dimension)
+        self.n: int = 0  # n_j and ŵ_j: set by trained(), after the spend
+        self.w: np.ndarray | None = None
+        self.local_work_until: float | None = None  # resources.clock time before which trained() is refused (set at ProtocolStart)
         self.party_key: KeyPair | None = None
         self.pi1: list[int] | None = None
         self._pi1_nonce = self.rng.child("pi1").random_bytes(PI1_NONCE_BYTES)
@@ -167,13 +162,37 @@ class PartyMachine(Machine):
 
     # -- engine hooks ------------------------------------------------------------------
     def start(self) -> list[Output]:
-        """S0: accept the job (the service has checked the ledger before building the machine)."""
+        """S0: accept the job before any work on the records (the service has checked the ledger's room; nothing is
+        spent yet). The acceptance's d is the schema's and its commitment is to fresh randomness: its content and its
+        latency are independent of the records."""
         commitment = pi1_commitment(self.job_id, self.me.name, self._pi1_nonce, self.reshare_key)
         return [Send(CURATOR, pb.JobAcceptance(job_id=self.job_id, dimension=self.d, pi1_commitment=commitment))]
 
     def charge(self) -> dict:
         """This job's charge (:func:`charge_of`)."""
         return charge_of(self)
+
+    def trained(self, local: LocalModel) -> list[Output]:
+        """Local event: ŵ_j and n_j (PRR10 Sec. 3.1, :func:`train_local`), computed after the spend. Refused (the job
+        fails INTERNAL) before :attr:`local_work_until`: the first message computed from the records never leaves
+        earlier than the party's public local-work time after ProtocolStart."""
+        return self._local("trained", local)
+
+    def _on_trained(self, local: LocalModel) -> list[Output]:
+        if self.local_work_until is None or self.res.clock() < self.local_work_until:
+            raise LocalProtocolError(Problem.INTERNAL, "the local model came before the party's local-work time had passed")
+        if local.d != self.d:  # the detail names neither d of the records
+            raise LocalProtocolError(Problem.INVALID_JOB, "the dataset's records do not have the dimension its schema gives")
+        if local.n >= 1 << self.params.size_bits:  # after the spend (voided: nothing left); names the bound, never n_j
+            raise LocalProtocolError(Problem.INVALID_JOB, "the dataset does not fit the job's public bound size_bits")
+        self.n = local.n
+        self.w = np.array(local.w, dtype=np.float64)
+        return []
+
+    def _joint_event(self) -> str | None:
+        if self.state == "AWAIT_PARTY_SECRETS" and self.w is None:
+            return None  # S1.2 splits n_j: nothing computed from the records before the local model is in
+        return super()._joint_event()
 
     def _kinds(self, sender: Peer) -> frozenset[str]:
         if sender.role == "curator":
@@ -282,6 +301,7 @@ class PartyMachine(Machine):
         self._pi1_commitments = list(start.pi1_commitments)
         self.stages.enter("stage1")
         out: list[Output] = [Spend((self.charge(),))]  # every party has accepted: the job's charge, before anything else
+        self.local_work_until = self.res.clock() + self.res.local_work_seconds  # the local model is taken from then on
         self.state = "AWAIT_PARTY_SECRETS"
         if self.j != 0:
             return out + self._to_party(0, pb.Pi1Reveal(job_id=self.job_id, nonce=self._pi1_nonce, reshare_key=self.reshare_key))
@@ -510,6 +530,7 @@ class PartyMachine(Machine):
         """S2.4 and S3.1: ψ_j to P1, or (P1) mask the product for Charlie; then re-share."""
         prm = self.params
         zeta = self.res.curator_keys.paillier
+        assert self.w is not None  # trained() preceded S1.2
         try:
             w_enc = prm.ring.to_int(self.w, MODEL_BOUND)
         except EncodingOverflow as e:  # the detail names no coefficient of ŵ_j
@@ -567,7 +588,7 @@ class PartyMachine(Machine):
         self.state = "DONE"
         entry = {k: v for k, v in self.charge().items() if k != "accounting"}  # the release's record of what was spent
         return [
-            Send(CURATOR, pb.PublishedShare(job_id=self.job_id, share=sharing.pack_ring(z, 128), paillier_ops=dict(self.ops), stage_seconds=self.stages.seconds)),
+            Send(CURATOR, pb.PublishedShare(job_id=self.job_id, share=sharing.pack_ring(z, 128), paillier_ops=dict(self.ops))),  # no duration: it would time n_j
             Record(entry),
         ]
 

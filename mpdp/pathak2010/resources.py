@@ -50,9 +50,12 @@ class PartyResources:
     test_mode: bool = False
     ops: OpCounter = field(default_factory=OpCounter)
     clock: Callable[[], float] = time.perf_counter
+    # The party's public minimum time for its local work (reading its records, training ŵ_j) after ProtocolStart: its
+    # first message computed from the records leaves no earlier (PartyMachine.trained), so that time does not show n_j.
+    local_work_seconds: float = 0.0
 
     @classmethod
-    def create(cls, rng: Drbg, curator_keys: CuratorPublicKeys, party_key_bits: int, *, test_mode: bool = False) -> "PartyResources":
+    def create(cls, rng: Drbg, curator_keys: CuratorPublicKeys, party_key_bits: int, *, test_mode: bool = False, local_work_seconds: float = 0.0) -> "PartyResources":
         return cls(
             rng=rng,
             curator_keys=curator_keys,
@@ -60,6 +63,7 @@ class PartyResources:
             dgk_pool=DgkBlindingPool(curator_keys.dgk, rng.child("pool/dgk")),
             party_key_source=lambda: KeyPair.generate(party_key_bits),
             test_mode=test_mode,
+            local_work_seconds=local_work_seconds,
         )
 
 

@@ -46,7 +46,8 @@ PARTY_TABLE: tuple[Row, ...] = (
     kept("NoiseChain", "party", "AWAIT_SELECTION", "AWAIT_NOISE_CHAIN"),  # P_j → P1; may come before P1's own ψ_1 is made
     kept("ResharePiece", "curator|leader", "AWAIT_SELECTION", "AWAIT_RESHARE_PIECES"),  # the other parties' pieces: from pair seeds
     row("AWAIT_START", "ready", "self", "AWAIT_PARTY_SECRETS"),  # P1 generates ξ; every other party reveals its π1 opening to P1
-    row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),
+    row("AWAIT_PARTY_SECRETS", "trained", "self", "AWAIT_PARTY_SECRETS"),  # ŵ_j, n_j after the spend, no earlier than the local-work time
+    row("AWAIT_PARTY_SECRETS", "ready", "self", "AWAIT_SIZE_SHARE"),  # once the local model is in too
     row("AWAIT_SIZE_SHARE", "ready", "self", "AWAIT_MASKED_SIZE_SHARE"),
     row("AWAIT_MASKED_SIZE_SHARE", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # P1 leads the comparisons
     row("AWAIT_COMPARISON", "ready", "self", "AWAIT_COMPARISON|AWAIT_SELECTION"),  # one tournament round per step; the last moves on

@@ -57,6 +57,7 @@ class LocalFederation:
     log_format: str = "text"  # each role's service.log: text, or json lines (services/common/logs.py)
     curator_options: dict = field(default_factory=dict)  # extra curator configuration fields (e.g. admission bounds)
     node_options: dict = field(default_factory=dict)  # extra compute-node configuration fields (e.g. report_every, backlog_mib)
+    party_options: dict = field(default_factory=dict)  # extra configuration fields of every party (e.g. local_work_seconds)
     members: list[str] | None = None  # the federation's parties every party takes jobs over (default: ``parties``)
     procs: dict[str, Proc] = field(default_factory=dict)
 
@@ -87,7 +88,7 @@ class LocalFederation:
                 {**common, "name": p, "tls": tls, "curator": {"address": "PLACEHOLDER", "name": "curator"}, "datasets": self.datasets.get(p, {}),
                  "ledger": "state/ledger.json", "budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta,
                  "members": self._members(),
-                 "local_classifier": self.local_classifiers.get(p, "logreg")},
+                 "local_classifier": self.local_classifiers.get(p, "logreg"), **self.party_options},
             )
 
         for n in self.compute_nodes:

@@ -2,20 +2,23 @@
 
 Servicer methods only check the caller, look up the job, feed its machine and forward what comes out;
 the protocol lives in :mod:`mpdp.pathak2010.party`. The ledger is the site's (:class:`mpdp_services.party.server.Party`):
-the job's true guarantee is spent before JobAcceptance leaves and marked released or failed when it ends.
+the job's true guarantee is spent at ProtocolStart (after every party accepted, before the party reads its records) and
+marked released, failed or voided when it ends. The acceptance is built from public facts only (:meth:`PathakParty._build`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import csv
+import gzip
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mpdp import limits
-from mpdp.data.dataset import SchemaMismatch, require_schema, schema_of
-from mpdp.data.loaders import DatasetError
+from mpdp.data.dataset import SchemaMismatch, open_rows, require_schema, schema_of
+from mpdp.data.loaders import DatasetError, sniff_dialect
 from mpdp.learn import model_cache
 from mpdp.learn.model_cache import LocalModel, ModelCache
 from mpdp.ledger import FAILED, RELEASED, BudgetExceeded, LedgerError
@@ -76,9 +79,11 @@ def curator_keys_from(msg: pb.CuratorKeys) -> CuratorPublicKeys:
 class PathakJob(Hosted[PartyMachine]):
     """One Pathak job at this party: its machine, the peers' addresses, whether its ledger entry is settled."""
 
-    def __init__(self, machine: PartyMachine, route, addresses: dict[str, str]) -> None:
+    def __init__(self, machine: PartyMachine, route, addresses: dict[str, str], dataset: cfgmod.DatasetConfig | None = None) -> None:
         super().__init__(machine, route)
         self.addresses = addresses
+        self.dataset = dataset  # read only after the spend (PathakParty._train)
+        self.training = False  # the local model is being trained (at most once per job)
         self.settled = False  # the ledger entry is marked released, failed or voided
         self.spent_after: int | None = None  # messages the machine had produced when this party spent (None: not spent)
         self.spend_refused: tuple[int, str] | None = None  # (Problem, detail) when the ledger refused the job's Spend
@@ -146,6 +151,40 @@ def local_model_key(ds: cfgmod.DatasetConfig, params: PathakParams) -> str | Non
     )
 
 
+def public_dimension(ds: cfgmod.DatasetConfig, name: str) -> int:
+    """d of a dataset's encoded rows from public facts: its schema's width (one-hot columns counted), a LIBSVM file's
+    configured n_features or a delimited file's first line; the learner adds no column
+    (:func:`mpdp.data.engine.local_logreg` fits on the rows as encoded). Any other dataset (LIBSVM without n_features)
+    is read whole here for its width, before the acceptance: give it a schema or n_features (docs/limitations.md,
+    the timing row)."""
+    try:
+        schema = schema_of(ds)
+    except SchemaError as e:
+        raise DatasetError(f"{ds.path}: {e}") from e
+    if schema is not None:
+        return schema.dimension
+    fmt = ds.format if ds.format != "auto" else ("csv" if ".csv" in Path(ds.path).name else "libsvm")  # as loaders.load guesses
+    if ds.n_features is not None and fmt == "libsvm":  # the width the file is read with (loaders.load_libsvm)
+        return int(ds.n_features)
+    if fmt == "csv" and not Path(ds.path).is_dir():  # every column but the label is a feature (loaders.load_csv)
+        return _csv_width(Path(ds.path))
+    return open_rows(ds, name=name).dimension
+
+
+def _csv_width(path: Path) -> int:
+    """A delimited file's feature count from its first line alone (its columns less the label's): the same for every
+    row count, so reading it times nothing of the records."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", newline="") as fh:
+            row = next(csv.reader(fh, sniff_dialect(fh)), None)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise DatasetError(f"{path} is not readable delimited text: {e}") from e
+    if not row or len(row) < 2:
+        raise DatasetError(f"{path}: its first line has no feature column")
+    return len(row) - 1
+
+
 def schema_sha256_of(ds: cfgmod.DatasetConfig) -> str:
     schema = schema_of(ds)
     return schema.sha256() if schema is not None else ""
@@ -168,7 +207,8 @@ class PathakParty(pb_grpc.PartyServicer):
     def start(self, keys: CuratorPublicKeys) -> None:
         """Charlie's public keys (from registration, or a newer announcement): fresh resources and pools."""
         self.keys = keys
-        self.resources = PartyResources.create(self.party.rng.child("resources"), keys, self.cfg.paillier_bits, test_mode=self.cfg.test_mode)
+        self.resources = PartyResources.create(self.party.rng.child("resources"), keys, self.cfg.paillier_bits, test_mode=self.cfg.test_mode,
+                                               local_work_seconds=self.cfg.local_work_seconds)
         if self.precompute is not None:
             self.precompute.stop()
         self.precompute = Precompute(self.resources, self.cfg.paillier_bits, self.cfg.pool_target, self._on_precompute)
@@ -232,12 +272,12 @@ class PathakParty(pb_grpc.PartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name} cannot read its dataset {shown(request.spec.dataset)}; see its log")
         except InvalidJob as e:  # the spec's own fields
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name}: {e}")
-        except ValueError as e:  # from the records (shapes, labels): the detail stays in this party's log
+        except ValueError as e:  # the schema's or the file's header: the detail stays in this party's log
             log.error("job %s: dataset %s: %s", shown(request.job_id), request.spec.dataset, e)
-            await errors.refuse(context, Problem.INVALID_JOB, f"party {name} cannot train on its dataset {shown(request.spec.dataset)}; see its log")
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {name} cannot read its dataset {shown(request.spec.dataset)}; see its log")
         except ProtocolError as e:
             await errors.refuse(context, e.problem, f"party {name}: {e.detail}")
-        hosted = PathakJob(machine, self._route, dict(request.party_addresses))
+        hosted = PathakJob(machine, self._route, dict(request.party_addresses), ds)
         try:  # admitted (OVERLOADED past max_live_jobs) before anything is spent
             self.jobs.admit(request.job_id, hosted, deadline_seconds(request.spec, self.cfg.job_deadline_seconds))
         except ProtocolError as e:
@@ -250,25 +290,57 @@ class PathakParty(pb_grpc.PartyServicer):
             self.jobs.forget(request.job_id)  # refused: nothing left this party; the id stays a record
             raise
         self._pool().pause()
-        log.info("job %s announced: dataset %s, %d rows, d=%d", request.job_id, request.spec.dataset, machine.n, machine.d)
+        log.info("job %s announced: dataset %s, d=%d (accepted; trained after the spend)", request.job_id, request.spec.dataset, machine.d)
         await hosted.start(machine.start())
 
     def _build(self, request: pb.JobAnnouncement, ds: cfgmod.DatasetConfig) -> PartyMachine:
-        """The job's machine, with ŵ_j from the model cache when this data file and learner setting were seen."""
-        params = PathakParams.from_spec(request.job_id, request.spec)
+        """The job's machine, from public facts only: the spec, Charlie's keys and d from the dataset's schema
+        (:func:`public_dimension`). The records are not read (nor the model cache): that is :meth:`_train`'s, after the
+        spend, so neither the acceptance's content nor its latency depends on them."""
+        return PartyMachine(self.cfg.name, request, public_dimension(ds, request.spec.dataset), self.resources)
+
+    def _local_model(self, m: PartyMachine, ds: cfgmod.DatasetConfig) -> LocalModel:
+        """ŵ_j and n_j, from the model cache when this data file and learner setting were seen (a worker thread)."""
+        params, job_id, dataset = m.params, m.job_id, m.params.dataset
         key = local_model_key(ds, params)
         local = self.models.get(key) if key is not None else None
         why = implausible_local_model(local, params, _size(ds.path)) if local is not None else None
         if why is not None:  # planted or damaged: retrained below, and the fresh ŵ_j replaces it
-            log.warning("job %s: the cached local model for dataset %s is implausible (%s); retraining", request.job_id, request.spec.dataset, why)
+            log.warning("job %s: the cached local model for dataset %s is implausible (%s); retraining", job_id, dataset, why)
             local = None
         if local is not None:
-            return PartyMachine(self.cfg.name, request, None, None, self.resources, local=local)
-        trained = train_local_rows(ds, request.spec.dataset, params)  # batch by batch: memory bounded by ds.batch_rows
-        machine = PartyMachine(self.cfg.name, request, None, None, self.resources, local=trained)
+            return local
+        trained = train_local_rows(ds, dataset, params)  # batch by batch: memory bounded by ds.batch_rows
         if key is not None and local_model_key(ds, params) == key:  # the file did not change while it was read
-            self.models.put(key, LocalModel(machine.w, machine.n))
-        return machine
+            self.models.put(key, LocalModel(trained.w, trained.n))
+        return trained
+
+    async def _train(self, hosted: PathakJob) -> None:
+        """After the spend (ProtocolStart): train ŵ_j, wait out the party's local-work time, hand the model to the
+        machine. A failure here fails the job before any message computed from the records left, so the charge is
+        voided (:meth:`_settle`). A training longer than ``local_work_seconds`` is logged here only: the time the
+        curator sees then grows with it (docs/limitations.md)."""
+        m = hosted.machine
+        assert hosted.dataset is not None and m.local_work_until is not None
+        began = m.res.clock()
+        local: LocalModel | None = None
+        try:
+            local = await asyncio.to_thread(self._local_model, m, hosted.dataset)
+        except (DatasetError, ValueError, RuntimeError, OSError) as e:  # the detail stays in this party's log
+            log.error("job %s: dataset %s: %s", m.job_id, m.params.dataset, e)
+        took = m.res.clock() - began
+        if took > self.cfg.local_work_seconds:
+            log.warning("job %s: local training took %.3f s, over local_work_seconds = %.3f s: the curator can time this job's local "
+                        "work (raise local_work_seconds above the largest dataset's training time)", m.job_id, took, self.cfg.local_work_seconds)
+        while (left := m.local_work_until - m.res.clock()) > 0:  # the pad: a deadline the machine states, on its clock; a
+            await asyncio.sleep(left)  # failure waits for it too, so that its abort notice does not time the records either
+        if m.terminal:
+            return
+        if local is None:
+            await hosted.fail(Problem.INVALID_JOB, f"party {self.cfg.name} cannot train on its dataset {shown(m.params.dataset)}; see its log")
+        else:
+            trained = local
+            await hosted.local(lambda: m.trained(trained))
 
     # -- every other step ------------------------------------------------------------------------
     async def _deliver(self, request, context) -> common_pb2.Ack:
@@ -305,6 +377,9 @@ class PathakParty(pb_grpc.PartyServicer):
         hosted = self.jobs.get(request.job_id)
         if hosted is not None and hosted.spend_refused is not None:
             await errors.refuse(context, *hosted.spend_refused)
+        if hosted is not None and hosted.spent_after is not None and not hosted.training and not hosted.machine.terminal:
+            hosted.training = True  # spent: the local work starts now, in the background (the curator's call returns)
+            hosted.spawn(self._train(hosted))
         return ack
 
     async def _spend(self, hosted: PathakJob, entries: tuple[dict, ...]) -> bool:
@@ -374,6 +449,10 @@ class PathakParty(pb_grpc.PartyServicer):
         data-dependent left this party and the charge is voided (docs/protocols/accounting.md, "Voided charges")."""
         m = hosted.machine
         if m.state == MACHINE_FAILED and not hosted.settled:
+            if hosted.spend_mark is not None and not hosted.paid.is_set():
+                await hosted.paid.wait()  # failed while its spend was being written (an abort meanwhile): settle that spend
+                if hosted.settled:
+                    return
             hosted.settled = True
             failure = errors.problem_name(m.error.problem) if m.error else "JOB_FAILED"
             if hosted.spent_after is None:
