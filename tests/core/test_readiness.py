@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from grpc_health.v1 import health, health_pb2
 
 from mpdp.math import field as F
@@ -42,6 +43,8 @@ print(json.dumps({"cold": cold, "warm": warm, "after": after}))
 """
 
 
+@pytest.mark.process  # a fresh interpreter: what a role's start-up compiles
+@pytest.mark.slow
 def test_warm_up_compiles_the_one_version_of_every_kernel_that_validated_jobs_use():
     out = subprocess.run([sys.executable, "-c", PROBE, str(ROOT)], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -108,6 +111,8 @@ def _kernel_stats(env: dict[str, str]) -> dict[str, list[int]]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.process  # a fresh interpreter: what a role's start-up compiles
+@pytest.mark.slow
 def test_kernels_compiled_ahead_of_time_are_loaded_from_a_read_only_seed_not_compiled(tmp_path):
     """What the image does (deploy/Dockerfile): compile into a folder at build time; at start, with that folder
     read-only, copy it into an empty writable NUMBA_CACHE_DIR and load every kernel from there (no cache miss)."""
