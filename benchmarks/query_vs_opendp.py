@@ -1,14 +1,15 @@
 """DP queries: mpdp's distributed release against a central Gaussian release by OpenDP at the same (ε, δ) and Δ₂.
 
-    python benchmarks/query_vs_opendp.py [--draws 200] [--epsilon 1] [--delta 1e-6] [--json benchmarks/results/query_vs_opendp.json]
+    python benchmarks/query_vs_opendp.py [--draws 200] [--epsilon 1] [--delta 1e-6] [--colluders C] [--json benchmarks/results/query_vs_opendp.json]
 
 UCI Adult (``../shared/data/adult/adult.data.gz``) split row by row over three parties as ``examples/adult/run.sh``
 splits it, the schema ``examples/adult/schema.yaml``, the three worked queries of docs/protocols/query.md. For each
 query, each party's vector is computed as the party service computes it (:mod:`mpdp.query.evaluate`), then per draw:
 
 * **mpdp**: what the validated DCA releases, drawn with its own samplers — each party's conditional randomized
-  rounding to 2^-f and its exact discrete Gaussian N_Z(0, σ²) (:func:`mpdp.dca.discrete.client_integers`), σ² from
-  the job's calibration (N = 3, T = 0: the noise of N − T − 1 = 2 parties alone must suffice, all 3 add theirs);
+  rounding to 2^-f (:func:`mpdp.dca.discrete.rounded_integers`) and each of the M = 3 compute nodes' exact discrete
+  Gaussian N_Z(0, σ²) (:func:`mpdp.dca.discrete.node_noise`), σ² from the job's calibration (c = M − 1 by default: the
+  noise of one node alone must suffice, all 3 add theirs; docs/protocols/dca.md, "Who adds the noise");
 * **OpenDP**: a trusted curator adding central Gaussian noise to the true vector, its scale found by OpenDP
   (``make_gaussian`` → zCDP → (ε, δ) with ``binary_search_param``) for the same Δ₂ and (ε, δ).
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpdp.dca.discrete import client_integers
+from mpdp.dca.discrete import node_noise, rounded_integers
 from mpdp.math.drbg import Drbg
 from mpdp.query.evaluate import vector
 from mpdp.query.plan import compile_query
@@ -98,25 +99,26 @@ def truth_table(plan, cols: list[dict[str, np.ndarray]], missing) -> list[float]
     return out
 
 
-def run(draws: int, epsilon: float, delta: float) -> dict:
+def run(draws: int, epsilon: float, delta: float, colluders: int | None = None) -> dict:
     schema = Schema.load(ROOT / "examples" / "adult" / "schema.yaml")
     cols = parties(schema, ROOT.parent / "shared" / "data" / "adult" / "adult.data.gz")
-    out: dict = {"epsilon": epsilon, "delta": delta, "draws": draws, "rows": [len(next(iter(c.values()))) for c in cols], "queries": []}
+    out: dict = {"epsilon": epsilon, "delta": delta, "draws": draws, "colluders": colluders, "rows": [len(next(iter(c.values()))) for c in cols], "queries": []}
     rng = Drbg.from_os()
     g = np.random.default_rng()
     for sql in QUERIES:
         plan = compile_query(sql, schema, "adult")
         Z = np.stack([vector(plan, iter([(c, len(next(iter(c.values()))))]), 20_000, schema.missing_values) for c in cols])
-        params = dca_params(plan, "dca-bench", ["p1", "p2", "p3"], ["n1", "n2", "n3"], epsilon=epsilon, delta=delta, records_per_party=20_000)
+        params = dca_params(plan, "dca-bench", ["p1", "p2", "p3"], ["n1", "n2", "n3"], epsilon=epsilon, delta=delta, records_per_party=20_000, colluders=colluders)
         assert params.discrete is not None
-        ours_v = len(cols) * params.noise_variance_per_client
+        ours_v = params.noise_variance(len(cols))
         s = central_scale(plan.sensitivity, epsilon, delta)
         truth = truth_table(plan, cols, schema.missing_values)
         scale = 2.0 ** params.frac_bits
         stats = {arm: {a.name: {"err": [], "hit": 0, "width": [], "n": 0} for a in plan.aggregates} for arm in ("mpdp", "opendp")}
         t0 = time.perf_counter()
-        for i in range(draws):  # every party's rounding and noise from its own stream, every draw afresh
-            units = sum(sum(client_integers(z, params.frac_bits, params.discrete.sigma2, rng.child(f"{sql}/draw {i}/party {j}"))) for j, z in enumerate(Z))
+        for i in range(draws):  # every party's rounding and every node's noise from its own stream, every draw afresh
+            units = sum(rounded_integers(z, params.frac_bits, rng.child(f"{sql}/draw {i}/party {j}")) for j, z in enumerate(Z))
+            units = units + sum(node_noise(plan.dimension, params.discrete.sigma2, rng.child(f"{sql}/draw {i}/node {k}")) for k in range(params.M))
             ours = decode(plan, np.asarray(units, dtype=np.float64).ravel() / scale, ours_v, len(cols), params.frac_bits)
             central = decode(plan, Z.sum(axis=0) + g.normal(0.0, s, size=plan.dimension), s * s, 0, params.frac_bits)
             for arm, rows in (("mpdp", ours), ("opendp", central)):
@@ -145,9 +147,10 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=200)
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--delta", type=float, default=1e-6)
+    ap.add_argument("--colluders", type=int, default=None, help="the compute nodes' c (default M − 1 = 2, what parties accept)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    res = run(a.draws, a.epsilon, a.delta)
+    res = run(a.draws, a.epsilon, a.delta, a.colluders)
     text = json.dumps(res, indent=2)
     if a.json:
         Path(a.json).write_text(text + "\n")

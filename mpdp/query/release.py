@@ -52,15 +52,16 @@ def z_subgaussian(alpha: float) -> float:
 
 def dca_params(plan: QueryPlan, job_id: str, parties: Sequence[str], nodes: Sequence[str], *, epsilon: float, delta: float,
                records_per_party: int, max_missing: int = 0, simulation_seed: bytes = b"", deadline_seconds: float = 600.0,
-               purpose: str = "") -> DcaParams:
-    """The query's validated DCA job; ValueError when no fractional precision fits the proof circuit."""
+               purpose: str = "", colluders: int | None = None) -> DcaParams:
+    """The query's validated DCA job; ValueError when no fractional precision fits the proof circuit. ``colluders``:
+    the compute nodes' c (None: M − 1, what parties accept; other values are for measuring the mechanism only)."""
     last: Exception | None = None
     for f in FRAC_BITS:
         try:
             return DcaParams(job_id=job_id, dimension=plan.dimension, clients=len(parties), max_missing=max_missing, epsilon=epsilon, delta=delta,
                              sensitivity=plan.sensitivity, nodes=tuple(nodes), frac_bits=f, clip_bounds=(float(records_per_party),),
                              simulation_seed=simulation_seed, roster=tuple(parties), purpose=purpose or "dp query", deadline_seconds=deadline_seconds,
-                             noise="discrete-gaussian", validate=VALIDATION)
+                             noise="discrete-gaussian", validate=VALIDATION, colluders=colluders)
         except InvalidJob as e:
             if not str(e).startswith(("validation", "a validated job", "headroom")):
                 raise ValueError(str(e)) from None
