@@ -39,6 +39,7 @@ class Source:
     stored: Callable[[], Iterable[tuple[str, str, float]]] = lambda: ()
     live: Callable[[Any], tuple[str, dict[str, float]]] | None = None
     stage: Callable[[Any], str] | None = None
+    failure: Callable[[str], "tuple[int, str] | None"] | None = None  # (Problem, detail) of a stored failed job
 
 
 @dataclass
@@ -116,8 +117,9 @@ class Catalog:
 
 def _stored(source: Source, job_id: str, state: str, at: float) -> pb.JobSummary:
     failed = state == "FAILED"
+    problem, detail = (source.failure(job_id) if failed and source.failure is not None else None) or (P.JOB_FAILED if failed else P.PROBLEM_UNSPECIFIED, "")
     return pb.JobSummary(job_id=job_id, protocol=source.protocol, state=state, terminal=True, created_unix=at, ended_unix=at, stage=state.lower(),
-                         problem=P.JOB_FAILED if failed else P.PROBLEM_UNSPECIFIED, released=not failed)
+                         problem=P.ValueType(problem), detail=detail[:240], released=not failed)
 
 
 def files(folder: Path, suffix: str, state: str) -> Iterable[tuple[str, str, float]]:
