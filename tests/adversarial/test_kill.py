@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 import time
 
-import grpc
 import pytest
 
 from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pk_grpc
