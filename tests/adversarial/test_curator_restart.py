@@ -48,6 +48,44 @@ def _until(check, timeout: float, what: str):
         time.sleep(0.02)
 
 
+def _ended_on_abort(fed, party: str, job: str) -> bool:
+    """The party's log says its machine took the curator's JobAbort for the job and is FAILED (the runtime logs every
+    message a job's machine takes, with the state it is in after it)."""
+    log = fed.workdir / party / "service.log"
+    return log.exists() and f"job {job}: party received JobAbort from curator:curator, now FAILED" in log.read_text()
+
+
+def _announced(fed, party: str, job: str) -> bool:
+    log = fed.workdir / party / "service.log"
+    return log.exists() and f"job {job} announced" in log.read_text()
+
+
+def test_curator_killed_before_the_spend_fails_the_pathak_job_and_no_party_is_charged(fed):
+    """Party-3 is stopped, so the job waits for its acceptance, before ProtocolStart: no party has spent. After the
+    restart the job is FAILED, the parties that hold it end it at once (told by the curator), and no ledger has it."""
+    import os
+
+    stopped = PARTIES[-1]
+    pid = fed.procs[stopped].popen.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with operator_curator(fed) as ch:
+            job = pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(seed=b"restart-unspent", deadline=DEADLINE), timeout=60).job_id
+        waiting = [p for p in PARTIES if p != stopped]
+        _until(lambda: all(_announced(fed, p, job) for p in waiting), 60.0, "the other parties hold the job")
+        fed.kill("curator", signal.SIGKILL)
+        fed.restart("curator")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    with operator_curator(fed) as ch:
+        last = list(ops_grpc.JobOperationsStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=60))[-1]
+    assert last.terminal and last.state == "FAILED" and RESTARTED in last.detail, last
+    _until(lambda: all(_ended_on_abort(fed, p, job) for p in waiting), PROMPT, "the parties that held the job ended it on the curator's abort")
+    assert all(not _entries(fed, p, job) for p in PARTIES), {p: _entries(fed, p, job) for p in PARTIES}  # killed before the spend: no charge
+    assert_ledgers_within_budget(fed)
+    assert_all_serving(fed)
+
+
 def test_curator_killed_after_the_spend_fails_the_pathak_job_and_the_parties_settle_at_once(fed):
     job = None
     with operator_curator(fed) as ch:
