@@ -35,7 +35,7 @@ from mpdp import limits
 from mpdp.messages import common_pb2
 from mpdp.protocol import RemoteProtocolError
 from mpdp_services.common import calls, errors, metrics
-from mpdp_services.common.durable import write_atomic
+from mpdp_services.common.durable import make_private_dir, write_atomic
 
 log = logging.getLogger("mpdp.jobs")
 
@@ -432,37 +432,62 @@ def task_outcome(job: TaskJob) -> tuple[str, bool, int]:
     return job.state, job.state in (PUBLISHED, FAILED), job.problem
 
 
-class TaskJobs(Generic[T]):
-    """Runs each job of ``table`` (entries are :class:`TaskJob`) as its own task, so that the operator's call returns
-    at once and the job goes on without it: :meth:`start` runs it, :meth:`stage` notes where it is, :meth:`cancel`
-    stops it (FAILED, CANCELLED), :meth:`wait` gives its release or raises :class:`errors.Refused` as it failed."""
+RESTARTED = "the curator restarted mid-job; nothing was released"
+
+
+class JobMarks:
+    """The durable record of a curator's jobs of one protocol, in one layout for every protocol that has no store of
+    its own (``folder``, 0700): ``<job>.running.json`` from admission to the end (its protocol and the sites named
+    by its spec, so that a restart can tell them), ``<job>.failed.json`` once it failed (Problem and detail). A
+    published job is its protocol's store. Every file is written by ``write_atomic`` (fsync, 0600). At most
+    ``max_failures`` failures are kept, the oldest forgotten first; running marks are bounded by the live jobs."""
 
     RUNNING_SUFFIX, FAILED_SUFFIX = ".running.json", ".failed.json"
 
-    def __init__(self, table: "JobTable[Any]", folder: "Path | None" = None) -> None:
-        self.table = table
-        self.reaper = Reaper(table, self._expire)  # a job past its deadline is stopped like a cancel, PEER_UNREACHABLE
-        # ``folder``: where a running job leaves a durable mark, and a failed one its failure, so that a curator killed
-        # mid-job reports the job FAILED after its restart (:meth:`recover`) instead of not knowing it
-        self.folder = folder
+    def __init__(self, folder: "str | Path", protocol: str, max_failures: int = MAX_RECORDS) -> None:
+        self.folder = make_private_dir(folder)
+        self.protocol = protocol
+        self.max_failures = max_failures
+        self._failures = sum(1 for _ in self.folder.glob("*" + self.FAILED_SUFFIX))
 
-    def recover(self, reason: str = "the curator restarted mid-job; nothing was published; the parties' charges are kept") -> list[str]:
-        """After a restart: every job that was running when the process died is FAILED (JOB_FAILED, ``reason``)."""
-        if self.folder is None or not self.folder.is_dir():
-            return []
+    def running(self, job_id: str, sites: "dict[str, str] | None" = None) -> None:
+        """Admitted: the job's mark, with the sites its spec names (name → address) to tell if the curator restarts."""
+        write_atomic(self.folder / f"{job_id}{self.RUNNING_SUFFIX}", json.dumps({"protocol": self.protocol, "sites": dict(sites or {})}))
+
+    def ended(self, job_id: str, failure: "tuple[int, str] | None") -> None:
+        """Ended: the failure (Problem, detail) if it failed, then the running mark goes."""
+        if failure is not None:
+            self._write_failure(job_id, *failure)
+        (self.folder / f"{job_id}{self.RUNNING_SUFFIX}").unlink(missing_ok=True)
+
+    def recover(self, reason: str = RESTARTED) -> "list[tuple[str, dict[str, str]]]":
+        """After a restart: every job still marked running is FAILED (JOB_FAILED, ``reason``); (job id, sites) of each."""
         lost = []
         for mark in self.folder.glob("*" + self.RUNNING_SUFFIX):
             job_id = mark.name[: -len(self.RUNNING_SUFFIX)]
             if valid_id(job_id):
+                try:
+                    sites = json.loads(mark.read_text()).get("sites", {})
+                except (OSError, ValueError, AttributeError):
+                    sites = {}
                 self._write_failure(job_id, P.JOB_FAILED, reason)
-                lost.append(job_id)
+                lost.append((job_id, {str(k): str(v) for k, v in dict(sites).items()}))
             mark.unlink(missing_ok=True)
         return lost
 
+    def failure(self, job_id: str) -> "tuple[int, str] | None":
+        """(Problem, detail) of a job that failed, from disk (an earlier run's too); None otherwise."""
+        p = self.folder / f"{job_id}{self.FAILED_SUFFIX}"
+        if not valid_id(job_id) or not p.exists():
+            return None
+        try:
+            d = json.loads(p.read_text())
+            return int(d.get("problem", P.JOB_FAILED)), str(d.get("detail", ""))
+        except (OSError, ValueError, AttributeError):
+            return P.JOB_FAILED, ""
+
     def failures(self) -> "list[tuple[str, str, float]]":
         """(job id, FAILED, mtime) of the failures on disk (the catalog's jobs of an earlier run)."""
-        if self.folder is None or not self.folder.is_dir():
-            return []
         out = []
         for p in self.folder.glob("*" + self.FAILED_SUFFIX):
             job_id = p.name[: -len(self.FAILED_SUFFIX)]
@@ -470,9 +495,46 @@ class TaskJobs(Generic[T]):
                 out.append((job_id, FAILED, p.stat().st_mtime))
         return out
 
-    def start(self, job_id: str, job: TaskJob, run: Callable[[], Awaitable[T]]) -> None:
-        if self.folder is not None:
-            write_atomic(self.folder / f"{job_id}{self.RUNNING_SUFFIX}", b"{}")
+    def _write_failure(self, job_id: str, problem: int, detail: str) -> None:
+        path = self.folder / f"{job_id}{self.FAILED_SUFFIX}"
+        if not path.exists():
+            self._failures += 1
+        write_atomic(path, json.dumps({"problem": int(problem), "detail": detail[:240]}))
+        if self._failures > self.max_failures:  # bounded: the oldest failures are forgotten first
+            old = sorted(self.folder.glob("*" + self.FAILED_SUFFIX), key=lambda q: q.stat().st_mtime)
+            for q in old[: len(old) - self.max_failures]:
+                q.unlink(missing_ok=True)
+            self._failures = min(len(old), self.max_failures)
+
+
+class TaskJobs(Generic[T]):
+    """Runs each job of ``table`` (entries are :class:`TaskJob`) as its own task, so that the operator's call returns
+    at once and the job goes on without it: :meth:`start` runs it, :meth:`stage` notes where it is, :meth:`cancel`
+    stops it (FAILED, CANCELLED), :meth:`wait` gives its release or raises :class:`errors.Refused` as it failed."""
+
+    def __init__(self, table: "JobTable[Any]", folder: "Path | None" = None) -> None:
+        self.table = table
+        self.reaper = Reaper(table, self._expire)  # a job past its deadline is stopped like a cancel, PEER_UNREACHABLE
+        # ``folder``: the jobs' durable marks (:class:`JobMarks`), so that a curator killed mid-job reports the job
+        # FAILED after its restart (:meth:`recover`) instead of not knowing it
+        self.marks = JobMarks(folder, table.protocol) if folder is not None else None
+
+    def recover(self, reason: str = RESTARTED + "; the parties' charges are kept") -> "list[tuple[str, dict[str, str]]]":
+        """After a restart: every job that was running when the process died is FAILED (JOB_FAILED, ``reason``);
+        (job id, the sites its spec named) of each."""
+        return self.marks.recover(reason) if self.marks is not None else []
+
+    def failures(self) -> "list[tuple[str, str, float]]":
+        """(job id, FAILED, mtime) of the failures on disk (the catalog's jobs of an earlier run)."""
+        return self.marks.failures() if self.marks is not None else []
+
+    def failure(self, job_id: str) -> "tuple[int, str] | None":
+        return self.marks.failure(job_id) if self.marks is not None else None
+
+    def start(self, job_id: str, job: TaskJob, run: Callable[[], Awaitable[T]], sites: "dict[str, str] | None" = None) -> None:
+        """Run the job as its own task; ``sites``: the parties its spec names (name → address), told if the curator restarts."""
+        if self.marks is not None:
+            self.marks.running(job_id, sites)
 
         async def body() -> T:
             try:
@@ -530,15 +592,9 @@ class TaskJobs(Generic[T]):
     def _end(self, job_id: str, job: TaskJob, state: str, problem: int, detail: str) -> None:
         job.state, job.problem, job.detail = state, problem, detail
         self.table.finish(job_id, state, problem)
-        if self.folder is not None:
-            if state == FAILED:
-                self._write_failure(job_id, problem, detail)
-            (self.folder / f"{job_id}{self.RUNNING_SUFFIX}").unlink(missing_ok=True)
+        if self.marks is not None:
+            self.marks.ended(job_id, (problem, detail) if state == FAILED else None)
         changes.bump()
-
-    def _write_failure(self, job_id: str, problem: int, detail: str) -> None:
-        assert self.folder is not None
-        write_atomic(self.folder / f"{job_id}{self.FAILED_SUFFIX}", json.dumps({"problem": int(problem), "detail": detail[:240]}))
 
 
 def _retrieved(task: "asyncio.Task") -> None:

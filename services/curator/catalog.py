@@ -42,6 +42,7 @@ class Source:
     stored: Callable[[], Iterable[tuple[str, str, float]]] = lambda: ()
     live: Callable[[Any], tuple[str, dict[str, float]]] | None = None
     stage: Callable[[Any], str] | None = None
+    failure: Callable[[str], "tuple[int, str] | None"] | None = None  # (Problem, detail) of a stored failed job
 
 
 @dataclass
@@ -152,8 +153,9 @@ def _stored(source: Source, job_id: str, state: str, at: float, times: tuple[flo
     (its file's time: a job that ended before times were kept)."""
     failed = state == "FAILED"
     created, ended = times if times is not None else (at, at)
+    problem, detail = (source.failure(job_id) if failed and source.failure is not None else None) or (P.JOB_FAILED if failed else P.PROBLEM_UNSPECIFIED, "")
     return pb.JobSummary(job_id=job_id, protocol=source.protocol, state=state, terminal=True, created_unix=created, ended_unix=ended, stage=state.lower(),
-                         problem=P.JOB_FAILED if failed else P.PROBLEM_UNSPECIFIED, released=not failed)
+                         problem=P.ValueType(problem), detail=detail[:240], released=not failed)
 
 
 def files(folder: Path, suffix: str, state: str) -> Iterable[tuple[str, str, float]]:

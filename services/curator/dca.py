@@ -120,7 +120,11 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             if self.store.release(job_id) is not None or self.store.failure(job_id) is not None or self.store.consumed(job_id) is not None:
                 continue
             if spec.secure_sum:  # its consumer (an ensemble job) died with the previous process
-                self.store.put_failure(job_id, common_pb2.JOB_FAILED, "the curator restarted during this secure-sum job; its consuming job was lost")
+                detail = "the curator restarted during this secure-sum job; its consuming job was lost"
+                self.store.put_failure(job_id, common_pb2.JOB_FAILED, detail)
+                abort = common_pb2.JobAbort(job_id=job_id, problem=common_pb2.JOB_FAILED, detail=detail, reported_by="curator")
+                for n in spec.compute_nodes:  # the nodes drop the vote shares now, not at the job's deadline (best effort)
+                    asyncio.ensure_future(self._tell_abort(n, abort)).add_done_callback(jobs._retrieved)
                 continue
             params = DcaParams.from_spec(job_id, spec)
             machine = AggregatorMachine(params, node_addresses={n: self.nodes.get(n, "") for n in params.nodes})
@@ -137,6 +141,12 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
             for n in params.nodes:
                 hosted.spawn(self._pull(hosted, n))
+
+    async def _tell_abort(self, node: str, abort: common_pb2.JobAbort) -> None:
+        try:
+            await self.channels.call(self.nodes.get(node, ""), node, NODE_SERVICE, "AbortJob", abort, common_pb2.Ack, 10.0)
+        except Exception as e:  # best effort: a node not told drops the job at its own deadline
+            log.warning("DCA job %s: node %s was not told of the restart (%s)", abort.job_id, errors.shown(node), type(e).__name__)
 
     # -- operator ---------------------------------------------------------------------------------------
     async def CreateJob(self, request: pb.DcaJobSpec, context) -> pb.DcaJobTicket:

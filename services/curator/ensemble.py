@@ -115,7 +115,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             self.running.admit(job_id, job, float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0)
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
-        self.tasks.start(job_id, job, lambda: self._train(job_id, request, vote_params, X_aux))
+        self.tasks.start(job_id, job, lambda: self._train(job_id, request, vote_params, X_aux), {v: self.addresses[v] for v in request.parties})
         return job_id
 
     async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray) -> pb.EnsembleRelease:

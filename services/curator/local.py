@@ -71,7 +71,7 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
             self.jobs.admit(job_id, job, PARTY_TIMEOUT + 60.0)
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
-        self.tasks.start(job_id, job, lambda: self._traced(job_id, request))
+        self.tasks.start(job_id, job, lambda: self._traced(job_id, request), {q: self.addresses[q] for q in request.parties})
         return job_id
 
     async def _traced(self, job_id: str, request: pb.LocalModelJobSpec) -> pb.LocalModelSet:

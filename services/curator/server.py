@@ -69,6 +69,7 @@ ROLES = roles_by_method(
     },
 )
 PARTY_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Party"])
+ABORT_SECONDS = 10.0  # the restarted curator's AbortJob to each party of a lost job (best effort)
 
 
 class ModelRegistry(MessageStore[pb.PublishedModel]):
@@ -93,6 +94,9 @@ class Curator(pb_grpc.CuratorServicer):
         self.secrets = secrets
         self.rng = Drbg.from_os()
         self.registry = ModelRegistry(Path(cfg.state_dir) / "models")
+        # each job's durable mark beside the models (jobs.JobMarks): running from admission, failed once it fails, so a
+        # curator killed mid-job reports the job FAILED after its restart and tells its parties (:meth:`recover`)
+        self.marks = jobs.JobMarks(self.registry.folder, "pathak2010")
         # the parties' addresses: provisioned ones fixed, learned ones pinned to the registering key (registrations.py)
         self.registrations = Registrations("party", cfg.parties, cfg.members, Path(cfg.state_dir) / "parties.json")
         self.addresses: dict[str, str] = self.registrations.addresses
@@ -134,7 +138,7 @@ class Curator(pb_grpc.CuratorServicer):
         machine = CuratorMachine(params, request, {p: self.addresses[p] for p in params.parties}, CuratorResources(self.rng.child(job_id), self.secrets, self.cfg.test_mode,
                                                                                                                       dgk_pool=self.dgk_pool.pool, zeta_pool=self.dgk_pool.zeta_pool))
         hosted = Hosted(machine, self._route)
-        hosted.on_change = self.jobs.observe
+        hosted.on_change = self._changed
         started: list[asyncio.Task] = []
         submitted = contextvars.copy_context()  # the submitter's call: a queued job starts in it, not in the call that freed its slot
 
@@ -146,6 +150,7 @@ class Curator(pb_grpc.CuratorServicer):
             self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds), start=start)
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
+        self.marks.running(job_id, dict(machine.addresses))  # durable before any party hears of the job (queued or started)
         self.reaper.ensure_running()  # also ends a queued job past its deadline
         log.info("job %s submitted%s: %d parties, dataset %s, ε=%g, mode %s", job_id, " (queued)" if not started else "", params.K, params.dataset,
                  params.calibration.epsilon, params.calibration.mode)
@@ -172,6 +177,10 @@ class Curator(pb_grpc.CuratorServicer):
                 yield pb.JobStatus(job_id=record.job_id, state=record.state, stage=record.state.lower(), terminal=record.terminal, problem=common_pb2.Problem.ValueType(record.problem),
                                    detail=f"{record.problem_name}: the job's details are no longer held" if record.problem else "")
                 return
+            failure = self.failure(request.job_id)
+            if failure is not None:  # failed in an earlier run of the curator (e.g. lost at a restart)
+                yield pb.JobStatus(job_id=request.job_id, state="FAILED", stage="failed", terminal=True, problem=common_pb2.Problem.ValueType(failure[0]), detail=failure[1])
+                return
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no job {errors.shown(request.job_id)} at this curator")
         async for st in hosted.watch(lambda: self._status(hosted)):
             yield st
@@ -186,6 +195,9 @@ class Curator(pb_grpc.CuratorServicer):
             record = self.jobs.record(request.job_id)
             if record is not None and record.terminal:
                 await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} ended {record.state} ({record.problem_name}) and published nothing")
+            failure = self.failure(request.job_id)
+            if failure is not None:
+                await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} failed and published nothing: {failure[1]}")
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no model or job {errors.shown(request.job_id)} at this curator")
         state, terminal, _ = hosted.outcome()  # a step may be running in a worker thread: never read the machine half-changed
         error = hosted.machine.error if terminal else None  # a failed machine's error never changes again
@@ -217,6 +229,8 @@ class Curator(pb_grpc.CuratorServicer):
             record = self.jobs.record(request.job_id)
             if record is not None and record.terminal:
                 await errors.refuse(context, common_pb2.JOB_FAILED if record.problem else common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} has ended ({record.state})")
+            if self.failure(request.job_id) is not None:  # lost at a restart: the party learns it failed, not that it never was
+                await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} has ended (FAILED)")
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no job {errors.shown(request.job_id)} at this curator")
         name = caller(context).name
         if name not in hosted.machine.addresses:  # an outsider is refused and never touches the job
@@ -316,6 +330,37 @@ class Curator(pb_grpc.CuratorServicer):
             for sub in subs:
                 self.watch.unsubscribe(sub)
 
+    def _changed(self, job_id: str) -> None:
+        """A job's machine moved: the table notes it; a terminal one ends the job's durable mark (its failure kept)."""
+        self.jobs.observe(job_id)
+        hosted = self.jobs.get(job_id)
+        if hosted is not None and hosted.machine.terminal and not getattr(hosted, "marked_end", False):
+            hosted.marked_end = True  # type: ignore[attr-defined]
+            error = hosted.machine.error
+            self.marks.ended(job_id, (error.problem, error.detail) if error is not None else None)
+
+    async def recover(self) -> list[str]:
+        """After a restart: every job the previous process was running is FAILED (JOB_FAILED, "the curator restarted
+        mid-job; nothing was released"), and each of its parties is told at once (an AbortJob, best effort), so it fails
+        the job now rather than at its deadline and settles its charge as the ledger rule says (docs/protocols/job-model.md §3)."""
+        lost = self.marks.recover(f"{jobs.RESTARTED}; a party that spent keeps its charge unless nothing data-dependent left it")
+        for job_id, parties in lost:
+            log.warning("job %s: the curator restarted mid-job; marked FAILED; telling its %d parties", job_id, len(parties))
+            abort = common_pb2.JobAbort(job_id=job_id, problem=common_pb2.JOB_FAILED, detail=jobs.RESTARTED, reported_by=self.cfg.name)
+            for name, address in parties.items():
+                asyncio.ensure_future(self._tell_abort(self.addresses.get(name) or address, name, abort)).add_done_callback(jobs._retrieved)
+        return [job_id for job_id, _ in lost]
+
+    async def _tell_abort(self, address: str, name: str, abort: common_pb2.JobAbort) -> None:
+        try:
+            await self.channels.call(address, name, PARTY_SERVICE, "AbortJob", abort, common_pb2.Ack, ABORT_SECONDS)
+        except Exception as e:  # best effort: a party not told fails the job by its own deadline
+            log.warning("job %s: party %s was not told of the restart (%s)", abort.job_id, errors.shown(name), type(e).__name__)
+
+    def failure(self, job_id: str) -> tuple[int, str] | None:
+        """(Problem, detail) of a job that failed, this run or an earlier one (its durable mark)."""
+        return self.marks.failure(job_id)
+
     def _status(self, hosted: Hosted[CuratorMachine]) -> pb.JobStatus:
         m = hosted.machine
         record = self.jobs.record(m.job_id)
@@ -373,10 +418,11 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     gate = RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners, names=registering)  # only members register
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, gate, add, services, serving=False)
     await readiness.attach(health, services)
+    await curator.recover()  # a Pathak job the previous process was running is FAILED and its parties are told
     await dca.recover()
     await learner.recover()  # a learner job the previous process was running is FAILED (its round's DCA job aborted)
     for task_jobs in (local.tasks, ensemble.tasks):  # so is an ensemble or a set of local releases
-        for job_id in task_jobs.recover():
+        for job_id, _ in task_jobs.recover():
             log.warning("job %s: the curator restarted mid-job; marked FAILED", job_id)
     await readiness.done(ready.RECOVERED)
     await warm
@@ -393,14 +439,17 @@ def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: Local
     dca_dir = state_dir / "dca"
     return catalogs.Catalog([
         catalogs.Source("pathak2010", curator.jobs, lambda j: curator.registry.get(j) is not None,
-                        lambda: files(state_dir / "models", ".binpb", "PUBLISHED"), catalogs.hosted_live, catalogs.hosted_stage),
+                        lambda: [*files(state_dir / "models", ".binpb", "PUBLISHED"), *curator.marks.failures()], catalogs.hosted_live, catalogs.hosted_stage,
+                        failure=curator.failure),
         catalogs.Source("dca", dca.jobs, lambda j: dca.store.release(j) is not None or dca.store.consumed(j) is not None,
                         lambda: [*files(dca_dir, ".release.binpb", "RELEASED"), *files(dca_dir, ".consumed.json", "RELEASED"),
                                  *files(dca_dir, ".failed.json", "FAILED")], catalogs.hosted_live, catalogs.hosted_stage),
         catalogs.Source("lmgc", local.jobs, lambda j: local.store.get(j) is not None,
-                        lambda: [*files(state_dir / "local", ".binpb", "PUBLISHED"), *local.tasks.failures()], catalogs.task_live),
+                        lambda: [*files(state_dir / "local", ".binpb", "PUBLISHED"), *local.tasks.failures()], catalogs.task_live,
+                        failure=local.tasks.failure),
         catalogs.Source("hamm2016", ensemble.running, lambda j: ensemble.store.get(j) is not None,
-                        lambda: [*files(state_dir / "ensembles", ".binpb", "PUBLISHED"), *ensemble.tasks.failures()], catalogs.task_live),
+                        lambda: [*files(state_dir / "ensembles", ".binpb", "PUBLISHED"), *ensemble.tasks.failures()], catalogs.task_live,
+                        failure=ensemble.tasks.failure),
         *(learner_sources(learner) if learner is not None else []),
     ], times_dir=state_dir / "job-times")
 

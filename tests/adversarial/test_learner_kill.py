@@ -119,9 +119,14 @@ def test_curator_killed_mid_ensemble_then_the_job_is_failed_not_forgotten(fed):
         host = ops_grpc.JobOperationsStub(ch)
         last = list(host.WatchJob(common_pb2.JobRef(job_id=job), timeout=60))[-1]
         assert last.terminal and last.state == "FAILED" and last.problem == common_pb2.JOB_FAILED, last
+        assert "the curator restarted mid-job; nothing was released" in last.detail, last
+        listed = {s.job_id: s for s in host.ListJobs(ops.JobQuery(protocol="hamm2016"), timeout=30).jobs}
+        assert listed[job].state == "FAILED" and "the curator restarted mid-job" in listed[job].detail, listed[job]
         with pytest.raises(grpc.RpcError) as e:
             host.GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
-        assert e.value.code() == grpc.StatusCode.ABORTED
+        assert e.value.code() == grpc.StatusCode.ABORTED and "the curator restarted mid-job" in e.value.details()
+        sums = host.ListJobs(ops.JobQuery(protocol="dca"), timeout=30).jobs
+        assert sums and all(s.terminal for s in sums), sums  # the lost ensemble's vote sum ended too (no DCA job left running)
         spec.simulation_seed = b"after"
         again = host.SubmitJob(ops.JobSubmission(hamm2016=spec), timeout=60)
         assert list(host.WatchJob(common_pb2.JobRef(job_id=again.job_id), timeout=300))[-1].state == "PUBLISHED"

@@ -286,3 +286,39 @@ def test_a_task_job_past_its_deadline_is_stopped_like_a_cancel():
 
     asyncio.run(main())
     assert cleaned == ["t-late"]
+
+
+def test_job_marks_survive_a_restart_as_failures_with_the_sites_to_tell(tmp_path):
+    """A job's durable mark (0600 in a 0700 folder) from admission; at a restart, every job still marked running is
+    FAILED with the restart's detail and its sites are handed back; a job that ended leaves no running mark."""
+    import os
+    import stat
+
+    marks = jobs.JobMarks(tmp_path / "pk", "pathak2010")
+    marks.running("pk-1", {"party-1": "127.0.0.1:1", "party-2": "127.0.0.1:2"})
+    marks.running("pk-2", {"party-1": "127.0.0.1:1"})
+    marks.ended("pk-2", None)  # published: its protocol's store holds it, no failure
+    marks.running("pk-3", {})
+    marks.ended("pk-3", (common_pb2.CANCELLED, "cancelled by the operator"))
+    assert stat.S_IMODE(os.stat(tmp_path / "pk").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "pk" / "pk-1.running.json").st_mode) == 0o600
+
+    again = jobs.JobMarks(tmp_path / "pk", "pathak2010")  # the restarted process
+    assert again.recover() == [("pk-1", {"party-1": "127.0.0.1:1", "party-2": "127.0.0.1:2"})]
+    assert again.recover() == []  # once
+    assert again.failure("pk-1") == (common_pb2.JOB_FAILED, jobs.RESTARTED)
+    assert again.failure("pk-2") is None
+    assert again.failure("pk-3") == (common_pb2.CANCELLED, "cancelled by the operator")
+    assert sorted(j for j, state, _ in again.failures()) == ["pk-1", "pk-3"] and {s for _, s, _ in again.failures()} == {jobs.FAILED}
+    assert again.failure("../pk-1") is None  # not an id: no file is looked up
+
+
+def test_job_marks_keep_a_bounded_number_of_failures_oldest_forgotten_first(tmp_path):
+    import os
+
+    marks = jobs.JobMarks(tmp_path, "hamm2016", max_failures=3)
+    for i in range(5):
+        marks.running(f"hm-{i}")
+        marks.ended(f"hm-{i}", (common_pb2.JOB_FAILED, "lost"))
+        os.utime(tmp_path / f"hm-{i}.failed.json", (1000.0 + i, 1000.0 + i))  # distinct ages whatever the clock's resolution
+    assert sorted(j for j, _, _ in marks.failures()) == ["hm-2", "hm-3", "hm-4"]
