@@ -102,6 +102,10 @@ def decode(plan: QueryPlan, values: Sequence[float], noise_variance: float, clie
         raise ValueError(f"the release holds {y.size} values; the query's vector has {plan.dimension}")
     V = float(noise_variance)
     rnd = clients_included * 2.0 ** -frac_bits  # |R| per coordinate
+    if plan.evaluation is not None:
+        from mpdp.query import evaluation
+
+        return evaluation.decode(plan, y, V, rnd, alpha)
     sd = math.sqrt(max(V, 0.0))
     keys = plan.group_keys()
     rows = []
