@@ -113,7 +113,8 @@ class Limit:
         unit = f" {self.unit}" if self.unit else ""
         s = {"text": f"{rng} characters", "bytes": f"{rng} bytes", "count": f"{rng} entries"}.get(self.kind, rng + unit)
         if self.kind == "count" and self.item:
-            s += {"id": ", each an id, all distinct", "real+": f", each finite in (0, {_num(MAX_REAL)}]", "real": ", each finite with magnitude ≤ 1e12", "text": f", each 1..{MAX_ID} characters, all distinct",
+            s += {"id": ", each an id, all distinct", "real+": f", each finite in (0, {_num(MAX_REAL)}]",
+                  "real": ", each finite with magnitude ≤ 1e12", "text": f", each 1..{MAX_ID} characters, all distinct",
                   "client": f", each 1..{MAX_CLIENT_ID_BYTES} UTF-8 bytes, all distinct"}[self.item]
         if self.default is not None:
             s += f" (0 = default {_num(self.default)})"

@@ -161,12 +161,12 @@ def decode(plan: QueryPlan, y: np.ndarray, V: float, rnd: float, alpha: float) -
         h = z_subgaussian(alpha) * sd + rnd
         cells.append(Cell(c, c - h, c + h, sd))
     # accuracy: D and O each a sum of two coordinates (variance proxy 2V, rounding 2·rnd), at level α/2 each
-    D, O = tp + tn, fn + fp
+    D, Off = tp + tn, fn + fp
     h2 = z_subgaussian(alpha / 2) * math.sqrt(2.0 * max(V, 0.0)) + 2 * rnd
-    d_lo, d_hi, o_lo, o_hi = max(D - h2, 0.0), max(D + h2, 0.0), max(O - h2, 0.0), max(O + h2, 0.0)
+    d_lo, d_hi, o_lo, o_hi = max(D - h2, 0.0), max(D + h2, 0.0), max(Off - h2, 0.0), max(Off + h2, 0.0)
     lo = d_lo / (d_lo + o_hi) if d_lo + o_hi > 0 else 0.0
     hi = d_hi / (d_hi + o_lo) if d_hi + o_lo > 0 else 1.0
-    Dc, Oc = max(D, 0.0), max(O, 0.0)
+    Dc, Oc = max(D, 0.0), max(Off, 0.0)
     acc = Dc / (Dc + Oc) if Dc + Oc > 0 else math.nan
     acc_sd = math.sqrt(2.0 * V * (Oc ** 2 + Dc ** 2)) / (Dc + Oc) ** 2 if Dc + Oc > 0 else math.nan  # delta method, for scale only
     K = ev.bins

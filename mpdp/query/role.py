@@ -81,8 +81,9 @@ class QueryRun:
         g.CopyFrom(r.guarantee)
         g.statement = (f"{r.guarantee.statement} The query's {len(self.plan.aggregates)} aggregate(s) share this one release: Δ₂ = "
                        f"{self.plan.sensitivity:.6g} over the whole vector ({self.plan.split()}); each party is charged once.")
+        method = EVALUATION_INTERVALS if self.plan.evaluation is not None else INTERVAL_METHOD
         m = query_pb2.QueryModel(spec=self.spec, group_columns=[gr.label for gr in self.plan.groups], aggregates=[a.name for a in self.plan.aggregates],
-                                 confidence=CONFIDENCE, interval_method=EVALUATION_INTERVALS if self.plan.evaluation else INTERVAL_METHOD, budget_split=self.plan.split(), sensitivity=self.plan.sensitivity)
+                                 confidence=CONFIDENCE, interval_method=method, budget_split=self.plan.split(), sensitivity=self.plan.sensitivity)
         for key, cells in self.rows:
             m.rows.append(query_pb2.QueryRow(groups=list(key), cells=[query_pb2.QueryCell(estimate=c.estimate, low=c.low, high=c.high, noise_sd=c.noise_sd)
                                                                       for c in cells]))
