@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -80,6 +80,26 @@ def evaluation_of(spec: "EvaluationSpec") -> Evaluation:
     if not spec.model_job:
         raise ValueError("the evaluation names no model job")
     return Evaluation(spec.model_job, spec.protocol, w, K)
+
+
+def classifier_weights(model: Any) -> tuple[str, list[float]]:
+    """The protocol and weights ŵ of a released binary linear classifier: a Pathak ``PublishedModel`` (ŵ = Σ shares / K,
+    :func:`mpdp.pathak2010.tester.rebuild`) or a binary dp-gd ``LearnerModel``. ValueError for any other release.
+    The operator (to submit an evaluation) and the curator (to admit it) read a model through this one function."""
+    from mpdp.messages import learner_pb2, pathak2010_pb2
+
+    if isinstance(model, pathak2010_pb2.PublishedModel):
+        from mpdp.pathak2010 import tester
+
+        return "pathak2010", [float(v) for v in tester.rebuild(model)]
+    if isinstance(model, learner_pb2.LearnerModel) and model.WhichOneof("model") == "dpgd":
+        from mpdp.dpgd.role import DpgdRun
+
+        run = DpgdRun.of(model)
+        if run.plan.task.kind != "binary":
+            raise ValueError(f"job {model.job_id} released a {run.plan.task.kind} dp-gd model; an evaluation scores binary classifiers")
+        return "dpgd", [float(v) for v in run.model[:, 0]]
+    raise ValueError("an evaluation scores a released pathak2010 or binary dp-gd classifier")
 
 
 def evaluation_plan(ev: Evaluation, dataset: str) -> QueryPlan:

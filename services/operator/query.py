@@ -109,27 +109,27 @@ def dumps(model: pb.LearnerModel) -> str:
 def released_classifier(ep: Endpoints, job_id: str) -> tuple[str, list[float]]:
     """The protocol and weights ŵ of a released binary linear classifier, fetched as `mpdp predict` fetches them
     (QueryFailed when the job released no such model; grpc.RpcError from the curator)."""
-    import numpy as np
-
+    from mpdp.query.evaluation import classifier_weights
     from mpdp_services.operator.jobs import get_job
 
     protocol = str(get_job(ep, job_id)["protocol"])
+    model: Any = None
     if protocol == "pathak2010":
-        from mpdp.pathak2010 import tester
         from mpdp_services.operator.pathak2010 import OperatorClient
 
         with OperatorClient(ep) as client:
-            w = tester.rebuild(client.model(job_id))
+            model = client.model(job_id)
     elif protocol == "dpgd":
-        from mpdp_services.operator.dpgd import fetch_model
+        from mpdp_services.operator.learner import LearnerClient
 
-        run = fetch_model(ep, job_id)
-        if run.plan.task.kind != "binary":
-            raise QueryFailed(f"job {job_id} released a {run.plan.task.kind} dp-gd model; evaluate scores binary classifiers")
-        w = np.asarray(run.model, dtype=np.float64).reshape(run.plan.dimension, -1)[:, 0]
+        with LearnerClient(ep) as lclient:
+            model = lclient.model(job_id)
     else:
         raise QueryFailed(f"job {job_id} is a {protocol} job; evaluate scores a released pathak2010 or binary dpgd classifier")
-    return protocol, [float(v) for v in w]
+    try:
+        return classifier_weights(model)
+    except ValueError as e:
+        raise QueryFailed(str(e)) from None
 
 
 def evaluation_spec(model_job: str, protocol: str, weights: Sequence[float], *, dataset: str, parties: Sequence[str], nodes: Sequence[str],

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mpdp.query.release import z_subgaussian
 from mpdp_services.cli.main import main
 from mpdp_services.launcher.federation import LocalFederation
 
@@ -66,6 +67,7 @@ def test_pathak_model_evaluated_with_dp_holds_the_pooled_accuracy(efed, capsys):
     with mpdp.Federation.connect(efed.workdir) as fed:
         trained = fed.logistic_regression(epsilon=2.0, lam=0.01, dataset="bc")
     pooled = trained.score(efed.X, efed.y)
+    efed.pathak_job = trained.job_id
     before = _charges(efed)
     code, out, err = cli(capsys, "evaluate", "--endpoints", str(efed.workdir), trained.job_id, "--dataset", "bc", "--epsilon", "2", "--json")
     assert code == 0, err
@@ -73,8 +75,11 @@ def test_pathak_model_evaluated_with_dp_holds_the_pooled_accuracy(efed, capsys):
     assert doc["model_job"] == trained.job_id and doc["model_protocol"] == "pathak2010"
     assert doc["accuracy_low"] <= pooled <= doc["accuracy_high"], (pooled, doc["accuracy"], doc["accuracy_low"], doc["accuracy_high"])
     assert doc["accuracy_high"] - doc["accuracy_low"] < 0.5  # an informative interval, not [0, 1]
+    # the four counts jointly (Bonferroni, 95 % over the four): each cell's own interval is 95 % for that cell alone
+    half = z_subgaussian(0.05 / 4)
     for name, true in _confusion(trained.model, efed.X, efed.y).items():
-        assert doc[f"{name}_low"] <= true <= doc[f"{name}_high"], (name, true, doc[name])
+        assert abs(doc[name] - true) <= half * doc[f"{name}_noise_sd"] + 0.05, (name, true, doc[name], doc[f"{name}_noise_sd"])
+    assert sum(doc["confusion"].values()) == pytest.approx(len(efed.y), abs=4 * half * doc["true_positive_noise_sd"] + 0.1)
     assert 0.0 <= doc["auc"] <= 1.0 and doc["auc_noise_sd"] > 0
     assert doc["sensitivity"] == pytest.approx(2.0) and doc["guarantee"]["epsilon"] == 2.0
     assert _charges(efed) == {p: before[p] + 1 for p in PARTIES}
@@ -93,14 +98,18 @@ def test_dpgd_model_evaluated_through_federation_evaluate(efed):
     assert _charges(efed) == {p: before[p] + 1 for p in PARTIES}
 
 
-def test_a_model_of_another_feature_count_is_refused_by_every_party_without_a_charge(efed, capsys):
-    """The curator cannot have a party score with a model that does not fit its rows: the party refuses (INVALID_JOB)."""
+def test_an_evaluation_of_weights_no_job_released_is_refused_by_the_curator_without_a_charge(efed):
+    """The result names a model job, so the curator admits only that job's released weights, exactly."""
     from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.query import QueryFailed, evaluation_spec, run_query
+    from mpdp_services.operator.query import QueryFailed, evaluation_spec, released_classifier, run_query
 
+    ep = Endpoints.load(efed.workdir)
+    job = efed.pathak_job
+    protocol, weights = released_classifier(ep, job)
     before = _charges(efed)
-    spec, _ = evaluation_spec("pk-000000000000", "pathak2010", [0.1] * 7, dataset="bc", parties=PARTIES, nodes=["node-1", "node-2", "node-3"],
-                              epsilon=1.0)
-    with pytest.raises(QueryFailed, match="feature count"):
-        run_query(Endpoints.load(efed.workdir), spec)
+    nodes = ["node-1", "node-2", "node-3"]
+    for model_job, w in ((job, [v + 1e-3 for v in weights]), ("pk-000000000000", weights), (job, weights[:7])):
+        spec, _ = evaluation_spec(model_job, protocol, w, dataset="bc", parties=PARTIES, nodes=nodes, epsilon=1.0)
+        with pytest.raises(QueryFailed, match="not a valid evaluation"):
+            run_query(ep, spec)
     assert _charges(efed) == before
