@@ -319,6 +319,33 @@ class Federation:
             raise JobFailed(str(e)) from None
         return q.frame(model)
 
+    def evaluate(self, job: str, *, dataset: str, epsilon: float = 1.0, delta: float = 1e-6, score_bins: int = 20,
+                 records_per_party: int = 100_000, schema: str | os.PathLike | None = None, parties: Sequence[str] | None = None,
+                 max_missing: int = 0) -> dict[str, Any]:
+        """A released classifier's accuracy, confusion matrix and AUC on every party's own ``dataset`` rows
+        (docs/protocols/query.md, "Evaluating a released model"), released with DP as one query: each party counts
+        its confusion matrix and per-class score histogram, and one validated DCA sum releases them. ``job``: a
+        released pathak2010 or binary dp-gd model. Returns a dict: ``accuracy`` with ``accuracy_low``/``_high`` (a
+        95 % interval), ``auc`` (a point estimate with ``auc_noise_sd``), ``confusion`` (the noisy counts, each with
+        its interval), the guarantee. Each party is charged (``epsilon``, ``delta``) once. Live federations only.
+
+        >>> fed.evaluate(result.job_id, dataset="bc_test")["accuracy"]      # doctest: +SKIP
+        """
+        host = self._host()
+        _positive("epsilon", epsilon)
+        _positive("delta", delta, upper=1.0)
+        q = importlib.import_module(LIVE_QUERY)
+        sch = q.load_schema(schema) if schema is not None else None
+        protocol, weights = q.released_classifier(host.endpoints, job)
+        spec, _ = q.evaluation_spec(job, protocol, weights, dataset=dataset, parties=list(parties) if parties is not None else host._names(None),
+                                    nodes=host._nodes(), epsilon=float(epsilon), delta=float(delta), records_per_party=int(records_per_party),
+                                    score_bins=int(score_bins), schema_sha256=sch.sha256() if sch is not None else "", max_missing=int(max_missing))
+        try:
+            model = q.run_query(host.endpoints, spec)
+        except q.QueryFailed as e:
+            raise JobFailed(str(e)) from None
+        return q.evaluation_summary(model)
+
     def linear_regression(self, *, bounds: Sequence[float], epsilon: float, delta: float = 1e-4, total_records: int | None = None,
                           records_per_party: int | None = None, noise: str | None = None, grid_repeats: tuple[int, int] = (20, 20),
                           dataset: str | None = None, parties: Sequence[str] | None = None, validate: bool = True) -> Result:

@@ -51,6 +51,7 @@ MAX_DCA_DIMENSION = 1 << 20  # 8 MiB per packed vector; the ensemble's vote vect
 MAX_DCA_CLIENTS = 1_000_000  # 10× the largest benchmark (N = 10⁵); nodes keep per-client state
 MAX_QUERY_SQL = 8192  # characters of one query
 MAX_QUERY_SCHEMA = 1 << 16  # characters of the schema's canonical JSON a query carries
+MAX_EVALUATED_WEIGHTS = 1 << 16  # features of a released model an evaluation scores with
 MAX_VALIDATED_DIMENSION = 1 << 14  # a client's proof input is ~20–60 Field64 elements a coordinate: ≤ 8 MiB a message; nodes keep only d-long output shares
 MAX_NODES = 63  # per-client node bitmasks are int64 (mpdp.dca.agreement)
 MAX_CLIENT_ID_BYTES = 256
@@ -103,7 +104,7 @@ class Limit:
     open_min: bool = False
     open_max: bool = False
     default: float | None = None  # 0 stands for this value (and is accepted)
-    item: str = ""  # for count: id, real+ (finite, > 0, ≤ MAX_REAL), text, client
+    item: str = ""  # for count: id, real+ (finite, > 0, ≤ MAX_REAL), real (finite, |v| ≤ 1e12), text, client
     choices: tuple[Any, ...] = ()
     choice_names: tuple[str, ...] = ()
 
@@ -121,7 +122,8 @@ class Limit:
         unit = f" {self.unit}" if self.unit else ""
         s = {"text": f"{rng} characters", "bytes": f"{rng} bytes", "count": f"{rng} entries"}.get(self.kind, rng + unit)
         if self.kind == "count" and self.item:
-            s += {"id": ", each an id, all distinct", "real+": f", each finite in (0, {_num(MAX_REAL)}]", "text": f", each 1..{MAX_ID} characters, all distinct",
+            s += {"id": ", each an id, all distinct", "real+": f", each finite in (0, {_num(MAX_REAL)}]",
+                  "real": ", each finite with magnitude ≤ 1e12", "text": f", each 1..{MAX_ID} characters, all distinct",
                   "client": f", each 1..{MAX_CLIENT_ID_BYTES} UTF-8 bytes, all distinct"}[self.item]
         if self.default is not None:
             s += f" (0 = default {_num(self.default)})"
@@ -354,6 +356,12 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("idempotency_key", "id", 0, None, "", f"the operator's name for one logical submit: a retry with it gets the first submit's job; "
               f"the curator keeps the last {MAX_SUBMISSION_KEYS} keys durably"),
     ),
+    "EvaluationSpec": (  # QueryJobSpec.evaluation: a released classifier scored on each party's rows (mpdp/query/evaluation.py)
+        Limit("model_job", "id", None, None, "", "the job that released the model"),
+        Limit("protocol", "choice", None, None, "", "the released model's protocol (its tie rule)", choices=("pathak2010", "dpgd")),
+        Limit("weights", "count", 1, MAX_EVALUATED_WEIGHTS, "", "the released weights ŵ", item="real"),
+        Limit("score_bins", "int", 2, 100, "", "equal-width score bins over [0, 1] per class (the AUC's histograms)", default=20),
+    ),
     "KeyBits": (
         Limit("paillier_bits", "int", MIN_PRODUCTION_KEY_BITS, MAX_KEY_BITS, "bits", f"Paillier and DGK moduli; {MIN_TEST_KEY_BITS} bits allowed in test mode only; larger keys cost cubic time"),
     ),
@@ -450,6 +458,9 @@ def _check_items(row: Limit, items: list, name: str) -> None:
         if not all(isinstance(c, str) and _client_id_ok(c) for c in items):
             raise SpecError(name, f"each entry must be 1..{MAX_CLIENT_ID_BYTES} UTF-8 bytes")
         check_unique(items, name)
+    elif row.item == "real":
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and abs(v) <= 1e12 for v in items):
+            raise SpecError(name, "each entry must be finite with magnitude at most 1e12")
     elif row.item == "real+":
         if not all(isinstance(v, (int, float)) and math.isfinite(v) and 0 < v <= MAX_REAL for v in items):
             raise SpecError(name, f"each entry must be finite in (0, {_num(MAX_REAL)}]")
@@ -492,7 +503,14 @@ def check_statistic_request(msg: Any) -> None:
     if msg.HasField("dpgd"):
         check_message("DpgdRound", msg.dpgd, "dpgd.")
     if msg.HasField("query"):
-        check_message("QueryJobSpec", msg.query, "query.")
+        check_query_job_spec(msg.query, "query.")
+
+
+def check_query_job_spec(msg: Any, where: str = "") -> None:
+    """A query's rows, and its evaluation's when it evaluates a released model."""
+    check_message("QueryJobSpec", msg, where)
+    if msg.HasField("evaluation"):
+        check_message("EvaluationSpec", msg.evaluation, where + "evaluation.")
 
 
 def check_contribution_round(msg: Any) -> None:
@@ -501,7 +519,7 @@ def check_contribution_round(msg: Any) -> None:
     if msg.request.HasField("dpgd"):
         check_message("DpgdRound", msg.request.dpgd, "request.dpgd.")
     if msg.request.HasField("query"):
-        check_message("QueryJobSpec", msg.request.query, "request.query.")
+        check_query_job_spec(msg.request.query, "request.query.")
 
 
 def check_learner_job_spec(msg: Any) -> None:
@@ -515,7 +533,7 @@ def check_learner_job_spec(msg: Any) -> None:
     elif which == "regression":
         check_message("RegressionJobSpec", msg.regression, "regression.")
     elif which == "query":
-        check_message("QueryJobSpec", msg.query, "query.")
+        check_query_job_spec(msg.query, "query.")
     else:
         raise SpecError("learner", "must be one of dpgd, regression, query")
 

@@ -24,19 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mpdp/messages/query.proto\x12\rmpdp.messages\"P\n\x0cQueryJobSpec\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12\x13\n\x0bschema_json\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x04 \x01(\x01\"J\n\tQueryCell\x12\x10\n\x08\x65stimate\x18\x01 \x01(\x01\x12\x0b\n\x03low\x18\x02 \x01(\x01\x12\x0c\n\x04high\x18\x03 \x01(\x01\x12\x10\n\x08noise_sd\x18\x04 \x01(\x01\"C\n\x08QueryRow\x12\x0e\n\x06groups\x18\x01 \x03(\t\x12\'\n\x05\x63\x65lls\x18\x02 \x03(\x0b\x32\x18.mpdp.messages.QueryCell\"\xe1\x01\n\nQueryModel\x12)\n\x04spec\x18\x01 \x01(\x0b\x32\x1b.mpdp.messages.QueryJobSpec\x12\x15\n\rgroup_columns\x18\x02 \x03(\t\x12\x12\n\naggregates\x18\x03 \x03(\t\x12%\n\x04rows\x18\x04 \x03(\x0b\x32\x17.mpdp.messages.QueryRow\x12\x12\n\nconfidence\x18\x05 \x01(\x01\x12\x17\n\x0finterval_method\x18\x06 \x01(\t\x12\x14\n\x0c\x62udget_split\x18\x07 \x01(\t\x12\x13\n\x0bsensitivity\x18\x08 \x01(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mpdp/messages/query.proto\x12\rmpdp.messages\"\x83\x01\n\x0cQueryJobSpec\x12\x0b\n\x03sql\x18\x01 \x01(\t\x12\x13\n\x0bschema_json\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x04 \x01(\x01\x12\x31\n\nevaluation\x18\x05 \x01(\x0b\x32\x1d.mpdp.messages.EvaluationSpec\"Z\n\x0e\x45valuationSpec\x12\x11\n\tmodel_job\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x0f\n\x07weights\x18\x03 \x03(\x01\x12\x12\n\nscore_bins\x18\x04 \x01(\r\"J\n\tQueryCell\x12\x10\n\x08\x65stimate\x18\x01 \x01(\x01\x12\x0b\n\x03low\x18\x02 \x01(\x01\x12\x0c\n\x04high\x18\x03 \x01(\x01\x12\x10\n\x08noise_sd\x18\x04 \x01(\x01\"C\n\x08QueryRow\x12\x0e\n\x06groups\x18\x01 \x03(\t\x12\'\n\x05\x63\x65lls\x18\x02 \x03(\x0b\x32\x18.mpdp.messages.QueryCell\"\xe1\x01\n\nQueryModel\x12)\n\x04spec\x18\x01 \x01(\x0b\x32\x1b.mpdp.messages.QueryJobSpec\x12\x15\n\rgroup_columns\x18\x02 \x03(\t\x12\x12\n\naggregates\x18\x03 \x03(\t\x12%\n\x04rows\x18\x04 \x03(\x0b\x32\x17.mpdp.messages.QueryRow\x12\x12\n\nconfidence\x18\x05 \x01(\x01\x12\x17\n\x0finterval_method\x18\x06 \x01(\t\x12\x14\n\x0c\x62udget_split\x18\x07 \x01(\t\x12\x13\n\x0bsensitivity\x18\x08 \x01(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mpdp.messages.query_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_QUERYJOBSPEC']._serialized_start=44
-  _globals['_QUERYJOBSPEC']._serialized_end=124
-  _globals['_QUERYCELL']._serialized_start=126
-  _globals['_QUERYCELL']._serialized_end=200
-  _globals['_QUERYROW']._serialized_start=202
-  _globals['_QUERYROW']._serialized_end=269
-  _globals['_QUERYMODEL']._serialized_start=272
-  _globals['_QUERYMODEL']._serialized_end=497
+  _globals['_QUERYJOBSPEC']._serialized_start=45
+  _globals['_QUERYJOBSPEC']._serialized_end=176
+  _globals['_EVALUATIONSPEC']._serialized_start=178
+  _globals['_EVALUATIONSPEC']._serialized_end=268
+  _globals['_QUERYCELL']._serialized_start=270
+  _globals['_QUERYCELL']._serialized_end=344
+  _globals['_QUERYROW']._serialized_start=346
+  _globals['_QUERYROW']._serialized_end=413
+  _globals['_QUERYMODEL']._serialized_start=416
+  _globals['_QUERYMODEL']._serialized_end=641
 # @@protoc_insertion_point(module_scope)

@@ -31,6 +31,7 @@ class QueryJobSpec(_message.Message):
     SCHEMA_JSON_FIELD_NUMBER: _builtins.int
     EPSILON_FIELD_NUMBER: _builtins.int
     DELTA_FIELD_NUMBER: _builtins.int
+    EVALUATION_FIELD_NUMBER: _builtins.int
     sql: _builtins.str
     """one SELECT of the subset mpdp.query.plan compiles"""
     schema_json: _builtins.str
@@ -38,6 +39,10 @@ class QueryJobSpec(_message.Message):
     epsilon: _builtins.float
     """(ε, δ) of the whole query (every aggregate shares it: the release states the split)"""
     delta: _builtins.float
+    @_builtins.property
+    def evaluation(self) -> Global___EvaluationSpec:
+        """set: the job evaluates this released classifier (sql names it; no SQL is compiled)"""
+
     def __init__(
         self,
         *,
@@ -45,14 +50,53 @@ class QueryJobSpec(_message.Message):
         schema_json: _builtins.str = ...,
         epsilon: _builtins.float = ...,
         delta: _builtins.float = ...,
+        evaluation: Global___EvaluationSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evaluation", b"evaluation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "epsilon", b"epsilon", "schema_json", b"schema_json", "sql", b"sql"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "epsilon", b"epsilon", "evaluation", b"evaluation", "schema_json", b"schema_json", "sql", b"sql"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QueryJobSpec: _TypeAlias = QueryJobSpec  # noqa: Y015
+
+@_typing.final
+class EvaluationSpec(_message.Message):
+    """A released binary linear classifier evaluated on each party's own rows (docs/protocols/query.md, "Evaluating a
+    released model"): its confusion matrix and its per-class score histograms, summed like a query's vector.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_JOB_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    SCORE_BINS_FIELD_NUMBER: _builtins.int
+    model_job: _builtins.str
+    """the job that released the model"""
+    protocol: _builtins.str
+    """pathak2010 or dpgd (their tie rule: pathak2010 predicts +1 when wᵀx > 0, dpgd when ≥ 0)"""
+    score_bins: _builtins.int
+    """K equal-width score bins over [0, 1] per class (the AUC's histograms)"""
+    @_builtins.property
+    def weights(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """ŵ, public once released; a row x (on the unit ball) scores σ(ŵᵀx)"""
+
+    def __init__(
+        self,
+        *,
+        model_job: _builtins.str = ...,
+        protocol: _builtins.str = ...,
+        weights: _abc.Iterable[_builtins.float] | None = ...,
+        score_bins: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model_job", b"model_job", "protocol", b"protocol", "score_bins", b"score_bins", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvaluationSpec: _TypeAlias = EvaluationSpec  # noqa: Y015
 
 @_typing.final
 class QueryCell(_message.Message):

@@ -163,6 +163,10 @@ def dataset_vector(src, name: str, plan: QueryPlan, records_limit: int) -> np.nd
     from mpdp.data.dataset import open_rows, schema_of, source_of
     from mpdp.data.sources import DEFAULT_BATCH_ROWS, SqlSource
 
+    if plan.evaluation is not None:  # a released model's confusion matrix and score histograms (mpdp.query.evaluation)
+        from mpdp.query.evaluation import dataset_vector as evaluation_vector
+
+        return evaluation_vector(src, name, plan, records_limit)
     schema = schema_of(src)
     if schema is None:
         if plan.columns or plan.groups or plan.parts != (plan.parts[0],) or plan.parts[0].kind != "count":

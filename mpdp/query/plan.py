@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mpdp.query.evaluation import Evaluation
     from mpdp.schema import Schema
 
 QUANTILE_BINS = 32  # a quantile's histogram: equal-width bins over the column's public bounds
@@ -120,6 +121,7 @@ class QueryPlan:
     where: Predicate
     columns: dict[str, Column] = field(repr=False)  # every column the query reads
     parts: tuple[Part, ...] = ()
+    evaluation: "Evaluation | None" = None  # set: the plan evaluates a released model (mpdp.query.evaluation), no SQL
 
     @property
     def cells(self) -> int:

@@ -29,13 +29,13 @@ Every interval covers the value over the **clamped** rows (values outside the pu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
+from mpdp.query.cell import Cell, z_subgaussian
 from mpdp.query.plan import QUANTILE_BINS, Aggregate, QueryPlan, bin_edges
 
 CONFIDENCE = 0.95
@@ -43,11 +43,6 @@ VALIDATION = "range"
 FRAC_BITS = (16, 14, 12, 10, 8)  # the first whose circuit fits Field64 (a sum's rounding is at most 2^-f·B a party)
 INTERVAL_METHOD = ("sub-Gaussian tail of the summed discrete Gaussian noise (√(2V ln(2/α))) plus the rounding bound; AVG: Bonferroni "
                    "α/2 each for sum and count, then interval arithmetic; QUANTILE: Bonferroni over the K − 1 inner bin edges")
-
-
-def z_subgaussian(alpha: float) -> float:
-    """t/√V with P(|E| ≥ t) ≤ α for E sub-Gaussian with variance proxy V: √(2·ln(2/α))."""
-    return math.sqrt(2.0 * math.log(2.0 / alpha))
 
 
 def dca_params(plan: QueryPlan, job_id: str, parties: Sequence[str], nodes: Sequence[str], *, epsilon: float, delta: float,
@@ -82,14 +77,6 @@ def check_job(plan: QueryPlan, params: DcaParams, epsilon: float, delta: float) 
         raise ValueError("a query's DCA job takes the discrete Gaussian")
 
 
-@dataclass(frozen=True)
-class Cell:
-    estimate: float  # NaN: undefined (an average over no row, a quantile of an empty group)
-    low: float
-    high: float
-    noise_sd: float  # the noise's standard deviation behind the cell (quantile: of each bin count; avg: delta method)
-
-
 def _interval(y: float, var: float, rounding: float, alpha: float) -> tuple[float, float]:
     h = z_subgaussian(alpha) * math.sqrt(max(var, 0.0)) + rounding
     return y - h, y + h
@@ -103,6 +90,10 @@ def decode(plan: QueryPlan, values: Sequence[float], noise_variance: float, clie
         raise ValueError(f"the release holds {y.size} values; the query's vector has {plan.dimension}")
     V = float(noise_variance)
     rnd = clients_included * 2.0 ** -frac_bits  # |R| per coordinate
+    if plan.evaluation is not None:
+        from mpdp.query import evaluation
+
+        return evaluation.decode(plan, y, V, rnd, alpha)
     sd = math.sqrt(max(V, 0.0))
     keys = plan.group_keys()
     rows = []

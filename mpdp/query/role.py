@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from mpdp.dca.params import DcaParams
 from mpdp.messages import common_pb2, dca_pb2, learner_pb2, query_pb2
 from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
+from mpdp.query.evaluation import INTERVAL_METHOD as EVALUATION_INTERVALS
 from mpdp.query.plan import QueryError, QueryPlan, compile_query
 from mpdp.query.release import CONFIDENCE, INTERVAL_METHOD, Cell, dca_params, decode
 
@@ -46,7 +47,11 @@ def schema_from_json(schema_json: str, sha256: str):
 
 
 def plan_of(spec: query_pb2.QueryJobSpec, dataset: str, schema_sha256: str) -> QueryPlan:
-    """The public plan of a query spec (ValueError, QueryError otherwise)."""
+    """The public plan of a query spec (ValueError, QueryError otherwise); an evaluation's when it carries one."""
+    if spec.HasField("evaluation"):
+        from mpdp.query.evaluation import evaluation_of, evaluation_plan
+
+        return evaluation_plan(evaluation_of(spec.evaluation), dataset)
     return compile_query(spec.sql, schema_from_json(spec.schema_json, schema_sha256), dataset)
 
 
@@ -76,8 +81,9 @@ class QueryRun:
         g.CopyFrom(r.guarantee)
         g.statement = (f"{r.guarantee.statement} The query's {len(self.plan.aggregates)} aggregate(s) share this one release: Δ₂ = "
                        f"{self.plan.sensitivity:.6g} over the whole vector ({self.plan.split()}); each party is charged once.")
+        method = EVALUATION_INTERVALS if self.plan.evaluation is not None else INTERVAL_METHOD
         m = query_pb2.QueryModel(spec=self.spec, group_columns=[gr.label for gr in self.plan.groups], aggregates=[a.name for a in self.plan.aggregates],
-                                 confidence=CONFIDENCE, interval_method=INTERVAL_METHOD, budget_split=self.plan.split(), sensitivity=self.plan.sensitivity)
+                                 confidence=CONFIDENCE, interval_method=method, budget_split=self.plan.split(), sensitivity=self.plan.sensitivity)
         for key, cells in self.rows:
             m.rows.append(query_pb2.QueryRow(groups=list(key), cells=[query_pb2.QueryCell(estimate=c.estimate, low=c.low, high=c.high, noise_sd=c.noise_sd)
                                                                       for c in cells]))

@@ -16,6 +16,7 @@ _CLI = "mpdp_services.cli."
 COMMANDS = {
     "dca": Lazy(_CLI + "dca:dca", "Distributed Compute Algorithm (Heikkilä et al. 2017): secret-shared Gaussian sums over compute nodes."),
     "demo": Lazy(_CLI + "jobs:demo", "Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."),
+    "evaluate": Lazy(_CLI + "evaluate:evaluate", "Evaluate a released classifier on the parties' own rows with DP: accuracy, confusion matrix, AUC."),
     "federation": Lazy(_CLI + "jobs:federation", "Start a local federation (curator + parties as separate processes, throwaway CA, mutual TLS)."),
     "jobs": Lazy(_CLI + "operate:jobs", "See, follow and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles, dp-gd, regression)."),
     "health": Lazy(_CLI + "health:health", "Exit 0 if the service at ADDRESS, or every role of the federation, reports SERVING over mutual TLS, else 1 with the reason."),

@@ -174,8 +174,10 @@ class LearnerJob(Hosted[Machine]):
 
 class LearnerHost(pb_grpc.LearnerCuratorServicer):
     def __init__(self, state_dir: Path, dca: DcaCurator, contribution: ContributionCurator, addresses: dict[str, str], test_mode: bool, *,
-                 retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: jobs.Admission | None = None) -> None:
+                 retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: jobs.Admission | None = None,
+                 published: Callable[[str], Any] | None = None) -> None:
         self.store = LearnerStore(Path(state_dir) / "learners")
+        self.published = published  # a Pathak job's published model by id (an evaluation's model is checked against it)
         self.dca, self.contribution = dca, contribution
         self.addresses = addresses  # the parties registered with the curator
         self.test_mode = test_mode
@@ -219,6 +221,8 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         except limits.SpecError as e:
             raise errors.Refused(common_pb2.INVALID_JOB, str(e)) from None
         learner = LEARNERS[str(spec.WhichOneof("learner"))]
+        if learner.protocol == "query" and spec.query.HasField("evaluation"):
+            self._check_evaluated(spec.query.evaluation)
         if spec.simulation_seed and not self.test_mode:
             raise errors.Refused(common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
         unknown = [p for p in spec.parties if p not in self.addresses]
@@ -252,6 +256,23 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
         log.info("%s job %s submitted: %d parties, %d compute nodes, %d rounds, dataset %s", learner.protocol, job_id, len(spec.parties),
                  len(spec.compute_nodes), rounds, spec.dataset)
         return job
+
+    def _check_evaluated(self, ev: Any) -> None:
+        """An evaluation scores a model this curator released, exactly as released (errors.Refused otherwise): the
+        parties' release is private whatever the weights, but its result names ``model_job`` and must be that model's."""
+        from mpdp.query.evaluation import classifier_weights
+
+        model = self.published(ev.model_job) if self.published is not None else None
+        if model is None:
+            model = self.store.model(ev.model_job)
+        try:
+            if model is None:
+                raise ValueError(f"no released model {errors.shown(ev.model_job)}")
+            protocol, weights = classifier_weights(model)
+        except ValueError as e:
+            raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid evaluation: {e}") from None
+        if protocol != ev.protocol or list(ev.weights) != weights:
+            raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid evaluation: the weights are not those job {errors.shown(ev.model_job)} released")
 
     async def WatchLearner(self, request, context):
         if not jobs.valid_id(request.job_id):

@@ -395,7 +395,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs,
                                admission=curator.admission)
     learner = LearnerHost(Path(cfg.state_dir), dca, contribution, curator.addresses, cfg.test_mode, retention=retention, max_live=max_live,
-                          admission=curator.admission)
+                          admission=curator.admission, published=curator.registry.get)
     catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble, learner)
     operations = JobOperations(catalog, hosted_protocols(curator, dca, local, ensemble, learner), Path(cfg.state_dir))
     Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()

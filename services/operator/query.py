@@ -103,3 +103,55 @@ def load_schema(path: str | Path | None):
 
 def dumps(model: pb.LearnerModel) -> str:
     return json.dumps(summary(model), indent=2, allow_nan=False)
+
+
+# -- evaluating a released model (mpdp.query.evaluation) ------------------------------------------------------------
+def released_classifier(ep: Endpoints, job_id: str) -> tuple[str, list[float]]:
+    """The protocol and weights ŵ of a released binary linear classifier, fetched as `mpdp predict` fetches them
+    (QueryFailed when the job released no such model; grpc.RpcError from the curator)."""
+    from mpdp.query.evaluation import classifier_weights
+    from mpdp_services.operator.jobs import get_job
+
+    protocol = str(get_job(ep, job_id)["protocol"])
+    model: Any = None
+    if protocol == "pathak2010":
+        from mpdp_services.operator.pathak2010 import OperatorClient
+
+        with OperatorClient(ep) as client:
+            model = client.model(job_id)
+    elif protocol == "dpgd":
+        from mpdp_services.operator.learner import LearnerClient
+
+        with LearnerClient(ep) as lclient:
+            model = lclient.model(job_id)
+    else:
+        raise QueryFailed(f"job {job_id} is a {protocol} job; evaluate scores a released pathak2010 or binary dpgd classifier")
+    try:
+        return classifier_weights(model)
+    except ValueError as e:
+        raise QueryFailed(str(e)) from None
+
+
+def evaluation_spec(model_job: str, protocol: str, weights: Sequence[float], *, dataset: str, parties: Sequence[str], nodes: Sequence[str],
+                    epsilon: float, delta: float = DEFAULT_DELTA, records_per_party: int = DEFAULT_RECORDS_PER_PARTY, score_bins: int = 0,
+                    schema_sha256: str = "", max_missing: int = 0, seed: bytes = b"", deadline: float = 0.0) -> tuple[pb.LearnerJobSpec, QueryPlan]:
+    """The query job that evaluates the released model on every party's ``dataset``, and its plan (ValueError for a
+    malformed model or bins, before anything is sent)."""
+    from mpdp.query.evaluation import DEFAULT_SCORE_BINS, evaluation_of, evaluation_plan
+
+    ev = query_pb2.EvaluationSpec(model_job=model_job, protocol=protocol, weights=list(weights), score_bins=score_bins or DEFAULT_SCORE_BINS)
+    plan = evaluation_plan(evaluation_of(ev), dataset)
+    spec = query_pb2.QueryJobSpec(sql=plan.sql, epsilon=epsilon, delta=delta, evaluation=ev)
+    return pb.LearnerJobSpec(dataset=dataset, parties=list(parties), compute_nodes=list(nodes), records_per_party=records_per_party, max_missing=max_missing,
+                             simulation_seed=seed, deadline_seconds=deadline, schema_sha256=schema_sha256, query=spec), plan
+
+
+def evaluation_summary(model: pb.LearnerModel) -> dict[str, Any]:
+    """An evaluation's release as one JSON-able document: accuracy and AUC with their intervals, the confusion matrix."""
+    doc = summary(model)
+    (row,) = doc["rows"]
+    ev = model.query.spec.evaluation
+    doc.update(protocol="evaluation", model_job=ev.model_job, model_protocol=ev.protocol, score_bins=ev.score_bins, **row)
+    doc["confusion"] = {"true_positive": row["true_positive"], "false_negative": row["false_negative"],
+                        "false_positive": row["false_positive"], "true_negative": row["true_negative"]}
+    return doc

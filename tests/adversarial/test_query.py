@@ -200,3 +200,58 @@ def test_a_party_contributes_to_a_querys_dca_job_once(qfed):
     e = refused(lambda: _ask(qfed, HONEST[0], _request(qfed, dca_job)))
     assert_status(e, grpc.StatusCode.ALREADY_EXISTS)
     assert len(ledger(qfed, HONEST[0])["entries"]) == entries
+
+
+# -- evaluating a released model (docs/protocols/query.md, "Evaluating a released model") ------------------------------
+def _evaluation(weights: list[float], bins: int = 20) -> query_pb2.QueryJobSpec:
+    ev = query_pb2.EvaluationSpec(model_job="pk-0123456789ab", protocol="pathak2010", weights=weights, score_bins=bins)
+    return query_pb2.QueryJobSpec(sql="EVALUATE pk-0123456789ab ON toy", epsilon=1.0, delta=1e-6, evaluation=ev)
+
+
+def _evaluation_params(weights: list[float]) -> DcaParams:
+    from mpdp.query.evaluation import evaluation_of, evaluation_plan
+
+    plan = evaluation_plan(evaluation_of(_evaluation(weights).evaluation), "toy")
+    return dca_params(plan, "pending", PARTIES, NODES, epsilon=1.0, delta=1e-6, records_per_party=ROWS, max_missing=T, deadline_seconds=40.0)
+
+
+@pytest.mark.parametrize("case, what", [
+    ("nan-weight", "weights"),  # a malformed model: the spec's range check
+    ("feature-count", "feature count"),  # a model that does not fit the party's rows
+    ("other-job", "sums"),  # the DCA job is another plan's (the SQL query's dimension)
+    ("less-noise", "Δ₂"),  # the DCA job's Δ₂ is below the evaluation's 2
+])
+def test_a_curator_cannot_have_a_party_evaluate_a_bad_model_or_under_a_weaker_job(qfed, case, what):
+    d = 4  # age, then ward one-hot over [a, b, c]: the schema's encoding
+    weights = [0.1] * d
+    params = _evaluation_params(weights)
+    if case == "nan-weight":
+        weights = [math.nan] * d
+    elif case == "feature-count":
+        weights = [0.1] * (d + 3)
+        params = _evaluation_params(weights)
+    elif case == "other-job":
+        params = _params(qfed)
+    else:
+        params = dataclasses.replace(params, sensitivity=params.sensitivity / 4)
+    dca_job = create_dca(qfed, params.to_spec())
+    for p in HONEST:
+        before = len(ledger(qfed, p)["entries"])
+        req = contribution_pb2.StatisticRequest(dca_job_id=dca_job, dataset="toy", statistic="query", records_per_client=ROWS, parties=PARTIES,
+                                                schema_sha256=qfed.schema.sha256(), query=_evaluation(weights))
+        e = refused(lambda: _ask(qfed, p, req))
+        assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
+        assert what in (e.details() or ""), e.details()
+        assert len(ledger(qfed, p)["entries"]) == before
+    assert_all_serving(qfed)
+
+
+def test_an_evaluation_of_a_model_no_job_released_is_refused_by_the_curator(qfed):
+    before = {p: ledger(qfed, p)["entries"] for p in PARTIES}
+    spec = learner_pb2.LearnerJobSpec(dataset="toy", parties=PARTIES, compute_nodes=NODES, records_per_party=ROWS, schema_sha256=qfed.schema.sha256(),
+                                      query=_evaluation([0.1] * 4))
+    with operator_curator(qfed) as ch:
+        e = refused(lambda: learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(spec, timeout=30))
+    assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
+    assert "not a valid evaluation" in (e.details() or "")
+    assert {p: ledger(qfed, p)["entries"] for p in PARTIES} == before
