@@ -102,6 +102,7 @@ class Curator(pb_grpc.CuratorServicer):
         self.addresses: dict[str, str] = self.registrations.addresses
         self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live,
                                                                               admission=self.admission)
+        self.jobs.on_end.append(self._queued_ended)  # a job that ended without its machine (while queued) ends its mark too
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.dgk_pool = CuratorDgkPool(secrets.dgk, self.rng.child("pool/dgk"), lambda: self.jobs.live_count() > 0, zeta=secrets.paillier)
         self.channels = PeerChannels(cfg.tls.files())
@@ -338,6 +339,15 @@ class Curator(pb_grpc.CuratorServicer):
             hosted.marked_end = True  # type: ignore[attr-defined]
             error = hosted.machine.error
             self.marks.ended(job_id, (error.problem, error.detail) if error is not None else None)
+
+    def _queued_ended(self, record: jobs.JobRecord) -> None:
+        """The table ended a job its machine never ran (cancelled, or past its deadline, while queued): its durable mark
+        ends with the table's words, so a later restart does not report it lost. A job whose machine ended is :meth:`_changed`'s."""
+        hosted = self.jobs.get(record.job_id)
+        if hosted is None or hosted.machine.terminal or getattr(hosted, "marked_end", False):
+            return
+        hosted.marked_end = True  # type: ignore[attr-defined]
+        self.marks.ended(record.job_id, (record.problem, record.detail) if record.problem else None)
 
     async def recover(self) -> list[str]:
         """After a restart: every job the previous process was running is FAILED (JOB_FAILED, "the curator restarted

@@ -66,6 +66,8 @@ def test_more_jobs_than_slots_from_two_operators_are_queued_served_in_turn_and_a
             assert cancelled.state == "QUEUED" and not cancelled.terminal
             gone = ops_grpc.JobOperationsStub(a).CancelJob(common_pb2.JobRef(job_id=cancelled.job_id), timeout=60)
             assert gone.terminal and gone.state == "FAILED" and gone.problem == common_pb2.CANCELLED and "queued" in gone.detail, gone
+            marks = fed.workdir / "curator" / "state" / "models"  # its durable mark ended: a restart would not call it lost
+            assert not (marks / f"{cancelled.job_id}.running.json").exists() and (marks / f"{cancelled.job_id}.failed.json").exists()
         assert [s.state == "QUEUED" for s in first_a] == [False, False, True, True], first_a
         assert all(s.state == "QUEUED" and s.stage == "queued" and not s.terminal for s in first_b), first_b
         queued = [s.job_id for s in first_a[2:] + first_b]
