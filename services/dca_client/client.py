@@ -228,23 +228,26 @@ async def submit_vector(
     return report
 
 
-async def confirm_spec(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams) -> None:
+async def confirm_spec(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams, channels: list[grpc.aio.Channel] | None = None) -> None:
     """Ask every compute node of the job (at the addresses of ``ann``, each checked by its certificate name) for the
     digest of the spec it was announced, and compare each with the digest of ``params``, the spec this client checked
     (:func:`mpdp.dca.spec.confirm`). Raises :class:`mpdp.dca.spec.SpecMismatch` naming the first node that answered
     another digest, or the refusal of a node that did not answer (grpc.aio.AioRpcError: e.g. NOT_FOUND from a node
-    that does not hold the job); nothing has been spent or sent then."""
+    that does not hold the job); nothing has been spent or sent then. ``channels``: the caller's open channels to the
+    nodes, in node order (otherwise opened and closed here)."""
     from mpdp.dca import spec
 
-    channels = _node_channels(ann, tls)
+    own = channels is None
+    chans = _node_channels(ann, tls) if channels is None else channels
     try:
         async def one(k: int) -> bytes | None:
-            got = await pb_grpc.ComputeNodeStub(channels[k]).GetJobDigest(common_pb2.JobRef(job_id=params.job_id), timeout=30)
+            got = await pb_grpc.ComputeNodeStub(chans[k]).GetJobDigest(common_pb2.JobRef(job_id=params.job_id), timeout=30)
             return got.spec_digest if got.job_id == params.job_id else None
 
         answers = await asyncio.gather(*(one(k) for k in range(params.M)))
     finally:
-        await asyncio.gather(*(c.close() for c in channels))
+        if own:
+            await asyncio.gather(*(c.close() for c in chans))
     spec.confirm(params, {n: a for n, a in zip(params.nodes, answers) if a is not None})
 
 
@@ -269,7 +272,7 @@ async def carry_out(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams
     channels = _node_channels(ann, tls)
     try:
         await _reach(ann, channels, reach_seconds)
-        await confirm_spec(ann, tls, params)
+        await confirm_spec(ann, tls, params, channels)
         for entries in spends:
             await spend(entries)
         return await _send_shares(channels, params, sends, client_seconds, handoff or Handoff())
