@@ -104,3 +104,35 @@ def mock_party(federation):
     yield stub, servicer
     ch.close()
     server.stop(0)
+
+
+DEMO_PARTIES = ["party-1", "party-2", "party-3"]
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """``mpdp ARGV`` in this process: (exit code, stdout, stderr)."""
+    from mpdp_services.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def demo_federation(root: Path, extra_datasets=lambda part: {}) -> tuple[LocalFederation, np.ndarray]:
+    """A started local federation (3 parties, 3 compute nodes, test mode, 512-bit keys) over the breast-cancer demo
+    parts as dataset ``bc`` (plus ``extra_datasets(part CSV)`` per party), and the pooled rows of the three parts."""
+    from mpdp_services.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["provision", "demo-data", "--parties", ",".join(DEMO_PARTIES), "--out", str(root / "demo")])
+    assert not exc.value.code
+    parts = {p: root / "demo" / p / "breast_cancer.csv" for p in DEMO_PARTIES}
+    ds = {p: {"bc": {"path": str(f)}, **extra_datasets(f)} for p, f in parts.items()}
+    fed = LocalFederation(root / "fed", DEMO_PARTIES, ds, test_mode=True, paillier_bits=512, dgk_bits=512, compute_nodes=["node-1", "node-2", "node-3"])
+    try:
+        fed.start()
+    except BaseException:
+        fed.stop()
+        raise
+    return fed, np.vstack([np.loadtxt(f, delimiter=",") for f in parts.values()])

@@ -13,34 +13,19 @@ import numpy as np
 import pytest
 
 from mpdp.query.release import z_subgaussian
-from mpdp_services.cli.main import main
-from mpdp_services.launcher.federation import LocalFederation
+from tests.integration.conftest import DEMO_PARTIES, demo_federation, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-PARTIES = ["party-1", "party-2", "party-3"]
+PARTIES = DEMO_PARTIES
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
+    return run_cli(capsys, *argv)
 
 
 @pytest.fixture(scope="module")
 def efed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("efed")
-    with pytest.raises(SystemExit) as exc:
-        main(["provision", "demo-data", "--parties", ",".join(PARTIES), "--out", str(root / "demo")])
-    assert not exc.value.code
-    ds = {p: {"bc": {"path": str(root / "demo" / p / "breast_cancer.csv")}} for p in PARTIES}
-    fed = LocalFederation(root / "fed", PARTIES, ds, test_mode=True, paillier_bits=512, dgk_bits=512, compute_nodes=["node-1", "node-2", "node-3"])
-    try:
-        fed.start()
-    except BaseException:
-        fed.stop()
-        raise
-    rows = np.vstack([np.loadtxt(root / "demo" / p / "breast_cancer.csv", delimiter=",") for p in PARTIES])
+    fed, rows = demo_federation(tmp_path_factory.mktemp("efed"))
     fed.X, fed.y = rows[:, :-1], rows[:, -1]  # type: ignore[attr-defined]
     yield fed
     fed.stop()

@@ -12,41 +12,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpdp_services.cli.main import main
-from mpdp_services.launcher.federation import LocalFederation
+from tests.integration.conftest import DEMO_PARTIES, demo_federation, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-PARTIES = ["party-1", "party-2", "party-3"]
+PARTIES = DEMO_PARTIES
 # the demo parts are standardized features: bounds of ±5 standard deviations are public by that construction
 SCHEMA = "mpdp_schema: 1\nversion: 1\nname: bc\ncolumns: [{cols}]\nfeatures:\n{feats}\nlabel: {{column: c31, positive: ['-1'], negative: ['1']}}\n"
 
 
 def mpdp(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
+    return run_cli(capsys, *argv)
 
 
 @pytest.fixture(scope="module")
 def qfed(tmp_path_factory):
     root = tmp_path_factory.mktemp("qfed")
-    with pytest.raises(SystemExit) as exc:
-        main(["provision", "demo-data", "--parties", ",".join(PARTIES), "--out", str(root / "demo")])
-    assert not exc.value.code
     schema = root / "bc.yaml"
     schema.write_text(SCHEMA.format(cols=", ".join(f"c{i}" for i in range(1, 32)),
                                     feats="\n".join(f"  - {{name: c{i}, type: numeric, bounds: [-5, 5]}}" for i in range(1, 31))))
-    ds = {p: {"bc": {"path": str(root / "demo" / p / "breast_cancer.csv")},
-              "bcs": {"path": str(root / "demo" / p / "breast_cancer.csv"), "schema": str(schema)}} for p in PARTIES}
-    fed = LocalFederation(root / "fed", PARTIES, ds, test_mode=True, paillier_bits=512, dgk_bits=512, compute_nodes=["node-1", "node-2", "node-3"])
-    try:
-        fed.start()
-    except BaseException:
-        fed.stop()
-        raise
+    fed, rows = demo_federation(root, lambda part: {"bcs": {"path": str(part), "schema": str(schema)}})
     fed.schema_path = schema  # type: ignore[attr-defined]
-    fed.rows = np.vstack([np.loadtxt(root / "demo" / p / "breast_cancer.csv", delimiter=",") for p in PARTIES])  # type: ignore[attr-defined]
+    fed.rows = rows  # type: ignore[attr-defined]
     yield fed
     fed.stop()
 
