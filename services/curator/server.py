@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+import grpc
 
 from mpdp import registry
 from mpdp.math.drbg import Drbg
@@ -69,7 +70,9 @@ ROLES = roles_by_method(
     },
 )
 PARTY_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["Party"])
-ABORT_SECONDS = 10.0  # the restarted curator's AbortJob to each party of a lost job (best effort)
+ABORT_SECONDS = 10.0  # the restarted curator's AbortJob to each party of a lost job: one attempt
+ABORT_WINDOW_SECONDS = 120.0  # ... retried while the party is unreachable or busy, for at most this long (best effort)
+ABORT_RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
 class ModelRegistry(MessageStore[pb.PublishedModel]):
@@ -362,10 +365,24 @@ class Curator(pb_grpc.CuratorServicer):
         return [job_id for job_id, _ in lost]
 
     async def _tell_abort(self, address: str, name: str, abort: common_pb2.JobAbort) -> None:
-        try:
-            await self.channels.call(address, name, PARTY_SERVICE, "AbortJob", abort, common_pb2.Ack, ABORT_SECONDS)
-        except Exception as e:  # best effort: a party not told fails the job by its own deadline
-            log.warning("job %s: party %s was not told of the restart (%s)", abort.job_id, errors.shown(name), type(e).__name__)
+        """Tell one party, retrying while it is unreachable or busy (a restart under load, the party restarting too) for
+        at most ABORT_WINDOW_SECONDS; a definite answer (Ack, or the job already ended there) stops it."""
+        end = asyncio.get_running_loop().time() + ABORT_WINDOW_SECONDS
+        pause = 0.5
+        while True:
+            try:
+                await self.channels.call(address, name, PARTY_SERVICE, "AbortJob", abort, common_pb2.Ack, ABORT_SECONDS)
+                return
+            except grpc.aio.AioRpcError as e:
+                left = end - asyncio.get_running_loop().time()
+                if e.code() not in ABORT_RETRIED or left <= pause:
+                    log.warning("job %s: party %s was not told of the restart (%s)", abort.job_id, errors.shown(name), e.code().name)
+                    return  # best effort: a party not told fails the job by its own deadline
+            except Exception as e:  # noqa: BLE001 - best effort, as above
+                log.warning("job %s: party %s was not told of the restart (%s)", abort.job_id, errors.shown(name), type(e).__name__)
+                return
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 8.0)
 
     def failure(self, job_id: str) -> tuple[int, str] | None:
         """(Problem, detail) of a job that failed, this run or an earlier one (its durable mark)."""
