@@ -6,7 +6,7 @@ Data: Adult in LIBSVM form (../shared/data/a9a, d = 123, rows already ‖x‖ �
 every role): parties get disjoint slices of a9a's training file, the curator's auxiliary rows are another slice
 (labels dropped), the test rows come from a9a.t. A local federation (separate processes, mutual TLS, production
 key sizes) runs one warm-up job, then ``--repeats`` measured jobs per (K, N). Printed per job: wall time from
-TrainEnsemble to the release, the curator's stage times (votes = auxiliary download + local training + voting +
+submission (the job host's SubmitJob) to the release, the curator's stage times (votes = auxiliary download + local training + voting +
 shares reaching the nodes; vote_sum = node agreement and partial sums; train = the rest of the wall time: fit of
 w_s, the noise and the reply — the release does not publish the fit's own time, which depends on the counts), the
 bytes of vote shares (K·M·8·N) and test accuracy. No Paillier: the vote sum is additive sharing over Z_2^64.

@@ -180,7 +180,7 @@ Global___DpgdRound: _TypeAlias = DpgdRound  # noqa: Y015
 
 @_typing.final
 class ContributionRound(_message.Message):
-    """operator → curator: ask every listed party."""
+    """One contribution round of a learner job at the curator: ask every listed party (the round's DCA roster)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 

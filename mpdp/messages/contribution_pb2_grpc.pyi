@@ -30,31 +30,6 @@ class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ig
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
-class ContributionCuratorStub:
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> ContributionCuratorAsyncStub: ...
-    RequestContributions: _grpc.UnaryUnaryMultiCallable[_contribution_pb2.ContributionRound, _contribution_pb2.ContributionSummary]
-    """operator"""
-
-@_typing.type_check_only
-class ContributionCuratorAsyncStub(ContributionCuratorStub):
-    def __init__(self, channel: _aio.Channel) -> None: ...
-    RequestContributions: _aio.UnaryUnaryMultiCallable[_contribution_pb2.ContributionRound, _contribution_pb2.ContributionSummary]  # type: ignore[assignment]
-    """operator"""
-
-class ContributionCuratorServicer(metaclass=_abc_1.ABCMeta):
-    @_abc_1.abstractmethod
-    def RequestContributions(
-        self,
-        request: _contribution_pb2.ContributionRound,
-        context: _ServicerContext,
-    ) -> _typing.Union[_contribution_pb2.ContributionSummary, _abc.Awaitable[_contribution_pb2.ContributionSummary]]:
-        """operator"""
-
-def add_ContributionCuratorServicer_to_server(servicer: ContributionCuratorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
-
 class ContributionPartyStub:
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...

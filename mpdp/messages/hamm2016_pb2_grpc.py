@@ -35,16 +35,6 @@ class EnsembleCuratorStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.TrainEnsemble = channel.unary_unary(
-                '/mpdp.messages.EnsembleCurator/TrainEnsemble',
-                request_serializer=mpdp_dot_messages_dot_hamm2016__pb2.EnsembleJobSpec.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_hamm2016__pb2.EnsembleRelease.FromString,
-                _registered_method=True)
-        self.GetEnsemble = channel.unary_unary(
-                '/mpdp.messages.EnsembleCurator/GetEnsemble',
-                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_hamm2016__pb2.EnsembleRelease.FromString,
-                _registered_method=True)
         self.GetAuxiliary = channel.unary_stream(
                 '/mpdp.messages.EnsembleCurator/GetAuxiliary',
                 request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
@@ -54,20 +44,6 @@ class EnsembleCuratorStub:
 
 class EnsembleCuratorServicer:
     """Missing associated documentation comment in .proto file."""
-
-    def TrainEnsemble(self, request, context):
-        """operator: run the job to the end (publish aux, collect the secure vote sum, train, perturb, publish)
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetEnsemble(self, request, context):
-        """operator, party: a published ensemble
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
 
     def GetAuxiliary(self, request, context):
         """party: the auxiliary features of a running job
@@ -79,16 +55,6 @@ class EnsembleCuratorServicer:
 
 def add_EnsembleCuratorServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'TrainEnsemble': grpc.unary_unary_rpc_method_handler(
-                    servicer.TrainEnsemble,
-                    request_deserializer=mpdp_dot_messages_dot_hamm2016__pb2.EnsembleJobSpec.FromString,
-                    response_serializer=mpdp_dot_messages_dot_hamm2016__pb2.EnsembleRelease.SerializeToString,
-            ),
-            'GetEnsemble': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetEnsemble,
-                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
-                    response_serializer=mpdp_dot_messages_dot_hamm2016__pb2.EnsembleRelease.SerializeToString,
-            ),
             'GetAuxiliary': grpc.unary_stream_rpc_method_handler(
                     servicer.GetAuxiliary,
                     request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
@@ -104,60 +70,6 @@ def add_EnsembleCuratorServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class EnsembleCurator:
     """Missing associated documentation comment in .proto file."""
-
-    @staticmethod
-    def TrainEnsemble(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.EnsembleCurator/TrainEnsemble',
-            mpdp_dot_messages_dot_hamm2016__pb2.EnsembleJobSpec.SerializeToString,
-            mpdp_dot_messages_dot_hamm2016__pb2.EnsembleRelease.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetEnsemble(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.EnsembleCurator/GetEnsemble',
-            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-            mpdp_dot_messages_dot_hamm2016__pb2.EnsembleRelease.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
     @staticmethod
     def GetAuxiliary(request,

@@ -38,40 +38,16 @@ class EnsembleCuratorStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> EnsembleCuratorAsyncStub: ...
-    TrainEnsemble: _grpc.UnaryUnaryMultiCallable[_hamm2016_pb2.EnsembleJobSpec, _hamm2016_pb2.EnsembleRelease]
-    """operator: run the job to the end (publish aux, collect the secure vote sum, train, perturb, publish)"""
-    GetEnsemble: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _hamm2016_pb2.EnsembleRelease]
-    """operator, party: a published ensemble"""
     GetAuxiliary: _grpc.UnaryStreamMultiCallable[_common_pb2.JobRef, _hamm2016_pb2.AuxiliaryChunk]
     """party: the auxiliary features of a running job"""
 
 @_typing.type_check_only
 class EnsembleCuratorAsyncStub(EnsembleCuratorStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
-    TrainEnsemble: _aio.UnaryUnaryMultiCallable[_hamm2016_pb2.EnsembleJobSpec, _hamm2016_pb2.EnsembleRelease]  # type: ignore[assignment]
-    """operator: run the job to the end (publish aux, collect the secure vote sum, train, perturb, publish)"""
-    GetEnsemble: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _hamm2016_pb2.EnsembleRelease]  # type: ignore[assignment]
-    """operator, party: a published ensemble"""
     GetAuxiliary: _aio.UnaryStreamMultiCallable[_common_pb2.JobRef, _hamm2016_pb2.AuxiliaryChunk]  # type: ignore[assignment]
     """party: the auxiliary features of a running job"""
 
 class EnsembleCuratorServicer(metaclass=_abc_1.ABCMeta):
-    @_abc_1.abstractmethod
-    def TrainEnsemble(
-        self,
-        request: _hamm2016_pb2.EnsembleJobSpec,
-        context: _ServicerContext,
-    ) -> _typing.Union[_hamm2016_pb2.EnsembleRelease, _abc.Awaitable[_hamm2016_pb2.EnsembleRelease]]:
-        """operator: run the job to the end (publish aux, collect the secure vote sum, train, perturb, publish)"""
-
-    @_abc_1.abstractmethod
-    def GetEnsemble(
-        self,
-        request: _common_pb2.JobRef,
-        context: _ServicerContext,
-    ) -> _typing.Union[_hamm2016_pb2.EnsembleRelease, _abc.Awaitable[_hamm2016_pb2.EnsembleRelease]]:
-        """operator, party: a published ensemble"""
-
     @_abc_1.abstractmethod
     def GetAuxiliary(
         self,

@@ -209,27 +209,8 @@ class LearnerJobSpec(_message.Message):
 Global___LearnerJobSpec: _TypeAlias = LearnerJobSpec  # noqa: Y015
 
 @_typing.final
-class LearnerTicket(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    JOB_ID_FIELD_NUMBER: _builtins.int
-    job_id: _builtins.str
-    def __init__(
-        self,
-        *,
-        job_id: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___LearnerTicket: _TypeAlias = LearnerTicket  # noqa: Y015
-
-@_typing.final
 class LearnerStatus(_message.Message):
-    """curator → operator: where a learner job is (WatchLearner streams one per change)."""
+    """Where a learner job is, at the curator (its durable state and its job host summary's stage)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -370,7 +351,7 @@ Global___RegressionModel: _TypeAlias = RegressionModel  # noqa: Y015
 
 @_typing.final
 class LearnerModel(_message.Message):
-    """The curator's store entry of a finished learner job (GetLearnerModel)."""
+    """The curator's store entry of a finished learner job (JobOperations.GetRelease)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 

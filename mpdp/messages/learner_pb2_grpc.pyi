@@ -10,17 +10,9 @@ at any time, watch the job, cancel it (`mpdp jobs cancel`) and fetch the model.
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from mpdp.messages import common_pb2 as _common_pb2
-from mpdp.messages import learner_pb2 as _learner_pb2
 import abc as _abc_1
 import grpc as _grpc
-import sys
 import typing as _typing
-
-if sys.version_info >= (3, 11):
-    from typing import Self as _Self
-else:
-    from typing_extensions import Self as _Self
 
 _T = _typing.TypeVar("_T")
 
@@ -31,52 +23,3 @@ class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ig
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
-
-class LearnerCuratorStub:
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> LearnerCuratorAsyncStub: ...
-    SubmitLearner: _grpc.UnaryUnaryMultiCallable[_learner_pb2.LearnerJobSpec, _learner_pb2.LearnerTicket]
-    """operator: the id at once; the curator runs the rounds"""
-    WatchLearner: _grpc.UnaryStreamMultiCallable[_common_pb2.JobRef, _learner_pb2.LearnerStatus]
-    """operator"""
-    GetLearnerModel: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _learner_pb2.LearnerModel]
-    """operator"""
-
-@_typing.type_check_only
-class LearnerCuratorAsyncStub(LearnerCuratorStub):
-    def __init__(self, channel: _aio.Channel) -> None: ...
-    SubmitLearner: _aio.UnaryUnaryMultiCallable[_learner_pb2.LearnerJobSpec, _learner_pb2.LearnerTicket]  # type: ignore[assignment]
-    """operator: the id at once; the curator runs the rounds"""
-    WatchLearner: _aio.UnaryStreamMultiCallable[_common_pb2.JobRef, _learner_pb2.LearnerStatus]  # type: ignore[assignment]
-    """operator"""
-    GetLearnerModel: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _learner_pb2.LearnerModel]  # type: ignore[assignment]
-    """operator"""
-
-class LearnerCuratorServicer(metaclass=_abc_1.ABCMeta):
-    @_abc_1.abstractmethod
-    def SubmitLearner(
-        self,
-        request: _learner_pb2.LearnerJobSpec,
-        context: _ServicerContext,
-    ) -> _typing.Union[_learner_pb2.LearnerTicket, _abc.Awaitable[_learner_pb2.LearnerTicket]]:
-        """operator: the id at once; the curator runs the rounds"""
-
-    @_abc_1.abstractmethod
-    def WatchLearner(
-        self,
-        request: _common_pb2.JobRef,
-        context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_learner_pb2.LearnerStatus], _abc.AsyncIterator[_learner_pb2.LearnerStatus]]:
-        """operator"""
-
-    @_abc_1.abstractmethod
-    def GetLearnerModel(
-        self,
-        request: _common_pb2.JobRef,
-        context: _ServicerContext,
-    ) -> _typing.Union[_learner_pb2.LearnerModel, _abc.Awaitable[_learner_pb2.LearnerModel]]:
-        """operator"""
-
-def add_LearnerCuratorServicer_to_server(servicer: LearnerCuratorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

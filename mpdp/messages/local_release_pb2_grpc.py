@@ -3,7 +3,6 @@
 import grpc
 import warnings
 
-from mpdp.messages import common_pb2 as mpdp_dot_messages_dot_common__pb2
 from mpdp.messages import local_release_pb2 as mpdp_dot_messages_dot_local__release__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -24,122 +23,6 @@ if _version_not_supported:
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
-
-
-class LocalModelCuratorStub:
-    """Missing associated documentation comment in .proto file."""
-
-    def __init__(self, channel):
-        """Constructor.
-
-        Args:
-            channel: A grpc.Channel.
-        """
-        self.SubmitLocalJob = channel.unary_unary(
-                '/mpdp.messages.LocalModelCurator/SubmitLocalJob',
-                request_serializer=mpdp_dot_messages_dot_local__release__pb2.LocalModelJobSpec.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_local__release__pb2.LocalModelSet.FromString,
-                _registered_method=True)
-        self.GetLocalModels = channel.unary_unary(
-                '/mpdp.messages.LocalModelCurator/GetLocalModels',
-                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_local__release__pb2.LocalModelSet.FromString,
-                _registered_method=True)
-
-
-class LocalModelCuratorServicer:
-    """Missing associated documentation comment in .proto file."""
-
-    def SubmitLocalJob(self, request, context):
-        """operator: runs the job (fan-out to the parties) and returns the published set
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetLocalModels(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-
-def add_LocalModelCuratorServicer_to_server(servicer, server):
-    rpc_method_handlers = {
-            'SubmitLocalJob': grpc.unary_unary_rpc_method_handler(
-                    servicer.SubmitLocalJob,
-                    request_deserializer=mpdp_dot_messages_dot_local__release__pb2.LocalModelJobSpec.FromString,
-                    response_serializer=mpdp_dot_messages_dot_local__release__pb2.LocalModelSet.SerializeToString,
-            ),
-            'GetLocalModels': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetLocalModels,
-                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
-                    response_serializer=mpdp_dot_messages_dot_local__release__pb2.LocalModelSet.SerializeToString,
-            ),
-    }
-    generic_handler = grpc.method_handlers_generic_handler(
-            'mpdp.messages.LocalModelCurator', rpc_method_handlers)
-    server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('mpdp.messages.LocalModelCurator', rpc_method_handlers)
-
-
- # This class is part of an EXPERIMENTAL API.
-class LocalModelCurator:
-    """Missing associated documentation comment in .proto file."""
-
-    @staticmethod
-    def SubmitLocalJob(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.LocalModelCurator/SubmitLocalJob',
-            mpdp_dot_messages_dot_local__release__pb2.LocalModelJobSpec.SerializeToString,
-            mpdp_dot_messages_dot_local__release__pb2.LocalModelSet.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetLocalModels(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.LocalModelCurator/GetLocalModels',
-            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-            mpdp_dot_messages_dot_local__release__pb2.LocalModelSet.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
 
 class LocalModelPartyStub:

@@ -8,7 +8,6 @@ their parameter average. Used for Pathak & Raj's large-margin Gaussian classifie
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from mpdp.messages import common_pb2 as _common_pb2
 from mpdp.messages import local_release_pb2 as _local_release_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -29,40 +28,6 @@ class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ig
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
-
-class LocalModelCuratorStub:
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> LocalModelCuratorAsyncStub: ...
-    SubmitLocalJob: _grpc.UnaryUnaryMultiCallable[_local_release_pb2.LocalModelJobSpec, _local_release_pb2.LocalModelSet]
-    """operator: runs the job (fan-out to the parties) and returns the published set"""
-    GetLocalModels: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _local_release_pb2.LocalModelSet]
-
-@_typing.type_check_only
-class LocalModelCuratorAsyncStub(LocalModelCuratorStub):
-    def __init__(self, channel: _aio.Channel) -> None: ...
-    SubmitLocalJob: _aio.UnaryUnaryMultiCallable[_local_release_pb2.LocalModelJobSpec, _local_release_pb2.LocalModelSet]  # type: ignore[assignment]
-    """operator: runs the job (fan-out to the parties) and returns the published set"""
-    GetLocalModels: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _local_release_pb2.LocalModelSet]  # type: ignore[assignment]
-
-class LocalModelCuratorServicer(metaclass=_abc_1.ABCMeta):
-    @_abc_1.abstractmethod
-    def SubmitLocalJob(
-        self,
-        request: _local_release_pb2.LocalModelJobSpec,
-        context: _ServicerContext,
-    ) -> _typing.Union[_local_release_pb2.LocalModelSet, _abc.Awaitable[_local_release_pb2.LocalModelSet]]:
-        """operator: runs the job (fan-out to the parties) and returns the published set"""
-
-    @_abc_1.abstractmethod
-    def GetLocalModels(
-        self,
-        request: _common_pb2.JobRef,
-        context: _ServicerContext,
-    ) -> _typing.Union[_local_release_pb2.LocalModelSet, _abc.Awaitable[_local_release_pb2.LocalModelSet]]: ...
-
-def add_LocalModelCuratorServicer_to_server(servicer: LocalModelCuratorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class LocalModelPartyStub:
     @_typing.overload

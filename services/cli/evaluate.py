@@ -33,7 +33,7 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
 
     from mpdp_services.cli.query import _endpoints_file
     from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.learner import LearnerClient
+    from mpdp_services.operator.learner import fetch_model, submit, wait
     from mpdp_services.operator.query import QueryFailed, evaluation_spec, evaluation_summary, load_schema, released_classifier
 
     ep = Endpoints.load(endpoints)
@@ -54,15 +54,14 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
                                   records_per_party=records_per_party, score_bins=score_bins, schema_sha256=sch.sha256() if sch is not None else "")
     except ValueError as e:
         raise click.ClickException(f"evaluation refused (nothing was sent): {e}") from None
-    with LearnerClient(ep) as client:
-        try:
-            eval_id = client.submit(spec)
-            status = client.wait(eval_id)
-            if status.state != "DONE":
-                raise click.ClickException(f"evaluation {eval_id} failed: {status.detail}. Nothing was released.")
-            model = client.model(eval_id)
-        except grpc.RpcError as e:
-            raise click.ClickException(f"the curator refused the evaluation: {e.details()}") from None
+    try:
+        eval_id = submit(ep, spec)
+        status = wait(ep, eval_id)
+        if status["state"] != "DONE":
+            raise click.ClickException(f"evaluation {eval_id} failed: {status['detail']}. Nothing was released.")
+        model = fetch_model(ep, eval_id)
+    except grpc.RpcError as e:
+        raise click.ClickException(f"the curator refused the evaluation: {e.details()}") from None
     out = evaluation_summary(model)
     if as_json:
         click.echo(json.dumps(out, indent=2, allow_nan=False))

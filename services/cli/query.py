@@ -35,7 +35,7 @@ def query(endpoints, sql, epsilon, delta, schema, parties, nodes, records_per_pa
 
     from mpdp.query.plan import QueryError
     from mpdp_services.common.endpoints import Endpoints
-    from mpdp_services.operator.learner import LearnerClient
+    from mpdp_services.operator.learner import fetch_model, submit, wait
     from mpdp_services.operator.query import dumps, load_schema, query_spec, text_table
 
     ep = Endpoints.load(endpoints)  # a missing federation is one clear error (where it looked, what to do)
@@ -49,21 +49,20 @@ def query(endpoints, sql, epsilon, delta, schema, parties, nodes, records_per_pa
                              schema=load_schema(schema))
     except QueryError as e:
         raise click.ClickException(f"query refused (nothing was sent): {e}") from None
-    with LearnerClient(ep) as client:
-        try:
-            job_id = client.submit(spec)
-        except grpc.RpcError as e:
-            raise click.ClickException(f"the curator refused the query: {e.details()}") from None
-        if detach:
-            click.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
-            return
-        try:
-            status = client.wait(job_id)
-            if status.state != "DONE":
-                raise click.ClickException(f"query {job_id} failed: {status.detail}. Nothing was released.")
-            model = client.model(job_id)
-        except grpc.RpcError as e:
-            raise click.ClickException(f"query {job_id}: {e.details()}") from None
+    try:
+        job_id = submit(ep, spec)
+    except grpc.RpcError as e:
+        raise click.ClickException(f"the curator refused the query: {e.details()}") from None
+    if detach:
+        click.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
+        return
+    try:
+        status = wait(ep, job_id)
+        if status["state"] != "DONE":
+            raise click.ClickException(f"query {job_id} failed: {status['detail']}. Nothing was released.")
+        model = fetch_model(ep, job_id)
+    except grpc.RpcError as e:
+        raise click.ClickException(f"query {job_id}: {e.details()}") from None
     if as_json:
         click.echo(dumps(model))
         return

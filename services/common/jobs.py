@@ -582,13 +582,6 @@ class TaskJobs(Generic[T]):
         await asyncio.wait({job.task}, timeout=CANCEL_WAIT)
         return True
 
-    async def wait(self, job_id: str) -> T:
-        """The job's release; :class:`errors.Refused` as it failed. Cancelling the waiter leaves the job running."""
-        job = self.table.get(job_id)
-        if not isinstance(job, TaskJob) or job.task is None:
-            raise errors.Refused(P.UNKNOWN_JOB, f"job {job_id} is not running")
-        return await asyncio.shield(job.task)
-
     def _end(self, job_id: str, job: TaskJob, state: str, problem: int, detail: str) -> None:
         job.state, job.problem, job.detail = state, problem, detail
         self.table.finish(job_id, state, problem)

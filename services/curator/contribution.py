@@ -1,5 +1,6 @@
-"""Charlie asks parties to contribute a statistic of their own records to a DCA job (parties as DCA clients);
-:class:`mpdp.contribution.ContributionRound` decides, this servicer only moves its messages."""
+"""Charlie asks parties to contribute a statistic of their own records to a DCA job (parties as DCA clients): one
+round of a learner job (services/curator/learner.py), never an operator's call.
+:class:`mpdp.contribution.ContributionRound` decides, this module only moves its messages."""
 
 from __future__ import annotations
 
@@ -13,19 +14,19 @@ from mpdp import limits
 from mpdp.contribution import INTERNAL_FAILURE, ContributionRound, check_roster
 from mpdp.dca.errors import InvalidJob
 from mpdp.dca.params import DcaParams
-from mpdp.messages import common_pb2, contribution_pb2 as pb, contribution_pb2_grpc as pb_grpc, dca_pb2
+from mpdp.messages import common_pb2, contribution_pb2 as pb, dca_pb2
 from mpdp.protocol import ProtocolError, Publish, Send
 from mpdp_services.common import errors, jobs, tracing
-from mpdp_services.common.rpc import PeerChannels, roles_by_method
+from mpdp_services.common.rpc import PeerChannels
 
 log = logging.getLogger("mpdp.curator.contribution")
 
-SERVICE = "mpdp.messages.ContributionCurator"
 PARTY_SERVICE = "mpdp.messages.ContributionParty"
-ROLES = roles_by_method(SERVICE, {"RequestContributions": ("operator",)})
 
 
-class ContributionCurator(pb_grpc.ContributionCuratorServicer):
+class ContributionCurator:
+    """The curator's side of a contribution round; the learner host runs one per round of its jobs."""
+
     def __init__(self, channels: PeerChannels, addresses: dict[str, str], trace_parent: Callable[[str], Any] | None = None,
                  dca_spec: Callable[[str], dca_pb2.DcaJobSpec | None] | None = None) -> None:
         self.channels = channels
@@ -33,15 +34,9 @@ class ContributionCurator(pb_grpc.ContributionCuratorServicer):
         self._dca_spec = dca_spec  # DCA job id → its spec at this curator (None: no such job)
         self._trace_parent = trace_parent  # DCA job id → its span at this curator (the round joins the job's trace)
 
-    async def RequestContributions(self, request: pb.ContributionRound, context) -> pb.ContributionSummary:
-        try:
-            return await self.run(request)
-        except errors.Refused as e:
-            await errors.refuse(context, e.problem, e.detail)
-
     async def run(self, request: pb.ContributionRound) -> pb.ContributionSummary:
-        """One contribution round, checked then run (the operator's RPC and the curator's own learner jobs,
-        services/curator/learner.py); raises :class:`errors.Refused` with the Problem to answer."""
+        """One contribution round of a learner job, checked then run; raises :class:`errors.Refused` with the
+        Problem that fails the round."""
         if not jobs.valid_id(request.request.dca_job_id):
             raise errors.Refused(common_pb2.UNKNOWN_JOB, "no such DCA job (not a job id)")
         try:

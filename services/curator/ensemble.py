@@ -1,6 +1,6 @@
 """Charlie for HCB16 ensembles without a trusted collector (mpdp.hamm2016.job; docs/protocols/hamm2016.md).
 
-:meth:`EnsembleCurator.submit` (the job host's SubmitJob; TrainEnsemble submits and waits) checks the job and
+:meth:`EnsembleCurator.submit` (the job host's SubmitJob) checks the job and
 starts it as the curator's own task, which runs it to the end: publish the auxiliary features (GetAuxiliary, voters only), create the
 DCA job for the votes (a secure sum; for method pate a Gaussian DCA job whose noise the voters add), ask every voter to vote (EnsembleParty.Vote), close submissions once all
 have answered, take the summed counts from the DCA aggregator in this process, train and perturb, publish.
@@ -36,7 +36,7 @@ log = logging.getLogger("mpdp.curator.ensemble")
 
 SERVICE = "mpdp.messages.EnsembleCurator"
 PARTY_SERVICE = "mpdp.messages.EnsembleParty"
-ROLES = roles_by_method(SERVICE, {"TrainEnsemble": ("operator",), "GetEnsemble": ("operator", "party"), "GetAuxiliary": ("party",)})
+ROLES = roles_by_method(SERVICE, {"GetAuxiliary": ("party",)})
 
 
 VOTING = "VOTING"
@@ -66,15 +66,6 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
     async def cancel(self, job_id: str) -> bool:
         """The operator's `mpdp jobs cancel`: stop the job; its vote sum is aborted at the nodes, nothing is published."""
         return await self.tasks.cancel(job_id)
-
-    async def TrainEnsemble(self, request: pb.EnsembleJobSpec, context) -> pb.EnsembleRelease:
-        """Submit and wait for the release (JobOperations.SubmitJob returns at once instead). Cancelling this call
-        stops the waiting, not the job."""
-        try:
-            job_id = await self.submit(request)
-            return await self.tasks.wait(job_id)
-        except errors.Refused as e:
-            await errors.refuse(context, e.problem, e.detail)
 
     async def submit(self, request: pb.EnsembleJobSpec) -> str:
         """Check the job, admit it and start it as the curator's own task; its id at once (errors.Refused otherwise)."""
@@ -199,19 +190,6 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         # Published: the voters' and the nodes' times. Not the fit's: its Newton steps depend on the exact counts.
         release.stage_seconds.update({"votes": t1 - t0, "vote_sum": t2 - t1})
         log.info("ensemble job %s: global fit and noise took %.3f s", job_id, time.perf_counter() - t2)
-        return release
-
-    async def GetEnsemble(self, request: common_pb2.JobRef, context) -> pb.EnsembleRelease:
-        if not jobs.valid_id(request.job_id):
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
-        release = self.store.get(request.job_id)
-        if release is None:
-            record = self.running.record(request.job_id)
-            if record is not None and record.terminal:
-                await errors.refuse(context, common_pb2.JOB_FAILED, f"ensemble job {request.job_id} ended {record.state} ({record.problem_name}) and published nothing")
-            if record is not None:
-                await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"ensemble job {request.job_id} is still running")
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no published ensemble {errors.shown(request.job_id)}")
         return release
 
     async def GetAuxiliary(self, request: common_pb2.JobRef, context):

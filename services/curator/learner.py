@@ -1,14 +1,14 @@
-"""Charlie hosts multi-round learners (dp-gd, regression) as his own jobs (docs/protocols/job-model.md §7).
+"""Charlie hosts multi-round learners (dp-gd, regression, query) as his own jobs (docs/protocols/job-model.md §7).
 
-The operator submits a :class:`~mpdp.messages.learner_pb2.LearnerJobSpec` and gets the job id at once
-(SubmitLearner). Every field is checked first (``mpdp.limits``, then the plan and round 0's DCA parameters); the
-spec and the job's state are written to ``state_dir/learners`` before the ticket leaves. The curator then drives
-the protocol's sans-IO role (:class:`mpdp.dpgd.role.DpgdRole`, :class:`mpdp.regression.role.RegressionRole`) in
-one asyncio task: for each ``RunRound`` it creates the round's DCA job with its own DCA host
-(:meth:`DcaCurator.create`), runs the contribution round with its own contribution logic
-(:meth:`ContributionCurator.run`) and feeds the DP release back to the role. The operator may disconnect; it
-watches the job (WatchLearner: state and "round r of R"), cancels it (`mpdp jobs cancel`, JobOperations) and
-fetches the model (GetLearnerModel) from the durable store (``<job>.model.binpb``, 0600, fsync'd).
+The operator submits a :class:`~mpdp.messages.learner_pb2.LearnerJobSpec` through the job host (JobOperations.SubmitJob,
+``JobSubmission.learner``) and gets the job id at once. Every field is checked first (``mpdp.limits``, then the plan
+and round 0's DCA parameters); the spec and the job's state are written to ``state_dir/learners`` before the id
+leaves. The curator then drives the protocol's sans-IO role (:class:`mpdp.dpgd.role.DpgdRole`,
+:class:`mpdp.regression.role.RegressionRole`, :class:`mpdp.query.role.QueryRole`) in one asyncio task: for each
+``RunRound`` it creates the round's DCA job with its own DCA host (:meth:`DcaCurator.create`), runs the contribution
+round with its own contribution logic (:meth:`ContributionCurator.run`) and feeds the DP release back to the role.
+The operator may disconnect; it watches the job (WatchJob: state and "round r of R"), cancels it (CancelJob) and
+fetches the model (GetRelease) from the durable store (``<job>.model.binpb``, 0600, fsync'd), like any other job.
 
 Failures: a round that fails (a DCA job refused or failed, a party's refusal) fails the job naming the round, and
 its DCA job is aborted at once (the nodes drop their shares); a cancel or the job's deadline stops the task the same
@@ -33,22 +33,19 @@ from mpdp.dpgd.model import Task
 from mpdp.dpgd.plan import VALIDATE_L2, VALIDATE_NONE, DpgdPlan
 from mpdp.dpgd.role import DpgdRole, RunRound as DpgdRound
 from mpdp.dpgd.wire import MODE_NAMES, STATISTIC as DPGD_STATISTIC
-from mpdp.messages import common_pb2, contribution_pb2 as cpb, dca_pb2, learner_pb2 as pb, learner_pb2_grpc as pb_grpc
+from mpdp.messages import common_pb2, contribution_pb2 as cpb, dca_pb2, learner_pb2 as pb
 from mpdp.protocol import Machine, ProtocolError, Publish
 from mpdp.query.role import STATISTIC as QUERY_STATISTIC, QueryRole, RunRound as QueryRound
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import RegressionRole, RunRound as RegressionRound
 from mpdp_services.common import calls, errors, jobs
 from mpdp_services.common.durable import make_private_dir, write_atomic
-from mpdp_services.common.rpc import roles_by_method
 from mpdp_services.common.runtime import Hosted
 from mpdp_services.curator.contribution import ContributionCurator
 from mpdp_services.curator.dca import DcaCurator
 
 log = logging.getLogger("mpdp.curator.learner")
 
-SERVICE = "mpdp.messages.LearnerCurator"
-ROLES = roles_by_method(SERVICE, {"SubmitLearner": ("operator",), "WatchLearner": ("operator",), "GetLearnerModel": ("operator",)})
 DEFAULT_DEADLINE = 600.0
 RESTARTED = "the curator restarted mid-job"
 
@@ -172,7 +169,9 @@ class LearnerJob(Hosted[Machine]):
         self.stop: tuple[int, str] | None = None  # (Problem, detail) of a cancel or the deadline
 
 
-class LearnerHost(pb_grpc.LearnerCuratorServicer):
+class LearnerHost:
+    """The learners' jobs at the curator: the job host's ``HostedProtocol`` of dpgd, regression and query."""
+
     def __init__(self, state_dir: Path, dca: DcaCurator, contribution: ContributionCurator, addresses: dict[str, str], test_mode: bool, *,
                  retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: jobs.Admission | None = None,
                  published: Callable[[str], Any] | None = None) -> None:
@@ -200,13 +199,7 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
             self.store.put_state(job_id, {**state, "state": "FAILED", "terminal": True, "problem": common_pb2.JOB_FAILED, "detail": detail})
             log.warning("learner job %s: %s; marked FAILED", job_id, RESTARTED)
 
-    # -- operator ------------------------------------------------------------------------------------------------------
-    async def SubmitLearner(self, request: pb.LearnerJobSpec, context) -> pb.LearnerTicket:
-        try:
-            return pb.LearnerTicket(job_id=await self.submit(request))
-        except errors.Refused as e:
-            await errors.refuse(context, e.problem, e.detail)
-
+    # -- the job host's calls -----------------------------------------------------------------------------------------
     async def submit(self, spec: pb.LearnerJobSpec) -> str:
         """Check, admit and start a learner job; its id at once (errors.Refused otherwise)."""
         try:
@@ -273,33 +266,6 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
             raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid evaluation: {e}") from None
         if protocol != ev.protocol or list(ev.weights) != weights:
             raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid evaluation: the weights are not those job {errors.shown(ev.model_job)} released")
-
-    async def WatchLearner(self, request, context):
-        if not jobs.valid_id(request.job_id):
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
-        job = self._job(request.job_id)
-        if job is None:
-            stored = self._stored_status(request.job_id)
-            if stored is None:
-                await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no learner job {errors.shown(request.job_id)} at this curator")
-            yield stored
-            return
-        async for st in job.watch(lambda: self.status(job)):
-            yield st
-
-    async def GetLearnerModel(self, request, context) -> pb.LearnerModel:
-        if not jobs.valid_id(request.job_id):
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
-        model = self.store.model(request.job_id)
-        if model is not None:
-            return model
-        job = self._job(request.job_id)
-        if job is not None and not job.machine.terminal:
-            await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({self.status(job).stage})")
-        st = self.status(job) if job is not None else self._stored_status(request.job_id)
-        if st is None:
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no learner job {errors.shown(request.job_id)} at this curator")
-        await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} ended {st.state} and released nothing: {st.detail}")
 
     async def cancel(self, job_id: str) -> bool:
         """`mpdp jobs cancel`: stop the job's task (its round's DCA job is aborted at once); it ends FAILED, CANCELLED."""
@@ -424,13 +390,13 @@ class LearnerHost(pb_grpc.LearnerCuratorServicer):
             st.problem, st.detail = m.error.problem, m.error.detail
         return st
 
-    def _stored_status(self, job_id: str) -> pb.LearnerStatus | None:
+    def failure(self, job_id: str) -> tuple[int, str] | None:
+        """(Problem, detail) of a learner job that failed, this run or an earlier one (its state file): the job
+        host's summary of a job the curator no longer holds, e.g. one a restart marked FAILED."""
         s = self.store.state(job_id)
-        if s is None:
+        if s is None or s.get("state") != "FAILED":
             return None
-        return pb.LearnerStatus(job_id=job_id, protocol=s.get("protocol", ""), state=s.get("state", ""), stage=str(s.get("state", "")).lower(),
-                                round=s.get("round", 0), rounds=s.get("rounds", 0), terminal=bool(s.get("terminal")), problem=s.get("problem", 0),
-                                detail=s.get("detail", ""))
+        return int(s.get("problem") or common_pb2.JOB_FAILED), str(s.get("detail", ""))
 
     def stored(self, protocol: str) -> Iterable[tuple[str, str, float]]:
         """(job id, state, mtime) of the protocol's jobs on disk (the catalog's jobs of an earlier run)."""

@@ -1,6 +1,6 @@
 """Charlie for local DP releases (LMGC): fan a job out to the parties, publish what they release.
 
-The servicer only moves messages; :class:`mpdp.local_release.LocalReleaseCurator` decides. Each party's
+This module only moves messages; :class:`mpdp.local_release.LocalReleaseCurator` decides. Each party's
 reply to TrainLocalModel is its ε-DP release; Charlie stores the set and the average (post-processing) in
 ``state_dir/local`` so a restart keeps them. A party that refuses or cannot be reached fails the whole job,
 named, and nothing is published.
@@ -16,23 +16,23 @@ import grpc
 
 from mpdp import registry
 from mpdp.local_release import LocalReleaseCurator, ReleaseError, validate_spec
-from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
+from mpdp.messages import common_pb2, local_release_pb2 as pb
 from mpdp.protocol import ProtocolError, Publish, Send
 from mpdp_services.common import errors, jobs, tracing
-from mpdp_services.common.rpc import PeerChannels, roles_by_method
+from mpdp_services.common.rpc import PeerChannels
 from mpdp_services.common.store import MessageStore
 from mpdp_services.curator.admission import Admission
 
 log = logging.getLogger("mpdp.curator.local")
 
-SERVICE = "mpdp.messages.LocalModelCurator"
 PARTY_SERVICE = "mpdp.messages.LocalModelParty"
 PARTY_TIMEOUT = 600.0
 TRAINING = "TRAINING"
-ROLES = roles_by_method(SERVICE, {"SubmitLocalJob": ("operator",), "GetLocalModels": ("operator", "party")})
 
 
-class LocalCurator(pb_grpc.LocalModelCuratorServicer):
+class LocalCurator:
+    """LMGC jobs at the curator: the job host's ``HostedProtocol`` of lmgc."""
+
     def __init__(self, state_dir: Path, channels: PeerChannels, addresses: dict[str, str], test_mode: bool, *, max_live: int = jobs.MAX_LIVE, admission: Admission | None = None) -> None:
         self.store = MessageStore(Path(state_dir) / "local", pb.LocalModelSet)
         self.jobs: jobs.JobTable[jobs.TaskJob] = jobs.JobTable("lmgc", jobs.task_outcome, max_live=max_live, admission=admission)
@@ -44,15 +44,6 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
     async def cancel(self, job_id: str) -> bool:
         """The operator's `mpdp jobs cancel`: stop asking the parties; the job ends CANCELLED and publishes nothing."""
         return await self.tasks.cancel(job_id)
-
-    async def SubmitLocalJob(self, request: pb.LocalModelJobSpec, context) -> pb.LocalModelSet:
-        """Submit and wait for the published set (JobOperations.SubmitJob returns at once instead). Cancelling this
-        call stops the waiting, not the job."""
-        try:
-            job_id = self.submit(request)
-            return await self.tasks.wait(job_id)
-        except errors.Refused as e:
-            await errors.refuse(context, e.problem, e.detail)
 
     def submit(self, request: pb.LocalModelJobSpec) -> str:
         """Check the job, admit it and start it as the curator's own task; its id at once (errors.Refused otherwise)."""
@@ -117,17 +108,4 @@ class LocalCurator(pb_grpc.LocalModelCuratorServicer):
         published = next(o.release for o in outs if isinstance(o, Publish))
         self.store.put(job_id, published)
         log.info("local job %s published: %d releases; %s", job_id, len(published.releases), published.aggregate_statement[:80])
-        return published
-
-    async def GetLocalModels(self, request: common_pb2.JobRef, context) -> pb.LocalModelSet:
-        if not jobs.valid_id(request.job_id):
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, "no such job (not a job id)")
-        published = self.store.get(request.job_id)
-        if published is None:
-            record = self.jobs.record(request.job_id)
-            if record is not None and record.terminal:
-                await errors.refuse(context, common_pb2.JOB_FAILED, f"local-release job {request.job_id} ended {record.state} and published nothing")
-            if record is not None:
-                await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"local-release job {request.job_id} is still running")
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no local-release job {errors.shown(request.job_id)}")
         return published

@@ -2,7 +2,7 @@
 
 A job at the curator is owned by the certificate name (CN) of the operator whose call admitted it (the job host's
 SubmitJob, or a protocol's own submit call, and the DCA jobs such a job creates). Another operator
-cannot list, watch, fetch, cancel or release it, nor request contributions to it: to them it does not exist, so
+cannot list, watch, fetch, cancel or release it: to them it does not exist, so
 the gate answers ``UNKNOWN_JOB`` (NOT_FOUND), the same as for an id never issued, and list answers leave it out.
 This keeps one operator from learning even that another's job exists. An operator who submits a job under an id
 (a learner's ``job_id``) that names another's job is refused ``INVALID_JOB`` with the words any id it may not use
@@ -48,11 +48,7 @@ def _job_id(request: Any) -> str:
 NAMES_JOB: dict[str, Callable[[Any], str]] = {
     **{f"/mpdp.messages.Curator/{m}": _job_id for m in ("WatchJob", "GetModel")},
     **{f"/mpdp.messages.DcaCurator/{m}": _job_id for m in ("WatchJob", "GetRelease", "GetJob")},
-    "/mpdp.messages.EnsembleCurator/GetEnsemble": _job_id,
-    "/mpdp.messages.LocalModelCurator/GetLocalModels": _job_id,
-    **{f"/mpdp.messages.LearnerCurator/{m}": _job_id for m in ("WatchLearner", "GetLearnerModel")},
     **{f"/mpdp.messages.JobOperations/{m}": _job_id for m in ("GetJob", "CancelJob", "WatchJob", "GetRelease")},
-    "/mpdp.messages.ContributionCurator/RequestContributions": lambda r: r.request.dca_job_id,
 }
 LISTS = ("/mpdp.messages.JobOperations/ListJobs", "/mpdp.messages.Curator/ListModels")
 

@@ -33,14 +33,14 @@ from mpdp_services.common.runtime import Hosted
 from mpdp_services.common.store import MessageStore
 from mpdp_services.common.transcript import from_env as transcript_from_env
 from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
-from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, learner_pb2_grpc, local_release_pb2_grpc, operations_pb2_grpc
+from mpdp.messages import dca_pb2_grpc, hamm2016_pb2_grpc, operations_pb2_grpc
 from mpdp_services.curator import catalog as catalogs
 from mpdp_services.curator.dashboard import Dashboard
 from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE as OPERATIONS_SERVICE, HostedProtocol, JobOperations
-from mpdp_services.curator.contribution import ROLES as CONTRIBUTION_ROLES, SERVICE as CONTRIBUTION_SERVICE, ContributionCurator
+from mpdp_services.curator.contribution import ContributionCurator
 from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
-from mpdp_services.curator.learner import LEARNERS, ROLES as LEARNER_ROLES, SERVICE as LEARNER_SERVICE, LearnerHost
-from mpdp_services.curator.local import ROLES as LOCAL_ROLES, SERVICE as LOCAL_SERVICE, LocalCurator
+from mpdp_services.curator.learner import LEARNERS, LearnerHost
+from mpdp_services.curator.local import LocalCurator
 from mpdp_services.curator.ownership import Ownership
 from mpdp_services.curator.registrations import Registrations
 
@@ -430,14 +430,11 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     def add(server) -> None:
         pb_grpc.add_CuratorServicer_to_server(curator, server)
         dca_pb2_grpc.add_DcaCuratorServicer_to_server(dca, server)
-        local_release_pb2_grpc.add_LocalModelCuratorServicer_to_server(local, server)
-        contribution_pb2_grpc.add_ContributionCuratorServicer_to_server(contribution, server)
         hamm2016_pb2_grpc.add_EnsembleCuratorServicer_to_server(ensemble, server)
         operations_pb2_grpc.add_JobOperationsServicer_to_server(operations, server)
-        learner_pb2_grpc.add_LearnerCuratorServicer_to_server(learner, server)
 
-    roles = {**ROLES, **DCA_ROLES, **LOCAL_ROLES, **CONTRIBUTION_ROLES, **ENSEMBLE_ROLES, **OPERATIONS_ROLES, **LEARNER_ROLES}
-    services = [SERVICE, DCA_SERVICE, LOCAL_SERVICE, CONTRIBUTION_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE, LEARNER_SERVICE]
+    roles = {**ROLES, **DCA_ROLES, **ENSEMBLE_ROLES, **OPERATIONS_ROLES}
+    services = [SERVICE, DCA_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE]
     transcript = transcript_from_env(cfg.test_mode, cfg.name)
     curator.channels.transcript = transcript
     owners = Ownership(Path(cfg.state_dir)).install()  # jobs belong to the operator who asked for them (ownership.py)
@@ -485,7 +482,7 @@ def learner_sources(learner: LearnerHost) -> list[catalogs.Source]:
     """The multi-round learners the curator hosts (dpgd, regression), one source each."""
     def source(protocol: str) -> catalogs.Source:
         return catalogs.Source(protocol, learner.tables[protocol], lambda j: learner.store.model(j) is not None,
-                               lambda: learner.stored(protocol), catalogs.hosted_live, lambda job: learner.status(job).stage)
+                               lambda: learner.stored(protocol), catalogs.hosted_live, lambda job: learner.status(job).stage, failure=learner.failure)
     return [source(p) for p in LEARNERS]
 
 

@@ -15,7 +15,8 @@ from mpdp.dpgd.role import DpgdRun, RoundFailed
 from mpdp.dpgd.wire import MODES
 from mpdp.messages import learner_pb2 as pb
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.operator.learner import LearnerClient, run_model
+from mpdp_services.operator import learner
+from mpdp_services.operator.learner import run_model
 
 __all__ = ["DpgdRun", "RoundFailed", "dpgd_spec", "fetch_model", "run_dpgd"]
 
@@ -42,6 +43,6 @@ def run_dpgd(ep: Endpoints, dataset: str, parties: list[str], nodes: list[str], 
 
 
 def fetch_model(ep: Endpoints, job_id: str) -> DpgdRun:
-    """The released model of ``job_id`` from the curator's store (grpc.RpcError if there is none)."""
-    with LearnerClient(ep) as client:
-        return DpgdRun.of(client.model(job_id))
+    """The released model of ``job_id`` from the curator's store (grpc.RpcError if there is none, ValueError if the
+    job is not a learner's)."""
+    return DpgdRun.of(learner.fetch_model(ep, job_id))

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import grpc
 import numpy as np
 
 from mpdp.data.loaders import load
 from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.erm import predict
-from mpdp.messages import common_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
+from mpdp.messages import hamm2016_pb2 as pb
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.channels import CHANNEL_OPTIONS
-
-
-def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.EnsembleCuratorStub]:
-    ch = grpc.secure_channel(ep.curator_address, ep.tls.channel_credentials(), options=CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", ep.curator_name)])
-    return ch, pb_grpc.EnsembleCuratorStub(ch)
+from mpdp_services.operator.jobs import released
 
 
 def summary(r: pb.EnsembleRelease) -> dict:
@@ -49,9 +43,8 @@ def train_ensemble(ep: Endpoints, spec: pb.EnsembleJobSpec, timeout: float = 180
 
 
 def fetch(ep: Endpoints, job_id: str) -> pb.EnsembleRelease:
-    ch, stub = _stub(ep)
-    with ch:
-        return stub.GetEnsemble(common_pb2.JobRef(job_id=job_id), timeout=60)
+    """A published ensemble from the curator's job host (GetRelease); ValueError if the job is not an ensemble."""
+    return released(ep, job_id, "hamm2016")
 
 
 def predict_ensemble(ep: Endpoints, job_id: str, data_path: str, fmt: str) -> dict:

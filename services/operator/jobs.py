@@ -147,6 +147,15 @@ def release(ep: Endpoints, job_id: str) -> pb.JobRelease:
         return stub.GetRelease(common_pb2.JobRef(job_id=job_id), timeout=60)
 
 
+def released(ep: Endpoints, job_id: str, field: str) -> Any:
+    """What a job of one kind published (``field``: the JobRelease oneof, e.g. ``lmgc``, ``learner``); ValueError
+    if the job is another protocol's, grpc.RpcError if it published nothing."""
+    rel = release(ep, job_id)
+    if rel.WhichOneof("release") != field:
+        raise ValueError(f"job {job_id} is a {rel.protocol} job, not a {field} job")
+    return getattr(rel, field)
+
+
 def follow(ep: Endpoints, job_id: str, timeout: float | None = None) -> Iterator[dict[str, Any]]:
     """A job's summary now and after each change, until it ends (`mpdp jobs watch`): the job host's WatchJob, the
     same for every protocol (stage "round r of R" for learners, the Pathak stage, the DCA state)."""

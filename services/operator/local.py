@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import grpc
 
 from mpdp.data.loaders import load
 from mpdp.local_release import label_text, predict
-from mpdp.messages import common_pb2, local_release_pb2 as pb, local_release_pb2_grpc as pb_grpc
+from mpdp.messages import common_pb2, local_release_pb2 as pb
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.channels import CHANNEL_OPTIONS
-
-
-def _stub(ep: Endpoints) -> tuple[grpc.Channel, pb_grpc.LocalModelCuratorStub]:
-    ch = grpc.secure_channel(ep.curator_address, ep.tls.channel_credentials(), options=CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", ep.curator_name)])
-    return ch, pb_grpc.LocalModelCuratorStub(ch)
+from mpdp_services.operator.jobs import released
 
 
 def summary(s: pb.LocalModelSet) -> dict:
@@ -48,9 +42,9 @@ def submit_local(ep: Endpoints, dataset: str, parties: list[str], epsilon: float
 
 
 def fetch(ep: Endpoints, job_id: str) -> pb.LocalModelSet:
-    ch, stub = _stub(ep)
-    with ch:
-        return stub.GetLocalModels(common_pb2.JobRef(job_id=job_id), timeout=60)
+    """A published set of local releases from the curator's job host (GetRelease); ValueError if the job is not an
+    LMGC job."""
+    return released(ep, job_id, "lmgc")
 
 
 def predict_local(ep: Endpoints, job_id: str, data_path: str, fmt: str, party: str = "average") -> dict:

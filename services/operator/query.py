@@ -1,6 +1,6 @@
 """The operator's side of a DP query (docs/protocols/query.md): compile the query locally (a query outside the
 subset, or naming a column the schema does not hold, is refused here, before the curator or any party sees it), submit
-it to the curator's learner host, wait for the release and read its table."""
+it to the curator's job host (a learner job), wait for the release and read its table."""
 
 from __future__ import annotations
 
@@ -120,10 +120,9 @@ def released_classifier(ep: Endpoints, job_id: str) -> tuple[str, list[float]]:
         with OperatorClient(ep) as client:
             model = client.model(job_id)
     elif protocol == "dpgd":
-        from mpdp_services.operator.learner import LearnerClient
+        from mpdp_services.operator.learner import fetch_model
 
-        with LearnerClient(ep) as lclient:
-            model = lclient.model(job_id)
+        model = fetch_model(ep, job_id)
     else:
         raise QueryFailed(f"job {job_id} is a {protocol} job; evaluate scores a released pathak2010 or binary dpgd classifier")
     try:

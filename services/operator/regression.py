@@ -16,7 +16,8 @@ from mpdp.messages import learner_pb2 as pb
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import RegressionRun, RoundFailed
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.operator.learner import LearnerClient, run_model
+from mpdp_services.operator import learner
+from mpdp_services.operator.learner import run_model
 
 __all__ = ["RegressionRun", "RoundFailed", "fetch_model", "regression_spec", "run_regression"]
 
@@ -63,8 +64,7 @@ def run_regression(
 
 
 def fetch_model(ep: Endpoints, job_id: str) -> RegressionRun:
-    with LearnerClient(ep) as client:
-        return RegressionRun.of(client.model(job_id))
+    return RegressionRun.of(learner.fetch_model(ep, job_id))
 
 
 def predict_regression(ep: Endpoints, job_id: str, data_path: str, fmt: str) -> dict:

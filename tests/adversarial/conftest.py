@@ -414,3 +414,66 @@ def dca_job(fed: LocalFederation, n: int = 3, nodes=NODES) -> str:
 def garbage(n: int = 64) -> bytes:
     """Bytes no protobuf parser accepts: a field tag with the invalid wire type 7 first, then random bytes."""
     return b"\x07" + os.urandom(max(0, n - 1))
+
+
+# -- jobs through the curator's job host (JobOperations), raw: lmgc, hamm2016 and the learners -------------------------
+def host_submit(fed: LocalFederation, tls: TlsFiles | None = None, timeout: float = 60.0, **spec: Any):
+    """SubmitJob of ``JobSubmission(**spec)`` (e.g. ``learner=…``, ``lmgc=…``) as the federation's operator or ``tls``'s
+    holder; the job's first summary."""
+    from mpdp.messages import operations_pb2, operations_pb2_grpc
+
+    with (channel(fed, "curator", tls) if tls is not None else operator_curator(fed)) as ch:
+        return operations_pb2_grpc.JobOperationsStub(ch).SubmitJob(operations_pb2.JobSubmission(**spec), timeout=timeout)
+
+
+def host_wait(fed: LocalFederation, job_id: str, timeout: float = 180.0, tls: TlsFiles | None = None):
+    """Follow a job of any protocol to its end (WatchJob) as its owner; its last summary."""
+    from mpdp.messages import operations_pb2_grpc
+
+    last = None
+    with (channel(fed, "curator", tls) if tls is not None else operator_curator(fed)) as ch:
+        for s in operations_pb2_grpc.JobOperationsStub(ch).WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout):
+            last = s
+            if s.terminal:
+                break
+    assert last is not None and last.terminal, f"job {job_id} not terminal: {last}"
+    return last
+
+
+def host_release(fed: LocalFederation, job_id: str, tls: TlsFiles | None = None):
+    """GetRelease of an ended job (any protocol) as its owner."""
+    from mpdp.messages import operations_pb2_grpc
+
+    with (channel(fed, "curator", tls) if tls is not None else operator_curator(fed)) as ch:
+        return operations_pb2_grpc.JobOperationsStub(ch).GetRelease(common_pb2.JobRef(job_id=job_id), timeout=60)
+
+
+def submit_learner(fed: LocalFederation, spec: Any, tls: TlsFiles | None = None, timeout: float = 60.0) -> str:
+    """A learner job (dp-gd, regression, query) through the job host; its id, at once."""
+    return host_submit(fed, tls, timeout, learner=spec).job_id
+
+
+def wait_learner(fed: LocalFederation, job_id: str, timeout: float = 300.0, tls: TlsFiles | None = None):
+    """Follow a learner job to its end; its last summary (state DONE or FAILED, problem, detail)."""
+    return host_wait(fed, job_id, timeout, tls)
+
+
+def learner_spec(parties: list[str] = PARTIES, nodes: list[str] = NODES, *, rounds: int = 0, dataset: str = "synthetic", records_per_party: int = 60,
+                 job_id: str = "", seed: bytes = b"adv", max_missing: int = 0, deadline: float = 60.0, schema_sha256: str = "") -> Any:
+    """A small dp-gd learner job over the conftest's synthetic rows (D features, a ±1 label). ``rounds = 0`` is one
+    contribution round (one DCA job the parties contribute to), then the model: the host path of one round."""
+    from mpdp.dpgd.model import Task
+    from mpdp.dpgd.plan import DpgdPlan
+    from mpdp_services.operator.dpgd import dpgd_spec
+
+    plan = DpgdPlan(Task("binary"), D, 1.0, 1e-6, lam=1e-2, rounds=rounds, total_records=141)
+    return dpgd_spec(dataset, list(parties), list(nodes), plan, records_per_party, job_id=job_id, max_missing=max_missing, seed=seed,
+                     deadline=deadline, schema_sha256=schema_sha256)
+
+
+def host_run(fed: LocalFederation, tls: TlsFiles | None = None, timeout: float = 300.0, **spec: Any):
+    """Submit a job through the job host, follow it to its end and fetch what it published (GetRelease): the
+    JobRelease, or the grpc.RpcError of a refused submit or of a job that published nothing (JOB_FAILED, its detail)."""
+    job = host_submit(fed, tls, 60.0, **spec).job_id
+    host_wait(fed, job, timeout, tls)
+    return host_release(fed, job, tls)

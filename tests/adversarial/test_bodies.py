@@ -14,7 +14,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, hamm2016_pb2, local_release_pb2, pathak2010_pb2 as pk
+from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2, local_release_pb2, pathak2010_pb2 as pk
 
 from .conftest import (
     DCA_SERVICE,
@@ -41,9 +41,7 @@ UNARY = [
     ("curator", DCA_SERVICE, "CreateJob", "operator", "party-1"),
     ("curator", DCA_SERVICE, "GetJob", "party-1", "curator"),
     ("curator", DCA_SERVICE, "SendPartialSum", "node-1", "party-1"),
-    ("curator", "mpdp.messages.LocalModelCurator", "SubmitLocalJob", "operator", "party-1"),
-    ("curator", "mpdp.messages.ContributionCurator", "RequestContributions", "operator", "party-1"),
-    ("curator", "mpdp.messages.EnsembleCurator", "TrainEnsemble", "operator", "node-1"),
+    ("curator", "mpdp.messages.JobOperations", "SubmitJob", "operator", "node-1"),
     ("party-1", PARTY_SERVICE, "AnnounceJob", "curator", "party-2"),
     ("party-1", PARTY_SERVICE, "SendSizeShare", "party-2", "operator"),
     ("party-1", PARTY_SERVICE, "AbortJob", "party-2", "node-1"),
@@ -130,8 +128,7 @@ BY_ID = [
     ("curator", DCA_SERVICE, "GetRelease", "operator", common_pb2.JobRef),
     ("curator", DCA_SERVICE, "GetJob", "party-1", common_pb2.JobRef),
     ("curator", DCA_SERVICE, "SendPartialSum", "node-1", dca_pb2.PartialSum),
-    ("curator", "mpdp.messages.LocalModelCurator", "GetLocalModels", "operator", common_pb2.JobRef),
-    ("curator", "mpdp.messages.EnsembleCurator", "GetEnsemble", "operator", common_pb2.JobRef),
+    ("curator", "mpdp.messages.JobOperations", "GetRelease", "operator", common_pb2.JobRef),
     ("party-1", PARTY_SERVICE, "SendSizeShare", "party-2", pk.SizeShare),
     ("party-1", PARTY_SERVICE, "StartProtocol", "curator", pk.ProtocolStart),
     ("node-1", NODE_SERVICE, "GetPartialSum", "curator", common_pb2.JobRef),
@@ -183,9 +180,9 @@ def test_attacker_sized_strings_in_specs_are_not_echoed(fed):
     """Dataset, purpose and party names of attacker size in job specs: refused INVALID_ARGUMENT, not echoed."""
     big = "d" * 20_000
     with channel(fed, "curator", site_tls(fed, "operator")) as ch:
-        from mpdp.messages import contribution_pb2_grpc, dca_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2_grpc as pk_grpc
+        from mpdp.messages import dca_pb2_grpc, pathak2010_pb2_grpc as pk_grpc
 
-        from .conftest import dca_spec, pathak_spec
+        from .conftest import dca_spec, host_submit, learner_spec, pathak_spec
 
         e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(seed=b"big").__class__(**{**_fields(pathak_spec(seed=b"big")), "dataset": big}), timeout=30))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
@@ -195,17 +192,15 @@ def test_attacker_sized_strings_in_specs_are_not_echoed(fed):
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
         e = refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_spec(nodes=["node-1", "node-2", big]), timeout=30))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
-        e = refused(lambda: local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(
-            local_release_pb2.LocalModelJobSpec(dataset=big, model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1"], ridge=1e-3, data_norm=1.0), timeout=60))
+        e = refused(lambda: host_submit(fed, timeout=60, lmgc=local_release_pb2.LocalModelJobSpec(
+            dataset=big, model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1"], ridge=1e-3, data_norm=1.0)))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
-        e = refused(lambda: hamm2016_pb2_grpc.EnsembleCuratorStub(ch).TrainEnsemble(
-            hamm2016_pb2.EnsembleJobSpec(dataset="synthetic", auxiliary=big, method="soft", lam=0.1, epsilon=1.0, classes=["-1", "1"], parties=["party-1", "party-2"],
-                                         compute_nodes=["node-1", "node-2"]), timeout=60))
+        e = refused(lambda: host_submit(fed, timeout=60, hamm2016=hamm2016_pb2.EnsembleJobSpec(
+            dataset="synthetic", auxiliary=big, method="soft", lam=0.1, epsilon=1.0, classes=["-1", "1"], parties=["party-1", "party-2"],
+            compute_nodes=["node-1", "node-2"])))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
-        req = contribution_pb2.StatisticRequest(dca_job_id=big, dataset="synthetic", statistic="linreg/std", bounds=[1.0] * 5, records_per_client=100)
-        e = refused(lambda: contribution_pb2_grpc.ContributionCuratorStub(ch).RequestContributions(contribution_pb2.ContributionRound(request=req, parties=["party-1"]), timeout=60))
-        assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), e
-        assert_clean(e, big)
+        e = refused(lambda: host_submit(fed, timeout=60, learner=learner_spec(dataset=big)))
+        assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
     assert_all_serving(fed)
     assert_ledgers_within_budget(fed)
 

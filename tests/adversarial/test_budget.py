@@ -18,12 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, local_release_pb2, pathak2010_pb2_grpc as pk_grpc
 
 from .conftest import (
     PARTIES,
     assert_all_serving,
     assert_ledgers_within_budget,
+    host_run,
     ledger,
     operator_curator,
     pathak_published,
@@ -69,8 +70,7 @@ def _lmgc(fed, seed: bytes) -> tuple[str, str]:
     spec = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=4.0, parties=PARTIES, ridge=1e-3, data_norm=1.0, simulation_seed=seed)
     setattr(spec, "lambda", 1e-3)
     try:
-        with operator_curator(fed) as ch:
-            s = local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(spec, timeout=180)
+        s = host_run(fed, timeout=180, lmgc=spec).lmgc
     except grpc.RpcError as e:
         assert e.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED), f"{e.code().name}: {e.details()}"
         assert "BUDGET_EXCEEDED" in (e.details() or ""), e.details()

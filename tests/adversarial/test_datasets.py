@@ -18,11 +18,10 @@ import pytest
 
 from mpdp.data.dataset import load_dataset
 from mpdp.data.loaders import DatasetError, DatasetUnreadable
-from mpdp.messages import local_release_pb2_grpc
 from mpdp_services.common.config import DatasetConfig
 from mpdp_services.operator.local import local_spec
 
-from .conftest import assert_clean, assert_serving, operator_curator, refused, start_federation
+from .conftest import assert_clean, assert_serving, host_run, refused, start_federation
 
 SCHEMA = """\
 mpdp_schema: 1
@@ -63,8 +62,7 @@ def fed(tmp_path_factory):
 
 def _local(fed, dataset: str):
     spec = local_spec(dataset, ["party-1"], 10.0, 1e-2, "corrected", 1e-3, 1.0, seed=b"datasets")
-    with operator_curator(fed) as ch:
-        return local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(spec, timeout=300)
+    return host_run(fed, timeout=300, lmgc=spec).lmgc
 
 
 def test_one_corrupt_parquet_file_leaves_the_party_serving_its_other_datasets(fed):

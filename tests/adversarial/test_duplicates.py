@@ -2,8 +2,9 @@
 
 Models an operator (or a compromised operator client) that names a party or a compute node twice, so that
 one site's contribution counts twice, one node sees two shares of a client, or a party's ledger misses a
-release (the reported case: ``RequestContributions(parties=[p1, p1, p2, p3])`` released garbage and p1's
-ledger had no entry). Expected: INVALID_ARGUMENT before anything runs, nothing released, no ledger entry.
+release (the reported case: a contribution round over ``[p1, p1, p2, p3]`` released garbage and p1's ledger had
+no entry; a round is now a learner job's, submitted through the job host). Expected: INVALID_ARGUMENT before
+anything runs, nothing released, no ledger entry.
 """
 
 from __future__ import annotations
@@ -13,49 +14,45 @@ import pytest
 
 from mpdp.messages import (
     common_pb2,
-    contribution_pb2,
-    contribution_pb2_grpc,
     dca_pb2_grpc,
     hamm2016_pb2,
-    hamm2016_pb2_grpc,
     local_release_pb2,
-    local_release_pb2_grpc,
     pathak2010_pb2_grpc as pk_grpc,
 )
-from mpdp.regression.plan import RegressionPlan
 
 from .conftest import (
-    NODES,
     PARTIES,
     assert_all_serving,
     assert_ledgers_within_budget,
     assert_status,
-    create_dca,
-    dca_released,
     dca_spec,
+    host_submit,
+    learner_spec,
     ledger,
-    ledger_job_ids,
     operator_curator,
     pathak_spec,
     refused,
-    wait_dca,
+    submit_learner,
 )
 
 
-def test_duplicate_party_in_a_contribution_round_is_refused(fed):
-    plan = RegressionPlan((1.0,) * 4 + (1.0,), 5.0, 1e-4, grid_repeats=(2, 2))
-    spec = plan.std_round().dca_params("pending", 4, NODES, records_per_client=100, deadline_seconds=8.0).to_spec()
-    job = create_dca(fed, spec)
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(plan.bounds), records_per_client=100)
+def test_duplicate_party_in_a_learner_job_is_refused(fed):
+    """A one-round learner job (its round's parties are the job's) naming party-1 twice: refused before its DCA
+    job exists or any party is asked."""
+    before = {p: len(ledger(fed, p)["entries"]) for p in PARTIES}
     with operator_curator(fed) as ch:
-        stub = contribution_pb2_grpc.ContributionCuratorStub(ch)
-        e = refused(lambda: stub.RequestContributions(contribution_pb2.ContributionRound(request=req, parties=["party-1", "party-1", "party-2", "party-3"]), timeout=120))
+        dca_before = len(_jobs(ch, "dca"))
+        e = refused(lambda: submit_learner(fed, learner_spec(["party-1", "party-1", "party-2", "party-3"]), timeout=120))
+        assert len(_jobs(ch, "dca")) == dca_before  # no round's DCA job was made
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
-    st = wait_dca(fed, job)
-    assert st.state != "RELEASED" and not dca_released(fed, job), st
-    for p in PARTIES:
-        assert job not in ledger_job_ids(fed, p), f"{p} spent ε on a refused round"
+    assert {p: len(ledger(fed, p)["entries"]) for p in PARTIES} == before
     assert_ledgers_within_budget(fed)
+
+
+def _jobs(ch, protocol: str) -> list:
+    from mpdp.messages import operations_pb2, operations_pb2_grpc
+
+    return list(operations_pb2_grpc.JobOperationsStub(ch).ListJobs(operations_pb2.JobQuery(protocol=protocol, limit=1000), timeout=30).jobs)
 
 
 @pytest.mark.parametrize("field,value", [
@@ -82,8 +79,7 @@ def test_duplicate_party_in_a_local_release_is_invalid_argument(fed):
     before = {p: len(ledger(fed, p)["entries"]) for p in PARTIES}
     spec = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1", "party-2", "party-1"], ridge=1e-3, data_norm=1.0)
     setattr(spec, "lambda", 1e-3)
-    with operator_curator(fed) as ch:
-        e = refused(lambda: local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(spec, timeout=120))
+    e = refused(lambda: host_submit(fed, timeout=120, lmgc=spec))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert {p: len(ledger(fed, p)["entries"]) for p in PARTIES} == before
 
@@ -96,8 +92,7 @@ def test_duplicates_in_an_ensemble_spec_are_invalid_argument(fed, parties, nodes
     before = {p: len(ledger(fed, p)["entries"]) for p in PARTIES}
     spec = hamm2016_pb2.EnsembleJobSpec(dataset="synthetic", auxiliary="aux", method="soft", lam=0.1, epsilon=1.0, classes=["-1", "1"],
                                         parties=parties, compute_nodes=nodes, deadline_seconds=30.0, simulation_seed=b"dup")
-    with operator_curator(fed) as ch:
-        e = refused(lambda: hamm2016_pb2_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec, timeout=120))
+    e = refused(lambda: host_submit(fed, timeout=120, hamm2016=spec))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert {p: len(ledger(fed, p)["entries"]) for p in PARTIES} == before
     assert_all_serving(fed)

@@ -3,7 +3,7 @@ same way, over real processes and mutual TLS.
 
 A submission answers with the job's id and first summary at once (the curator runs the job; the operator may go
 away); WatchJob streams the job's summary on every change until it ends; GetRelease gives what it published, the
-same message the protocol's own service gives. Ensembles and local releases run as the curator's own tasks: a
+message the curator's durable store holds. Ensembles and local releases run as the curator's own tasks: a
 cancel stops one at once (FAILED, CANCELLED) and the parties' charges stay. Raw clients: a party or compute-node
 certificate cannot submit, watch or cancel; another operator sees no job of ours; a malformed submission or id is
 refused; the host keeps serving.
@@ -19,7 +19,7 @@ import time
 import grpc
 import pytest
 
-from mpdp.messages import common_pb2, hamm2016_pb2 as hm, hamm2016_pb2_grpc as hm_grpc, local_release_pb2 as lr, local_release_pb2_grpc as lr_grpc
+from mpdp.messages import common_pb2, hamm2016_pb2 as hm, local_release_pb2 as lr
 from mpdp.messages import operations_pb2 as ops, operations_pb2_grpc as ops_grpc
 
 from .conftest import (NODES, PARTIES, assert_all_serving, assert_status, channel, dca_spec, ledger_job_ids, mint, operator_curator, pathak_spec, refused,
@@ -60,9 +60,9 @@ def test_a_task_job_is_submitted_at_once_watched_to_its_end_and_fetched(fed, fie
         assert seen[0].job_id == first.job_id and seen[-1].terminal and seen[-1].state == "PUBLISHED" and seen[-1].released
         assert all(not s.terminal for s in seen[:-1])
         got = host(ch).GetRelease(common_pb2.JobRef(job_id=first.job_id), timeout=60)
-        own = (lr_grpc.LocalModelCuratorStub(ch).GetLocalModels if field == "lmgc" else hm_grpc.EnsembleCuratorStub(ch).GetEnsemble)(
-            common_pb2.JobRef(job_id=first.job_id), timeout=60)
-        assert got.protocol == field and getattr(got, field) == own  # the same release the protocol's own service gives
+    folder, kind = ("local", lr.LocalModelSet) if field == "lmgc" else ("ensembles", hm.EnsembleRelease)
+    stored = kind.FromString((fed.workdir / "curator" / "state" / folder / f"{first.job_id}.binpb").read_bytes())
+    assert got.protocol == field and getattr(got, field) == stored and stored.job_id == first.job_id  # what the curator's store holds
     for p in PARTIES:  # each party spent for it
         assert first.job_id in ledger_job_ids(fed, p)
 

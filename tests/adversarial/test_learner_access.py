@@ -1,9 +1,9 @@
 """Who may drive a curator-hosted learner job (dp-gd, regression): the federation's operator only.
 
-Raw clients over mutual TLS with the generated messages. A party's or a compute node's own certificate, and an
-outsider (a party certificate minted from the federation's CA for a site that is not in it), may not submit,
-watch, fetch or cancel a learner job: PERMISSION_DENIED from the gate, before the body is parsed, and the job goes
-on. A certificate from another CA does not get through the TLS handshake. A replayed submission (the same job id)
+Raw clients over mutual TLS with the generated messages; every call is the job host's (JobOperations). A party's
+or a compute node's own certificate, and an outsider (a party certificate minted from the federation's CA for a
+site that is not in it), may not submit, watch, fetch or cancel a learner job: PERMISSION_DENIED from the gate,
+before the body is parsed, and the job goes on. A certificate from another CA does not get through the TLS handshake. A replayed submission (the same job id)
 is refused ALREADY_EXISTS and never starts a second job; the first one releases.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from mpdp.dpgd.model import Task
 from mpdp.dpgd.plan import DpgdPlan
-from mpdp.messages import common_pb2, learner_pb2_grpc, operations_pb2_grpc
+from mpdp.messages import common_pb2, operations_pb2 as ops, operations_pb2_grpc
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
 
@@ -30,14 +30,30 @@ def _spec(rounds: int = 1, job_id: str = ""):
     return dpgd_spec("synthetic", PARTIES, NODES, plan, 60, job_id=job_id, seed=b"learner-access")
 
 
+def _host(ch: grpc.Channel) -> operations_pb2_grpc.JobOperationsStub:
+    return operations_pb2_grpc.JobOperationsStub(ch)
+
+
+def _submit(ch: grpc.Channel, spec, timeout: float = 60) -> str:
+    return _host(ch).SubmitJob(ops.JobSubmission(learner=spec), timeout=timeout).job_id
+
+
+def _watch(ch: grpc.Channel, job: str, timeout: float = 180):
+    last = None
+    for last in _host(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=timeout):
+        if last.terminal:
+            break
+    return last
+
+
 def _calls(ch: grpc.Channel, job: str) -> dict:
-    learner = learner_pb2_grpc.LearnerCuratorStub(ch)
+    host = _host(ch)
     ref = common_pb2.JobRef(job_id=job)
     return {
-        "submit": lambda: learner.SubmitLearner(_spec(), timeout=20),
-        "watch": lambda: learner.WatchLearner(ref, timeout=20),
-        "model": lambda: learner.GetLearnerModel(ref, timeout=20),
-        "cancel": lambda: operations_pb2_grpc.JobOperationsStub(ch).CancelJob(ref, timeout=20),
+        "submit": lambda: _submit(ch, _spec(), timeout=20),
+        "watch": lambda: host.WatchJob(ref, timeout=20),
+        "model": lambda: host.GetRelease(ref, timeout=20),
+        "cancel": lambda: host.CancelJob(ref, timeout=20),
     }
 
 
@@ -52,7 +68,7 @@ def _other_ca(fed) -> TlsFiles:
 
 def test_only_the_operator_drives_a_learner_job(fed):
     with operator_curator(fed) as ch:
-        job = learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(_spec(rounds=3), timeout=60).job_id
+        job = _submit(ch, _spec(rounds=3))
     for who, tls in [("party-1", site_tls(fed, "party-1")), ("node-2", site_tls(fed, "node-2")), ("outsider", mint(fed, "party", "party-9"))]:
         with channel(fed, "curator", tls) as ch:
             for name, call in _calls(ch, job).items():
@@ -64,24 +80,19 @@ def test_only_the_operator_drives_a_learner_job(fed):
             e = refused(call)
             assert e.code() == grpc.StatusCode.UNAVAILABLE, f"another CA {name}: {e.code().name}"
     with operator_curator(fed) as ch:  # none of it touched the job
-        last = None
-        for last in learner_pb2_grpc.LearnerCuratorStub(ch).WatchLearner(common_pb2.JobRef(job_id=job), timeout=180):
-            pass
+        last = _watch(ch, job)
     assert last is not None and last.state == "DONE", last
     assert_ledgers_within_budget(fed)
 
 
 def test_a_replayed_submission_is_refused(fed):
     with operator_curator(fed) as ch:
-        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
-        job = stub.SubmitLearner(_spec(job_id="dp-replay000001"), timeout=60).job_id
-        e = refused(lambda: stub.SubmitLearner(_spec(job_id=job), timeout=60))
+        job = _submit(ch, _spec(job_id="dp-replay000001"))
+        e = refused(lambda: _submit(ch, _spec(job_id=job)))
         assert_status(e, grpc.StatusCode.ALREADY_EXISTS)
-        last = None
-        for last in stub.WatchLearner(common_pb2.JobRef(job_id=job), timeout=180):
-            pass
+        last = _watch(ch, job)
         assert last is not None and last.state == "DONE", last
-        e = refused(lambda: stub.SubmitLearner(_spec(job_id=job), timeout=60))  # and after it ended
+        e = refused(lambda: _submit(ch, _spec(job_id=job)))  # and after it ended
         assert_status(e, grpc.StatusCode.ALREADY_EXISTS)
     assert_ledgers_within_budget(fed)
 
@@ -89,14 +100,14 @@ def test_a_replayed_submission_is_refused(fed):
 @pytest.mark.parametrize("job_id", ["", "x" * 65, "../../etc/passwd", "dp-\x00"])
 def test_hostile_ids_name_no_job(fed, job_id):
     with operator_curator(fed) as ch:
-        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
-        for call in (lambda: stub.WatchLearner(common_pb2.JobRef(job_id=job_id), timeout=20),
-                     lambda: stub.GetLearnerModel(common_pb2.JobRef(job_id=job_id), timeout=20)):
+        host = _host(ch)
+        for call in (lambda: host.WatchJob(common_pb2.JobRef(job_id=job_id), timeout=20),
+                     lambda: host.GetRelease(common_pb2.JobRef(job_id=job_id), timeout=20)):
             assert_status(refused(call), grpc.StatusCode.NOT_FOUND, job_id)
         if job_id:
             spec = _spec()
             spec.job_id = job_id  # a raw body: the client library would refuse it first
-            assert_status(refused(lambda: stub.SubmitLearner(spec, timeout=20)), grpc.StatusCode.INVALID_ARGUMENT, job_id)
+            assert_status(refused(lambda: _submit(ch, spec, timeout=20)), grpc.StatusCode.INVALID_ARGUMENT, job_id)
 
 
 def test_a_replayed_round_is_refused_by_every_party_and_spends_nothing(fed):
@@ -109,11 +120,9 @@ def test_a_replayed_round_is_refused_by_every_party_and_spends_nothing(fed):
     from .conftest import ledger
 
     with operator_curator(fed) as ch:
-        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
-        job = stub.SubmitLearner(_spec(rounds=1), timeout=60).job_id
-        for _ in stub.WatchLearner(common_pb2.JobRef(job_id=job), timeout=180):
-            pass
-        model = stub.GetLearnerModel(common_pb2.JobRef(job_id=job), timeout=30)
+        job = _submit(ch, _spec(rounds=1))
+        _watch(ch, job)
+        model = _host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).learner
     req = contribution_pb2.StatisticRequest(dca_job_id=model.dca_jobs[0], dataset="synthetic", statistic=dpgd_wire.STATISTIC, records_per_client=60,
                                             dpgd=model.dpgd.plan, parties=PARTIES)
     before = {p: ledger(fed, p)["entries"] for p in PARTIES}

@@ -17,9 +17,9 @@ import pytest
 
 from mpdp.dpgd.model import Task
 from mpdp.dpgd.plan import DpgdPlan
-from mpdp.messages import common_pb2, learner_pb2_grpc
+from mpdp.messages import common_pb2, operations_pb2_grpc
 
-from .conftest import NODES, PARTIES, assert_all_serving, assert_ledgers_within_budget, ledger, operator_curator, start_federation
+from .conftest import NODES, PARTIES, assert_all_serving, assert_ledgers_within_budget, host_release, ledger, operator_curator, start_federation, submit_learner
 
 SIZES = (40, 47, 54)  # conftest.start_federation's synthetic rows per party
 
@@ -39,16 +39,22 @@ def _spec(rounds: int, job_id: str = ""):
 
 
 def _watch(fed, job: str, timeout: float = 60.0):
+    """The job host's summaries of the job (WatchJob), until it ends."""
     with operator_curator(fed) as ch:
-        yield from learner_pb2_grpc.LearnerCuratorStub(ch).WatchLearner(common_pb2.JobRef(job_id=job), timeout=timeout)
+        yield from operations_pb2_grpc.JobOperationsStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=timeout)
+
+
+def _round(stage: str) -> int:
+    """The running round (0-based) of a learner job's stage "round r of R"; -1 for any other stage."""
+    words = stage.split()
+    return int(words[1]) - 1 if len(words) == 4 and words[0] == "round" else -1
 
 
 def test_curator_killed_mid_dpgd_job(fed):
-    with operator_curator(fed) as ch:
-        job = learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(_spec(rounds=60), timeout=60).job_id
+    job = submit_learner(fed, _spec(rounds=60))
     for st in _watch(fed, job):  # until round 2 runs: every party has paid the job's one charge in round 1
         assert not st.terminal, st
-        if st.round >= 1:
+        if _round(st.stage) >= 1:
             break
     charged = {p: [e for e in ledger(fed, p)["entries"] if e.get("protocol") == "dpgd" and e.get("job_id") == job] for p in PARTIES}
     assert all(len(c) == 1 and c[0]["epsilon"] > 0 for c in charged.values()), charged
@@ -63,10 +69,9 @@ def test_curator_killed_mid_dpgd_job(fed):
     assert last is not None and last.terminal and last.state == "FAILED", last
     assert last.problem == common_pb2.JOB_FAILED and "the curator restarted mid-job" in last.detail, last
     assert time.monotonic() - t0 < 60.0
-    with operator_curator(fed) as ch:
-        with pytest.raises(grpc.RpcError) as e:
-            learner_pb2_grpc.LearnerCuratorStub(ch).GetLearnerModel(common_pb2.JobRef(job_id=job), timeout=30)
-    assert e.value.code() == grpc.StatusCode.ABORTED and "released nothing" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        host_release(fed, job)
+    assert e.value.code() == grpc.StatusCode.ABORTED and "published nothing" in e.value.details()
     assert not (fed.workdir / "curator" / "state" / "learners" / f"{job}.model.binpb").exists()
 
     from mpdp_services.common.endpoints import Endpoints
@@ -84,12 +89,10 @@ def test_curator_killed_mid_dpgd_job(fed):
     assert_ledgers_within_budget(fed)
 
     # the restarted curator runs a new learner job to the end; the killed job's id stays taken
-    with operator_curator(fed) as ch:
-        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
-        with pytest.raises(grpc.RpcError) as e:
-            stub.SubmitLearner(_spec(rounds=0, job_id=job), timeout=60)
-        assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
-        fresh = stub.SubmitLearner(_spec(rounds=0), timeout=60).job_id
+    with pytest.raises(grpc.RpcError) as e:
+        submit_learner(fed, _spec(rounds=0, job_id=job))
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    fresh = submit_learner(fed, _spec(rounds=0))
     states = [st.state for st in _watch(fed, fresh, timeout=120)]
     assert states[-1] == "DONE", states
     assert_all_serving(fed)

@@ -25,7 +25,7 @@ import grpc
 import pytest
 
 from mpdp.ledger import VOIDED
-from mpdp.messages import common_pb2, local_release_pb2, local_release_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, local_release_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp_services.common.rpc import TlsFiles
 
 from .conftest import (
@@ -36,6 +36,7 @@ from .conftest import (
     assert_clean,
     assert_ledgers_within_budget,
     channel,
+    host_submit,
     ledger,
     mint,
     operator_curator,
@@ -194,8 +195,7 @@ def test_submissions_past_the_admission_bounds_queue_then_are_overloaded_before_
         lmgc = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1"],
                                                    ridge=1e-3, data_norm=1.0, simulation_seed=b"adm-lmgc")
         setattr(lmgc, "lambda", 1e-3)
-        with operator_curator(bounded) as ch:
-            e = refused(lambda: local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(lmgc, timeout=60))
+        e = refused(lambda: host_submit(bounded, timeout=60, lmgc=lmgc))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         with channel(bounded, "curator", other) as ch:
             stub = pk_grpc.CuratorStub(ch)

@@ -2,7 +2,7 @@
 
 A second operator of the same federation (minted operator-2, valid certificate, right role) learns the first
 operator's job ids and tries every operator RPC that names a job: list, get, watch, fetch the release or model,
-cancel, request contributions. Invariants: each is refused with UNKNOWN_JOB (NOT_FOUND, the answer for an id never
+cancel. Invariants: each is refused with UNKNOWN_JOB (NOT_FOUND, the answer for an id never
 issued, so operator-2 learns nothing), list answers leave the job out, the job is untouched; the owner and an
 ``admin`` certificate see it, and the admin may cancel it; parties still list published models; ownership
 survives a curator restart.
@@ -14,7 +14,7 @@ import signal
 
 import grpc
 
-from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2_grpc, operations_pb2 as ops, operations_pb2_grpc as ops_grpc
+from mpdp.messages import common_pb2, dca_pb2_grpc, operations_pb2 as ops, operations_pb2_grpc as ops_grpc
 from mpdp.messages import pathak2010_pb2_grpc as pk_grpc
 
 from .conftest import assert_status, channel, create_dca, dca_spec, mint, pathak_job, refused, site_tls
@@ -40,9 +40,6 @@ def test_another_operator_cannot_see_or_touch_a_dca_job_and_an_admin_can(fed):
         _not_found(lambda: dca.GetJob(REF(job_id=job), timeout=20))
         _not_found(lambda: dca.GetRelease(REF(job_id=job), timeout=20))
         _not_found(lambda: dca.WatchJob(REF(job_id=job), timeout=20))
-        round_ = contribution_pb2.ContributionRound(request=contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", statistic="linreg/std"),
-                                                    parties=["party-1"])
-        _not_found(lambda: contribution_pb2_grpc.ContributionCuratorStub(ch).RequestContributions(round_, timeout=20))
         mine = dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_spec(deadline=120.0), timeout=60).job_id
         assert _listed(ch, mine) and jobs.GetJob(REF(job_id=mine), timeout=20).job_id == mine
     with channel(fed, "curator", site_tls(fed, "operator")) as ch:  # the owner

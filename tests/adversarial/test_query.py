@@ -7,7 +7,7 @@
 * A curator cannot loosen a query's proven row bound or weaken its noise: each party refuses (INVALID_ARGUMENT) and
   spends nothing.
 * A query naming a column the schema does not hold, or a data-dependent bin, is refused by the curator (raw
-  SubmitLearner) and by each party (raw Contribute, as the curator asks) before any spend: every ledger unchanged.
+  SubmitJob of the job host) and by each party (raw Contribute, as the curator asks) before any spend: every ledger unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from mpdp.dca import validation
 from mpdp.dca.params import DcaParams
 from mpdp.math import field as F
-from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, learner_pb2, learner_pb2_grpc, query_pb2
+from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, learner_pb2, operations_pb2, operations_pb2_grpc, query_pb2
 from mpdp.query.evaluate import batch_vector
 from mpdp.query.plan import compile_query
 from mpdp.query.release import dca_params
@@ -181,7 +181,7 @@ def test_a_non_schema_column_or_data_dependent_bin_is_refused_before_any_spend(q
     spec = learner_pb2.LearnerJobSpec(dataset="toy", parties=PARTIES, compute_nodes=NODES, records_per_party=ROWS, schema_sha256=qfed.schema.sha256(),
                                       query=_spec(qfed, sql))
     with operator_curator(qfed) as ch:
-        e = refused(lambda: learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(spec, timeout=30))
+        e = refused(lambda: operations_pb2_grpc.JobOperationsStub(ch).SubmitJob(operations_pb2.JobSubmission(learner=spec), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert what in (e.details() or "")
     dca_job = create_dca(qfed, _params(qfed).to_spec())  # a curator that skips its own check: the party refuses too
@@ -251,7 +251,7 @@ def test_an_evaluation_of_a_model_no_job_released_is_refused_by_the_curator(qfed
     spec = learner_pb2.LearnerJobSpec(dataset="toy", parties=PARTIES, compute_nodes=NODES, records_per_party=ROWS, schema_sha256=qfed.schema.sha256(),
                                       query=_evaluation([0.1] * 4))
     with operator_curator(qfed) as ch:
-        e = refused(lambda: learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(spec, timeout=30))
+        e = refused(lambda: operations_pb2_grpc.JobOperationsStub(ch).SubmitJob(operations_pb2.JobSubmission(learner=spec), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert "not a valid evaluation" in (e.details() or "")
     assert {p: ledger(qfed, p)["entries"] for p in PARTIES} == before

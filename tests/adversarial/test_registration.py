@@ -20,10 +20,10 @@ import pytest
 
 from mpdp.dpgd.model import Task
 from mpdp.dpgd.plan import DpgdPlan
-from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, learner_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, operations_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp_services.common import jobs
 
-from .conftest import NODES, PARTIES, address, assert_serving, assert_status, channel, mint, operator_curator, refused, site_tls, start_federation
+from .conftest import NODES, PARTIES, address, assert_serving, assert_status, channel, mint, refused, site_tls, start_federation, submit_learner
 
 FIXED = "party-fixed"  # a party whose address the curator's config fixes (as `mpdp provision` writes it)
 FIXED_ADDRESS = "127.0.0.1:9"
@@ -110,19 +110,17 @@ def _learner_spec(job_id: str):
 
 def test_a_taken_job_id_does_not_reveal_another_operators_job(fed):
     job = "dp-review-taken"
-    with operator_curator(fed) as ch:
-        stub = learner_pb2_grpc.LearnerCuratorStub(ch)
-        assert stub.SubmitLearner(_learner_spec(job), timeout=60).job_id == job
-        own = refused(lambda: stub.SubmitLearner(_learner_spec(job), timeout=60))
+    assert submit_learner(fed, _learner_spec(job)) == job
+    own = refused(lambda: submit_learner(fed, _learner_spec(job)))
     assert_status(own, grpc.StatusCode.ALREADY_EXISTS)  # the owner's own duplicate
-    with channel(fed, "curator", mint(fed, "operator", "operator-2")) as ch:
-        other = refused(lambda: learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(_learner_spec(job), timeout=60))
-        assert_status(refused(lambda: list(learner_pb2_grpc.LearnerCuratorStub(ch).WatchLearner(common_pb2.JobRef(job_id=job), timeout=20))),
+    operator_2 = mint(fed, "operator", "operator-2")
+    other = refused(lambda: submit_learner(fed, _learner_spec(job), operator_2))
+    with channel(fed, "curator", operator_2) as ch:
+        assert_status(refused(lambda: list(operations_pb2_grpc.JobOperationsStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=20))),
                       grpc.StatusCode.NOT_FOUND)
     assert_status(other, grpc.StatusCode.INVALID_ARGUMENT)
     assert other.details() == f"INVALID_JOB: {jobs.TAKEN}", other.details()  # names no job, no owner, no state
-    with channel(fed, "curator", mint(fed, "admin", "admin-1")) as ch:  # the admin may know of every job
-        admin = refused(lambda: learner_pb2_grpc.LearnerCuratorStub(ch).SubmitLearner(_learner_spec(job), timeout=60))
+    admin = refused(lambda: submit_learner(fed, _learner_spec(job), mint(fed, "admin", "admin-1")))  # the admin may know of every job
     assert_status(admin, grpc.StatusCode.ALREADY_EXISTS)
 
 

@@ -6,8 +6,9 @@ invented slots with zero shares, the release would carry a twelfth of the noise 
 And an operator who submits shares under a party's name first (squatting) would have that party's own shares
 refused as replays and the job release a garbage sum. Expected:
 
-- the curator refuses a contribution round whose DCA job's roster is not exactly the round's parties, and so
-  does each party on its own (even when the request reaches it from a certificate with its curator's name);
+- each party refuses a contribution round whose DCA job's roster is not exactly the round's parties, even when the
+  request reaches it from a certificate with its curator's name (the operator has no call that runs a round on a
+  DCA job of its choosing: a round is a learner job's, its DCA job made by the curator over the job's parties);
 - a compute node takes a named client's share only over that client's own certificate: an operator's shares or
   batches for a named roster (an invented id or a party's) are refused and nothing is summed;
 - the squatted job and round still release the sum of the parties' own shares; no ε spent on a refused round.
@@ -63,9 +64,18 @@ def std_round_job(fed, roster: list[str], max_missing: int = 0, deadline: float 
 
 
 def request_round(fed, req: contribution_pb2.StatisticRequest, parties: list[str]) -> contribution_pb2.ContributionSummary:
-    with operator_curator(fed) as ch:
-        return contribution_pb2_grpc.ContributionCuratorStub(ch).RequestContributions(
-            contribution_pb2.ContributionRound(request=req, parties=parties), timeout=120)
+    """The round as the curator sends it (each party asked with the round's parties), here from a certificate with
+    the curator's name; the first refusal is raised (grpc.RpcError), as the curator fails the round on it."""
+    sent = contribution_pb2.StatisticRequest()
+    sent.CopyFrom(req)
+    del sent.parties[:]
+    sent.parties.extend(parties)
+    rogue = mint(fed, "curator", "curator")
+    receipts = []
+    for p in parties:
+        with channel(fed, p, rogue) as ch:
+            receipts.append(contribution_pb2_grpc.ContributionPartyStub(ch).Contribute(sent, timeout=120))
+    return contribution_pb2.ContributionSummary(receipts=receipts)
 
 
 def assert_nothing_spent(fed, job: str) -> None:
@@ -91,13 +101,17 @@ def test_a_round_whose_dca_job_declares_a_smaller_sensitivity_than_its_statistic
     assert_nothing_spent(fed, job)
 
 
-def test_a_padded_roster_is_refused_by_the_curator_before_anyone_spends(fed):
+def test_a_padded_roster_is_refused_before_anyone_spends(fed):
     job, req = std_round_job(fed, PARTIES + GHOSTS)
     e = refused(lambda: request_round(fed, req, PARTIES))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert "roster" in e.details()
     assert_nothing_spent(fed, job)
     assert_all_serving(fed)
+    with operator_curator(fed) as ch:  # and the operator's old direct round is no call of the curator's
+        e = refused(lambda: ch.unary_unary("/mpdp.messages.ContributionCurator/RequestContributions")(
+            contribution_pb2.ContributionRound(request=req, parties=PARTIES).SerializeToString(), timeout=20))
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED, e.code()
 
 
 def test_a_roster_without_a_party_or_by_range_is_refused(fed):

@@ -2,8 +2,8 @@
 
 Models an operator (raw gRPC client, operator certificate) that submits jobs chosen to be refused by the
 parties' own data checks, hoping the refusal names what it checked: a Pathak job with ``size_bits = 1``
-(one row at most), a contribution round (regression, dp-gd) with ``records_per_client = 1``, a regression
-round whose clip box misses columns, a dp-gd round whose plan has another dimension, an ensemble whose classes
+(one row at most), a learner job (regression, dp-gd) whose rounds bound each party to one record, a regression
+job whose clip box misses columns, a dp-gd job whose plan has another dimension, an ensemble whose classes
 are not the parties' labels or whose auxiliary data have another dimension, and Pathak jobs whose λ is so
 small that the noise (a function of the party's n_j) overflows its encoding. It reads everything the curator
 shows it: the refusal's status details, the job's status (watch), and the curator's job listing.
@@ -26,29 +26,22 @@ import math
 import re
 import time
 
-import grpc
 import numpy as np
 import pytest
 
 from mpdp.dpgd.model import Task
-from mpdp.dpgd.plan import DpgdPlan, round_job_id
-from mpdp.dpgd.wire import STATISTIC as DPGD_STATISTIC, round_request
+from mpdp.dpgd.plan import DpgdPlan
 from mpdp.lmgc.privacy import ridge_for_jacobian_budget
 from mpdp.messages import (
     common_pb2,
-    contribution_pb2,
-    contribution_pb2_grpc,
-    dca_pb2_grpc,
     hamm2016_pb2,
-    hamm2016_pb2_grpc,
+    learner_pb2,
     local_release_pb2,
-    local_release_pb2_grpc,
     operations_pb2,
     operations_pb2_grpc,
     pathak2010_pb2 as pk,
     pathak2010_pb2_grpc as pk_grpc,
 )
-from mpdp.regression.plan import RegressionPlan
 from mpdp_services.launcher.federation import LocalFederation
 
 from .conftest import (
@@ -56,7 +49,9 @@ from .conftest import (
     PARTIES,
     assert_clean,
     assert_ledgers_within_budget,
-    create_dca,
+    host_release,
+    host_submit,
+    host_wait,
     ledger,
     operator_curator,
     pathak_spec,
@@ -163,17 +158,26 @@ def pathak_status_texts(fed, job: str) -> list[str]:
     return seen
 
 
-def contribution_refused(fed, req: contribution_pb2.StatisticRequest) -> grpc.RpcError:
+def learner_failed(fed, spec: learner_pb2.LearnerJobSpec) -> tuple[operations_pb2.JobSummary, list[str]]:
+    """Run a learner job through the job host to its end; its last summary and every text the operator was shown
+    (each summary's state, stage and detail)."""
+    job = host_submit(fed, timeout=60, learner=spec).job_id
+    seen = []
     with operator_curator(fed) as ch:
-        stub = contribution_pb2_grpc.ContributionCuratorStub(ch)
-        return refused(lambda: stub.RequestContributions(contribution_pb2.ContributionRound(request=req, parties=PARTIES), timeout=300))
+        for st in operations_pb2_grpc.JobOperationsStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=300):
+            seen.append(f"{st.state} {st.stage} {st.detail}")
+            if st.terminal:
+                break
+    final = host_wait(fed, job)
+    assert final.state == "FAILED", final
+    return final, seen
 
 
-def dca_status(fed, job: str) -> str:
-    with operator_curator(fed) as ch:
-        for st in dca_pb2_grpc.DcaCuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=30):
-            return f"{st.state} {st.detail}"
-    return ""
+def regression_spec(bounds: tuple[float, ...], records_per_party: int) -> learner_pb2.LearnerJobSpec:
+    return learner_pb2.LearnerJobSpec(dataset="synthetic", parties=PARTIES, compute_nodes=NODES, records_per_party=records_per_party, simulation_seed=SEED,
+                                      deadline_seconds=30.0, regression=learner_pb2.RegressionJobSpec(
+                                          bounds=list(bounds), epsilon=5.0, delta=1e-4, total_records=1000, mode=common_pb2.CORRECTED, grid_repeats_x=2, grid_repeats_y=2,
+                                          unvalidated=True))
 
 
 # -- refusals before any ε counts (none spent, or the charge voided) ---------------------------------------------
@@ -208,45 +212,30 @@ def test_pathak_size_bound_refusal_names_no_size(leaky, mode, noise):
 
 def test_regression_round_records_bound_refusal_names_no_size(leaky):
     before, known = ledgers(leaky), job_ids(leaky)
-    plan = RegressionPlan((1.0,) * (DIM + 1), 5.0, 1e-4, grid_repeats=(2, 2))
-    spec = plan.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=1, roster=PARTIES, deadline_seconds=6.0).to_spec()
-    job = create_dca(leaky, spec)
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(plan.bounds), records_per_client=1)
-    e = contribution_refused(leaky, req)
-    assert_clean(e)
-    assert_no_secret(leaky, [e.details() or "", dca_status(leaky, job)] + listing(leaky, known))
-    assert "records_per_client" in (e.details() or ""), e.details()
+    final, seen = learner_failed(leaky, regression_spec((1.0,) * (DIM + 1), records_per_party=1))
+    assert_no_secret(leaky, seen + [final.detail] + listing(leaky, known))
+    assert "records_per_client" in final.detail, final.detail
     assert ledgers(leaky) == before
 
 
 def test_regression_round_with_a_short_clip_box_names_no_dimension(leaky):
     before, known = ledgers(leaky), job_ids(leaky)
-    plan = RegressionPlan((1.0,) * 4, 5.0, 1e-4, grid_repeats=(2, 2))  # d = 3 where the data have 6 features
-    spec = plan.std_round().dca_params("pending", len(PARTIES), NODES, records_per_client=1000, roster=PARTIES, deadline_seconds=6.0).to_spec()
-    job = create_dca(leaky, spec)
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(plan.bounds), records_per_client=1000)
-    e = contribution_refused(leaky, req)
-    assert_clean(e)
-    assert_no_secret(leaky, [e.details() or "", dca_status(leaky, job)] + listing(leaky, known), dimension=True)
+    final, seen = learner_failed(leaky, regression_spec((1.0,) * 4, records_per_party=1000))  # d = 3 where the data have 6 features
+    assert_no_secret(leaky, seen + [final.detail] + listing(leaky, known), dimension=True)
     assert ledgers(leaky) == before
 
 
 @pytest.mark.parametrize("case", ["records", "dimension"])
 def test_dpgd_round_refusal_names_no_size_or_dimension(leaky, case):
+    from mpdp_services.operator.dpgd import dpgd_spec
+
     before, known = ledgers(leaky), job_ids(leaky)
     d, bound = (DIM, 1) if case == "records" else (3, 1000)
     plan = DpgdPlan(Task("binary"), d, 1.0, 1e-6, lam=1e-2, rounds=1, total_records=1000)
-    job_id = f"dp-leak{case[:3]}00000"[:15]
-    params = plan.dca_params(0, "pending", len(PARTIES), NODES, records_per_client=bound, simulation_seed=SEED, roster=PARTIES,
-                             purpose=round_job_id(job_id, 0))
-    dca = create_dca(leaky, params.to_spec())
-    req = contribution_pb2.StatisticRequest(dca_job_id=dca, dataset="synthetic", statistic=DPGD_STATISTIC, records_per_client=bound,
-                                            dpgd=round_request(plan, job_id, 0, np.zeros((d, plan.width))))
-    e = contribution_refused(leaky, req)
-    assert_clean(e)
-    assert_no_secret(leaky, [e.details() or "", dca_status(leaky, dca)] + listing(leaky, known), dimension=case == "dimension")
+    final, seen = learner_failed(leaky, dpgd_spec("synthetic", PARTIES, NODES, plan, bound, seed=SEED, deadline=30.0))
+    assert_no_secret(leaky, seen + [final.detail] + listing(leaky, known), dimension=case == "dimension")
     if case == "records":
-        assert "records_per_client" in (e.details() or ""), e.details()
+        assert "records_per_client" in final.detail, final.detail
     assert ledgers(leaky) == before
 
 
@@ -256,10 +245,12 @@ def test_ensemble_refusal_names_no_label_size_or_dimension(leaky, case):
     classes, aux = (["a", "b"], "aux") if case == "classes" else (["-1", "1"], "aux_narrow")
     spec = hamm2016_pb2.EnsembleJobSpec(dataset="synthetic", auxiliary=aux, method="soft", lam=0.1, epsilon=1.0, classes=classes,
                                         parties=PARTIES, compute_nodes=NODES, deadline_seconds=30.0, simulation_seed=SEED)
-    with operator_curator(leaky) as ch:
-        e = refused(lambda: hamm2016_pb2_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec, timeout=240))
+    job = host_submit(leaky, timeout=60, hamm2016=spec).job_id
+    final = host_wait(leaky, job, timeout=240)
+    assert final.state == "FAILED", final
+    e = refused(lambda: host_release(leaky, job))
     assert_clean(e)
-    texts = [e.details() or ""] + listing(leaky, known)
+    texts = [final.detail, e.details() or ""] + listing(leaky, known)
     assert_no_secret(leaky, texts, dimension=case == "dimension")
     if case == "classes":  # the labels in the parties' files are -1 and 1, the job's classes "a" and "b"
         for t in texts:
@@ -292,8 +283,9 @@ def test_local_release_guarantee_carries_no_size(leaky):
     spec = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=LMGC_EPSILON, parties=PARTIES,
                                                ridge=1e-3, data_norm=1.0, huber_h=0.5, simulation_seed=SEED)
     setattr(spec, "lambda", 1e-3)
-    with operator_curator(leaky) as ch:
-        published = local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(spec, timeout=600)
+    job = host_submit(leaky, timeout=60, lmgc=spec).job_id
+    assert host_wait(leaky, job, timeout=600).state == "PUBLISHED"
+    published = host_release(leaky, job).lmgc
     assert len(published.releases) == len(PARTIES)
     text = str(published)
     assert_no_secret(leaky, [text] + listing(leaky, known))

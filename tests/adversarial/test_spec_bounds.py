@@ -17,13 +17,10 @@ import pytest
 
 from mpdp.messages import (
     common_pb2,
-    contribution_pb2,
-    contribution_pb2_grpc,
     dca_pb2_grpc,
     hamm2016_pb2,
-    hamm2016_pb2_grpc,
+    learner_pb2,
     local_release_pb2,
-    local_release_pb2_grpc,
     pathak2010_pb2 as pk,
     pathak2010_pb2_grpc as pk_grpc,
 )
@@ -36,9 +33,10 @@ from .conftest import (
     assert_serving,
     assert_status,
     channel,
-    create_dca,
     dca_job,
     dca_spec,
+    host_submit,
+    learner_spec,
     ledger,
     operator_curator,
     pathak_job,
@@ -170,8 +168,7 @@ def test_local_release_spec_out_of_bounds_is_invalid_argument(fed, case):
             getattr(spec, k).extend(v)
         else:
             setattr(spec, k, v)
-    with operator_curator(fed) as ch:
-        e = refused(lambda: local_release_pb2_grpc.LocalModelCuratorStub(ch).SubmitLocalJob(spec, timeout=30))
+    e = refused(lambda: host_submit(fed, timeout=30, lmgc=spec))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert {p: len(ledger(fed, p)["entries"]) for p in PARTIES} == before
 
@@ -205,41 +202,35 @@ def test_ensemble_spec_out_of_bounds_is_invalid_argument(fed, case):
             getattr(spec, k).extend(v)
         else:
             setattr(spec, k, v)
-    with operator_curator(fed) as ch:
-        e = refused(lambda: hamm2016_pb2_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec, timeout=30))
+    e = refused(lambda: host_submit(fed, timeout=30, hamm2016=spec))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert {p: len(ledger(fed, p)["entries"]) for p in PARTIES} == before
 
 
-CONTRIBUTION = {
-    "statistic=unknown": {"statistic": "linreg/everything"},
-    "bounds=nan": {"bounds": [NAN] * 5},
-    "bounds=wrong-length": {"bounds": [1.0] * 2},
-    "records_per_client=0": {"records_per_client": 0},
-    "parties=[]": {"parties": []},
-    "parties=unregistered": {"parties": ["party-1", "party-77"]},
+def _regression(bounds: list[float]) -> learner_pb2.RegressionJobSpec:
+    return learner_pb2.RegressionJobSpec(bounds=bounds, epsilon=1.0, delta=1e-4, total_records=141, mode=common_pb2.CORRECTED, grid_repeats_x=2, grid_repeats_y=2)
+
+
+# a learner job's contribution rounds: what an operator's round could name (statistic, clip box, row bound, parties)
+LEARNER = {
+    "learner=unset": lambda s: s.ClearField("dpgd"),
+    "bounds=nan": lambda s: s.regression.CopyFrom(_regression([NAN] * 5)),
+    "bounds=1-value": lambda s: s.regression.CopyFrom(_regression([1.0])),
+    "dimension=0": lambda s: setattr(s.dpgd, "dimension", 0),
+    "records_per_party=0": lambda s: setattr(s, "records_per_party", 0),
+    "parties=[]": lambda s: s.ClearField("parties"),
+    "parties=unregistered": lambda s: (s.ClearField("parties"), s.parties.extend(["party-1", "party-77"])),
 }
 
 
-@pytest.mark.parametrize("case", list(CONTRIBUTION))
-def test_contribution_round_out_of_bounds_is_invalid_argument(fed, case):
-    from mpdp.regression.plan import RegressionPlan
-
-    plan = RegressionPlan((1.0,) * 5, 5.0, 1e-4, grid_repeats=(2, 2))
-    job = create_dca(fed, plan.std_round().dca_params("pending", 3, NODES, records_per_client=100, deadline_seconds=5.0).to_spec())
+@pytest.mark.parametrize("case", list(LEARNER))
+def test_learner_round_out_of_bounds_is_invalid_argument(fed, case):
+    """A learner job's rounds are the only contribution rounds: their statistic, clip box, row bound and parties
+    come from its spec, checked whole at SubmitJob before any DCA job exists or any party is asked."""
     before = {p: len(ledger(fed, p)["entries"]) for p in PARTIES}
-    req = contribution_pb2.StatisticRequest(dca_job_id=job, dataset="synthetic", unvalidated=True, statistic="linreg/std", bounds=list(plan.bounds), records_per_client=100)
-    parties = list(PARTIES)
-    for k, v in CONTRIBUTION[case].items():
-        if k == "parties":
-            parties = v
-        elif isinstance(v, list):
-            req.ClearField(k)
-            getattr(req, k).extend(v)
-        else:
-            setattr(req, k, v)
-    with operator_curator(fed) as ch:
-        e = refused(lambda: contribution_pb2_grpc.ContributionCuratorStub(ch).RequestContributions(contribution_pb2.ContributionRound(request=req, parties=parties), timeout=30))
+    spec = learner_spec()
+    LEARNER[case](spec)
+    e = refused(lambda: host_submit(fed, timeout=30, learner=spec))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert {p: len(ledger(fed, p)["entries"]) for p in PARTIES} == before
 

@@ -169,9 +169,9 @@ def test_bad_bounds_are_refused():
 
 
 def test_task_jobs_run_detached_end_cancelled_on_cancel_and_say_how_they_ended():
-    """TaskJobs (ensembles and local releases run as the curator's own tasks): the job runs on when its waiter is
-    cancelled; a cancel fails it CANCELLED (its own cleanup runs); a refusal fails it with its Problem; a release
-    publishes it; an unknown or finished job cannot be cancelled. Every end bumps the watchers' counter."""
+    """TaskJobs (ensembles and local releases run as the curator's own tasks): a cancel fails a job CANCELLED (its
+    own cleanup runs) and leaves the others running; a refusal fails it with its Problem; a release publishes it; an
+    unknown or finished job cannot be cancelled. Every end bumps the watchers' counter."""
     import asyncio
 
     P = jobs.P
@@ -192,27 +192,29 @@ def test_task_jobs_run_detached_end_cancelled_on_cancel_and_say_how_they_ended()
         async def refused() -> str:
             raise errors.Refused(P.JOB_FAILED, "a party refused")
 
+        async def ended(job_id: str):
+            """The job's own task, once it has ended: its release, or the errors.Refused it failed with."""
+            task = table.get(job_id).task
+            await asyncio.wait({task})
+            return task.exception() or task.result()
+
         for job_id in ("t-1", "t-2"):
             job = jobs.TaskJob("RUNNING")
             table.admit(job_id, job, 60.0)
             tasks.start(job_id, job, lambda j=job_id: waits(j))
         table.admit("t-3", failing := jobs.TaskJob("RUNNING"), 60.0)
         tasks.start("t-3", failing, refused)
-        waiter = asyncio.ensure_future(tasks.wait("t-1"))
-        await asyncio.sleep(0)
-        waiter.cancel()  # the operator's call goes away: the job does not
+        await asyncio.sleep(0)  # the jobs' tasks have started (as a submit's answer lets them before any cancel)
         before = jobs.changes.version
         assert await tasks.cancel("t-2") and not await tasks.cancel("t-9")
         assert table.record("t-2").state == "FAILED" and table.record("t-2").problem == P.CANCELLED and jobs.changes.version > before
-        with pytest.raises(errors.Refused) as e:
-            await tasks.wait("t-2")
-        assert e.value.problem == P.CANCELLED and not await tasks.cancel("t-2")
-        with pytest.raises(errors.Refused) as e:
-            await tasks.wait("t-3")
-        assert e.value.problem == P.JOB_FAILED and table.record("t-3").state == "FAILED"
+        e = await ended("t-2")
+        assert isinstance(e, errors.Refused) and e.problem == P.CANCELLED and not await tasks.cancel("t-2")
+        e = await ended("t-3")
+        assert isinstance(e, errors.Refused) and e.problem == P.JOB_FAILED and table.record("t-3").state == "FAILED"
         assert table.record("t-1").state == "RUNNING"
         gate.set()
-        assert await tasks.wait("t-1") == "release of t-1" and table.record("t-1").state == "PUBLISHED"
+        assert await ended("t-1") == "release of t-1" and table.record("t-1").state == "PUBLISHED"
 
     asyncio.run(main())
     assert sorted(cleaned) == ["t-1", "t-2"]
@@ -279,9 +281,10 @@ def test_a_task_job_past_its_deadline_is_stopped_like_a_cancel():
         job = jobs.TaskJob("RUNNING")
         table.admit("t-late", job, 0.0)  # already past its deadline: the first sweep stops it
         tasks.start("t-late", job, forever)
-        with pytest.raises(errors.Refused) as e:
-            await asyncio.wait_for(tasks.wait("t-late"), 30)
-        assert e.value.problem == jobs.P.PEER_UNREACHABLE and table.record("t-late").state == "FAILED"
+        await asyncio.wait({job.task}, timeout=30)  # the job's own task, to its end
+        assert job.task.done(), "the sweep did not stop the job"
+        e = job.task.exception()
+        assert isinstance(e, errors.Refused) and e.problem == jobs.P.PEER_UNREACHABLE and table.record("t-late").state == "FAILED"
         tasks.reaper.stop()
 
     asyncio.run(main())

@@ -4,8 +4,9 @@
   computation) with the same seed and DCA job ids, bit for bit;
 * each party's ledger holds exactly one ``dpgd`` entry, the plan's composed (ε, δ), and no DCA entry of its own
   (the per-round ``dpgd-round`` markers charge nothing);
-* a round beyond R, a DCA job whose σ_std is not the plan's, and a second request for a round are refused, and
-  charge nothing;
+* a round beyond R, a DCA job whose σ_std is not the plan's, and a second request for a round, each sent to every
+  party as the curator sends a round (from the curator's own certificate), are refused by each party, and charge
+  nothing;
 * the CLI trains, stores the model and ``mpdp predict --job dp-…`` classifies with it.
 """
 
@@ -24,7 +25,7 @@ from mpdp.dpgd.role import run_inmemory
 from mpdp.dpgd.wire import STATISTIC, round_request
 from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS
+from mpdp_services.common.rpc import CHANNEL_OPTIONS, TlsFiles
 from mpdp_services.dca_client.client import DcaOperator
 from mpdp_services.launcher.federation import LocalFederation
 from mpdp_services.operator.dpgd import run_dpgd
@@ -54,11 +55,16 @@ def _ledger(fed, p) -> list[dict]:
     return json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]
 
 
-def _ask(ep: Endpoints, dca_job: str, msg: cpb.DpgdRound) -> None:
-    opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", ep.curator_name)]
-    with grpc.secure_channel(ep.curator_address, ep.tls.channel_credentials(), options=opts) as ch:
-        req = cpb.StatisticRequest(dca_job_id=dca_job, dataset="logit", statistic=STATISTIC, records_per_client=BOUND, dpgd=msg)
-        cpb_grpc.ContributionCuratorStub(ch).RequestContributions(cpb.ContributionRound(request=req, parties=PARTIES), timeout=120)
+def _ask(fed: LocalFederation, dca_job: str, msg: cpb.DpgdRound) -> None:
+    """One round's request to every party, from the curator's own certificate (as the learner host sends it); each
+    party's refusal is raised (grpc.RpcError), the first one ends the round."""
+    site = fed.workdir / "curator"
+    tls = TlsFiles(site / "site.crt", site / "site.key", site / "ca.crt")
+    req = cpb.StatisticRequest(dca_job_id=dca_job, dataset="logit", statistic=STATISTIC, records_per_client=BOUND, dpgd=msg, parties=PARTIES)
+    for p in PARTIES:
+        opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", p)]
+        with grpc.secure_channel(f"127.0.0.1:{fed.procs[p].port}", tls.channel_credentials(), options=opts) as ch:
+            cpb_grpc.ContributionPartyStub(ch).Contribute(req, timeout=120)
 
 
 def test_dpgd_job_over_sockets(tmp_path):
@@ -94,21 +100,21 @@ def test_dpgd_job_over_sockets(tmp_path):
             extra = round_request(plan, job, plan.rounds, run.iterates[-1])
             extra.round = plan.rounds + 1
             with pytest.raises(grpc.RpcError) as e:
-                _ask(ep, dca_job(plan.rounds, round_job_id(job, plan.rounds + 1)), extra)
+                _ask(fed, dca_job(plan.rounds, round_job_id(job, plan.rounds + 1)), extra)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "beyond" in e.value.details()
             # a fresh job whose round-0 DCA job has another σ_std than the plan's: refused as invalid, nothing charged
             other = "dp-aaaaaaaaaaaa"
             with pytest.raises(grpc.RpcError) as e:
-                _ask(ep, dca_job(0, round_job_id(other, 0), epsilon_scale=2.0), round_request(plan, other, 0, np.zeros((D, 1))))
+                _ask(fed, dca_job(0, round_job_id(other, 0), epsilon_scale=2.0), round_request(plan, other, 0, np.zeros((D, 1))))
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "σ_std" in e.value.details()
             # a DCA job labelled as another job's round: refused as invalid
             with pytest.raises(grpc.RpcError) as e:
-                _ask(ep, dca_job(0, round_job_id(job, 0)), round_request(plan, other, 0, np.zeros((D, 1))))
+                _ask(fed, dca_job(0, round_job_id(job, 0)), round_request(plan, other, 0, np.zeros((D, 1))))
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             # round 1 of the finished job once more, through a second DCA job: every party refuses it (REPLAY)
             with pytest.raises(grpc.RpcError) as e:
-                _ask(ep, dca_job(1, round_job_id(job, 1)), round_request(plan, job, 1, run.iterates[0]))
-            assert e.value.code() == grpc.StatusCode.ABORTED and "ALREADY_EXISTS" in e.value.details()
+                _ask(fed, dca_job(1, round_job_id(job, 1)), round_request(plan, job, 1, run.iterates[0]))
+            assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS, e.value.details()
         for p in PARTIES:
             assert _ledger(fed, p) == before[p]
 

@@ -22,6 +22,8 @@ from mpdp.dca import sharing
 from mpdp.hamm2016 import job as core
 from mpdp.math.fixedpoint import encode_u64
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
+from mpdp.messages.operations_pb2 import JobSubmission
+from mpdp.messages.operations_pb2_grpc import JobOperationsStub
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.cli.jobs import predict as predict_cmd
 from mpdp_services.common import transcript
@@ -178,11 +180,10 @@ def test_multiclass_majority_vote_job(fed):
 )
 def test_bad_jobs_are_refused_and_nothing_is_published(fed, change, code, words):
     ep = Endpoints.load(fed.workdir)
-    with curator_channel(fed, site_tls(fed, "operator")) as ch:
-        before = set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*.binpb"))
-        ledgers = {p: (fed.workdir / p / "state" / "ledger.json").read_text() for p in PARTIES}
-        with pytest.raises(grpc.RpcError) as err:
-            pb_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec(**change), timeout=120)
+    before = set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*.binpb"))
+    ledgers = {p: (fed.workdir / p / "state" / "ledger.json").read_text() for p in PARTIES}
+    with pytest.raises(grpc.RpcError) as err:  # refused at the submit, or the job's own failure (JobEnded)
+        train_ensemble(ep, spec(**change), timeout=120)
     assert err.value.code() == code and words in err.value.details(), err.value.details()
     assert set(p.name for p in (fed.workdir / "curator" / "state" / "ensembles").glob("hm-*.binpb")) == before
     assert {p: (fed.workdir / p / "state" / "ledger.json").read_text() for p in PARTIES} == ledgers  # nobody spent ε
@@ -308,7 +309,7 @@ def test_pate_fields_belong_to_pate(fed):
     with curator_channel(fed, site_tls(fed, "operator")) as ch:
         for bad, words in (({"method": "pate"}, "delta"), ({"delta": 1e-6}, "belong to method pate"), ({"method": "pate", "delta": 1e-6, "protect_aux": True}, "protect_aux")):
             with pytest.raises(grpc.RpcError) as err:
-                pb_grpc.EnsembleCuratorStub(ch).TrainEnsemble(spec(**bad), timeout=60)
+                JobOperationsStub(ch).SubmitJob(JobSubmission(hamm2016=spec(**bad)), timeout=60)
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in err.value.details(), err.value.details()
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from mpdp.hamm2016.job import weights_of
 from mpdp.local_release import theta_of
-from mpdp.messages import common_pb2, hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2_grpc
+from mpdp.messages import common_pb2, operations_pb2_grpc, pathak2010_pb2_grpc
 from mpdp.pathak2010 import tester
 from tests.adversarial.conftest import NODES, PARTIES, operator_curator, start_federation
 
@@ -63,10 +63,10 @@ def test_train_detaches_then_watch_and_export_give_the_released_model(fed, model
             own = tester.rebuild(pathak2010_pb2_grpc.CuratorStub(ch).GetModel(ref, timeout=60))
             assert np.array_equal(np.asarray(doc["coefficients"]), own) and doc["classes"] == ["-1", "1"]
         elif model == "lmgc":
-            s = local_release_pb2_grpc.LocalModelCuratorStub(ch).GetLocalModels(ref, timeout=60)
+            s = operations_pb2_grpc.JobOperationsStub(ch).GetRelease(ref, timeout=60).lmgc
             assert np.array_equal(np.asarray(doc["releases"]["party-1"]["theta"]), theta_of(s.releases[0]).ravel())
         else:
-            r = hamm2016_pb2_grpc.EnsembleCuratorStub(ch).GetEnsemble(ref, timeout=60)
+            r = operations_pb2_grpc.JobOperationsStub(ch).GetRelease(ref, timeout=60).hamm2016
             assert np.array_equal(np.asarray(doc["coefficients"]), weights_of(r)) and doc["classes"] == ["-1", "1"]
 
 

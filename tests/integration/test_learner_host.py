@@ -22,12 +22,11 @@ import pytest
 from mpdp.dpgd.model import Task
 from mpdp.dpgd.plan import DpgdPlan
 from mpdp.dpgd.role import DpgdRun
-from mpdp.messages import common_pb2
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.launcher.federation import LocalFederation
 from mpdp_services.operator.dpgd import dpgd_spec
-from mpdp_services.operator.jobs import cancel_job, get_job, list_jobs
-from mpdp_services.operator.learner import LearnerClient
+from mpdp_services.operator.jobs import cancel_job, follow, get_job, list_jobs
+from mpdp_services.operator.learner import fetch_model, submit, wait
 
 pytestmark = pytest.mark.integration
 PARTIES = ["party-1", "party-2", "party-3"]
@@ -67,14 +66,12 @@ def _dca_jobs_of(ep: Endpoints) -> dict[str, dict]:
 
 def test_submit_returns_at_once_and_the_curator_runs_the_rounds(fed):
     ep = Endpoints.load(fed.workdir)
-    with LearnerClient(ep) as client:
-        t0 = time.monotonic()
-        job = client.submit(_spec(rounds=2))
-        assert time.monotonic() - t0 < 5.0 and job.startswith("dp-")
-    # the submitting client is gone; another connection watches the job the curator runs
-    with LearnerClient(ep) as client:
-        stages = [st.stage for st in client.watch(job, timeout=300)]
-        model = client.model(job)
+    t0 = time.monotonic()
+    job = submit(ep, _spec(rounds=2))
+    assert time.monotonic() - t0 < 5.0 and job.startswith("dp-")
+    # the submitting connection is gone; another one watches the job the curator runs
+    stages = [st["stage"] for st in follow(ep, job, timeout=300)]
+    model = fetch_model(ep, job)
     assert stages[0] == "round 1 of 3" and stages[-1] == "done", stages
     assert {s for s in stages if s.startswith("round")} <= {"round 1 of 3", "round 2 of 3", "round 3 of 3"}
     run = DpgdRun.of(model)
@@ -90,19 +87,19 @@ def test_submit_returns_at_once_and_the_curator_runs_the_rounds(fed):
 
 def test_cancel_aborts_the_running_round_at_once(fed):
     ep = Endpoints.load(fed.workdir)
-    with LearnerClient(ep) as client:
-        job = client.submit(_spec(rounds=40))
-        dca_job = ""
-        for st in client.watch(job, timeout=120):
-            assert not st.terminal, st
-            if st.dca_job_id and st.round >= 1:
-                dca_job = st.dca_job_id
-                break
-        cancelled = cancel_job(ep, job)
-        t0 = time.monotonic()
-        assert cancelled["state"] == "FAILED" and cancelled["problem"] == "CANCELLED", cancelled
-        final = client.wait(job, timeout=30)
-    assert final.terminal and final.problem == common_pb2.CANCELLED
+    job = submit(ep, _spec(rounds=40))
+    dca_job = ""
+    for st in follow(ep, job, timeout=120):  # until round 2 runs and its DCA job is live
+        assert not st["terminal"], st
+        live = [j["job_id"] for j in list_jobs(ep, "dca", live_only=True)]
+        if st["stage"] != "round 1 of 41" and st["stage"].startswith("round ") and live:
+            dca_job = live[0]
+            break
+    cancelled = cancel_job(ep, job)
+    t0 = time.monotonic()
+    assert cancelled["state"] == "FAILED" and cancelled["problem"] == "CANCELLED", cancelled
+    final = wait(ep, job, timeout=30)
+    assert final["terminal"] and final["problem"] == "CANCELLED"
     while True:  # every DCA job of the learner is over within a second
         dca = _dca_jobs_of(ep)
         if all(dca[j]["terminal"] for j in dca if j == dca_job):
@@ -111,18 +108,17 @@ def test_cancel_aborts_the_running_round_at_once(fed):
         time.sleep(0.05)
     assert dca[dca_job]["state"] in ("FAILED", "RELEASED")
     assert not [j for j in list_jobs(ep, "dca", live_only=True) if j["job_id"] == dca_job]
-    with LearnerClient(ep) as client, pytest.raises(grpc.RpcError) as e:
-        client.model(job)
+    with pytest.raises(grpc.RpcError) as e:
+        fetch_model(ep, job)
     assert e.value.code() == grpc.StatusCode.ABORTED
 
 
 def test_a_refused_round_fails_the_job_and_aborts_its_dca_job(fed):
     ep = Endpoints.load(fed.workdir)
-    with LearnerClient(ep) as client:
-        job = client.submit(_spec(dataset="nosuch"))  # no party has it: every party refuses round 1
-        final = client.wait(job, timeout=120)
-    assert final.state == "FAILED" and final.problem == common_pb2.JOB_FAILED and "round 1 of 3" in final.detail, final
-    dca_job = re.search(r"\((dca-[0-9a-f]+)\)", final.detail).group(1)
+    job = submit(ep, _spec(dataset="nosuch"))  # no party has it: every party refuses round 1
+    final = wait(ep, job, timeout=120)
+    assert final["state"] == "FAILED" and final["problem"] == "JOB_FAILED" and "round 1 of 3" in final["detail"], final
+    dca_job = re.search(r"\((dca-[0-9a-f]+)\)", final["detail"]).group(1)
     t0 = time.monotonic()
     while not get_job(ep, dca_job)["terminal"]:  # aborted with the job, not left to its 600 s deadline
         assert time.monotonic() - t0 < 1.0, get_job(ep, dca_job)
@@ -149,23 +145,22 @@ def test_every_field_is_checked_before_anything_runs(fed, change, words):
     spec = _spec()
     change(spec)
     before = len(list_jobs(ep, "dca", limit=1000))
-    with LearnerClient(ep) as client, pytest.raises(grpc.RpcError) as e:
-        client.submit(spec)
+    with pytest.raises(grpc.RpcError) as e:
+        submit(ep, spec)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in e.value.details(), e.value.details()
     assert len(list_jobs(ep, "dca", limit=1000)) == before  # nothing ran
 
 
 def test_a_job_id_is_admitted_once(fed):
     ep = Endpoints.load(fed.workdir)
-    with LearnerClient(ep) as client:
-        job = client.submit(_spec(rounds=0, job_id="dp-aaaabbbbcccc"))
-        with pytest.raises(grpc.RpcError) as e:
-            client.submit(_spec(rounds=0, job_id=job))
-        assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
-        assert client.wait(job, timeout=120).state == "DONE"
-        with pytest.raises(grpc.RpcError) as e:
-            client.submit(_spec(rounds=0, job_id=job))
-        assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    job = submit(ep, _spec(rounds=0, job_id="dp-aaaabbbbcccc"))
+    with pytest.raises(grpc.RpcError) as e:
+        submit(ep, _spec(rounds=0, job_id=job))
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert wait(ep, job, timeout=120)["state"] == "DONE"
+    with pytest.raises(grpc.RpcError) as e:
+        submit(ep, _spec(rounds=0, job_id=job))
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
 def test_cli_detach_watch_export_predict(fed, tmp_path):

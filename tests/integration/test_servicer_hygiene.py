@@ -22,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from mpdp.messages import common_pb2, dca_pb2 as pb, dca_pb2_grpc as pb_grpc
-from mpdp.messages import hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2_grpc
+from mpdp.messages import operations_pb2_grpc, pathak2010_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
@@ -120,8 +120,8 @@ def test_attacker_sized_job_ids_are_refused_short_with_no_path_and_no_echo(fed, 
         ("curator", "node-1", "SendPartialSum"): lambda ch: pb_grpc.DcaCuratorStub(ch).SendPartialSum(pb.PartialSum(job_id=bad), timeout=10),
         ("curator", "operator", "GetModel"): lambda ch: pathak2010_pb2_grpc.CuratorStub(ch).GetModel(ref, timeout=10),
         ("curator", "operator", "WatchJob"): lambda ch: list(pathak2010_pb2_grpc.CuratorStub(ch).WatchJob(ref, timeout=10)),
-        ("curator", "operator", "GetEnsemble"): lambda ch: hamm2016_pb2_grpc.EnsembleCuratorStub(ch).GetEnsemble(ref, timeout=10),
-        ("curator", "operator", "GetLocalModels"): lambda ch: local_release_pb2_grpc.LocalModelCuratorStub(ch).GetLocalModels(ref, timeout=10),
+        ("curator", "operator", "JobWatchJob"): lambda ch: list(operations_pb2_grpc.JobOperationsStub(ch).WatchJob(ref, timeout=10)),
+        ("curator", "operator", "JobGetRelease"): lambda ch: operations_pb2_grpc.JobOperationsStub(ch).GetRelease(ref, timeout=10),
     }
     for (to, as_site, name), call in calls.items():
         with channel(fed, to, as_site) as ch:
