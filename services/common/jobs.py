@@ -555,7 +555,13 @@ class TaskJobs(Generic[T]):
             self._end(job_id, job, PUBLISHED, P.PROBLEM_UNSPECIFIED, "")
             return result
 
+        def unstarted(task: "asyncio.Task") -> None:
+            """A task cancelled before its body ran ends the job here (its ``except`` above never ran)."""
+            if task.cancelled() and job.state not in (PUBLISHED, FAILED):
+                self._end(job_id, job, FAILED, *(job.stop or (P.JOB_FAILED, "the curator stopped mid-job")))
+
         job.task = asyncio.ensure_future(body())
+        job.task.add_done_callback(unstarted)
         job.task.add_done_callback(_retrieved)
         self.reaper.ensure_running()
 

@@ -260,6 +260,35 @@ def test_a_second_cancel_does_not_cut_the_first_ones_cleanup_short():
     assert cleaned == ["t-1"]
 
 
+def test_a_task_job_cancelled_before_its_task_ran_ends_cancelled():
+    """A cancel that lands before the job's task took its first step (its body never runs, so no ``except`` in it can
+    end the job) still ends the job FAILED, CANCELLED, at once, not RUNNING until its deadline."""
+    import asyncio
+
+    ran: list[str] = []
+
+    async def main() -> None:
+        table: jobs.JobTable[jobs.TaskJob] = jobs.JobTable("t", jobs.task_outcome)
+        tasks: jobs.TaskJobs[str] = jobs.TaskJobs(table)
+
+        async def body() -> str:
+            ran.append("t-1")
+            return "release"
+
+        job = jobs.TaskJob("RUNNING")
+        table.admit("t-1", job, 60.0)
+        tasks.start("t-1", job, body)
+        before = jobs.changes.version
+        assert await tasks.cancel("t-1")  # no await between start and cancel: the task has not run
+        record = table.record("t-1")
+        assert record is not None and record.state == "FAILED" and record.problem == jobs.P.CANCELLED, record
+        assert jobs.changes.version > before and not await tasks.cancel("t-1")
+        tasks.reaper.stop()
+
+    asyncio.run(main())
+    assert ran == []
+
+
 def test_a_task_job_past_its_deadline_is_stopped_like_a_cancel():
     """TaskJobs sweep their table: a job still running past its deadline ends FAILED, PEER_UNREACHABLE, and its own
     cleanup runs (the vote sum of an ensemble is aborted the same way as on a cancel)."""
