@@ -31,6 +31,7 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
       mpdp evaluate pk-1a2b3c4d5e6f --dataset bc_test --epsilon 1 --json"""
     import grpc
 
+    from mpdp_services.cli.errors import from_rpc
     from mpdp_services.cli.query import _endpoints_file
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.learner import LearnerClient
@@ -45,7 +46,7 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
     try:
         protocol, weights = released_classifier(ep, job)
     except grpc.RpcError as e:
-        raise click.ClickException(f"the released model of {job}: {e.details()}") from None
+        raise from_rpc(e, "the curator", ep.curator_address, f"to give the released model of {job}") from None
     except (QueryFailed, ValueError) as e:
         raise click.ClickException(str(e)) from None
     sch = load_schema(schema)
@@ -62,7 +63,7 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
                 raise click.ClickException(f"evaluation {eval_id} failed: {status.detail}. Nothing was released.")
             model = client.model(eval_id)
         except grpc.RpcError as e:
-            raise click.ClickException(f"the curator refused the evaluation: {e.details()}") from None
+            raise from_rpc(e, "the curator", ep.curator_address, "the evaluation") from None
     out = evaluation_summary(model)
     out.update(_versus_majority(out))
     if as_json:
