@@ -37,14 +37,11 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from dp_accounting import dp_event
-from dp_accounting.pld import common as pld_common
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
-
-from mpdp.dp.mechanisms import gdp_epsilon
+if TYPE_CHECKING:  # dp_accounting (SciPy) loads when an accountant composes, not to read a ledger's entries
+    from dp_accounting import dp_event
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 GAUSSIAN, PURE, DISCRETE, EPS_DELTA, NONE = "gaussian", "pure-epsilon", "discrete-gaussian", "eps-delta", "none"
 KINDS = (GAUSSIAN, PURE, DISCRETE, EPS_DELTA, NONE)
@@ -111,6 +108,8 @@ class Release:
 
     def event(self) -> dp_event.DpEvent:
         """The ``dp_accounting`` event of this release (what the RDP accountant composes)."""
+        from dp_accounting import dp_event
+
         if self.kind == GAUSSIAN:
             return dp_event.GaussianDpEvent(self.noise_multiplier)
         if self.kind == DISCRETE:
@@ -285,6 +284,8 @@ def _pld_epsilon(gauss: tuple[float, ...], pairs: Pairs, tv: float, delta: float
         if not gauss:
             return 0.0
         # only Gaussians: the composed pair is one Gaussian; its exact privacy profile (Balle & Wang 2018, Thm 8)
+        from mpdp.dp.mechanisms import gdp_epsilon
+
         return _solve(lambda d: gdp_epsilon(mu, d) if d < 1 else 0.0, 0.0, tv, delta, caps)
     if mu > MAX_PLD_MU:
         return math.inf  # a composed ε in the thousands: the grid would be huge; basic composition decides
@@ -297,6 +298,8 @@ def _pld_epsilon(gauss: tuple[float, ...], pairs: Pairs, tv: float, delta: float
 
 @lru_cache(maxsize=16)
 def _gaussian_pld(z: float, h: float):
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     return pld_lib.from_gaussian_mechanism(standard_deviation=z, value_discretization_interval=h, log_mass_truncation_bound=TRUNCATION)
 
 
@@ -308,6 +311,8 @@ _PAIRS_MAX = 64
 def _pair_pld(eps: float, delta: float, h: float):
     """The dominating pair of every (ε, δ)-DP mechanism (Kairouz, Oh & Viswanath 2015): loss +∞ w.p. δ, else
     ±ε as in ε-randomised response; ``from_privacy_parameters`` rounds the losses up (pessimistic)."""
+    from dp_accounting.pld import common as pld_common, privacy_loss_distribution as pld_lib
+
     return pld_lib.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(eps, delta), value_discretization_interval=h)
 
 
@@ -344,6 +349,9 @@ def _rdp_epsilon(gauss: tuple[float, ...], pairs: Pairs, rhos: tuple[float, ...]
                  delta: float, caps: tuple[float, ...]) -> float:
     """RDP: Gaussians and ρ-zCDP add order by order; an (ε, δ) entry enters as its ε²/2-zCDP part, its δ is added
     (the (ε, δ) pair is a mixture: with probability δ a disclosing pair, else ε-randomised response)."""
+    from dp_accounting import dp_event
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+
     acc = rdp_lib.RdpAccountant()
     for z in gauss:
         acc.compose(dp_event.GaussianDpEvent(z))

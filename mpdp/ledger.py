@@ -106,6 +106,27 @@ def composition(entries: Iterable[dict], delta: float, cap: float | None = None)
     return accounting.compose([release_of(e) for e in charged(entries)], delta, () if cap is None else (cap,))
 
 
+def charged_digest(entries: Iterable[dict]) -> str:
+    """A digest of what the accountant composes from ``entries``: each charged entry's (ε, δ) and accounting record."""
+    import hashlib
+
+    rows = [[e.get("epsilon"), e.get("delta"), e.get("accounting")] for e in charged(entries)]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, allow_nan=True).encode()).hexdigest()
+
+
+def _stored(record: Any, entries: list[dict], delta: float, cap: float) -> Composition | None:
+    """The composition a ledger file stores (``composed``, written with the entries by :meth:`PrivacyLedger.to_json`)
+    when it is the one of these entries at this δ and budget ε; None otherwise (then the accountant runs)."""
+    if not isinstance(record, dict) or record.get("delta") != delta or record.get("cap") != cap or record.get("charged") != charged_digest(entries):
+        return None
+    inf = lambda x: math.inf if x is None else float(x)  # noqa: E731 - JSON has no inf
+    try:
+        return Composition(inf(record["epsilon"]), float(record["delta"]), str(record["method"]), inf(record["pld_epsilon"]), inf(record["rdp_epsilon"]),
+                           inf(record["basic_epsilon"]), float(record["basic_delta"]), int(record["releases"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _fits(composed: Composition, budget_epsilon: float) -> bool:
     return composed.epsilon <= budget_epsilon + _SLACK
 
@@ -127,6 +148,7 @@ class PrivacyLedger:
     budget_epsilon: float
     budget_delta: float = DEFAULT_BUDGET_DELTA
     entries: list[dict] = field(default_factory=list)
+    stored: Any = field(default=None, repr=False, compare=False)  # the file's ``composed`` record (:meth:`report` only)
 
     def composition(self, extra: Iterable[dict] = ()) -> Composition:
         """The entries (and ``extra``) composed at the budget δ."""
@@ -162,8 +184,10 @@ class PrivacyLedger:
 
     def report(self) -> dict:
         """Every entry (protocol, job, status, mechanism, its own (ε, δ)) and what was spent and is left, under the
-        accountant and under basic composition (JSON-ready: an ε with no valid bound is None)."""
-        c = self.composition()
+        accountant and under basic composition (JSON-ready: an ε with no valid bound is None). The composition the
+        file stores with these entries is used when it is theirs at this budget (no accountant runs: `mpdp ledger
+        show` stays fast); a charge's check always composes afresh (:meth:`check_entry`)."""
+        c = _stored(self.stored, self.entries, self.budget_delta, self.budget_epsilon) or self.composition()
         num = lambda x: x if math.isfinite(x) else None  # noqa: E731
         rows: list[dict[str, Any]] = []
         for e in self.entries:
@@ -214,7 +238,8 @@ class PrivacyLedger:
         return json.dumps({"budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta, "entries": self.entries,
                            "spent_epsilon": c.epsilon if c.epsilon != math.inf else None, "spent_delta": c.basic_delta,
                            "spent_epsilon_basic": c.basic_epsilon if c.basic_epsilon != math.inf else None,
-                           "composition": c.method}, indent=2)
+                           "composition": c.method,
+                           "composed": {**c.as_dict(), "cap": self.budget_epsilon, "charged": charged_digest(self.entries)}}, indent=2)
 
     @classmethod
     def from_json(cls, text: str, budget_epsilon: float, budget_delta: float = DEFAULT_BUDGET_DELTA) -> "PrivacyLedger":
@@ -226,7 +251,7 @@ class PrivacyLedger:
             raise LedgerError("the ledger file is not a ledger (JSON object with entries)") from e
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise LedgerError("the ledger file's entries are not a list of objects")
-        led = cls(budget_epsilon, budget_delta, [dict(e) for e in entries])
+        led = cls(budget_epsilon, budget_delta, [dict(e) for e in entries], stored=data.get("composed"))
         for entry in led.entries:
             release_of(entry)  # validates every entry's charge and accounting record
         return led

@@ -23,6 +23,7 @@ class Protocol:
     model: str | None  # `mpdp train MODEL` subcommand; None when `train` does not run it
     docs: str  # its page under docs/protocols/
     tables: tuple[str, ...]  # the role machines (module.Class) whose tables its page shows
+    stages: tuple[str, ...] = ()  # the curator's stages of its jobs, in the order a job goes through them ((): its states')
 
 
 PROTOCOLS: tuple[Protocol, ...] = (
@@ -37,7 +38,8 @@ PROTOCOLS: tuple[Protocol, ...] = (
     Protocol("dpgd", "DP gradient descent over the DCA (binary or softmax logistic regression)", "dp-", "learner", "dp-gd",
              "dpgd.md", ("mpdp.dpgd.role.DpgdRole",)),
     Protocol("regression", "DP Bayesian linear regression with projection over the DCA", "rg-", "learner", "regression",
-             "regression.md", ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound", "mpdp.contribution.Contributor")),
+             "regression.md", ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound", "mpdp.contribution.Contributor"),
+             ("setup", "std_round", "grid_search", "main_round", "posterior")),
     Protocol("query", "DP SQL analytics over the DCA: counts, sums, means and quantiles with intervals", "qy-", "learner", None,
              "query.md", ("mpdp.query.role.QueryRole",)),
 )

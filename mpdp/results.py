@@ -32,7 +32,8 @@ import numpy as np
 
 from mpdp.dp.mechanisms import Guarantee
 
-__all__ = ["DpSumRelease", "Guarantee", "JobFailed", "LinearClassifier", "LinearRegressor", "LmgcClassifier", "Result"]
+__all__ = ["DpSumRelease", "Guarantee", "JobFailed", "LinearClassifier", "LinearRegressor", "LmgcClassifier", "Result", "against_majority",
+           "majority_rate", "majority_warning"]
 
 IN_PROCESS, LIVE = "in-process", "live"
 
@@ -70,6 +71,27 @@ def label_text(v: Any) -> str:
     return str(v)
 
 
+def majority_rate(y: Any) -> float:
+    """The accuracy of always predicting the most common of the labels ``y`` (labels compared as text, as :func:`label_text`)."""
+    texts = [label_text(v) for v in np.asarray(y, dtype=object).ravel()]
+    if not texts:
+        raise ValueError("no labels")
+    return max(texts.count(t) for t in set(texts)) / len(texts)
+
+
+def against_majority(accuracy: float, majority: float) -> dict[str, Any]:
+    """``majority_rate`` and ``beats_majority`` (strictly above it) of a classifier's ``accuracy`` on rows whose most
+    common label has the share ``majority``: a classifier that does not beat it has learnt nothing a constant would not."""
+    return {"majority_rate": float(majority), "beats_majority": bool(accuracy > majority)}
+
+
+def majority_warning(report: Mapping[str, Any]) -> str | None:
+    """The one warning line of a classifier's accuracy that is no better than a constant (None when it beats one)."""
+    if report.get("beats_majority", True):
+        return None
+    return f"(no better than always predicting the majority class, {report['majority_rate']:.4g})"
+
+
 class _Classifier:
     """sklearn-style helpers shared by the classifiers: ``classes_``, ``score`` (accuracy)."""
 
@@ -89,6 +111,11 @@ class _Classifier:
         if len(pred) != len(y):
             raise ValueError(f"X has {len(pred)} rows, y has {len(y)} labels")
         return float(np.mean([label_text(a) == label_text(b) for a, b in zip(pred, y)]))
+
+    def evaluate(self, X: Any, y: Any) -> dict[str, Any]:
+        """``accuracy`` on (X, y), with ``majority_rate`` (always predicting y's most common label) and ``beats_majority``."""
+        acc = self.score(X, y)
+        return {"accuracy": acc, **against_majority(acc, majority_rate(y))}
 
 
 @dataclass(frozen=True, eq=False)
@@ -278,6 +305,13 @@ class Result:
         if not hasattr(self.model, "score"):
             raise TypeError(f"a {self.protocol} release is not a predictor")
         return self.model.score(X, y)
+
+    def evaluate(self, X: Any, y: Any) -> dict[str, Any]:
+        """A classifier's ``accuracy`` on (X, y) against the majority rate of y (``majority_rate``, ``beats_majority``);
+        :func:`majority_warning` words a failure to beat it."""
+        if not hasattr(self.model, "evaluate"):
+            raise TypeError(f"a {self.protocol} release is not a classifier")
+        return self.model.evaluate(X, y)
 
     @property
     def backend(self) -> str:

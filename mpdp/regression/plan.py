@@ -86,10 +86,15 @@ class RegressionPlan:
         if est.variance.size != self.d + 1:
             raise ValueError(f"the std release must hold d + 1 = {self.d + 1} values, got {est.variance.size}")
         if multipliers is None:
-            multipliers = choose_multipliers(n_total, self.d, self.epsilon, self.delta, self.mode, self.grid_seed, self.grid_repeats)
+            multipliers = self.multipliers(n_total)
         p_x, p_y = (multipliers.p_x, multipliers.p_y) if isinstance(multipliers, Multipliers) else multipliers
         B = thresholds(est.std, self.bounds, p_x, p_y)
         return MainRoundStep(est, multipliers, B, main_round_spec(B, *self.budget.main, self.mode))
+
+    def multipliers(self, n_total: int) -> Multipliers:
+        """The grid search's (p_x, p_y) for N = ``n_total`` (Algorithm 2 step 3): a function of public values only, so
+        a driver may run it before the std release arrives (it does not read it) and reuse it for the same plan and N."""
+        return choose_multipliers(n_total, self.d, self.epsilon, self.delta, self.mode, self.grid_seed, self.grid_repeats)
 
     def finish(self, main_values: Floats) -> Posterior:
         """After the main release (Algorithm 2 step 4, then the posterior): rebuild (A, b), PD fix, posterior."""

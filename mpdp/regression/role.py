@@ -153,6 +153,9 @@ class RegressionRole(Machine):
         self.step: MainRoundStep | None = None
         self.asked: RunRound | None = None
         self._result: RegressionRun | None = None
+        # the grid search's (p_x, p_y), public: a driver that ran plan.multipliers(total_records) while the std round ran
+        # (it reads no release) sets them here before the std release; None: the release's step runs the search itself
+        self.multipliers: Multipliers | None = None
 
     def start(self) -> list[Any]:
         """The std round (state STD_ROUND, no move)."""
@@ -191,7 +194,7 @@ class RegressionRole(Machine):
         self.jobs[name], self.releases[name] = job_id, release
         if self.state == STD_ROUND:
             try:
-                self.step = self.plan.main_round(list(release.values), self.total_records)
+                self.step = self.plan.main_round(list(release.values), self.total_records, multipliers=self.multipliers)
             except ValueError as e:
                 raise LocalProtocolError(Problem.JOB_FAILED, f"{asked.statistic} round ({job_id}): {e}") from None
             self.state = MAIN_ROUND

@@ -31,6 +31,7 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
       mpdp evaluate pk-1a2b3c4d5e6f --dataset bc_test --epsilon 1 --json"""
     import grpc
 
+    from mpdp_services.cli.errors import from_rpc
     from mpdp_services.cli.query import _endpoints_file
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.learner import fetch_model, submit, wait
@@ -45,7 +46,7 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
     try:
         protocol, weights = released_classifier(ep, job)
     except grpc.RpcError as e:
-        raise click.ClickException(f"the released model of {job}: {e.details()}") from None
+        raise from_rpc(e, "the curator", ep.curator_address, f"to give the released model of {job}") from None
     except (QueryFailed, ValueError) as e:
         raise click.ClickException(str(e)) from None
     sch = load_schema(schema)
@@ -61,8 +62,9 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
             raise click.ClickException(f"evaluation {eval_id} failed: {status['detail']}. Nothing was released.")
         model = fetch_model(ep, eval_id)
     except grpc.RpcError as e:
-        raise click.ClickException(f"the curator refused the evaluation: {e.details()}") from None
+        raise from_rpc(e, "the curator", ep.curator_address, "the evaluation") from None
     out = evaluation_summary(model)
+    out.update(_versus_majority(out))
     if as_json:
         click.echo(json.dumps(out, indent=2, allow_nan=False))
         return
@@ -71,7 +73,27 @@ def evaluate(endpoints, job, dataset, epsilon, delta, score_bins, schema, partie
         v = out[name]
         return f"{name}: {'undefined' if v is None else format(v, '.4g')} [{out[name + '_low']:.4g}, {out[name + '_high']:.4g}] ±{out[name + '_noise_sd'] or 0:.3g}"
 
+    from mpdp.results import majority_warning
+
     for name in ("accuracy", "auc", "true_positive", "false_negative", "false_positive", "true_negative"):
         click.echo(show(name))
+        if name == "accuracy" and "majority_rate" in out:
+            click.echo(f"majority_rate: {out['majority_rate']:.4g} (of the released counts)")
+            warning = majority_warning(out)
+            if warning:
+                click.echo(warning)
     click.echo(f"\njob {out['job_id']} evaluated {job} on {dataset}: {out['guarantee']['epsilon']:g}-DP with δ = {out['guarantee']['delta']:.3g}; "
                f"{out['interval_method']}")
+
+
+def _versus_majority(out: dict) -> dict:
+    """The majority rate of the parties' rows from the released (noisy) confusion counts, and whether the released
+    accuracy beats it: post-processing of the DP release, no further privacy cost. Nothing when the counts' total is
+    not positive or the accuracy is undefined."""
+    from mpdp.results import against_majority
+
+    counts = [max(0.0, float(out.get(k) or 0.0)) for k in ("true_positive", "false_negative", "false_positive", "true_negative")]
+    positives, negatives = counts[0] + counts[1], counts[2] + counts[3]
+    if positives + negatives <= 0 or out.get("accuracy") is None:
+        return {}
+    return against_majority(float(out["accuracy"]), max(positives, negatives) / (positives + negatives))

@@ -210,7 +210,10 @@ def _forget_endpoints(path: Path, curator_pid: int) -> None:
               help="logreg jobs: encode the records by the federation's data schema, as the parties did (labels ±1)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, schema_file: str | None, as_json: bool) -> None:
-    """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."""
+    """Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled.
+
+    A classifier's accuracy comes with the rows' majority rate (always predicting their most common label) and a
+    warning line when it is no better than that."""
     import numpy as np
 
     from mpdp.data.loaders import DatasetError, load, to_pm1
@@ -281,7 +284,10 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
     pred = tester.classify(w, X)
     out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": m.guarantee.statement, "predicted": class_counts(pred, [-1, 1])}
     if len(np.unique(y)) == 2:
+        from mpdp.results import against_majority, majority_rate
+
         out["accuracy"] = float(np.mean(pred == to_pm1(y)))
+        out.update(against_majority(out["accuracy"], majority_rate(y)))
     _print_prediction(out, protocol, as_json)
 
 
@@ -294,8 +300,11 @@ def class_counts(pred: Any, classes: list) -> dict[str, int]:
 
 def _print_prediction(out: dict, protocol: str, as_json: bool) -> None:
     """`mpdp predict`'s one shape for every protocol: job_id, protocol, rows, predicted (rows per class; a regression:
-    its mean prediction instead), accuracy when the rows are labelled, guarantee, then what only that protocol has."""
-    first = ("job_id", "protocol", "rows", "predicted", "accuracy", "guarantee")
+    its mean prediction instead), accuracy when the rows are labelled (with the rows' majority rate, and a warning line
+    when it is no better than always predicting the majority class), guarantee, then what only that protocol has."""
+    from mpdp.results import majority_warning
+
+    first = ("job_id", "protocol", "rows", "predicted", "accuracy", "majority_rate", "beats_majority", "guarantee")
     doc = {"job_id": out["job_id"], "protocol": protocol, **out}
     doc = {**{k: doc[k] for k in first if k in doc}, **{k: v for k, v in doc.items() if k not in first}}
     if as_json:
@@ -303,6 +312,9 @@ def _print_prediction(out: dict, protocol: str, as_json: bool) -> None:
         return
     for k, v in doc.items():
         print(f"{k}: " + (", ".join(f"{c}: {n}" for c, n in v.items()) if isinstance(v, dict) else f"{v}"))
+        warning = majority_warning(doc) if k == "beats_majority" else None
+        if warning:
+            print(warning)
 
 
 @click.command()
@@ -377,6 +389,9 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
         nonprivate_accuracy=float(np.mean(logreg.predict(w_np, Xte) == y[test])),
         wall_seconds=time.perf_counter() - t0,
     )
+    from mpdp.results import against_majority, majority_rate
+
+    summary.update(against_majority(summary["dp_accuracy"], majority_rate(y[test])))  # the DP model's, on the test rows
     if as_json:
         print(json.dumps(summary))
     else:
@@ -428,7 +443,10 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
            "trust_model": run.summary()["trust_model"]}
     try:
         _, labels = party_rows(task, X, y)
+        from mpdp.results import against_majority, majority_rate
+
         out["accuracy"] = float(np.mean(pred == labels))
+        out.update(against_majority(out["accuracy"], majority_rate(labels)))
     except ValueError:
         pass  # unlabelled or other labels: no accuracy
     _print_prediction(out, "dpgd", as_json)
@@ -563,10 +581,15 @@ def _print_summary(s: dict) -> None:
 
     out = Console()
     t = Table(title=f"job {s['job_id']}", show_header=False)
-    for k in ("noise", "epsilon", "delta", "colluders", "lam", "parties", "dimension", "dp_accuracy", "nonprivate_accuracy", "wall_seconds"):
+    from mpdp.results import majority_warning
+
+    for k in ("noise", "epsilon", "delta", "colluders", "lam", "parties", "dimension", "dp_accuracy", "majority_rate", "nonprivate_accuracy", "wall_seconds"):
         if k in s:
             v = s[k]
             t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+        warning = majority_warning(s) if k == "majority_rate" and k in s else None
+        if warning:
+            t.add_row("", warning)
     for k, v in s["stage_seconds"].items():
         t.add_row(f"time {k}", f"{v:.3f} s")
     t.add_row("paillier/dgk ops", ", ".join(f"{k}={v}" for k, v in sorted(s["paillier_ops"].items())))

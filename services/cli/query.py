@@ -34,6 +34,7 @@ def query(endpoints, sql, epsilon, delta, schema, parties, nodes, records_per_pa
     import grpc
 
     from mpdp.query.plan import QueryError
+    from mpdp_services.cli.errors import from_rpc
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.learner import fetch_model, submit, wait
     from mpdp_services.operator.query import dumps, load_schema, query_spec, text_table
@@ -52,7 +53,7 @@ def query(endpoints, sql, epsilon, delta, schema, parties, nodes, records_per_pa
     try:
         job_id = submit(ep, spec)
     except grpc.RpcError as e:
-        raise click.ClickException(f"the curator refused the query: {e.details()}") from None
+        raise from_rpc(e, "the curator", ep.curator_address, "the query") from None
     if detach:
         click.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
         return
@@ -62,7 +63,7 @@ def query(endpoints, sql, epsilon, delta, schema, parties, nodes, records_per_pa
             raise click.ClickException(f"query {job_id} failed: {status['detail']}. Nothing was released.")
         model = fetch_model(ep, job_id)
     except grpc.RpcError as e:
-        raise click.ClickException(f"query {job_id}: {e.details()}") from None
+        raise from_rpc(e, "the curator", ep.curator_address, f"to follow query {job_id}") from None
     if as_json:
         click.echo(dumps(model))
         return

@@ -40,9 +40,11 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
 
     The curator runs the job (both rounds) and keeps the posterior; this command follows it (Ctrl-C stops watching
     only) or, with --detach, prints its id and returns."""
+    from mpdp import registry
     from mpdp.data.loaders import load
     from mpdp.regression.role import RegressionRun
     from mpdp_services.cli.model import submit_and_follow
+    from mpdp_services.operator.jobs import ordered_stages
     from mpdp_services.operator.regression import regression_spec
 
     try:
@@ -86,7 +88,8 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
             "guarantee": model.guarantee.statement,  # the composed one; it says when the statistics are not proven valid
             "rounds": [{"job": r.job_id, "epsilon": r.guarantee.epsilon, "delta": r.guarantee.delta, "rho": r.rho if r.noise else None}
                        for r in (run.std_release, run.main_release)],
-            "seconds": run.seconds,
+            # the curator's stages, admission to release, one after the other (they add up to the job's wall time there)
+            "seconds": ordered_stages(run.seconds, [], registry.BY_NAME["regression"].stages),
         }
         if test_data:
             X, y = load(test_data, "csv")

@@ -19,15 +19,16 @@ Relative paths are resolved against the config file's folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mpdp import limits
-from mpdp_services.common import tracing
-from mpdp_services.common.rpc import TlsFiles
+
+if TYPE_CHECKING:  # gRPC and OpenTelemetry load when a service uses them, not for reading a config (`mpdp ledger show`)
+    from mpdp_services.common.rpc import TlsFiles
 
 
 class ConfigError(ValueError):
@@ -40,6 +41,8 @@ class TlsConfig(BaseModel):
     ca: Path
 
     def files(self) -> TlsFiles:
+        from mpdp_services.common.rpc import TlsFiles
+
         return TlsFiles(self.cert, self.key, self.ca)
 
 
@@ -127,6 +130,10 @@ class _Base(BaseSettings):
     @field_validator("traces")
     @classmethod
     def _traces(cls, v: str) -> str:
+        if v.strip().lower() in ("", "off"):  # off: nothing to check, and OpenTelemetry is not loaded to read a config
+            return v
+        from mpdp_services.common import tracing
+
         tracing.parse(v)  # ValueError names the unknown exporter
         return v
 
@@ -136,9 +143,9 @@ class _Base(BaseSettings):
 
     @model_validator(mode="after")
     def _http_exposure(self) -> "_Base":
-        from mpdp_services.common import web
-
         if self.http_listen:
+            from mpdp_services.common import web
+
             host, _ = web.split_listen(self.http_listen)
             if not self.http_token_file and not web.is_loopback(host or "0.0.0.0"):
                 raise ValueError(f"http_listen {self.http_listen} is not a loopback address: set http_token_file (or MPDP_HTTP_TOKEN_FILE) to a file "

@@ -10,6 +10,14 @@ round with its own contribution logic (:meth:`ContributionCurator.run`) and feed
 The operator may disconnect; it watches the job (WatchJob: state and "round r of R"), cancels it (CancelJob) and
 fetches the model (GetRelease) from the durable store (``<job>.model.binpb``, 0600, fsync'd), like any other job.
 
+Time: every job keeps a stage clock from its admission to its release, one stage after the other with no gap, all
+measured at the curator (never a duration a party measured: a party's timing shows its data size): ``setup``, then
+per round the round itself (its DCA job, the parties' contributions, the nodes' release) and the curator's step after
+it (regression: ``std_round``, ``grid_search``, ``main_round``, ``posterior``; dp-gd: ``r0``, ``r0_step``, …). The
+stages are the job summary's ``stage_seconds`` and the model's ``seconds``, so they add up to the job's wall time. A
+regression's grid search reads only public values; it starts in a worker thread when the job starts (it overlaps
+the std round) and the host keeps the last few results, so a job of the same plan and N reuses it.
+
 Failures: a round that fails (a DCA job refused or failed, a party's refusal) fails the job naming the round, and
 its DCA job is aborted at once (the nodes drop their shares); a cancel or the job's deadline stops the task the same
 way. A curator killed mid-job loses the task: at start-up every job whose state file is not terminal is marked
@@ -23,6 +31,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -34,7 +43,7 @@ from mpdp.dpgd.plan import VALIDATE_L2, VALIDATE_NONE, DpgdPlan
 from mpdp.dpgd.role import DpgdRole, RunRound as DpgdRound
 from mpdp.dpgd.wire import MODE_NAMES, STATISTIC as DPGD_STATISTIC
 from mpdp.messages import common_pb2, contribution_pb2 as cpb, dca_pb2, learner_pb2 as pb
-from mpdp.protocol import Machine, ProtocolError, Publish
+from mpdp.protocol import Machine, ProtocolError, Publish, StageClock
 from mpdp.query.role import STATISTIC as QUERY_STATISTIC, QueryRole, RunRound as QueryRound
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import RegressionRole, RunRound as RegressionRound
@@ -48,6 +57,7 @@ log = logging.getLogger("mpdp.curator.learner")
 
 DEFAULT_DEADLINE = 600.0
 RESTARTED = "the curator restarted mid-job"
+PREPARED_KEPT = 8  # public precomputations (a regression's grid search) the host keeps for later jobs of the same plan
 
 
 # -- one adapter per learner: its role, its round's request, its stage, its release ------------------------------
@@ -59,6 +69,11 @@ class Learner:
     request: Callable[[pb.LearnerJobSpec, Any, str], cpb.StatisticRequest]  # (spec, RunRound, DCA job) → the parties' request
     progress: Callable[[Any], tuple[int, int]]  # role → (running round, rounds)
     model: Callable[[pb.LearnerJobSpec, Any, str], pb.LearnerModel]  # (spec, published run, job id) → the store's entry
+    stages: Callable[[int], tuple[str, str]] = lambda r: (f"r{r}", f"r{r}_step")  # round r → (its stage, the curator's step after it)
+    # role → (key, public computation) to start at once in a worker thread, or None; its result goes to ``use``
+    # (role, result) before round 0's release is fed back; equal keys give equal results (the host keeps a few)
+    prepare: Callable[[Any], tuple[Any, Callable[[], Any]] | None] = lambda role: None
+    use: Callable[[Any, Any], None] = lambda role, result: None
 
 
 def _dpgd_role(spec: pb.LearnerJobSpec, job_id: str) -> DpgdRole:
@@ -96,6 +111,22 @@ def _regression_progress(role: RegressionRole) -> tuple[int, int]:
     return (1 if role.asked is not None and role.asked.spec.round == "main" else 0), 2
 
 
+def _regression_stages(r: int) -> tuple[str, str]:
+    """Round r's stage and the curator's step after it: std_round, grid_search; main_round, posterior (the registry's)."""
+    _, std_round, grid_search, main_round, posterior = registry.BY_NAME["regression"].stages
+    return ((std_round, grid_search), (main_round, posterior))[r]
+
+
+def _regression_prepare(role: RegressionRole) -> tuple[Any, Callable[[], Any]]:
+    """The grid search (Algorithm 2 step 3): public plan and N only, so it runs while the std round does."""
+    plan, n = role.plan, role.total_records
+    return ("regression", plan, n), lambda: plan.multipliers(n)
+
+
+def _regression_use(role: RegressionRole, multipliers: Any) -> None:
+    role.multipliers = multipliers
+
+
 def _query_role(spec: pb.LearnerJobSpec, job_id: str) -> QueryRole:
     return QueryRole(spec.query, spec.dataset, spec.schema_sha256, list(spec.parties), list(spec.compute_nodes), spec.records_per_party,
                      max_missing=spec.max_missing, seed=spec.simulation_seed, deadline=spec.deadline_seconds or DEFAULT_DEADLINE, job_id=job_id)
@@ -110,8 +141,10 @@ LEARNERS: dict[str, Learner] = {
     "dpgd": Learner("dpgd", registry.prefix("dpgd"), _dpgd_role, _dpgd_request, _dpgd_progress, lambda spec, run, job: run.message()),
     "regression": Learner("regression", registry.prefix("regression"), _regression_role, _regression_request, _regression_progress,
                           lambda spec, run, job: run.message(job, spec.parties, dca_pb2.DISCRETE_GAUSSIAN if not spec.regression.unvalidated
-                                                                  else spec.regression.noise, spec.regression.total_records, spec.regression.unvalidated)),
-    "query": Learner("query", registry.prefix("query"), _query_role, _query_request, lambda role: (0, 1), lambda spec, run, job: run.message(job, spec.parties)),
+                                                                  else spec.regression.noise, spec.regression.total_records, spec.regression.unvalidated),
+                          stages=_regression_stages, prepare=_regression_prepare, use=_regression_use),
+    "query": Learner("query", registry.prefix("query"), _query_role, _query_request, lambda role: (0, 1), lambda spec, run, job: run.message(job, spec.parties),
+                     stages=lambda r: ("round", "result")),
 }
 
 
@@ -167,6 +200,15 @@ class LearnerJob(Hosted[Machine]):
         self.dca_job = ""
         self.task: asyncio.Task | None = None
         self.stop: tuple[int, str] | None = None  # (Problem, detail) of a cancel or the deadline
+        self.stages = StageClock(time.perf_counter)  # from admission, contiguous: they add up to the job's wall time
+        self.stages.enter("setup")
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds per stage so far, the running stage's too."""
+        out = dict(self.stages.seconds)
+        if self.stages._current is not None:
+            out[self.stages._current] = out.get(self.stages._current, 0.0) + self.stages.clock() - self.stages._since
+        return out
 
 
 class LearnerHost:
@@ -184,6 +226,7 @@ class LearnerHost:
             p: jobs.JobTable(p, jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission) for p in LEARNERS
         }
         self.reapers = {p: jobs.Reaper(t, self._expire) for p, t in self.tables.items()}
+        self.prepared: OrderedDict[Any, asyncio.Future] = OrderedDict()  # key → a public precomputation (Learner.prepare)
 
     # -- restart ------------------------------------------------------------------------------------------------------
     async def recover(self) -> None:
@@ -288,26 +331,34 @@ class LearnerHost:
 
     # -- the job's task --------------------------------------------------------------------------------------------------
     async def _drive(self, job: LearnerJob, outputs: list[Any]) -> None:
-        """The role's loop (as :func:`mpdp.dpgd.role.drive`, asynchronously): run each round it asks for, feed the release."""
+        """The role's loop (as :func:`mpdp.dpgd.role.drive`, asynchronously): run each round it asks for, feed the release.
+        Each round and each step after it is a stage of ``job.stages``."""
         role: Any = job.machine  # DpgdRole or RegressionRole: start, released, round_failed, result
         learner = job.learner
-        seconds: dict[str, float] = {}
         try:
+            prepared = self._prepare(learner, role)
             await job.start([o for o in outputs if not isinstance(o, (DpgdRound, RegressionRound, QueryRound))])
             while not role.terminal:
                 ask = next(o for o in outputs if isinstance(o, (DpgdRound, RegressionRound, QueryRound)))
                 r, _ = learner.progress(role)
-                t = time.perf_counter()
+                round_stage, step_stage = learner.stages(r)
+                job.stages.enter(round_stage)
                 dca_job, release = await self._round(job, ask)
-                seconds[f"r{r}"] = time.perf_counter() - t
+                job.stages.enter(step_stage)
+                if prepared is not None:  # the public precomputation the round's step needs (it ran during the round)
+                    try:
+                        learner.use(role, await asyncio.shield(prepared))
+                    except Exception:  # the role's step computes it itself and fails the job in its own words
+                        log.warning("%s job %s: the precomputation failed; the step runs it", learner.protocol, role.job_id, exc_info=True)
+                    prepared = None
                 async with job.lock:  # the curator's step (dp-gd) or the grid search (regression), off the event loop
                     outputs = await job.in_thread(role.released, dca_job, release)
                 job.dca_job = ""
                 run = next((o.release for o in outputs if isinstance(o, Publish)), None)
                 if run is not None:
-                    run.seconds = seconds
+                    run.seconds = job.seconds()
                     self.store.put_model(learner.model(job.spec, run, role.job_id))  # durable before the job says DONE
-                    log.info("%s job %s released (%d rounds)", learner.protocol, role.job_id, len(seconds))
+                    log.info("%s job %s released (%s)", learner.protocol, role.job_id, ", ".join(f"{k} {v:.2f} s" for k, v in run.seconds.items()))
                 self._persist(job)
                 await job.notify()
         except errors.Refused as e:
@@ -321,6 +372,23 @@ class LearnerHost:
         except Exception:
             log.exception("%s job %s: the host raised", learner.protocol, role.job_id)
             await self._failed(job, common_pb2.INTERNAL, "internal error (see the curator's log)")
+        finally:
+            job.stages.stop()
+
+    def _prepare(self, learner: Learner, role: Any) -> asyncio.Future | None:
+        """Start the learner's public precomputation in a worker thread, or reuse a kept one of the same key."""
+        prep = learner.prepare(role)
+        if prep is None:
+            return None
+        key, compute = prep
+        fut = self.prepared.get(key)
+        if fut is None or (fut.done() and (fut.cancelled() or fut.exception() is not None)):
+            fut = asyncio.ensure_future(asyncio.to_thread(compute))
+            self.prepared[key] = fut
+        self.prepared.move_to_end(key)
+        while len(self.prepared) > PREPARED_KEPT:
+            self.prepared.popitem(last=False)
+        return fut
 
     async def _round(self, job: LearnerJob, ask: Any) -> tuple[str, dca_pb2.DpSum]:
         """One round: the DCA job, the parties' contributions, the release; errors.Refused naming the round otherwise."""
@@ -380,6 +448,11 @@ class LearnerHost:
         st = self.status(job)
         self.store.put_state(st.job_id, {"protocol": st.protocol, "state": st.state, "round": st.round, "rounds": st.rounds, "dca_job": st.dca_job_id,
                                          "terminal": st.terminal, "problem": int(st.problem), "detail": st.detail})
+
+    def live(self, job: LearnerJob) -> tuple[str, dict[str, float]]:
+        """The job catalog's view of a held job: its failure detail and its stage seconds (the host's stage clock)."""
+        m = job.machine
+        return (m.error.detail if m.error is not None else ""), job.seconds()
 
     def status(self, job: LearnerJob) -> pb.LearnerStatus:
         m = job.machine

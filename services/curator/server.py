@@ -482,7 +482,7 @@ def learner_sources(learner: LearnerHost) -> list[catalogs.Source]:
     """The multi-round learners the curator hosts (dpgd, regression), one source each."""
     def source(protocol: str) -> catalogs.Source:
         return catalogs.Source(protocol, learner.tables[protocol], lambda j: learner.store.model(j) is not None,
-                               lambda: learner.stored(protocol), catalogs.hosted_live, lambda job: learner.status(job).stage, failure=learner.failure)
+                               lambda: learner.stored(protocol), learner.live, lambda job: learner.status(job).stage, failure=learner.failure)
     return [source(p) for p in LEARNERS]
 
 

@@ -8,6 +8,7 @@ from mpdp.data.loaders import load
 from mpdp.hamm2016 import job as core
 from mpdp.hamm2016.erm import predict
 from mpdp.messages import hamm2016_pb2 as pb
+from mpdp.results import against_majority, majority_rate
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.operator.jobs import released
 
@@ -58,7 +59,8 @@ def predict_ensemble(ep: Endpoints, job_id: str, data_path: str, fmt: str) -> di
     out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": r.guarantee.statement}
     try:
         truth = core.label_indices(y, list(r.classes))
-        out["accuracy"] = float(np.mean(pred == truth))
+        accuracy = float(np.mean(pred == truth))
+        out.update(accuracy=accuracy, **against_majority(accuracy, majority_rate(truth)))
     except core.EnsembleJobError:
         pass  # unlabelled or other labels: predictions only
     out["predicted"] = {c: int(np.sum(pred == k)) for k, c in enumerate(r.classes)}

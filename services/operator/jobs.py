@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import grpc
 
+from mpdp import registry
 from mpdp.messages import common_pb2, operations_pb2 as pb, operations_pb2_grpc as pb_grpc
 from mpdp_services.common import errors
 from mpdp_services.common.endpoints import Endpoints
@@ -59,19 +60,21 @@ def as_dict(s: pb.JobSummary) -> dict[str, Any]:
         "seconds": (s.ended_unix - s.created_unix) if s.ended_unix else None,
         "released": s.released,
         "stage": s.stage,
-        "stage_seconds": ordered_stages(dict(s.stage_seconds), [e.state for e in s.events]),
+        "stage_seconds": ordered_stages(dict(s.stage_seconds), [e.state for e in s.events], registry.BY_NAME[s.protocol].stages if s.protocol in registry.BY_NAME else ()),
         "events": [{"at": e.at_unix, "state": e.state, "problem": common_pb2.Problem.Name(e.problem) if e.problem else None} for e in s.events],
     }
 
 
-def ordered_stages(stage_seconds: dict[str, float], states: list[str]) -> dict[str, float]:
-    """Stages in the order the job went through them: by the first state-log entry naming them, then setup first
-    and numbers in numeric order (stage2 before stage10); protobuf maps keep no order."""
+def ordered_stages(stage_seconds: dict[str, float], states: list[str], order: Sequence[str] = ()) -> dict[str, float]:
+    """Stages in the order the job went through them: the protocol's own ``order`` of its stages first (the registry's),
+    then by the first state-log entry naming them, then setup first and numbers in numeric order (stage2 before
+    stage10); protobuf maps keep no order."""
     seen = {s.lower(): i for i, s in reversed(list(enumerate(states)))}
+    known = {s: i for i, s in enumerate(order)}
 
     def key(name: str) -> tuple:
         parts = re.split(r"(\d+)", name.lower())
-        return (seen.get(name.lower(), len(states)), name.lower() != "setup", [int(p) if p.isdigit() else p for p in parts])
+        return (known.get(name, len(known)), seen.get(name.lower(), len(states)), name.lower() != "setup", [int(p) if p.isdigit() else p for p in parts])
 
     return {k: stage_seconds[k] for k in sorted(stage_seconds, key=key)}
 

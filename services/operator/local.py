@@ -7,6 +7,7 @@ import numpy as np
 from mpdp.data.loaders import load
 from mpdp.local_release import label_text, predict
 from mpdp.messages import common_pb2, local_release_pb2 as pb
+from mpdp.results import against_majority, majority_rate
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.operator.jobs import released
 
@@ -58,5 +59,6 @@ def predict_local(ep: Endpoints, job_id: str, data_path: str, fmt: str, party: s
     pred = predict(rel, X)
     labels = np.array([label_text(v) for v in y])
     predicted = {str(c): int(np.sum(pred == c)) for c in sorted(set(pred.tolist()) | set(labels.tolist()))}
-    return {"job_id": job_id, "release": party, "rows": int(len(pred)), "predicted": predicted, "accuracy": float(np.mean(pred == labels)),
-            "guarantee": rel.guarantee.statement}
+    accuracy = float(np.mean(pred == labels))
+    return {"job_id": job_id, "release": party, "rows": int(len(pred)), "predicted": predicted, "accuracy": accuracy,
+            **against_majority(accuracy, majority_rate(labels)), "guarantee": rel.guarantee.statement}

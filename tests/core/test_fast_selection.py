@@ -71,3 +71,14 @@ def test_make_test_fast_selects_the_fast_marker_and_ci_runs_everything():
     assert test and "pytest" in test.group(1) and " -m " not in test.group(1).split("pytest", 1)[1], "make test runs every test"
     ci = [ln for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert ci[-1] == "make test"
+
+
+def test_the_readme_states_what_make_test_fast_runs_and_how_long_it_took():
+    """README names the exact command `make test-fast` runs (a reader without make can run it) and a measured time."""
+    recipe = re.search(r"^test-fast:.*\n\t(.*)\n", (REPO / "Makefile").read_text(), re.M)
+    assert recipe
+    command = recipe.group(1).replace("$(BIN)", ".venv/bin")
+    readme = " ".join((REPO / "README.md").read_text().split())  # joined across line breaks
+    at = readme.find(f"`{command}`")
+    assert at >= 0, f"README does not state `{command}`"
+    assert re.search(r"took \d+ minutes \([\d,]+ tests, \d+ s wall", readme[at:at + 300]), "README does not state the measured time"

@@ -2,7 +2,8 @@
 
 - `mpdp dca loadgen` sizes its batches in bytes: at d = 9,000 a batch of 1,000 clients is 72 MB per node, over
   the 64 MiB gRPC message limit, yet 1,001 clients are all accepted and released;
-- a curator that is not running is reported as not reachable at its address (one JSON error with --json);
+- a curator that is not running is reported as not reachable at its address (one JSON error with --json), in the
+  same words and with the same hint by every command that needs it (jobs, train --detach, query, evaluate, predict);
 - `mpdp health` needs no --server-name: it checks the name on the certificate the service presents;
 - `mpdp jobs ls` into a pipe lists whole job ids, one tab-separated line per job.
 """
@@ -70,6 +71,31 @@ def test_a_stopped_curator_is_not_reachable_at_its_address(fed, capsys, tmp_path
     code, out, err = mpdp(capsys, "dca", "create", "--endpoints", str(tmp_path), "-d", "2", "-n", "3", "--epsilon", "1", "--delta", "1e-5",
                           "--sensitivity", "1", "--nodes", "node-1,node-2")
     assert code == 1 and out == "" and f"Error: the curator is not reachable at 127.0.0.1:{port}" in err and "Hint:" in err
+    # the same failure, the same words and hint, from every command an operator starts with
+    rows = tmp_path / "rows.csv"
+    rows.write_text("0.1,0.2,1\n0.3,-0.1,-1\n")
+    parties = "party-1,party-2,party-3"
+    commands = {
+        "jobs ls": ["jobs", "ls"],
+        "train logreg": ["train", "logreg", "--dataset", "bc", "--parties", parties, "--epsilon", "1", "--lam", "0.1", "--detach"],
+        "train regression": ["train", "regression", "--dataset", "bc", "--parties", parties, "--nodes", "node-1,node-2", "-d", "2", "--bounds", "1",
+                             "--epsilon", "1", "--total-records", "30", "--records-per-party", "10", "--detach"],
+        "query": ["query", "SELECT COUNT(*) AS n FROM bc", "--parties", parties],
+        "evaluate": ["evaluate", "pk-000000000001", "--dataset", "bc", "--parties", parties],
+        "predict": ["predict", "--job", "pk-000000000001", "--data", str(rows)],
+    }
+    errors = {}
+    for name, argv in commands.items():
+        code, out, err = mpdp(capsys, *argv, "--endpoints", str(tmp_path), "--json")
+        assert code == 1 and "Traceback" not in err, (name, out, err)
+        errors[name] = json.loads(out)["error"]
+        code, out, err = mpdp(capsys, *argv, "--endpoints", str(tmp_path))
+        lines = err.splitlines()
+        assert code == 1 and out == "" and lines[0].startswith(f"Error: the curator is not reachable at 127.0.0.1:{port}"), (name, err)
+        assert lines[-1] == "Hint: " + errors[name]["hint"], (name, err)
+    assert {e["code"] for e in errors.values()} == {"unreachable"}, errors
+    assert all(e["message"].startswith(f"the curator is not reachable at 127.0.0.1:{port}") for e in errors.values()), errors
+    assert len({e["hint"] for e in errors.values()}) == 1 and "mpdp federation up" in errors["predict"]["hint"], errors
 
 
 def test_health_checks_the_name_the_server_presents(fed, capsys):
