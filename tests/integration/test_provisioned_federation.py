@@ -2,7 +2,8 @@
 CSR flow) started the way institutions start it: each site `mpdp serve ROLE --config` in its own folder, as separate
 processes on loopback, no `mpdp federation up`. The operator's folder alone then runs the DCA protocols from the
 Python API: its endpoints.json names the compute nodes, so ``Federation.connect(sites/operator).dp_gd`` publishes a
-model the parties paid for in their ledgers, validated or (``validate=False``) not.
+model the parties paid for in their ledgers, validated or (``validate=False``) not; `mpdp train dp-gd --endpoints
+sites/operator` (compute nodes from the same file) and a DCA sum the operator submits as a cohort are released too.
 """
 
 from __future__ import annotations
@@ -156,3 +157,17 @@ def test_dp_gd_from_the_python_api_publishes_on_a_provisioned_federation(provisi
     for p in PARTIES:  # every party, the one whose key stayed at home too, paid for both jobs in its own ledger
         paid = {e["job_id"] for e in _ledger(out, p)}
         assert any(gd.job_id in j for j in paid) and any(plain.job_id in j for j in paid), (p, paid)
+
+
+def test_the_cli_and_a_dca_sum_use_the_operator_endpoints_compute_nodes(provisioned):
+    out, data = provisioned
+    total = sum(len(np.loadtxt(data / p / "breast_cancer.csv", delimiter=",")) for p in PARTIES)
+    summary = json.loads(_invoke("train", "dp-gd", "--endpoints", str(out / "operator"), "--dataset", "breast_cancer", "--parties", ",".join(PARTIES),
+                                 "--epsilon", "2", "--lam", "0.01", "--dimension", "30", "--total-records", str(total), "--records-per-party", "200",
+                                 "--rounds", "0", "--json").strip().splitlines()[-1])
+    assert summary["parties"] == PARTIES and summary["stored"] == "curator", summary
+    assert {j["job_id"]: j for j in mpdp.Federation.connect(out / "operator").jobs()}[summary["job_id"]]["released"]
+    Z = np.random.default_rng(3).uniform(-1, 1, size=(12, 4))  # public simulation vectors
+    s = mpdp.Federation.connect(out / "operator").dca_sum(Z, epsilon=1.0, delta=1e-5)
+    assert s.model.clients_included == 12 and s.operations["accepted_shares"] == 12 * len(NODES)
+    assert np.all(np.abs(s.model.values - Z.sum(axis=0)) < 8 * np.sqrt(s.model.noise_variance))
