@@ -9,14 +9,15 @@ BIN := $(VENV)/bin
 $(BIN)/mpdp: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@echo "installing mpdp and its dependencies into $(VENV) (the core package; \`make test\` adds the test, plot and Dask extras)"
+	@echo "installing mpdp and its dependencies into $(VENV) (the core package; \`make test\` adds the test, plot and data-source extras)"
 	$(BIN)/python -m pip install --progress-bar on -e .
 	touch $(BIN)/mpdp
 
-# The tests' extras on top: pytest, lint and API-reference tools (dev), matplotlib (experiments), Dask (dask).
+# The tests' extras on top: pytest, lint and API-reference tools (dev), matplotlib (experiments), and every data
+# source: Parquet (parquet), PostgreSQL (postgres), Dask (dask).
 $(VENV)/.extras-dev: $(BIN)/mpdp
-	@echo "installing the test, plot and Dask extras into $(VENV)"
-	$(BIN)/python -m pip install --progress-bar on -e '.[dev,experiments,dask]'
+	@echo "installing the test, plot and data-source extras into $(VENV)"
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev,experiments,parquet,postgres,dask]'
 	touch $(VENV)/.extras-dev
 
 setup: $(BIN)/mpdp

@@ -61,7 +61,9 @@ mkdir -p "$ctx/wheels"
 "$PY" -m pip freeze --exclude-editable | grep -v '^-e ' > "$BUILD/constraints.txt"
 "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$ctx/wheels" "$ROOT" 2> "$BUILD/wheels.log" \
   || { echo "build-image: pip wheel failed; see $BUILD/wheels.log" >&2; tail -n 20 "$BUILD/wheels.log" >&2; exit 1; }
-"$PY" -c 'import tomllib, sys; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$ROOT/pyproject.toml" > "$BUILD/requirements.txt"
+# the core dependencies and the image's extras (deploy/Dockerfile installs mpdp[parquet,postgres]: a party's Parquet and SQL datasets)
+"$PY" -c 'import tomllib, sys; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["parquet"] + p["optional-dependencies"]["postgres"]))' \
+  "$ROOT/pyproject.toml" > "$BUILD/requirements.txt"
 platforms=()
 for p in manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do platforms+=(--platform "${p}_x86_64"); done
 abi="cp${IMAGE_PYTHON/./}"

@@ -56,7 +56,8 @@ class Backend(Protocol):
     def logistic_regression(self, *, epsilon: float, lam: float, noise: str, delta: float | None, colluders: int | None,
                             classes: tuple[Any, ...] | None, dataset: str | None, parties: tuple[str, ...] | None) -> Result: ...
     def dp_gd(self, *, epsilon: float, delta: float, lam: float, rounds: int | None, classes: tuple[Any, ...] | None, total_records: int | None,
-              records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None) -> Result: ...
+              records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None,
+              validate: bool) -> Result: ...
     def dca_sum(self, Z: np.ndarray, *, epsilon: float, delta: float, clip: float, sensitivity: float, max_missing: int, noise: str,
                 client_ids: list[str], validate: str) -> Result: ...
     def linear_regression(self, *, bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int | None, records_per_party: int | None,
@@ -233,12 +234,15 @@ class Federation:
 
     def dp_gd(self, *, epsilon: float, delta: float = 1e-6, lam: float = 0.01, rounds: int | None = None, classes: Sequence[Any] | None = None,
               total_records: int | None = None, records_per_party: int | None = None, dimension: int | None = None, max_missing: int = 0,
-              dataset: str | None = None, parties: Sequence[str] | None = None) -> Result:
+              dataset: str | None = None, parties: Sequence[str] | None = None, validate: bool = True) -> Result:
         """Multiparty DP gradient descent (docs/protocols/dpgd.md): R + 1 DCA rounds of clipped gradient sums, the
         curator steps on the noisy sums; binary (two classes) or softmax logistic regression, (ε, δ)-DP per record.
 
         ``total_records`` (N) and ``records_per_party`` are public bounds: required live; in-process they default to
         the arrays' sizes. ``dimension``: d, required live. ``rounds``: R (default: 0 when N·ε ≥ 10⁴, else 4).
+        ``validate`` (default): every party proves on its secret shares that its round vector lies in the ℓ2 ball of
+        its public row bound × the clip, with distributed discrete Gaussian noise; False: no proofs, Gaussian noise
+        (honest-but-curious parties; the guarantee's trust model says so), as `mpdp train dp-gd --validate none`.
         """
         _positive("epsilon", epsilon)
         _positive("delta", delta, upper=1.0)
@@ -248,7 +252,8 @@ class Federation:
                 raise ValueError(f"{name} must be a {'non-negative' if name == 'rounds' else 'positive'} integer, got {v!r}")
         return self._backend.dp_gd(epsilon=float(epsilon), delta=float(delta), lam=float(lam), rounds=rounds, classes=_classes_arg(classes, None),
                                    total_records=total_records, records_per_party=records_per_party, dimension=dimension,
-                                   max_missing=_nonneg("max_missing", max_missing), dataset=dataset, parties=_parties_arg(parties))
+                                   max_missing=_nonneg("max_missing", max_missing), dataset=dataset, parties=_parties_arg(parties),
+                                   validate=bool(validate))
 
     def dca_sum(self, vectors: Any, *, epsilon: float, delta: float, clip: float = 1.0, sensitivity: float | None = None, max_missing: int = 0,
                 noise: str | None = None, client_ids: Sequence[str] | None = None, validate: str = "range") -> Result:

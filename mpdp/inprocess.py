@@ -230,9 +230,10 @@ class InProcessBackend:
         return regression_result(run, mode=self.mode, total=time.perf_counter() - t0, operations=self._dca_counts(runs))
 
     def dp_gd(self, *, epsilon: float, delta: float, lam: float, rounds: int | None, classes: tuple[Any, ...] | None, total_records: int | None,
-              records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+              records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None,
+              validate: bool = True) -> Result:
         from mpdp.dpgd.model import Task, party_rows
-        from mpdp.dpgd.plan import DpgdPlan, auto_rounds, round_job_id
+        from mpdp.dpgd.plan import VALIDATE_L2, VALIDATE_NONE, DpgdPlan, auto_rounds, round_job_id
         from mpdp.dpgd.role import RoundFailed, run_inmemory
         from mpdp.results import dpgd_result
 
@@ -249,7 +250,7 @@ class InProcessBackend:
         job_id, seed = self._job("dp")
         try:
             plan = DpgdPlan(task, d, epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, total) if rounds is None else int(rounds), total_records=total,
-                            validate="l2")  # as the live federation: every party's round vector proven in its ℓ2 ball
+                            validate=VALIDATE_L2 if validate else VALIDATE_NONE)  # as live: validated, each round vector proven in its ℓ2 ball
         except ValueError as e:
             raise ValueError(f"not a valid dp-gd plan: {e}") from None
         runs: list[Any] = []

@@ -438,15 +438,13 @@ def regression_result(run: Any, *, mode: str, total: float, operations: Mapping[
 
 def dpgd_result(run: Any, *, mode: str, classes: Sequence[Any], total: float, operations: Mapping[str, int]) -> Result:
     """A finished dp-gd job (:class:`mpdp.dpgd.role.DpgdRun`): W of shape (d, m), m = 1 (binary) or C."""
-    from mpdp.dpgd.plan import TRUST_MODEL
-
     W = np.asarray(run.model, dtype=np.float64)
     coef = W[:, 0] if run.plan.task.kind == "binary" else W.T
     s = run.summary()
     return Result(
         protocol=DPGD, mode=mode, job_id=run.job_id, model=LinearClassifier(coef, tuple(classes)), guarantee=run.plan.guarantee,
-        noise="gaussian", trust_model=TRUST_MODEL, timings=_total(run.seconds, total), operations=operations, seeded=run.seeded,
-        details={"task": s["task"], "parties": s["parties"], "dca_jobs": s["dca_jobs"], "plan": s["plan"]},
+        noise="discrete-gaussian" if run.plan.validated else "gaussian", trust_model=run.plan.trust_model, timings=_total(run.seconds, total),
+        operations=operations, seeded=run.seeded, details={"task": s["task"], "parties": s["parties"], "dca_jobs": s["dca_jobs"], "plan": s["plan"]},
     )
 
 

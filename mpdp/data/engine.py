@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from mpdp.data.dataset import DatasetSource, Rows
+from mpdp.extras import MissingExtra, require
 
 log = logging.getLogger("mpdp.data")
 
@@ -72,10 +73,9 @@ def dask_client(address: str, workers: int = 2, tls: Any = None):
         client = _clients.get(key)
         if client is not None and client.status == "running":
             return client
-        try:
-            from distributed import Client, LocalCluster
-        except ImportError as e:
-            raise RuntimeError("the dataset asks for Dask, which is not installed: pip install 'mpdp[dask]'") from e
+        require("distributed", "a dataset computed on Dask")  # MissingExtra naming the extra
+        from distributed import Client, LocalCluster
+
         from mpdp.data import dask_security
 
         if address == "local":
@@ -115,7 +115,12 @@ def reduce_rows(rows: Rows, kernel: Kernel, *, dask: str = "", workers: int = 2,
     parts = rows.parts()
     if not dask:
         return add_up(rows.batches(), kernel)
-    client = dask_client(dask, workers, tls)
+    try:
+        client = dask_client(dask, workers, tls)
+    except MissingExtra as e:
+        from mpdp.data.loaders import DatasetUnreadable
+
+        raise DatasetUnreadable(str(e)) from None  # this dataset is unavailable; the party serves its others
     futures = [client.submit(_part_sum, part, kernel, pure=False) for part in parts]
     sums = [s for s in client.gather(futures) if s is not None]
     if not sums:

@@ -28,9 +28,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from mpdp.data.loaders import DatasetError, DatasetUnreadable, first_lines, sniff_dialect
+from mpdp.extras import MissingExtra, require
 
 DEFAULT_BATCH_ROWS = 65_536  # rows per batch: 65,536 × 20 float64 features is 10 MiB
 NUMERIC, TEXT = "numeric", "text"
+PARQUET, SQL = "a Parquet dataset", "an SQL dataset"  # what needs the optional library (mpdp.extras)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,15 @@ class Source(ABC):
     def fingerprint(self) -> list[Path]:
         """The files whose bytes are the whole table (a cache key digests them); empty when unknown (a database)."""
         return []
+
+
+def _need(module: str, what: str) -> None:
+    """An optional library this source reads with (pyarrow, psycopg): if it is not installed, the dataset is
+    unavailable (the party serves its others) and the message names the extra to install."""
+    try:
+        require(module, what)
+    except MissingExtra as e:
+        raise DatasetUnreadable(str(e)) from None
 
 
 def _require_file(p: Path) -> None:
@@ -235,6 +246,7 @@ class ParquetSource(Source):
         return [self.path]
 
     def _schema(self):
+        _need("pyarrow", PARQUET)
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -247,6 +259,7 @@ class ParquetSource(Source):
         return list(self._schema().names)
 
     def types(self) -> dict[str, str]:
+        _need("pyarrow", PARQUET)
         import pyarrow as pa
 
         out = {}
@@ -265,6 +278,7 @@ class ParquetSource(Source):
         return self._files()
 
     def batches(self, rows: int = DEFAULT_BATCH_ROWS, names: Sequence[str] | None = None) -> Iterator[Batch]:
+        _need("pyarrow", PARQUET)
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
@@ -318,6 +332,7 @@ class SqlSource(Source):
         return f"SqlSource(table={self.table!r})" if self.table else "SqlSource(query=…)"
 
     def _from(self):
+        _need("psycopg", SQL)
         from psycopg import sql
 
         if self.table is not None:
@@ -325,6 +340,7 @@ class SqlSource(Source):
         return sql.SQL("({}) AS mpdp_query").format(sql.SQL(self.query or ""))  # the party's own config, trusted as its SQL
 
     def _connect(self):
+        _need("psycopg", SQL)
         import psycopg
 
         try:
@@ -345,6 +361,7 @@ class SqlSource(Source):
         return DatasetError(f"the database could not read {what} ({type(e).__name__})")
 
     def _describe(self) -> list[tuple[str, int]]:
+        _need("psycopg", SQL)
         import psycopg
         from psycopg import sql
 
@@ -364,6 +381,7 @@ class SqlSource(Source):
         return dict(self._kinds)
 
     def batches(self, rows: int = DEFAULT_BATCH_ROWS, names: Sequence[str] | None = None) -> Iterator[Batch]:
+        _need("psycopg", SQL)
         import psycopg
         from psycopg import sql
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from mpdp.data.dataset import require_rows
 from mpdp.data.sources import NUMERIC, SqlSource
+from mpdp.extras import require
 from mpdp.query.plan import QUANTILE_BINS, Column, Predicate, QueryPlan
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ class _Sql:
 
 def vector(plan: QueryPlan, source: SqlSource, schema: "Schema", records_limit: int) -> np.ndarray | None:
     """The party's vector computed by the database, or None when the query cannot be pushed down exactly."""
+    require("psycopg", "a DP query over an SQL dataset")
     import psycopg
     from psycopg import sql
 

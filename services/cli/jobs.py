@@ -112,7 +112,11 @@ def federation() -> None:
 @federation.command("up")
 @click.option("--workdir", type=click.Path(file_okay=False), default="runs/federation", show_default=True, help="folder for certificates, configs, logs and endpoints.json")
 @click.option("--parties", "n_parties", type=int, default=3, show_default=True, help="number of parties")
-@click.option("--dataset", "datasets", multiple=True, metavar="NAME=PARTY:PATH", help="give PARTY a dataset file (repeatable), e.g. adult=party-1:/data/a.libsvm")
+@click.option("--dataset", "datasets", multiple=True, metavar="NAME=PARTY:PATH|{...}",
+              help="give PARTY a dataset (repeatable): a file, e.g. adult=party-1:/data/a.libsvm, or the dataset's description as a provisioned "
+                   "party's config gives it, a YAML mapping (docs/data-sources.md), e.g. 'adult=party-1:{format: parquet, path: /data/adult/, "
+                   "schema: adult.yaml}', 'adult=party-2:{format: sql, table: adult, dsn_env: ADULT_DSN, schema: adult.yaml}' "
+                   "(the variable is read by the party; a connection string itself is refused here), or dask: local")
 @click.option("--schema", "schemas", multiple=True, metavar="[NAME=]PATH",
               help="a data schema (docs/schema.md): NAME=PATH for the datasets called NAME (repeatable, one per dataset), or PATH for every dataset; "
                    "each dataset is checked against its schema before anything starts (LIBSVM parts read with its d)")
@@ -139,14 +143,15 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
     names = [f"party-{i + 1}" for i in range(n_parties)]
     ds: dict[str, dict[str, dict]] = {}
     for item in datasets:
-        try:
-            name, rest = item.split("=", 1)
-            party, path = rest.split(":", 1)
-        except ValueError:
-            raise click.BadParameter(f"{item!r}: use NAME=PARTY:PATH")
-        ds.setdefault(party, {})[name] = {"path": str(Path(path).resolve())}
+        name, party, entry = _dataset_entry(item)
+        if party not in names:
+            raise click.BadParameter(f"{item.split(':', 1)[0]!r}: no party {party!r} (the parties are {', '.join(names)})", param_hint="--dataset")
+        ds.setdefault(party, {})[name] = entry
     _apply_schemas(ds, schemas)
     _libsvm_dimensions(ds)
+    for party, per in ds.items():  # every description complete (a parquet or sql dataset has its schema by now)
+        for name, entry in per.items():
+            _dataset_config(party, name, entry)
     nodes = [f"node-{k + 1}" for k in range(n_nodes)]
     aux: dict[str, dict] = {}
     for item in auxiliary:
@@ -452,6 +457,56 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
     _print_prediction(out, "dpgd", as_json)
 
 
+def _dataset_entry(item: str) -> tuple[str, str, dict]:
+    """(dataset name, party, its entry in the party's ``datasets:``) of one ``--dataset NAME=PARTY:PATH`` or
+    ``NAME=PARTY:{description}``: a YAML mapping of the fields a provisioned party's config takes for a dataset
+    (:class:`mpdp_services.common.config.DatasetConfig`), its paths resolved against the current folder."""
+    import yaml
+
+    from mpdp_services.common.config import DatasetConfig
+
+    try:
+        name, rest = item.split("=", 1)
+        party, spec = rest.split(":", 1)
+    except ValueError:
+        raise click.BadParameter(f"{item!r}: use NAME=PARTY:PATH or NAME=PARTY:{{format: ..., ...}}", param_hint="--dataset") from None
+    where = f"{party}'s dataset {name!r}"
+    if not spec.lstrip().startswith("{"):
+        return name, party, {"path": str(Path(spec).resolve())}
+    try:
+        entry = yaml.safe_load(spec)
+    except yaml.YAMLError as e:
+        raise click.BadParameter(f"{where}: the description is not a YAML mapping ({str(e).splitlines()[0]})", param_hint="--dataset") from None
+    if not isinstance(entry, dict) or not all(isinstance(k, str) for k in entry):
+        raise click.BadParameter(f"{where}: the description must be a mapping of fields, e.g. {{format: parquet, path: DIR, schema: FILE}}", param_hint="--dataset")
+    known = {f.alias or k for k, f in DatasetConfig.model_fields.items()}
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise click.BadParameter(f"{where}: unknown field(s) {', '.join(unknown)}; the fields are {', '.join(sorted(known - {'dsn'}))}", param_hint="--dataset")
+    if "dsn" in entry:
+        raise click.BadParameter(f"{where}: a connection string on the command line is visible to every user of this host; put it in an environment "
+                                 "variable and name that with dsn_env", param_hint="--dataset")
+    for key in ("path", "schema"):
+        if isinstance(entry.get(key), str) and entry[key]:
+            entry[key] = str(Path(entry[key]).expanduser().resolve())
+    if isinstance(entry.get("dask_tls"), dict):
+        entry["dask_tls"] = {k: str(Path(v).expanduser().resolve()) if isinstance(v, str) else v for k, v in entry["dask_tls"].items()}
+    return name, party, entry
+
+
+def _dataset_config(party: str, name: str, entry: dict) -> Any:
+    """The entry as the party will read it (:class:`DatasetConfig`), or a usage error naming the party, the dataset and the field."""
+    from pydantic import ValidationError
+
+    from mpdp_services.common.config import DatasetConfig
+
+    try:
+        return DatasetConfig.model_validate(entry)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'description'}: {err['msg']}" for err in e.errors())
+        raise click.BadParameter(f"{party}'s dataset {name!r}: {problems}", param_hint="--dataset") from None
+
+
 def _libsvm_dimensions(ds: dict[str, dict[str, dict]]) -> None:
     """LIBSVM parts of one dataset (no schema) are read with the same d: the largest feature index in any part. A
     LIBSVM file lists only its non-zero features, so a part whose rows never use the last index would otherwise read
@@ -459,8 +514,8 @@ def _libsvm_dimensions(ds: dict[str, dict[str, dict]]) -> None:
     dims: dict[str, list[tuple[dict, int]]] = {}
     for per in ds.values():
         for name, entry in per.items():
-            if "schema" in entry:
-                continue
+            if "schema" in entry or entry.get("format", "auto") not in ("auto", "libsvm") or "path" not in entry:
+                continue  # a schema names the columns; a Parquet folder or a database is not LIBSVM
             d = _libsvm_max_index(Path(entry["path"]))
             if d is not None:
                 dims.setdefault(name, []).append((entry, d))
@@ -497,7 +552,6 @@ def _libsvm_max_index(path: Path) -> int | None:
 def _apply_schemas(ds: dict[str, dict[str, dict]], schemas: tuple[str, ...]) -> None:
     """Give each dataset its schema (``--schema NAME=PATH`` per dataset name, ``--schema PATH`` for all), then check
     every file against its schema as its party will: a mismatch is a usage error now, not a refused job later."""
-    from mpdp_services.common.config import DatasetConfig
     from mpdp_services.party.datasets import schema_problems
 
     names = {n for per in ds.values() for n in per}
@@ -518,10 +572,10 @@ def _apply_schemas(ds: dict[str, dict[str, dict]], schemas: tuple[str, ...]) -> 
     problems = []
     for party, per in ds.items():
         for name, entry in per.items():
-            schema = by_name.get(name, every)
+            schema = by_name.get(name, every if "schema" not in entry else None)  # a description's own schema stands unless NAME=PATH names one
             if schema is not None:
                 entry["schema"] = str(schema)
-        checked = schema_problems({n: DatasetConfig.model_validate(e) for n, e in per.items() if "schema" in e})
+        checked = schema_problems({n: _dataset_config(party, n, e) for n, e in per.items() if "schema" in e})
         problems += [f"{party}: {p}" for p in checked]
     if problems:
         hint = "; give each dataset its own schema with --schema NAME=PATH" if every is not None and len(names) > 1 else ""

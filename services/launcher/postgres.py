@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mpdp.extras import require
 from mpdp_services.common.processes import spawn
 
 
@@ -74,6 +75,7 @@ class LocalPostgres:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
+        require("psycopg", "a local PostgreSQL server's client")
         import psycopg
 
         deadline = time.monotonic() + timeout
@@ -90,6 +92,7 @@ class LocalPostgres:
 
     def execute(self, *statements: str, rows: list[tuple] | None = None, insert: str | None = None) -> None:
         """Run SQL as the superuser (then ``insert`` once per row of ``rows``, if given)."""
+        require("psycopg", "a local PostgreSQL server's client")
         import psycopg
 
         with psycopg.connect(self.dsn, autocommit=True) as conn:

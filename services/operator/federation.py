@@ -80,7 +80,8 @@ class LiveBackend:
     def _nodes(self) -> list[str]:
         if len(self.compute_nodes) < 2:
             raise ValueError(f"{self.endpoints_path} lists {len(self.compute_nodes)} compute nodes; DCA protocols need at least 2 "
-                             "(start the federation with --compute-nodes)")
+                             "(a local federation: start it with `mpdp federation up --compute-nodes M`; a provisioned one: `mpdp provision` writes the "
+                             "description's compute_nodes into the operator's endpoints.json as \"compute_nodes\": {name: address})")
         return list(self.compute_nodes)
 
     @staticmethod
@@ -162,9 +163,10 @@ class LiveBackend:
         return regression_result(run, mode=self.mode, total=time.perf_counter() - t0, operations=self._rounds([run.std_release, run.main_release]))
 
     def dp_gd(self, *, epsilon: float, delta: float, lam: float, rounds: int | None, classes: tuple[Any, ...] | None, total_records: int | None,
-              records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None) -> Result:
+              records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None,
+              validate: bool = True) -> Result:
         from mpdp.dpgd.model import Task
-        from mpdp.dpgd.plan import DpgdPlan, auto_rounds
+        from mpdp.dpgd.plan import VALIDATE_L2, VALIDATE_NONE, DpgdPlan, auto_rounds
         from mpdp.results import dpgd_result
         from mpdp_services.operator.dpgd import RoundFailed, run_dpgd
 
@@ -175,7 +177,7 @@ class LiveBackend:
         task = Task("binary") if len(classes) == 2 else Task("softmax", len(classes))
         try:
             plan = DpgdPlan(task, int(dimension), epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, int(total_records)) if rounds is None else int(rounds),
-                            total_records=int(total_records), validate="l2")
+                            total_records=int(total_records), validate=VALIDATE_L2 if validate else VALIDATE_NONE)
         except ValueError as e:
             raise ValueError(f"not a valid dp-gd plan: {e}") from None
         t0 = time.perf_counter()

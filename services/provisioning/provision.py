@@ -376,7 +376,9 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
         write_atomic(
             r.folder / "endpoints.json",
             json.dumps({"federation": spec.federation, "curator": {"address": cur.address, "name": cur.name}, "operator_tls": dict(TLS),
-                        "parties": {p.name: p.address for p in spec.parties}}, indent=2)
+                        "parties": {p.name: p.address for p in spec.parties},
+                        # the DCA protocols (dp-gd, regression, ensembles, sums) name the compute nodes in their job specs
+                        "compute_nodes": {c.name: c.address for c in spec.compute_nodes}}, indent=2)
             + "\n",
             PUBLIC,
         )

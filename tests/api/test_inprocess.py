@@ -133,6 +133,9 @@ def test_dp_gd_binary_and_softmax(cancer):
     r = fed.dp_gd(epsilon=2.0, rounds=2)
     _check_common(r, "dp-gd")
     assert r.model.classes == ("benign", "malignant") and r.operations["dca_jobs"] == 3 and r.score(Xte, yte) > 0.6
+    assert r.noise == "discrete-gaussian" and "not proven valid" not in r.guarantee.statement  # validated by default
+    plain = fed.dp_gd(epsilon=2.0, rounds=1, validate=False)  # no proofs: Gaussian rounds, and the guarantee says so
+    assert plain.noise == "gaussian" and "not proven valid" in plain.guarantee.statement and plain.operations["dca_jobs"] == 2
     X, y = load_wine(return_X_y=True)
     wine = mpdp.Federation.in_process(parties=[(_scaled(X)[i::3], y[i::3]) for i in range(3)])
     s = wine.dp_gd(epsilon=5.0, rounds=1)

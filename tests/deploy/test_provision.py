@@ -98,6 +98,8 @@ def test_configs_load_with_the_services_config_classes(tmp_path):
     assert (node.listen, node.advertise, node.curator.name, node.federation) == ("0.0.0.0:7200", "cn1.example.org:7200", "curator", "test-fed")
     ep = Endpoints.load(out / "operator")  # relative TLS paths resolve against endpoints.json's folder
     assert ep.curator_address == "charlie.example.org:7000" and ep.tls.cert == out / "operator" / "site.crt"
+    doc = json.loads((out / "operator" / "endpoints.json").read_text())  # the DCA protocols' job specs name the compute nodes
+    assert doc["compute_nodes"] == {"compute-1": "cn1.example.org:7200"} and sorted(doc["parties"]) == ["hospital-a", "hospital-b", "hospital-c"]
     readme = (out / "operator" / "README.md").read_text()
     assert "--parties hospital-a,hospital-b,hospital-c --epsilon 0.5 --lam 0.01" in readme
     assert "7101" in (out / "hospital-a" / "README.md").read_text() and "ledger" in (out / "hospital-a" / "README.md").read_text()
