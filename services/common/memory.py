@@ -21,7 +21,7 @@ after) are in docs/protocols/job-model.md §1; tests/adversarial/test_member_bod
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import sys
 from types import TracebackType
 from typing import Callable
@@ -29,12 +29,14 @@ from typing import Callable
 LARGE_BODY = 16 << 20  # bytes: a call that carried at least this much is followed by a trim (a validated ShareBatch is ≤ 8 MiB)
 
 
+@functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim from the process's own symbols (no library search: that would start ldconfig), looked up
+    at the first large call."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # musl and others: no malloc_trim
         return None
     trim.argtypes = [ctypes.c_size_t]
@@ -42,14 +44,13 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
-_TRIM = _malloc_trim()
-
-
 def release(body_bytes: int) -> None:
     """After a call that carried ``body_bytes`` has ended and dropped its request: give free heap pages back to the OS
     when the body was large (:data:`LARGE_BODY`)."""
-    if body_bytes >= LARGE_BODY and _TRIM is not None:
-        _TRIM(0)
+    if body_bytes >= LARGE_BODY:
+        trim = _malloc_trim()
+        if trim is not None:
+            trim(0)
 
 
 def forget_frames(exc: BaseException | None) -> None:
