@@ -130,6 +130,16 @@ def check_members(parties: Sequence[str], members: Sequence[str]) -> None:
         raise ValueError(f"the job names {len(outsiders)} part{'y' if len(outsiders) == 1 else 'ies'} that are not members of this federation")
 
 
+def check_agreed_bound(field: str, asked: int, agreed: int | None) -> None:
+    """A job's public size bound ``asked`` (Pathak's size_bits, a round's records_per_client) is the one the federation
+    agreed for the dataset (``agreed``, the party's dataset config; None: no agreement, any bound is taken). A party
+    that takes only the agreed bound answers the same for every job, whatever its size: accepting or refusing a job no
+    longer compares the job's bound with n_j (docs/protocols/pathak2010.md, "Public size bounds are the federation's").
+    The refusal names the agreed (public) value and not the job's."""
+    if agreed is not None and asked != agreed:
+        raise ValueError(f"the job's public bound {field} is not the one agreed for this dataset ({field} = {agreed})")
+
+
 def check_roster(params: "DcaParams", parties: Sequence[str], me: str | None = None, members: Sequence[str] | None = None, *,
                  secure_sum: bool = False) -> None:
     """The DCA job ``params`` is a round of exactly ``parties`` (and of ``me``, a party checking for itself):

@@ -203,7 +203,7 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("delta", "real", 0.0, 1.0, "", "δ of the Gaussian mechanism (0 only for a secure sum)", open_max=True),
         Limit("sensitivity", "real", 0.0, MAX_REAL, "", "Δ₂ of one client's vector (0 only for a secure sum)"),
         _mode(),
-        Limit("fractional_bits", "int", MIN_FRAC_BITS, MAX_FRAC_BITS, "bits", "f of the fixed-point scale in Z_(2^64)", default=32),
+        Limit("fractional_bits", "int", MIN_FRAC_BITS, MAX_FRAC_BITS, "bits", "f of the fixed-point scale in Z_(2^64) (0 = 32 with validate VALIDATE_NONE)", default=16),
         Limit("clip_bounds", "count", 0, MAX_DCA_DIMENSION, "", "c_j: none (= 1), one for all j, or d (checked with d)", item="real+"),
         Limit("compute_nodes", "count", 2, MAX_NODES, "", "M ≥ 2 (one node would see u_i); per-client bitmasks are int64", item="id"),
         _deadline(600.0),
@@ -213,9 +213,9 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("noise", "choice", None, None, "", "how clients draw η: floating-point Gaussian, or exact integer discrete Gaussian (mode CORRECTED)",
               choices=(dca_pb2.GAUSSIAN, dca_pb2.DISCRETE_GAUSSIAN), choice_names=("GAUSSIAN", "DISCRETE_GAUSSIAN")),
         Limit("validate", "choice", None, None, "", "what each contribution is proven to satisfy (Field64 shares and a proof; d ≤ "
-              f"{MAX_VALIDATED_DIMENSION}, noise DISCRETE_GAUSSIAN or a secure sum)",
-              choices=(dca_pb2.VALIDATE_NONE, dca_pb2.VALIDATE_RANGE, dca_pb2.VALIDATE_L2, dca_pb2.VALIDATE_ONE_HOT, dca_pb2.VALIDATE_VOTES),
-              choice_names=("VALIDATE_NONE", "VALIDATE_RANGE", "VALIDATE_L2", "VALIDATE_ONE_HOT", "VALIDATE_VOTES")),
+              f"{MAX_VALIDATED_DIMENSION}, noise DISCRETE_GAUSSIAN or a secure sum); 0 = VALIDATE_RANGE, unproven only as VALIDATE_NONE",
+              choices=(dca_pb2.VALIDATE_RANGE, dca_pb2.VALIDATE_NONE, dca_pb2.VALIDATE_L2, dca_pb2.VALIDATE_ONE_HOT, dca_pb2.VALIDATE_VOTES),
+              choice_names=("VALIDATE_RANGE", "VALIDATE_NONE", "VALIDATE_L2", "VALIDATE_ONE_HOT", "VALIDATE_VOTES")),
         Limit("vote_classes", "int", 0, MAX_CLASSES, "", "validate VOTES: C, the classes of one vote per point (0 otherwise; checked with validate)"),
         Limit("colluders", "int", 0, MAX_NODES - 1, "", "validated DISCRETE_GAUSSIAN: c ≤ M − 1 compute nodes may pool their noise with the curator "
               "(checked with M; unset = M − 1; each node adds σ_std²/(M − c))"),

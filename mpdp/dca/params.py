@@ -197,7 +197,8 @@ class DcaParams:
         if self.dimension > limits.MAX_VALIDATED_DIMENSION:
             raise InvalidJob(f"a validated job has d ≤ {limits.MAX_VALIDATED_DIMENSION} (a client's proof input is ~50 bits a coordinate)")
         if not self.secure_sum and self.noise != discrete.NAME:
-            raise InvalidJob("a validated job needs noise DISCRETE_GAUSSIAN (exact integer noise, added by the compute nodes) or a secure sum")
+            raise InvalidJob("a validated job (the default) needs noise DISCRETE_GAUSSIAN (exact integer noise, added by the compute nodes) or a"
+                             " secure sum; validate VALIDATE_NONE runs unproven")
         if (self.validate == "votes") != (self.vote_classes != 0):
             raise InvalidJob("vote_classes is set exactly for validate VOTES")
         if self.validate == "votes" and self.vote_classes > 2 and self.dimension % self.vote_classes:
@@ -417,7 +418,7 @@ class DcaParams:
         if spec.noise not in NOISE_NAMES:
             raise InvalidJob("noise must be GAUSSIAN or DISCRETE_GAUSSIAN")
         if spec.validate not in VALIDATE_NAMES:
-            raise InvalidJob("validate must be VALIDATE_NONE, VALIDATE_RANGE, VALIDATE_L2, VALIDATE_ONE_HOT or VALIDATE_VOTES")
+            raise InvalidJob("validate must be VALIDATE_RANGE (the default), VALIDATE_NONE, VALIDATE_L2, VALIDATE_ONE_HOT or VALIDATE_VOTES")
         return cls(
             job_id=job_id,
             dimension=spec.dimension,
@@ -428,7 +429,7 @@ class DcaParams:
             sensitivity=spec.sensitivity,
             nodes=tuple(spec.compute_nodes),
             mode=MODE_NAMES[spec.mode],
-            frac_bits=spec.fractional_bits or 32,
+            frac_bits=spec.fractional_bits or (32 if spec.validate == dca_pb2.VALIDATE_NONE else 16),
             clip_bounds=tuple(spec.clip_bounds) or (1.0,),
             seed_compressed=spec.seed_compressed,
             deadline_seconds=spec.deadline_seconds or 600.0,

@@ -32,7 +32,10 @@ each other check's an independent variable) of total degree ≤ c, zero with pro
 Zippel). So one repetition errs with probability ε₁ ≤ 2(n − 1)/(|F| − n) + c/|F|, and R repetitions with ε₁^R. The joint
 randomness is a hash of the client's shares (Fiat–Shamir), so a client that evaluates the XOF Q times to search for a
 good ρ succeeds with probability at most Q·ε₁^R (union bound over its tries). :func:`repetitions` picks the least R
-with ε₁^R ≤ 2^-100: at most 2^-60 for any client making up to 2^40 XOF evaluations. The validity of each predicate also
+≥ 3 with ε₁^R ≤ 2^-100: at most 2^-60 for any client making up to 2^40 XOF evaluations. The floor of 3 is Prio3's
+advice for Field64 with joint randomness (draft-irtf-cfrg-vdaf: Field128 with one proof, or Field64 with at least
+3; its multiproof test vectors run Field64 with 3): with ε₁ ≈ 2^-54…2^-58 here, two would give ≈ 2^-108…2^-116,
+enough against 2^-100 but short of the ≈ 2^-128 the draft aims at against a client grinding the XOF offline. The validity of each predicate also
 needs the sums below not to wrap mod p; each circuit checks its own condition at construction.
 """
 
@@ -47,6 +50,7 @@ import numpy as np
 from mpdp.math import field as F
 
 SOUNDNESS_BITS = 100  # ε₁^R ≤ 2^-100: ≤ 2^-60 for clients making up to 2^40 XOF evaluations
+MIN_PROOFS = 3  # repetitions at least: Prio3's floor for Field64 with joint randomness (module docstring)
 TARGET_BITS = 60
 
 
@@ -514,8 +518,8 @@ def one_repetition_error(n: int, rho_degree: int = 1) -> float:
 
 
 def repetitions(n: int, rho_degree: int = 1) -> int:
-    """The least R with ε₁^R ≤ 2^-SOUNDNESS_BITS."""
-    return max(1, math.ceil(SOUNDNESS_BITS / -math.log2(one_repetition_error(n, rho_degree))))
+    """The least R ≥ MIN_PROOFS with ε₁^R ≤ 2^-SOUNDNESS_BITS."""
+    return max(MIN_PROOFS, math.ceil(SOUNDNESS_BITS / -math.log2(one_repetition_error(n, rho_degree))))
 
 
 def lagrange_weights(n: int, r: np.ndarray) -> np.ndarray:

@@ -58,10 +58,10 @@ class _Validation:
 
 class _ValidationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Validation.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    VALIDATE_NONE: _Validation.ValueType  # 0
-    """shares in Z_(2^64), nothing checked (honest-but-curious clients)"""
-    VALIDATE_RANGE: _Validation.ValueType  # 1
-    """every |ỹ_j| ≤ ⌈max c·2^f⌉ (bit decomposition, as Prio3SumVec)"""
+    VALIDATE_RANGE: _Validation.ValueType  # 0
+    """the default: every |ỹ_j| ≤ ⌈max c·2^f⌉ (bit decomposition, as Prio3SumVec)"""
+    VALIDATE_NONE: _Validation.ValueType  # 1
+    """opt-out: shares in Z_(2^64), nothing checked (honest-but-curious clients)"""
     VALIDATE_L2: _Validation.ValueType  # 2
     """‖ỹ‖₂ ≤ ⌈c·2^f⌉ + R (as libprio's FixedPointBoundedL2VecSum); one clip bound c"""
     VALIDATE_ONE_HOT: _Validation.ValueType  # 3
@@ -70,14 +70,15 @@ class _ValidationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Validation
     """a vote per point: d/C blocks of C bits, each summing to 1 (C = vote_classes; C = 2: d bits)"""
 
 class Validation(_Validation, metaclass=_ValidationEnumTypeWrapper):
-    """What every contribution is proven to satisfy before it counts (docs/protocols/dca.md, "Validated mode"): none, or
-    a fully linear proof (Boneh et al. 2019, as Prio3) on the Field64 shares. The proof also bounds the noise's norm.
+    """What every contribution is proven to satisfy before it counts (docs/protocols/dca.md, "Validated mode"): a fully
+    linear proof (Boneh et al. 2019, as Prio3) on the Field64 shares, or nothing. The zero value (a spec that says
+    nothing) is the range proof: an unproven job must be asked for by name (VALIDATE_NONE).
     """
 
-VALIDATE_NONE: Validation.ValueType  # 0
-"""shares in Z_(2^64), nothing checked (honest-but-curious clients)"""
-VALIDATE_RANGE: Validation.ValueType  # 1
-"""every |ỹ_j| ≤ ⌈max c·2^f⌉ (bit decomposition, as Prio3SumVec)"""
+VALIDATE_RANGE: Validation.ValueType  # 0
+"""the default: every |ỹ_j| ≤ ⌈max c·2^f⌉ (bit decomposition, as Prio3SumVec)"""
+VALIDATE_NONE: Validation.ValueType  # 1
+"""opt-out: shares in Z_(2^64), nothing checked (honest-but-curious clients)"""
 VALIDATE_L2: Validation.ValueType  # 2
 """‖ỹ‖₂ ≤ ⌈c·2^f⌉ + R (as libprio's FixedPointBoundedL2VecSum); one clip bound c"""
 VALIDATE_ONE_HOT: Validation.ValueType  # 3
@@ -126,7 +127,7 @@ class DcaJobSpec(_message.Message):
     mode: _common_pb2.NoiseMode.ValueType
     """CORRECTED: analytic Gaussian σ_std; PAPER: classic formula"""
     fractional_bits: _builtins.int
-    """f (0 = default 32)"""
+    """f (0 = default: 16, or 32 with validate VALIDATE_NONE)"""
     seed_compressed: _builtins.bool
     """node 0 gets u_i − Σ_{k≥1} r_{i,k}; node k ≥ 1 gets a 32-byte seed of r_{i,k}"""
     deadline_seconds: _builtins.float
@@ -143,8 +144,9 @@ class DcaJobSpec(_message.Message):
     noise: Global___NoiseKind.ValueType
     """GAUSSIAN (default) or DISCRETE_GAUSSIAN (mode must then be CORRECTED)"""
     validate: Global___Validation.ValueType
-    """VALIDATE_*: clients share in Field64 with a proof; nodes drop (and count) every contribution whose proof fails.
-    Needs noise DISCRETE_GAUSSIAN (or a secure sum) and mode CORRECTED.
+    """Unset or VALIDATE_RANGE/L2/ONE_HOT/VOTES: clients share in Field64 with a proof; nodes drop (and count) every
+    contribution whose proof fails. Needs noise DISCRETE_GAUSSIAN (or a secure sum) and mode CORRECTED: a spec that
+    leaves both validate and noise unset is refused, never run unproven. VALIDATE_NONE: no proofs.
     """
     vote_classes: _builtins.int
     """VALIDATE_VOTES only: C ≥ 2, the classes of a vote (0 otherwise)"""

@@ -13,8 +13,8 @@ from mpdp_services.cli.options import ProgressLine, endpoints_option, renamed_op
 
 # The spec's noise names (mpdp.dca.params.NOISE_ENUM, whose import pulls in the accountant): kept equal by a test.
 NOISES = ("gaussian", "discrete-gaussian")  # by their NoiseKind number (dca.proto)
-VALIDATIONS = ("none", "range", "l2", "one-hot", "votes")  # by their Validation number (dca.proto)
-CREATE_VALIDATIONS = VALIDATIONS[:4]  # votes (one vote per point over C classes) is created by the ensemble jobs
+VALIDATIONS = ("range", "none", "l2", "one-hot", "votes")  # by their Validation number (dca.proto; 0 = range, the default)
+CREATE_VALIDATIONS = ("none", "range", "l2", "one-hot")  # votes (one vote per point over C classes) is created by the ensemble jobs
 
 
 def _operator(endpoints: str):

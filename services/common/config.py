@@ -72,6 +72,14 @@ class DatasetConfig(BaseModel):
         "or the address of the party's own scheduler, tls://host:port (with dask_tls)"))
     dask_tls: TlsConfig | None = Field(None, description="an external Dask scheduler's TLS: this party's client certificate and key, and the cluster's CA")
     dask_workers: int = Field(2, ge=1, le=256, description="worker processes of a local Dask cluster")
+    # The federation's agreed public size bounds for this dataset (docs/protocols/pathak2010.md, "Public size bounds are
+    # the federation's"): a job asking for another is refused before anything is read or spent, so that no sequence of
+    # jobs with different bounds can probe the dataset's size. Unset: every job's own bound is taken.
+    size_bits: int | None = Field(None, ge=1, le=limits.MAX_SIZE_BITS, description=(
+        "Pathak jobs: the agreed size bound (n < 2^size_bits); a job with another size_bits (0 counts as its default 32) is refused INVALID_JOB before any spend"))
+    records_per_party: int | None = Field(None, ge=1, le=limits.MAX_LOCAL_ROWS, description=(
+        "contribution rounds (regression, dp-gd, queries and other statistics): the agreed public row bound; a round with another "
+        "records_per_client is refused INVALID_JOB before any spend"))
 
     model_config = ConfigDict(populate_by_name=True)
 

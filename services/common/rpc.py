@@ -23,7 +23,7 @@ from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2
-from mpdp_services.common import calls, errors, metrics, tracing, web
+from mpdp_services.common import calls, errors, memory, metrics, tracing, web
 from mpdp_services.common import pki
 from mpdp_services.common.channels import CHANNEL_OPTIONS as CHANNEL_OPTIONS, MAX_MESSAGE as MAX_MESSAGE, TlsFiles as TlsFiles  # the roles import them from here too
 from mpdp_services.common.pki import Identity, check_server_certificate, identity_from_pem
@@ -212,8 +212,10 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
             # it refuses never makes this process receive (and allocate) its message
             async def unary(raw_iterator, context):
                 ident = await admit(context)
+                raw, request, size = b"", None, 0
                 try:
                     raw = await _single(raw_iterator, context)
+                    size = len(raw)
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
                     await in_scope(context, ident, request)
@@ -222,8 +224,13 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                         response = await guarded(context, lambda: inner(request, context))
                     metrics.rpc_done(method, "OK")  # refusals are counted where they are made (errors.refuse)
                     return scoped(ident, response)
+                except BaseException as e:
+                    memory.forget_frames(e)  # a refusal's traceback must not keep the request (services/common/memory.py)
+                    raise
                 finally:
                     gate._leave(ident)
+                    raw = request = None  # also the cell the servicer's lambda reads
+                    memory.release(size)
 
             return grpc.stream_unary_rpc_method_handler(unary, None, handler.response_serializer)
         if kind == "unary_stream":
@@ -231,8 +238,10 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
 
             async def stream(raw_iterator, context):  # served as bidirectional streaming: gate first, then the body (see unary)
                 ident = await admit(context)
+                raw, request, size = b"", None, 0
                 try:
                     raw = await _single(raw_iterator, context)
+                    size = len(raw)
                     request = await parse(context, raw, deserialize)
                     seen(context, request)
                     await in_scope(context, ident, request)
@@ -245,8 +254,13 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
                     except Exception:  # noqa: BLE001 - see guarded()
                         log.exception("unhandled error in %s", method)
                         await errors.refuse(context, P.INTERNAL, "internal error; the operator's log has the cause")
+                except BaseException as e:
+                    memory.forget_frames(e)  # see unary
+                    raise
                 finally:
                     gate._leave(ident)
+                    raw = request = None
+                    memory.release(size)
 
             return grpc.stream_stream_rpc_method_handler(stream, None, handler.response_serializer)
         if kind == "stream_unary":
@@ -254,16 +268,21 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
 
             async def stream_unary(raw_iterator, context):
                 ident = await admit(context)
+                received = [0]  # bytes of the stream's messages so far
                 try:
-                    requests = _parsed(raw_iterator, deserialize, lambda r: seen(context, r))
+                    requests = _parsed(raw_iterator, deserialize, lambda r: seen(context, r), received)
                     try:
                         response = await guarded(context, lambda: inner_su(requests, context))
                         metrics.rpc_done(method, "OK")
                         return response
                     except _Undecodable:
                         await errors.refuse(context, P.MALFORMED, "a streamed message is not a valid message for this method")
+                except BaseException as e:
+                    memory.forget_frames(e)  # see unary
+                    raise
                 finally:
                     gate._leave(ident)
+                    memory.release(received[0])
 
             return grpc.stream_unary_rpc_method_handler(stream_unary, None, handler.response_serializer)
 
@@ -320,8 +339,9 @@ async def _single(raw_iterator, context) -> bytes:
     raise AssertionError  # unreachable
 
 
-async def _parsed(raw_iterator, deserialize, record):
+async def _parsed(raw_iterator, deserialize, record, received: list[int]):
     async for raw in raw_iterator:
+        received[0] += len(raw)
         try:
             item = deserialize(raw) if deserialize is not None else raw
         except Exception as e:  # noqa: BLE001 - any parse failure is the sender's malformed body

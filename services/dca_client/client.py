@@ -60,14 +60,14 @@ def batch_size_for(dimension: int, clients: int, batch_bytes: int = BATCH_BYTES,
 
 
 NOISES = ("gaussian", "discrete-gaussian")  # by their NoiseKind number (dca.proto)
-VALIDATIONS = ("none", "range", "l2", "one-hot", "votes")  # by their Validation number (dca.proto)
+VALIDATIONS = ("range", "none", "l2", "one-hot", "votes")  # by their Validation number (dca.proto; 0 = range, the default)
 
 
 def job_spec(*, dimension: int, clients: int, epsilon: float, delta: float, sensitivity: float, nodes: list[str], max_missing: int = 0,
              clip: float = 1.0, calibration: str = "corrected", validate: str = "range", noise: str | None = None,
              frac_bits: int | None = None, deadline_seconds: float = 600.0, seed_compressed: bool = False,
              colluders: int | None = None) -> pb.DcaJobSpec:
-    """A DP-sum job's spec with the user-facing defaults (the wire's zero values are the unvalidated job): every
+    """A DP-sum job's spec with the user-facing defaults (as the wire's: validate 0 is the range proof): every
     contribution proven within the public clip bound (``validate="range"``) with discrete Gaussian noise and f = 16.
     ``validate="none"`` trusts contributions unproven, with floating-point Gaussian noise and f = 32 by default.
     ``colluders``: a validated job's c, the compute nodes that may pool their noise with the curator (None: M − 1).

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import grpc
 import numpy as np
 
-from mpdp.contribution import AcceptedRound, Contributor
+from mpdp.contribution import AcceptedRound, Contributor, check_agreed_bound
 from mpdp.data.dataset import DoesNotFit, SchemaMismatch, require_schema
 from mpdp.data.loaders import DatasetError
 from mpdp.dca.params import DcaParams
@@ -124,13 +124,18 @@ async def _settle(party: "Party", spent: list[tuple[dict, bool]], handoff: Hando
         await party.settle_unsent(spent, f"no share left: {why}")
 
 
-async def dataset_for(party: "Party", context, dataset: str, schema_sha256: str) -> "DatasetConfig":
-    """The party's configured dataset ``dataset``, checked against the job's schema digest (INVALID_JOB otherwise)."""
+async def dataset_for(party: "Party", context, dataset: str, schema_sha256: str, records_per_client: int) -> "DatasetConfig":
+    """The party's configured dataset ``dataset``, checked against the job's schema digest and the round's public row
+    bound against the one agreed for the dataset (config ``records_per_party``): INVALID_JOB otherwise, before any spend."""
     cfg = party.cfg
     ds = await party.dataset(context, dataset)
     try:
         require_schema(ds, schema_sha256)
     except SchemaMismatch as e:
+        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(dataset)}: {e}")
+    try:
+        check_agreed_bound("records_per_client", records_per_client, ds.records_per_party)
+    except ValueError as e:
         await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} refuses: dataset {shown(dataset)}: {e}")
     return ds
 

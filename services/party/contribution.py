@@ -85,7 +85,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
 
     async def _contribute(self, party: "Party", request: contribution_pb2.StatisticRequest, round_name: str, context) -> contribution_pb2.ContributionReceipt:
         cfg = party.cfg
-        ds = await dataset_for(party, context, request.dataset, request.schema_sha256)
+        ds = await dataset_for(party, context, request.dataset, request.schema_sha256, request.records_per_client)
 
         def compute():  # over the dataset's batches (bounded memory; on Dask if it names a cluster)
             return statistics_contribution(ds, request.dataset, round_name, tuple(request.bounds), max(1, request.records_per_client))
@@ -114,7 +114,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, str(e))
         if not request.HasField("query") or request.bounds or request.HasField("dpgd"):
             await errors.refuse(context, Problem.MALFORMED, "a query request carries its query and no clip box")
-        ds = await dataset_for(party, context, request.dataset, request.schema_sha256)
+        ds = await dataset_for(party, context, request.dataset, request.schema_sha256, request.records_per_client)
         spec = request.query
         try:
             plan = query_role.plan_of(spec, request.dataset, request.schema_sha256)
@@ -152,7 +152,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
         round_id = round_job_id(msg.job_id, msg.round)
         async with party.claimed(context, dpgd_wire.ROUND_PROTOCOL, round_id):  # REPLAY if this round was contributed to
-            ds = await dataset_for(party, context, request.dataset, request.schema_sha256)
+            ds = await dataset_for(party, context, request.dataset, request.schema_sha256, request.records_per_client)
             parties = sorted(request.parties)
             try:
                 charged = await asyncio.to_thread(party.ledger.find, dpgd_wire.PROTOCOL, msg.job_id)

@@ -30,7 +30,7 @@ from mpdp.pathak2010.party import CLIP_BOUND, DATA_FREE_MESSAGES, FIT_MAX_ITER, 
 from mpdp.pathak2010.resources import CuratorPublicKeys, PartyResources
 from mpdp.schema import SchemaError
 from mpdp.protocol import CURATOR, FAILED as MACHINE_FAILED, Peer, ProtocolError, Record, Send, Spend
-from mpdp.contribution import check_members
+from mpdp.contribution import check_agreed_bound, check_members
 from mpdp_services.common import config as cfgmod, errors, jobs, metrics
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, method_for_message, roles_by_method
@@ -277,6 +277,10 @@ class PathakParty(pb_grpc.PartyServicer):
             await errors.refuse(context, Problem.INVALID_JOB, f"party {name} cannot read its dataset {shown(request.spec.dataset)}; see its log")
         except ProtocolError as e:
             await errors.refuse(context, e.problem, f"party {name}: {e.detail}")
+        try:  # the job's public size bound is the federation's agreed one for this dataset, or nothing is read or spent
+            check_agreed_bound("size_bits", machine.params.size_bits, ds.size_bits)
+        except ValueError as e:
+            await errors.refuse(context, Problem.INVALID_JOB, f"party {name} refuses: dataset {shown(request.spec.dataset)}: {e}")
         hosted = PathakJob(machine, self._route, dict(request.party_addresses), ds)
         try:  # admitted (OVERLOADED past max_live_jobs) before anything is spent
             self.jobs.admit(request.job_id, hosted, deadline_seconds(request.spec, self.cfg.job_deadline_seconds))

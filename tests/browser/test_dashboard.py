@@ -129,7 +129,7 @@ def jobs(fed) -> dict[str, str]:
 
     ep = Endpoints.load(fed["workdir"])
     spec = dca_pb2.DcaJobSpec(dimension=3, clients=5, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(3), mode=common_pb2.CORRECTED,
-                              clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=8, purpose="dashboard demo")
+                              clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=8, purpose="dashboard demo", validate=dca_pb2.VALIDATE_NONE)
     with DcaOperator(ep) as op:
         dca = op.create(spec)
         asyncio.run(submit_cohort(ep, ep.tls, dca, [f"c{i}" for i in range(4)], np.random.default_rng(1).uniform(-0.5, 0.5, size=(4, 3)), batched=False))

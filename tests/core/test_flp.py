@@ -108,7 +108,7 @@ def test_soundness_bound_and_repetitions():
     for c in (RANGE, L2, ONE_HOT, VOTES, BINARY, flp.Circuit([flp.RangeVec(1000, 2**18 - 3, 2**17), flp.L2Ball(1000, 20, 2**40)])):
         assert c.soundness_log2 <= -flp.SOUNDNESS_BITS
         assert c.soundness_log2 + 40 <= -flp.TARGET_BITS  # ≤ 2^-60 with 2^40 XOF evaluations
-        assert c.proofs >= 2
+        assert c.proofs >= flp.MIN_PROOFS == 3  # Prio3: Field64 with joint randomness runs at least 3 proofs
 
 
 @pytest.mark.parametrize(

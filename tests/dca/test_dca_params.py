@@ -52,9 +52,21 @@ def test_spec_round_trip():
 
 
 def test_spec_defaults():
-    spec = dca_pb2.DcaJobSpec(dimension=2, clients=10, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=1.0, mode=common_pb2.PAPER, compute_nodes=["a", "b"])
+    spec = dca_pb2.DcaJobSpec(dimension=2, clients=10, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=1.0, mode=common_pb2.PAPER, compute_nodes=["a", "b"],
+                              validate=dca_pb2.VALIDATE_NONE)
     p = DcaParams.from_spec("j", spec)
     assert (p.frac_bits, p.clip_bounds, p.deadline_seconds, p.mode, p.seeded) == (32, (1.0,), 600.0, "paper", False)
+
+
+def test_a_spec_that_says_nothing_about_validation_is_validated():
+    """The wire's zero value of ``validate`` is the range proof (f = 16 then); with the default (floating-point) noise such
+    a spec is refused, never run unproven; only VALIDATE_NONE asks for an unproven job."""
+    base = dict(dimension=2, clients=10, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=1.0, mode=common_pb2.CORRECTED, compute_nodes=["a", "b"])
+    p = DcaParams.from_spec("j", dca_pb2.DcaJobSpec(**base, noise=dca_pb2.DISCRETE_GAUSSIAN))
+    assert (p.validate, p.frac_bits) == ("range", 16) and p.validation is not None and "not proven" not in p.guarantee.statement
+    with pytest.raises(InvalidJob, match="validated job"):
+        DcaParams.from_spec("j", dca_pb2.DcaJobSpec(**base))
+    assert DcaParams.from_spec("j", dca_pb2.DcaJobSpec(**base, validate=dca_pb2.VALIDATE_NONE)).validate == "none"
     with pytest.raises(InvalidJob, match="mode"):
         DcaParams.from_spec("j", dca_pb2.DcaJobSpec(dimension=2, clients=10, epsilon=1.0, delta=1e-5, sensitivity=1.0, compute_nodes=["a", "b"]))
 

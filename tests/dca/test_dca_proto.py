@@ -33,7 +33,7 @@ MESSAGES = {
         compute_nodes=3, mode=common_pb2.PAPER, epsilon=1.0, delta=1e-5, sensitivity=2.0, sigma_std=9.7, sigma_client=2.5,
         noise_variance=112.5, guarantee=common_pb2.Guarantee(mechanism="m", epsilon=1.0, delta=1e-5, sensitivity=2.0, norm="l2", statement="s"),
         fractional_bits=32, seeded=True, trust_model="t", agreed_set_digest=b"\x07" * 32, seed_compressed=True, purpose="p",
-        secure_sum=True, noise=pb.DISCRETE_GAUSSIAN, rho=0.03, sigma2_units="4185040256825957888/1", validate=pb.VALIDATE_RANGE, clients_rejected=2,
+        secure_sum=True, noise=pb.DISCRETE_GAUSSIAN, rho=0.03, sigma2_units="4185040256825957888/1", validate=pb.VALIDATE_L2, clients_rejected=2,
         sigma_node=4.2, colluders=2,
     ),
     "DcaJobAnnouncement": lambda: pb.DcaJobAnnouncement(job_id="j", spec=spec(), node_addresses={"node-a": "127.0.0.1:5001", "node-b": "[::1]:5002"},

@@ -152,3 +152,20 @@ def test_a_party_sending_1e9_is_rejected_and_the_round_releases_the_honest_sum_w
     # the release is the honest two's sum plus the compute nodes' noise: ≤ 6σ√d off (σ² = the M nodes' variance)
     sigma = math.sqrt(params.noise_variance(run.release.clients_included))
     assert np.max(np.abs(np.asarray(run.release.values) - honest)) <= 6 * sigma * math.sqrt(params.dimension)
+
+
+@pytest.mark.parametrize("r", [0, 1])
+def test_a_partys_reach_is_its_ball_and_no_noise(r):
+    """docs/protocols/dpgd.md, "What is proven": an accepted round vector has ‖ỹ‖₂ ≤ n_max·b_r + (⌈R⌉ + 1)·2^-f in
+    values, and the clients add no noise (the nodes do), so no √B_η term enters. The doc's example: d = 10, n_max = 2,000,
+    f = 16: round 0 within 2,236.068 + 7.7·10⁻⁵, rounds t ≥ 1 within 1,000 + 4.6·10⁻⁵."""
+    from mpdp.dca import discrete
+
+    p = DpgdPlan(Task("binary"), 10, 1.0, 1e-6, lam=1e-2, rounds=3, total_records=6000, validate="l2")
+    params = p.dca_params(r, "job", 3, list(NODES), records_per_client=2000, roster=list(PARTIES))
+    ball = params.validation
+    assert ball is not None and params.node_noise and params.frac_bits == 16
+    reach = math.sqrt(ball.l2_bound) / 2**params.frac_bits
+    margin = (math.ceil(math.sqrt(discrete.rounding_bound_sq(params.dimension) * (1 + discrete.SLACK))) + 1) / 2**params.frac_bits
+    assert p.l2_bound(r, 2000) < reach <= p.l2_bound(r, 2000) + margin
+    assert (params.dimension, round(p.l2_bound(r, 2000), 3), round(reach - p.l2_bound(r, 2000), 6)) == ((65, 2236.068, 7.7e-5) if r == 0 else (10, 1000.0, 4.6e-5))

@@ -237,7 +237,7 @@ def test_concurrent_dca_submissions_from_a_party_site_never_overspend(fed):
     ep = Endpoints.load(fed.workdir)
     with DcaOperator(ep) as op:
         spec = dca_pb2.DcaJobSpec(dimension=2, clients=2, max_missing=0, epsilon=eps, delta=1e-6, sensitivity=2.0, mode=common_pb2.CORRECTED,
-                                  clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=30.0)
+                                  clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=30.0, validate=dca_pb2.VALIDATE_NONE)
         jobs = [op.create(spec) for _ in range(JOBS)]
         charge = DcaParams.from_spec(jobs[0], op.job(jobs[0]).spec).ledger_entry()["epsilon"]  # the sum's guarantee
     for j in jobs:  # the other client of each job: a simulated one, without a ledger of its own

@@ -44,7 +44,7 @@ def dca_fed(tmp_path_factory):
 def _spec(n: int, d: int, t: int, seed: bytes = b"", deadline: float = 60.0) -> pb.DcaJobSpec:
     return pb.DcaJobSpec(
         dimension=d, clients=n, max_missing=t, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(d), mode=common_pb2.CORRECTED,
-        clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=deadline, simulation_seed=seed,
+        clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=deadline, simulation_seed=seed, validate=pb.VALIDATE_NONE,
     )
 
 

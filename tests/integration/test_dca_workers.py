@@ -64,7 +64,8 @@ def test_two_workers_per_node_release_over_the_agreed_set(fed2):
     Z = np.random.default_rng(5).uniform(-1, 1, size=(n, d))
     seed = b"workers"
     spec = pb.DcaJobSpec(dimension=d, clients=n, max_missing=3, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(d), mode=common_pb2.CORRECTED,
-                         clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=6.0, simulation_seed=seed, roster_range=pb.RosterRange(prefix="c", digits=2))
+                         clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=6.0, simulation_seed=seed, roster_range=pb.RosterRange(prefix="c", digits=2),
+                         validate=pb.VALIDATE_NONE)
     ep = Endpoints.load(fed2.workdir)
     with DcaOperator(ep) as op:
         job = op.create(spec)

@@ -38,7 +38,7 @@ def _waiting_dca_job(ep: Endpoints) -> str:
     """A DCA job whose clients never send: it waits until its deadline."""
     d = 3
     s = dpb.DcaJobSpec(dimension=d, clients=4, max_missing=0, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(d), mode=common_pb2.CORRECTED,
-                       clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=600, simulation_seed=b"jobs-cancel")
+                       clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=600, simulation_seed=b"jobs-cancel", validate=dpb.VALIDATE_NONE)
     with DcaOperator(ep) as op:
         return op.create(s)
 

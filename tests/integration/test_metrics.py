@@ -105,7 +105,7 @@ def test_json_logs_name_the_role_site_and_job(tmp_path):
     try:
         ep = Endpoints.load(fed.workdir)
         spec = dca_pb2.DcaJobSpec(dimension=3, clients=4, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(3), mode=common_pb2.CORRECTED,
-                                  clip_bounds=[1.0], compute_nodes=nodes, deadline_seconds=60)
+                                  clip_bounds=[1.0], compute_nodes=nodes, deadline_seconds=60, validate=dca_pb2.VALIDATE_NONE)
         with DcaOperator(ep) as op:
             job = op.create(spec)
             asyncio.run(submit_cohort(ep, ep.tls, job, [f"c{i}" for i in range(4)], np.zeros((4, 3)), batched=False))

@@ -67,7 +67,7 @@ def channel(fed: LocalFederation, to: str, as_site: str) -> grpc.Channel:
 
 def spec(n: int, d: int, deadline: float = 60.0) -> pb.DcaJobSpec:
     return pb.DcaJobSpec(dimension=d, clients=n, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(d), mode=common_pb2.CORRECTED,
-                         clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=deadline, simulation_seed=b"hygiene")
+                         clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=deadline, simulation_seed=b"hygiene", validate=pb.VALIDATE_NONE)
 
 
 def run_cohort(fed: LocalFederation, op: DcaOperator, job: str, n: int, d: int) -> pb.DcaJobStatus:

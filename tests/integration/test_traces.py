@@ -116,7 +116,7 @@ def test_a_pathak_job_is_one_trace_across_curator_and_parties(traced):
 def test_a_dca_job_is_one_trace_across_curator_and_compute_nodes(traced):
     ep = Endpoints.load(traced.workdir)
     spec = dca_pb2.DcaJobSpec(dimension=3, clients=4, max_missing=1, epsilon=1.0, delta=1e-5, sensitivity=2 * np.sqrt(3), mode=common_pb2.CORRECTED,
-                              clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=60)
+                              clip_bounds=[1.0], compute_nodes=NODES, deadline_seconds=60, validate=dca_pb2.VALIDATE_NONE)
     with DcaOperator(ep) as op:
         job = op.create(spec)
         asyncio.run(submit_cohort(ep, ep.tls, job, [f"c{i}" for i in range(4)], np.zeros((4, 3)), batched=False))
