@@ -15,12 +15,11 @@ from mpdp.messages import (
     common_pb2,
     contribution_pb2,
     contribution_pb2_grpc,
-    dca_pb2_grpc,
     hamm2016_pb2,
     hamm2016_pb2_grpc,
     local_release_pb2,
     local_release_pb2_grpc,
-    pathak2010_pb2_grpc as pk_grpc,
+    operations_pb2 as ops,
 )
 from mpdp.regression.plan import RegressionPlan
 
@@ -31,6 +30,7 @@ from .conftest import (
     assert_ledgers_within_budget,
     assert_status,
     create_dca,
+    job_host,
     dca_released,
     dca_spec,
     ledger,
@@ -68,13 +68,13 @@ def test_duplicates_in_a_dca_spec_are_invalid_argument(fed, field, value):
     spec.ClearField(field)
     getattr(spec, field).extend(value)
     with operator_curator(fed) as ch:
-        e = refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(spec, timeout=30))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(dca=spec), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
 
 
 def test_duplicate_party_in_a_pathak_job_is_invalid_argument(fed):
     with operator_curator(fed) as ch:
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(parties=["party-1", "party-1", "party-2"]), timeout=30))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(parties=["party-1", "party-1", "party-2"])), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
 
 

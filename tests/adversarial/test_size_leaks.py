@@ -38,7 +38,6 @@ from mpdp.messages import (
     common_pb2,
     contribution_pb2,
     contribution_pb2_grpc,
-    dca_pb2_grpc,
     hamm2016_pb2,
     hamm2016_pb2_grpc,
     local_release_pb2,
@@ -46,12 +45,12 @@ from mpdp.messages import (
     operations_pb2,
     operations_pb2_grpc,
     pathak2010_pb2 as pk,
-    pathak2010_pb2_grpc as pk_grpc,
 )
 from mpdp.regression.plan import RegressionPlan
 from mpdp_services.launcher.federation import LocalFederation
 
 from .conftest import (
+    job_host,
     NODES,
     PARTIES,
     assert_clean,
@@ -156,7 +155,7 @@ def ledgers(fed) -> dict[str, list]:
 def pathak_status_texts(fed, job: str) -> list[str]:
     seen = []
     with operator_curator(fed) as ch:
-        for st in pk_grpc.CuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=240):
+        for st in job_host(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=240):
             seen.append(f"{st.state} {st.stage} {st.detail}")
             if st.terminal:
                 break
@@ -171,7 +170,7 @@ def contribution_refused(fed, req: contribution_pb2.StatisticRequest) -> grpc.Rp
 
 def dca_status(fed, job: str) -> str:
     with operator_curator(fed) as ch:
-        for st in dca_pb2_grpc.DcaCuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=30):
+        for st in job_host(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=30):
             return f"{st.state} {st.detail}"
     return ""
 

@@ -19,11 +19,11 @@ from mpdp.messages import (
     common_pb2,
     contribution_pb2,
     contribution_pb2_grpc,
-    dca_pb2_grpc,
     hamm2016_pb2,
     hamm2016_pb2_grpc,
     local_release_pb2,
     local_release_pb2_grpc,
+    operations_pb2 as ops,
     pathak2010_pb2 as pk,
     pathak2010_pb2_grpc as pk_grpc,
 )
@@ -37,6 +37,7 @@ from .conftest import (
     assert_status,
     channel,
     create_dca,
+    job_host,
     dca_job,
     dca_spec,
     ledger,
@@ -87,7 +88,7 @@ def test_pathak_spec_out_of_bounds_is_invalid_argument(fed, case):
         else:
             setattr(spec, k, v)
     with operator_curator(fed) as ch:
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(spec, timeout=30))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=spec), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, *(s for v in fields.values() if isinstance(v, str) for s in [v]))
 
 
@@ -137,7 +138,7 @@ def test_dca_spec_out_of_bounds_is_invalid_argument(fed, case):
         else:
             setattr(spec, k, v)
     with operator_curator(fed) as ch:
-        e = refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(spec, timeout=60))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(dca=spec), timeout=60))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
 
 
@@ -263,7 +264,7 @@ def test_huge_kappa_is_refused_and_every_party_stays_healthy(fed, kappa):
     2³²−1) submission every party answers its health check at once and a legitimate Pathak job and DCA job
     complete."""
     with operator_curator(fed) as ch:
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(seed=b"kappa", kappa=kappa, deadline=20.0), timeout=30))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"kappa", kappa=kappa, deadline=20.0)), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     for p in PARTIES:
         assert_serving(fed, p, timeout=5.0)

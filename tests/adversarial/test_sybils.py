@@ -30,7 +30,7 @@ from mpdp.protocol import Send
 from mpdp.regression.statistics import party_statistics
 from mpdp_services.dca_client.client import carry_out
 
-from .conftest import assert_ledgers_within_budget, assert_status, channel, create_dca, dca_spec, ledger_job_ids, mint, operator_curator, refused, wait_dca
+from .conftest import job_host, assert_ledgers_within_budget, assert_status, channel, create_dca, dca_spec, ledger_job_ids, mint, operator_curator, refused, wait_dca
 
 SYBILS = [f"sybil-{i}" for i in range(1, 9)]
 BOUNDS = [1.0] * 5  # d = 4 features and the label, each within [-1, 1]
@@ -69,7 +69,7 @@ def test_sybil_parties_dilute_a_real_partys_noise(fed):
     if st.state != "RELEASED":
         return  # nothing released: the attack failed
     with operator_curator(fed) as ch:
-        rel = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=20)
+        rel = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=20).dca
     data = np.loadtxt(fed.workdir.parent / "data" / "party-1.csv", delimiter=",", ndmin=2)
     truth = party_statistics(data[:, :-1], data[:, -1], "std", BOUNDS)
     residual = np.asarray(rel.values) - known - truth  # party-1's own noise slice, nothing else
