@@ -45,7 +45,7 @@ from mpdp.ledger import VOIDED  # noqa: E402
 from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 
-from mpdp.messages import common_pb2, operations_pb2_grpc as ops_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc  # noqa: E402
+from mpdp.messages import common_pb2, operations_pb2 as ops, operations_pb2_grpc as ops_grpc, pathak2010_pb2 as pk  # noqa: E402
 from mpdp_services.common import errors, pki  # noqa: E402
 from mpdp_services.common.rpc import TlsFiles  # noqa: E402
 from mpdp_services.launcher.federation import LocalFederation  # noqa: E402
@@ -107,7 +107,7 @@ async def run(fed: LocalFederation, jobs: int, deadline: float, timeout: float, 
     lanes = max(operators, (jobs + 99) // 100)
     tls = [operator_tls(fed, k % operators) for k in range(lanes)]
     channels = [grpc.aio.secure_channel(address, tls[i].channel_credentials(), options=opts + [("mpdp.bench.lane", i)]) for i in range(lanes)]
-    stubs = [pk_grpc.CuratorStub(ch) for ch in channels]
+    hosts = [ops_grpc.JobOperationsStub(ch) for ch in channels]
     curator_pid = fed.procs["curator"].popen.pid
     rss_peak = rss_kib(curator_pid)
     refused: collections.Counter[str] = collections.Counter()
@@ -115,7 +115,7 @@ async def run(fed: LocalFederation, jobs: int, deadline: float, timeout: float, 
 
     async def submit(i: int) -> str | None:
         try:
-            return (await stubs[lane(i)].SubmitJob(spec(deadline), timeout=120)).job_id
+            return (await hosts[lane(i)].SubmitJob(ops.JobSubmission(pathak2010=spec(deadline)), timeout=120)).job_id
         except grpc.aio.AioRpcError as e:
             refused[(e.details() or e.code().name).split(":")[0]] += 1
             return None
@@ -132,9 +132,9 @@ async def run(fed: LocalFederation, jobs: int, deadline: float, timeout: float, 
     states: dict[str, str] = {}
     gate = asyncio.Semaphore(POLL_CONCURRENCY)
 
-    async def status(i: int, job_id: str) -> pk.JobStatus | None:
+    async def status(i: int, job_id: str) -> ops.JobSummary | None:
         async with gate:
-            call = stubs[lane_of[job_id]].WatchJob(common_pb2.JobRef(job_id=job_id), timeout=30)
+            call = hosts[lane_of[job_id]].WatchJob(common_pb2.JobRef(job_id=job_id), timeout=30)
             try:
                 async for st in call:
                     return st
@@ -156,7 +156,6 @@ async def run(fed: LocalFederation, jobs: int, deadline: float, timeout: float, 
         if pending:
             await asyncio.sleep(0.5)  # a benchmark polls; tests wait on the watch stream instead
     wall = time.monotonic() - t0
-    hosts = [ops_grpc.JobOperationsStub(ch) for ch in channels]
 
     async def waited(job_id: str) -> float:  # seconds in the admission queue, from the job host's summary
         async with gate:

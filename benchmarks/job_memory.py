@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from concurrent_jobs import rss_kib, spec, start  # noqa: E402
-from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pk_grpc  # noqa: E402
+from mpdp.messages import common_pb2, operations_pb2 as ops, operations_pb2_grpc as ops_grpc  # noqa: E402
 from mpdp_services.common import errors  # noqa: E402
 from mpdp_services.common.rpc import TlsFiles  # noqa: E402
 
@@ -38,13 +38,13 @@ async def waves(fed, jobs: int, wave: int, warmup: int, deadline: float, pid: in
     tls = TlsFiles(d / "site.crt", d / "site.key", d / "ca.crt")
     address = f"127.0.0.1:{fed.procs['curator'].port}"
     ch = grpc.aio.secure_channel(address, tls.channel_credentials(), options=[("grpc.ssl_target_name_override", "curator")])
-    stub = pk_grpc.CuratorStub(ch)
+    stub = ops_grpc.JobOperationsStub(ch)
     outcomes: collections.Counter[str] = collections.Counter()
     samples: list[tuple[int, int]] = []  # (jobs ended, RSS KiB)
 
     async def one() -> str:
         try:
-            job_id = (await stub.SubmitJob(spec(deadline), timeout=120)).job_id
+            job_id = (await stub.SubmitJob(ops.JobSubmission(pathak2010=spec(deadline)), timeout=120)).job_id
         except grpc.aio.AioRpcError as e:
             return "refused:" + (e.details() or e.code().name).split(":")[0]
         last = None

@@ -1,7 +1,7 @@
 """What the curator can time of a Pathak party's dataset size: the curator's stage seconds for parties of n rows.
 
 A local federation (3 parties, 768-bit test keys, test mode), every party with a dataset of n rows for each n given;
-for each n, ``--repeats`` jobs on that dataset. Prints, per n, each stage's seconds at the curator (JobStatus /
+for each n, ``--repeats`` jobs on that dataset. Prints, per n, each stage's seconds at the curator (JobSummary /
 PublishedModel ``stage_seconds``: the curator's own clock) as mean ± standard deviation, and the submit-to-end time.
 A party's local work (reading n rows, training ŵ_j) runs between ProtocolStart and its first message computed from
 its records, padded to its ``local_work_seconds`` (docs/protocols/pathak2010.md, "When a party accepts, trains and

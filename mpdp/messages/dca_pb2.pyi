@@ -233,25 +233,6 @@ class RosterRange(_message.Message):
 Global___RosterRange: _TypeAlias = RosterRange  # noqa: Y015
 
 @_typing.final
-class DcaJobTicket(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    JOB_ID_FIELD_NUMBER: _builtins.int
-    job_id: _builtins.str
-    def __init__(
-        self,
-        *,
-        job_id: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___DcaJobTicket: _TypeAlias = DcaJobTicket  # noqa: Y015
-
-@_typing.final
 class DcaJobStatus(_message.Message):
     """Progress of a job as the curator (aggregator) sees it."""
 

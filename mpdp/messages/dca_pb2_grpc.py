@@ -461,7 +461,8 @@ class ComputeNode:
 
 
 class DcaCuratorStub:
-    """The curator (Charlie) as DCA job owner and final aggregator.
+    """The curator (Charlie) as DCA job owner and final aggregator. Operators create, watch and fetch DP sums through
+    the curator's one job host (JobOperations, operations.proto: JobSubmission.dca, JobRelease.dca).
     """
 
     def __init__(self, channel):
@@ -470,21 +471,6 @@ class DcaCuratorStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.CreateJob = channel.unary_unary(
-                '/mpdp.messages.DcaCurator/CreateJob',
-                request_serializer=mpdp_dot_messages_dot_dca__pb2.DcaJobSpec.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_dca__pb2.DcaJobTicket.FromString,
-                _registered_method=True)
-        self.WatchJob = channel.unary_stream(
-                '/mpdp.messages.DcaCurator/WatchJob',
-                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_dca__pb2.DcaJobStatus.FromString,
-                _registered_method=True)
-        self.GetRelease = channel.unary_unary(
-                '/mpdp.messages.DcaCurator/GetRelease',
-                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_dca__pb2.DpSum.FromString,
-                _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/mpdp.messages.DcaCurator/GetJob',
                 request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
@@ -508,30 +494,12 @@ class DcaCuratorStub:
 
 
 class DcaCuratorServicer:
-    """The curator (Charlie) as DCA job owner and final aggregator.
+    """The curator (Charlie) as DCA job owner and final aggregator. Operators create, watch and fetch DP sums through
+    the curator's one job host (JobOperations, operations.proto: JobSubmission.dca, JobRelease.dca).
     """
 
-    def CreateJob(self, request, context):
-        """operator
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def WatchJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetRelease(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def GetJob(self, request, context):
-        """client (PARTY) and node: the job, its parameters and the node addresses
+        """client (PARTY), operator (a load generator's router) and node: the job, its parameters and the node addresses
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -560,21 +528,6 @@ class DcaCuratorServicer:
 
 def add_DcaCuratorServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'CreateJob': grpc.unary_unary_rpc_method_handler(
-                    servicer.CreateJob,
-                    request_deserializer=mpdp_dot_messages_dot_dca__pb2.DcaJobSpec.FromString,
-                    response_serializer=mpdp_dot_messages_dot_dca__pb2.DcaJobTicket.SerializeToString,
-            ),
-            'WatchJob': grpc.unary_stream_rpc_method_handler(
-                    servicer.WatchJob,
-                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
-                    response_serializer=mpdp_dot_messages_dot_dca__pb2.DcaJobStatus.SerializeToString,
-            ),
-            'GetRelease': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetRelease,
-                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
-                    response_serializer=mpdp_dot_messages_dot_dca__pb2.DpSum.SerializeToString,
-            ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
                     request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
@@ -604,89 +557,9 @@ def add_DcaCuratorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DcaCurator:
-    """The curator (Charlie) as DCA job owner and final aggregator.
+    """The curator (Charlie) as DCA job owner and final aggregator. Operators create, watch and fetch DP sums through
+    the curator's one job host (JobOperations, operations.proto: JobSubmission.dca, JobRelease.dca).
     """
-
-    @staticmethod
-    def CreateJob(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.DcaCurator/CreateJob',
-            mpdp_dot_messages_dot_dca__pb2.DcaJobSpec.SerializeToString,
-            mpdp_dot_messages_dot_dca__pb2.DcaJobTicket.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def WatchJob(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/mpdp.messages.DcaCurator/WatchJob',
-            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-            mpdp_dot_messages_dot_dca__pb2.DcaJobStatus.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetRelease(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.DcaCurator/GetRelease',
-            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-            mpdp_dot_messages_dot_dca__pb2.DpSum.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
     @staticmethod
     def GetJob(request,

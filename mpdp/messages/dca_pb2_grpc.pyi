@@ -173,18 +173,16 @@ class ComputeNodeServicer(metaclass=_abc_1.ABCMeta):
 def add_ComputeNodeServicer_to_server(servicer: ComputeNodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class DcaCuratorStub:
-    """The curator (Charlie) as DCA job owner and final aggregator."""
+    """The curator (Charlie) as DCA job owner and final aggregator. Operators create, watch and fetch DP sums through
+    the curator's one job host (JobOperations, operations.proto: JobSubmission.dca, JobRelease.dca).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> DcaCuratorAsyncStub: ...
-    CreateJob: _grpc.UnaryUnaryMultiCallable[_dca_pb2.DcaJobSpec, _dca_pb2.DcaJobTicket]
-    """operator"""
-    WatchJob: _grpc.UnaryStreamMultiCallable[_common_pb2.JobRef, _dca_pb2.DcaJobStatus]
-    GetRelease: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.DpSum]
     GetJob: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.DcaJobAnnouncement]
-    """client (PARTY) and node: the job, its parameters and the node addresses"""
+    """client (PARTY), operator (a load generator's router) and node: the job, its parameters and the node addresses"""
     RegisterComputeNode: _grpc.UnaryUnaryMultiCallable[_dca_pb2.NodeRegistration, _common_pb2.Ack]
     """compute node start-up"""
     SendPartialSum: _grpc.UnaryUnaryMultiCallable[_dca_pb2.PartialSum, _common_pb2.Ack]
@@ -193,15 +191,13 @@ class DcaCuratorStub:
 
 @_typing.type_check_only
 class DcaCuratorAsyncStub(DcaCuratorStub):
-    """The curator (Charlie) as DCA job owner and final aggregator."""
+    """The curator (Charlie) as DCA job owner and final aggregator. Operators create, watch and fetch DP sums through
+    the curator's one job host (JobOperations, operations.proto: JobSubmission.dca, JobRelease.dca).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    CreateJob: _aio.UnaryUnaryMultiCallable[_dca_pb2.DcaJobSpec, _dca_pb2.DcaJobTicket]  # type: ignore[assignment]
-    """operator"""
-    WatchJob: _aio.UnaryStreamMultiCallable[_common_pb2.JobRef, _dca_pb2.DcaJobStatus]  # type: ignore[assignment]
-    GetRelease: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.DpSum]  # type: ignore[assignment]
     GetJob: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _dca_pb2.DcaJobAnnouncement]  # type: ignore[assignment]
-    """client (PARTY) and node: the job, its parameters and the node addresses"""
+    """client (PARTY), operator (a load generator's router) and node: the job, its parameters and the node addresses"""
     RegisterComputeNode: _aio.UnaryUnaryMultiCallable[_dca_pb2.NodeRegistration, _common_pb2.Ack]  # type: ignore[assignment]
     """compute node start-up"""
     SendPartialSum: _aio.UnaryUnaryMultiCallable[_dca_pb2.PartialSum, _common_pb2.Ack]  # type: ignore[assignment]
@@ -209,29 +205,9 @@ class DcaCuratorAsyncStub(DcaCuratorStub):
     AbortJob: _aio.UnaryUnaryMultiCallable[_common_pb2.JobAbort, _common_pb2.Ack]  # type: ignore[assignment]
 
 class DcaCuratorServicer(metaclass=_abc_1.ABCMeta):
-    """The curator (Charlie) as DCA job owner and final aggregator."""
-
-    @_abc_1.abstractmethod
-    def CreateJob(
-        self,
-        request: _dca_pb2.DcaJobSpec,
-        context: _ServicerContext,
-    ) -> _typing.Union[_dca_pb2.DcaJobTicket, _abc.Awaitable[_dca_pb2.DcaJobTicket]]:
-        """operator"""
-
-    @_abc_1.abstractmethod
-    def WatchJob(
-        self,
-        request: _common_pb2.JobRef,
-        context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_dca_pb2.DcaJobStatus], _abc.AsyncIterator[_dca_pb2.DcaJobStatus]]: ...
-
-    @_abc_1.abstractmethod
-    def GetRelease(
-        self,
-        request: _common_pb2.JobRef,
-        context: _ServicerContext,
-    ) -> _typing.Union[_dca_pb2.DpSum, _abc.Awaitable[_dca_pb2.DpSum]]: ...
+    """The curator (Charlie) as DCA job owner and final aggregator. Operators create, watch and fetch DP sums through
+    the curator's one job host (JobOperations, operations.proto: JobSubmission.dca, JobRelease.dca).
+    """
 
     @_abc_1.abstractmethod
     def GetJob(
@@ -239,7 +215,7 @@ class DcaCuratorServicer(metaclass=_abc_1.ABCMeta):
         request: _common_pb2.JobRef,
         context: _ServicerContext,
     ) -> _typing.Union[_dca_pb2.DcaJobAnnouncement, _abc.Awaitable[_dca_pb2.DcaJobAnnouncement]]:
-        """client (PARTY) and node: the job, its parameters and the node addresses"""
+        """client (PARTY), operator (a load generator's router) and node: the job, its parameters and the node addresses"""
 
     @_abc_1.abstractmethod
     def RegisterComputeNode(

@@ -126,85 +126,6 @@ class PathakJobSpec(_message.Message):
 Global___PathakJobSpec: _TypeAlias = PathakJobSpec  # noqa: Y015
 
 @_typing.final
-class JobTicket(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    JOB_ID_FIELD_NUMBER: _builtins.int
-    job_id: _builtins.str
-    def __init__(
-        self,
-        *,
-        job_id: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___JobTicket: _TypeAlias = JobTicket  # noqa: Y015
-
-@_typing.final
-class JobStatus(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    @_typing.final
-    class StageSecondsEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.float
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.float = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    JOB_ID_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
-    STAGE_FIELD_NUMBER: _builtins.int
-    STAGE_SECONDS_FIELD_NUMBER: _builtins.int
-    PROBLEM_FIELD_NUMBER: _builtins.int
-    DETAIL_FIELD_NUMBER: _builtins.int
-    TERMINAL_FIELD_NUMBER: _builtins.int
-    job_id: _builtins.str
-    state: _builtins.str
-    """the curator machine's state name, e.g. AWAIT_SIZE_SHARES, PUBLISHED, FAILED"""
-    stage: _builtins.str
-    """"setup", "stage1", "stage2", "stage3", "published", "failed" """
-    problem: _common_pb2.Problem.ValueType
-    detail: _builtins.str
-    terminal: _builtins.bool
-    @_builtins.property
-    def stage_seconds(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
-    def __init__(
-        self,
-        *,
-        job_id: _builtins.str = ...,
-        state: _builtins.str = ...,
-        stage: _builtins.str = ...,
-        stage_seconds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
-        problem: _common_pb2.Problem.ValueType = ...,
-        detail: _builtins.str = ...,
-        terminal: _builtins.bool = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "job_id", b"job_id", "problem", b"problem", "stage", b"stage", "stage_seconds", b"stage_seconds", "state", b"state", "terminal", b"terminal"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___JobStatus: _TypeAlias = JobStatus  # noqa: Y015
-
-@_typing.final
 class PublishedModel(_message.Message):
     """A model in Charlie's registry: the K+1 additive shares z_t of K·ŵ_s (S3.3, publish)."""
 
@@ -323,26 +244,6 @@ class PublishedModel(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PublishedModel: _TypeAlias = PublishedModel  # noqa: Y015
-
-@_typing.final
-class ModelList(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    JOB_IDS_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
-    def __init__(
-        self,
-        *,
-        job_ids: _abc.Iterable[_builtins.str] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_ids", b"job_ids"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___ModelList: _TypeAlias = ModelList  # noqa: Y015
 
 @_typing.final
 class CuratorKeys(_message.Message):

@@ -29,7 +29,9 @@ if _version_not_supported:
 class CuratorStub:
     """---------------------------------------------------------------- services
 
-    The curator (Charlie). Operator RPCs and the protocol steps parties send to Charlie.
+    The curator (Charlie): the protocol steps parties send to Charlie. Operators submit, watch and fetch Pathak jobs
+    through the curator's one job host (JobOperations, operations.proto: JobSubmission.pathak2010,
+    JobRelease.pathak2010).
     """
 
     def __init__(self, channel):
@@ -38,26 +40,6 @@ class CuratorStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.SubmitJob = channel.unary_unary(
-                '/mpdp.messages.Curator/SubmitJob',
-                request_serializer=mpdp_dot_messages_dot_pathak2010__pb2.PathakJobSpec.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.JobTicket.FromString,
-                _registered_method=True)
-        self.WatchJob = channel.unary_stream(
-                '/mpdp.messages.Curator/WatchJob',
-                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.JobStatus.FromString,
-                _registered_method=True)
-        self.GetModel = channel.unary_unary(
-                '/mpdp.messages.Curator/GetModel',
-                request_serializer=mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.PublishedModel.FromString,
-                _registered_method=True)
-        self.ListModels = channel.unary_unary(
-                '/mpdp.messages.Curator/ListModels',
-                request_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
-                response_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.ModelList.FromString,
-                _registered_method=True)
         self.GetCuratorKeys = channel.unary_unary(
                 '/mpdp.messages.Curator/GetCuratorKeys',
                 request_serializer=mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
@@ -118,33 +100,10 @@ class CuratorStub:
 class CuratorServicer:
     """---------------------------------------------------------------- services
 
-    The curator (Charlie). Operator RPCs and the protocol steps parties send to Charlie.
+    The curator (Charlie): the protocol steps parties send to Charlie. Operators submit, watch and fetch Pathak jobs
+    through the curator's one job host (JobOperations, operations.proto: JobSubmission.pathak2010,
+    JobRelease.pathak2010).
     """
-
-    def SubmitJob(self, request, context):
-        """operator
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def WatchJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetModel(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ListModels(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
 
     def GetCuratorKeys(self, request, context):
         """party (and operator) read Charlie's public keys
@@ -217,26 +176,6 @@ class CuratorServicer:
 
 def add_CuratorServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'SubmitJob': grpc.unary_unary_rpc_method_handler(
-                    servicer.SubmitJob,
-                    request_deserializer=mpdp_dot_messages_dot_pathak2010__pb2.PathakJobSpec.FromString,
-                    response_serializer=mpdp_dot_messages_dot_pathak2010__pb2.JobTicket.SerializeToString,
-            ),
-            'WatchJob': grpc.unary_stream_rpc_method_handler(
-                    servicer.WatchJob,
-                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
-                    response_serializer=mpdp_dot_messages_dot_pathak2010__pb2.JobStatus.SerializeToString,
-            ),
-            'GetModel': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetModel,
-                    request_deserializer=mpdp_dot_messages_dot_common__pb2.JobRef.FromString,
-                    response_serializer=mpdp_dot_messages_dot_pathak2010__pb2.PublishedModel.SerializeToString,
-            ),
-            'ListModels': grpc.unary_unary_rpc_method_handler(
-                    servicer.ListModels,
-                    request_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
-                    response_serializer=mpdp_dot_messages_dot_pathak2010__pb2.ModelList.SerializeToString,
-            ),
             'GetCuratorKeys': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCuratorKeys,
                     request_deserializer=mpdp_dot_messages_dot_common__pb2.Ack.FromString,
@@ -303,116 +242,10 @@ def add_CuratorServicer_to_server(servicer, server):
 class Curator:
     """---------------------------------------------------------------- services
 
-    The curator (Charlie). Operator RPCs and the protocol steps parties send to Charlie.
+    The curator (Charlie): the protocol steps parties send to Charlie. Operators submit, watch and fetch Pathak jobs
+    through the curator's one job host (JobOperations, operations.proto: JobSubmission.pathak2010,
+    JobRelease.pathak2010).
     """
-
-    @staticmethod
-    def SubmitJob(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.Curator/SubmitJob',
-            mpdp_dot_messages_dot_pathak2010__pb2.PathakJobSpec.SerializeToString,
-            mpdp_dot_messages_dot_pathak2010__pb2.JobTicket.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def WatchJob(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/mpdp.messages.Curator/WatchJob',
-            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-            mpdp_dot_messages_dot_pathak2010__pb2.JobStatus.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetModel(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.Curator/GetModel',
-            mpdp_dot_messages_dot_common__pb2.JobRef.SerializeToString,
-            mpdp_dot_messages_dot_pathak2010__pb2.PublishedModel.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ListModels(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/mpdp.messages.Curator/ListModels',
-            mpdp_dot_messages_dot_common__pb2.Ack.SerializeToString,
-            mpdp_dot_messages_dot_pathak2010__pb2.ModelList.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
     @staticmethod
     def GetCuratorKeys(request,

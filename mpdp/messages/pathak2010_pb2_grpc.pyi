@@ -36,18 +36,15 @@ GRPC_VERSION: str
 class CuratorStub:
     """---------------------------------------------------------------- services
 
-    The curator (Charlie). Operator RPCs and the protocol steps parties send to Charlie.
+    The curator (Charlie): the protocol steps parties send to Charlie. Operators submit, watch and fetch Pathak jobs
+    through the curator's one job host (JobOperations, operations.proto: JobSubmission.pathak2010,
+    JobRelease.pathak2010).
     """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> CuratorAsyncStub: ...
-    SubmitJob: _grpc.UnaryUnaryMultiCallable[_pathak2010_pb2.PathakJobSpec, _pathak2010_pb2.JobTicket]
-    """operator"""
-    WatchJob: _grpc.UnaryStreamMultiCallable[_common_pb2.JobRef, _pathak2010_pb2.JobStatus]
-    GetModel: _grpc.UnaryUnaryMultiCallable[_common_pb2.JobRef, _pathak2010_pb2.PublishedModel]
-    ListModels: _grpc.UnaryUnaryMultiCallable[_common_pb2.Ack, _pathak2010_pb2.ModelList]
     GetCuratorKeys: _grpc.UnaryUnaryMultiCallable[_common_pb2.Ack, _pathak2010_pb2.CuratorKeys]
     """party (and operator) read Charlie's public keys"""
     RegisterParty: _grpc.UnaryUnaryMultiCallable[_pathak2010_pb2.PartyRegistration, _pathak2010_pb2.CuratorKeys]
@@ -66,15 +63,12 @@ class CuratorStub:
 class CuratorAsyncStub(CuratorStub):
     """---------------------------------------------------------------- services
 
-    The curator (Charlie). Operator RPCs and the protocol steps parties send to Charlie.
+    The curator (Charlie): the protocol steps parties send to Charlie. Operators submit, watch and fetch Pathak jobs
+    through the curator's one job host (JobOperations, operations.proto: JobSubmission.pathak2010,
+    JobRelease.pathak2010).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    SubmitJob: _aio.UnaryUnaryMultiCallable[_pathak2010_pb2.PathakJobSpec, _pathak2010_pb2.JobTicket]  # type: ignore[assignment]
-    """operator"""
-    WatchJob: _aio.UnaryStreamMultiCallable[_common_pb2.JobRef, _pathak2010_pb2.JobStatus]  # type: ignore[assignment]
-    GetModel: _aio.UnaryUnaryMultiCallable[_common_pb2.JobRef, _pathak2010_pb2.PublishedModel]  # type: ignore[assignment]
-    ListModels: _aio.UnaryUnaryMultiCallable[_common_pb2.Ack, _pathak2010_pb2.ModelList]  # type: ignore[assignment]
     GetCuratorKeys: _aio.UnaryUnaryMultiCallable[_common_pb2.Ack, _pathak2010_pb2.CuratorKeys]  # type: ignore[assignment]
     """party (and operator) read Charlie's public keys"""
     RegisterParty: _aio.UnaryUnaryMultiCallable[_pathak2010_pb2.PartyRegistration, _pathak2010_pb2.CuratorKeys]  # type: ignore[assignment]
@@ -92,37 +86,10 @@ class CuratorAsyncStub(CuratorStub):
 class CuratorServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------- services
 
-    The curator (Charlie). Operator RPCs and the protocol steps parties send to Charlie.
+    The curator (Charlie): the protocol steps parties send to Charlie. Operators submit, watch and fetch Pathak jobs
+    through the curator's one job host (JobOperations, operations.proto: JobSubmission.pathak2010,
+    JobRelease.pathak2010).
     """
-
-    @_abc_1.abstractmethod
-    def SubmitJob(
-        self,
-        request: _pathak2010_pb2.PathakJobSpec,
-        context: _ServicerContext,
-    ) -> _typing.Union[_pathak2010_pb2.JobTicket, _abc.Awaitable[_pathak2010_pb2.JobTicket]]:
-        """operator"""
-
-    @_abc_1.abstractmethod
-    def WatchJob(
-        self,
-        request: _common_pb2.JobRef,
-        context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_pathak2010_pb2.JobStatus], _abc.AsyncIterator[_pathak2010_pb2.JobStatus]]: ...
-
-    @_abc_1.abstractmethod
-    def GetModel(
-        self,
-        request: _common_pb2.JobRef,
-        context: _ServicerContext,
-    ) -> _typing.Union[_pathak2010_pb2.PublishedModel, _abc.Awaitable[_pathak2010_pb2.PublishedModel]]: ...
-
-    @_abc_1.abstractmethod
-    def ListModels(
-        self,
-        request: _common_pb2.Ack,
-        context: _ServicerContext,
-    ) -> _typing.Union[_pathak2010_pb2.ModelList, _abc.Awaitable[_pathak2010_pb2.ModelList]]: ...
 
     @_abc_1.abstractmethod
     def GetCuratorKeys(

@@ -98,15 +98,18 @@ def watch(endpoints, job_id, as_json) -> None:
             for st in op.watch(job_id):
                 last = st
                 if not as_json:
-                    _err(f"{st.state}: {st.nodes_reported} partial sums, {st.clients_included} clients {st.detail}")
+                    _err(f"{st.state}: {st.stage}" + (f" {st.detail}" if st.detail else ""))
                 if st.terminal:
                     break
+            included = op.release(job_id).clients_included if last is not None and last.released else 0
         except grpc.RpcError as e:
             raise from_rpc(e, "the curator", address) from None
     if last is not None and last.state == "FAILED":
         raise CliError(f"job {job_id} failed: {last.detail}", code="job_failed", hint=f"`mpdp jobs logs {job_id}` shows each state it entered")
+    if not as_json and last is not None and last.released:
+        _err(f"released over {included} clients")
     if as_json and last is not None:
-        print(json.dumps({"job_id": job_id, "state": last.state, "clients_included": last.clients_included, "detail": last.detail}))
+        print(json.dumps({"job_id": job_id, "state": last.state, "clients_included": included, "detail": last.detail}))
 
 
 @dca.command("release")

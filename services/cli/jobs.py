@@ -20,6 +20,7 @@ from mpdp_services.operator.pathak2010 import MODES
 
 if TYPE_CHECKING:  # numpy, gRPC, rich and the protocol cores load when a command runs, not for its --help
     from mpdp.messages import pathak2010_pb2 as pb
+    from mpdp.messages.operations_pb2 import JobSummary
 
 STAGES = ["setup", "stage1", "stage2", "stage3"]
 
@@ -49,8 +50,8 @@ def mode_name(model: pb.PublishedModel) -> str:
     return "corrected" if model.mode == common_pb2.CORRECTED else "paper"
 
 
-def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool, address: str | None = None) -> tuple[str, pb.JobStatus]:
-    """Submit, show live progress per stage (stderr), return the final status."""
+def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool, address: str | None = None) -> tuple[str, JobSummary]:
+    """Submit, show live progress per stage (stderr), return the final summary (the job host's)."""
     import grpc
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -73,7 +74,7 @@ def run_and_watch(client, spec: pb.PathakJobSpec, quiet: bool, address: str | No
     return job_id, final
 
 
-def _fail_if_failed(status: pb.JobStatus) -> None:
+def _fail_if_failed(status: JobSummary) -> None:
     from mpdp.messages import common_pb2
 
     if status.state == "FAILED":

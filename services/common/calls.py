@@ -30,7 +30,7 @@ def serving(method: str, ident: Identity | None = None) -> None:
 
 
 def method() -> str:
-    """The full method name ("/mpdp.messages.Curator/SubmitJob"), "?" outside a call the gate wrapped."""
+    """The full method name ("/mpdp.messages.JobOperations/SubmitJob"), "?" outside a call the gate wrapped."""
     return _METHOD.get()
 
 

@@ -1,7 +1,9 @@
 """Charlie as the DCA job owner and final aggregator (Heikkilä et al. 2017, Algorithm 1,
 step 3; the job lifecycle of docs/protocols/job-model.md).
 
-Operators create a job (d, N, T, ε, δ, mode, deadline), watch it, and fetch the released DP sum.
+Operators create a job (d, N, T, ε, δ, mode, deadline), watch it, and fetch the released DP sum through the
+curator's job host (operations.py: :meth:`DcaCurator.submit`, :meth:`DcaCurator.release`, :meth:`DcaCurator.cancel`); clients
+and compute nodes fetch a job's announcement here (GetJob).
 Jobs persist across a restart: the spec, and the release or failure once there is one, are files in
 ``state_dir/dca``; an unfinished job is rebuilt at start-up and pulls the partial sums the nodes may
 have pushed to the previous process (GetPartialSum).
@@ -37,9 +39,6 @@ NODE_METHODS = method_for_message(pb.DESCRIPTOR.services_by_name["ComputeNode"])
 ROLES = roles_by_method(
     SERVICE,
     {
-        "CreateJob": ("operator",),
-        "WatchJob": ("operator",),
-        "GetRelease": ("operator", "party"),
         "GetJob": ("party", "operator", "compute_node"),
         "RegisterComputeNode": ("compute_node",),
         "SendPartialSum": ("compute_node",),
@@ -149,14 +148,8 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             log.warning("DCA job %s: node %s was not told of the restart (%s)", abort.job_id, errors.shown(node), type(e).__name__)
 
     # -- operator ---------------------------------------------------------------------------------------
-    async def CreateJob(self, request: pb.DcaJobSpec, context) -> pb.DcaJobTicket:
-        try:
-            return pb.DcaJobTicket(job_id=await self.submit(request))
-        except errors.Refused as e:
-            await errors.refuse(context, e.problem, e.detail)
-
     async def submit(self, request: pb.DcaJobSpec) -> str:
-        """An operator's DP sum (CreateJob, the job host's SubmitJob): secure sums are the curator's own."""
+        """An operator's DP sum (the job host's SubmitJob): secure sums are the curator's own."""
         if request.secure_sum:
             raise errors.Refused(common_pb2.WRONG_ROLE, "secure-sum jobs (no noise) are created by the curator's own mechanisms only "
                                  "(e.g. `mpdp train hamm2016`); ask for a DP sum instead")
@@ -166,7 +159,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         return await self.create(request)
 
     async def create(self, request: pb.DcaJobSpec) -> str:
-        """Create and announce a job (operators through CreateJob; the curator's own mechanisms directly)."""
+        """Create and announce a job (operators through :meth:`submit`; the curator's own mechanisms directly)."""
         job_id = registry.new_job_id("dca")
         try:
             params = DcaParams.from_spec(job_id, request)
@@ -217,18 +210,6 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             raise errors.Refused(m.error.problem if m.error else common_pb2.JOB_FAILED, f"DCA job {job_id}: {detail}")
         return m.dp_sum()
 
-    async def WatchJob(self, request: common_pb2.JobRef, context):
-        await _check_id(request.job_id, context)
-        hosted = self.jobs.get(request.job_id)
-        if hosted is None:
-            stored = self._stored_status(request.job_id)
-            if stored is None:
-                await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no DCA job {errors.shown(request.job_id)}")
-            yield stored
-            return
-        async for st in hosted.watch(lambda: hosted.machine.status()):
-            yield st
-
     async def close(self, job_id: str) -> None:
         """Close submissions now (the consumer knows every client has submitted) instead of at the deadline."""
         hosted = self.jobs.get(job_id)
@@ -265,25 +246,14 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         await self._route(hosted, [])
         return True
 
-    async def GetRelease(self, request: common_pb2.JobRef, context) -> pb.DpSum:
-        await _check_id(request.job_id, context)
-        spec = self.store.spec(request.job_id)
+    def release(self, job_id: str) -> pb.DpSum | None:
+        """What the job host serves of a DCA job (JobOperations.GetRelease): its DP sum once released, else None. A
+        secure sum's values are never served: only the curator's own mechanism consumes them (errors.Refused)."""
+        spec = self.store.spec(job_id)
         if spec is not None and spec.secure_sum:
-            await errors.refuse(context, common_pb2.WRONG_ROLE, f"DCA job {request.job_id} is a secure sum without noise; only the curator's own mechanism consumes it, "
-                                "and it publishes only its own DP output")
-        rel = self.store.release(request.job_id)
-        if rel is not None:
-            return rel
-        fail = self.store.failure(request.job_id)
-        if fail is not None:
-            await errors.refuse(context, fail["problem"] or common_pb2.JOB_FAILED, f"DCA job {request.job_id} released nothing: {fail['detail']}")
-        hosted = self.jobs.get(request.job_id)
-        if hosted is None:
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no DCA job {errors.shown(request.job_id)}")
-        try:
-            return hosted.machine.dp_sum()
-        except ProtocolError as e:
-            await errors.abort(context, e)
+            raise errors.Refused(common_pb2.WRONG_ROLE, f"DCA job {job_id} is a secure sum without noise; only the curator's own mechanism consumes it, "
+                                 "and it publishes only its own DP output")
+        return self.store.release(job_id)
 
     async def GetJob(self, request: common_pb2.JobRef, context) -> pb.DcaJobAnnouncement:
         await _check_id(request.job_id, context)
@@ -381,19 +351,6 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             if not hosted.machine.terminal:
                 await hosted.fail(common_pb2.JOB_FAILED, f"compute nodes did not release partial sums within the grace period after the deadline ({hosted.machine.state})")
                 await self._route(hosted, [])
-
-    def _stored_status(self, job_id: str) -> pb.DcaJobStatus | None:
-        rel = self.store.release(job_id)
-        if rel is not None:
-            return pb.DcaJobStatus(job_id=job_id, state="RELEASED", nodes_reported=rel.compute_nodes, clients_included=rel.clients_included, terminal=True)
-        fail = self.store.failure(job_id)
-        if fail is not None:
-            return pb.DcaJobStatus(job_id=job_id, state="FAILED", problem=fail["problem"], detail=fail["detail"], terminal=True)
-        used = self.store.consumed(job_id)
-        if used is not None:
-            return pb.DcaJobStatus(job_id=job_id, state="RELEASED", nodes_reported=used["compute_nodes"], clients_included=used["clients_included"], terminal=True,
-                                   detail=f"secure sum consumed inside the curator by {used['purpose'] or 'its mechanism'}; its values are not served")
-        return None
 
 
 async def _check_id(job_id: str, context) -> None:

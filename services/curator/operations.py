@@ -38,7 +38,7 @@ class HostedProtocol:
 
     protocol: registry.Protocol
     submit: Callable[[Any], Awaitable[str]]  # the protocol's spec → the job's id, at once (errors.Refused otherwise)
-    release: Callable[[str], Any]  # job id → what it published (its durable store), or None
+    release: Callable[[str], Any]  # job id → what it published (its durable store), or None; errors.Refused if withheld
     cancel: Cancel
 
 
@@ -128,7 +128,10 @@ class JobOperations(pb_grpc.JobOperationsServicer):
     async def GetRelease(self, request, context) -> pb.JobRelease:
         summary = await self._summary(request.job_id, context)
         host = self.hosted.get(summary.protocol)
-        released = host.release(request.job_id) if host is not None else None
+        try:
+            released = host.release(request.job_id) if host is not None else None
+        except errors.Refused as e:  # the protocol withholds it (a DCA secure sum is the curator's own, never served)
+            await errors.refuse(context, e.problem, e.detail)
         if released is None:
             if not summary.terminal:
                 await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({summary.stage or summary.state})")

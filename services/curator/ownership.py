@@ -11,8 +11,8 @@ That an id is taken is all it learns; ids the curator picks are random (12 hex d
 chose can be guessed at all.
 
 A certificate with role ``admin`` (``mpdp provision``: ``operators: [{name: …, admin: true}]``) may do whatever an
-operator may, on every job. Parties and compute nodes are not operators: what the protocols let them fetch (a
-published model, a DCA job's public spec) is unchanged. A job no operator call admitted (one recovered at start-up
+operator may, on every job. Parties and compute nodes are not operators (the job host is closed to them): what the
+protocols let them fetch (a DCA job's public spec) is unchanged. A job no operator call admitted (one recovered at start-up
 from a state folder of before this rule) has no owner and is the admin's alone.
 
 Owners are kept in ``state_dir/owners.jsonl`` (one ``{"job": …, "owner": …}`` line per job, appended at admission),
@@ -28,7 +28,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
-from mpdp.messages import operations_pb2, pathak2010_pb2
+from mpdp.messages import operations_pb2
 from mpdp_services.common import calls, jobs
 from mpdp_services.common.durable import PRIVATE, write_atomic
 from mpdp_services.common.pki import ADMIN, OPERATOR, Identity
@@ -46,11 +46,10 @@ def _job_id(request: Any) -> str:
 
 # method → the job id its request names (operator callers only)
 NAMES_JOB: dict[str, Callable[[Any], str]] = {
-    **{f"/mpdp.messages.Curator/{m}": _job_id for m in ("WatchJob", "GetModel")},
-    **{f"/mpdp.messages.DcaCurator/{m}": _job_id for m in ("WatchJob", "GetRelease", "GetJob")},
+    "/mpdp.messages.DcaCurator/GetJob": _job_id,
     **{f"/mpdp.messages.JobOperations/{m}": _job_id for m in ("GetJob", "CancelJob", "WatchJob", "GetRelease")},
 }
-LISTS = ("/mpdp.messages.JobOperations/ListJobs", "/mpdp.messages.Curator/ListModels")
+LISTS = ("/mpdp.messages.JobOperations/ListJobs",)
 
 
 class Ownership(Scope):
@@ -110,8 +109,6 @@ class Ownership(Scope):
             return response
         if isinstance(response, operations_pb2.JobList):
             return operations_pb2.JobList(jobs=[j for j in response.jobs if self.may(ident, j.job_id)])
-        if isinstance(response, pathak2010_pb2.ModelList):
-            return pathak2010_pb2.ModelList(job_ids=[j for j in response.job_ids if self.may(ident, j)])
         return response
 
     # -- the file --------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Charlie as a gRPC service: job submission, the protocol steps parties send him, the model registry.
+"""Charlie as a gRPC service: the protocol steps parties send him and the model registry; operators submit, watch
+and fetch his jobs through the curator's job host (operations.py, :meth:`Curator.submit`, ``registry``, :meth:`Curator.cancel`).
 
 Servicer methods only look up the job, feed its machine and forward what comes out
 (style.md §5); the protocol lives in :mod:`mpdp.pathak2010.curator`.
@@ -52,10 +53,6 @@ OPERATOR, PARTY = ("operator",), ("party",)
 ROLES = roles_by_method(
     SERVICE,
     {
-        "SubmitJob": OPERATOR,
-        "WatchJob": OPERATOR,
-        "GetModel": OPERATOR + PARTY,
-        "ListModels": OPERATOR + PARTY,
         "GetCuratorKeys": OPERATOR + PARTY,
         "RegisterParty": PARTY,
         "AcceptJob": PARTY,
@@ -115,13 +112,7 @@ class Curator(pb_grpc.CuratorServicer):
             paillier_n=_b(pub.paillier.n), dgk_n=_b(pub.dgk.n), dgk_g=_b(pub.dgk.g), dgk_h=_b(pub.dgk.h), dgk_u=pub.dgk.u, dgk_r_bits=pub.dgk.r_bits
         )
 
-    # -- operator ------------------------------------------------------------------------
-    async def SubmitJob(self, request: pb.PathakJobSpec, context) -> pb.JobTicket:
-        try:
-            return pb.JobTicket(job_id=await self.submit(request))
-        except errors.Refused as e:
-            await errors.refuse(context, e.problem, e.detail)
-
+    # -- operator (through the job host, operations.py) ---------------------------------------
     async def submit(self, request: pb.PathakJobSpec) -> str:
         """Check, admit and start a job; its id once every party has been told (errors.Refused otherwise). A job the
         admission has no slot for is QUEUED: its id returns at once, and it starts (the parties are told) when it
@@ -168,49 +159,6 @@ class Curator(pb_grpc.CuratorServicer):
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
         hosted.spawn(self._watch_parties(hosted))
         await hosted.start(hosted.machine.start())
-
-    async def WatchJob(self, request: common_pb2.JobRef, context):
-        await _check_id(request.job_id, context)
-        hosted = self.jobs.get(request.job_id)
-        if hosted is None:
-            if self.registry.get(request.job_id) is not None:
-                yield pb.JobStatus(job_id=request.job_id, state="PUBLISHED", stage="published", terminal=True)
-                return
-            record = self.jobs.record(request.job_id)
-            if record is not None:  # ended and left memory: its value-free record still answers
-                yield pb.JobStatus(job_id=record.job_id, state=record.state, stage=record.state.lower(), terminal=record.terminal, problem=common_pb2.Problem.ValueType(record.problem),
-                                   detail=f"{record.problem_name}: the job's details are no longer held" if record.problem else "")
-                return
-            failure = self.failure(request.job_id)
-            if failure is not None:  # failed in an earlier run of the curator (e.g. lost at a restart)
-                yield pb.JobStatus(job_id=request.job_id, state="FAILED", stage="failed", terminal=True, problem=common_pb2.Problem.ValueType(failure[0]), detail=failure[1])
-                return
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no job {errors.shown(request.job_id)} at this curator")
-        async for st in hosted.watch(lambda: self._status(hosted)):
-            yield st
-
-    async def GetModel(self, request: common_pb2.JobRef, context) -> pb.PublishedModel:
-        await _check_id(request.job_id, context)
-        model = self.registry.get(request.job_id)
-        if model is not None:
-            return model
-        hosted = self.jobs.get(request.job_id)
-        if hosted is None:
-            record = self.jobs.record(request.job_id)
-            if record is not None and record.terminal:
-                await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} ended {record.state} ({record.problem_name}) and published nothing")
-            failure = self.failure(request.job_id)
-            if failure is not None:
-                await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} failed and published nothing: {failure[1]}")
-            await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no model or job {errors.shown(request.job_id)} at this curator")
-        state, terminal, _ = hosted.outcome()  # a step may be running in a worker thread: never read the machine half-changed
-        error = hosted.machine.error if terminal else None  # a failed machine's error never changes again
-        if error is not None:
-            await errors.refuse(context, common_pb2.JOB_FAILED, f"job {request.job_id} failed and published nothing: {error.detail}")
-        await errors.refuse(context, common_pb2.STEP_OUT_OF_ORDER, f"job {request.job_id} is still running ({state})")
-
-    async def ListModels(self, request, context) -> pb.ModelList:
-        return pb.ModelList(job_ids=self.registry.list())
 
     async def GetCuratorKeys(self, request, context) -> pb.CuratorKeys:
         return self.keys_msg
@@ -388,17 +336,6 @@ class Curator(pb_grpc.CuratorServicer):
         """(Problem, detail) of a job that failed, this run or an earlier one (its durable mark)."""
         return self.marks.failure(job_id)
 
-    def _status(self, hosted: Hosted[CuratorMachine]) -> pb.JobStatus:
-        m = hosted.machine
-        record = self.jobs.record(m.job_id)
-        if record is not None and (self.jobs.queued(m.job_id) or (record.terminal and not m.terminal)):  # waiting, or ended while waiting
-            return pb.JobStatus(job_id=m.job_id, state=record.state, stage=record.state.lower(), terminal=record.terminal,
-                                problem=common_pb2.Problem.ValueType(record.problem), detail=record.detail, stage_seconds={jobs.QUEUED: record.queue_seconds})
-        st = pb.JobStatus(job_id=m.job_id, state=m.state, stage=m.stage, stage_seconds=m.stages.seconds, terminal=m.terminal)
-        if m.error is not None:
-            st.problem, st.detail = m.error.problem, m.error.detail
-        return st
-
 
 def load_secrets(cfg: cfgmod.CuratorConfig) -> CuratorSecrets:
     check_key_bits(cfg.paillier_bits, test_mode=cfg.test_mode)
@@ -493,7 +430,7 @@ def hosted_protocols(curator: Curator, dca: DcaCurator, local: LocalCurator, ens
 
     by_name: dict[str, tuple[Any, Any, Any]] = {
         "pathak2010": (curator.submit, curator.registry.get, curator.cancel),
-        "dca": (dca.submit, dca.store.release, dca.cancel),
+        "dca": (dca.submit, dca.release, dca.cancel),
         "lmgc": (local_submit, local.store.get, local.cancel),
         "hamm2016": (ensemble.submit, ensemble.store.get, ensemble.cancel),
         **{p: (learner.submit, learner.store.model, learner.cancel) for p in LEARNERS},

@@ -1,6 +1,7 @@
 """DCA from the outside: operators create and follow jobs; clients (or a load generator) submit shares.
 
-- :class:`DcaOperator` (OPERATOR certificate): create a job, watch it, fetch the released DP sum.
+- :class:`DcaOperator` (OPERATOR certificate): create a job, watch it, fetch the released DP sum (through the
+  curator's job host).
 - :func:`submit_vector`: one client (PARTY certificate, client id = its site name) secret-shares its
   vector with fresh Gaussian noise and streams one share to each compute node. It spends the job's true (ε, δ)
   in the client's privacy ledger (a required argument) before any share leaves (a failed submission keeps it).
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # the DCA core (numpy, the accountant) loads when clients are
     from mpdp.dca.params import DcaParams
     from mpdp.ledger import Ledger
     from mpdp.math.drbg import Drbg
+    from mpdp.messages.operations_pb2 import JobSummary
 
 # Batches of simulated clients are sized in bytes, not clients: a node's ShareBatch carries 8·d bytes of share per
 # client (32 with seed compression) plus its id, and must stay under the gRPC message limit for every d in the
@@ -90,18 +92,26 @@ def job_spec(*, dimension: int, clients: int, epsilon: float, delta: float, sens
 
 
 class DcaOperator:
+    """DP sums through the curator's one job host (JobOperations): create, watch the summary, fetch the release; the
+    job's announcement (spec, node addresses) from the DCA curator service, as its clients fetch it."""
+
     def __init__(self, endpoints: Endpoints) -> None:
+        from mpdp.messages import operations_pb2_grpc
+
         opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", endpoints.curator_name)]
         self.channel = grpc.secure_channel(endpoints.curator_address, endpoints.tls.channel_credentials(), options=opts)
         self.stub = pb_grpc.DcaCuratorStub(self.channel)
+        self.host = operations_pb2_grpc.JobOperationsStub(self.channel)
 
     def create(self, spec: pb.DcaJobSpec) -> str:
-        return self.stub.CreateJob(spec, timeout=60).job_id
+        from mpdp.messages import operations_pb2
 
-    def watch(self, job_id: str, timeout: float | None = None) -> Iterator[pb.DcaJobStatus]:
-        yield from self.stub.WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout)
+        return self.host.SubmitJob(operations_pb2.JobSubmission(dca=spec), timeout=60).job_id
 
-    def wait(self, job_id: str, timeout: float | None = None) -> pb.DcaJobStatus:
+    def watch(self, job_id: str, timeout: float | None = None) -> Iterator[JobSummary]:
+        yield from self.host.WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> JobSummary:
         last = None
         for st in self.watch(job_id, timeout):
             last = st
@@ -111,7 +121,8 @@ class DcaOperator:
         return last
 
     def release(self, job_id: str) -> pb.DpSum:
-        return self.stub.GetRelease(common_pb2.JobRef(job_id=job_id), timeout=60)
+        """The released DP sum; refused JOB_FAILED if the job released nothing, STEP_OUT_OF_ORDER while it runs."""
+        return self.host.GetRelease(common_pb2.JobRef(job_id=job_id), timeout=60).dca
 
     def job(self, job_id: str) -> pb.DcaJobAnnouncement:
         return self.stub.GetJob(common_pb2.JobRef(job_id=job_id), timeout=60)

@@ -1,4 +1,5 @@
-"""The operator's client (and Dave's): submit jobs, watch them, fetch published models.
+"""The operator's client (and Dave's) for Pathak jobs: submit jobs, watch them, fetch published models, all through
+the curator's job host (JobOperations).
 
 Reads ``endpoints.json`` (written by `mpdp federation up` or by `mpdp provision`), or
 explicit addresses and TLS files.
@@ -10,9 +11,11 @@ from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:  # gRPC and the messages load with the first client or spec, so `mpdp train --help` imports neither
     from mpdp.messages import pathak2010_pb2 as pb
+    from mpdp.messages.operations_pb2 import JobSummary
     from mpdp_services.common.endpoints import Endpoints
 
 
+LIST_MOST = 1000  # the most jobs one ListJobs answers (JobQuery.limit, operations.proto)
 MODES = ("gaussian-distributed", "corrected", "paper")  # the first is the default (docs/experiments/pathak2010.md)
 
 
@@ -35,25 +38,30 @@ def make_spec(dataset: str, parties: list[str], epsilon: float, lam: float, mode
 
 
 class OperatorClient:
+    """A Pathak job through the curator's one job host (JobOperations): submit, watch its summary, fetch its model."""
+
     def __init__(self, endpoints: Endpoints) -> None:
         import grpc
 
-        from mpdp.messages import pathak2010_pb2_grpc as pb_grpc
+        from mpdp.messages import operations_pb2_grpc
         from mpdp_services.common.channels import CHANNEL_OPTIONS
 
         opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", endpoints.curator_name)]
         self.channel = grpc.secure_channel(endpoints.curator_address, endpoints.tls.channel_credentials(), options=opts)
-        self.curator = pb_grpc.CuratorStub(self.channel)
+        self.host = operations_pb2_grpc.JobOperationsStub(self.channel)
 
     def submit(self, spec: pb.PathakJobSpec, timeout: float = 60) -> str:
-        return self.curator.SubmitJob(spec, timeout=timeout).job_id
+        from mpdp.messages import operations_pb2
 
-    def watch(self, job_id: str, timeout: float | None = None) -> Iterator[pb.JobStatus]:
+        return self.host.SubmitJob(operations_pb2.JobSubmission(pathak2010=spec), timeout=timeout).job_id
+
+    def watch(self, job_id: str, timeout: float | None = None) -> Iterator[JobSummary]:
+        """The job's summary now and after each change, until it ends (stage "setup", "stage1" … while it runs)."""
         from mpdp.messages import common_pb2
 
-        yield from self.curator.WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout)
+        yield from self.host.WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout)
 
-    def wait(self, job_id: str, timeout: float | None = None) -> pb.JobStatus:
+    def wait(self, job_id: str, timeout: float | None = None) -> JobSummary:
         last = None
         for st in self.watch(job_id, timeout):
             last = st
@@ -63,14 +71,17 @@ class OperatorClient:
         return last
 
     def model(self, job_id: str) -> pb.PublishedModel:
+        """The job's published model (its release); refused JOB_FAILED if it published nothing, STEP_OUT_OF_ORDER while it runs."""
         from mpdp.messages import common_pb2
 
-        return self.curator.GetModel(common_pb2.JobRef(job_id=job_id), timeout=30)
+        return self.host.GetRelease(common_pb2.JobRef(job_id=job_id), timeout=30).pathak2010
 
     def models(self) -> list[str]:
-        from mpdp.messages import common_pb2
+        """The ids of this operator's published Pathak models, newest first (at most the job host's list limit)."""
+        from mpdp.messages import operations_pb2
 
-        return list(self.curator.ListModels(common_pb2.Ack(), timeout=30).job_ids)
+        listed = self.host.ListJobs(operations_pb2.JobQuery(protocol="pathak2010", limit=LIST_MOST), timeout=30).jobs
+        return [j.job_id for j in listed if j.released]
 
     def close(self) -> None:
         self.channel.close()

@@ -13,7 +13,8 @@ Checks shared by every attack module:
   sent, no filesystem path, no class name, no traceback;
 - :func:`assert_serving` asks the standard health service of a site;
 - :func:`assert_ledgers_within_budget` reads every party's ledger file;
-- :func:`pathak_job` / :func:`dca_job` run a small legitimate job to the end.
+- :func:`pathak_job` / :func:`dca_job` run a small legitimate job to the end, through the curator's one job
+  host (:func:`job_host`: JobOperations submit, watch and release, as every operator does).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from mpdp.dca.client import ClientCohort
 from mpdp.dca.params import DcaParams
 from mpdp.ledger import Ledger, composition
 from mpdp.math.drbg import Drbg
-from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, operations_pb2 as ops, operations_pb2_grpc as ops_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
 from mpdp_services.launcher.federation import LocalFederation
@@ -295,16 +296,22 @@ def operator_curator(fed: LocalFederation) -> grpc.Channel:
     return channel(fed, "curator", site_tls(fed, "operator"))
 
 
+def job_host(ch: grpc.Channel) -> ops_grpc.JobOperationsStub:
+    """The curator's one job host (JobOperations): every operator call on a job goes through it."""
+    return ops_grpc.JobOperationsStub(ch)
+
+
 def submit_pathak(fed: LocalFederation, spec: pk.PathakJobSpec) -> str:
     with operator_curator(fed) as ch:
-        return pk_grpc.CuratorStub(ch).SubmitJob(spec, timeout=60).job_id
+        return job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=spec), timeout=60).job_id
 
 
-def wait_pathak(fed: LocalFederation, job_id: str, timeout: float = 180.0, tls: TlsFiles | None = None) -> pk.JobStatus:
-    """Follow a Pathak job to its end as its owner (the federation's operator, or ``tls``'s)."""
+def watch_job(fed: LocalFederation, job_id: str, timeout: float, tls: TlsFiles | None = None) -> ops.JobSummary:
+    """Follow a job of any protocol to its end through the job host as its owner (the federation's operator, or
+    ``tls``'s); its last summary."""
     last = None
     with (channel(fed, "curator", tls) if tls is not None else operator_curator(fed)) as ch:
-        for st in pk_grpc.CuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout):
+        for st in job_host(ch).WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout):
             last = st
             if st.terminal:
                 break
@@ -312,9 +319,26 @@ def wait_pathak(fed: LocalFederation, job_id: str, timeout: float = 180.0, tls: 
     return last
 
 
+def wait_pathak(fed: LocalFederation, job_id: str, timeout: float = 180.0, tls: TlsFiles | None = None) -> ops.JobSummary:
+    """Follow a Pathak job to its end as its owner (the federation's operator, or ``tls``'s)."""
+    return watch_job(fed, job_id, timeout, tls)
+
+
+def release_of(fed: LocalFederation, job_id: str, tls: TlsFiles | None = None) -> ops.JobRelease:
+    """What a job published, from the job host as its owner (an RPC error if it published nothing)."""
+    with (channel(fed, "curator", tls) if tls is not None else operator_curator(fed)) as ch:
+        return job_host(ch).GetRelease(common_pb2.JobRef(job_id=job_id), timeout=30)
+
+
 def pathak_published(fed: LocalFederation, job_id: str) -> bool:
+    """Whether the job's model is in the curator's registry (the job host's summary says it released)."""
     with operator_curator(fed) as ch:
-        return job_id in pk_grpc.CuratorStub(ch).ListModels(common_pb2.Ack(), timeout=30).job_ids
+        try:
+            return job_host(ch).GetJob(common_pb2.JobRef(job_id=job_id), timeout=30).released
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                return False
+            raise
 
 
 def pathak_job(fed: LocalFederation, seed: bytes = b"legit", epsilon: float = 0.5) -> str:
@@ -334,18 +358,16 @@ def dca_spec(n: int = 3, d: int = 3, nodes=NODES, deadline: float = 30.0, **fiel
 
 def create_dca(fed: LocalFederation, spec: dca_pb2.DcaJobSpec) -> str:
     with operator_curator(fed) as ch:
-        return dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(spec, timeout=60).job_id
+        return job_host(ch).SubmitJob(ops.JobSubmission(dca=spec), timeout=60).job_id
 
 
-def wait_dca(fed: LocalFederation, job_id: str, timeout: float = 120.0) -> dca_pb2.DcaJobStatus:
-    last = None
-    with operator_curator(fed) as ch:
-        for st in dca_pb2_grpc.DcaCuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job_id), timeout=timeout):
-            last = st
-            if st.terminal:
-                break
-    assert last is not None and last.terminal, f"job {job_id} not terminal: {last}"
-    return last
+def wait_dca(fed: LocalFederation, job_id: str, timeout: float = 120.0) -> ops.JobSummary:
+    return watch_job(fed, job_id, timeout)
+
+
+def dca_release(fed: LocalFederation, job_id: str) -> dca_pb2.DpSum:
+    """The DP sum a DCA job released (an RPC error if it released nothing)."""
+    return release_of(fed, job_id).dca
 
 
 def cohort_job(fed: LocalFederation, n: int, d: int, batch: int, *, deadline: float = 120.0, max_missing: int = 8, seed: int = 7) -> tuple[str, DcaParams, list]:
@@ -375,12 +397,11 @@ def submit_batch(fed: LocalFederation, k: int, batch: dca_pb2.ShareBatch, timeou
 
 
 def dca_released(fed: LocalFederation, job_id: str) -> bool:
-    with operator_curator(fed) as ch:
-        try:
-            dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job_id), timeout=30)
-            return True
-        except grpc.RpcError:
-            return False
+    try:
+        dca_release(fed, job_id)
+        return True
+    except grpc.RpcError:
+        return False
 
 
 def submit_clients(fed: LocalFederation, job_id: str, clients: list[str], nodes=None) -> None:

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from mpdp.dca.params import DcaParams
-from mpdp.messages import common_pb2, dca_pb2_grpc
+from mpdp.messages import common_pb2
 
-from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, cohort_job, metric_total, operator_curator, refused,
+from tests.adversarial.conftest import (job_host, dca_release, NODES, assert_all_serving, assert_status, cohort_job, metric_total, operator_curator, refused,
                                         start_federation, submit_batch, until_metric, wait_dca)
 
 N, D, BATCH = 48, 3, 16
@@ -68,9 +68,9 @@ def test_a_node_ahead_of_its_peers_holds_submissions_until_they_report(fed):
             if (b, k) != (batches[1], 0):
                 assert submit_batch(fed, k, b.batches[k]).accepted == BATCH
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == N, st
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == N, st
     with operator_curator(fed) as ch:
-        release = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        release = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
     expected = sum((b.clipped + b.noise).sum(axis=0) for b in batches)
     assert np.allclose(release.values, expected, atol=1e-6)
     assert_all_serving(fed)
@@ -88,7 +88,7 @@ def test_clients_that_never_reach_the_other_nodes_do_not_stall_a_node(fed):
     for k in range(3):
         assert submit_batch(fed, k, batches[2].batches[k]).accepted == BATCH
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == N, st
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == N, st
     assert_all_serving(fed)
 
 
@@ -110,5 +110,5 @@ def test_a_node_holds_a_bounded_number_of_submissions_and_refuses_more(capped):
     for k in range(params.M):  # the refused batch again: nothing of it was taken, so none of it is a replay
         assert submit_batch(fed, k, batches[3].batches[k]).accepted == BATCH
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == 4 * BATCH, st
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == 4 * BATCH, st
     assert_all_serving(fed)

@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2, local_release_pb2, pathak2010_pb2 as pk
+from mpdp.messages import operations_pb2 as ops
 
 from .conftest import (
     DCA_SERVICE,
@@ -24,6 +25,7 @@ from .conftest import (
     assert_all_serving,
     assert_clean,
     assert_ledgers_within_budget,
+    assert_serving,
     assert_status,
     channel,
     dca_job,
@@ -33,12 +35,13 @@ from .conftest import (
     site_tls,
 )
 
+OPS_SERVICE = "mpdp.messages.JobOperations"  # the curator's one job host: every operator call on a job
+
 # (target site, service, method, a caller allowed to call it, a caller that is not)
 UNARY = [
-    ("curator", PATHAK_SERVICE, "SubmitJob", "operator", "party-1"),
+    ("curator", OPS_SERVICE, "SubmitJob", "operator", "party-1"),
     ("curator", PATHAK_SERVICE, "AcceptJob", "party-1", "operator"),
-    ("curator", PATHAK_SERVICE, "GetModel", "operator", "node-1"),
-    ("curator", DCA_SERVICE, "CreateJob", "operator", "party-1"),
+    ("curator", OPS_SERVICE, "GetRelease", "operator", "node-1"),
     ("curator", DCA_SERVICE, "GetJob", "party-1", "curator"),
     ("curator", DCA_SERVICE, "SendPartialSum", "node-1", "party-1"),
     ("curator", "mpdp.messages.JobOperations", "SubmitJob", "operator", "node-1"),
@@ -76,18 +79,50 @@ def test_undecodable_body_from_wrong_role_is_permission_denied(fed, target, serv
 
 
 def test_undecodable_stream_messages_are_invalid_argument(fed):
-    """Server streams (WatchJob) and client streams (SubmitShares) parse their messages after the role check too."""
+    """Server streams (the job host's WatchJob) and client streams (SubmitShares) parse their messages after the role check too."""
     with channel(fed, "curator", site_tls(fed, "operator")) as ch:
-        watch = ch.unary_stream(f"/{PATHAK_SERVICE}/WatchJob", request_serializer=None, response_deserializer=None)
+        watch = ch.unary_stream(f"/{OPS_SERVICE}/WatchJob", request_serializer=None, response_deserializer=None)
         assert_status(refused(lambda: list(watch(garbage(100), timeout=20))), grpc.StatusCode.INVALID_ARGUMENT)
-        watch = ch.unary_stream(f"/{DCA_SERVICE}/WatchJob", request_serializer=None, response_deserializer=None)
-        assert_status(refused(lambda: list(watch(garbage(100), timeout=20))), grpc.StatusCode.INVALID_ARGUMENT)
+    with channel(fed, "curator", site_tls(fed, "party-1")) as ch:  # a party may not watch, garbage or not
+        watch = ch.unary_stream(f"/{OPS_SERVICE}/WatchJob", request_serializer=None, response_deserializer=None)
+        assert_status(refused(lambda: list(watch(garbage(100), timeout=20))), grpc.StatusCode.PERMISSION_DENIED)
     with channel(fed, "node-1", site_tls(fed, "party-1")) as ch:
         submit = ch.stream_unary(f"/{NODE_SERVICE}/SubmitShares", request_serializer=None, response_deserializer=None)
         assert_status(refused(lambda: submit(iter([garbage(100), garbage(100)]), timeout=20)), grpc.StatusCode.INVALID_ARGUMENT)
     with channel(fed, "node-1", site_tls(fed, "node-2")) as ch:  # a node may not submit shares, garbage or not
         submit = ch.stream_unary(f"/{NODE_SERVICE}/SubmitShares", request_serializer=None, response_deserializer=None)
         assert_status(refused(lambda: submit(iter([garbage(100)]), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
+
+
+# The per-protocol operator calls the job host replaced: no servicer has them any more.
+REMOVED_UNARY = [(PATHAK_SERVICE, "SubmitJob"), (PATHAK_SERVICE, "GetModel"), (PATHAK_SERVICE, "ListModels"), (DCA_SERVICE, "CreateJob"), (DCA_SERVICE, "GetRelease")]
+REMOVED_STREAMS = [(PATHAK_SERVICE, "WatchJob"), (DCA_SERVICE, "WatchJob")]
+
+
+@pytest.mark.parametrize("caller", ["operator", "party-1", "node-1"])
+def test_removed_pathak_and_dca_operator_calls_are_unimplemented(fed, caller):
+    """Curator.SubmitJob/WatchJob/GetModel/ListModels and DcaCurator.CreateJob/WatchJob/GetRelease are gone (the job
+    host, JobOperations, is the one operator front): gRPC's own UNIMPLEMENTED for every caller, a well-formed body
+    or garbage, with a clean detail; the curator keeps serving and the job host answers on the same connection."""
+    bodies = [pk.PathakJobSpec(dataset="synthetic").SerializeToString(), common_pb2.JobRef(job_id="pk-000000000000").SerializeToString(), garbage(100)]
+    with channel(fed, "curator", site_tls(fed, caller)) as ch:
+        for service, method in REMOVED_UNARY:
+            for body in bodies:
+                e = refused(lambda: raw_unary(ch, service, method)(body, timeout=20))
+                assert e.code() == grpc.StatusCode.UNIMPLEMENTED, (service, method, e.code(), e.details())
+                assert_clean(e)
+        for service, method in REMOVED_STREAMS:
+            watch = ch.unary_stream(f"/{service}/{method}", request_serializer=None, response_deserializer=None)
+            for body in bodies:
+                e = refused(lambda: list(watch(body, timeout=20)))
+                assert e.code() == grpc.StatusCode.UNIMPLEMENTED, (service, method, e.code(), e.details())
+                assert_clean(e)
+        if caller == "operator":
+            from .conftest import job_host
+
+            listed = job_host(ch).ListJobs(ops.JobQuery(protocol="pathak2010"), timeout=20).jobs
+            assert all(j.protocol == "pathak2010" for j in listed), listed
+    assert_serving(fed, "curator")
 
 
 def test_unknown_methods_are_refused(fed):
@@ -122,10 +157,10 @@ HOSTILE_IDS = {
 
 # (target site, service, method, caller, request type, how the id is placed)
 BY_ID = [
-    ("curator", PATHAK_SERVICE, "GetModel", "operator", common_pb2.JobRef),
+    ("curator", OPS_SERVICE, "GetRelease", "operator", common_pb2.JobRef),
     ("curator", PATHAK_SERVICE, "AcceptJob", "party-1", pk.JobAcceptance),
     ("curator", PATHAK_SERVICE, "PublishShare", "party-1", pk.PublishedShare),
-    ("curator", DCA_SERVICE, "GetRelease", "operator", common_pb2.JobRef),
+    ("curator", OPS_SERVICE, "CancelJob", "operator", common_pb2.JobRef),
     ("curator", DCA_SERVICE, "GetJob", "party-1", common_pb2.JobRef),
     ("curator", DCA_SERVICE, "SendPartialSum", "node-1", dca_pb2.PartialSum),
     ("curator", "mpdp.messages.JobOperations", "GetRelease", "operator", common_pb2.JobRef),
@@ -154,11 +189,7 @@ def test_hostile_job_ids_get_short_clean_refusals(fed, kind, target, service, me
 def test_hostile_ids_in_streams_get_short_clean_refusals(fed):
     for job_id in HOSTILE_IDS.values():
         with channel(fed, "curator", site_tls(fed, "operator")) as ch:
-            watch = ch.unary_stream(f"/{DCA_SERVICE}/WatchJob", request_serializer=None, response_deserializer=None)
-            e = refused(lambda: list(watch(common_pb2.JobRef(job_id=job_id).SerializeToString(), timeout=30)))
-            assert e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT), e
-            assert_clean(e, job_id)
-            watch = ch.unary_stream(f"/{PATHAK_SERVICE}/WatchJob", request_serializer=None, response_deserializer=None)
+            watch = ch.unary_stream(f"/{OPS_SERVICE}/WatchJob", request_serializer=None, response_deserializer=None)
             e = refused(lambda: list(watch(common_pb2.JobRef(job_id=job_id).SerializeToString(), timeout=30)))
             assert e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT), e
             assert_clean(e, job_id)
@@ -180,17 +211,19 @@ def test_attacker_sized_strings_in_specs_are_not_echoed(fed):
     """Dataset, purpose and party names of attacker size in job specs: refused INVALID_ARGUMENT, not echoed."""
     big = "d" * 20_000
     with channel(fed, "curator", site_tls(fed, "operator")) as ch:
-        from mpdp.messages import dca_pb2_grpc, pathak2010_pb2_grpc as pk_grpc
 
         from .conftest import dca_spec, host_submit, learner_spec, pathak_spec
 
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(seed=b"big").__class__(**{**_fields(pathak_spec(seed=b"big")), "dataset": big}), timeout=30))
+        from .conftest import job_host
+
+        host = job_host(ch)
+        e = refused(lambda: host.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"big").__class__(**{**_fields(pathak_spec(seed=b"big")), "dataset": big})), timeout=30))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(parties=["party-1", "party-2", big]), timeout=30))
+        e = refused(lambda: host.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(parties=["party-1", "party-2", big])), timeout=30))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
-        e = refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_spec(purpose=big), timeout=30))
+        e = refused(lambda: host.SubmitJob(ops.JobSubmission(dca=dca_spec(purpose=big)), timeout=30))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
-        e = refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_spec(nodes=["node-1", "node-2", big]), timeout=30))
+        e = refused(lambda: host.SubmitJob(ops.JobSubmission(dca=dca_spec(nodes=["node-1", "node-2", big])), timeout=30))
         assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, big)
         e = refused(lambda: host_submit(fed, timeout=60, lmgc=local_release_pb2.LocalModelJobSpec(
             dataset=big, model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1"], ridge=1e-3, data_norm=1.0)))

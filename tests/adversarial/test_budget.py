@@ -18,9 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from mpdp.messages import common_pb2, local_release_pb2, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, local_release_pb2
+from mpdp.messages import operations_pb2 as ops
 
 from .conftest import (
+    job_host,
     PARTIES,
     assert_all_serving,
     assert_ledgers_within_budget,
@@ -54,7 +56,7 @@ def _pathak(fed, seed: bytes) -> tuple[str, str]:
     """('published' | 'refused' | 'failed', detail) for one Pathak job of ε = 4."""
     try:
         with operator_curator(fed) as ch:
-            job = pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(epsilon=4.0, seed=seed, deadline=120.0), timeout=60).job_id
+            job = job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(epsilon=4.0, seed=seed, deadline=120.0)), timeout=60).job_id
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e.code().name}: {e.details()}"
         return "refused", ""
@@ -104,7 +106,7 @@ def test_paper_mode_spends_its_true_epsilon(paper_fed):
     spec = pathak_spec(parties=["party-1", "party-2"], epsilon=8.0, mode=common_pb2.PAPER, seed=b"paper-true-eps")
     try:
         with operator_curator(paper_fed) as ch:
-            job = pk_grpc.CuratorStub(ch).SubmitJob(spec, timeout=60).job_id
+            job = job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=spec), timeout=60).job_id
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e.code().name}: {e.details()}"
         job = ""
@@ -112,7 +114,7 @@ def test_paper_mode_spends_its_true_epsilon(paper_fed):
         st = wait_pathak(paper_fed, job)
         if st.state == "PUBLISHED":
             with operator_curator(paper_fed) as ch:
-                model = pk_grpc.CuratorStub(ch).GetModel(common_pb2.JobRef(job_id=job), timeout=30)
+                model = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).pathak2010
             for p in ("party-1", "party-2"):
                 entry = next(e for e in ledger(paper_fed, p)["entries"] if e["job_id"] == job)
                 assert entry["epsilon"] == pytest.approx(model.guarantee.epsilon), (entry, model.guarantee)

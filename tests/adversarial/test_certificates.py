@@ -13,7 +13,7 @@ import grpc
 import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID as EKU, NameOID
 
-from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import operations_pb2 as ops, operations_pb2_grpc as ops_grpc
 from mpdp_services.common import pki
 
 from .conftest import PARTY_SERVICE, assert_all_serving, assert_status, channel, mint, mint_custom, pathak_spec, raw_unary, refused
@@ -33,8 +33,8 @@ def _operator(fed, label: str, subject, usages):
 def test_a_certificate_without_organisation_or_eku_is_refused_by_the_gate(fed, label, subject, usages):
     tls = _operator(fed, label, subject, usages)
     with channel(fed, "curator", tls) as ch:
-        stub = pk_grpc.CuratorStub(ch)
-        for call in (lambda: stub.ListModels(common_pb2.Ack(), timeout=20), lambda: stub.SubmitJob(pathak_spec(seed=label.encode()), timeout=20)):
+        stub = ops_grpc.JobOperationsStub(ch)
+        for call in (lambda: stub.ListJobs(ops.JobQuery(), timeout=20), lambda: stub.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=label.encode())), timeout=20)):
             assert_status(refused(call), grpc.StatusCode.PERMISSION_DENIED)
     assert_all_serving(fed)
 
@@ -55,7 +55,7 @@ def test_the_curators_identity_without_organisation_is_not_the_curator(fed, targ
 def test_a_certificate_without_client_auth_is_no_caller(fed, label, usages):
     tls = _operator(fed, label, [(ORG, "local"), (OU, "operator"), (CN, "operator")], usages)
     with channel(fed, "curator", tls) as ch:
-        e = refused(lambda: pk_grpc.CuratorStub(ch).ListModels(common_pb2.Ack(), timeout=20))
+        e = refused(lambda: ops_grpc.JobOperationsStub(ch).ListJobs(ops.JobQuery(), timeout=20))
     assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.PERMISSION_DENIED), e
     assert_all_serving(fed)
 

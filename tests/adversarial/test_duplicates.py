@@ -14,10 +14,9 @@ import pytest
 
 from mpdp.messages import (
     common_pb2,
-    dca_pb2_grpc,
     hamm2016_pb2,
     local_release_pb2,
-    pathak2010_pb2_grpc as pk_grpc,
+    operations_pb2 as ops,
 )
 
 from .conftest import (
@@ -25,6 +24,7 @@ from .conftest import (
     assert_all_serving,
     assert_ledgers_within_budget,
     assert_status,
+    job_host,
     dca_spec,
     host_submit,
     learner_spec,
@@ -65,13 +65,13 @@ def test_duplicates_in_a_dca_spec_are_invalid_argument(fed, field, value):
     spec.ClearField(field)
     getattr(spec, field).extend(value)
     with operator_curator(fed) as ch:
-        e = refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(spec, timeout=30))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(dca=spec), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
 
 
 def test_duplicate_party_in_a_pathak_job_is_invalid_argument(fed):
     with operator_curator(fed) as ch:
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(parties=["party-1", "party-1", "party-2"]), timeout=30))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(parties=["party-1", "party-1", "party-2"])), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
 
 

@@ -74,8 +74,8 @@ def _rss_mb(pid: int) -> float:
 
 
 @pytest.mark.parametrize("target, service, method", [
-    ("curator", "mpdp.messages.Curator", "SubmitJob"),  # unary
-    ("curator", "mpdp.messages.Curator", "WatchJob"),  # unary request, streamed answer
+    ("curator", "mpdp.messages.JobOperations", "SubmitJob"),  # unary
+    ("curator", "mpdp.messages.JobOperations", "WatchJob"),  # unary request, streamed answer
     ("party-1", "mpdp.messages.Party", "AnnounceJob"),
 ])
 def test_large_bodies_from_a_roleless_certificate_are_refused_before_they_are_received(fed, target, service, method):

@@ -13,9 +13,10 @@ import time
 
 import pytest
 
-from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2
 
 from .conftest import (
+    job_host,
     assert_all_serving,
     assert_ledgers_within_budget,
     create_dca,
@@ -47,7 +48,7 @@ def fed(tmp_path_factory):
 def _running(fed, job: str) -> None:
     """Until the Pathak job is past setup (every party holds it and the protocol runs)."""
     with operator_curator(fed) as ch:
-        for st in pk_grpc.CuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=60):
+        for st in job_host(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=60):
             assert not st.terminal, f"the job ended before the kill: {st}"
             if st.stage != "setup":
                 return

@@ -25,10 +25,12 @@ import grpc
 import pytest
 
 from mpdp.ledger import VOIDED
-from mpdp.messages import common_pb2, local_release_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, local_release_pb2, pathak2010_pb2 as pk
+from mpdp.messages import operations_pb2 as ops, operations_pb2_grpc as ops_grpc
 from mpdp_services.common.rpc import TlsFiles
 
 from .conftest import (
+    job_host,
     PARTIES,
     PATHAK_SERVICE,
     address,
@@ -85,15 +87,15 @@ def charges(fed, job_ids) -> dict[str, list[str]]:
     return {p: [e["job_id"] for e in ledger(fed, p)["entries"] if e["job_id"] in ids and e.get("status") != VOIDED] for p in fed.parties}
 
 
-async def _submit_and_follow(fed, specs: list[pk.PathakJobSpec], tls: TlsFiles | None = None) -> tuple[list[str], list[grpc.aio.AioRpcError], dict[str, pk.JobStatus]]:
+async def _submit_and_follow(fed, specs: list[pk.PathakJobSpec], tls: TlsFiles | None = None) -> tuple[list[str], list[grpc.aio.AioRpcError], dict[str, ops.JobSummary]]:
     """Submit every spec at once on one connection, then follow every admitted job's watch stream to its end."""
     tls = tls or site_tls(fed, "operator")
     async with grpc.aio.secure_channel(address(fed, "curator"), tls.channel_credentials(), options=[("grpc.ssl_target_name_override", "curator")]) as ch:
-        stub = pk_grpc.CuratorStub(ch)
+        stub = ops_grpc.JobOperationsStub(ch)
 
         async def submit(s):
             try:
-                return (await stub.SubmitJob(s, timeout=120)).job_id
+                return (await stub.SubmitJob(ops.JobSubmission(pathak2010=s), timeout=120)).job_id
             except grpc.aio.AioRpcError as e:
                 return e
 
@@ -158,7 +160,7 @@ def test_concurrent_jobs_that_do_not_all_fit_waste_no_charge(tight):
     other two fail BUDGET_EXCEEDED and no party keeps a charge for them."""
     def one(i: int) -> str:
         with operator_curator(tight) as ch:
-            return pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(epsilon=4.0, seed=f"fit-{i}".encode(), deadline=120.0, noise=pk.SMALLEST_PARTY), timeout=60).job_id
+            return job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(epsilon=4.0, seed=f"fit-{i}".encode(), deadline=120.0, noise=pk.SMALLEST_PARTY)), timeout=60).job_id
 
     with ThreadPoolExecutor(4) as pool:
         ids = list(pool.map(one, range(4)))
@@ -186,9 +188,9 @@ def test_submissions_past_the_admission_bounds_queue_then_are_overloaded_before_
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         with operator_curator(bounded) as ch:
-            stub = pk_grpc.CuratorStub(ch)
-            first = [stub.SubmitJob(pathak_spec(seed=f"adm-{i}".encode(), deadline=120.0), timeout=60).job_id for i in range(3)]  # the third queued
-            e = refused(lambda: stub.SubmitJob(pathak_spec(seed=b"adm-over-operator", deadline=120.0), timeout=60))
+            stub = job_host(ch)
+            first = [stub.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=f"adm-{i}".encode(), deadline=120.0)), timeout=60).job_id for i in range(3)]  # the third queued
+            e = refused(lambda: stub.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"adm-over-operator", deadline=120.0)), timeout=60))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         assert_clean(e)
         # the bounds are the federation's, not one protocol's: an LMGC job of the same operator is refused (it cannot wait)
@@ -198,12 +200,12 @@ def test_submissions_past_the_admission_bounds_queue_then_are_overloaded_before_
         e = refused(lambda: host_submit(bounded, timeout=60, lmgc=lmgc))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         with channel(bounded, "curator", other) as ch:
-            stub = pk_grpc.CuratorStub(ch)
-            third = [stub.SubmitJob(pathak_spec(seed=f"adm-other-{i}".encode(), deadline=120.0), timeout=60).job_id for i in range(2)]  # the second queued
-            e = refused(lambda: stub.SubmitJob(pathak_spec(seed=b"adm-over-federation", deadline=120.0), timeout=60))
+            stub = job_host(ch)
+            third = [stub.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=f"adm-other-{i}".encode(), deadline=120.0)), timeout=60).job_id for i in range(2)]  # the second queued
+            e = refused(lambda: stub.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"adm-over-federation", deadline=120.0)), timeout=60))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         with channel(bounded, "curator", third_operator) as ch:
-            e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(seed=b"adm-queue-full", deadline=120.0), timeout=60))
+            e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"adm-queue-full", deadline=120.0)), timeout=60))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         for p in ("party-1", "party-2"):  # the queued jobs are told to no party while they wait
             assert not {first[2], third[1]} & {e["job_id"] for e in ledger(bounded, p)["entries"]}, p
@@ -216,6 +218,6 @@ def test_submissions_past_the_admission_bounds_queue_then_are_overloaded_before_
         assert wait_pathak(bounded, j, tls=other).state == "PUBLISHED"  # only its owner (or an admin) may follow it
     for p in bounded.parties:  # only the admitted and queued jobs ever reached a party
         assert sorted(e["job_id"] for e in ledger(bounded, p)["entries"]) == sorted(admitted), (p, ledger(bounded, p))
-    job = pk_grpc.CuratorStub(operator_curator(bounded)).SubmitJob(pathak_spec(seed=b"adm-after", deadline=120.0), timeout=60).job_id
+    job = job_host(operator_curator(bounded)).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"adm-after", deadline=120.0)), timeout=60).job_id
     assert wait_pathak(bounded, job).state == "PUBLISHED"  # the ended jobs left the bound
     assert_all_serving(bounded)

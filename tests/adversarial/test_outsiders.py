@@ -15,7 +15,7 @@ import pytest
 
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 
-from .conftest import (client_ledger,
+from .conftest import (job_host, dca_release, client_ledger,
     NODES,
     PARTIES,
     assert_all_serving,
@@ -43,7 +43,7 @@ from .conftest import (client_ledger,
 def _wait_announced(fed, job: str) -> None:
     """Until the curator has left job setup (every member has the job): the outsider then attacks a running job."""
     with operator_curator(fed) as ch:
-        for st in pk_grpc.CuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=120):
+        for st in job_host(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=120):
             if st.terminal or st.stage != "setup":
                 return
 
@@ -161,7 +161,7 @@ def test_dca_client_off_the_roster_is_rejected_and_the_round_releases(fed):
         assert rep.accepted == len(NODES) and not rep.rejected, rep
         assert [e["job_id"] for e in client_ledger(fed, p).entries if e["job_id"] == job] == [job]  # spent once, before its shares
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == 3, st
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == 3, st
     assert dca_released(fed, job)
 
 
@@ -187,4 +187,4 @@ def test_a_dca_client_whose_ledger_cannot_pay_sends_nothing(fed):
     for p in PARTIES:  # nothing of party-1 reached a node: its own paid submission is still its first, and accepted
         rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25), ledger=client_ledger(fed, p)))
         assert rep.accepted == len(NODES) and not rep.rejected, rep
-    assert wait_dca(fed, job).clients_included == 3
+    assert wait_dca(fed, job).released and dca_release(fed, job).clients_included == 3

@@ -1,11 +1,11 @@
 """Jobs belong to the operator who created them; an admin sees and cancels all.
 
 A second operator of the same federation (minted operator-2, valid certificate, right role) learns the first
-operator's job ids and tries every operator RPC that names a job: list, get, watch, fetch the release or model,
-cancel. Invariants: each is refused with UNKNOWN_JOB (NOT_FOUND, the answer for an id never
-issued, so operator-2 learns nothing), list answers leave the job out, the job is untouched; the owner and an
-``admin`` certificate see it, and the admin may cancel it; parties still list published models; ownership
-survives a curator restart.
+operator's job ids and tries every operator RPC that names a job (the job host's list, get, watch, release and
+cancel; and a DCA job's announcement). Invariants: each is refused with UNKNOWN_JOB (NOT_FOUND,
+the answer for an id never issued, so operator-2 learns nothing), list answers leave the job out, the job is
+untouched; the owner and an ``admin`` certificate see it, and the admin may cancel it; a party, not an operator, is
+refused the job host whatever the job (PERMISSION_DENIED); ownership survives a curator restart.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import signal
 import grpc
 
 from mpdp.messages import common_pb2, dca_pb2_grpc, operations_pb2 as ops, operations_pb2_grpc as ops_grpc
-from mpdp.messages import pathak2010_pb2_grpc as pk_grpc
 
 from .conftest import assert_status, channel, create_dca, dca_spec, mint, pathak_job, refused, site_tls
 
@@ -38,9 +37,9 @@ def test_another_operator_cannot_see_or_touch_a_dca_job_and_an_admin_can(fed):
         _not_found(lambda: jobs.GetJob(REF(job_id=job), timeout=20))
         _not_found(lambda: jobs.CancelJob(REF(job_id=job), timeout=20))
         _not_found(lambda: dca.GetJob(REF(job_id=job), timeout=20))
-        _not_found(lambda: dca.GetRelease(REF(job_id=job), timeout=20))
-        _not_found(lambda: dca.WatchJob(REF(job_id=job), timeout=20))
-        mine = dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_spec(deadline=120.0), timeout=60).job_id
+        _not_found(lambda: jobs.GetRelease(REF(job_id=job), timeout=20))
+        _not_found(lambda: list(jobs.WatchJob(REF(job_id=job), timeout=20)))
+        mine = jobs.SubmitJob(ops.JobSubmission(dca=dca_spec(deadline=120.0)), timeout=60).job_id
         assert _listed(ch, mine) and jobs.GetJob(REF(job_id=mine), timeout=20).job_id == mine
     with channel(fed, "curator", site_tls(fed, "operator")) as ch:  # the owner
         jobs = ops_grpc.JobOperationsStub(ch)
@@ -59,21 +58,24 @@ def test_another_operator_cannot_see_or_touch_a_dca_job_and_an_admin_can(fed):
 
 def test_another_operator_cannot_fetch_a_published_model_and_ownership_survives_a_restart(fed):
     job = pathak_job(fed, seed=b"owned")
-    for tls, sees in ((mint(fed, "operator", "operator-2"), False), (site_tls(fed, "operator"), True), (mint(fed, "admin", "admin-1"), True),
-                      (site_tls(fed, "party-1"), True)):
+    for tls, sees in ((mint(fed, "operator", "operator-2"), False), (site_tls(fed, "operator"), True), (mint(fed, "admin", "admin-1"), True)):
         with channel(fed, "curator", tls) as ch:
-            stub = pk_grpc.CuratorStub(ch)
-            assert (job in stub.ListModels(common_pb2.Ack(), timeout=20).job_ids) == sees
+            host = ops_grpc.JobOperationsStub(ch)
+            assert _listed(ch, job) == sees
             if sees:
-                assert stub.GetModel(REF(job_id=job), timeout=20).job_id == job
+                assert host.GetRelease(REF(job_id=job), timeout=20).pathak2010.job_id == job
             else:
-                _not_found(lambda: stub.GetModel(REF(job_id=job), timeout=20))
-                _not_found(lambda: stub.WatchJob(REF(job_id=job), timeout=20))
+                _not_found(lambda: host.GetRelease(REF(job_id=job), timeout=20))
+                _not_found(lambda: list(host.WatchJob(REF(job_id=job), timeout=20)))
+    with channel(fed, "curator", site_tls(fed, "party-1")) as ch:  # not an operator: the job host is closed to it
+        host = ops_grpc.JobOperationsStub(ch)
+        assert_status(refused(lambda: host.GetRelease(REF(job_id=job), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
+        assert_status(refused(lambda: host.ListJobs(ops.JobQuery(), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
     fed.kill("curator", signal.SIGTERM)
     fed.restart("curator")
     with channel(fed, "curator", mint(fed, "operator", "operator-2")) as ch:
-        _not_found(lambda: pk_grpc.CuratorStub(ch).GetModel(REF(job_id=job), timeout=20))
+        _not_found(lambda: ops_grpc.JobOperationsStub(ch).GetRelease(REF(job_id=job), timeout=20))
         assert not _listed(ch, job)
     with channel(fed, "curator", site_tls(fed, "operator")) as ch:
-        assert pk_grpc.CuratorStub(ch).GetModel(REF(job_id=job), timeout=20).job_id == job
+        assert ops_grpc.JobOperationsStub(ch).GetRelease(REF(job_id=job), timeout=20).pathak2010.job_id == job
         assert _listed(ch, job)

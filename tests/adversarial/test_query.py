@@ -30,6 +30,7 @@ from mpdp.schema import Schema
 from mpdp_services.launcher.federation import LocalFederation
 
 from tests.adversarial.conftest import (
+    job_host,
     NODES,
     PARTIES,
     assert_all_serving,
@@ -148,7 +149,7 @@ def test_a_party_claiming_more_than_its_row_bound_is_rejected_by_the_proofs_and_
     st = wait_dca(qfed, dca_job, timeout=180)
     assert st.state == "RELEASED", st
     with operator_curator(qfed) as ch:
-        r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=dca_job), timeout=30)
+        r = job_host(ch).GetRelease(common_pb2.JobRef(job_id=dca_job), timeout=30).dca
     assert (r.clients_included, r.clients_rejected, r.validate) == (2, 1, dca_pb2.VALIDATE_RANGE)
     err = np.asarray(r.values) - _honest_vector(qfed)
     assert np.max(np.abs(err)) <= 6 * math.sqrt(r.noise_variance) + 2 * 2.0**-params.frac_bits, (err, r.noise_variance)

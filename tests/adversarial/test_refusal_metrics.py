@@ -1,6 +1,6 @@
 """Refusals are counted under the method that was refused (``mpdp_rpcs_total{method,code}``), never under "?".
 
-A raw client with a party certificate calls the curator's operator RPCs and a compute node's curator RPC; each
+A raw client with a party certificate calls the curator's operator RPCs (its job host) and a compute node's curator RPC; each
 refusal must raise the counter of exactly that method with the refusal's gRPC status, read from the role's own
 /metrics page.
 """
@@ -12,9 +12,11 @@ import re
 
 import grpc
 
-from mpdp.messages import dca_pb2, dca_pb2_grpc, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, operations_pb2 as ops
 
-from .conftest import DCA_SERVICE, NODE_SERVICE, PATHAK_SERVICE, assert_status, channel, garbage, mint, pathak_spec, raw_unary, refused
+from .conftest import NODE_SERVICE, assert_status, channel, garbage, job_host, mint, pathak_spec, raw_unary, refused
+
+OPS_SERVICE = "mpdp.messages.JobOperations"
 
 
 def _scrape(fed, site: str) -> str:
@@ -37,18 +39,18 @@ def _count(page: str, method: str, code: str) -> float:
 
 
 def test_a_refusal_counts_under_its_method(fed):
-    submit = f"/{PATHAK_SERVICE}/SubmitJob"
-    create = f"/{DCA_SERVICE}/CreateJob"
+    submit = f"/{OPS_SERVICE}/SubmitJob"
+    release = f"/{OPS_SERVICE}/GetRelease"
     before = _scrape(fed, "curator")
     with channel(fed, "curator", mint(fed, "party", "party-9")) as ch:
         for _ in range(3):
-            assert_status(refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
-        assert_status(refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_pb2.DcaJobSpec(), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
+            assert_status(refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec()), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
+        assert_status(refused(lambda: job_host(ch).GetRelease(common_pb2.JobRef(job_id="dca-000000000000"), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
     with channel(fed, "curator", mint(fed, "operator", "op-metrics")) as ch:  # admitted, then an undecodable body: MALFORMED
-        assert_status(refused(lambda: raw_unary(ch, PATHAK_SERVICE, "SubmitJob")(garbage(), timeout=20)), grpc.StatusCode.INVALID_ARGUMENT)
+        assert_status(refused(lambda: raw_unary(ch, OPS_SERVICE, "SubmitJob")(garbage(), timeout=20)), grpc.StatusCode.INVALID_ARGUMENT)
     after = _scrape(fed, "curator")
     assert _count(after, submit, "PERMISSION_DENIED") - _count(before, submit, "PERMISSION_DENIED") == 3
-    assert _count(after, create, "PERMISSION_DENIED") - _count(before, create, "PERMISSION_DENIED") == 1
+    assert _count(after, release, "PERMISSION_DENIED") - _count(before, release, "PERMISSION_DENIED") == 1
     assert _count(after, submit, "INVALID_ARGUMENT") - _count(before, submit, "INVALID_ARGUMENT") == 1
     assert _count(after, "?", "PERMISSION_DENIED") == _count(before, "?", "PERMISSION_DENIED") == 0
     assert _count(after, "?", "INVALID_ARGUMENT") == 0

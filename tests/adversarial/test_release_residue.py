@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from mpdp.math import sharing
-from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2
 
-from tests.adversarial.conftest import PARTIES, operator_curator, pathak_spec, submit_pathak, wait_pathak
+from tests.adversarial.conftest import job_host, PARTIES, operator_curator, pathak_spec, submit_pathak, wait_pathak
 
 JOBS = 12  # all-equal residues mod 3 in one coordinate by chance: 3·3^-12 ≈ 6·10⁻⁶ (seeded: the same every run)
 
@@ -23,7 +23,7 @@ JOBS = 12  # all-equal residues mod 3 in one coordinate by chance: 3·3^-12 ≈ 
 def released_integer(fed, job_id: str) -> tuple[np.ndarray, int]:
     """Σ_t z_t mod q as signed integers, and K."""
     with operator_curator(fed) as ch:
-        model = pk_grpc.CuratorStub(ch).GetModel(common_pb2.JobRef(job_id=job_id), timeout=30)
+        model = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job_id), timeout=30).pathak2010
     q = 1 << model.ring_bits
     total = sharing.combine([sharing.unpack_ring(s, model.ring_bits, model.dimension) for s in model.shares], q)
     signed = [int(v) - q if int(v) >= q // 2 else int(v) for v in total]

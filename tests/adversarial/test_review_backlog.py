@@ -30,7 +30,7 @@ from mpdp.dca.params import DcaParams
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, operations_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 
-from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, cohort_job, metric_total, operator_curator,
+from tests.adversarial.conftest import (job_host, dca_release, NODES, assert_all_serving, assert_status, channel, cohort_job, metric_total, operator_curator,
                                         refused, start_federation, submit_batch, until_metric, wait_dca)
 
 D, BATCH = 3, 16
@@ -77,9 +77,9 @@ def _stream(fed, k: int, batch, params: DcaParams, timeout: float = 90) -> dca_p
 
 def _released_exactly(fed, job: str, batches: list, n: int) -> None:
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == n, st
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == n, st
     with operator_curator(fed) as ch:
-        release = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        release = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
     expected = sum((b.clipped + b.noise).sum(axis=0) for b in batches)
     assert np.allclose(release.values, expected, atol=1e-6)
 

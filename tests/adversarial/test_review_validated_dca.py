@@ -39,7 +39,7 @@ from mpdp.protocol import CURATOR, Peer, ProtocolError, Send
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
-from tests.adversarial.conftest import (NODES, assert_all_serving, assert_status, channel, client_ledger, create_dca, dca_spec, mint, operator_curator, refused,
+from tests.adversarial.conftest import (job_host, NODES, assert_all_serving, assert_status, channel, client_ledger, create_dca, dca_spec, mint, operator_curator, refused,
                                         spec_digest_of, wait_dca)
 
 D, F_BITS = 3, 16
@@ -121,7 +121,7 @@ def test_hostile_pieces_non_canonical_shares_and_split_hints_are_refused_or_reje
     st = wait_dca(fed, job, timeout=120)
     assert st.state == "RELEASED", st
     with operator_curator(fed) as ch:
-        r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        r = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
     assert (r.clients_included, r.clients_rejected) == (len(HONEST), 1), r  # rv-wide missing, rv-split rejected by all
     assert "rv-" not in str(r)
     err = np.array(r.values) - Z.sum(axis=0)

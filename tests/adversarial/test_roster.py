@@ -23,13 +23,14 @@ import grpc
 import numpy as np
 import pytest
 
+from mpdp.messages import operations_pb2 as ops
 from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.statistics import main_round_spec
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
-from tests.adversarial.conftest import (client_ledger,
+from tests.adversarial.conftest import (job_host, dca_release, client_ledger,
     NODES,
     PARTIES,
     assert_all_serving,
@@ -181,7 +182,7 @@ def test_an_operator_cannot_fill_invented_slots(fed):
         rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25), ledger=client_ledger(fed, p)))
         assert rep.accepted == len(NODES) and not rep.rejected, rep
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == 3, st  # the parties' own shares only
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == 3, st  # the parties' own shares only
 
 
 def test_a_squatted_slot_stays_the_partys(fed):
@@ -203,10 +204,10 @@ def test_a_squatted_slot_stays_the_partys(fed):
         rep = asyncio.run(submit_vector(ep, site_tls(fed, p), p, job, np.full(3, 0.25), ledger=client_ledger(fed, p)))
         assert rep.accepted == len(NODES) and not rep.rejected, rep
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == 3, st
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == 3, st
     assert dca_released(fed, job)
     with operator_curator(fed) as ch:
-        release = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        release = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
     assert np.all(np.abs(np.array(release.values)) < 1e3), release.values  # 0.75 + noise, not a sum of random words
 
 
@@ -218,7 +219,7 @@ def test_a_squatted_contribution_round_still_releases(fed):
     summary = request_round(fed, req, PARTIES)
     assert sorted(r.party for r in summary.receipts) == PARTIES and all(r.accepted_shares == len(NODES) for r in summary.receipts)
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == 3, st
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == 3, st
     for p in PARTIES:
         assert job in ledger_job_ids(fed, p)
     assert_ledgers_within_budget(fed)
@@ -233,7 +234,7 @@ def test_a_pathak_job_with_a_non_member_is_refused(fed):
         e = refused(lambda: pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address="127.0.0.1:9"), timeout=20))
     assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
     with operator_curator(fed) as ch:
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(parties=[*PARTIES, "sybil-9"], seed=b"sybil-pathak"), timeout=60))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(parties=[*PARTIES, "sybil-9"], seed=b"sybil-pathak")), timeout=60))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     assert "not registered" in (e.details() or ""), e.details()
     assert_ledgers_within_budget(fed)

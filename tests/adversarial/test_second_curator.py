@@ -27,6 +27,7 @@ from mpdp.messages import (
 )
 
 from .conftest import (
+    dca_release,
     NODES,
     PARTIES,
     assert_all_serving,
@@ -73,7 +74,7 @@ def test_second_curator_cannot_drive_compute_nodes(fed, rogue, rpc):
         assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
     submit_clients(fed, job, ["c-2"])
     st = wait_dca(fed, job)
-    assert st.state == "RELEASED" and st.clients_included == 3, f"{st.state} {common_pb2.Problem.Name(st.problem)} {st.detail[:200]!r}"
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == 3, f"{st.state} {common_pb2.Problem.Name(st.problem)} {st.detail[:200]!r}"
     assert dca_released(fed, job)
 
 

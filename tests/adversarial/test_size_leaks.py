@@ -40,11 +40,11 @@ from mpdp.messages import (
     operations_pb2,
     operations_pb2_grpc,
     pathak2010_pb2 as pk,
-    pathak2010_pb2_grpc as pk_grpc,
 )
 from mpdp_services.launcher.federation import LocalFederation
 
 from .conftest import (
+    job_host,
     NODES,
     PARTIES,
     assert_clean,
@@ -151,7 +151,7 @@ def ledgers(fed) -> dict[str, list]:
 def pathak_status_texts(fed, job: str) -> list[str]:
     seen = []
     with operator_curator(fed) as ch:
-        for st in pk_grpc.CuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=240):
+        for st in job_host(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=240):
             seen.append(f"{st.state} {st.stage} {st.detail}")
             if st.terminal:
                 break
@@ -178,6 +178,13 @@ def regression_spec(bounds: tuple[float, ...], records_per_party: int) -> learne
                                       deadline_seconds=30.0, regression=learner_pb2.RegressionJobSpec(
                                           bounds=list(bounds), epsilon=5.0, delta=1e-4, total_records=1000, mode=common_pb2.CORRECTED, grid_repeats_x=2, grid_repeats_y=2,
                                           unvalidated=True))
+
+
+def dca_status(fed, job: str) -> str:
+    with operator_curator(fed) as ch:
+        for st in job_host(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=30):
+            return f"{st.state} {st.detail}"
+    return ""
 
 
 # -- refusals before any ε counts (none spent, or the charge voided) ---------------------------------------------

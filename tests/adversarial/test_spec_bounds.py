@@ -17,10 +17,10 @@ import pytest
 
 from mpdp.messages import (
     common_pb2,
-    dca_pb2_grpc,
     hamm2016_pb2,
     learner_pb2,
     local_release_pb2,
+    operations_pb2 as ops,
     pathak2010_pb2 as pk,
     pathak2010_pb2_grpc as pk_grpc,
 )
@@ -33,6 +33,7 @@ from .conftest import (
     assert_serving,
     assert_status,
     channel,
+    job_host,
     dca_job,
     dca_spec,
     host_submit,
@@ -85,7 +86,7 @@ def test_pathak_spec_out_of_bounds_is_invalid_argument(fed, case):
         else:
             setattr(spec, k, v)
     with operator_curator(fed) as ch:
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(spec, timeout=30))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=spec), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT, *(s for v in fields.values() if isinstance(v, str) for s in [v]))
 
 
@@ -135,7 +136,7 @@ def test_dca_spec_out_of_bounds_is_invalid_argument(fed, case):
         else:
             setattr(spec, k, v)
     with operator_curator(fed) as ch:
-        e = refused(lambda: dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(spec, timeout=60))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(dca=spec), timeout=60))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
 
 
@@ -254,7 +255,7 @@ def test_huge_kappa_is_refused_and_every_party_stays_healthy(fed, kappa):
     2³²−1) submission every party answers its health check at once and a legitimate Pathak job and DCA job
     complete."""
     with operator_curator(fed) as ch:
-        e = refused(lambda: pk_grpc.CuratorStub(ch).SubmitJob(pathak_spec(seed=b"kappa", kappa=kappa, deadline=20.0), timeout=30))
+        e = refused(lambda: job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"kappa", kappa=kappa, deadline=20.0)), timeout=30))
     assert_status(e, grpc.StatusCode.INVALID_ARGUMENT)
     for p in PARTIES:
         assert_serving(fed, p, timeout=5.0)

@@ -23,7 +23,7 @@ from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 
-from tests.adversarial.conftest import NODES, assert_all_serving, assert_status, channel, create_dca, dca_spec, operator_curator, refused, wait_dca
+from tests.adversarial.conftest import job_host, NODES, assert_all_serving, assert_status, channel, create_dca, dca_spec, operator_curator, refused, wait_dca
 
 D, N, T, F_BITS = 3, 5, 2, 16
 
@@ -80,7 +80,7 @@ def test_validated_batches_are_checked_client_by_client_over_tls(fed):
     st = wait_dca(fed, job, timeout=120)
     assert st.state == "RELEASED", st
     with operator_curator(fed) as ch:
-        rel = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        rel = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
     assert (rel.clients_included, rel.clients_rejected) == (len(honest) + 1, 1) and "mallory" not in str(rel)
     err = np.array(rel.values) - Z.sum(axis=0)  # b-4 holds zeros
     assert np.all(np.abs(err) <= 6 * math.sqrt(rel.noise_variance) + 4 * 2.0**-F_BITS), (err, rel.noise_variance)

@@ -37,7 +37,7 @@ from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_cohort, submit_vector
 
-from tests.adversarial.conftest import (client_ledger,
+from tests.adversarial.conftest import (job_host, dca_release, client_ledger,
     NODES,
     assert_all_serving,
     assert_status,
@@ -109,7 +109,7 @@ def test_a_client_sending_1e9_is_rejected_counted_and_the_job_releases_the_hones
     st = wait_dca(fed, job, timeout=120)
     assert st.state == "RELEASED", st
     with operator_curator(fed) as ch:
-        r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        r = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
     assert (r.clients_included, r.clients_rejected, r.validate) == (len(HONEST), 1, dca_pb2.VALIDATE_RANGE)
     assert "mallory" not in str(r)
     err = np.array(r.values) - Z.sum(axis=0)
@@ -144,7 +144,7 @@ def test_a_router_batch_into_a_validated_job_is_refused_cleanly(fed):
     rep = asyncio.run(submit_cohort(ep, ep.tls, job, ["v-1", "v-2", "v-3"], Z))
     assert rep.accepted == 3 * len(NODES) and not rep.rejected
     st = wait_dca(fed, job, timeout=120)
-    assert st.state == "RELEASED" and st.clients_included == 3, st
+    assert st.state == "RELEASED" and dca_release(fed, job).clients_included == 3, st
 
 
 def _shares_of(params: DcaParams, job: str, cid: str, meas: np.ndarray, bind_as: str | None = None) -> list[dca_pb2.ValidatedShare]:
@@ -206,7 +206,7 @@ def test_every_malicious_class_is_rejected_alike_and_a_raw_honest_client_is_acce
     st = wait_dca(fed, job, timeout=120)
     assert st.state == "RELEASED", st
     with operator_curator(fed) as ch:
-        r = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        r = job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
     assert (r.clients_included, r.clients_rejected) == (len(HONEST) + 1, 3)
     assert not any(cid in str(r) for cid in attacks)
     err = np.array(r.values) - Z.sum(axis=0)
@@ -223,7 +223,7 @@ def _release(fed, job: str) -> dca_pb2.DpSum:
     st = wait_dca(fed, job, timeout=120)
     assert st.state == "RELEASED", st
     with operator_curator(fed) as ch:
-        return dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        return job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
 
 
 def test_one_hot_job_rejects_two_hot_empty_and_replayed_votes_and_refuses_wrong_lengths(fed):

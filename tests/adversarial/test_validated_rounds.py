@@ -37,7 +37,7 @@ from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, d
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
-from tests.adversarial.conftest import (client_ledger,
+from tests.adversarial.conftest import (job_host, client_ledger,
     D,
     NODES,
     PARTIES,
@@ -110,7 +110,7 @@ def _release(fed, job: str) -> dca_pb2.DpSum:
     st = wait_dca(fed, job, timeout=180)
     assert st.state == "RELEASED", st
     with operator_curator(fed) as ch:
-        return dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30)
+        return job_host(ch).GetRelease(common_pb2.JobRef(job_id=job), timeout=30).dca
 
 
 def _within_noise(release: dca_pb2.DpSum, honest: np.ndarray, frac_bits: int) -> None:

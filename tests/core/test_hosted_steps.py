@@ -3,7 +3,7 @@ machine is half-changed, and nobody on the event loop may see it so.
 
 A watcher builds its status from several reads of the machine (state, then terminal, then the error). If the worker
 thread takes the interpreter between two of them, the status mixes two states: the state before the step with the
-``terminal`` after it, which ends a WatchJob stream on "AWAIT_…, terminal, no problem" although the job published.
+``terminal`` after it, which ends a watch (Hosted.watch) on "AWAIT_…, terminal, no problem" although the job published.
 The toy machine below opens that window on purpose: reading ``terminal`` on the event loop while its step is
 parked hands the interpreter to the worker thread until the step has made its transition (what a thread switch at
 that instruction does). Watchers must wait for the step's end; the job table must keep the state before the step."""
@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from mpdp.messages import common_pb2, pathak2010_pb2 as pk
+from mpdp.messages import common_pb2, dca_pb2
 from mpdp.protocol import Machine, Peer, ProtocolError, RemoteProtocolError, row
 from mpdp_services.common import jobs
 from mpdp_services.common.runtime import Hosted
@@ -65,9 +65,10 @@ class Toy(Machine):
         return self.state in self.TERMINAL
 
 
-def status(m: Toy) -> pk.JobStatus:
-    """As the curator's WatchJob builds it: the state, then terminal, then the failure."""
-    st = pk.JobStatus(job_id=m.job_id, state=m.state, terminal=m.terminal)
+def status(m: Toy) -> dca_pb2.DcaJobStatus:
+    """As the curator builds a hosted machine's status (the DCA aggregator's, mpdp.dca.aggregator): the state, then
+    terminal, then the failure."""
+    st = dca_pb2.DcaJobStatus(job_id=m.job_id, state=m.state, terminal=m.terminal)
     if m.error is not None:
         st.problem, st.detail = m.error.problem, m.error.detail
     return st
@@ -94,7 +95,7 @@ async def _end(step: asyncio.Future) -> None:
 
 @pytest.mark.parametrize("job_id, state, problem", [("pk-toy", "PUBLISHED", common_pb2.PROBLEM_UNSPECIFIED), ("pk-toy-fails", "FAILED", common_pb2.MALFORMED)])
 def test_a_watcher_woken_mid_step_sees_the_final_state_not_a_mix(job_id, state, problem):
-    async def main() -> pk.JobStatus:
+    async def main() -> dca_pb2.DcaJobStatus:
         hosted = Hosted(Toy(job_id), _nothing)
         watch = hosted.watch(lambda: status(hosted.machine))
         first = await anext(watch)

@@ -33,7 +33,6 @@ ALLOWED = {
     "mpdp.messages.DcaJobSpec": "deadline_seconds",
     "mpdp.messages.EnsembleJobSpec": "deadline_seconds",
     "mpdp.messages.LearnerJobSpec": "deadline_seconds",
-    "mpdp.messages.JobStatus": "stage_seconds",
     "mpdp.messages.PublishedModel": "stage_seconds",
     "mpdp.messages.EnsembleRelease": "stage_seconds",
     "mpdp.messages.LearnerModel": "seconds",

@@ -26,7 +26,6 @@ def spec() -> pb.DcaJobSpec:
 
 MESSAGES = {
     "DcaJobSpec": spec,
-    "DcaJobTicket": lambda: pb.DcaJobTicket(job_id="job-1"),
     "DcaJobStatus": lambda: pb.DcaJobStatus(job_id="j", state="FAILED", nodes_reported=2, clients_included=17, problem=common_pb2.INSUFFICIENT_NOISE, detail="d", terminal=True),
     "DpSum": lambda: pb.DpSum(
         job_id="j", values=[1.5, -2.25, 0.0], encoded_sum=VEC, dimension=3, clients_expected=20, clients_included=18, max_missing=3,
@@ -108,6 +107,6 @@ def test_services_are_complete():
     assert node["SubmitShares"].input_type.name == "ClientShare" and node["SubmitShares"].output_type.name == "ShareReceipt"
     assert node["SubmitShareBatch"].output_type.name == "ShareReceipt"
     curator = {m.name: m for m in svc["DcaCurator"].methods}
-    assert set(curator) == {"CreateJob", "WatchJob", "GetRelease", "GetJob", "RegisterComputeNode", "SendPartialSum", "AbortJob"}
-    assert curator["WatchJob"].server_streaming and curator["GetRelease"].output_type.name == "DpSum"
-    assert curator["CreateJob"].input_type.name == "DcaJobSpec"
+    # operators create, watch and fetch DP sums through the job host (JobOperations); clients and nodes fetch the announcement
+    assert set(curator) == {"GetJob", "RegisterComputeNode", "SendPartialSum", "AbortJob"}
+    assert curator["GetJob"].input_type.name == "JobRef" and curator["GetJob"].output_type.name == "DcaJobAnnouncement"

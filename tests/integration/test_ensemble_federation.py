@@ -21,9 +21,10 @@ from mpdp.data.loaders import load
 from mpdp.dca import sharing
 from mpdp.hamm2016 import job as core
 from mpdp.math.fixedpoint import encode_u64
-from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
+from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2 as pb, hamm2016_pb2_grpc as pb_grpc
 from mpdp.messages.operations_pb2 import JobSubmission
 from mpdp.messages.operations_pb2_grpc import JobOperationsStub
+from mpdp.messages import operations_pb2 as ops, operations_pb2_grpc as ops_grpc
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.cli.jobs import predict as predict_cmd
 from mpdp_services.common import transcript
@@ -139,11 +140,12 @@ def test_socket_release_equals_in_memory_and_curator_never_sees_votes(fed):
         assert len(e) == 1 and e[0]["protocol"] == "hamm2016" and e[0]["epsilon"] == 1000.0 and e[0]["dca_job_id"] == rel.dca_job_id
     with curator_channel(fed, site_tls(fed, "operator")) as ch:
         with pytest.raises(grpc.RpcError) as err:
-            dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30)
+            ops_grpc.JobOperationsStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30)
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "secure sum" in err.value.details()
     with curator_channel(fed, site_tls(fed, "operator")) as ch:  # its outcome (not its values) is on record
-        st = list(dca_pb2_grpc.DcaCuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30))[-1]
-    assert st.state == "RELEASED" and st.clients_included == 5 and "consumed inside the curator" in st.detail
+        st = list(ops_grpc.JobOperationsStub(ch).WatchJob(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30))[-1]
+    consumed = json.loads((fed.workdir / "curator" / "state" / "dca" / f"{rel.dca_job_id}.consumed.json").read_text())
+    assert st.state == "RELEASED" and st.terminal and consumed["clients_included"] == 5 and "values" not in consumed, (st, consumed)
     assert fetch(ep, rel.job_id) == rel  # published, persisted
 
     # Dave: `mpdp predict` on held-out rows
@@ -193,7 +195,7 @@ def test_bad_jobs_are_refused_and_nothing_is_published(fed, change, code, words)
 def test_roles_are_enforced(fed):
     with curator_channel(fed, site_tls(fed, "operator")) as ch:
         with pytest.raises(grpc.RpcError) as err:  # a secure sum cannot be created (and read) by an operator
-            dca_pb2_grpc.DcaCuratorStub(ch).CreateJob(dca_pb2.DcaJobSpec(dimension=3, clients=5, compute_nodes=NODES, secure_sum=True), timeout=30)
+            ops_grpc.JobOperationsStub(ch).SubmitJob(ops.JobSubmission(dca=dca_pb2.DcaJobSpec(dimension=3, clients=5, compute_nodes=NODES, secure_sum=True)), timeout=30)
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
         with pytest.raises(grpc.RpcError) as err:  # only voters fetch the auxiliary data
             list(pb_grpc.EnsembleCuratorStub(ch).GetAuxiliary(common_pb2.JobRef(job_id="hm-000000000000"), timeout=30))
@@ -249,7 +251,7 @@ def test_pate_the_curator_sees_only_noisy_counts(fed):
     exact = sum(core.VoterRole(p, LOCAL[p]).vote(s, *data[p], X_q) for p in PARTIES)
     params = core.vote_job(s, rel.dca_job_id, 60)
     with curator_channel(fed, site_tls(fed, "operator")) as ch:  # the noisy sum is a DP release: served like any DCA release
-        noisy = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30)
+        noisy = ops_grpc.JobOperationsStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30).dca
     values = np.asarray(noisy.values)
     assert not noisy.secure_sum and values.shape == exact.shape
     assert not np.array_equal(values, exact) and not np.all(values == np.round(values))  # never the exact counts
@@ -297,7 +299,7 @@ def test_vote_sums_are_validated_by_default(fed):
         if s.method == "pate":
             assert 0 < rel.guarantee.delta <= 1e-6 and params.noise == "discrete-gaussian"
             with curator_channel(fed, site_tls(fed, "operator")) as ch:
-                noisy = dca_pb2_grpc.DcaCuratorStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30)
+                noisy = ops_grpc.JobOperationsStub(ch).GetRelease(common_pb2.JobRef(job_id=rel.dca_job_id), timeout=30).dca
             assert noisy.validate == dca_pb2.VALIDATE_VOTES and noisy.clients_rejected == 0 and noisy.clients_included == 5
             for p in PARTIES:
                 entries = json.loads((fed.workdir / p / "state" / "ledger.json").read_text())["entries"]

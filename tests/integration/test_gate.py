@@ -86,7 +86,7 @@ def _serving(fed, target) -> None:
 
 def test_undecodable_body_is_malformed_not_unknown(fed):
     junk = os.urandom(64) + b"\xff\xff\xff\xff\x0f"
-    e = _refused(fed, _site(fed, "operator"), "curator", "/mpdp.messages.Curator/SubmitJob", junk)
+    e = _refused(fed, _site(fed, "operator"), "curator", "/mpdp.messages.JobOperations/SubmitJob", junk)
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert e.details().startswith("MALFORMED:")
     _clean(e.details())
@@ -95,7 +95,7 @@ def test_undecodable_body_is_malformed_not_unknown(fed):
 
 def test_role_is_checked_before_the_body_is_parsed(fed):
     junk = b"\xff" * 32
-    e = _refused(fed, _site(fed, "party-1"), "curator", "/mpdp.messages.Curator/SubmitJob", junk)
+    e = _refused(fed, _site(fed, "party-1"), "curator", "/mpdp.messages.JobOperations/SubmitJob", junk)
     assert e.code() == grpc.StatusCode.PERMISSION_DENIED
     assert e.details().startswith("WRONG_ROLE:")
     _clean(e.details())

@@ -15,7 +15,7 @@ import pytest
 
 from mpdp.hamm2016.job import weights_of
 from mpdp.local_release import theta_of
-from mpdp.messages import common_pb2, operations_pb2_grpc, pathak2010_pb2_grpc
+from mpdp.messages import common_pb2, operations_pb2_grpc
 from mpdp.pathak2010 import tester
 from tests.adversarial.conftest import NODES, PARTIES, operator_curator, start_federation
 
@@ -60,7 +60,7 @@ def test_train_detaches_then_watch_and_export_give_the_released_model(fed, model
     ref = common_pb2.JobRef(job_id=job)
     with operator_curator(fed) as ch:  # the protocol's own release, fetched and read as its own code does
         if model == "logreg":
-            own = tester.rebuild(pathak2010_pb2_grpc.CuratorStub(ch).GetModel(ref, timeout=60))
+            own = tester.rebuild(operations_pb2_grpc.JobOperationsStub(ch).GetRelease(ref, timeout=60).pathak2010)
             assert np.array_equal(np.asarray(doc["coefficients"]), own) and doc["classes"] == ["-1", "1"]
         elif model == "lmgc":
             s = operations_pb2_grpc.JobOperationsStub(ch).GetRelease(ref, timeout=60).lmgc

@@ -54,7 +54,7 @@ def test_every_role_serves_metrics_and_the_counters_move(federation):
     key = 'mpdp_jobs_total{protocol="pathak2010",state="PUBLISHED"}'
     assert cur.get(key, 0) >= cur0.get(key, 0) + 1
     assert cur.get('mpdp_job_seconds_count{protocol="pathak2010",state="PUBLISHED"}', 0) >= 1
-    assert cur.get('mpdp_rpcs_total{code="OK",method="/mpdp.messages.Curator/SubmitJob"}', 0) >= 1
+    assert cur.get('mpdp_rpcs_total{code="OK",method="/mpdp.messages.JobOperations/SubmitJob"}', 0) >= 1
     refusals = {k: v for k, v in cur.items() if k.startswith("mpdp_refusals_total")}
     assert refusals.get('mpdp_refusals_total{problem="WRONG_ROLE"}', 0) >= cur0.get('mpdp_refusals_total{problem="WRONG_ROLE"}', 0) + 1
     names = {k.split("{")[0] for k in cur}  # metric names (an RPC's name in a label is not data)

@@ -11,9 +11,8 @@ import grpc
 import numpy as np
 import pytest
 
-from mpdp.math.drbg import Drbg
-from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
-from mpdp.pathak2010 import driver, tester
+from mpdp.messages import common_pb2, operations_pb2 as ops, operations_pb2_grpc as ops_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
+from mpdp.pathak2010 import tester
 from tests.pathak_helpers import run_test_job, small_curator_secrets
 from mpdp_services.operator.pathak2010 import make_spec
 from mpdp_services.common.endpoints import Endpoints
@@ -85,7 +84,7 @@ def test_gaussian_distributed_job_releases_and_charges_epsilon_delta(federation)
 def test_refused_without_client_certificate_or_with_foreign_ca(federation, tmp_path):
     ch = curator_channel(federation, None)  # server-verified TLS, no client certificate
     with pytest.raises(grpc.RpcError) as e:
-        pb_grpc.CuratorStub(ch).ListModels(common_pb2.Ack(), timeout=10)
+        ops_grpc.JobOperationsStub(ch).ListJobs(ops.JobQuery(), timeout=10)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     ch.close()
     other_key, other_ca = pki.make_ca("other-federation")
@@ -96,7 +95,7 @@ def test_refused_without_client_certificate_or_with_foreign_ca(federation, tmp_p
     tls = TlsFiles(tmp_path / "intruder" / "site.crt", tmp_path / "intruder" / "site.key", federation.workdir / "ca" / "ca.crt")
     ch = curator_channel(federation, tls)
     with pytest.raises(grpc.RpcError) as e:
-        pb_grpc.CuratorStub(ch).ListModels(common_pb2.Ack(), timeout=10)
+        ops_grpc.JobOperationsStub(ch).ListJobs(ops.JobQuery(), timeout=10)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     ch.close()
 
@@ -104,7 +103,7 @@ def test_refused_without_client_certificate_or_with_foreign_ca(federation, tmp_p
 def test_wrong_role_is_permission_denied(federation):
     ch = curator_channel(federation, site_tls(federation, "party-1"))
     with pytest.raises(grpc.RpcError) as e:
-        pb_grpc.CuratorStub(ch).SubmitJob(_seeded_spec(PARTIES, b"x"), timeout=10)
+        ops_grpc.JobOperationsStub(ch).SubmitJob(ops.JobSubmission(pathak2010=_seeded_spec(PARTIES, b"x")), timeout=10)
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     ch.close()
     ch = curator_channel(federation, site_tls(federation, "operator"))
@@ -125,7 +124,7 @@ def _job_with_mock(client, parties=("party-mock", "party-1", "party-2")) -> str:
     return client.submit(_seeded_spec(list(parties), b"mock", deadline=60))
 
 
-def _assert_failed_unpublished(client, job: str, fragment: str) -> pb.JobStatus:
+def _assert_failed_unpublished(client, job: str, fragment: str) -> ops.JobSummary:
     status = client.wait(job, timeout=90)
     assert status.state == "FAILED" and fragment in status.detail, status
     with pytest.raises(grpc.RpcError) as e:

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from mpdp.dca.driver import run_job
-from mpdp.dca.params import DcaParams
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2
 from mpdp.regression.plan import RegressionPlan
