@@ -55,6 +55,10 @@ class SealError(Exception):
     """A sealed call or reply that must be refused; ``str()`` says why in a few words and echoes nothing it carried."""
 
 
+class Replayed(SealError):
+    """A sealed call whose nonce was accepted before (its deadline not yet past)."""
+
+
 @dataclass(frozen=True)
 class Header:
     """What the sender signs besides the ciphertext: who, to whom, which RPC, which job, which call."""
@@ -197,7 +201,7 @@ def open_sealed(sealed: Sealed, me: str, federation: str, recipient_key: ec.Elli
     except InvalidTag:
         raise SealError("the ciphertext does not decrypt") from None
     if not guard.admit(h.sender, h.nonce, h.deadline, t):
-        raise SealError("the call was seen before (a replay)")
+        raise Replayed("the call was seen before (a replay)")
     return Opened(h, request, reply_key, sealed.signature)
 
 
