@@ -24,6 +24,7 @@ itself: a job hears that a party is lost when its link has been down for :data:`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -42,6 +43,7 @@ log = logging.getLogger("mpdp.curator")
 SERVICE = link.SERVICE
 PARTY = ("party",)
 ROLES = roles_by_method(SERVICE, {"Open": PARTY, "Answer": PARTY, "Relay": PARTY, "Certificate": PARTY})
+RECONNECT_WAIT = 10.0  # seconds a call waits for a party's link to be (re)opened before it fails UNAVAILABLE
 LOST_AFTER = 5.0  # seconds a party's link may be down (a restart of its connection) before its jobs hear it is lost
 Lost = Callable[[str], Awaitable[None]]
 
@@ -104,6 +106,13 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
 
     async def _call(self, site: str, down: link_pb2.LinkDown, timeout: float) -> link_pb2.LinkAnswer:
         ln = self._links.get(site)
+        if ln is None or ln.closed:  # a link being reopened (a dropped connection, a curator restart) gets a moment
+            loop = asyncio.get_running_loop()
+            end = loop.time() + min(timeout, RECONNECT_WAIT)
+            while (ln is None or ln.closed) and loop.time() < end:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.changed.wait(), end - loop.time())
+                ln = self._links.get(site)
         if ln is None or ln.closed:
             raise link.rpc_error(grpc.StatusCode.UNAVAILABLE, f"party {site} has no link to the curator (it is down or cannot reach the curator)")
         if len(ln.pending) >= self._max_calls:

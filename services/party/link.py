@@ -38,7 +38,7 @@ from mpdp_services.common.rpc import PeerChannels
 log = logging.getLogger("mpdp.party")
 
 SERVICE = link.SERVICE
-BACKOFF_FIRST, BACKOFF_MAX = 0.25, 5.0  # seconds between attempts to reopen the link (doubling, with jitter)
+BACKOFF_FIRST, BACKOFF_MAX = 0.25, 2.0  # seconds between attempts to reopen the link (doubling, with jitter)
 ANSWER_SECONDS = 30.0  # an answer's own deadline
 CERTIFICATE_SECONDS = 300.0  # a peer's certificate, once checked, is reused this long
 REPLAY_CAPACITY = 1 << 16  # sealed calls remembered until their deadlines (seal.ReplayGuard): far above what the link bound lets in

@@ -24,7 +24,6 @@ import math
 import os
 import re
 import time
-from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,6 +42,7 @@ from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as p
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
 from mpdp_services.launcher.federation import LocalFederation
+from tests.linked import LinkedServer
 
 PARTIES = ["party-1", "party-2", "party-3"]
 NODES = ["node-1", "node-2", "node-3"]
@@ -156,21 +156,19 @@ def channel(fed: LocalFederation, target: str, tls: TlsFiles, **options: Any) ->
     return grpc.secure_channel(address(fed, target), tls.channel_credentials(), options=opts)
 
 
-def serve_party(fed: LocalFederation, name: str, servicer: Any) -> tuple[grpc.Server, TlsFiles]:
-    """The test's own Pathak party server under ``name`` (a certificate minted for it), registered at the curator,
-    so that a job naming ``name`` talks to ``servicer``. The caller stops the server."""
+def serve_party(fed: LocalFederation, name: str, servicer: Any) -> tuple[LinkedServer, TlsFiles]:
+    """The test's own Pathak party server under ``name`` (a certificate minted for it), registered at the curator and
+    linked to it as a party is, so that a job naming ``name`` talks to ``servicer``. The caller stops the server."""
     tls = mint(fed, "party", name)
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    pk_grpc.add_PartyServicer_to_server(servicer, server)
-    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
-    server.start()
+    with channel(fed, "curator", tls) as ch:
+        pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(), timeout=30)
+    linked = LinkedServer(address(fed, "curator"), name, tls, fed.federation, lambda server: pk_grpc.add_PartyServicer_to_server(servicer, server))
     try:
-        with channel(fed, "curator", tls) as ch:
-            pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
+        linked.wait_up()
     except BaseException:
-        server.stop(0)
+        linked.stop()
         raise
-    return server, tls
+    return linked, tls
 
 
 # -- raw calls ---------------------------------------------------------------------------------------------

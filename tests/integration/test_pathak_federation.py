@@ -20,6 +20,9 @@ from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.operator.pathak2010 import OperatorClient
 from mpdp_services.common import pki
 
+from mpdp.messages import link_pb2
+from tests.linked import relay_stub, sealed_call
+
 from .conftest import PARTIES, curator_channel, site_tls
 
 pytestmark = pytest.mark.integration
@@ -112,11 +115,15 @@ def test_wrong_role_is_permission_denied(federation):
         pb_grpc.CuratorStub(ch).AcceptJob(pb.JobAcceptance(job_id="x", dimension=4), timeout=10)
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     ch.close()
-    # a party may not play Charlie towards another party
-    addr = f"127.0.0.1:{federation.procs['party-2'].port}"
-    ch = grpc.secure_channel(addr, site_tls(federation, "party-1").channel_credentials(), options=[("grpc.ssl_target_name_override", "party-2")])
+    # a party may not play Charlie towards another party: a sealed StartProtocol relayed to party-2 is refused there
+    tls = site_tls(federation, "party-1")
+    ch = curator_channel(federation, tls)
+    relay = relay_stub(ch)
+    cert = relay.Certificate(link_pb2.PartyCertificateRequest(name="party-2"), timeout=10).certificate
+    call, _, _ = sealed_call(tls, federation.federation, "party-1", "party-2", cert, "/mpdp.messages.Party/StartProtocol",
+                             pb.ProtocolStart(job_id="x", dimension=4).SerializeToString(), "x")
     with pytest.raises(grpc.RpcError) as e:
-        pb_grpc.PartyStub(ch).StartProtocol(pb.ProtocolStart(job_id="x", dimension=4), timeout=10)
+        relay.Relay(call, timeout=10)
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     ch.close()
 

@@ -1,0 +1,109 @@
+"""Test doubles that are reached the way a party is: over a link they open to the curator (parties listen nowhere).
+
+:class:`LinkedServer` serves a test's own servicers (a recording MockParty, a hand-driven participant) on a unix-domain
+socket in a 0700 folder and runs the production link client (services/party/link.py) in a background thread's event
+loop, dialing the curator with the test's certificate. :func:`sealed_relay` plays a party that seals a call for
+another party and hands it to the curator's relay, with every field open to tampering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any, Callable
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from mpdp.messages import link_pb2, link_pb2_grpc, pathak2010_pb2 as pb
+from mpdp_services.common import link, seal
+from mpdp_services.common.channels import TlsFiles
+from mpdp_services.common.config import Endpoint, PartyConfig, TlsConfig
+from mpdp_services.party.link import PartyLink
+
+PARTY_SERVICE = "mpdp.messages.Party"
+EVERY_PARTY_METHOD = {f"/{PARTY_SERVICE}/{m.name}": ("curator", "party") for m in pb.DESCRIPTOR.services_by_name["Party"].methods}
+
+
+class LinkedServer:
+    """``add_servicers(server)`` on a local socket, reached over a link opened as ``name`` with ``tls``."""
+
+    def __init__(self, curator_address: str, name: str, tls: TlsFiles, federation: str, add_servicers: Callable[[grpc.Server], None],
+                 roles: dict[str, tuple[str, ...]] | None = None) -> None:
+        self._folder = tempfile.mkdtemp(prefix="mpdp-test-link-")
+        self.socket = f"{self._folder}/party.sock"
+        self.server = grpc.server(futures.ThreadPoolExecutor(8))
+        add_servicers(self.server)
+        if self.server.add_secure_port(f"unix:{self.socket}", grpc.local_server_credentials(grpc.LocalConnectionType.UDS)) == 0:
+            raise OSError("could not bind the test's local socket")
+        self.server.start()
+        self.cfg = PartyConfig(name=name, federation=federation, tls=TlsConfig(cert=Path(tls.cert), key=Path(tls.key), ca=Path(tls.ca)),
+                               curator=Endpoint(address=curator_address, name="curator"), http_listen="")
+        self._roles = roles or EVERY_PARTY_METHOD
+        self._federation = federation
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.link: PartyLink = self._run(self._make())
+
+    async def _make(self) -> PartyLink:
+        ln = PartyLink(self.cfg, self.socket, self._federation, self._roles)
+        ln.start()
+        return ln
+
+    def _run(self, coro, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def wait_up(self, timeout: float = 60.0) -> None:
+        self._run(self.link.wait_up(timeout), timeout + 5)
+
+    def drop(self) -> None:
+        """Cut the link's stream (its client reopens it)."""
+        self.loop.call_soon_threadsafe(self.link.drop)
+
+    def opened(self) -> int:
+        return self.link.opened
+
+    def stop(self, grace: float | None = 0) -> None:
+        try:
+            self._run(self.link.stop(), 30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.server.stop(grace)
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 60.0, every: float = 0.05) -> None:
+    """Poll ``check`` until true (a condition another process makes true; never a fixed sleep)."""
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            raise TimeoutError("condition not reached")
+        time.sleep(every)
+
+
+def site_key(tls: TlsFiles):
+    return serialization.load_pem_private_key(Path(tls.key).read_bytes(), None)
+
+
+def sealed_call(sender_tls: TlsFiles, federation: str, sender: str, recipient: str, recipient_certificate: bytes, method: str, request: bytes,
+                job_id: str, timeout: float = 30.0, **header: Any) -> tuple[link_pb2.SealedCall, bytes, seal.Sealed]:
+    """A call sealed exactly as a party seals one (``header`` overrides fields before signing); returns the wire form,
+    the reply key and the sealed call."""
+    fields = dict(federation=federation, sender=sender, recipient=recipient, method=method, job_id=job_id, nonce=seal.new_nonce(),
+                  deadline=time.time() + timeout)
+    fields.update(header)
+    rkey = x509.load_pem_x509_certificate(recipient_certificate).public_key()
+    sealed, reply_key = seal.seal(seal.Header(**fields), request, site_key(sender_tls), Path(sender_tls.cert).read_bytes(), rkey)  # type: ignore[arg-type]
+    return link.to_wire(sealed), reply_key, sealed
+
+
+def relay_stub(channel: grpc.Channel) -> link_pb2_grpc.PartyLinkStub:
+    return link_pb2_grpc.PartyLinkStub(channel)
