@@ -107,3 +107,23 @@ def sealed_call(sender_tls: TlsFiles, federation: str, sender: str, recipient: s
 
 def relay_stub(channel: grpc.Channel) -> link_pb2_grpc.PartyLinkStub:
     return link_pb2_grpc.PartyLinkStub(channel)
+
+
+def local_call(socket: str, method: str, body: bytes, metadata: tuple = (), timeout: float = 10.0) -> bytes:
+    """A call on a party's local socket as its link client makes one (``metadata`` names the caller): what the gate
+    there decides for a caller the link would forward."""
+    with grpc.secure_channel(f"unix:{socket}", grpc.local_channel_credentials(grpc.LocalConnectionType.UDS)) as ch:
+        return ch.unary_unary(method, request_serializer=None, response_deserializer=None)(body, timeout=timeout, metadata=metadata)
+
+
+def as_caller(role: str, name: str, federation: str) -> tuple:
+    return ((link.CALLER_ROLE, role), (link.CALLER_NAME, name), (link.CALLER_FEDERATION, federation))
+
+
+def local_serving(socket: str, service: str = "") -> bool:
+    """A party's health, read on its local socket (it has no port)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.secure_channel(f"unix:{socket}", grpc.local_channel_credentials(grpc.LocalConnectionType.UDS)) as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+    return status == health_pb2.HealthCheckResponse.SERVING
