@@ -127,3 +127,61 @@ def local_serving(socket: str, service: str = "") -> bool:
     with grpc.secure_channel(f"unix:{socket}", grpc.local_channel_credentials(grpc.LocalConnectionType.UDS)) as ch:
         status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
     return status == health_pb2.HealthCheckResponse.SERVING
+
+
+class PartyChannel:
+    """What a site holding ``tls`` can make of a call to party ``party`` now that parties listen nowhere, with the
+    interface of a grpc.Channel for unary calls (so the generated stubs work on it):
+
+    - the federation's curator (its certificate, its name) reaches the party down the party's link: this channel makes
+      the call the party's link client makes for it, on the party's local socket with the curator as the caller;
+    - anyone else can only seal the call to the party and hand it to the curator's relay (PartyLink.Relay) with its own
+      certificate: the curator's gate refuses a non-party or a non-member, the recipient refuses what it must, and the
+      sealed reply's status comes back as the call's.
+    """
+
+    def __init__(self, curator_address: str, party: str, tls: TlsFiles, federation: str, local_socket: str, curator_name: str = "curator") -> None:
+        from mpdp_services.common import pki
+
+        self._party, self._tls, self._federation, self._socket = party, tls, federation, local_socket
+        self._ident = pki.identity_from_pem(Path(tls.cert).read_bytes())
+        self._as_curator = self._ident.role == "curator" and self._ident.name == curator_name and self._ident.federation == federation
+        self._curator = None if self._as_curator else grpc.secure_channel(curator_address, tls.channel_credentials(),
+                                                                             options=[("grpc.ssl_target_name_override", curator_name)])
+
+    def unary_unary(self, method: str, request_serializer=None, response_deserializer=None, **_: Any):
+        def call(request, timeout: float | None = None, metadata=None, **__: Any):
+            body = request_serializer(request) if request_serializer else request
+            raw = self._call(method, body, timeout or 30.0, getattr(request, "job_id", ""))
+            return response_deserializer(raw) if response_deserializer else raw
+        return call
+
+    def _call(self, method: str, body: bytes, timeout: float, job_id: str) -> bytes:
+        if self._as_curator:
+            return local_call(self._socket, method, body, as_caller("curator", self._ident.name, self._federation), timeout)
+        from mpdp import limits
+
+        stub = relay_stub(self._curator)
+        try:
+            cert = stub.Certificate(link_pb2.PartyCertificateRequest(name=self._party), timeout=timeout).certificate
+        except grpc.RpcError:
+            cert = b""
+        if not cert:  # not a party that may ask (the gate refused it): it can only relay blind, sealed to nobody
+            cert = Path(self._tls.cert).read_bytes()
+        wire, reply_key, sealed = sealed_call(self._tls, self._federation, self._ident.name, self._party, cert, method, body,
+                                              job_id if limits.is_id(job_id) else "x", timeout)
+        reply = stub.Relay(wire, timeout=timeout)
+        code, details, response = seal.open_reply(reply_key, sealed.signature, bytes(reply.gcm_nonce), bytes(reply.ciphertext))
+        if code:
+            raise link.rpc_error(link.status(code), details)
+        return response
+
+    def close(self) -> None:
+        if self._curator is not None:
+            self._curator.close()
+
+    def __enter__(self) -> "PartyChannel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -42,7 +42,7 @@ from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, pathak2010_pb2 as p
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
 from mpdp_services.launcher.federation import LocalFederation
-from tests.linked import LinkedServer
+from tests.linked import LinkedServer, PartyChannel, local_serving
 
 PARTIES = ["party-1", "party-2", "party-3"]
 NODES = ["node-1", "node-2", "node-3"]
@@ -151,7 +151,11 @@ def mint_custom(fed: LocalFederation, label: str, subject: list[tuple[Any, str]]
     return TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
 
 
-def channel(fed: LocalFederation, target: str, tls: TlsFiles, **options: Any) -> grpc.Channel:
+def channel(fed: LocalFederation, target: str, tls: TlsFiles, **options: Any) -> Any:
+    """A channel to ``target`` as the holder of ``tls``. A party listens nowhere: a call to it is what that holder can
+    make of it, down the party's link as the curator or sealed through the curator's relay (tests/linked.py)."""
+    if target in fed.parties:
+        return PartyChannel(address(fed, "curator"), target, tls, fed.federation, fed.procs[target].local_socket)
     opts = [("grpc.ssl_target_name_override", target), *options.items()]
     return grpc.secure_channel(address(fed, target), tls.channel_credentials(), options=opts)
 
@@ -243,7 +247,11 @@ def until_metric(fed: LocalFederation, site: str, name: str, at_least: float, se
 
 
 def assert_serving(fed: LocalFederation, site: str, timeout: float = 10.0) -> None:
-    """The site's health service answers SERVING within ``timeout`` (operator certificate)."""
+    """The site's health service answers SERVING within ``timeout`` (operator certificate; a party's on its local
+    socket, as it has no port)."""
+    if site in fed.parties:
+        assert local_serving(fed.procs[site].local_socket), site
+        return
     with channel(fed, site, site_tls(fed, "operator")) as ch:
         resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
     assert resp.status == health_pb2.HealthCheckResponse.SERVING, f"{site}: {resp}"
