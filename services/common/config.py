@@ -188,7 +188,7 @@ class PartyConfig(_Base):
 
 
 class CuratorConfig(_Base):
-    parties: dict[str, str] = Field({}, description="site name → address; parties may also register at start-up")
+    parties: dict[str, str] = Field({}, description="parties named here are members too (their addresses are unused: a party listens nowhere and is reached over its link); prefer members")
     state_dir: Path = Path("curator-state")
     dgk_bits: int = 2048
     compute_nodes: dict[str, str] = Field({}, description="compute node site name → address; compute nodes may also register at start-up")

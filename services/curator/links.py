@@ -14,7 +14,9 @@ refused OVERLOADED), and each waits at most its timeout (DEADLINE_EXCEEDED).
 Party-to-party steps (Pathak) are relayed: ``PartyLink.Relay`` takes a call sealed by its sender for its recipient
 (services/common/seal.py) and sends it down the recipient's link unread; the sealed reply comes back the same way.
 The curator checks only what it can: the sender is the caller's certificate name, the recipient a member with a
-link. ``PartyLink.Certificate`` hands a party the certificate another party linked with, which the sender checks
+link. Every PartyLink call must come from the certificate key the party registered with (RegisterParty pins it:
+services/curator/registrations.py), so a second certificate minted under a member's name can neither take over its
+link nor relay in its name. ``PartyLink.Certificate`` hands a party the certificate another party linked with, which the sender checks
 against the federation CA and the exact name before it seals to it.
 
 :meth:`PartyLinks.subscribe` replaces the health watch of a party (services/common/peerwatch.py) with the link
@@ -36,7 +38,7 @@ import grpc
 from mpdp import limits
 from mpdp.messages import common_pb2, link_pb2, link_pb2_grpc
 from mpdp_services.common import errors, link
-from mpdp_services.common.rpc import caller, roles_by_method
+from mpdp_services.common.rpc import caller, caller_key, roles_by_method
 
 log = logging.getLogger("mpdp.curator")
 
@@ -76,8 +78,9 @@ class Subscription:
 class PartyLinks(link_pb2_grpc.PartyLinkServicer):
     """The parties' open links (name → stream), the relay, and the watch jobs keep on their parties."""
 
-    def __init__(self, members: Callable[[], frozenset[str]], *, max_calls: int = limits.MAX_LINK_CALLS, lost_after: float = LOST_AFTER) -> None:
+    def __init__(self, members: Callable[[], frozenset[str]], pinned: Callable[[str], str | None], *, max_calls: int = limits.MAX_LINK_CALLS, lost_after: float = LOST_AFTER) -> None:
         self._members = members
+        self._pinned = pinned  # party → the key fingerprint it registered with: only that key may use its link
         self._max_calls = max_calls
         self._lost_after = lost_after
         self._links: dict[str, _Link] = {}
@@ -130,8 +133,20 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
             ln.pending.pop(down.call_id, None)
 
     # -- the service ---------------------------------------------------------------------------------
+    async def _registered(self, context) -> str:
+        """The calling party's name, if its certificate's key is the one it registered with (WRONG_ROLE otherwise): a
+        second certificate minted under a member's name can neither take its link nor speak for it."""
+        name = caller(context).name  # a member: the gate refused every other party certificate before this ran
+        pin = self._pinned(name)
+        if pin is None:
+            await errors.refuse(context, common_pb2.WRONG_ROLE, f"party {name} has not registered with the curator (RegisterParty first)")
+        if pin != caller_key(context):
+            await errors.refuse(context, common_pb2.WRONG_ROLE, f"party {name} registered with another certificate key")
+        return name
+
     async def Open(self, request: link_pb2.LinkHello, context):
-        ident = caller(context)  # a member: the gate refused every other party certificate before this ran
+        ident = caller(context)
+        await self._registered(context)
         pems = context.auth_context().get("x509_pem_cert") or []
         ln = _Link(ident.name)
         old = self._links.get(ident.name)
@@ -162,7 +177,7 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
             self._bump()
 
     async def Answer(self, request: link_pb2.LinkAnswer, context) -> common_pb2.Ack:
-        name = caller(context).name
+        name = await self._registered(context)
         try:
             limits.check_link_answer(request)
         except limits.SpecError as e:
@@ -175,7 +190,7 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
         return common_pb2.Ack()
 
     async def Relay(self, request: link_pb2.SealedCall, context) -> link_pb2.SealedReply:
-        name = caller(context).name
+        name = await self._registered(context)
         try:
             limits.check_message("SealedCall", request)
         except limits.SpecError as e:
@@ -197,6 +212,7 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
         return answer.sealed
 
     async def Certificate(self, request: link_pb2.PartyCertificateRequest, context) -> link_pb2.PartyCertificate:
+        await self._registered(context)
         pem = self._certificates.get(request.name) if request.name in self._members() else None
         if pem is None:
             await errors.refuse(context, common_pb2.PEER_UNREACHABLE, f"party {errors.shown(request.name)} has not linked to the curator")

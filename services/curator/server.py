@@ -102,7 +102,10 @@ class Curator(pb_grpc.CuratorServicer):
         # curator killed mid-job reports the job FAILED after its restart and tells its parties (:meth:`recover`)
         self.marks = jobs.JobMarks(self.registry.folder, "pathak2010")
         # the parties' addresses: provisioned ones fixed, learned ones pinned to the registering key (registrations.py)
-        self.registrations = Registrations("party", cfg.parties, cfg.members, Path(cfg.state_dir) / "parties.json")
+        # the parties: members, each pinned to the certificate key it first registered with (registrations.py). A party
+        # has no address (it listens nowhere; the curator reaches it over its link), so the config's `parties` names
+        # members only, and every party's registration pins its key: only that key may open its link
+        self.registrations = Registrations("party", {}, [*cfg.members, *cfg.parties], Path(cfg.state_dir) / "parties.json")
         self.addresses: dict[str, str] = self.registrations.addresses
         self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live,
                                                                               admission=self.admission)
@@ -112,7 +115,7 @@ class Curator(pb_grpc.CuratorServicer):
         self.channels = PeerChannels(cfg.tls.files())
         # every call to a party goes down the link the party opened (it opens no port); a job's watch on its parties
         # is their links (services/curator/links.py)
-        self.links = PartyLinks(self.registrations.members)
+        self.links = PartyLinks(self.registrations.members, self.registrations.key)
         self.channels.router = self.links
         self.watch = self.links
         pub = secrets.public
@@ -225,7 +228,7 @@ class Curator(pb_grpc.CuratorServicer):
         if request.address:
             await errors.refuse(context, common_pb2.MALFORMED, "a party listens on no address: it is reached over its link (register with none)")
         try:  # the key pins the party's name to its certificate key (registrations.py); it is reached down its link
-            self.registrations.register(ident.name, caller_key(context), self.registrations.provisioned.get(ident.name, link.LINK_ADDRESS))
+            self.registrations.register(ident.name, caller_key(context), link.LINK_ADDRESS)
         except errors.Refused as e:
             await errors.refuse(context, e.problem, e.detail)
         return self.keys_msg
