@@ -19,8 +19,8 @@ services/curator/registrations.py), so a second certificate minted under a membe
 link nor relay in its name. ``PartyLink.Certificate`` hands a party the certificate another party linked with, which the sender checks
 against the federation CA and the exact name before it seals to it.
 
-:meth:`PartyLinks.subscribe` replaces the health watch of a party (services/common/peerwatch.py) with the link
-itself: a job hears that a party is lost when its link has been down for :data:`LOST_AFTER` seconds.
+:meth:`PartyLinks.subscribe` is how a job watches its parties: through their links, one per party, never a stream per
+job. A job hears that a party is lost when its link has been down for :data:`LOST_AFTER` seconds.
 """
 
 from __future__ import annotations
