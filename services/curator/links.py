@@ -46,7 +46,7 @@ SERVICE = link.SERVICE
 PARTY = ("party",)
 ROLES = roles_by_method(SERVICE, {"Open": PARTY, "Answer": PARTY, "Relay": PARTY, "Certificate": PARTY})
 RECONNECT_WAIT = 10.0  # seconds a call waits for a party's link to be (re)opened before it fails UNAVAILABLE
-LOST_AFTER = 5.0  # seconds a party's link may be down (a restart of its connection) before its jobs hear it is lost
+LOST_AFTER = 10.0  # seconds a party's link may be down (a restart of its connection) before its jobs hear it is lost
 Lost = Callable[[str], Awaitable[None]]
 
 

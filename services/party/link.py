@@ -61,7 +61,8 @@ class PartyLink:
         self._methods = frozenset(roles)  # what the curator may ask for: the party's own methods
         self._peer_methods = frozenset(m for m, r in roles.items() if "party" in r)  # what another party may send
         self._guard = seal.ReplayGuard(REPLAY_CAPACITY)
-        self._channels = PeerChannels(cfg.tls.files())  # to the curator only
+        self._channels = PeerChannels(cfg.tls.files())  # to the curator only: answers, relays, certificates
+        self._creds = cfg.tls.files().channel_credentials()
         self._local = grpc.aio.secure_channel(f"unix:{local_socket}", grpc.local_channel_credentials(grpc.LocalConnectionType.UDS), options=CHANNEL_OPTIONS)
         self._certificates: dict[str, tuple[float, ec.EllipticCurvePublicKey]] = {}
         self._slots = asyncio.Semaphore(limits.MAX_LINK_CALLS)
@@ -102,7 +103,11 @@ class PartyLink:
         delay = BACKOFF_FIRST
         curator = self.cfg.curator
         while not self._stopping:
-            ch = self._channels.channel(curator.address, curator.name)
+            # a channel of its own for each attempt: gRPC's reconnect back-off on a shared channel grows to minutes while
+            # the curator is down, and the link must come back within seconds of the curator's return
+            ch = grpc.aio.secure_channel(curator.address, self._creds, options=CHANNEL_OPTIONS + [
+                ("grpc.ssl_target_name_override", curator.name), ("grpc.default_authority", curator.name),
+                ("grpc.initial_reconnect_backoff_ms", int(BACKOFF_FIRST * 1000)), ("grpc.max_reconnect_backoff_ms", int(BACKOFF_MAX * 1000))])
             opener = ch.unary_stream(f"/{SERVICE}/Open", request_serializer=lambda m: m.SerializeToString(), response_deserializer=link_pb2.LinkDown.FromString)
             call = self._call = opener(link_pb2.LinkHello())
             why = "the curator ended it"
@@ -126,6 +131,7 @@ class PartyLink:
             finally:
                 self.up.clear()
                 call.cancel()
+                await ch.close()
             if self._stopping:
                 return
             log.warning("party %s: link to curator %s closed (%s); reopening in %.2g s", self.cfg.name, curator.name, errors.bounded(why), delay)
