@@ -9,6 +9,7 @@ another party and hands it to the curator's relay, with every field open to tamp
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import threading
@@ -185,3 +186,33 @@ class PartyChannel:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def tcp_listeners(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (IPv4 and IPv6), from /proc: its socket inodes in LISTEN state."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            next(fh)
+            for row in fh:
+                cols = row.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def assert_parties_listen_on_no_grpc_port(fed) -> None:
+    for p in fed.parties:
+        proc = fed.procs[p]
+        assert proc.port == 0 and proc.local_socket
+        allowed = {proc.http_port} - {0}  # its local HTTP page (plain HTTP, loopback) may stay
+        assert tcp_listeners(proc.popen.pid) <= allowed, (p, tcp_listeners(proc.popen.pid), allowed)
+    assert tcp_listeners(fed.procs["curator"].popen.pid) >= {fed.procs["curator"].port}  # the check can see a listener

@@ -9,7 +9,6 @@ before the step reaches the job), the job it names publishes untouched, and a dr
 
 from __future__ import annotations
 
-import os
 import time
 
 import grpc
@@ -18,7 +17,7 @@ import pytest
 from mpdp.messages import common_pb2, link_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp_services.common import link, seal
 from tests.integration.conftest import MockParty
-from tests.linked import relay_stub, sealed_call, wait_for
+from tests.linked import assert_parties_listen_on_no_grpc_port, relay_stub, sealed_call, wait_for
 
 from .conftest import (
     PARTIES,
@@ -48,36 +47,6 @@ def fed(tmp_path_factory):
     f = start_federation(tmp_path_factory.mktemp("link"), nodes=[], members=[*PARTIES, *EXTRA])
     yield f
     f.stop()
-
-
-def tcp_listeners(pid: int) -> set[int]:
-    """The TCP ports process ``pid`` listens on (IPv4 and IPv6), from /proc: its socket inodes in LISTEN state."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as fh:
-            next(fh)
-            for row in fh:
-                cols = row.split()
-                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
-                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
-def assert_parties_listen_on_no_grpc_port(fed) -> None:
-    for p in fed.parties:
-        proc = fed.procs[p]
-        assert proc.port == 0 and proc.local_socket
-        allowed = {proc.http_port} - {0}  # its local HTTP page (plain HTTP, loopback) may stay
-        assert tcp_listeners(proc.popen.pid) <= allowed, (p, tcp_listeners(proc.popen.pid), allowed)
-    assert tcp_listeners(fed.procs["curator"].popen.pid) >= {fed.procs["curator"].port}  # the check can see a listener
 
 
 def _certificate(fed, asking: str, of: str) -> bytes:

@@ -31,7 +31,7 @@ from mpdp_services.operator.ensemble import fetch, train_ensemble
 from mpdp_services.launcher.federation import LocalFederation
 from mpdp.messages import link_pb2
 from tests.integration.conftest import curator_channel, site_tls
-from tests.linked import relay_stub, sealed_call
+from tests.linked import assert_parties_listen_on_no_grpc_port, relay_stub, sealed_call
 
 pytestmark = pytest.mark.integration
 PARTIES = [f"party-{i}" for i in range(1, 6)]
@@ -100,6 +100,7 @@ def test_socket_release_equals_in_memory_and_curator_never_sees_votes(fed):
     ep = Endpoints.load(fed.workdir)
     s = spec()
     rel = train_ensemble(ep, s)
+    assert_parties_listen_on_no_grpc_port(fed)  # the votes were asked over the parties' links
     assert rel.job_id.startswith("hm-") and rel.parties_included == 5 and rel.seeded
     assert rel.sensitivity == pytest.approx(2.0 / (5 * 1e-2))  # Thm 3: 2/(Mλ)
     assert rel.guarantee.epsilon == 1000.0 and "epsilon-DP" in rel.guarantee.statement and "whole party" in rel.guarantee.statement

@@ -21,7 +21,7 @@ from mpdp_services.operator.pathak2010 import OperatorClient
 from mpdp_services.common import pki
 
 from mpdp.messages import link_pb2
-from tests.linked import relay_stub, sealed_call
+from tests.linked import assert_parties_listen_on_no_grpc_port, relay_stub, sealed_call
 
 from .conftest import PARTIES, curator_channel, site_tls
 
@@ -37,6 +37,7 @@ def _seeded_spec(parties, seed: bytes, deadline: float = 120.0) -> pb.PathakJobS
 def test_full_job_matches_in_memory_driver(federation):
     with OperatorClient(Endpoints.load(federation.workdir)) as client:
         job = client.submit(_seeded_spec(PARTIES, b"socket-vs-memory"))
+        assert_parties_listen_on_no_grpc_port(federation)  # while the job runs: the parties dial out only
         status = client.wait(job, timeout=120)
         assert status.state == "PUBLISHED", status.detail
         model = client.model(job)
@@ -69,6 +70,7 @@ def test_gaussian_distributed_job_releases_and_charges_epsilon_delta(federation)
 
     with OperatorClient(Endpoints.load(federation.workdir)) as client:
         job = client.submit(spec())
+        assert_parties_listen_on_no_grpc_port(federation)  # while the job runs: the parties dial out only
         status = client.wait(job, timeout=120)
         assert status.state == "PUBLISHED", status.detail
         model = client.model(job)
