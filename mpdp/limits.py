@@ -86,6 +86,7 @@ MAX_LINK_MESSAGE = 64 * 1024 * 1024  # one tunneled request or response: gRPC's 
 MAX_METHOD = 128  # characters of a full method name ("/mpdp.messages.Party/SendSealedSizeRemainder")
 MAX_LINK_DETAILS = 1024  # characters of a refusal's details carried back up a link (the error table's short details)
 MAX_CERTIFICATE = 8192  # bytes of a PEM certificate carried in a sealed call
+MAX_TRACE_HEADER = 512  # characters of a tunneled call's traceparent or tracestate
 MAX_CALL_SECONDS = 86_400.0 + 600.0  # a tunneled call's timeout: a job's longest deadline and its grace
 MAX_REAL = 1e12  # regularisers, norms, sensitivities, clip bounds: finite and far from overflow
 
@@ -375,6 +376,8 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("method", "text", 1, MAX_METHOD, "", "a full method name of the party's services; any other is refused"),
         Limit("request", "bytes", 0, MAX_LINK_MESSAGE, "bytes", "the serialized request, gRPC's message bound"),
         Limit("timeout_seconds", "real", 0.0, MAX_CALL_SECONDS, "s", "the caller's deadline, relative", open_min=True),
+        Limit("traceparent", "text", 0, MAX_TRACE_HEADER, "", "the caller's span (W3C trace context), when traces are on"),
+        Limit("tracestate", "text", 0, MAX_TRACE_HEADER, "", "W3C trace state, when traces are on"),
     ),
     "LinkAnswer": (
         Limit("call_id", "int", 1, (1 << 63) - 1, "", "a call in flight on this link; any other answer is refused"),

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mpdp.messages import common_pb2 as mpdp_dot_messages_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mpdp/messages/link.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\x0b\n\tLinkHello\"\x80\x01\n\x08LinkDown\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07request\x18\x03 \x01(\x0c\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12)\n\x06sealed\x18\x05 \x01(\x0b\x32\x19.mpdp.messages.SealedCall\"z\n\nLinkAnswer\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x02 \x01(\r\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\x0c\x12*\n\x06sealed\x18\x05 \x01(\x0b\x32\x1a.mpdp.messages.SealedReply\"\xf1\x01\n\nSealedCall\x12\x12\n\nfederation\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x11\n\trecipient\x18\x03 \x01(\t\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\r\n\x05nonce\x18\x06 \x01(\x0c\x12\x10\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x01\x12\x1a\n\x12sender_certificate\x18\x08 \x01(\x0c\x12\x15\n\rephemeral_key\x18\t \x01(\x0c\x12\x11\n\tgcm_nonce\x18\n \x01(\x0c\x12\x12\n\nciphertext\x18\x0b \x01(\x0c\x12\x11\n\tsignature\x18\x0c \x01(\x0c\"4\n\x0bSealedReply\x12\x11\n\tgcm_nonce\x18\x01 \x01(\x0c\x12\x12\n\nciphertext\x18\x02 \x01(\x0c\"\'\n\x17PartyCertificateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\'\n\x10PartyCertificate\x12\x13\n\x0b\x63\x65rtificate\x18\x01 \x01(\x0c\x32\x99\x02\n\tPartyLink\x12;\n\x04Open\x12\x18.mpdp.messages.LinkHello\x1a\x17.mpdp.messages.LinkDown0\x01\x12\x37\n\x06\x41nswer\x12\x19.mpdp.messages.LinkAnswer\x1a\x12.mpdp.messages.Ack\x12>\n\x05Relay\x12\x19.mpdp.messages.SealedCall\x1a\x1a.mpdp.messages.SealedReply\x12V\n\x0b\x43\x65rtificate\x12&.mpdp.messages.PartyCertificateRequest\x1a\x1f.mpdp.messages.PartyCertificateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mpdp/messages/link.proto\x12\rmpdp.messages\x1a\x1ampdp/messages/common.proto\"\x0b\n\tLinkHello\"\xa9\x01\n\x08LinkDown\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07request\x18\x03 \x01(\x0c\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12)\n\x06sealed\x18\x05 \x01(\x0b\x32\x19.mpdp.messages.SealedCall\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\x12\x12\n\ntracestate\x18\x07 \x01(\t\"z\n\nLinkAnswer\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x02 \x01(\r\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\x0c\x12*\n\x06sealed\x18\x05 \x01(\x0b\x32\x1a.mpdp.messages.SealedReply\"\xf1\x01\n\nSealedCall\x12\x12\n\nfederation\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x11\n\trecipient\x18\x03 \x01(\t\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\r\n\x05nonce\x18\x06 \x01(\x0c\x12\x10\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x01\x12\x1a\n\x12sender_certificate\x18\x08 \x01(\x0c\x12\x15\n\rephemeral_key\x18\t \x01(\x0c\x12\x11\n\tgcm_nonce\x18\n \x01(\x0c\x12\x12\n\nciphertext\x18\x0b \x01(\x0c\x12\x11\n\tsignature\x18\x0c \x01(\x0c\"4\n\x0bSealedReply\x12\x11\n\tgcm_nonce\x18\x01 \x01(\x0c\x12\x12\n\nciphertext\x18\x02 \x01(\x0c\"\'\n\x17PartyCertificateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\'\n\x10PartyCertificate\x12\x13\n\x0b\x63\x65rtificate\x18\x01 \x01(\x0c\x32\x99\x02\n\tPartyLink\x12;\n\x04Open\x12\x18.mpdp.messages.LinkHello\x1a\x17.mpdp.messages.LinkDown0\x01\x12\x37\n\x06\x41nswer\x12\x19.mpdp.messages.LinkAnswer\x1a\x12.mpdp.messages.Ack\x12>\n\x05Relay\x12\x19.mpdp.messages.SealedCall\x1a\x1a.mpdp.messages.SealedReply\x12V\n\x0b\x43\x65rtificate\x12&.mpdp.messages.PartyCertificateRequest\x1a\x1f.mpdp.messages.PartyCertificateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,17 +35,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LINKHELLO']._serialized_start=71
   _globals['_LINKHELLO']._serialized_end=82
   _globals['_LINKDOWN']._serialized_start=85
-  _globals['_LINKDOWN']._serialized_end=213
-  _globals['_LINKANSWER']._serialized_start=215
-  _globals['_LINKANSWER']._serialized_end=337
-  _globals['_SEALEDCALL']._serialized_start=340
-  _globals['_SEALEDCALL']._serialized_end=581
-  _globals['_SEALEDREPLY']._serialized_start=583
-  _globals['_SEALEDREPLY']._serialized_end=635
-  _globals['_PARTYCERTIFICATEREQUEST']._serialized_start=637
-  _globals['_PARTYCERTIFICATEREQUEST']._serialized_end=676
-  _globals['_PARTYCERTIFICATE']._serialized_start=678
-  _globals['_PARTYCERTIFICATE']._serialized_end=717
-  _globals['_PARTYLINK']._serialized_start=720
-  _globals['_PARTYLINK']._serialized_end=1001
+  _globals['_LINKDOWN']._serialized_end=254
+  _globals['_LINKANSWER']._serialized_start=256
+  _globals['_LINKANSWER']._serialized_end=378
+  _globals['_SEALEDCALL']._serialized_start=381
+  _globals['_SEALEDCALL']._serialized_end=622
+  _globals['_SEALEDREPLY']._serialized_start=624
+  _globals['_SEALEDREPLY']._serialized_end=676
+  _globals['_PARTYCERTIFICATEREQUEST']._serialized_start=678
+  _globals['_PARTYCERTIFICATEREQUEST']._serialized_end=717
+  _globals['_PARTYCERTIFICATE']._serialized_start=719
+  _globals['_PARTYCERTIFICATE']._serialized_end=758
+  _globals['_PARTYLINK']._serialized_start=761
+  _globals['_PARTYLINK']._serialized_end=1042
 # @@protoc_insertion_point(module_scope)

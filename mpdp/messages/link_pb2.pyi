@@ -48,6 +48,8 @@ class LinkDown(_message.Message):
     REQUEST_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     SEALED_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
+    TRACESTATE_FIELD_NUMBER: _builtins.int
     call_id: _builtins.int
     """this link's call number, echoed in the answer"""
     method: _builtins.str
@@ -56,6 +58,9 @@ class LinkDown(_message.Message):
     """the serialized request (empty for a sealed call: it is inside `sealed`)"""
     timeout_seconds: _builtins.float
     """the caller's deadline, relative"""
+    traceparent: _builtins.str
+    """the caller's span (W3C trace context), when traces are on; "" otherwise"""
+    tracestate: _builtins.str
     @_builtins.property
     def sealed(self) -> Global___SealedCall:
         """a relayed party-to-party call (set: the caller is the sealed call's sender)"""
@@ -68,10 +73,12 @@ class LinkDown(_message.Message):
         request: _builtins.bytes = ...,
         timeout_seconds: _builtins.float = ...,
         sealed: Global___SealedCall | None = ...,
+        traceparent: _builtins.str = ...,
+        tracestate: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sealed", b"sealed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "method", b"method", "request", b"request", "sealed", b"sealed", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "method", b"method", "request", b"request", "sealed", b"sealed", "timeout_seconds", b"timeout_seconds", "traceparent", b"traceparent", "tracestate", b"tracestate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -37,7 +37,7 @@ import grpc
 
 from mpdp import limits
 from mpdp.messages import common_pb2, link_pb2, link_pb2_grpc
-from mpdp_services.common import errors, link
+from mpdp_services.common import errors, link, tracing
 from mpdp_services.common.rpc import caller, caller_key, roles_by_method
 
 log = logging.getLogger("mpdp.curator")
@@ -122,6 +122,9 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
             raise link.rpc_error(errors.status_for(common_pb2.OVERLOADED),
                                  errors.details_for(common_pb2.OVERLOADED, f"{self._max_calls} calls are in flight on party {site}'s link; retry later"))
         down.call_id = next(ln.ids)
+        for key, value in tracing.outgoing() or ():  # the caller's span, as a direct call's metadata carried it
+            if key in ("traceparent", "tracestate") and len(value) <= limits.MAX_TRACE_HEADER:
+                setattr(down, key, value)
         fut: asyncio.Future[link_pb2.LinkAnswer] = asyncio.get_running_loop().create_future()
         ln.pending[down.call_id] = fut
         ln.queue.put_nowait(down)

@@ -161,7 +161,7 @@ class PartyLink:
         if not down.HasField("sealed"):
             if down.method not in self._methods:
                 return _refusal(down.call_id, Problem.WRONG_ROLE, "this method is not open to any role")
-            code, details, response = await self._local_call(down.method, down.request, down.timeout_seconds, "curator", self.cfg.curator.name)
+            code, details, response = await self._local_call(down.method, down.request, down.timeout_seconds, "curator", self.cfg.curator.name, _trace(down))
             return link_pb2.LinkAnswer(call_id=down.call_id, code=code, details=details, response=response)
         try:
             opened = seal.open_sealed(link.from_wire(down.sealed), self.cfg.name, self.federation, self._key, self._ca, self._guard)
@@ -173,13 +173,14 @@ class PartyLink:
         if method != down.method or method not in self._peer_methods:
             return _refusal(down.call_id, Problem.WRONG_ROLE, "a party may not call this method of another party")
         timeout = min(down.timeout_seconds, opened.header.deadline - time.time())
-        code, details, response = await self._local_call(method, opened.request, timeout, "party", opened.header.sender)
+        code, details, response = await self._local_call(method, opened.request, timeout, "party", opened.header.sender, _trace(down))
         nonce, ciphertext = seal.seal_reply(opened, opened.signature, code, details, response)
         return link_pb2.LinkAnswer(call_id=down.call_id, sealed=link_pb2.SealedReply(gcm_nonce=nonce, ciphertext=ciphertext))
 
-    async def _local_call(self, method: str, request: bytes, timeout: float, role: str, name: str) -> tuple[int, str, bytes]:
+    async def _local_call(self, method: str, request: bytes, timeout: float, role: str, name: str,
+                          trace: tuple[tuple[str, str], ...] = ()) -> tuple[int, str, bytes]:
         """Serve one call on the party's local socket as ``role`` ``name``: (status code, details, response)."""
-        metadata = ((link.CALLER_ROLE, role), (link.CALLER_NAME, name), (link.CALLER_FEDERATION, self.federation))
+        metadata = ((link.CALLER_ROLE, role), (link.CALLER_NAME, name), (link.CALLER_FEDERATION, self.federation), *trace)
         try:
             response = await self._local.unary_unary(method)(request, timeout=max(timeout, 0.001), metadata=metadata)
             return 0, "", response
@@ -218,6 +219,11 @@ class PartyLink:
             self._certificates.clear()
         self._certificates[name] = (now, key)
         return key
+
+
+def _trace(down: link_pb2.LinkDown) -> tuple[tuple[str, str], ...]:
+    """The caller's span the curator sent with the call, as the metadata a direct call would have carried."""
+    return tuple((k, v) for k, v in (("traceparent", down.traceparent), ("tracestate", down.tracestate)) if v)
 
 
 def _refusal(call_id: int, problem: int, detail: str) -> link_pb2.LinkAnswer:
