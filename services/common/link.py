@@ -27,6 +27,7 @@ from mpdp_services.common import seal
 LINK_ADDRESS = "link"  # where the curator reaches a party: down its link (the registrations' address of every party)
 SERVICE = "mpdp.messages.PartyLink"
 CALLER_ROLE, CALLER_NAME, CALLER_FEDERATION = "mpdp-link-role", "mpdp-link-name", "mpdp-link-federation"
+LINKED = "mpdp-linked"  # the curator's initial metadata on PartyLink.Open once the link is registered
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 

@@ -164,7 +164,7 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
         log.info("party %s linked%s", ident.name, " (replacing its previous link)" if old is not None else "")
         self._bump()
         try:
-            await context.send_initial_metadata(())  # tells the party its link is registered
+            await context.send_initial_metadata(((link.LINKED, "1"),))  # tells the party its link is registered
             while True:
                 down = await ln.queue.get()
                 if down is None:

@@ -112,7 +112,10 @@ class PartyLink:
             call = self._call = opener(link_pb2.LinkHello())
             why = "the curator ended it"
             try:
-                await call.initial_metadata()  # the curator registered the link
+                metadata = await call.initial_metadata()  # the curator's word that it registered the link (a failed call has none)
+                if not any(k == link.LINKED for k, _ in (metadata or ())):
+                    await call.wait_for_connection()
+                    raise link.rpc_error(grpc.StatusCode.UNAVAILABLE, "the curator did not open the link")
                 self.up.set()
                 self.opened += 1
                 delay = BACKOFF_FIRST
