@@ -15,7 +15,8 @@ able to alter, replay, misdirect or forge a step. So the sender *seals* each cal
   the header) and the signature, and that the header names *it*.
 * **Replays.** :class:`ReplayGuard` remembers every call nonce it accepted until that call's deadline has passed; a
   nonce seen again, or a call whose deadline is past or implausibly far, is refused. Memory is bounded (its
-  capacity; when full, new calls are refused, never an unexpired nonce forgotten).
+  capacity, and a share of it per sender, so a party flooding far deadlines blocks only its own calls; when full,
+  new calls are refused, never an unexpired nonce forgotten).
 * **The reply** (gRPC status code, short details, response bytes) is encrypted under the reply key with the request's
   signature as associated data: only the recipient could derive that key, so the curator can neither read nor forge
   nor swap replies. A reply the relay withholds leaves the sender's call to fail (the job fails, never silently).
@@ -235,9 +236,11 @@ class ReplayGuard:
     never forgotten before its deadline (else it could be replayed): when full, new calls are refused until some
     expire (the link's in-flight bound and the job bounds keep live calls far below the capacity)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, per_sender: int | None = None) -> None:
         self.capacity = capacity
+        self.per_sender = per_sender or capacity  # one sender filling its share (far deadlines) blocks only itself
         self._seen: OrderedDict[tuple[str, bytes], float] = OrderedDict()
+        self._by_sender: dict[str, int] = {}
 
     def admit(self, sender: str, nonce: bytes, deadline: float, now: float) -> bool:
         """True for a call not seen before (remembered until its deadline); False for a replay; SealError when full."""
@@ -245,21 +248,30 @@ class ReplayGuard:
         key = (sender, nonce)
         if key in self._seen:
             return False
-        if len(self._seen) >= self.capacity:
+        if len(self._seen) >= self.capacity or self._by_sender.get(sender, 0) >= self.per_sender:
             raise SealError("too many sealed calls are live; retry later")
         self._seen[key] = deadline
+        self._by_sender[sender] = self._by_sender.get(sender, 0) + 1
         return True
 
+    def _forget(self, key: tuple[str, bytes]) -> None:
+        del self._seen[key]
+        n = self._by_sender[key[0]] - 1
+        if n:
+            self._by_sender[key[0]] = n
+        else:
+            del self._by_sender[key[0]]
+
     def _expire(self, now: float) -> None:
-        if len(self._seen) >= self.capacity // 2:  # insertion order is not deadline order: sweep all when half full
-            for k in [k for k, d in self._seen.items() if d < now]:
-                del self._seen[k]
+        if len(self._seen) >= self.capacity // 2 or any(n >= self.per_sender for n in self._by_sender.values()):
+            for k in [k for k, d in self._seen.items() if d < now]:  # insertion order is not deadline order: sweep all
+                self._forget(k)
             return
         while self._seen:  # else drop the expired prefix
             k, d = next(iter(self._seen.items()))
             if d >= now:
                 break
-            del self._seen[k]
+            self._forget(k)
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -60,7 +60,7 @@ class PartyLink:
         self._ca = x509.load_pem_x509_certificate(ca)
         self._methods = frozenset(roles)  # what the curator may ask for: the party's own methods
         self._peer_methods = frozenset(m for m, r in roles.items() if "party" in r)  # what another party may send
-        self._guard = seal.ReplayGuard(REPLAY_CAPACITY)
+        self._guard = seal.ReplayGuard(REPLAY_CAPACITY, REPLAY_CAPACITY // 16)  # a sender flooding far deadlines blocks only itself
         self._channels = PeerChannels(cfg.tls.files())  # to the curator only: answers, relays, certificates
         self._creds = cfg.tls.files().channel_credentials()
         self._local = grpc.aio.secure_channel(f"unix:{local_socket}", grpc.local_channel_credentials(grpc.LocalConnectionType.UDS), options=CHANNEL_OPTIONS)

@@ -164,3 +164,13 @@ def test_recipient_key_is_the_certificates(world):
     key, cert = world["sites"]["party-2"]
     spki = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     assert pki.key_fingerprint(cert) == "sha256:" + __import__("hashlib").sha256(spki).hexdigest()
+
+
+def test_one_sender_filling_its_share_of_the_replay_guard_blocks_only_itself():
+    g = seal.ReplayGuard(8, per_sender=2)
+    assert g.admit("mallory", b"\x01" * 16, deadline=1e9, now=0.0) and g.admit("mallory", b"\x02" * 16, deadline=1e9, now=0.0)
+    with pytest.raises(seal.SealError, match="too many"):
+        g.admit("mallory", b"\x03" * 16, deadline=1e9, now=0.0)
+    assert g.admit("party-2", b"\x03" * 16, deadline=10.0, now=0.0)  # the others are still served
+    assert g.admit("party-2", b"\x04" * 16, deadline=20.0, now=11.0)  # its expired nonce was forgotten: room again
+    assert not g.admit("party-2", b"\x04" * 16, deadline=20.0, now=12.0)
