@@ -8,8 +8,9 @@ calls over a dropped connection do).
 
 :meth:`PartyLinks.call` is what :class:`mpdp_services.common.rpc.PeerChannels` uses for a party (it is the
 channels' ``router``): a party with no link answers UNAVAILABLE, exactly as an unreachable party did, so every job's
-failure path stays the same. At most :data:`mpdp.limits.MAX_LINK_CALLS` calls are in flight on one link (more are
-refused OVERLOADED), and each waits at most its timeout (DEADLINE_EXCEEDED).
+failure path stays the same (a call first waits up to :data:`RECONNECT_WAIT` seconds for a link being reopened). At most
+:data:`mpdp.limits.MAX_LINK_CALLS` calls are in flight on one link (more wait their turn), and each waits at most its
+timeout (DEADLINE_EXCEEDED).
 
 Party-to-party steps (Pathak) are relayed: ``PartyLink.Relay`` takes a call sealed by its sender for its recipient
 (services/common/seal.py) and sends it down the recipient's link unread; the sealed reply comes back the same way.
@@ -57,6 +58,7 @@ class _Link:
     pending: dict[int, "asyncio.Future[link_pb2.LinkAnswer]"] = field(default_factory=dict)
     ids: Any = field(default_factory=lambda: itertools.count(1))
     closed: bool = False
+    slots: asyncio.Semaphore | None = None  # calls in flight on this link (limits.MAX_LINK_CALLS); more wait their turn
 
     def close(self, why: str) -> None:
         if self.closed:
@@ -118,9 +120,19 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
                 ln = self._links.get(site)
         if ln is None or ln.closed:
             raise link.rpc_error(grpc.StatusCode.UNAVAILABLE, f"party {site} has no link to the curator (it is down or cannot reach the curator)")
-        if len(ln.pending) >= self._max_calls:
-            raise link.rpc_error(errors.status_for(common_pb2.OVERLOADED),
-                                 errors.details_for(common_pb2.OVERLOADED, f"{self._max_calls} calls are in flight on party {site}'s link; retry later"))
+        assert ln.slots is not None
+        try:  # at most max_calls in flight on the link: a call past it waits its turn within its own deadline
+            await asyncio.wait_for(ln.slots.acquire(), timeout)
+        except TimeoutError:
+            raise link.rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        try:
+            return await self._send(site, ln, down, timeout)
+        finally:
+            ln.slots.release()
+
+    async def _send(self, site: str, ln: _Link, down: link_pb2.LinkDown, timeout: float) -> link_pb2.LinkAnswer:
+        if ln.closed:
+            raise link.rpc_error(grpc.StatusCode.UNAVAILABLE, f"party {site}'s link closed")
         down.call_id = next(ln.ids)
         for key, value in tracing.outgoing() or ():  # the caller's span, as a direct call's metadata carried it
             if key in ("traceparent", "tracestate") and len(value) <= limits.MAX_TRACE_HEADER:
@@ -151,7 +163,7 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
         ident = caller(context)
         await self._registered(context)
         pems = context.auth_context().get("x509_pem_cert") or []
-        ln = _Link(ident.name)
+        ln = _Link(ident.name, slots=asyncio.Semaphore(self._max_calls))
         old = self._links.get(ident.name)
         self._links[ident.name] = ln
         if pems:
