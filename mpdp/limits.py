@@ -81,6 +81,13 @@ MAX_DCA_SLOT_SECONDS = 3600.0
 MAX_LOCAL_ROWS = 10**10  # rows of one party's dataset: it is trained in memory (10¹⁰ rows of one float64 feature is 80 GB); a cached n above is implausible
 MIN_PRODUCTION_KEY_BITS, MIN_TEST_KEY_BITS, MAX_KEY_BITS = 2048, 256, 8192
 MAX_ADDRESS = 255
+MAX_LINK_CALLS = 1024  # calls in flight down one party's link at once (the curator's and the relayed ones); more wait their turn
+MAX_LINK_MESSAGE = 64 * 1024 * 1024  # one tunneled request or response: gRPC's message bound (services/common/channels.py)
+MAX_METHOD = 128  # characters of a full method name ("/mpdp.messages.Party/SendSealedSizeRemainder")
+MAX_LINK_DETAILS = 1024  # characters of a refusal's details carried back up a link (the error table's short details)
+MAX_CERTIFICATE = 8192  # bytes of a PEM certificate carried in a sealed call
+MAX_TRACE_HEADER = 512  # characters of a tunneled call's traceparent or tracestate
+MAX_CALL_SECONDS = 86_400.0 + 600.0  # a tunneled call's timeout: a job's longest deadline and its grace
 MAX_REAL = 1e12  # regularisers, norms, sensitivities, clip bounds: finite and far from overflow
 
 
@@ -362,6 +369,40 @@ TABLE: dict[str, tuple[Limit, ...]] = {
         Limit("weights", "count", 1, MAX_EVALUATED_WEIGHTS, "", "the released weights ŵ", item="real"),
         Limit("score_bins", "int", 2, 100, "", "equal-width score bins over [0, 1] per class (the AUC's histograms)", default=20),
     ),
+    # the party's link (proto/mpdp/messages/link.proto; services/common/link.py): what the curator sends down it, what
+    # a party answers, and a party-to-party call sealed end to end (services/common/seal.py)
+    "LinkDown": (
+        Limit("call_id", "int", 1, (1 << 63) - 1, "", "the link's call number, echoed in the answer"),
+        Limit("method", "text", 1, MAX_METHOD, "", "a full method name of the party's services; any other is refused"),
+        Limit("request", "bytes", 0, MAX_LINK_MESSAGE, "bytes", "the serialized request, gRPC's message bound"),
+        Limit("timeout_seconds", "real", 0.0, MAX_CALL_SECONDS, "s", "the caller's deadline, relative", open_min=True),
+        Limit("traceparent", "text", 0, MAX_TRACE_HEADER, "", "the caller's span (W3C trace context), when traces are on"),
+        Limit("tracestate", "text", 0, MAX_TRACE_HEADER, "", "W3C trace state, when traces are on"),
+    ),
+    "LinkAnswer": (
+        Limit("call_id", "int", 1, (1 << 63) - 1, "", "a call in flight on this link; any other answer is refused"),
+        Limit("code", "int", 0, 16, "", "a gRPC status code"),
+        Limit("details", "text", 0, MAX_LINK_DETAILS, "", "a refusal's short details"),
+        Limit("response", "bytes", 0, MAX_LINK_MESSAGE, "bytes", "the serialized response, gRPC's message bound"),
+    ),
+    "SealedCall": (
+        Limit("federation", "text", 1, MAX_ID, "", "the federation's name (the certificates' O)"),
+        Limit("sender", "id", None, None, "", "the sending party; the curator checks it is the caller's certificate name"),
+        Limit("recipient", "id", None, None, "", "the receiving party; it must hold a link"),
+        Limit("method", "text", 1, MAX_METHOD, "", "a full method name of the recipient's party-to-party steps"),
+        Limit("job_id", "id", None, None, "", "the job the step belongs to"),
+        Limit("nonce", "bytes", 16, 16, "bytes", "the call's random nonce (replays are refused)"),
+        Limit("deadline", "real", 0.0, 4e9, "s since the epoch", "the call's absolute deadline; the recipient refuses it after", open_min=True),
+        Limit("sender_certificate", "bytes", 1, MAX_CERTIFICATE, "bytes", "the sender's PEM certificate, checked against the federation CA"),
+        Limit("ephemeral_key", "bytes", 65, 65, "bytes", "an uncompressed P-256 point (ECDH)"),
+        Limit("gcm_nonce", "bytes", 12, 12, "bytes", "AES-GCM's nonce"),
+        Limit("ciphertext", "bytes", 16, MAX_LINK_MESSAGE, "bytes", "the sealed request and its 16-byte tag"),
+        Limit("signature", "bytes", 8, 80, "bytes", "a DER ECDSA P-256 signature"),
+    ),
+    "SealedReply": (
+        Limit("gcm_nonce", "bytes", 12, 12, "bytes", "AES-GCM's nonce"),
+        Limit("ciphertext", "bytes", 16 + 6, MAX_LINK_MESSAGE, "bytes", "the sealed status, details and response, and the tag"),
+    ),
     "KeyBits": (
         Limit("paillier_bits", "int", MIN_PRODUCTION_KEY_BITS, MAX_KEY_BITS, "bits", f"Paillier and DGK moduli; {MIN_TEST_KEY_BITS} bits allowed in test mode only; larger keys cost cubic time"),
     ),
@@ -511,6 +552,18 @@ def check_query_job_spec(msg: Any, where: str = "") -> None:
     check_message("QueryJobSpec", msg, where)
     if msg.HasField("evaluation"):
         check_message("EvaluationSpec", msg.evaluation, where + "evaluation.")
+
+
+def check_link_down(msg: Any) -> None:
+    check_message("LinkDown", msg)
+    if msg.HasField("sealed"):
+        check_message("SealedCall", msg.sealed, "sealed.")
+
+
+def check_link_answer(msg: Any) -> None:
+    check_message("LinkAnswer", msg)
+    if msg.HasField("sealed"):
+        check_message("SealedReply", msg.sealed, "sealed.")
 
 
 def check_contribution_round(msg: Any) -> None:

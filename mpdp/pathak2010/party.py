@@ -209,8 +209,8 @@ class PartyMachine(Machine):
             return [(pb.Pi1Reveal, n) for n in p[1:]] if self.j == 0 else [(pb.PartySecrets, p[0])]
         if state == "AWAIT_SIZE_SHARE":
             assert self.pi1 is not None
-            src = p[self.pi1.index(self.j)]
-            need: list[tuple[type, str]] = [(pb.SizeShare, src)]
+            src = p[self.pi1.index(self.j)]  # a_src; every other party's SizeShare is cover (_split_size)
+            need: list[tuple[type, str]] = [(pb.SizeShare, n) for n in p if n != self.me.name or n == src]
             if self.j == 0:
                 need += [(pb.SealedSizeRemainder, name) for name in p]
             return need
@@ -354,7 +354,12 @@ class PartyMachine(Machine):
 
     # -- Stage 1 -------------------------------------------------------------------------
     def _split_size(self) -> list[Output]:
-        """S1.2: n_j = a_j + b_j; a_j to P_{π1(j)}, ζ(b_j) to the shuffler tagged with π1(j)."""
+        """S1.2: n_j = a_j + b_j; a_j to P_{π1(j)}, ζ(b_j) to the shuffler tagged with π1(j).
+
+        Party-to-party steps travel through the curator (sealed end to end: services/common/seal.py), who sees who
+        sends to whom. Who gets a_j is π1(j), which Charlie must not learn, so every party sends a SizeShare to every
+        other party: a_j to P_{π1(j)} and to each of the rest a uniform value of the same range (cover; a_j is itself
+        uniform on [0, 2^L)), all in this one step. The pattern Charlie sees is the complete graph whatever π1 is."""
         assert self.pi1 is not None
         a = self.rng.randbits(self.params.L)
         b = self.n - a
@@ -365,13 +370,24 @@ class PartyMachine(Machine):
             ciphertext=zeta.to_bytes(zeta.encrypt(b, factor=self.res.zeta_pool.take(), ops=self.ops)),
         )
         self.state = "AWAIT_SIZE_SHARE"
-        return self._to_party(self.pi1[self.j], pb.SizeShare(job_id=self.job_id, a=_b(a))) + self._to_party(0, sealed)
+        cover = self.rng.child("size-cover")
+        shares: list[Output] = []
+        for k in range(self.K):
+            if k == self.pi1[self.j]:
+                shares += self._to_party(k, pb.SizeShare(job_id=self.job_id, a=_b(a)))
+            elif k != self.j:
+                shares += self._to_party(k, pb.SizeShare(job_id=self.job_id, a=_b(cover.randbits(self.params.L))))
+        return shares + self._to_party(0, sealed)
 
     def _step_await_size_share(self) -> list[Output]:
         """S1.3: ξ(π1(a)_k) to Charlie; the shuffler also forwards ζ(π1(b)) in position order."""
         assert self.pi1 is not None and self.party_key is not None
         p = self.params.parties
-        share = self._take(pb.SizeShare, p[self.pi1.index(self.j)])
+        src = p[self.pi1.index(self.j)]
+        share = self._take(pb.SizeShare, src)
+        for name in p:  # the other parties' cover shares (see _split_size): dropped unread
+            if name not in (src, self.me.name):
+                self._take(pb.SizeShare, name)
         a = int.from_bytes(share.a, "big")
         require(a < 1 << self.params.L, Problem.MALFORMED, f"size share exceeds 2^{self.params.L}")
         xi = self.party_key.public

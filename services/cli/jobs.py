@@ -169,8 +169,10 @@ def federation_up(workdir: str, n_parties: int, datasets: tuple[str, ...], schem
         fed.write_configs()
     t0 = time.perf_counter()
     _stderr().print(f"starting the curator, then {n_parties} part{'y' if n_parties == 1 else 'ies'}{f' and {n_nodes} compute node(s)' if nodes else ''} ({key_bits}-bit keys)")
-    _start(fed, lambda proc: _stderr().print(f"  {proc.role:<12} {proc.name:<10} ready on 127.0.0.1:{proc.port}  ({time.perf_counter() - t0:.1f} s)"))
-    _stderr().print(f"federation up in {time.perf_counter() - t0:.1f} s: curator on {fed.procs['curator'].port}, parties {', '.join(f'{p}:{fed.procs[p].port}' for p in names)}")
+    _start(fed, lambda proc: _stderr().print(f"  {proc.role:<12} {proc.name:<10} " + (f"ready on 127.0.0.1:{proc.port}" if proc.port else "linked to the curator (no listening port)")
+                                             + f"  ({time.perf_counter() - t0:.1f} s)"))
+    _stderr().print(f"federation up in {time.perf_counter() - t0:.1f} s: curator on {fed.procs['curator'].port}, parties {', '.join(names)} linked "
+                    "(they dial the curator and listen on no port)")
     if nodes:
         _stderr().print(f"compute nodes {', '.join(f'{n}:{fed.procs[n].port}' for n in nodes)}")
     cur_http = fed.procs["curator"].http_port

@@ -3,17 +3,16 @@
 Example party config::
 
     name: hospital-a
-    listen: 0.0.0.0:7101
-    advertise: hospital-a.example.org:7101
     tls: {cert: site.crt, key: site.key, ca: ca.crt}
-    curator: {address: curator.example.org:7000, name: curator}
+    curator: {address: curator.example.org:7000, name: curator}   # the one place a party dials (and the compute nodes)
     datasets:
       adult: {path: /data/adult.csv, format: csv, schema: /etc/mpdp/adult-schema.yaml}
     ledger: state/ledger.json
     budget_epsilon: 10.0
     budget_delta: 0.001
 
-Relative paths are resolved against the config file's folder.
+Relative paths are resolved against the config file's folder. A party listens on no port (it keeps a link open to its
+curator: services/party/link.py), so its ``listen`` and ``advertise`` are unused.
 """
 
 from __future__ import annotations
@@ -203,7 +202,7 @@ class PartyConfig(_Base):
 
 
 class CuratorConfig(_Base):
-    parties: dict[str, str] = Field({}, description="site name → address; parties may also register at start-up")
+    parties: dict[str, str] = Field({}, description="parties named here are members too (their addresses are unused: a party listens nowhere and is reached over its link); prefer members")
     state_dir: Path = Path("curator-state")
     dgk_bits: int = 2048
     compute_nodes: dict[str, str] = Field({}, description="compute node site name → address; compute nodes may also register at start-up")

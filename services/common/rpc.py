@@ -16,14 +16,14 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import grpc
 from google.protobuf import descriptor as _descriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mpdp.messages import common_pb2
-from mpdp_services.common import calls, errors, memory, metrics, tracing, web
+from mpdp_services.common import calls, errors, link, memory, metrics, tracing, web
 from mpdp_services.common import pki
 from mpdp_services.common.channels import CHANNEL_OPTIONS as CHANNEL_OPTIONS, MAX_MESSAGE as MAX_MESSAGE, TlsFiles as TlsFiles  # the roles import them from here too
 from mpdp_services.common.pki import Identity, check_server_certificate, identity_from_pem
@@ -54,12 +54,22 @@ SERVER_OPTIONS = CHANNEL_OPTIONS + [
 
 
 def caller(context: grpc.aio.ServicerContext) -> Identity:
-    """The authenticated identity of the caller (from its verified client certificate)."""
+    """The authenticated identity of the caller: from its verified client certificate, or on a party's local socket
+    (no certificate there) the one the gate admitted from its link (:mod:`mpdp_services.common.link`)."""
     ctx = context.auth_context()
     pems = ctx.get("x509_pem_cert") or []
     if not pems:
-        return Identity(role="", name="")
+        return calls.caller() or Identity(role="", name="")
     return identity_from_pem(pems[0])
+
+
+def linked_caller(metadata) -> Identity:
+    """The caller a party's link client names in a call's metadata (trusted on the party's local socket only: the
+    gate reads it only with ``linked=True``); an empty identity (refused by the gate) when it names none."""
+    values = {k: v for k, v in (metadata or ()) if k in (link.CALLER_ROLE, link.CALLER_NAME, link.CALLER_FEDERATION)}
+    if not all(isinstance(values.get(k), str) and values.get(k) for k in (link.CALLER_ROLE, link.CALLER_NAME, link.CALLER_FEDERATION)):
+        return Identity(role="", name="")
+    return Identity(role=values[link.CALLER_ROLE], name=values[link.CALLER_NAME], federation=values[link.CALLER_FEDERATION], client_auth=True)
 
 
 def caller_key(context: grpc.aio.ServicerContext) -> str:
@@ -89,6 +99,10 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
 
     A certificate with role ``admin`` may call whatever ``operator`` may (:mod:`pki`).
 
+    ``linked``: this gate guards a party's local socket (:func:`start_local_server`), where no certificate is
+    presented: the caller is the one the party's link client names in the call's metadata (:func:`linked_caller`),
+    checked in the same steps. Only the party's own link client can reach that socket.
+
     Every refusal goes through :func:`mpdp_services.common.errors.refuse`. An exception a servicer did not
     turn into a refusal is a bug: it is logged once with its traceback and the caller gets INTERNAL
     with no detail about it.
@@ -104,7 +118,9 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         per_caller: int = PER_CALLER_IN_FLIGHT,
         scope: "Scope | None" = None,
         names: dict[str, Callable[[], frozenset[str]]] | None = None,
+        linked: bool = False,
     ) -> None:
+        self._linked = linked
         self._allowed = allowed  # full method name → roles
         self.federation = federation  # the O every caller's certificate must carry (start_server fills it from the site's own certificate)
         self._transcript = transcript  # test mode: every request this server receives
@@ -168,7 +184,7 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
 
         async def admit(context) -> Identity:
             calls.serving(method)  # refusals and metrics name this method (grpc.aio's context does not)
-            ident = caller(context)
+            ident = linked_caller(metadata) if gate._linked else caller(context)
             reason = gate._refusal(method, roles, ident)
             if reason is not None:
                 await errors.refuse(context, P.WRONG_ROLE, reason)
@@ -383,22 +399,50 @@ async def start_server(
     return server, port, health_servicer
 
 
+async def start_local_server(
+    path: str,
+    interceptor: RoleInterceptor,
+    add_servicers: Callable[[grpc.aio.Server], None],
+    service_names: list[str],
+    *,
+    serving: bool = True,
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    """A party's services on the unix-domain socket ``path`` (its folder must be the party's own, mode 0700): reached
+    only by its link client, which names each call's caller (``interceptor`` must be ``linked``). No TCP port."""
+    if not interceptor._linked or not interceptor.federation:
+        raise ValueError("a local server's gate reads its callers from the link: linked=True, with the federation set")
+    server = grpc.aio.server(interceptors=[interceptor], options=SERVER_OPTIONS)
+    add_servicers(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if server.add_secure_port(f"unix:{path}", grpc.local_server_credentials(grpc.LocalConnectionType.UDS)) == 0:
+        raise OSError(f"could not bind the local socket {path}")
+    await server.start()
+    for name in service_names + [""]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING)
+    return server, health_servicer
+
+
 async def stop_server(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, grace: float = 5.0) -> None:
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace)
 
 
 async def serve_until_signal(server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, port: int, ready_fd, http_listen: str = "",
-                             http_token_file: str | Path | None = None, *, readiness: "Readiness | None" = None, probes_port: int = 0) -> None:
+                             http_token_file: str | Path | None = None, *, readiness: "Readiness | None" = None, probes_port: int = 0,
+                             on_stop: Callable[[], Any] | None = None, announce: str = "") -> None:
     """Start the HTTP endpoint (``http_listen``: /metrics and the role's pages, services/common/web.py; "" = none;
     ``http_token_file``: the token it requires, needed unless it binds loopback), announce readiness
     (``MPDP-READY <port> [http=<port>] [probes=<port>]``, read by LocalFederation; ``probes_port``: the role's
     /healthz and /readyz, services/common/readiness.py), then serve until SIGTERM or SIGINT; health and ``readiness``
-    go not ready before the graceful stop."""
+    go not ready before the graceful stop. ``on_stop`` runs first on the way down (the curator ends its parties'
+    links, which would otherwise hold the graceful stop); ``announce`` is added to the ready line (a party's
+    ``local=<socket>``)."""
     http_port = None
     if http_listen:
         http_server, http_port = web.serve_http(http_listen, http_token_file)
-    print(f"MPDP-READY {port}" + (f" http={http_port}" if http_port else "") + (f" probes={probes_port}" if probes_port else ""), file=ready_fd, flush=True)
+    print(f"MPDP-READY {port}" + (f" http={http_port}" if http_port else "") + (f" probes={probes_port}" if probes_port else "") + (f" {announce}" if announce else ""),
+          file=ready_fd, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -406,6 +450,10 @@ async def serve_until_signal(server: grpc.aio.Server, health_servicer: health.ai
     await stop.wait()
     if readiness is not None:
         readiness.stop()
+    if on_stop is not None:
+        done = on_stop()
+        if asyncio.iscoroutine(done):
+            await done
     if http_port:
         http_server.shutdown()
     await stop_server(server, health_servicer)
@@ -424,10 +472,21 @@ def method_for_message(service: _descriptor.ServiceDescriptor) -> dict[str, str]
 RETIRE_GRACE_SECONDS = 30.0  # a channel dropped after UNAVAILABLE lets its other calls finish this long
 
 
+class Router(Protocol):
+    """Sites reached another way than by dialing them (the curator's parties: down their links)."""
+
+    def routes(self, site: str) -> bool: ...
+
+    async def call(self, site: str, service_full_name: str, method: str, request: Any, response_type: Any, timeout: float) -> Any: ...
+
+
 class PeerChannels:
-    """One channel per (address, site name); messages are sent by type to the RPC that takes them."""
+    """One channel per (address, site name); messages are sent by type to the RPC that takes them. A site the
+    ``router`` routes (the curator's parties, :mod:`mpdp_services.curator.links`) is never dialed: its calls go
+    through the router, and fail the same way (an AioRpcError with the peer's status)."""
 
     def __init__(self, tls: TlsFiles, transcript: Transcript | None = None) -> None:
+        self.router: Router | None = None
         self._creds = tls.channel_credentials()
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
         self._retiring: set[grpc.aio.Channel] = set()  # channels closing after UNAVAILABLE (see _retire)
@@ -443,6 +502,11 @@ class PeerChannels:
         return ch
 
     async def call(self, address: str, site: str, service_full_name: str, method: str, request: Any, response_type: Any, timeout: float = 60.0) -> Any:
+        if self.router is not None and self.router.routes(site):
+            response = await self.router.call(site, service_full_name, method, request, response_type, timeout)
+            if self.transcript is not None:
+                self.transcript.record("response", f"/{service_full_name}/{method}", site, response)
+            return response
         for attempt in (0, 1):
             ch = self.channel(address, site)
             rpc = ch.unary_unary(

@@ -43,6 +43,11 @@ class Registrations:
         self.addresses: dict[str, str] = {}
         self._load()
 
+    def key(self, name: str) -> str | None:
+        """The fingerprint of the certificate key ``name`` registered with (None: it never registered, or its address
+        is provisioned)."""
+        return self._keys.get(name)
+
     def members(self) -> frozenset[str]:
         """The names that may register: the configured members and every provisioned site."""
         return self._members

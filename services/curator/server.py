@@ -26,7 +26,8 @@ from mpdp.pathak2010.resources import CuratorResources, CuratorSecrets
 from mpdp.protocol import Peer, ProtocolError, Publish, Send
 from mpdp_services.common import config as cfgmod
 from mpdp_services.common import errors, jobs, metrics, readiness as ready
-from mpdp_services.common.peerwatch import PeerWatch
+from mpdp_services.common import link
+from mpdp_services.curator.links import ROLES as LINK_ROLES, SERVICE as LINK_SERVICE, PartyLinks
 from mpdp_services.curator.admission import Admission
 from mpdp_services.curator.pathak_pool import CuratorDgkPool
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, caller, caller_key, method_for_message, roles_by_method, serve_until_signal, start_server
@@ -34,7 +35,7 @@ from mpdp_services.common.runtime import Hosted
 from mpdp_services.common.store import MessageStore
 from mpdp_services.common.transcript import from_env as transcript_from_env
 from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
-from mpdp.messages import dca_pb2_grpc, hamm2016_pb2_grpc, operations_pb2_grpc
+from mpdp.messages import dca_pb2_grpc, hamm2016_pb2_grpc, link_pb2_grpc, operations_pb2_grpc
 from mpdp_services.curator import catalog as catalogs
 from mpdp_services.curator.dashboard import Dashboard
 from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE as OPERATIONS_SERVICE, HostedProtocol, JobOperations
@@ -98,7 +99,10 @@ class Curator(pb_grpc.CuratorServicer):
         # curator killed mid-job reports the job FAILED after its restart and tells its parties (:meth:`recover`)
         self.marks = jobs.JobMarks(self.registry.folder, "pathak2010")
         # the parties' addresses: provisioned ones fixed, learned ones pinned to the registering key (registrations.py)
-        self.registrations = Registrations("party", cfg.parties, cfg.members, Path(cfg.state_dir) / "parties.json")
+        # the parties: members, each pinned to the certificate key it first registered with (registrations.py). A party
+        # has no address (it listens nowhere; the curator reaches it over its link), so the config's `parties` names
+        # members only, and every party's registration pins its key: only that key may open its link
+        self.registrations = Registrations("party", {}, [*cfg.members, *cfg.parties], Path(cfg.state_dir) / "parties.json")
         self.addresses: dict[str, str] = self.registrations.addresses
         self.jobs: jobs.JobTable[Hosted[CuratorMachine]] = jobs.JobTable("pathak2010", jobs.machine_outcome, retention=retention, max_live=max_live,
                                                                               admission=self.admission)
@@ -106,7 +110,11 @@ class Curator(pb_grpc.CuratorServicer):
         self.reaper = jobs.Reaper(self.jobs, self._expire)
         self.dgk_pool = CuratorDgkPool(secrets.dgk, self.rng.child("pool/dgk"), lambda: self.jobs.live_count() > 0, zeta=secrets.paillier)
         self.channels = PeerChannels(cfg.tls.files())
-        self.watch = PeerWatch(self.channels, PARTY_SERVICE)
+        # every call to a party goes down the link the party opened (it opens no port); a job's watch on its parties
+        # is their links (services/curator/links.py)
+        self.links = PartyLinks(self.registrations.members, self.registrations.key)
+        self.channels.router = self.links
+        self.watch = self.links
         pub = secrets.public
         self.keys_msg = pb.CuratorKeys(
             paillier_n=_b(pub.paillier.n), dgk_n=_b(pub.dgk.n), dgk_g=_b(pub.dgk.g), dgk_h=_b(pub.dgk.h), dgk_u=pub.dgk.u, dgk_r_bits=pub.dgk.r_bits
@@ -165,10 +173,10 @@ class Curator(pb_grpc.CuratorServicer):
 
     async def RegisterParty(self, request: pb.PartyRegistration, context) -> pb.CuratorKeys:
         ident = caller(context)  # a member: the gate refused every other name before the body was read
-        if not (0 < len(request.address) <= 255 and ":" in request.address and request.address.isprintable()):
-            await errors.refuse(context, common_pb2.MALFORMED, "address must be host:port (at most 255 characters)")
-        try:
-            self.registrations.register(ident.name, caller_key(context), request.address)
+        if request.address:
+            await errors.refuse(context, common_pb2.MALFORMED, "a party listens on no address: it is reached over its link (register with none)")
+        try:  # the key pins the party's name to its certificate key (registrations.py); it is reached down its link
+            self.registrations.register(ident.name, caller_key(context), link.LINK_ADDRESS)
         except errors.Refused as e:
             await errors.refuse(context, e.problem, e.detail)
         return self.keys_msg
@@ -264,8 +272,8 @@ class Curator(pb_grpc.CuratorServicer):
         """While the job runs, a party that stops serving fails the job, named.
 
         Without this, a party that dies while the others wait for its next message would stall the job until
-        its deadline. Every job subscribes to one shared health watch per party (:class:`PeerWatch`): a stream
-        per job would exhaust the connection's stream limit and stall every job (services/common/peerwatch.py).
+        its deadline. Every job subscribes to its parties' links (services/curator/links.py): a party whose link stays
+        down is lost.
         """
 
         def lost(name: str):
@@ -369,13 +377,15 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
         dca_pb2_grpc.add_DcaCuratorServicer_to_server(dca, server)
         hamm2016_pb2_grpc.add_EnsembleCuratorServicer_to_server(ensemble, server)
         operations_pb2_grpc.add_JobOperationsServicer_to_server(operations, server)
+        link_pb2_grpc.add_PartyLinkServicer_to_server(curator.links, server)
 
-    roles = {**ROLES, **DCA_ROLES, **ENSEMBLE_ROLES, **OPERATIONS_ROLES}
-    services = [SERVICE, DCA_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE]
+    roles = {**ROLES, **DCA_ROLES, **ENSEMBLE_ROLES, **OPERATIONS_ROLES, **LINK_ROLES}
+    services = [SERVICE, DCA_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE, LINK_SERVICE]
     transcript = transcript_from_env(cfg.test_mode, cfg.name)
     curator.channels.transcript = transcript
     owners = Ownership(Path(cfg.state_dir)).install()  # jobs belong to the operator who asked for them (ownership.py)
-    registering = {f"/{SERVICE}/RegisterParty": curator.registrations.members, f"/{DCA_SERVICE}/RegisterComputeNode": dca.registrations.members}
+    registering = {f"/{SERVICE}/RegisterParty": curator.registrations.members, f"/{DCA_SERVICE}/RegisterComputeNode": dca.registrations.members,
+                   **{m: curator.registrations.members for m in LINK_ROLES}}  # only members link
     gate = RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners, names=registering)  # only members register
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, gate, add, services, serving=False)
     await readiness.attach(health, services)
@@ -388,9 +398,10 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     await readiness.done(ready.RECOVERED)
     await warm
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
-    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port)
+    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port,
+                             on_stop=curator.links.close)
     curator.dgk_pool.stop()
-    await curator.watch.close()
+    await curator.links.close()
     await curator.channels.close()
 
 

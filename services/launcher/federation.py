@@ -1,8 +1,9 @@
 """A local federation: curator and K parties as separate OS processes on loopback, with a throwaway CA.
 
-Used by `mpdp federation up`, `mpdp demo`, the integration tests and the benchmarks. Every
-process binds port 0 and prints ``MPDP-READY <port>`` once it serves, so starting never
-relies on sleeps. ``endpoints.json`` in the work folder tells clients where everything is.
+Used by `mpdp federation up`, `mpdp demo`, the integration tests and the benchmarks. The curator and every compute
+node bind port 0 and print ``MPDP-READY <port>`` once they serve; a party listens on no port (it dials the curator and
+keeps its link open: services/party/link.py) and prints ``MPDP-READY 0 … local=<socket>`` once its link is open, so
+starting never relies on sleeps. ``endpoints.json`` in the work folder tells clients where everything is.
 
 Every service is started by :func:`mpdp_services.common.processes.spawn`, so it dies with the process that started
 the federation (the CLI, a benchmark, a test), even when that process is killed with SIGKILL. Private keys are
@@ -25,6 +26,7 @@ from typing import Callable
 import yaml
 
 from mpdp_services.common import pki
+from mpdp_services.common.link import LINK_ADDRESS
 from mpdp_services.common.durable import PRIVATE, PUBLIC, make_private_dir, write_atomic
 from mpdp_services.common.processes import spawn
 
@@ -37,6 +39,7 @@ class Proc:
     port: int
     log: Path
     http_port: int = 0  # the metrics endpoint (GET /metrics), 0 if the role serves none
+    local_socket: str = ""  # a party's services' unix-domain socket (it has no gRPC port: port is 0; services/party/link.py)
 
 
 @dataclass
@@ -124,7 +127,8 @@ class LocalFederation:
         old = self.procs[name]
         cfg = self.workdir / name / _CONFIG[old.role]
         data = yaml.safe_load(cfg.read_text())
-        data["listen"] = f"127.0.0.1:{old.port}"
+        if old.port:
+            data["listen"] = f"127.0.0.1:{old.port}"
         if old.http_port:
             data["http_listen"] = f"127.0.0.1:{old.http_port}"
         _write_yaml(cfg, data)
@@ -169,6 +173,7 @@ class LocalFederation:
                         words = line.split()
                         ready.port = int(words[1])
                         ready.http_port = next((int(w[5:]) for w in words[2:] if w.startswith("http=")), 0)
+                        ready.local_socket = next((w[6:] for w in words[2:] if w.startswith("local=")), "")
                         sel.unregister(out)
                         pending.pop(out.fileno())
                         if on_ready is not None:
@@ -180,7 +185,7 @@ class LocalFederation:
         data = {
             "federation": self.federation,
             "curator": {"address": f"127.0.0.1:{self.procs['curator'].port}", "name": "curator"},
-            "parties": {p: f"127.0.0.1:{self.procs[p].port}" for p in self.parties if p in self.procs},
+            "parties": {p: LINK_ADDRESS for p in self.parties if p in self.procs},  # no address: each is reached over its link to the curator
             "compute_nodes": {n: f"127.0.0.1:{self.procs[n].port}" for n in self.compute_nodes if n in self.procs},
             "operator_tls": {k: str(self.workdir / "operator" / v) for k, v in {"cert": "site.crt", "key": "site.key", "ca": "ca.crt"}.items()},
             "pids": {n: pr.popen.pid for n, pr in self.procs.items()},
@@ -195,12 +200,9 @@ class LocalFederation:
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-        from mpdp_services.common.rpc import TlsFiles
-
-        tls = TlsFiles(self.workdir / "operator" / "site.crt", self.workdir / "operator" / "site.key", self.workdir / "operator" / "ca.crt")
-        creds = tls.channel_credentials()
+        creds = grpc.local_channel_credentials(grpc.LocalConnectionType.UDS)  # a party has no port: its local socket, on this machine
         for p in self.parties:
-            with grpc.secure_channel(f"127.0.0.1:{self.procs[p].port}", creds, options=[("grpc.ssl_target_name_override", p)]) as ch:
+            with grpc.secure_channel(f"unix:{self.procs[p].local_socket}", creds) as ch:
                 stub = health_pb2_grpc.HealthStub(ch)
                 for resp in stub.Watch(health_pb2.HealthCheckRequest(service="mpdp.precompute"), timeout=timeout):
                     if resp.status == health_pb2.HealthCheckResponse.SERVING:

@@ -483,11 +483,11 @@ class PathakParty(pb_grpc.PartyServicer):
         if to == CURATOR:
             address, site = self.cfg.curator.address, self.cfg.curator.name
             call = lambda: channels.call(address, site, CURATOR_SERVICE, CURATOR_METHODS[message.DESCRIPTOR.full_name], message, common_pb2.Ack, timeout)  # noqa: E731
-        else:
-            address = hosted.addresses.get(to.name) or ""
-            if not address:
-                await hosted.fail(Problem.PEER_UNREACHABLE, f"no address for party {to.name}")
+        else:  # relayed by the curator, sealed end to end for the recipient (services/party/link.py)
+            link = self.party.link
+            if to.name not in hosted.addresses or link is None:
+                await hosted.fail(Problem.PEER_UNREACHABLE, f"party {to.name} is not a party of job {hosted.machine.job_id}")
                 return
             method = PARTY_METHODS[message.DESCRIPTOR.full_name]
-            call = lambda: channels.call(address, to.name, SERVICE, method, message, common_pb2.Ack, timeout)  # noqa: E731
+            call = lambda: link.relay(to.name, SERVICE, method, message, common_pb2.Ack, timeout, hosted.machine.job_id)  # noqa: E731
         await hosted.send(to, message, call)

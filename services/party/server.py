@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import sys
+import tempfile
 from collections import Counter
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, NoReturn
@@ -26,10 +28,12 @@ from mpdp.messages import common_pb2, contribution_pb2_grpc, hamm2016_pb2_grpc, 
 from mpdp.pathak2010.resources import CuratorPublicKeys
 from mpdp_services.common import config as cfgmod, errors, metrics, readiness as ready
 from mpdp_services.common.errors import shown
-from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, advertised_address, register_at_curator, serve_until_signal, start_server, tls_failure
+from mpdp_services.common.pki import check_server_certificate
+from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, register_at_curator, serve_until_signal, start_local_server, tls_failure
 from mpdp_services.party import contribution, datasets, ensemble, local, pathak2010
 from mpdp_services.party.pathak2010 import CURATOR_SERVICE, PathakParty, curator_keys_from
 from mpdp_services.party.ledger_page import LedgerPage
+from mpdp_services.party.link import PartyLink
 from mpdp_services.party.precompute import PRECOMPUTE_HEALTH
 
 log = logging.getLogger("mpdp.party")
@@ -45,7 +49,8 @@ class Party:
     def __init__(self, cfg: cfgmod.PartyConfig) -> None:
         self.cfg = cfg
         self.rng = Drbg.from_os()
-        self.channels = PeerChannels(cfg.tls.files())
+        self.channels = PeerChannels(cfg.tls.files())  # to the curator and the compute nodes (servers); never to a party
+        self.link: PartyLink | None = None  # every call to this party, and every party-to-party step, travels over it
         self.ledger = Ledger(cfg.ledger, cfg.budget_epsilon, cfg.budget_delta)
         metrics.watch_ledger(self._ledger_figures)
         LedgerPage(cfg.name, self.ledger).install()
@@ -182,11 +187,15 @@ class Party:
         await errors.refuse(context, Problem.INTERNAL, f"party {self.cfg.name} cannot use its privacy ledger; see its log")
 
 
-async def register(cfg: cfgmod.PartyConfig, port: int, patience: float = 120.0) -> CuratorPublicKeys:
-    """Tell Charlie where this party listens; returns his public keys (see :func:`register_at_curator`)."""
+LINK_UP_SECONDS = 120.0  # the link must open this soon after registration, or the party does not start
+
+
+async def register(cfg: cfgmod.PartyConfig, patience: float = 120.0) -> CuratorPublicKeys:
+    """Register with Charlie (this party listens nowhere: he reaches it over its link); returns his public keys
+    (see :func:`register_at_curator`)."""
     keys = await register_at_curator(
         cfg.tls.files(), cfg.curator.address, cfg.curator.name, f"/{CURATOR_SERVICE}/RegisterParty",
-        pb.PartyRegistration(address=advertised_address(cfg.listen, cfg.advertise, port)), pb.CuratorKeys, patience,
+        pb.PartyRegistration(), pb.CuratorKeys, patience,
     )
     return curator_keys_from(keys)
 
@@ -221,12 +230,25 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
 
     roles = {**pathak2010.ROLES, **local.ROLES, **contribution.ROLES, **ensemble.ROLES}
     services = [pathak2010.SERVICE, local.SERVICE, contribution.SERVICE, ensemble.SERVICE]
-    server, port, health = await start_server(cfg.tls.files(), cfg.listen, RoleInterceptor(roles, cfg.federation or None, pinned={"curator": cfg.curator.name}), add, services,
-                                              serving=False)
+    federation = cfg.federation or check_server_certificate(cfg.tls.files().read()[0])
+    # no TCP port: the services listen on a socket in a folder only this process's user may open (mkdtemp: 0700),
+    # reached by the link client alone, which names each call's authenticated caller (services/party/link.py)
+    socket_dir = tempfile.mkdtemp(prefix=f"mpdp-{cfg.name[:32]}-")
+    socket_path = f"{socket_dir}/party.sock"
+    gate = RoleInterceptor(roles, federation, pinned={"curator": cfg.curator.name}, linked=True)
+    try:
+        server, health = await start_local_server(socket_path, gate, add, services, serving=False)
+        await _serve(cfg, ready_fd, party, pathak, server, health, roles, services, socket_path, federation, readiness, warm, probes_port)
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+async def _serve(cfg: cfgmod.PartyConfig, ready_fd, party: Party, pathak: PathakParty, server, health, roles, services, socket_path: str, federation: str,
+                 readiness: ready.Readiness, warm, probes_port: int) -> None:
     await readiness.attach(health, services)  # SERVING once the kernels are compiled and the party registered with the curator
     await warm  # no job reaches a party that is still compiling: the curator learns of it only after this
     try:
-        keys = await register(cfg, port)
+        keys = await register(cfg)
     except grpc.aio.AioRpcError as e:
         if tls_failure(e):
             hint = "this site does not trust the curator's certificate: check that ca.crt is this federation's CA and the curator's certificate is valid (`mpdp provision show ca.crt`)"
@@ -240,8 +262,19 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
         raise SystemExit(2)
     pathak.start(keys)
     party.registered = True
+    party.link = PartyLink(cfg, socket_path, federation, roles)
+    party.link.start()
+    try:
+        await party.link.wait_up(LINK_UP_SECONDS)
+    except TimeoutError:
+        print(f"mpdp party {cfg.name}: registered with curator {cfg.curator.name} at {cfg.curator.address}, but its link did not open "
+              f"in {LINK_UP_SECONDS:g} s; see this party's and the curator's logs", file=sys.stderr)
+        await party.link.stop()
+        await server.stop(0)
+        raise SystemExit(2)
     await readiness.done(ready.REGISTERED)
-    log.info("party %s listening on port %d, registered with %s", cfg.name, port, cfg.curator.name)
-    await serve_until_signal(server, health, port, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port)
+    log.info("party %s linked to %s (no listening port; its services on %s)", cfg.name, cfg.curator.name, socket_path)
+    await serve_until_signal(server, health, 0, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port,
+                             on_stop=party.link.stop, announce=f"local={socket_path}")
     pathak.stop()
     await party.channels.close()

@@ -38,6 +38,7 @@ from cryptography.x509.oid import NameOID
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mpdp_services.common import pki
+from mpdp_services.common.link import LINK_ADDRESS
 from mpdp_services.common.config import DatasetConfig
 from mpdp_services.common.durable import PRIVATE, PUBLIC, make_private_dir, write_atomic
 
@@ -83,8 +84,8 @@ class _Site(_Strict):
 
     @property
     def san_hosts(self) -> list[str]:
-        host = split_address(self.address)[0]
-        return list(dict.fromkeys([host, *self.hosts]))
+        host = [split_address(self.address)[0]] if self.address else []
+        return list(dict.fromkeys([*host, *self.hosts]))
 
 
 class CuratorSpec(_Site):
@@ -97,6 +98,10 @@ class ComputeNodeSpec(_Site):
 
 
 class PartySpec(_Site):
+    """A party (`mpdp serve party --config party.yaml`). It listens nowhere: it dials the curator and keeps its link
+    open (services/party/link.py), so it needs no address, no inbound firewall rule and no port."""
+
+    address: str | None = Field(None, description="unused: a party listens on no port (it dials the curator); an address given is ignored")  # type: ignore[assignment]
     datasets: dict[str, DatasetConfig] = Field({}, description="dataset name → file on the party's own machine")
     ledger: str = Field("state/ledger.json", description="the privacy ledger (relative to the site folder, or absolute)")
     budget_epsilon: float | None = Field(None, description="this party's total ε budget (default: defaults.budget_epsilon)")
@@ -320,7 +325,7 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
             cert = pki.sign_csr(pki.make_csr(key, role, site.name), ca.key, ca.cert, hosts, spec.validity_days)
             pki.write_site(folder, key, cert, ca.cert)
             key_here = True
-        address = getattr(site, "address", None)
+        address = getattr(site, "address", None) if role != "party" else None  # a party listens nowhere
         r = SiteResult(site.name, role, folder, address, fingerprint(cert), cert.not_valid_after_utc, key_here)
         result.sites.append(r)
         return r
@@ -338,7 +343,6 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
             "advertise": cur.address,
             "state_dir": cur.state_dir,
             "dgk_bits": d.dgk_bits,
-            "parties": {p.name: p.address for p in spec.parties},
             "compute_nodes": {c.name: c.address for c in spec.compute_nodes},
             "members": [p.name for p in spec.parties],  # the federation as provisioned: only these register
             "compute_node_members": [c.name for c in spec.compute_nodes],
@@ -360,9 +364,7 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
             {
                 "name": p.name,
                 **common,
-                "listen": p.bind,
-                "advertise": p.address,
-                "curator": {"address": cur.address, "name": cur.name},
+                "curator": {"address": cur.address, "name": cur.name},  # the one place it dials, besides the compute nodes
                 "datasets": {k: _dataset_dict(v) for k, v in p.datasets.items()},
                 "ledger": p.ledger,
                 "budget_epsilon": p.budget_epsilon if p.budget_epsilon is not None else d.budget_epsilon,
@@ -376,7 +378,7 @@ def provision(spec: FederationSpec, out: str | Path, ca_folder: str | Path | Non
         write_atomic(
             r.folder / "endpoints.json",
             json.dumps({"federation": spec.federation, "curator": {"address": cur.address, "name": cur.name}, "operator_tls": dict(TLS),
-                        "parties": {p.name: p.address for p in spec.parties},
+                        "parties": {p.name: LINK_ADDRESS for p in spec.parties},
                         # the DCA protocols (dp-gd, regression, ensembles, sums) name the compute nodes in their job specs
                         "compute_nodes": {c.name: c.address for c in spec.compute_nodes}}, indent=2)
             + "\n",
@@ -567,8 +569,9 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
             "mpdp serve curator --config curator.yaml",
             "```",
             "",
-            f"Listens on `{cur.bind}`; open this port inbound to the parties and the operator. It dials out to every party "
-            f"({', '.join(p.address for p in spec.parties)}). Published models are kept in `{cur.state_dir}/models/`.",
+            f"Listens on `{cur.bind}`; open this port inbound to the parties, the compute nodes and the operator. It dials out to "
+            f"the compute nodes only: each party keeps a link open to it, and every call to a party (and every party-to-party "
+            f"step, sealed end to end) travels over that link. Published models are kept in `{cur.state_dir}/models/`.",
         ]
     elif r.role == "party":
         p = next(x for x in spec.parties if x.name == r.name)
@@ -577,8 +580,9 @@ def _write_readme(r: SiteResult, spec: FederationSpec, ca: CertificateAuthority)
             "mpdp serve party --config party.yaml",
             "```",
             "",
-            f"Listens on `{p.bind}` (others dial `{p.address}`): open it inbound to the curator `{cur.address}` and the other parties. "
-            f"It dials out to the curator and to the other parties ({', '.join(x.address for x in spec.parties if x.name != p.name)}).",
+            f"Listens on no port: no inbound firewall rule is needed. It dials out to the curator `{cur.address}` (and keeps that "
+            f"connection open: the curator's calls and the other parties' steps come back over it) and, for DCA jobs, to the compute "
+            f"nodes ({', '.join(c.address for c in spec.compute_nodes) or 'none provisioned'}).",
             "",
             "Data stays here: the party reads these files itself when a job names the dataset; no record leaves this machine.",
             "",

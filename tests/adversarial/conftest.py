@@ -25,7 +25,6 @@ import math
 import os
 import re
 import time
-from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,6 +43,7 @@ from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, operations_pb2 as o
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
 from mpdp_services.launcher.federation import LocalFederation
+from tests.linked import LinkedServer, PartyChannel, local_serving
 
 PARTIES = ["party-1", "party-2", "party-3"]
 NODES = ["node-1", "node-2", "node-3"]
@@ -152,26 +152,28 @@ def mint_custom(fed: LocalFederation, label: str, subject: list[tuple[Any, str]]
     return TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
 
 
-def channel(fed: LocalFederation, target: str, tls: TlsFiles, **options: Any) -> grpc.Channel:
+def channel(fed: LocalFederation, target: str, tls: TlsFiles, **options: Any) -> Any:
+    """A channel to ``target`` as the holder of ``tls``. A party listens nowhere: a call to it is what that holder can
+    make of it, down the party's link as the curator or sealed through the curator's relay (tests/linked.py)."""
+    if target in fed.parties:
+        return PartyChannel(address(fed, "curator"), target, tls, fed.federation, fed.procs[target].local_socket)
     opts = [("grpc.ssl_target_name_override", target), *options.items()]
     return grpc.secure_channel(address(fed, target), tls.channel_credentials(), options=opts)
 
 
-def serve_party(fed: LocalFederation, name: str, servicer: Any) -> tuple[grpc.Server, TlsFiles]:
-    """The test's own Pathak party server under ``name`` (a certificate minted for it), registered at the curator,
-    so that a job naming ``name`` talks to ``servicer``. The caller stops the server."""
+def serve_party(fed: LocalFederation, name: str, servicer: Any) -> tuple[LinkedServer, TlsFiles]:
+    """The test's own Pathak party server under ``name`` (a certificate minted for it), registered at the curator and
+    linked to it as a party is, so that a job naming ``name`` talks to ``servicer``. The caller stops the server."""
     tls = mint(fed, "party", name)
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    pk_grpc.add_PartyServicer_to_server(servicer, server)
-    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
-    server.start()
+    with channel(fed, "curator", tls) as ch:
+        pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(), timeout=30)
+    linked = LinkedServer(address(fed, "curator"), name, tls, fed.federation, lambda server: pk_grpc.add_PartyServicer_to_server(servicer, server))
     try:
-        with channel(fed, "curator", tls) as ch:
-            pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
+        linked.wait_up()
     except BaseException:
-        server.stop(0)
+        linked.stop()
         raise
-    return server, tls
+    return linked, tls
 
 
 # -- raw calls ---------------------------------------------------------------------------------------------
@@ -246,7 +248,11 @@ def until_metric(fed: LocalFederation, site: str, name: str, at_least: float, se
 
 
 def assert_serving(fed: LocalFederation, site: str, timeout: float = 10.0) -> None:
-    """The site's health service answers SERVING within ``timeout`` (operator certificate)."""
+    """The site's health service answers SERVING within ``timeout`` (operator certificate; a party's on its local
+    socket, as it has no port)."""
+    if site in fed.parties:
+        assert local_serving(fed.procs[site].local_socket), site
+        return
     with channel(fed, site, site_tls(fed, "operator")) as ch:
         resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
     assert resp.status == health_pb2.HealthCheckResponse.SERVING, f"{site}: {resp}"

@@ -55,6 +55,11 @@ def _ended_on_abort(fed, party: str, job: str) -> bool:
     return log.exists() and f"job {job}: party received JobAbort from curator:curator, now FAILED" in log.read_text()
 
 
+def _accepted(fed, party: str, job: str) -> bool:
+    log = fed.workdir / "curator" / "service.log"
+    return log.exists() and f"job {job}: curator received JobAcceptance from party:{party}" in log.read_text()
+
+
 def _announced(fed, party: str, job: str) -> bool:
     log = fed.workdir / party / "service.log"
     return log.exists() and f"job {job} announced" in log.read_text()
@@ -72,7 +77,8 @@ def test_curator_killed_before_the_spend_fails_the_pathak_job_and_no_party_is_ch
         with operator_curator(fed) as ch:
             job = job_host(ch).SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"restart-unspent", deadline=DEADLINE)), timeout=60).job_id
         waiting = [p for p in PARTIES if p != stopped]
-        _until(lambda: all(_announced(fed, p, job) for p in waiting), 60.0, "the other parties hold the job")
+        # the others hold the job and their acceptances reached the curator (none in flight when it is killed)
+        _until(lambda: all(_announced(fed, p, job) and _accepted(fed, p, job) for p in waiting), 60.0, "the other parties hold the job")
         fed.kill("curator", signal.SIGKILL)
         fed.restart("curator")
     finally:

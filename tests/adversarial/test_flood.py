@@ -76,7 +76,7 @@ def _rss_mb(pid: int) -> float:
 @pytest.mark.parametrize("target, service, method", [
     ("curator", "mpdp.messages.JobOperations", "SubmitJob"),  # unary
     ("curator", "mpdp.messages.JobOperations", "WatchJob"),  # unary request, streamed answer
-    ("party-1", "mpdp.messages.Party", "AnnounceJob"),
+    ("curator", "mpdp.messages.PartyLink", "Relay"),  # a party listens nowhere: what reaches a party goes through here
 ])
 def test_large_bodies_from_a_roleless_certificate_are_refused_before_they_are_received(fed, target, service, method):
     """4 × 56 MB bodies at once from a certificate of the federation's CA with no role (no OU): each is refused

@@ -125,8 +125,8 @@ def test_a_size_remainder_outside_its_public_range_is_refused_by_the_curator(fed
     sealed = pk.SealedSizeRemainder(job_id=job, position=pi1[1], ciphertext=zeta.to_bytes(zeta.encrypt(b % zeta.n, factor=pow(7, zeta.n, zeta.nsquare))))
     with channel(fed, REAL, tls) as ch:
         stub = pk_grpc.PartyStub(ch)
-        if pi1[1] == 0:  # the mock's a goes to the party at its position
-            stub.SendSizeShare(pk.SizeShare(job_id=job, a=b"\x00"), timeout=60)
+        # every party sends a SizeShare to every other party: its a to the party at its position, cover to the rest
+        stub.SendSizeShare(pk.SizeShare(job_id=job, a=b"\x00"), timeout=60)
         stub.SendSealedSizeRemainder(sealed, timeout=60)
     enc_a = pk.EncryptedSizeShare(job_id=job, ciphertext=xi.to_bytes(xi.encrypt(0, factor=pow(11, xi.n, xi.nsquare))))
     with channel(fed, "curator", tls) as ch:

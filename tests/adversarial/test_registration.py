@@ -23,6 +23,9 @@ from mpdp.dpgd.plan import DpgdPlan
 from mpdp.messages import common_pb2, dca_pb2, dca_pb2_grpc, operations_pb2_grpc, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
 from mpdp_services.common import jobs
 
+from mpdp.messages import link_pb2, link_pb2_grpc
+from mpdp_services.common.link import LINK_ADDRESS
+
 from .conftest import NODES, PARTIES, address, assert_serving, assert_status, channel, mint, refused, site_tls, start_federation, submit_learner
 
 FIXED = "party-fixed"  # a party whose address the curator's config fixes (as `mpdp provision` writes it)
@@ -40,9 +43,26 @@ def _registered(fed, kind: str) -> dict[str, dict]:
     return json.loads((fed.workdir / "curator" / "state" / f"{kind}.json").read_text())
 
 
-def _register_party(fed, tls, where: str):
+def _register_party(fed, tls, where: str = ""):
     with channel(fed, "curator", tls) as ch:
         return pk_grpc.CuratorStub(ch).RegisterParty(pk.PartyRegistration(address=where), timeout=20)
+
+
+def mint_twin(fed, name: str):
+    """A second certificate under ``name`` with a new key (mint() reuses one folder per name)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from mpdp_services.common import pki
+    from mpdp_services.common.rpc import TlsFiles
+
+    folder = fed.workdir / "minted" / f"twin-{name}"
+    if not (folder / "site.crt").exists():
+        ca = fed.workdir / "ca"
+        key, cert = pki.issue(serialization.load_pem_private_key((ca / "ca.key").read_bytes(), None), x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes()),
+                              "party", name, ["127.0.0.1"])
+        pki.write_site(folder, key, cert, x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes()))
+    return TlsFiles(folder / "site.crt", folder / "site.key", folder / "ca.crt")
 
 
 def _register_node(fed, tls, where: str):
@@ -51,7 +71,7 @@ def _register_node(fed, tls, where: str):
 
 
 def test_a_name_that_is_no_member_cannot_register(fed):
-    e = refused(lambda: _register_party(fed, mint(fed, "party", "party-9"), "127.0.0.1:9"))
+    e = refused(lambda: _register_party(fed, mint(fed, "party", "party-9")))
     assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
     e = refused(lambda: _register_node(fed, mint(fed, "compute_node", "node-9"), "127.0.0.1:9"))
     assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
@@ -59,46 +79,54 @@ def test_a_name_that_is_no_member_cannot_register(fed):
 
 
 def test_a_second_certificate_under_a_members_name_cannot_move_it(fed):
-    """party-1 and node-1 re-minted from the CA (a new key under the member's name): refused, addresses unchanged."""
+    """party-1 and node-1 re-minted from the CA (a new key under the member's name): refused, registrations unchanged;
+    the re-minted party-1 can neither take over party-1's link nor relay in its name."""
     before_p, before_n = _registered(fed, "parties")["party-1"], _registered(fed, "compute_nodes")["node-1"]
-    assert before_p["address"] == address(fed, "party-1") and before_p["key"].startswith("sha256:")
-    e = refused(lambda: _register_party(fed, mint(fed, "party", "party-1"), "127.0.0.1:9"))
+    assert before_p["address"] == LINK_ADDRESS and before_p["key"].startswith("sha256:")
+    twin = mint(fed, "party", "party-1")
+    e = refused(lambda: _register_party(fed, twin))
     assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
+    with channel(fed, "curator", twin) as ch:
+        stub = link_pb2_grpc.PartyLinkStub(ch)
+        assert_status(refused(lambda: next(iter(stub.Open(link_pb2.LinkHello(), timeout=20)))), grpc.StatusCode.PERMISSION_DENIED)
+        assert_status(refused(lambda: stub.Relay(link_pb2.SealedCall(), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
+        assert_status(refused(lambda: stub.Certificate(link_pb2.PartyCertificateRequest(name="party-2"), timeout=20)), grpc.StatusCode.PERMISSION_DENIED)
     e = refused(lambda: _register_node(fed, mint(fed, "compute_node", "node-1"), "127.0.0.1:9"))
     assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
     assert _registered(fed, "parties")["party-1"] == before_p and _registered(fed, "compute_nodes")["node-1"] == before_n
 
 
 def test_a_member_moves_its_own_registration(fed):
-    """A restarted site re-registers with its own certificate, possibly at another port: that is taken."""
-    own = address(fed, "party-2")
-    _register_party(fed, site_tls(fed, "party-2"), "127.0.0.1:9")
-    assert _registered(fed, "parties")["party-2"]["address"] == "127.0.0.1:9"
-    _register_party(fed, site_tls(fed, "party-2"), own)
-    assert _registered(fed, "parties")["party-2"]["address"] == own
+    """A restarted site re-registers with its own certificate (a node possibly at another port): that is taken. A party
+    registers no address (it listens nowhere): one that names an address is refused MALFORMED."""
+    _register_party(fed, site_tls(fed, "party-2"))
+    assert _registered(fed, "parties")["party-2"]["address"] == LINK_ADDRESS
+    assert_status(refused(lambda: _register_party(fed, site_tls(fed, "party-2"), "127.0.0.1:9")), grpc.StatusCode.INVALID_ARGUMENT)
     _register_node(fed, site_tls(fed, "node-2"), address(fed, "node-2"))
     fed.kill("party-3")
     fed.restart("party-3")  # registers again at start-up with its own certificate
     assert_serving(fed, "party-3")
 
 
-def test_a_provisioned_address_is_never_changed_by_registration(fed):
+def test_a_party_named_in_the_config_registers_and_is_pinned_to_its_key(fed):
+    """A party in the curator config's `parties` is a member; its address there is unused (it listens nowhere): it
+    registers like any member and only its key may use its name afterwards."""
     tls = mint(fed, "party", FIXED)
-    e = refused(lambda: _register_party(fed, tls, "127.0.0.1:10"))
-    assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
-    _register_party(fed, tls, FIXED_ADDRESS)  # the same address: answered as usual, nothing changes
-    assert FIXED not in _registered(fed, "parties")  # the config's address is not a registration
+    _register_party(fed, tls)
+    assert _registered(fed, "parties")[FIXED]["address"] == LINK_ADDRESS
+    twin = mint_twin(fed, FIXED)
+    assert_status(refused(lambda: _register_party(fed, twin)), grpc.StatusCode.PERMISSION_DENIED)
 
 
 def test_the_key_pin_survives_a_curator_restart(fed):
     fed.kill("curator")
     fed.restart("curator")
-    e = refused(lambda: _register_party(fed, mint(fed, "party", "party-1"), "127.0.0.1:9"))
+    e = refused(lambda: _register_party(fed, mint(fed, "party", "party-1")))
     assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
-    e = refused(lambda: _register_party(fed, mint(fed, "party", "party-9"), "127.0.0.1:9"))
+    e = refused(lambda: _register_party(fed, mint(fed, "party", "party-9")))
     assert_status(e, grpc.StatusCode.PERMISSION_DENIED)
-    _register_party(fed, site_tls(fed, "party-1"), address(fed, "party-1"))
-    assert _registered(fed, "parties")["party-1"]["address"] == address(fed, "party-1")
+    _register_party(fed, site_tls(fed, "party-1"))
+    assert _registered(fed, "parties")["party-1"]["address"] == LINK_ADDRESS
 
 
 def _learner_spec(job_id: str):

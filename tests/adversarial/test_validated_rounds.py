@@ -37,6 +37,7 @@ from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc, d
 from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.dca_client.client import submit_vector
 
+from tests.linked import assert_parties_listen_on_no_grpc_port
 from tests.adversarial.conftest import (job_host, client_ledger,
     D,
     NODES,
@@ -151,6 +152,7 @@ def test_a_malicious_party_in_a_validated_dpgd_round_is_rejected_and_the_round_r
     for p in HONEST:
         assert _ask(fed, p, req).party == p
     r = _release(fed, dca_job)
+    assert_parties_listen_on_no_grpc_port(fed)  # a validated DCA round: the parties dialed the nodes and the curator only
     assert (r.clients_included, r.clients_rejected, r.validate) == (len(HONEST), 1, dca_pb2.VALIDATE_L2)
     assert MALLORY not in str(r)
     _within_noise(r, _honest_round_sum(), params.frac_bits)

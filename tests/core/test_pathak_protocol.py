@@ -107,7 +107,7 @@ def test_share_and_mask_invariants(small_secrets):
     b_by_pos = [zeta.decrypt_signed(int.from_bytes(c, "big")) for c in rem.ciphertexts]
     for j, name in enumerate(names):
         holder = r.parties[names[pi1[j]]]
-        a = int.from_bytes(next(m for s, m in holder.transcript if isinstance(m, pb.SizeShare)).a, "big") if pi1[j] != j else None
+        a = int.from_bytes(next(m for s, m in holder.transcript if isinstance(m, pb.SizeShare) and s.name == name).a, "big") if pi1[j] != j else None
         if a is not None:
             assert a + b_by_pos[pi1[j]] == n[j]
     # ã + b̃ = π2(π1(n))

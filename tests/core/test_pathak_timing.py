@@ -37,6 +37,7 @@ ALLOWED = {
     "mpdp.messages.EnsembleRelease": "stage_seconds",
     "mpdp.messages.LearnerModel": "seconds",
     "mpdp.messages.JobSummary": "stage_seconds",
+    "mpdp.messages.LinkDown": "timeout_seconds",  # the curator's call down a party's link: the caller's own deadline
 }
 # What a party sends: the Pathak steps it calls on Charlie and on other parties, and the answers of every service a
 # party serves (each answer is a message the party sends back).
@@ -46,6 +47,7 @@ PARTY_CALLS = {
     "mpdp.messages.Party": {"SendPartySecrets", "SendPi1Reveal", "SendSizeShare", "SendSealedSizeRemainder", "SendMaskedSize",
                             "SendNoiseChain", "SendNoiseScaleShare", "SendNoiseScale", "SendResharePiece", "AbortJob"},
     "mpdp.messages.ComputeNode": {"SubmitShares", "SubmitShareBatch", "AbortJob"},  # a party is a DCA client
+    "mpdp.messages.PartyLink": {"Open", "Answer", "Relay", "Certificate"},  # its link: the answers, the sealed steps it relays
 }
 PARTY_SERVICES = ("mpdp.messages.Party", "mpdp.messages.ContributionParty", "mpdp.messages.EnsembleParty", "mpdp.messages.LocalModelParty")
 
@@ -98,6 +100,7 @@ def test_only_specs_and_curator_reports_have_duration_fields():
 def test_no_message_a_party_sends_carries_a_duration():
     sent = _party_sent()
     assert "mpdp.messages.PublishedShare" in sent and "mpdp.messages.JobAcceptance" in sent  # the walk covers them
+    assert {"mpdp.messages.LinkAnswer", "mpdp.messages.SealedCall"} <= set(sent)  # and the link's messages
     assert {"mpdp.messages.VoteResponse", "mpdp.messages.ClientShare"} & set(sent), sorted(sent)  # and other protocols
     for name, d in sent.items():
         assert name not in ALLOWED, f"a party sends {name}, which has a duration field"

@@ -155,7 +155,10 @@ def test_compose_file_passes_the_real_compose_config(compose):
         assert svc.get("init") is True and svc.get("pull_policy") == "never", name
         assert not svc.get("ports"), f"{name} publishes ports"
         assert list(svc["networks"]) == ["federation"], name
-        if name not in ("operator", "prometheus"):
+        if name in PARTIES:  # a party listens on no gRPC port: its readiness is its plain-HTTP probe, on loopback
+            assert "/readyz" in " ".join(svc["healthcheck"]["test"]) and svc["environment"]["MPDP_PROBE_LISTEN"].startswith("127.0.0.1:"), name
+            assert "MPDP_LISTEN" not in svc["environment"], name
+        elif name not in ("operator", "prometheus"):
             assert "mpdp_services.cli.health" in svc["healthcheck"]["test"], name
             assert svc["environment"]["MPDP_HTTP_LISTEN"] == "0.0.0.0:9100" and svc["environment"]["MPDP_HTTP_TOKEN_FILE"]
     assert "promtool" in services["prometheus"]["healthcheck"]["test"]

@@ -60,6 +60,10 @@ def test_the_role_runs_as_the_manifest_says(name):
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert c[probe]["httpGet"]["port"] in ("probes", probe_port)
+    if KINDS[name] == "party":  # it listens on no gRPC port (it dials the curator): no Service, no gRPC port to expose
+        assert "MPDP_LISTEN" not in env and set(ports) == {"probes"}
+        assert not [d for d in docs if d["kind"] == "Service"]
+        return
     grpc_port = int(env["MPDP_LISTEN"].rsplit(":", 1)[1])
     (svc,) = [d for d in docs if d["kind"] == "Service"]
     assert [p["port"] for p in svc["spec"]["ports"]] == [grpc_port]  # the probes are not published by the Service

@@ -7,11 +7,13 @@ those addresses, so nothing can silently rely on localhost. Invariants checked:
 
 - a Pathak job and a DCA job (the operator's load generator plays the DCA clients) across the namespaces
   are released;
+- a party only dials out: every party namespace drops inbound TCP connection attempts (iptables, SYN → DROP),
+  and the jobs still run;
 - every TCP connection seen in each namespace (sampled during and after the jobs with `ss`) goes only
-  where the protocols say: parties ↔ curator:7000 and other parties:7101; compute nodes ↔ curator:7000 and
-  other nodes:7200; operator → curator:7000 and (as DCA router) nodes:7200. The operator never talks to a
-  party, parties and compute nodes never talk to each other, nobody uses loopback, and the expected links
-  (party↔party, node↔node, curator→node) do exist;
+  where the protocols say: parties → curator:7000 (their links; party-to-party steps are relayed by the curator,
+  sealed end to end), never to each other and never inbound; compute nodes ↔ curator:7000 and other nodes:7200;
+  operator → curator:7000 and (as DCA router) nodes:7200. Nobody uses loopback, and the expected links
+  (party→curator, node↔node, curator→node) do exist;
 - a party configured with another federation's certificate and CA (impersonating party-1) is refused
   and exits, and a client holding a foreign certificate is refused by the curator;
 - every process and namespace is gone afterwards, also on failure.
@@ -41,7 +43,7 @@ pytestmark = [pytest.mark.deploy, pytest.mark.integration]
 
 PARTIES = ["party-1", "party-2", "party-3"]
 NODES = ["compute-1", "compute-2", "compute-3"]
-CURATOR_PORT, PARTY_PORT, NODE_PORT = 7000, 7101, 7200
+CURATOR_PORT, NODE_PORT = 7000, 7200
 
 
 @dataclass
@@ -144,7 +146,7 @@ def federation_yaml(path: Path, name: str, addresses: dict[str, str], parties: l
         "curator": {"name": "curator", "address": f"{addresses['curator']}:{CURATOR_PORT}", "state_dir": "state"},
         "compute_nodes": [{"name": n, "address": f"{addresses[n]}:{NODE_PORT}"} for n in nodes],
         "parties": [
-            {"name": p, "address": f"{addresses[p]}:{PARTY_PORT}", "datasets": {"breast_cancer": {"path": str(path.parent / "data" / p / "breast_cancer.csv"), "format": "csv"}}}
+            {"name": p, "hosts": [addresses[p]], "datasets": {"breast_cancer": {"path": str(path.parent / "data" / p / "breast_cancer.csv"), "format": "csv"}}}
             for p in parties
         ],
         "defaults": {"test_mode": True, "paillier_bits": 1024, "dgk_bits": 1024, "budget_epsilon": 100},
@@ -181,12 +183,14 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
     # sanity: the configs name the namespace addresses, not localhost
     assert yaml.safe_load((out / "party-1" / "party.yaml").read_text())["curator"]["address"] == f"{lab.addresses['curator']}:{CURATOR_PORT}"
 
+    for p in PARTIES:  # a hospital network: nothing may connect in to a party (it dials out only)
+        run(["ip", "netns", "exec", lab.hosts[p], "iptables", "-A", "INPUT", "-p", "tcp", "--syn", "-j", "DROP"])
     cur = lab.spawn("curator", ["serve", "curator", "--config", "curator.yaml"], out / "curator")
     assert wait_ready(cur, out / "curator" / "service.log") == CURATOR_PORT
     parties = {p: lab.spawn(p, ["serve", "party", "--config", "party.yaml"], out / p) for p in PARTIES}
     nodes = {n: lab.spawn(n, ["serve", "compute-node", "--config", "compute_node.yaml"], out / n) for n in NODES}
     for p, proc in parties.items():
-        assert wait_ready(proc, out / p / "service.log") == PARTY_PORT
+        assert wait_ready(proc, out / p / "service.log") == 0  # no gRPC port: linked to the curator
     for n, proc in nodes.items():
         assert wait_ready(proc, out / n / "service.log") == NODE_PORT
 
@@ -244,7 +248,7 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
         assert [e["job_id"] for e in entries] == [summary["job_id"]]
 
     ip = lab.addresses
-    curator_ep, party_eps = f"{ip['curator']}:{CURATOR_PORT}", {f"{ip[p]}:{PARTY_PORT}" for p in PARTIES}
+    curator_ep = f"{ip['curator']}:{CURATOR_PORT}"
     node_eps = {f"{ip[n]}:{NODE_PORT}" for n in NODES}
     party_ips, node_ips = {ip[p] for p in PARTIES}, {ip[n] for n in NODES}
 
@@ -261,7 +265,7 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
                     problems.append(f"operator talks to {peer}, not only the curator and (as DCA router) the compute nodes")
             elif site == "curator":
                 inbound = local == curator_ep and host(peer) in party_ips | node_ips | {ip["operator"], ip["intruder"]}
-                outbound = peer in party_eps | node_eps
+                outbound = peer in node_eps  # never to a party: parties dial in
                 if not (inbound or outbound):
                     problems.append(f"curator: unexpected {local} ↔ {peer}")
             elif site in NODES:
@@ -271,17 +275,13 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
                 if not (inbound or outbound):
                     problems.append(f"{site}: unexpected {local} ↔ {peer}")
             else:
-                me = f"{ip[site]}:{PARTY_PORT}"
-                inbound = local == me and host(peer) in (party_ips - {ip[site]}) | {ip["curator"]}
-                outbound = peer == curator_ep or peer in party_eps - {me}
-                if not (inbound or outbound):
-                    problems.append(f"{site}: unexpected {local} ↔ {peer} (the operator and other hosts must never reach a party)")
+                if peer != curator_ep:
+                    problems.append(f"{site}: unexpected {local} ↔ {peer} (a party only dials the curator here; nothing reaches it)")
     assert not problems, "\n".join(problems)
     # the check is not vacuous: parties reached the curator and each other, the operator reached the curator
     assert any(peer == curator_ep for _, _, peer in seen["operator"])
     for p in PARTIES:
         assert any(peer == curator_ep for _, _, peer in seen[p]), f"{p} never connected to the curator"
-        assert any(peer in party_eps for _, _, peer in seen[p]), f"{p} never connected to another party"
     for n in NODES:
         assert any(peer == curator_ep for _, _, peer in seen[n]), f"{n} never connected to the curator"
         assert any(peer in node_eps or (local in node_eps and host(peer) in node_ips) for _, local, peer in seen[n]), f"{n} never talked to another node"

@@ -84,11 +84,11 @@ def test_configs_load_with_the_services_config_classes(tmp_path):
     out = tmp_path / "sites"
     cur = cfgmod.load(cfgmod.CuratorConfig, out / "curator" / "curator.yaml")
     assert cur.federation == "test-fed" and cur.listen == "0.0.0.0:7000" and cur.paillier_bits == 2048 and cur.dgk_bits == 2048
-    assert cur.parties == {"hospital-a": "a.example.org:7101", "hospital-b": "b.example.org:7101", "hospital-c": "c.example.org:7101"}
+    assert cur.parties == {} and cur.members == ["hospital-a", "hospital-b", "hospital-c"]  # parties have no address: they link
     assert cur.compute_nodes == {"compute-1": "cn1.example.org:7200"}
     assert cur.tls.key == out / "curator" / "site.key" and not cur.test_mode
     a = cfgmod.load(cfgmod.PartyConfig, out / "hospital-a" / "party.yaml")
-    assert a.advertise == "a.example.org:7101" and a.listen == "0.0.0.0:7101"
+    assert a.advertise is None  # a party listens nowhere; it dials the curator
     assert (a.curator.address, a.curator.name) == ("charlie.example.org:7000", "curator")
     assert a.datasets["adult"].path == Path("/data/adult.csv") and a.datasets["adult"].format == "csv"
     assert a.budget_epsilon == 10.0 and a.ledger == out / "hospital-a" / "state" / "ledger.json"
@@ -102,7 +102,8 @@ def test_configs_load_with_the_services_config_classes(tmp_path):
     assert doc["compute_nodes"] == {"compute-1": "cn1.example.org:7200"} and sorted(doc["parties"]) == ["hospital-a", "hospital-b", "hospital-c"]
     readme = (out / "operator" / "README.md").read_text()
     assert "--parties hospital-a,hospital-b,hospital-c --epsilon 0.5 --lam 0.01" in readme
-    assert "7101" in (out / "hospital-a" / "README.md").read_text() and "ledger" in (out / "hospital-a" / "README.md").read_text()
+    readme_a = (out / "hospital-a" / "README.md").read_text()
+    assert "Listens on no port" in readme_a and "charlie.example.org:7000" in readme_a and "7101" not in readme_a and "ledger" in readme_a
 
 
 def test_rotation_reuses_the_ca_and_needs_force(tmp_path):

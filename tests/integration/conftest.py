@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import queue
-from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -14,6 +13,7 @@ from mpdp.messages import common_pb2, pathak2010_pb2 as pb, pathak2010_pb2_grpc 
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
 from mpdp_services.launcher.federation import LocalFederation
+from tests.linked import LinkedServer
 
 PARTIES = ["party-1", "party-2", "party-3"]
 D = 4
@@ -93,17 +93,16 @@ def mock_party(federation):
     key, cert = pki.issue(ca_key, ca_cert, "party", "party-mock", ["127.0.0.1"])
     pki.write_site(federation.workdir / "party-mock", key, cert, ca_cert)
     tls = site_tls(federation, "party-mock")
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    servicer = MockParty()
-    pb_grpc.add_PartyServicer_to_server(servicer, server)
-    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
-    server.start()
     ch = curator_channel(federation, tls)
     stub = pb_grpc.CuratorStub(ch)
-    stub.RegisterParty(pb.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
+    stub.RegisterParty(pb.PartyRegistration(), timeout=30)  # a party listens nowhere: Charlie reaches it over its link
+    servicer = MockParty()
+    linked = LinkedServer(f"127.0.0.1:{federation.procs['curator'].port}", "party-mock", tls, federation.federation,
+                          lambda server: pb_grpc.add_PartyServicer_to_server(servicer, server))
+    linked.wait_up()
     yield stub, servicer
     ch.close()
-    server.stop(0)
+    linked.stop()
 
 
 DEMO_PARTIES = ["party-1", "party-2", "party-3"]

@@ -28,6 +28,7 @@ from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.common.rpc import CHANNEL_OPTIONS, TlsFiles
 from mpdp_services.dca_client.client import DcaOperator
 from mpdp_services.launcher.federation import LocalFederation
+from tests.linked import assert_parties_listen_on_no_grpc_port
 from mpdp_services.operator.dpgd import run_dpgd
 
 pytestmark = pytest.mark.integration
@@ -76,6 +77,7 @@ def test_dpgd_job_over_sockets(tmp_path):
         ep = Endpoints.load(fed.workdir)
         run = run_dpgd(ep, "logit", PARTIES, NODES, plan, BOUND, job_id=job, seed=seed)  # the curator hosts the job
         assert len(run.dca_jobs) == plan.rounds + 1 and run.model.shape == (D, 1)
+        assert_parties_listen_on_no_grpc_port(fed)  # asked for their contributions over their links
         g = plan.guarantee
         for p in PARTIES:
             entries = _ledger(fed, p)

@@ -32,7 +32,9 @@ from mpdp_services.common.config import DatasetConfig
 from mpdp_services.curator.ensemble import _load_auxiliary
 from mpdp_services.operator.ensemble import fetch, train_ensemble
 from mpdp_services.launcher.federation import LocalFederation
+from mpdp.messages import link_pb2
 from tests.integration.conftest import curator_channel, site_tls
+from tests.linked import assert_parties_listen_on_no_grpc_port, relay_stub, sealed_call
 
 pytestmark = pytest.mark.integration
 PARTIES = [f"party-{i}" for i in range(1, 6)]
@@ -101,6 +103,7 @@ def test_socket_release_equals_in_memory_and_curator_never_sees_votes(fed):
     ep = Endpoints.load(fed.workdir)
     s = spec()
     rel = train_ensemble(ep, s)
+    assert_parties_listen_on_no_grpc_port(fed)  # the votes were asked over the parties' links
     assert rel.job_id.startswith("hm-") and rel.parties_included == 5 and rel.seeded
     assert rel.sensitivity == pytest.approx(2.0 / (5 * 1e-2))  # Thm 3: 2/(Mλ)
     assert rel.guarantee.epsilon == 1000.0 and "epsilon-DP" in rel.guarantee.statement and "whole party" in rel.guarantee.statement
@@ -200,11 +203,19 @@ def test_roles_are_enforced(fed):
         with pytest.raises(grpc.RpcError) as err:  # only voters fetch the auxiliary data
             list(pb_grpc.EnsembleCuratorStub(ch).GetAuxiliary(common_pb2.JobRef(job_id="hm-000000000000"), timeout=30))
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    party = f"127.0.0.1:{fed.procs['party-1'].port}"
-    opts = [("grpc.ssl_target_name_override", "party-1")]
-    with grpc.secure_channel(party, site_tls(fed, "operator").channel_credentials(), options=opts) as ch:
-        with pytest.raises(grpc.RpcError) as err:  # only the curator asks a party to vote
-            pb_grpc.EnsemblePartyStub(ch).Vote(pb.VoteRequest(job_id="hm-1", spec=spec()), timeout=30)
+    # only the curator asks a party to vote: a party has no port, an operator may not relay, and a vote request another
+    # party seals and relays is refused at the recipient
+    vote = pb.VoteRequest(job_id="hm-1", spec=spec()).SerializeToString()
+    party2 = site_tls(fed, "party-2")
+    with curator_channel(fed, party2) as ch:
+        cert = relay_stub(ch).Certificate(link_pb2.PartyCertificateRequest(name="party-1"), timeout=30).certificate
+        call, _, _ = sealed_call(party2, fed.federation, "party-2", "party-1", cert, "/mpdp.messages.EnsembleParty/Vote", vote, "hm-1")
+        with pytest.raises(grpc.RpcError) as err:
+            relay_stub(ch).Relay(call, timeout=30)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with curator_channel(fed, site_tls(fed, "operator")) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            relay_stub(ch).Relay(call, timeout=30)
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 

@@ -19,6 +19,7 @@ from mpdp.messages import common_pb2, dca_pb2, pathak2010_pb2 as pb
 from mpdp_services.common import pki
 from mpdp_services.common.rpc import TlsFiles
 from mpdp_services.launcher.federation import LocalFederation
+from tests.linked import as_caller, local_call, local_serving
 
 pytestmark = pytest.mark.integration
 
@@ -115,11 +116,29 @@ def test_second_curator_certificate_is_refused_at_nodes_and_parties(fed):
             assert e.code() == grpc.StatusCode.PERMISSION_DENIED, (node, method, e.code())
             _clean(e.details())
         _serving(fed, node)
+    # a party has no port to call: the rogue can only try the curator's link service, which takes parties only
+    for method in ("/mpdp.messages.PartyLink/Open", "/mpdp.messages.PartyLink/Relay", "/mpdp.messages.PartyLink/Certificate"):
+        with grpc.secure_channel(f"127.0.0.1:{fed.procs['curator'].port}", rogue.channel_credentials(), options=[("grpc.ssl_target_name_override", "curator")]) as ch:
+            with pytest.raises(grpc.RpcError) as info:
+                rpc = ch.unary_stream(method, request_serializer=None, response_deserializer=None) if method.endswith("Open") else \
+                    ch.unary_unary(method, request_serializer=None, response_deserializer=None)
+                result = rpc(b"", timeout=30)
+                if method.endswith("Open"):
+                    next(iter(result))
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED, (method, info.value.code())
+            _clean(info.value.details())
+    # and were a link client to forward a call naming it, each party's gate refuses the second curator name
     for party in PARTIES:
-        e = _refused(fed, rogue, party, "/mpdp.messages.Party/AnnounceJob", pb.JobAnnouncement(job_id="pk-rogue").SerializeToString())
-        assert e.code() == grpc.StatusCode.PERMISSION_DENIED
-        _clean(e.details())
-        _serving(fed, party)
+        socket = fed.procs[party].local_socket
+        assert fed.procs[party].port == 0 and socket
+        with pytest.raises(grpc.RpcError) as info:
+            local_call(socket, "/mpdp.messages.Party/AnnounceJob", pb.JobAnnouncement(job_id="pk-rogue").SerializeToString(), as_caller("curator", "curator-2", fed.federation))
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        _clean(info.value.details())
+        with pytest.raises(grpc.RpcError) as info:  # a call naming no caller at all
+            local_call(socket, "/mpdp.messages.Party/AnnounceJob", pb.JobAnnouncement(job_id="pk-rogue").SerializeToString())
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert local_serving(socket)
 
 
 def test_unknown_method_is_unimplemented_and_service_keeps_serving(fed):

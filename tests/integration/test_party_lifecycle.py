@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from concurrent import futures
 
-import grpc
 import numpy as np
 import pytest
 import yaml
@@ -26,6 +24,8 @@ from mpdp_services.operator.pathak2010 import OperatorClient
 from mpdp_services.common import pki
 from mpdp_services.launcher.federation import LocalFederation
 from mpdp_services.operator.local import submit_local
+
+from tests.linked import LinkedServer
 
 from .conftest import MockParty, curator_channel, site_tls, synthetic_parts
 
@@ -72,14 +72,14 @@ def silent_party(fed):
     ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
     key, cert = pki.issue(ca_key, ca_cert, "party", "party-mock", ["127.0.0.1"])
     pki.write_site(fed.workdir / "party-mock", key, cert, ca_cert)
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    pb_grpc.add_PartyServicer_to_server(MockParty(), server)
-    port = server.add_secure_port("127.0.0.1:0", site_tls(fed, "party-mock").server_credentials())
-    server.start()
-    with curator_channel(fed, site_tls(fed, "party-mock")) as ch:
-        pb_grpc.CuratorStub(ch).RegisterParty(pb.PartyRegistration(address=f"127.0.0.1:{port}"), timeout=30)
+    tls = site_tls(fed, "party-mock")
+    with curator_channel(fed, tls) as ch:
+        pb_grpc.CuratorStub(ch).RegisterParty(pb.PartyRegistration(), timeout=30)
+    servicer = MockParty()
+    linked = LinkedServer(f"127.0.0.1:{fed.procs['curator'].port}", "party-mock", tls, fed.federation, lambda server: pb_grpc.add_PartyServicer_to_server(servicer, server))
+    linked.wait_up()
     yield
-    server.stop(0)
+    linked.stop()
 
 
 def ledger_entry(fed, party: str, job_id: str) -> dict | None:

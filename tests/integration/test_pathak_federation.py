@@ -19,6 +19,9 @@ from mpdp_services.common.endpoints import Endpoints
 from mpdp_services.operator.pathak2010 import OperatorClient
 from mpdp_services.common import pki
 
+from mpdp.messages import link_pb2
+from tests.linked import assert_parties_listen_on_no_grpc_port, relay_stub, sealed_call
+
 from .conftest import PARTIES, curator_channel, site_tls
 
 pytestmark = pytest.mark.integration
@@ -33,6 +36,7 @@ def _seeded_spec(parties, seed: bytes, deadline: float = 120.0) -> pb.PathakJobS
 def test_full_job_matches_in_memory_driver(federation):
     with OperatorClient(Endpoints.load(federation.workdir)) as client:
         job = client.submit(_seeded_spec(PARTIES, b"socket-vs-memory"))
+        assert_parties_listen_on_no_grpc_port(federation)  # while the job runs: the parties dial out only
         status = client.wait(job, timeout=120)
         assert status.state == "PUBLISHED", status.detail
         model = client.model(job)
@@ -65,6 +69,7 @@ def test_gaussian_distributed_job_releases_and_charges_epsilon_delta(federation)
 
     with OperatorClient(Endpoints.load(federation.workdir)) as client:
         job = client.submit(spec())
+        assert_parties_listen_on_no_grpc_port(federation)  # while the job runs: the parties dial out only
         status = client.wait(job, timeout=120)
         assert status.state == "PUBLISHED", status.detail
         model = client.model(job)
@@ -111,11 +116,15 @@ def test_wrong_role_is_permission_denied(federation):
         pb_grpc.CuratorStub(ch).AcceptJob(pb.JobAcceptance(job_id="x", dimension=4), timeout=10)
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     ch.close()
-    # a party may not play Charlie towards another party
-    addr = f"127.0.0.1:{federation.procs['party-2'].port}"
-    ch = grpc.secure_channel(addr, site_tls(federation, "party-1").channel_credentials(), options=[("grpc.ssl_target_name_override", "party-2")])
+    # a party may not play Charlie towards another party: a sealed StartProtocol relayed to party-2 is refused there
+    tls = site_tls(federation, "party-1")
+    ch = curator_channel(federation, tls)
+    relay = relay_stub(ch)
+    cert = relay.Certificate(link_pb2.PartyCertificateRequest(name="party-2"), timeout=10).certificate
+    call, _, _ = sealed_call(tls, federation.federation, "party-1", "party-2", cert, "/mpdp.messages.Party/StartProtocol",
+                             pb.ProtocolStart(job_id="x", dimension=4).SerializeToString(), "x")
     with pytest.raises(grpc.RpcError) as e:
-        pb_grpc.PartyStub(ch).StartProtocol(pb.ProtocolStart(job_id="x", dimension=4), timeout=10)
+        relay.Relay(call, timeout=10)
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     ch.close()
 
