@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mpdp.messages import common_pb2, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2
 from mpdp_services.launcher.federation import LocalFederation
-from tests.adversarial.conftest import operator_curator, pathak_spec, submit_pathak, synthetic_rows, wait_pathak
+from tests.adversarial.conftest import pathak_spec, release_of, submit_pathak, synthetic_rows, wait_pathak
 
 
 def main() -> None:
@@ -60,8 +60,7 @@ def main() -> None:
                     final = wait_pathak(fed, job, timeout=600)
                     total = time.perf_counter() - t0
                     assert final.state == "PUBLISHED", final
-                    with operator_curator(fed) as ch:
-                        model = pk_grpc.CuratorStub(ch).GetModel(common_pb2.JobRef(job_id=job), timeout=60)
+                    model = release_of(fed, job).pathak2010
                     for k, v in dict(model.stage_seconds).items():
                         seen.setdefault(k, []).append(v)
                     seen.setdefault("total", []).append(total)

@@ -113,7 +113,12 @@ def test_curator_killed_mid_ensemble_then_the_job_is_failed_not_forgotten(fed):
     try:
         with operator_curator(fed) as ch:
             job = ops_grpc.JobOperationsStub(ch).SubmitJob(ops.JobSubmission(hamm2016=spec), timeout=60).job_id
-        assert (fed.workdir / "curator" / "state" / "ensembles" / f"{job}.running.json").exists()
+            assert (fed.workdir / "curator" / "state" / "ensembles" / f"{job}.running.json").exists()
+            # the job's vote sum is open at the nodes (the votes are being asked for) before the kill
+            end = time.monotonic() + 60
+            while not ops_grpc.JobOperationsStub(ch).ListJobs(ops.JobQuery(protocol="dca"), timeout=30).jobs:
+                assert time.monotonic() < end, "the ensemble opened no vote sum"
+                time.sleep(0.05)
         fed.kill("curator", signal.SIGKILL)
         fed.restart("curator")
     finally:

@@ -14,13 +14,14 @@ import time
 import grpc
 import pytest
 
-from mpdp.messages import common_pb2, link_pb2, pathak2010_pb2 as pk, pathak2010_pb2_grpc as pk_grpc
+from mpdp.messages import common_pb2, link_pb2, pathak2010_pb2 as pk
 from mpdp_services.common import link, seal
 from tests.integration.conftest import MockParty
 from tests.linked import assert_parties_listen_on_no_grpc_port, relay_stub, sealed_call, wait_for
 
 from .conftest import (
     PARTIES,
+    job_host,
     start_federation,
     assert_all_serving,
     assert_clean,
@@ -62,7 +63,7 @@ def _relay(fed, sender_tls, wire) -> link_pb2.SealedReply:
 def _running_job(fed, seed: bytes) -> str:
     job = submit_pathak(fed, pathak_spec(seed=seed))
     with operator_curator(fed) as ch:
-        for st in pk_grpc.CuratorStub(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=120):
+        for st in job_host(ch).WatchJob(common_pb2.JobRef(job_id=job), timeout=120):
             if st.terminal or st.stage != "setup":
                 break
     return job
