@@ -19,22 +19,24 @@ The caller is:
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
 
 from mpdp.messages import link_pb2
 from mpdp_services.common import seal
+
+if TYPE_CHECKING:
+    import grpc
 
 LINK_ADDRESS = "link"  # where the curator reaches a party: down its link (the registrations' address of every party)
 SERVICE = "mpdp.messages.PartyLink"
 CALLER_ROLE, CALLER_NAME, CALLER_FEDERATION = "mpdp-link-role", "mpdp-link-name", "mpdp-link-federation"
 LINKED = "mpdp-linked"  # the curator's initial metadata on PartyLink.Open once the link is registered
 
-_CODES = {c.value[0]: c for c in grpc.StatusCode}
-
-
 def status(code: int) -> grpc.StatusCode:
     """The gRPC status of a numeric code (UNKNOWN for a number gRPC does not define)."""
-    return _CODES.get(code, grpc.StatusCode.UNKNOWN)
+    import grpc  # here, not at import: the launcher and provisioning read LINK_ADDRESS before any usage check
+
+    return {c.value[0]: c for c in grpc.StatusCode}.get(code, grpc.StatusCode.UNKNOWN)
 
 
 def code_of(status_code: grpc.StatusCode) -> int:
@@ -44,6 +46,8 @@ def code_of(status_code: grpc.StatusCode) -> int:
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     """The error a call over the link raises: the same type and fields as a direct call's, so every caller's failure
     handling (Hosted.send, errors.problem_from_status) reads it unchanged."""
+    import grpc
+
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
 
 
