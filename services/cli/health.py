@@ -104,8 +104,18 @@ def probe_federation(endpoints: Path, timeout: float) -> tuple[bool, dict[str, d
     missing = [str(f) for f in (cert, key, ca) if not f.exists()]
     if missing:
         return False, {}, f"TLS files missing: {', '.join(missing)}"
+    from mpdp_services.common.link import LINK_ADDRESS, health_service
+
+    curator_name, curator_address = next(iter(roles.items()))
+
+    def ask(name: str, address: str) -> tuple[bool, str]:
+        if address == LINK_ADDRESS:  # a party listens nowhere: the curator says whether its link is open
+            ok, what = _check(curator_address, cert, key, ca, curator_name, health_service(name), timeout)
+            return ok, f"{name}'s link to the curator: " + ("open" if ok else f"not open ({what})")
+        return _check(address, cert, key, ca, name, "", timeout)
+
     with ThreadPoolExecutor(max_workers=min(16, len(roles))) as pool:
-        answers = dict(zip(roles, pool.map(lambda item: _check(item[1], cert, key, ca, item[0], "", timeout), roles.items())))
+        answers = dict(zip(roles, pool.map(lambda item: ask(*item), roles.items())))
     report = {name: {"address": roles[name], "healthy": ok, "status": what} for name, (ok, what) in answers.items()}
     down = [name for name, r in report.items() if not r["healthy"]]
     if down:

@@ -32,6 +32,12 @@ SERVICE = "mpdp.messages.PartyLink"
 CALLER_ROLE, CALLER_NAME, CALLER_FEDERATION = "mpdp-link-role", "mpdp-link-name", "mpdp-link-federation"
 LINKED = "mpdp-linked"  # the curator's initial metadata on PartyLink.Open once the link is registered
 
+
+def health_service(party: str) -> str:
+    """The curator's health-service name that is SERVING while ``party``'s link is open (what `mpdp health` asks
+    about a party, which has no port to ask itself)."""
+    return f"{SERVICE}/{party}"
+
 def status(code: int) -> grpc.StatusCode:
     """The gRPC status of a numeric code (UNKNOWN for a number gRPC does not define)."""
     import grpc  # here, not at import: the launcher and provisioning read LINK_ADDRESS before any usage check

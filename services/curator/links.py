@@ -91,6 +91,11 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
         self._losing: dict[str, asyncio.Task] = {}
         self._stopping = False
         self.changed = asyncio.Event()  # set whenever a link opens or closes (tests and start-up waits)
+        self._health: Any = None  # the server's health servicer: link.health_service(party) SERVING while linked
+
+    def attach_health(self, health: Any) -> None:
+        """Report each party's link on the curator's health service (:func:`link.health_service`)."""
+        self._health = health
 
     # -- the router (PeerChannels) ---------------------------------------------------------------
     def routes(self, site: str) -> bool:
@@ -175,6 +180,7 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
             losing.cancel()
         log.info("party %s linked%s", ident.name, " (replacing its previous link)" if old is not None else "")
         self._bump()
+        self._report(ident.name)
         try:
             await context.send_initial_metadata(((link.LINKED, "1"),))  # tells the party its link is registered
             while True:
@@ -190,6 +196,7 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
                 if not self._stopping:
                     self._losing[ident.name] = asyncio.ensure_future(self._lose(ident.name))
             self._bump()
+            self._report(ident.name)
 
     async def Answer(self, request: link_pb2.LinkAnswer, context) -> common_pb2.Ack:
         name = await self._registered(context)
@@ -271,6 +278,14 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _report(self, name: str) -> None:
+        if self._health is None:
+            return
+        from grpc_health.v1 import health_pb2
+
+        status = health_pb2.HealthCheckResponse.SERVING if name in self._links else health_pb2.HealthCheckResponse.NOT_SERVING
+        asyncio.ensure_future(self._health.set(link.health_service(name), status))
 
     def _bump(self) -> None:
         self.changed.set()

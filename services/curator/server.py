@@ -389,6 +389,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     gate = RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners, names=registering)  # only members register
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, gate, add, services, serving=False)
     await readiness.attach(health, services)
+    curator.links.attach_health(health)
     await curator.recover()  # a Pathak job the previous process was running is FAILED and its parties are told
     await dca.recover()
     await learner.recover()  # a learner job the previous process was running is FAILED (its round's DCA job aborted)
