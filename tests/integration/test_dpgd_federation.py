@@ -25,10 +25,10 @@ from mpdp.dpgd.role import run_inmemory
 from mpdp.dpgd.wire import STATISTIC, round_request
 from mpdp.messages import contribution_pb2 as cpb, contribution_pb2_grpc as cpb_grpc
 from mpdp_services.common.endpoints import Endpoints
-from mpdp_services.common.rpc import CHANNEL_OPTIONS, TlsFiles
+from mpdp_services.common.rpc import TlsFiles
 from mpdp_services.dca_client.client import DcaOperator
 from mpdp_services.launcher.federation import LocalFederation
-from tests.linked import assert_parties_listen_on_no_grpc_port
+from tests.linked import PartyChannel, assert_parties_listen_on_no_grpc_port
 from mpdp_services.operator.dpgd import run_dpgd
 
 pytestmark = pytest.mark.integration
@@ -62,9 +62,8 @@ def _ask(fed: LocalFederation, dca_job: str, msg: cpb.DpgdRound) -> None:
     site = fed.workdir / "curator"
     tls = TlsFiles(site / "site.crt", site / "site.key", site / "ca.crt")
     req = cpb.StatisticRequest(dca_job_id=dca_job, dataset="logit", statistic=STATISTIC, records_per_client=BOUND, dpgd=msg, parties=PARTIES)
-    for p in PARTIES:
-        opts = CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", p)]
-        with grpc.secure_channel(f"127.0.0.1:{fed.procs[p].port}", tls.channel_credentials(), options=opts) as ch:
+    for p in PARTIES:  # a party listens nowhere: the curator's call goes down the party's link (tests/linked.py)
+        with PartyChannel(f"127.0.0.1:{fed.procs['curator'].port}", p, tls, fed.federation, fed.procs[p].local_socket) as ch:
             cpb_grpc.ContributionPartyStub(ch).Contribute(req, timeout=120)
 
 
