@@ -86,7 +86,7 @@ def provisioned(tmp_path_factory):
         "federation": FEDERATION,
         "curator": {"name": "curator", "address": f"127.0.0.1:{cur_port}", "listen": f"127.0.0.1:{cur_port}"},
         "compute_nodes": [site(n) for n in NODES],
-        "parties": [{**site(p), "datasets": {"breast_cancer": {"path": str(root / "data" / p / "breast_cancer.csv"), "format": "csv"}},
+        "parties": [{"name": p, "datasets": {"breast_cancer": {"path": str(root / "data" / p / "breast_cancer.csv"), "format": "csv"}},
                      **({"csr": str(home / "site.csr")} if p == HOME_PARTY else {})} for p in PARTIES],
         "defaults": {"test_mode": True, "paillier_bits": 1024, "dgk_bits": 1024, "budget_epsilon": 100},
     }
@@ -113,7 +113,7 @@ def provisioned(tmp_path_factory):
         assert _wait_ready(cur, out / "curator" / "service.log") == cur_port
         started = {p: serve(p, "party", "party.yaml") for p in PARTIES} | {n: serve(n, "compute-node", "compute_node.yaml") for n in NODES}
         for name, proc in started.items():
-            assert _wait_ready(proc, out / name / "service.log") == port[name]
+            assert _wait_ready(proc, out / name / "service.log") == (0 if name in PARTIES else port[name])  # a party listens nowhere
         yield out, root / "data"
     finally:
         for p in procs:
