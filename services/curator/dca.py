@@ -158,9 +158,10 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
                                  "(it holds an admission slot while it waits for clients); split the collection into shorter jobs")
         return await self.create(request)
 
-    async def create(self, request: pb.DcaJobSpec) -> str:
-        """Create and announce a job (operators through :meth:`submit`; the curator's own mechanisms directly)."""
-        job_id = registry.new_job_id("dca")
+    async def create(self, request: pb.DcaJobSpec, job_id: str | None = None) -> str:
+        """Create and announce a job (operators through :meth:`submit`; the curator's own mechanisms directly, which
+        may name the id first, so that their own durable state names the job before it exists)."""
+        job_id = job_id or registry.new_job_id("dca")
         try:
             params = DcaParams.from_spec(job_id, request)
         except InvalidJob as e:

@@ -394,8 +394,12 @@ class LearnerHost:
         """One round: the DCA job, the parties' contributions, the release; errors.Refused naming the round otherwise."""
         r, rounds = job.learner.progress(job.machine)
         name = f"round {r + 1} of {rounds}"
+        # the job's state names the round's DCA job before it exists: a curator killed while it is being announced
+        # finds it at the restart and aborts it (recover), rather than leaving it waiting for partial sums
+        job.dca_job = registry.new_job_id("dca")
+        self._persist(job)
         with calls.sub_job():  # the round's DCA job counts against the bounds but is never refused by them
-            create = asyncio.ensure_future(self.dca.create(ask.params.to_spec()))
+            create = asyncio.ensure_future(self.dca.create(ask.params.to_spec(), job.dca_job))
         try:
             dca_job = await asyncio.shield(create)
         except asyncio.CancelledError:  # stopped while the DCA job was being announced: it exists, and is aborted with the job
@@ -405,6 +409,7 @@ class LearnerHost:
                 pass
             raise
         except errors.Refused as e:
+            job.dca_job = ""  # never created
             raise errors.Refused(e.problem, f"{name}: the curator refused its DCA job: {e.detail}") from None
         job.dca_job = dca_job
         self._persist(job)

@@ -83,6 +83,11 @@ def test_curator_killed_mid_dpgd_job(fed):
     state = json.loads((fed.workdir / "curator" / "state" / "learners" / f"{job}.state.json").read_text())
     if state["dca_job"]:  # the round that was running: its DCA job was aborted at the restart, not left to its deadline
         assert get_job(ep, state["dca_job"])["terminal"]
+    from mpdp.messages import operations_pb2 as ops
+
+    with operator_curator(fed) as ch:  # every round's DCA job has ended, the one being announced at the kill too
+        rounds = operations_pb2_grpc.JobOperationsStub(ch).ListJobs(ops.JobQuery(protocol="dca"), timeout=30).jobs
+    assert rounds and all(s.terminal for s in rounds), [s.job_id for s in rounds if not s.terminal]
     for p in PARTIES:  # the charge stays: the ledger entry is still there with its (ε, δ)
         kept = [e for e in ledger(fed, p)["entries"] if e.get("protocol") == "dpgd" and e.get("job_id") == job]
         assert len(kept) == 1 and kept[0]["epsilon"] == charged[p][0]["epsilon"], kept
