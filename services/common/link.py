@@ -19,6 +19,7 @@ The caller is:
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from mpdp.messages import link_pb2
@@ -38,11 +39,18 @@ def health_service(party: str) -> str:
     about a party, which has no port to ask itself)."""
     return f"{SERVICE}/{party}"
 
-def status(code: int) -> grpc.StatusCode:
-    """The gRPC status of a numeric code (UNKNOWN for a number gRPC does not define)."""
+@functools.cache
+def _codes() -> dict[int, grpc.StatusCode]:
     import grpc  # here, not at import: the launcher and provisioning read LINK_ADDRESS before any usage check
 
-    return {c.value[0]: c for c in grpc.StatusCode}.get(code, grpc.StatusCode.UNKNOWN)
+    return {c.value[0]: c for c in grpc.StatusCode}
+
+
+def status(code: int) -> grpc.StatusCode:
+    """The gRPC status of a numeric code (UNKNOWN for a number gRPC does not define)."""
+    import grpc
+
+    return _codes().get(code, grpc.StatusCode.UNKNOWN)
 
 
 def code_of(status_code: grpc.StatusCode) -> int:

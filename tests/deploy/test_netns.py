@@ -24,11 +24,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import selectors
 import signal
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +36,7 @@ import yaml
 from mpdp_services.common import processes
 
 from .conftest import PY, REPO, need_root, run
+from tests.ready import wait_ready
 
 pytestmark = [pytest.mark.deploy, pytest.mark.integration]
 
@@ -121,23 +120,6 @@ def _plain(endpoint: str) -> str:
     return endpoint.replace("[::ffff:", "").replace("]", "") if endpoint.startswith("[::ffff:") else endpoint
 
 
-def wait_ready(proc: subprocess.Popen, log: Path, timeout: float = 120) -> int:
-    """Block until the process prints MPDP-READY <port> (the services' start-up signal)."""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                raise TimeoutError(f"not ready in {timeout:g} s; log:\n{log.read_text()[-3000:]}")
-            line = proc.stdout.readline().decode()  # type: ignore[union-attr]
-            if not line:
-                raise RuntimeError(f"exited during start-up (code {proc.wait()}); log:\n{log.read_text()[-3000:]}")
-            if line.startswith("MPDP-READY "):
-                return int(line.split()[1])
-    finally:
-        sel.close()
 
 
 def federation_yaml(path: Path, name: str, addresses: dict[str, str], parties: list[str], nodes: list[str] = ()) -> Path:

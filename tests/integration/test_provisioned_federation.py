@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +23,7 @@ from click.testing import CliRunner
 import mpdp
 from mpdp_services.cli.main import cli
 from mpdp_services.common import processes
+from tests.ready import wait_ready
 
 pytestmark = pytest.mark.integration
 FEDERATION = "provisioned-fed"
@@ -45,23 +44,6 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _wait_ready(proc: subprocess.Popen, log: Path, timeout: float = 240.0) -> int:
-    """The port a service prints on its ``MPDP-READY <port>`` line (its start-up signal)."""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                raise TimeoutError(f"not ready in {timeout:g} s; log:\n{log.read_text()[-3000:]}")
-            line = proc.stdout.readline().decode()  # type: ignore[union-attr]
-            if not line:
-                raise RuntimeError(f"exited during start-up (code {proc.wait()}); log:\n{log.read_text()[-3000:]}")
-            if line.startswith("MPDP-READY "):
-                return int(line.split()[1])
-    finally:
-        sel.close()
 
 
 def _invoke(*args: str) -> str:
@@ -110,10 +92,10 @@ def provisioned(tmp_path_factory):
 
     try:
         cur = serve("curator", "curator", "curator.yaml")
-        assert _wait_ready(cur, out / "curator" / "service.log") == cur_port
+        assert wait_ready(cur, out / "curator" / "service.log", 240.0) == cur_port
         started = {p: serve(p, "party", "party.yaml") for p in PARTIES} | {n: serve(n, "compute-node", "compute_node.yaml") for n in NODES}
         for name, proc in started.items():
-            assert _wait_ready(proc, out / name / "service.log") == (0 if name in PARTIES else port[name])  # a party listens nowhere
+            assert wait_ready(proc, out / name / "service.log", 240.0) == (0 if name in PARTIES else port[name])  # a party listens nowhere
         yield out, root / "data"
     finally:
         for p in procs:
