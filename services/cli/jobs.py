@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import shutil
 import signal
 import tempfile
 import time
@@ -361,8 +362,8 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
     shares = np.array([0.4] + [0.6 / (n_parties - 1)] * (n_parties - 1))
     cuts = np.cumsum((shares * len(train_idx)).astype(int))[:-1]
     parts = np.split(train_idx, cuts)
-    tmp = tempfile.TemporaryDirectory(prefix="mpdp-demo-") if workdir is None else None
-    root = Path(workdir or tmp.name).resolve()  # type: ignore[union-attr]
+    tmp = None if workdir is not None else tempfile.mkdtemp(prefix="mpdp-demo-")  # kept when the demo fails: the hint names its logs
+    root = Path(workdir or tmp).resolve()  # type: ignore[arg-type]
     names = [f"party-{i + 1}" for i in range(n_parties)]
     datasets = {}
     for name, idx in zip(names, parts):
@@ -373,16 +374,15 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
     fed = LocalFederation(root, names, datasets, paillier_bits=key_bits, dgk_bits=key_bits, test_mode=test_mode)
     t0 = time.perf_counter()
     try:
-        with _stderr().status(f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)", spinner="dots") if not as_json else _null():
-            _start(fed)
+        _start(fed, quiet=as_json, status=f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)")
         with OperatorClient(Endpoints.load(root)) as client:
             job_id, status = run_and_watch(client, make_spec("breast_cancer", names, epsilon, lam, mode), as_json)
             _fail_if_failed(status)
             model = client.model(job_id)
     finally:
         fed.stop()
-        if tmp is not None:
-            tmp.cleanup()
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)  # only after a demo that worked
     w_dp = tester.rebuild(model)
     Xtr = logreg.clip_rows(X[train_idx])
     conv: Literal["half", "full"] = "full" if mode == "paper" else "half"
@@ -607,10 +607,20 @@ def _check_key_bits(key_bits: int, test_mode: bool) -> None:
         raise CliError(f"--key-bits {key_bits}: {e}", code="usage", hint=hint, exit_code=2) from None
 
 
-def _start(fed, on_ready=None) -> None:
-    """Start a local federation; a role that exits or hangs during start-up is one error naming its log."""
+def _start(fed, on_ready=None, *, status: str | None = None, quiet: bool = False) -> None:
+    """Start a local federation; a role that exits or hangs during start-up is one error naming its log. ``status``:
+    a spinner's text on the terminal while the roles start; ``quiet``: no spinner at all (``--json``).
+
+    The numerical kernels are compiled here first, once, into numba's cache (the first start after an install: a
+    minute or more on a loaded machine), so every role then loads them from the cache and its start-up wait is not
+    spent compiling."""
+    from mpdp_services.common.readiness import compile_kernels
+
+    with _stderr().status("compiling the numerical kernels (once after an install; cached afterwards)", spinner="dots") if not quiet else _null():
+        compile_kernels()
     try:
-        fed.start(on_ready=on_ready)
+        with _stderr().status(status, spinner="dots") if status and not quiet else _null():
+            fed.start(on_ready=on_ready)
     except (RuntimeError, TimeoutError) as e:
         fed.stop()
         first, _, log = str(e).partition("\n")
