@@ -96,7 +96,7 @@ def test_no_queue_refuses_like_before():
     with pytest.raises(ProtocolError) as e:
         queue(a, granted, "y", "B")
     assert e.value.problem == P.OVERLOADED
-    with pytest.raises(ProtocolError):  # a protocol that cannot wait: refused whatever the queue
+    with pytest.raises(ProtocolError):  # the queue-less bound (no curator host uses it for an operator's job): refused whatever the queue
         a.admit("z", "B")
 
 
@@ -175,13 +175,13 @@ def test_a_queued_job_cancelled_or_past_its_deadline_never_runs():
     assert started == ["run", "next"]  # neither dropped job ever started
 
 
-def test_a_job_that_cannot_wait_is_refused_and_a_sub_job_never_is():
+def test_a_job_admitted_without_a_start_is_refused_and_a_sub_job_never_is():
     clock = Clock()
     adm = Admission(1, 1, clock=clock)
     t: jobs.JobTable[Job] = jobs.JobTable("test", outcome, clock=clock, admission=adm)
     as_operator("A", t.admit, "a", Job(), 10.0)
     with pytest.raises(ProtocolError) as e:
-        as_operator("B", t.admit, "b", Job(), 10.0)  # no start: no queue
+        as_operator("B", t.admit, "b", Job(), 10.0)  # no start: no queue (every curator host passes one)
     assert e.value.problem == P.OVERLOADED and "b" not in t
 
     def sub():
