@@ -214,11 +214,11 @@ class CuratorConfig(_Base):
         "(RegisterComputeNode); any other compute-node certificate is refused WRONG_ROLE"))
     auxiliary: dict[str, DatasetConfig] = Field({}, description="public auxiliary (unlabelled) datasets for ensemble (hamm2016) jobs; labels are ignored")
     max_live_jobs_federation: int = Field(limits.MAX_LIVE_JOBS_FEDERATION, ge=1, le=100_000, description=(
-        "jobs of every protocol live at once in this federation; past it a Pathak job waits in the queue, any other is refused OVERLOADED, before any party is asked to spend"))
+        "jobs of every protocol live at once in this federation; past it an operator's job waits in the admission queue (any protocol), told to no party until it has a slot"))
     max_live_jobs_per_operator: int = Field(limits.MAX_LIVE_JOBS_PER_OPERATOR, ge=1, le=100_000, description=(
-        "jobs one operator certificate may have live at once; more wait in the queue (Pathak) or are refused OVERLOADED, before any party is asked to spend"))
+        "jobs one operator certificate may have live at once; more wait in the admission queue (any protocol), told to no party until they have a slot"))
     max_queued_jobs: int = Field(limits.MAX_QUEUED_JOBS, ge=0, le=100_000, description=(
-        "Pathak jobs that may wait for a slot (round-robin over operators); a submission past it is refused OVERLOADED"))
+        "jobs of every protocol that may wait for a slot (round-robin over operators); a submission past it is refused OVERLOADED"))
     max_queued_jobs_per_operator: int = Field(limits.MAX_QUEUED_JOBS_PER_OPERATOR, ge=0, le=100_000, description=(
         "jobs one operator certificate may have waiting for a slot; more are refused OVERLOADED"))
     max_dca_deadline_seconds: float = Field(limits.MAX_DCA_SLOT_SECONDS, gt=0, le=limits.MAX_DEADLINE, description=(

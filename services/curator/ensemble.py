@@ -68,7 +68,8 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         return await self.tasks.cancel(job_id)
 
     async def submit(self, request: pb.EnsembleJobSpec) -> str:
-        """Check the job, admit it and start it as the curator's own task; its id at once (errors.Refused otherwise)."""
+        """Check the job, admit it and start it as the curator's own task (or queue it until it has an admission slot,
+        holding its auxiliary features meanwhile); its id at once (errors.Refused otherwise)."""
         try:
             core.validate_spec(request)
         except core.EnsembleJobError as e:
@@ -102,11 +103,11 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         except ValueError as e:  # our own validation messages (core.EnsembleJobError and the size checks)
             raise errors.Refused(common_pb2.INVALID_JOB, str(e) if isinstance(e, core.EnsembleJobError) else "the job's parameters are out of range") from None
         job = EnsembleJob(VOTING, spec=request, chunks=core.auxiliary_chunks(X_aux))
-        try:
-            self.running.admit(job_id, job, float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0)
+        try:  # runs at once, or waits QUEUED for an admission slot (no voter hears of it, GetAuxiliary refuses it meanwhile)
+            self.tasks.submit(job_id, job, float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0,
+                              lambda: self._train(job_id, request, vote_params, X_aux), {v: self.addresses[v] for v in request.parties})
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
-        self.tasks.start(job_id, job, lambda: self._train(job_id, request, vote_params, X_aux), {v: self.addresses[v] for v in request.parties})
         return job_id
 
     async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray) -> pb.EnsembleRelease:

@@ -3,18 +3,20 @@
 The operator submits a :class:`~mpdp.messages.learner_pb2.LearnerJobSpec` through the job host (JobOperations.SubmitJob,
 ``JobSubmission.learner``) and gets the job id at once. Every field is checked first (``mpdp.limits``, then the plan
 and round 0's DCA parameters); the spec and the job's state are written to ``state_dir/learners`` before the id
-leaves. The curator then drives the protocol's sans-IO role (:class:`mpdp.dpgd.role.DpgdRole`,
+leaves. A job that finds no admission slot waits QUEUED (docs/protocols/job-model.md §5): nothing of it runs and no
+party hears of it until it has one. Once it has its slot the curator drives the protocol's sans-IO role (:class:`mpdp.dpgd.role.DpgdRole`,
 :class:`mpdp.regression.role.RegressionRole`, :class:`mpdp.query.role.QueryRole`) in one asyncio task: for each
 ``RunRound`` it creates the round's DCA job with its own DCA host (:meth:`DcaCurator.create`), runs the contribution
 round with its own contribution logic (:meth:`ContributionCurator.run`) and feeds the DP release back to the role.
 The operator may disconnect; it watches the job (WatchJob: state and "round r of R"), cancels it (CancelJob) and
 fetches the model (GetRelease) from the durable store (``<job>.model.binpb``, 0600, fsync'd), like any other job.
 
-Time: every job keeps a stage clock from its admission to its release, one stage after the other with no gap, all
+Time: every job keeps a stage clock from its start (its admission slot) to its release, one stage after the other with no gap, all
 measured at the curator (never a duration a party measured: a party's timing shows its data size): ``setup``, then
 per round the round itself (its DCA job, the parties' contributions, the nodes' release) and the curator's step after
 it (regression: ``std_round``, ``grid_search``, ``main_round``, ``posterior``; dp-gd: ``r0``, ``r0_step``, …). The
-stages are the job summary's ``stage_seconds`` and the model's ``seconds``, so they add up to the job's wall time. A
+stages are the job summary's ``stage_seconds`` and the model's ``seconds``, so they add up to the job's running time (a
+wait for the slot is the summary's ``QUEUED``, outside the model). A
 regression's grid search reads only public values; it starts in a worker thread when the job starts (it overlaps
 the std round) and the host keeps the last few results, so a job of the same plan and N reuses it.
 
@@ -28,6 +30,7 @@ touched, so every charge already made stays.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
@@ -200,8 +203,7 @@ class LearnerJob(Hosted[Machine]):
         self.dca_job = ""
         self.task: asyncio.Task | None = None
         self.stop: tuple[int, str] | None = None  # (Problem, detail) of a cancel or the deadline
-        self.stages = StageClock(time.perf_counter)  # from admission, contiguous: they add up to the job's wall time
-        self.stages.enter("setup")
+        self.stages = StageClock(time.perf_counter)  # from its start (its admission slot), contiguous: they add up to its running time
 
     def seconds(self) -> dict[str, float]:
         """Seconds per stage so far, the running stage's too."""
@@ -226,6 +228,8 @@ class LearnerHost:
             p: jobs.JobTable(p, jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission) for p in LEARNERS
         }
         self.reapers = {p: jobs.Reaper(t, self._expire) for p, t in self.tables.items()}
+        for t in self.tables.values():
+            t.on_dropped.append(self._dropped)
         self.prepared: OrderedDict[Any, asyncio.Future] = OrderedDict()  # key → a public precomputation (Learner.prepare)
 
     # -- restart ------------------------------------------------------------------------------------------------------
@@ -284,13 +288,19 @@ class LearnerHost:
         job.on_change = self.tables[learner.protocol].observe
         _, rounds = learner.progress(role)
         deadline = rounds * jobs.hard_deadline(spec.deadline_seconds or DEFAULT_DEADLINE) + 60.0
-        self.tables[learner.protocol].admit(job_id, job, deadline)  # REPLAY, OVERLOADED
-        self.reapers[learner.protocol].ensure_running()
-        self.store.put_spec(job_id, spec)
+        submitted = contextvars.copy_context()  # the submitter's call: a queued job starts in it, not in the call that freed its slot
+
+        def start() -> None:  # the job has its admission slot (now, or later from the queue): its task runs it
+            job.stages.enter("setup")
+            job.task = submitted.copy().run(asyncio.ensure_future, self._drive(job, outputs))
+
+        table = self.tables[learner.protocol]
+        table.admit(job_id, job, deadline, start=start)  # REPLAY, OVERLOADED; or QUEUED: told to no party until it has a slot
+        self.reapers[learner.protocol].ensure_running()  # also ends a queued job past its deadline
+        self.store.put_spec(job_id, spec)  # on disk before its task runs (it runs at the next await at the earliest)
         self._persist(job)
-        job.task = asyncio.ensure_future(self._drive(job, outputs))
-        log.info("%s job %s submitted: %d parties, %d compute nodes, %d rounds, dataset %s", learner.protocol, job_id, len(spec.parties),
-                 len(spec.compute_nodes), rounds, spec.dataset)
+        log.info("%s job %s submitted%s: %d parties, %d compute nodes, %d rounds, dataset %s", learner.protocol, job_id,
+                 " (queued)" if table.queued(job_id) else "", len(spec.parties), len(spec.compute_nodes), rounds, spec.dataset)
         return job
 
     def _check_evaluated(self, ev: Any) -> None:
@@ -311,8 +321,22 @@ class LearnerHost:
             raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid evaluation: the weights are not those job {errors.shown(ev.model_job)} released")
 
     async def cancel(self, job_id: str) -> bool:
-        """`mpdp jobs cancel`: stop the job's task (its round's DCA job is aborted at once); it ends FAILED, CANCELLED."""
+        """`mpdp jobs cancel`: stop the job's task (its round's DCA job is aborted at once), or take it out of the
+        admission queue (it never ran); it ends FAILED, CANCELLED."""
+        job = self._job(job_id)
+        if job is not None and self.tables[job.learner.protocol].cancel_queued(job_id):
+            await job.notify()
+            return True
         return await self._stop(job_id, common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator")
+
+    def _dropped(self, record: jobs.JobRecord) -> None:
+        """A table ended a queued job (cancelled or expired; it never ran): its role and its state file end with the
+        table's words."""
+        job = self._job(record.job_id)
+        if job is None:
+            return
+        job.machine.fail(record.problem, record.detail)
+        self._persist(job)
 
     async def _expire(self, job_id: str) -> None:
         job = self._job(job_id)

@@ -42,11 +42,13 @@ class LocalCurator:
         self.tasks: jobs.TaskJobs[pb.LocalModelSet] = jobs.TaskJobs(self.jobs, self.store.folder)  # each job its own task
 
     async def cancel(self, job_id: str) -> bool:
-        """The operator's `mpdp jobs cancel`: stop asking the parties; the job ends CANCELLED and publishes nothing."""
+        """The operator's `mpdp jobs cancel`: stop asking the parties (a queued job leaves the queue); the job ends
+        CANCELLED and publishes nothing."""
         return await self.tasks.cancel(job_id)
 
     def submit(self, request: pb.LocalModelJobSpec) -> str:
-        """Check the job, admit it and start it as the curator's own task; its id at once (errors.Refused otherwise)."""
+        """Check the job, admit it and start it as the curator's own task (or queue it until it has an admission slot);
+        its id at once (errors.Refused otherwise)."""
         try:
             validate_spec(request)
         except ReleaseError as e:
@@ -58,11 +60,10 @@ class LocalCurator:
             raise errors.Refused(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
         job_id = registry.new_job_id("lmgc")
         job = jobs.TaskJob(TRAINING)
-        try:
-            self.jobs.admit(job_id, job, PARTY_TIMEOUT + 60.0)
+        try:  # runs at once, or waits QUEUED for an admission slot (no party hears of it meanwhile)
+            self.tasks.submit(job_id, job, PARTY_TIMEOUT + 60.0, lambda: self._traced(job_id, request), {q: self.addresses[q] for q in request.parties})
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
-        self.tasks.start(job_id, job, lambda: self._traced(job_id, request), {q: self.addresses[q] for q in request.parties})
         return job_id
 
     async def _traced(self, job_id: str, request: pb.LocalModelJobSpec) -> pb.LocalModelSet:
