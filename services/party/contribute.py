@@ -29,17 +29,19 @@ from mpdp.dca.params import DcaParams
 from mpdp.dca.spec import SpecMismatch
 from mpdp.ledger import FAILED, LedgerError
 from mpdp.math.drbg import Drbg
-from mpdp.messages import common_pb2
+from mpdp.messages import common_pb2, dca_pb2
 from mpdp.protocol import ProtocolError
 from mpdp_services.common import errors
 from mpdp_services.common.errors import shown
-from mpdp_services.dca_client.client import Handoff, NodesUnreachable, SubmitReport, carry_out, fetch_job
+from mpdp_services.dca_client.client import Handoff, NodesUnreachable, SubmitReport, carry_out
 
 if TYPE_CHECKING:
     from mpdp_services.common.config import DatasetConfig
     from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party")
+DCA_CURATOR_SERVICE = dca_pb2.DESCRIPTOR.services_by_name["DcaCurator"].full_name
+FETCH_SECONDS = 60.0  # the job's announcement from the curator (as fetch_job)
 Problem = common_pb2.Problem
 
 
@@ -52,7 +54,9 @@ async def contribute(party: "Party", context, accepted: AcceptedRound, compute: 
     role = Contributor(accepted, cfg.name, cfg.members, cfg.test_mode)
     tls = cfg.tls.files()
     try:
-        ann = await fetch_job(cfg.curator.address, cfg.curator.name, tls, accepted.dca_job)
+        # over the party's kept channel to the curator: a round costs no new connection (TCP and TLS) to fetch its job
+        ann = await party.channels.call(cfg.curator.address, cfg.curator.name, DCA_CURATOR_SERVICE, "GetJob", common_pb2.JobRef(job_id=accepted.dca_job),
+                                        dca_pb2.DcaJobAnnouncement, FETCH_SECONDS)
         params = DcaParams.from_spec(accepted.dca_job, ann.spec)
     except grpc.aio.AioRpcError as e:
         if e.code() == grpc.StatusCode.NOT_FOUND:
