@@ -6,16 +6,17 @@ the others 10²), and the curator's own stage clock for the round (``stage_secon
 parties' contributions, the nodes' release) is compared. With every party's ``local_work_seconds`` at PAD, the two
 rounds take the same time within BOUND; with the pad off (0) the same two jobs differ by more than BOUND, so the
 check cannot pass for want of a difference to hide: party-1's work on 10⁵ rows (reading the CSV, the clipped
-gradient sum) takes over a second here, on 10² rows milliseconds.
+gradient sum) takes seconds, on 10² rows milliseconds.
 
 An ensemble's votes and an LMGC local release are padded by the same mechanism: over 10² rows each job ends before PAD
 with the pad off and no earlier than PAD with it on (the curator's job summary: from its creation to its end). So does
 a round every party refuses because its rows exceed the job's row bound, which it learns only by reading them.
 
-BOUND (0.6 s) is the run-to-run noise of one round's fixed steps on a shared 2-core machine (fetching the DCA job,
-connecting to three compute nodes, the durable spend, the shares of dimension D, the nodes' agreement and release),
-measured at 0.02–0.3 s between jobs of the same size; the unpadded difference measured 1.3–2 s. Each job's stage time
-is the lesser of two runs, so one stall of the machine does not fail the comparison.
+BOUND (0.6 s) is above the run-to-run noise of one round's fixed steps (fetching the DCA job, connecting to three
+compute nodes, the durable spend, the shares of dimension D, the nodes' agreement and release): with the pad on, the
+two sizes' rounds differed by 0.01–0.11 s in three runs on a 2-core machine at a load average of about 20, where the
+unpadded difference was 2.8–3.6 s (party-1's work on 10⁵ rows alone: 1.4 s on an idle core). Each size's stage time
+is the lesser of two jobs, so one stall of the machine does not fail the comparison.
 """
 
 from __future__ import annotations
