@@ -188,9 +188,11 @@ class PartyConfig(_Base):
     model_cache_entries: int = Field(4, ge=1, le=1024, description="local models ŵ kept in memory, keyed by the data file's digest, λ and the learner's parameters (Pathak jobs)")
     model_cache_dir: Path | None = Field(None, description="if set, the local-model cache is also kept here (0600 files, fsync'd): as private as the data files")
     local_work_seconds: float = Field(2.0, ge=0, le=3600, allow_inf_nan=False, description=(
-        "Pathak jobs: the least time from ProtocolStart to this party's first message computed from its records (its "
-        "local training is padded to it, so the curator cannot time n_j); set it above the training time of the "
-        "largest dataset served (a longer training is logged here and shows its length: docs/limitations.md)"))
+        "the least time from the start of this party's work on its records to its next message (Pathak: from "
+        "ProtocolStart to its first message computed from them; a contribution, dp-gd or regression round, query or "
+        "ensemble vote: to its shares; a local release: to the release; a refusal that read the records waits too), so "
+        "the curator cannot time n_j; every such step costs at least this long. Set it above the work time of the "
+        "largest dataset served (a longer work is logged here and shows its length: docs/limitations.md)"))
     local_classifier: str = Field("logreg", description="the party's own model in ensemble (hamm2016) jobs: any name of mpdp.hamm2016.local.CLASSIFIERS")
     job_deadline_seconds: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False, description="a job whose spec sets no deadline fails at this party after this long (its curator may have crashed)")
     max_retained_jobs: int = Field(256, ge=0, le=100_000, description="finished jobs of one protocol kept in memory (within job_retention_seconds); older ones leave a value-free record")

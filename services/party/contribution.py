@@ -91,7 +91,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             return statistics_contribution(ds, request.dataset, round_name, tuple(request.bounds), max(1, request.records_per_client))
 
         async def vector(params: DcaParams):
-            return await computed(party, context, request.dca_job_id, request.dataset, compute)
+            return await computed(party, request.dca_job_id, request.dataset, compute)
 
         # spends the job's true (ε, δ) in the ledger before any share leaves; a failed submission keeps it
         try:  # a validated round (the default): the party holds the job to the range its bounds and row bound give
@@ -126,7 +126,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
             return dataset_vector(ds, request.dataset, plan, records)
 
         async def vector(params: DcaParams):
-            return await computed(party, context, request.dca_job_id, request.dataset, compute, doing="evaluate the query over")
+            return await computed(party, request.dca_job_id, request.dataset, compute, doing="evaluate the query over")
 
         accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: check_query_job(plan, params, spec.epsilon, spec.delta),
                                  validate=QUERY_VALIDATION, bounds=(float(records),))
@@ -174,7 +174,7 @@ class ContributingParty(contribution_pb2_grpc.ContributionPartyServicer):
                 return dpgd_contribution(ds, request.dataset, plan, msg.round, W, max(1, request.records_per_client))
 
             async def vector(params: DcaParams):
-                return await computed(party, context, request.dca_job_id, request.dataset, compute)
+                return await computed(party, request.dca_job_id, request.dataset, compute)
 
             validate, bounds = dpgd_wire.expected_validation(plan, msg.round, request.records_per_client)
             accepted = AcceptedRound(request.dca_job_id, tuple(request.parties), check=lambda params: dpgd_wire.check_round_job(plan, msg, params), charge=charge,

@@ -105,7 +105,7 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
                 data = load_dataset(ds, name=spec.dataset)
                 return core.VoterRole(cfg.name, cfg.local_classifier).vote(spec, data.X, data.y, X_aux)
 
-            return await computed(party, context, request.job_id, spec.dataset, compute, doing="train its classifier on")
+            return await computed(party, request.job_id, spec.dataset, compute, doing="train its classifier on")
 
         # the vote sum Charlie announced for this ensemble: its voters, nodes, noise and seeding are the job's; the
         # ensemble's ε is spent (core.ledger_entry) in one durable step before any vote share leaves, and a vote that
