@@ -9,6 +9,8 @@ curator therefore holds a turn at every party a job names, from its first reques
 of overlapping jobs see them in the same order, and with the same ledgers they take the same ones and refuse the
 same ones before spending (docs/protocols/accounting.md, "When a job spends, and when a charge is voided"). Jobs
 over disjoint parties run at once. Turns are taken in sorted party order, so two jobs never wait on each other.
+A turn is held at most as long as the job's requests (each has its deadline; a cancel ends it at once). One lock
+per party name: the names are the registered parties every job is checked against, so they are bounded.
 """
 
 from __future__ import annotations
