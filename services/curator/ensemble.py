@@ -30,6 +30,8 @@ from mpdp_services.common.config import DatasetConfig
 from mpdp_services.common.rpc import PeerChannels, caller, roles_by_method
 from mpdp_services.common.store import MessageStore
 from mpdp_services.curator.dca import DcaCurator
+from mpdp_services.curator import turns
+from mpdp_services.curator.links import require_linked
 from mpdp_services.curator.admission import Admission
 
 log = logging.getLogger("mpdp.curator.ensemble")
@@ -114,6 +116,7 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         with tracing.job_span(job_id, "hamm2016", "curator") as span:  # its vote-sum DCA job and the parties' votes are children
             dca_job, release = "", None
             try:
+                await require_linked(self.channels, request.parties, tolerated=request.max_missing)  # before any voter is asked
                 with calls.sub_job():  # the vote sum counts against the admission bounds but is never refused by them
                     create = asyncio.ensure_future(self.dca.create(vote_params.to_spec()))
                 try:
@@ -162,16 +165,18 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             except ProtocolError as e:
                 return role.vote_failed(party, errors.details(e))
 
-        asks = [asyncio.ensure_future(ask(s)) for s in role.start()]
-        try:
-            for done in asyncio.as_completed(asks):
-                abort = next((o for o in await done if isinstance(o, core.AbortVoteSum)), None)
-                if abort is not None:  # more than T voters failed: stop at once, the others need not vote
-                    await self.dca.abort(dca_job, abort.detail)
-                    raise errors.Refused(common_pb2.JOB_FAILED, abort.detail)
-        finally:
-            for a in asks:
-                a.cancel()
+        async with turns.turn(spec.parties):  # the voters of overlapping jobs decide their spends in one order
+            asks = [asyncio.ensure_future(ask(s)) for s in role.start()]
+            try:
+                for done in asyncio.as_completed(asks):
+                    abort = next((o for o in await done if isinstance(o, core.AbortVoteSum)), None)
+                    if abort is not None:  # more than T voters failed: stop at once, the others need not vote
+                        await self.dca.abort(dca_job, abort.detail)
+                        budget = role.error is not None and role.error.problem == common_pb2.BUDGET_EXCEEDED
+                        raise errors.Refused(common_pb2.BUDGET_EXCEEDED if budget else common_pb2.JOB_FAILED, abort.detail)
+            finally:
+                for a in asks:
+                    a.cancel()
         if role.failures:
             log.warning("ensemble job %s: %d voter(s) missing (T = %d allows it): %s", job_id, len(role.failures), spec.max_missing, role.failures)
         t1 = time.perf_counter()

@@ -441,8 +441,9 @@ class LearnerHost:
         request = job.learner.request(job.spec, ask, dca_job)
         try:
             await self.contribution.run(cpb.ContributionRound(request=request, parties=list(job.spec.parties)))
-        except errors.Refused as e:
-            raise errors.Refused(common_pb2.JOB_FAILED, f"{name} ({dca_job}): {e.detail}") from None
+        except errors.Refused as e:  # a party's budget or a party that is down says why; any other failure is the job's
+            kept = e.problem in (common_pb2.BUDGET_EXCEEDED, common_pb2.PEER_UNREACHABLE)
+            raise errors.Refused(e.problem if kept else common_pb2.JOB_FAILED, f"{name} ({dca_job}): {e.detail}") from None
         try:
             release = await self.dca.result(dca_job)
         except errors.Refused as e:

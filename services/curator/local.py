@@ -22,6 +22,8 @@ from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels
 from mpdp_services.common.store import MessageStore
 from mpdp_services.curator.admission import Admission
+from mpdp_services.curator import turns
+from mpdp_services.curator.links import require_linked
 
 log = logging.getLogger("mpdp.curator.local")
 
@@ -76,6 +78,7 @@ class LocalCurator:
         """Move Charlie's messages (LocalReleaseCurator decides): requests out, each party's answer in."""
         role = LocalReleaseCurator(job_id, request)
         outs: list = []
+        await require_linked(self.channels, request.parties)  # a party that is down fails the job before any party spends
 
         async def ask(send: Send) -> None:
             party = send.to.name
@@ -93,19 +96,21 @@ class LocalCurator:
             except ProtocolError:
                 pass  # the role failed closed (a second answer, a release it cannot publish): checked below
 
-        asks = [asyncio.ensure_future(ask(s)) for s in role.ask()]
-        try:
-            for done in asyncio.as_completed(asks):
-                await done
-                if role.failed:  # stop at once: the other answers cannot change the outcome
-                    break
-        finally:
-            for a in asks:
-                a.cancel()
+        async with turns.turn(request.parties):  # the parties of overlapping jobs decide their spends in one order
+            asks = [asyncio.ensure_future(ask(s)) for s in role.ask()]
+            try:
+                for done in asyncio.as_completed(asks):
+                    await done
+                    if role.failed:  # stop at once: the other answers cannot change the outcome
+                        break
+            finally:
+                for a in asks:
+                    a.cancel()
         if role.failed:
             detail = role.error.detail if role.error is not None else f"job {job_id} published nothing"
+            problem = common_pb2.BUDGET_EXCEEDED if role.error is not None and role.error.problem == common_pb2.BUDGET_EXCEEDED else common_pb2.JOB_FAILED
             log.warning("local job %s failed: %s", job_id, detail)
-            raise errors.Refused(common_pb2.JOB_FAILED, detail)
+            raise errors.Refused(problem, detail)
         published = next(o.release for o in outs if isinstance(o, Publish))
         self.store.put(job_id, published)
         log.info("local job %s published: %d releases; %s", job_id, len(published.releases), published.aggregate_statement[:80])

@@ -113,13 +113,38 @@ class Party:
         return led.composition().epsilon, self.ledger.budget_epsilon, len(led.entries)
 
     async def spend(self, context, entry: dict) -> dict:
-        """Spend the entry's true (ε, δ) in one durable step, or refuse the RPC with BUDGET_EXCEEDED."""
+        """Spend the entry's true (ε, δ) in one durable step, or refuse the RPC with BUDGET_EXCEEDED.
+
+        Called before the job's first data-dependent message. The ledger write runs in a thread that a cancel (the
+        operator's, the job's deadline, the curator's call dropped) cannot stop: a cancel that lands meanwhile
+        waits for the write, then voids the entry if this call created it, since nothing can have left this party
+        after it (its caller never resumes), and ends the call cancelled. Without this the write would finish after
+        the cancel and leave the charge "spent" for a job that sent nothing."""
+        write = asyncio.ensure_future(asyncio.to_thread(self.ledger.spend_new, entry))
         try:
-            return await asyncio.to_thread(self.ledger.spend, entry)
+            stored, _ = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await self._void_cancelled(write, entry)
+            raise
         except BudgetExceeded as e:
             await errors.refuse(context, Problem.BUDGET_EXCEEDED, f"party {self.cfg.name}: {e}")
         except (LedgerError, OSError) as e:
             await self.ledger_broken(context, e)
+        return stored
+
+    async def _void_cancelled(self, write: "asyncio.Future[tuple[dict, bool]]", entry: dict) -> None:
+        """The spend ``write`` was cancelled while its thread ran: wait for it, and void the entry it created."""
+        while not write.done():
+            try:
+                await asyncio.wait({write})
+            except asyncio.CancelledError:  # cancelled again: the write still has to be settled
+                continue
+        if write.cancelled() or write.exception() is not None:
+            return  # nothing was written
+        stored, created = write.result()
+        if created:
+            await self.void(str(stored["protocol"]), str(stored["job_id"]), "cancelled while spending; nothing left this party after its spend")
+        log.info("job %s: cancelled while spending", shown(str(entry.get("job_id", ""))))
 
     async def mark(self, protocol: str, job_id: str, status: str, details: dict | None = None) -> None:
         """Mark a spent job released or failed (a failed job keeps its charge)."""
