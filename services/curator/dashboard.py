@@ -47,6 +47,14 @@ class Dashboard:
     ensembles: MessageStore[hamm2016_pb2.EnsembleRelease]
     loop: asyncio.AbstractEventLoop | None = None
 
+    @classmethod
+    def of(cls, site: str, catalog: Catalog, hostings: dict[str, Any], loop: asyncio.AbstractEventLoop | None = None) -> "Dashboard":
+        """The dashboard over the curator's hosted protocols (services/curator/hosting.py): every protocol's jobs on the
+        jobs pages; the release pages of the protocols that have one read their stores."""
+        def store(name: str) -> Any:
+            return hostings[name].store if name in hostings else None
+        return cls(site, catalog, store("pathak2010"), store("dca"), store("lmgc"), store("hamm2016"), loop)
+
     def install(self, routes: web.Routes | None = None) -> None:
         add = (routes or web.ROUTES).add
         add("/", self.jobs_page)
