@@ -29,6 +29,7 @@ class Hooks:
     learner: str | None = None  # a multi-round learner the curator drives: its ``services.curator.learner.Learner``
     export: str | None = None  # its release → (document, arrays) for `mpdp model export` (services/operator/export.py)
     show: str | None = None  # its release → the text `mpdp jobs show` prints under the job (None: nothing more)
+    predict: str | None = None  # `mpdp predict --job`: (endpoints, job id, data file, format, **options) → the prediction's summary
     trainer: str | None = None  # the `mpdp train MODEL` click command (only with a model)
     command: tuple[str, str, str] | None = None  # a top-level `mpdp` command of its own: (name, "module:attribute", one-line help)
 
@@ -53,25 +54,28 @@ _CONTRIBUTOR = _P + "contribution:flow"  # their party side: the one contributio
 PROTOCOLS: tuple[Protocol, ...] = (
     Protocol("pathak2010", "Pathak, Rane & Raj 2010: a DP logistic regression from the parties' local models", "pk-", "pathak2010", "logreg",
              "pathak2010.md", ("mpdp.pathak2010.party.PartyMachine", "mpdp.pathak2010.curator.CuratorMachine"),
-             Hooks(_C + "server:hosting", party=_P + "pathak2010:flow", export=_O + "export:pathak", trainer="mpdp_services.cli.train:logreg")),
+             Hooks(_C + "server:hosting", party=_P + "pathak2010:flow", export=_O + "export:pathak", predict="mpdp_services.cli.jobs:predict_pathak",
+                   trainer="mpdp_services.cli.train:logreg")),
     Protocol("dca", "Heikkilä et al. 2017: a DP sum of the clients' vectors (Distributed Compute Algorithm)", "dca-", "dca", None,
              "dca.md", ("mpdp.dca.client.ClientMachine", "mpdp.dca.compute_node.ComputeNodeMachine", "mpdp.dca.aggregator.AggregatorMachine"),
              Hooks(_C + "dca:hosting", export=_O + "export:dca",
                    command=("dca", "mpdp_services.cli.dca:dca", "Distributed Compute Algorithm (Heikkilä et al. 2017): secret-shared Gaussian sums over compute nodes."))),
     Protocol("lmgc", "Pathak & Raj: each party's DP large-margin Gaussian classifier and their average", "lm-", "lmgc", "lmgc",
              "local-release.md", ("mpdp.local_release.LocalReleaseCurator", "mpdp.local_release.LocalReleaseParty"),
-             Hooks(_C + "local:hosting", party=_P + "local:flow", export=_O + "export:lmgc", trainer="mpdp_services.cli.train:lmgc")),
+             Hooks(_C + "local:hosting", party=_P + "local:flow", export=_O + "export:lmgc", predict=_O + "local:predict_local",
+                   trainer="mpdp_services.cli.train:lmgc")),
     Protocol("hamm2016", "Hamm, Cao & Belkin 2016: a DP classifier from the parties' votes on public auxiliary data", "hm-", "hamm2016", "hamm2016",
              "hamm2016.md", ("mpdp.hamm2016.job.CuratorRole",),
-             Hooks(_C + "ensemble:hosting", party=_P + "ensemble:flow", export=_O + "export:ensemble", trainer="mpdp_services.cli.train:hamm2016")),
+             Hooks(_C + "ensemble:hosting", party=_P + "ensemble:flow", export=_O + "export:ensemble", predict=_O + "ensemble:predict_ensemble",
+                   trainer="mpdp_services.cli.train:hamm2016")),
     Protocol("dpgd", "DP gradient descent over the DCA (binary or softmax logistic regression)", "dp-", "learner", "dp-gd",
              "dpgd.md", ("mpdp.dpgd.role.DpgdRole",),
-             Hooks(_LEARNER, party=_CONTRIBUTOR, contribution=_P + "contribution:DPGD_ROUNDS", learner=_C + "learner:DPGD", export=_O + "export:dpgd",
+             Hooks(_LEARNER, party=_CONTRIBUTOR, contribution=_P + "contribution:DPGD_ROUNDS", learner=_C + "learner:DPGD", export=_O + "export:dpgd", predict="mpdp_services.cli.jobs:predict_dpgd",
                    trainer="mpdp_services.cli.train:dpgd")),
     Protocol("regression", "DP Bayesian linear regression with projection over the DCA", "rg-", "learner", "regression",
              "regression.md", ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound", "mpdp.contribution.Contributor"),
              Hooks(_LEARNER, party=_CONTRIBUTOR, contribution=_P + "contribution:REGRESSION_ROUNDS", learner=_C + "learner:REGRESSION",
-                   export=_O + "export:regression", trainer="mpdp_services.cli.regress:regress",
+                   export=_O + "export:regression", predict=_O + "regression:predict_regression", trainer="mpdp_services.cli.regress:regress",
                    command=("regress", "mpdp_services.cli.regress:regress",
                             "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2).")),
              ("setup", "std_round", "grid_search", "main_round", "posterior")),

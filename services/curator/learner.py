@@ -1,5 +1,5 @@
-"""Charlie hosts multi-round learners (dp-gd, regression, query: each registry entry whose hooks name a
-:class:`Learner`) as his own jobs (docs/protocols/job-model.md §7).
+"""Charlie hosts multi-round learners (each registry entry whose hooks name a :class:`Learner`: dp-gd, regression, …)
+as his own jobs (docs/protocols/job-model.md §7).
 
 The operator submits a :class:`~mpdp.messages.learner_pb2.LearnerJobSpec` through the job host (JobOperations.SubmitJob,
 ``JobSubmission.learner``) and gets the job id at once. Every field is checked first (``mpdp.limits``, then the plan

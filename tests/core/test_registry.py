@@ -36,7 +36,7 @@ def test_every_hook_names_an_object_of_its_kind():
 
     from mpdp_services.curator.learner import Learner
 
-    kinds = {"curator": callable, "party": callable, "export": callable, "show": callable,
+    kinds = {"curator": callable, "party": callable, "export": callable, "show": callable, "predict": callable,
              "contribution": lambda o: isinstance(o, dict) and bool(o) and all(callable(h) for h in o.values()),
              "learner": lambda o: isinstance(o, Learner), "trainer": lambda o: isinstance(o, click.Command)}
     for p in registry.PROTOCOLS:
@@ -45,10 +45,10 @@ def test_every_hook_names_an_object_of_its_kind():
             if path is not None:
                 assert right(registry.hook(path)), (p.name, kind, path)
         assert (p.hooks.learner is not None) == (p.hooks.contribution is not None), p.name  # a learner's rounds are the parties' contributions
-    statistics = [s for table in registry.hooked("contribution").values() for s in table]
-    assert len(set(statistics)) == len(statistics)  # no protocol's statistic shadows another's at the party
         if p.hooks.command is not None:
             assert isinstance(registry.hook(p.hooks.command[1]), click.Command), p.name
+    statistics = [s for table in registry.hooked("contribution").values() for s in table]
+    assert len(set(statistics)) == len(statistics)  # no protocol's statistic shadows another's at the party
     assert set(registry.hooked("trainer")) == {p.name for p in registry.models().values()}  # every model runs (tests/core/test_cli_train.py)
 
 
