@@ -29,6 +29,7 @@ class Hooks:
     learner: str | None = None  # a multi-round learner the curator drives: its ``services.curator.learner.Learner``
     export: str | None = None  # its release → (document, arrays) for `mpdp model export` (services/operator/export.py)
     show: str | None = None  # its release → the text `mpdp jobs show` prints under the job (None: nothing more)
+    view: str | None = None  # the curator dashboard's view of a released job: (its store, job id) → (HTML, stage seconds)
     predict: str | None = None  # `mpdp predict --job`: (endpoints, job id, data file, format, **options) → the prediction's summary
     trainer: str | None = None  # the `mpdp train MODEL` click command (only with a model)
     command: tuple[str, str, str] | None = None  # a top-level `mpdp` command of its own: (name, "module:attribute", one-line help)
@@ -50,6 +51,7 @@ class Protocol:
 _C, _P, _O = "mpdp_services.curator.", "mpdp_services.party.", "mpdp_services.operator."
 _LEARNER = _C + "learner:hosting"  # dpgd, regression and query: jobs the curator's learner host drives over the DCA
 _CONTRIBUTOR = _P + "contribution:flow"  # their party side: the one contribution servicer (services/party/contribution.py)
+_VIEW = _C + "dashboard:learner_view"  # their release on the curator's dashboard (a LearnerModel's guarantee and rounds)
 
 PROTOCOLS: tuple[Protocol, ...] = (
     Protocol("pathak2010", "Pathak, Rane & Raj 2010: a DP logistic regression from the parties' local models", "pk-", "pathak2010", "logreg",
@@ -70,18 +72,18 @@ PROTOCOLS: tuple[Protocol, ...] = (
                    trainer="mpdp_services.cli.train:hamm2016")),
     Protocol("dpgd", "DP gradient descent over the DCA (binary or softmax logistic regression)", "dp-", "learner", "dp-gd",
              "dpgd.md", ("mpdp.dpgd.role.DpgdRole",),
-             Hooks(_LEARNER, party=_CONTRIBUTOR, contribution=_P + "contribution:DPGD_ROUNDS", learner=_C + "learner:DPGD", export=_O + "export:dpgd", predict="mpdp_services.cli.jobs:predict_dpgd",
-                   trainer="mpdp_services.cli.train:dpgd")),
+             Hooks(_LEARNER, party=_CONTRIBUTOR, view=_VIEW, contribution=_P + "contribution:DPGD_ROUNDS", learner=_C + "learner:DPGD",
+                   export=_O + "export:dpgd", predict="mpdp_services.cli.jobs:predict_dpgd", trainer="mpdp_services.cli.train:dpgd")),
     Protocol("regression", "DP Bayesian linear regression with projection over the DCA", "rg-", "learner", "regression",
              "regression.md", ("mpdp.regression.role.RegressionRole", "mpdp.contribution.ContributionRound", "mpdp.contribution.Contributor"),
-             Hooks(_LEARNER, party=_CONTRIBUTOR, contribution=_P + "contribution:REGRESSION_ROUNDS", learner=_C + "learner:REGRESSION",
+             Hooks(_LEARNER, party=_CONTRIBUTOR, view=_VIEW, contribution=_P + "contribution:REGRESSION_ROUNDS", learner=_C + "learner:REGRESSION",
                    export=_O + "export:regression", predict=_O + "regression:predict_regression", trainer="mpdp_services.cli.regress:regress",
                    command=("regress", "mpdp_services.cli.regress:regress",
                             "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2).")),
              ("setup", "std_round", "grid_search", "main_round", "posterior")),
     Protocol("query", "DP SQL analytics over the DCA: counts, sums, means and quantiles with intervals", "qy-", "learner", None,
              "query.md", ("mpdp.query.role.QueryRole",),
-             Hooks(_LEARNER, party=_CONTRIBUTOR, contribution=_P + "query:ROUNDS", learner=_C + "query:LEARNER", export=_O + "query:export",
+             Hooks(_LEARNER, party=_CONTRIBUTOR, view=_VIEW, contribution=_P + "query:ROUNDS", learner=_C + "query:LEARNER", export=_O + "query:export",
                    show=_O + "query:shown",
                    command=("query", "mpdp_services.cli.query:query",
                             "Answer one SQL query across the parties with DP: counts, sums, means, quantiles, each with a 95 % interval."))),

@@ -36,7 +36,7 @@ def test_every_hook_names_an_object_of_its_kind():
 
     from mpdp_services.curator.learner import Learner
 
-    kinds = {"curator": callable, "party": callable, "export": callable, "show": callable, "predict": callable,
+    kinds = {"curator": callable, "party": callable, "export": callable, "show": callable, "predict": callable, "view": callable,
              "contribution": lambda o: isinstance(o, dict) and bool(o) and all(callable(h) for h in o.values()),
              "learner": lambda o: isinstance(o, Learner), "trainer": lambda o: isinstance(o, click.Command)}
     for p in registry.PROTOCOLS:
