@@ -41,7 +41,7 @@ def _seconds(job: dict) -> str:
 
 @click.group("jobs")
 def jobs() -> None:
-    """See, follow and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles, dp-gd, regression)."""
+    """See, follow and cancel the curator's jobs of every protocol (`mpdp jobs ls --protocol`: the registry's names)."""
 
 
 @jobs.command("ls")
