@@ -16,6 +16,7 @@ import contextvars
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -31,6 +32,9 @@ from mpdp_services.common.rpc import PeerChannels, caller, caller_key, method_fo
 from mpdp_services.common.runtime import Hosted
 from mpdp_services.curator.admission import Admission
 from mpdp_services.curator.registrations import Registrations
+
+if TYPE_CHECKING:
+    from mpdp_services.curator.hosting import CuratorSite, Hosting
 
 log = logging.getLogger("mpdp.curator.dca")
 
@@ -405,3 +409,27 @@ async def _check_id(job_id: str, context) -> None:
 
 def _address(address: str) -> bool:
     return 0 < len(address) <= 255 and ":" in address and address.isprintable()
+
+
+# -- its place at the curator (mpdp.registry: Hooks.curator) ---------------------------------------------------------
+def of(site: "CuratorSite") -> DcaCurator:
+    """The site's one DCA host (the ensemble's vote sums and the learners' rounds run on it too)."""
+    cfg, curator = site.cfg, site.curator
+    return site.part("dca", lambda: DcaCurator(site.state_dir, curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=site.retention,
+                                               max_live=site.max_live, admission=curator.admission, members=cfg.compute_node_members,
+                                               max_deadline=cfg.max_dca_deadline_seconds))
+
+
+def hosting(site: "CuratorSite", protocol: registry.Protocol) -> "Hosting":
+    from mpdp_services.curator import catalog
+    from mpdp_services.curator.hosting import Hosting, Servicer
+
+    dca = of(site)
+    site.on_restart(protocol.name, dca.recover)
+    folder = site.state_dir / "dca"
+    source = catalog.Source(protocol.name, dca.jobs, lambda j: dca.store.release(j) is not None or dca.store.consumed(j) is not None,
+                            lambda: [*catalog.files(folder, ".release.binpb", "RELEASED"), *catalog.files(folder, ".consumed.json", "RELEASED"),
+                                     *catalog.files(folder, ".failed.json", "FAILED")], catalog.hosted_live, catalog.hosted_stage)
+    servicer = Servicer(SERVICE, lambda server: pb_grpc.add_DcaCuratorServicer_to_server(dca, server), ROLES,
+                        {f"/{SERVICE}/RegisterComputeNode": dca.registrations.members})
+    return Hosting(dca.submit, dca.release, dca.cancel, source, (servicer,), store=dca.store)

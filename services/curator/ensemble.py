@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -33,6 +34,9 @@ from mpdp_services.curator.dca import DcaCurator
 from mpdp_services.curator import turns
 from mpdp_services.curator.links import require_linked
 from mpdp_services.curator.admission import Admission
+
+if TYPE_CHECKING:
+    from mpdp_services.curator.hosting import CuratorSite, Hosting
 
 log = logging.getLogger("mpdp.curator.ensemble")
 
@@ -218,3 +222,20 @@ def _load_auxiliary(cfg: DatasetConfig) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     X = X / np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
     return core.check_auxiliary(X)
+
+
+# -- its place at the curator (mpdp.registry: Hooks.curator) ---------------------------------------------------------
+def hosting(site: "CuratorSite", protocol: registry.Protocol) -> "Hosting":
+    from mpdp_services.curator import catalog, dca
+    from mpdp_services.curator.hosting import Hosting, Servicer
+    from mpdp_services.curator.local import _recovered
+
+    cfg, curator = site.cfg, site.curator
+    ensemble = EnsembleCurator(site.state_dir, curator.channels, curator.addresses, dca.of(site), dict(cfg.auxiliary), cfg.test_mode,
+                               max_live=site.max_live, admission=curator.admission)
+    site.on_restart(protocol.name, lambda: _recovered(ensemble.tasks))
+    source = catalog.Source(protocol.name, ensemble.running, lambda j: ensemble.store.get(j) is not None,
+                            lambda: [*catalog.files(ensemble.store.folder, ".binpb", "PUBLISHED"), *ensemble.tasks.failures()], catalog.task_live,
+                            failure=ensemble.tasks.failure)
+    servicer = Servicer(SERVICE, lambda server: pb_grpc.add_EnsembleCuratorServicer_to_server(ensemble, server), ROLES)
+    return Hosting(ensemble.submit, ensemble.store.get, ensemble.cancel, source, (servicer,), store=ensemble.store)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -24,6 +25,9 @@ from mpdp_services.common.store import MessageStore
 from mpdp_services.curator.admission import Admission
 from mpdp_services.curator import turns
 from mpdp_services.curator.links import require_linked
+
+if TYPE_CHECKING:
+    from mpdp_services.curator.hosting import CuratorSite, Hosting
 
 log = logging.getLogger("mpdp.curator.local")
 
@@ -115,3 +119,27 @@ class LocalCurator:
         self.store.put(job_id, published)
         log.info("local job %s published: %d releases; %s", job_id, len(published.releases), published.aggregate_statement[:80])
         return published
+
+
+# -- its place at the curator (mpdp.registry: Hooks.curator) ---------------------------------------------------------
+def hosting(site: "CuratorSite", protocol: registry.Protocol) -> "Hosting":
+    from mpdp_services.curator import catalog
+    from mpdp_services.curator.hosting import Hosting
+
+    curator = site.curator
+    local = LocalCurator(site.state_dir, curator.channels, curator.addresses, site.cfg.test_mode, max_live=site.max_live, admission=curator.admission)
+    site.on_restart(protocol.name, lambda: _recovered(local.tasks))
+
+    async def submit(spec: pb.LocalModelJobSpec) -> str:
+        return local.submit(spec)
+
+    source = catalog.Source(protocol.name, local.jobs, lambda j: local.store.get(j) is not None,
+                            lambda: [*catalog.files(local.store.folder, ".binpb", "PUBLISHED"), *local.tasks.failures()], catalog.task_live,
+                            failure=local.tasks.failure)
+    return Hosting(submit, local.store.get, local.cancel, source, store=local.store)
+
+
+async def _recovered(tasks: jobs.TaskJobs) -> None:
+    """After a restart: a job the previous process was running is FAILED (jobs.TaskJobs.recover)."""
+    for job_id, _ in tasks.recover():
+        log.warning("job %s: the curator restarted mid-job; marked FAILED", job_id)

@@ -34,7 +34,7 @@ from mpdp.dca.params import DcaParams
 from mpdp.dca.spec import SpecMismatch
 from mpdp.ledger import FAILED, LedgerError
 from mpdp.math.drbg import Drbg
-from mpdp.messages import common_pb2, dca_pb2
+from mpdp.messages import common_pb2, contribution_pb2, dca_pb2
 from mpdp.protocol import ProtocolError
 from mpdp_services.common import errors
 from mpdp_services.common.errors import shown
@@ -176,3 +176,9 @@ async def computed(party: "Party", job_id: str, dataset: str, compute: Callable[
     except (ValueError, RuntimeError) as e:  # computed from the records: the detail stays in this party's log
         log.error("job %s: dataset %s: %s", job, dataset, e)
         raise errors.Refused(Problem.INVALID_JOB, f"party {cfg.name} could not {doing} dataset {shown(dataset)}; see its log") from None
+
+
+def carried(request: contribution_pb2.StatisticRequest) -> list[str]:
+    """The protocol requests a statistic request carries (its message fields that are set, e.g. ``["dpgd"]``): each
+    round takes exactly its own protocol's, or none."""
+    return [f.name for f, _ in request.ListFields() if f.message_type is not None]

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mpdp import registry
 from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
 from mpdp.data.loaders import DatasetError
 from mpdp.ledger import FAILED, RELEASED
@@ -25,6 +26,7 @@ from mpdp_services.common.rpc import caller, roles_by_method
 from mpdp_services.party.local_work import LocalWork
 
 if TYPE_CHECKING:
+    from mpdp_services.party.flows import Flow, PartySite
     from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party")
@@ -142,3 +144,11 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
         await party.mark(PROTOCOL, request.job_id, RELEASED, details)
         log.info("local job %s: released %s (ε=%g)", shown(request.job_id), request.spec.model, request.spec.epsilon)
         return release
+
+
+# -- its place at the party (mpdp.registry: Hooks.party) -------------------------------------------------------------
+def flow(site: "PartySite", protocol: registry.Protocol) -> "Flow":
+    from mpdp_services.party.flows import Flow
+
+    servicer = LocalParty(site.party)
+    return Flow(SERVICE, lambda server: local_release_pb2_grpc.add_LocalModelPartyServicer_to_server(servicer, server), ROLES)
