@@ -21,18 +21,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from mpdp import rounds
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd.plan import TRUST_MODEL, DpgdCurator, DpgdPlan, party_vector, round_job_id
 from mpdp.dpgd.wire import iterate_of, plan_of, round_request
 from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, learner_pb2
 from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
+from mpdp.rounds import RoundFailed as RoundFailed  # the roles' one round failure, raised by drive
 
 ROUNDS, DONE = "ROUNDS", "DONE"
 PENDING = "pending"  # the job id of a round's DCA parameters until the driver has created the job
-
-
-class RoundFailed(RuntimeError):
-    """A round released nothing; the message names the round and its DCA job."""
 
 
 @dataclass(frozen=True)
@@ -195,57 +193,33 @@ class DpgdRole(Machine):
         return self.asked
 
 
+def _stages(ask: RunRound) -> tuple[str, None]:
+    return f"r{ask.round}", None  # each round (r0, r1, …); the curator's step after it is not timed apart
+
+
 def drive(role: DpgdRole, run_round: Callable[[RunRound], tuple[str, dca_pb2.DpSum]], clock: Callable[[], float] = time.perf_counter) -> DpgdRun:
-    """Run the role to its end: ``run_round`` creates a round's DCA job, has the parties contribute and returns
-    (the DCA job id, its release), or raises :class:`RoundFailed`. Times each round (``r0``, ``r1``, …)."""
-    seconds: dict[str, float] = {}
-    outs = role.start()
-    while role.result is None:
-        ask = next(o for o in outs if isinstance(o, RunRound))
-        t = clock()
-        try:
-            job_id, release = run_round(ask)
-        except RoundFailed as e:
-            role.round_failed(str(e))  # FAILED, with this detail
-            raise
-        seconds[f"r{ask.round}"] = clock() - t
-        try:
-            outs = role.released(job_id, release)
-        except LocalProtocolError as e:
-            raise RoundFailed(e.detail) from None
-    run = role.result
-    run.seconds = seconds
+    """Run the role to its end (:func:`mpdp.rounds.drive`): ``run_round`` creates a round's DCA job, has the parties
+    contribute and returns (the DCA job id, its release), or raises :class:`RoundFailed`. Times each round (``r0``, ``r1``, …)."""
+    run: DpgdRun = rounds.drive(role, RunRound, run_round, _stages, clock)
     return run
 
 
 def run_inmemory(plan: DpgdPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], records_per_party: int, *,
                  job_id: str, dca_job_ids: Sequence[str], seed: bytes = b"", max_missing: int = 0, deadline: float = 600.0,
                  observe: Callable[[Any], None] | None = None) -> DpgdRun:
-    """The whole job in one process through :class:`DpgdRole`: each round's DCA job on the one in-memory driver,
-    every party a DCA client machine contributing :func:`party_vector` of its rows (already on the unit ball and
-    labelled as the party service labels them, :func:`mpdp.dpgd.model.party_rows`). ``dca_job_ids`` name the
-    R + 1 DCA jobs (the federation's curator chooses them); a seeded run with the federation's ids reproduces
-    its releases and model bit for bit. ``observe`` sees each round's :class:`~mpdp.dca.driver.DcaRun`."""
-    from mpdp.dca.driver import run_job
-    from mpdp.math.drbg import Drbg
-
-    parties = list(party_data)
-    role = DpgdRole(plan, parties, nodes, records_per_party, job_id=job_id, max_missing=max_missing, seed=seed, deadline=deadline)
+    """The whole job in one process through :class:`DpgdRole`: each round's DCA job on the one in-memory driver
+    (:func:`mpdp.rounds.inmemory_round`), every party a DCA client machine contributing :func:`party_vector` of its
+    rows (already on the unit ball and labelled as the party service labels them, :func:`mpdp.dpgd.model.party_rows`).
+    ``dca_job_ids`` name the R + 1 DCA jobs (the federation's curator chooses them); a seeded run with the
+    federation's ids reproduces its releases and model bit for bit. ``observe`` sees each round's
+    :class:`~mpdp.dca.driver.DcaRun`."""
+    role = DpgdRole(plan, list(party_data), nodes, records_per_party, job_id=job_id, max_missing=max_missing, seed=seed, deadline=deadline)
     ids = iter(dca_job_ids)
 
     def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:
-        dca_job = next(ids)
-        params = dataclasses.replace(ask.params, job_id=dca_job)
-        for name, (X, _) in party_data.items():
-            if len(X) > max(1, ask.records_per_party):
-                raise RoundFailed(f"round {ask.round} ({dca_job}): party {name} has more rows than the job's public bound of {ask.records_per_party}")
+        params = dataclasses.replace(ask.params, job_id=next(ids))
         W = iterate_of(ask.request, plan)
-        Z = np.stack([party_vector(plan, ask.round, W, X, y) for X, y in party_data.values()])
-        run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines")
-        if observe is not None:
-            observe(run)
-        if run.release is None:
-            raise RoundFailed(f"round {ask.round} ({dca_job}) failed: {run.error.detail if run.error else 'nothing released'}")
-        return dca_job, run.release
+        return rounds.inmemory_round(f"round {ask.round}", params, party_data, ask.records_per_party,
+                                     lambda X, y: party_vector(plan, ask.round, W, X, y), seed=seed, observe=observe)
 
     return drive(role, run_round)

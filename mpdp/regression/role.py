@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from mpdp import rounds
 from mpdp.dca.params import DcaParams
 from mpdp.messages import common_pb2, dca_pb2, learner_pb2
 from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
@@ -30,13 +31,10 @@ from mpdp.regression.grid import Multipliers
 from mpdp.regression.plan import MainRoundStep, RegressionPlan
 from mpdp.regression.posterior import Posterior
 from mpdp.regression.statistics import RoundSpec, main_round_spec
+from mpdp.rounds import RoundFailed as RoundFailed  # the roles' one round failure, raised by drive
 
 STD_ROUND, MAIN_ROUND, DONE = "STD_ROUND", "MAIN_ROUND", "DONE"
 PENDING = "pending"  # the job id of a round's DCA parameters until the driver has created the job
-
-
-class RoundFailed(RuntimeError):
-    """A round released nothing; the message names the round and its DCA job."""
 
 
 UNVALIDATED = ". The parties' statistics are not proven valid (unvalidated): a malicious party can move them arbitrarily"
@@ -228,31 +226,16 @@ class RegressionRole(Machine):
         return self.asked
 
 
+# round → (its stage, the stage of the role's step after it): the std round, the grid search (σ̂ and the thresholds
+# B from its release); the main round (the posterior after it is not timed apart)
+_STAGES: dict[str, tuple[str, str | None]] = {"std": ("std_round", "grid_search"), "main": ("main_round", None)}
+
+
 def drive(role: RegressionRole, run_round: Callable[[RunRound], tuple[str, dca_pb2.DpSum]],
           clock: Callable[[], float] = time.perf_counter) -> RegressionRun:
-    """Run the role to its end: ``run_round`` creates a round's DCA job, has the parties contribute and returns
-    (the job id, its release), or raises :class:`RoundFailed`. Times: std_round, grid_search, main_round."""
-    seconds: dict[str, float] = {}
-    outs = role.start()
-    for stage in ("std_round", "main_round"):
-        ask = next(o for o in outs if isinstance(o, RunRound))
-        t = clock()
-        try:
-            job_id, release = run_round(ask)
-        except RoundFailed as e:
-            role.round_failed(str(e))  # FAILED, with this detail
-            raise
-        seconds[stage] = clock() - t
-        t = clock()
-        try:
-            outs = role.released(job_id, release)
-        except LocalProtocolError as e:
-            raise RoundFailed(e.detail) from None
-        if stage == "std_round":
-            seconds["grid_search"] = clock() - t
-    run = role.result
-    assert run is not None
-    run.seconds = seconds
+    """Run the role to its end (:func:`mpdp.rounds.drive`): ``run_round`` creates a round's DCA job, has the parties
+    contribute and returns (the job id, its release), or raises :class:`RoundFailed`. Times: std_round, grid_search, main_round."""
+    run: RegressionRun = rounds.drive(role, RunRound, run_round, lambda ask: _STAGES[ask.spec.round], clock)
     return run
 
 
@@ -260,30 +243,18 @@ def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, n
                  records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0, noise: str = "gaussian",
                  validate: bool = True, observe: Callable[[Any], None] | None = None) -> RegressionRun:
     """The whole regression in one process through :class:`RegressionRole`: each round's DCA job runs on the
-    one in-memory driver, every party a DCA client machine contributing what ``services/party/contribution.py``
-    would (its records clipped to the round's bounds, summed). ``job_ids`` name the two DCA jobs (the federation's
-    curator chooses them); a seeded run with the federation's ids reproduces its releases bit for bit. ``observe`` sees
-    each round's :class:`~mpdp.dca.driver.DcaRun` (messages, ledger entries, times)."""
-    from mpdp.dca.driver import run_job
-    from mpdp.math.drbg import Drbg
+    one in-memory driver (:func:`mpdp.rounds.inmemory_round`), every party a DCA client machine contributing what
+    ``services/party/contribution.py`` would (its records clipped to the round's bounds, summed). ``job_ids`` name the
+    two DCA jobs (the federation's curator chooses them); a seeded run with the federation's ids reproduces its
+    releases bit for bit. ``observe`` sees each round's :class:`~mpdp.dca.driver.DcaRun` (messages, ledger entries, times)."""
     from mpdp.regression.statistics import party_statistics
 
-    parties = list(party_data)
-    role = RegressionRole(plan, parties, nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise, validate=validate)
+    role = RegressionRole(plan, list(party_data), nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise, validate=validate)
     ids = iter(job_ids)
 
     def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:
-        job_id = next(ids)
-        params = dataclasses.replace(ask.params, job_id=job_id)
-        for name, (X, _) in party_data.items():
-            if len(X) > max(1, ask.records_per_party):
-                raise RoundFailed(f"{ask.statistic} round ({job_id}): party {name} has more rows than the job's public bound of {ask.records_per_party}")
-        Z = np.stack([party_statistics(X, y, ask.spec.round, ask.bounds) for X, y in party_data.values()])
-        run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines")
-        if observe is not None:
-            observe(run)
-        if run.release is None:
-            raise RoundFailed(f"{ask.statistic} round ({job_id}) failed: {run.error.detail if run.error else 'nothing released'}")
-        return job_id, run.release
+        params = dataclasses.replace(ask.params, job_id=next(ids))
+        return rounds.inmemory_round(f"{ask.statistic} round", params, party_data, ask.records_per_party,
+                                     lambda X, y: party_statistics(X, y, ask.spec.round, ask.bounds), seed=seed, observe=observe)
 
     return drive(role, run_round)

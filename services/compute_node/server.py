@@ -285,12 +285,18 @@ class ComputeNode(pb_grpc.ComputeNodeServicer):
     async def SubmitShareBatch(self, request: pb.ShareBatch, context) -> pb.ShareReceipt:
         sender = await self._sender(context)
         hosted = await self._job(request.job_id, context)
+        replies = await self.admit(hosted, sender, request, context)
+        return replies[0] if replies else pb.ShareReceipt(job_id=request.job_id)
+
+    async def admit(self, hosted: Hosted, sender: Peer, request, context) -> list:
+        """Admit one submission (a ShareBatch, or a worker process's WorkerClaim) into the job's backlog: held until
+        there is room (:meth:`room`), then the machine's one step on it, its replies returned; a refusal of the
+        whole submission aborts the call through the error table."""
         await self.room(hosted, context)
         try:
-            replies = await hosted.deliver(sender, request, inline=True)
+            return await hosted.deliver(sender, request, inline=True)
         except ProtocolError as e:
             await errors.abort(context, e)
-        return replies[0] if replies else pb.ShareReceipt(job_id=request.job_id)
 
     # -- node ↔ node and aborts ----------------------------------------------------------------------------
     async def ReportReceivedClients(self, request, context) -> common_pb2.Ack:

@@ -116,13 +116,10 @@ class Coordinator(pb_grpc.ComputeNodeLocalServicer):
     async def Claim(self, request: pb.WorkerClaim, context) -> pb.WorkerClaimReply:
         w = self._worker(context)
         hosted = await self.node._job(request.job_id, context)
-        await self.node.room(hosted, context)  # the worker's SubmitShares / SubmitShareBatch waits with it
         if not (request.client_ids or request.client_indices):  # a worker waiting for room before it claims (worker.py, _claim)
+            await self.node.room(hosted, context)
             return pb.WorkerClaimReply()
-        try:
-            replies = await hosted.deliver(Peer("worker", str(w)), request, inline=True)
-        except ProtocolError as e:
-            await errors.abort(context, e)
+        replies = await self.node.admit(hosted, Peer("worker", str(w)), request, context)  # the worker's SubmitShares / SubmitShareBatch waits with it
         return replies[0]
 
     async def Sum(self, request: pb.WorkerSum, context) -> common_pb2.Ack:

@@ -334,7 +334,7 @@ class LearnerHost:
 
     # -- the job's task --------------------------------------------------------------------------------------------------
     async def _drive(self, job: LearnerJob, outputs: list[Any]) -> None:
-        """The role's loop (as :func:`mpdp.dpgd.role.drive`, asynchronously): run each round it asks for, feed the release.
+        """The role's loop (as :func:`mpdp.rounds.drive`, asynchronously): run each round it asks for, feed the release.
         Each round and each step after it is a stage of ``job.stages``."""
         role: Any = job.machine  # DpgdRole or RegressionRole: start, released, round_failed, result
         learner = job.learner
