@@ -62,6 +62,7 @@ class LocalFederation:
     node_options: dict = field(default_factory=dict)  # extra compute-node configuration fields (e.g. report_every, backlog_mib)
     party_options: dict = field(default_factory=dict)  # extra configuration fields of every party (e.g. local_work_seconds)
     members: list[str] | None = None  # the federation's parties every party takes jobs over (default: ``parties``)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of every role (e.g. NUMBA_CACHE_DIR), over this process's
     procs: dict[str, Proc] = field(default_factory=dict)
 
     # -- PKI and configs ----------------------------------------------------------------------
@@ -139,7 +140,7 @@ class LocalFederation:
 
     def _spawn(self, name: str, role: str, config: Path, extra: list[str]) -> Proc:
         log = self.workdir / name / "service.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE), "ab") as stderr:
             popen = spawn(
                 [sys.executable, "-m", "mpdp_services.cli.main", "serve", role, "--config", str(config), "--log-format", self.log_format, *extra],
