@@ -81,3 +81,12 @@ def test_rejects_bad_input():
         g.choose_multipliers(100, 3, 1.0, 1e-4, "other", 0, SMALL)
     with pytest.raises(ValueError):
         g.choose_multipliers(100, 3, 1.0, 1e-4, "paper", 0, (0, 3))
+
+
+@pytest.mark.parametrize("mode", ["corrected", "paper"])
+def test_the_score_table_is_the_same_on_any_number_of_threads(mode):
+    """The p_x rows run on worker threads after each set's draws: the table depends on the seed only."""
+    unit = g.noise_unit(300, 1.0, 1e-4, mode)
+    one = g._scores(300, 4, unit, mode, np.random.default_rng(5), 2, 3, workers=1)
+    for workers in (2, 3, 20):
+        assert np.array_equal(g._scores(300, 4, unit, mode, np.random.default_rng(5), 2, 3, workers=workers), one), workers
