@@ -68,11 +68,14 @@ def choose_multipliers(
     mode: str,
     seed: int,
     repeats: tuple[int, int] = UCI_GRID_REPEATS,
+    workers: int | None = 1,
 ) -> Multipliers:
     """Grid-search (p_x, p_y) ∈ GRID² on synthetic data of the real size; deterministic under ``seed``.
 
     ``epsilon``, ``delta`` are the *total* budget of the fit; each mode takes its share as documented above.
     ``repeats`` = (R_data, R_noise): (20, 20) for UCI (the authors' code); tests use fewer.
+    ``workers``: threads for the grid's p_x rows (None: every CPU this process may use, at most 8); the scores are
+    the same for any number. One by default: the experiments parallelise over processes instead.
     """
     if n < 2 or d < 1:
         raise ValueError(f"need n ≥ 2 and d ≥ 1, got n={n}, d={d}")
@@ -87,7 +90,7 @@ def choose_multipliers(
 
     with threadpool_limits(1):  # tiny matrices: BLAS threads only contend
         # synthetic auxiliary data and its simulated noise: public, no private data, nothing released
-        scores = _scores(n, d, noise_unit(n, epsilon, delta, mode), mode, np.random.default_rng(seed), r_data, r_noise)  # public
+        scores = _scores(n, d, noise_unit(n, epsilon, delta, mode), mode, np.random.default_rng(seed), r_data, r_noise, workers)  # public
     a, b = np.unravel_index(int(np.argmax(scores)), scores.shape)
     return Multipliers(GRID[a], GRID[b], scores, n, d, epsilon, delta, mode, seed, (r_data, r_noise))
 

@@ -17,7 +17,7 @@ SMALL = (3, 3)
 
 def test_signature_takes_no_private_data():
     params = list(inspect.signature(g.choose_multipliers).parameters)
-    assert params == ["n", "d", "epsilon", "delta", "mode", "seed", "repeats"]
+    assert params == ["n", "d", "epsilon", "delta", "mode", "seed", "repeats", "workers"]  # workers: threads, not data
 
 
 def test_plan_calls_it_with_public_scalars_only(monkeypatch):
@@ -32,7 +32,7 @@ def test_plan_calls_it_with_public_scalars_only(monkeypatch):
     monkeypatch.setattr(plan_mod, "choose_multipliers", spy)
     p = plan_mod.RegressionPlan([7.5] * 4, 1.0, 1e-4, "corrected", grid_seed=3, grid_repeats=SMALL)
     step = p.main_round([400.0, 300.0, 200.0, 900.0], 100)
-    assert seen == [((100, 3, 1.0, 1e-4, "corrected", 3, SMALL), {})]
+    assert seen == [((100, 3, 1.0, 1e-4, "corrected", 3, SMALL, 1), {})]
     assert step.thresholds.tolist() == pytest.approx([0.5 * 2.0, 0.5 * math.sqrt(3), 0.5 * math.sqrt(2), 0.5 * 3.0])
 
 
