@@ -20,12 +20,31 @@ Layout (math first, then roles):
 No module here imports grpc, asyncio or sockets (tests/dca checks it).
 """
 
-from mpdp.dca.aggregator import AggregatorMachine
-from mpdp.dca.client import ClientCohort, ClientMachine
-from mpdp.dca.compute_node import ComputeNodeMachine
-from mpdp.dca.engine import Reply
-from mpdp.dca.errors import InsufficientNoise, InvalidJob
-from mpdp.dca.params import DcaParams
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mpdp.dca.aggregator import AggregatorMachine
+    from mpdp.dca.client import ClientCohort, ClientMachine
+    from mpdp.dca.compute_node import ComputeNodeMachine
+    from mpdp.dca.engine import Reply
+    from mpdp.dca.errors import InsufficientNoise, InvalidJob
+    from mpdp.dca.params import DcaParams
+
+# The names below load with their module on first use: importing one submodule (the mechanism's calibration, the
+# job's parameters) does not load the roles and the field arithmetic they compile (numba).
+_HOMES = {"AggregatorMachine": "aggregator", "ClientCohort": "client", "ClientMachine": "client", "ComputeNodeMachine": "compute_node",
+          "Reply": "engine", "InsufficientNoise": "errors", "InvalidJob": "errors", "DcaParams": "params"}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mpdp.dca' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"mpdp.dca.{home}"), name)
+
 
 __all__ = [
     "AggregatorMachine",

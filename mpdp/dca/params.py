@@ -13,16 +13,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mpdp import accounting, limits
-from mpdp.dca import discrete, mechanism, spec, validation
+from mpdp.dca import discrete, mechanism, spec
 from mpdp.dca.discrete import Account as DiscreteAccount
 from mpdp.dca.errors import InvalidJob
 from mpdp.dp.mechanisms import Guarantee
 from mpdp.math.fixedpoint import U64_MODULUS, EncodingOverflow, check_sum_headroom
 from mpdp.messages import common_pb2, dca_pb2
+
+if TYPE_CHECKING:  # the validation circuits load the field arithmetic (numba): only a validated job builds one
+    from mpdp.dca import validation
 
 # Ranges live in mpdp.limits (docs/protocols/limits.md); these names are kept for callers.
 MAX_DIMENSION = limits.MAX_DCA_DIMENSION  # 8 MiB per packed vector; gRPC's default message limit is 4 MiB (raise it for d > 2^19)
@@ -212,6 +216,8 @@ class DcaParams:
                     " can move the sum arbitrarily or omit its noise.")
             object.__setattr__(self, "guarantee", Guarantee(g.mechanism, g.epsilon, g.delta, g.sensitivity, g.norm, g.statement + note))
             return
+        from mpdp.dca import validation
+
         acc = self.discrete
         try:
             plan = validation.plan(

@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import log_ndtr, ndtr
 
 from mpdp.learn.convex import solver_slack as solver_slack  # the solver's term of every argmin sensitivity, re-exported
 from mpdp.math.drbg import Drbg
@@ -85,6 +84,8 @@ def classic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> 
 def gaussian_delta(sigma: float, sensitivity: float, epsilon: float) -> float:
     """Exact δ of the Gaussian mechanism (Balle & Wang 2018, Thm 8):
     δ(σ) = Φ(Δ/(2σ) − εσ/Δ) − e^ε·Φ(−Δ/(2σ) − εσ/Δ)."""
+    from scipy.special import log_ndtr, ndtr  # here, not at the top: a command that calibrates nothing never loads SciPy
+
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
     # e^ε·Φ(−a−b) in log space: e^ε overflows for ε > ~709 while Φ(−a−b) underflows

@@ -40,25 +40,52 @@ each party's vector within that box per coordinate, with the discrete Gaussian; 
 job's own (``DcaParams.ledger_entry``), as the party's contribution step charges it.
 """
 
-from mpdp.regression.algorithm import DcaRound, DdpFit, fit_ddp, run_dca_round
-from mpdp.regression.grid import Multipliers, choose_multipliers
-from mpdp.regression.plan import MainRoundStep, RegressionPlan
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# eager: the function `posterior` shares its name with its module, and a lazy name would lose to the submodule
 from mpdp.regression.posterior import Posterior, Prediction, make_pd, posterior
-from mpdp.regression.privacy import Budget, budget_split, epsilon_for, ledger_entry, round_guarantee
-from mpdp.regression.statistics import (
-    RoundSpec,
-    StdEstimate,
-    SuffStats,
-    main_round_spec,
-    main_sensitivity,
-    party_statistics,
-    record_statistics,
-    std_estimate,
-    std_round_spec,
-    std_sensitivity,
-    suff_stats,
-    thresholds,
-)
+
+if TYPE_CHECKING:
+    from mpdp.regression.algorithm import DcaRound, DdpFit, fit_ddp, run_dca_round
+    from mpdp.regression.grid import Multipliers, choose_multipliers
+    from mpdp.regression.plan import MainRoundStep, RegressionPlan
+    from mpdp.regression.privacy import Budget, budget_split, epsilon_for, ledger_entry, round_guarantee
+    from mpdp.regression.statistics import (
+        RoundSpec,
+        StdEstimate,
+        SuffStats,
+        main_round_spec,
+        main_sensitivity,
+        party_statistics,
+        record_statistics,
+        std_estimate,
+        std_round_spec,
+        std_sensitivity,
+        suff_stats,
+        thresholds,
+    )
+
+# The names below load with their module on first use: reading a released posterior or checking a plan does not load
+# the in-memory DCA driver (and the field arithmetic it compiles).
+_HOMES = {
+    "Budget": "privacy", "DcaRound": "algorithm", "DdpFit": "algorithm", "MainRoundStep": "plan", "Multipliers": "grid",
+    "RegressionPlan": "plan", "RoundSpec": "statistics", "StdEstimate": "statistics", "SuffStats": "statistics", "budget_split": "privacy",
+    "choose_multipliers": "grid", "epsilon_for": "privacy", "fit_ddp": "algorithm", "ledger_entry": "privacy", "main_round_spec": "statistics",
+    "main_sensitivity": "statistics", "party_statistics": "statistics", "record_statistics": "statistics", "round_guarantee": "privacy",
+    "run_dca_round": "algorithm", "std_estimate": "statistics", "std_round_spec": "statistics", "std_sensitivity": "statistics",
+    "suff_stats": "statistics", "thresholds": "statistics"
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mpdp.regression' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"mpdp.regression.{home}"), name)
+
 
 __all__ = [
     "Budget",

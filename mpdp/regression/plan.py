@@ -91,10 +91,11 @@ class RegressionPlan:
         B = thresholds(est.std, self.bounds, p_x, p_y)
         return MainRoundStep(est, multipliers, B, main_round_spec(B, *self.budget.main, self.mode))
 
-    def multipliers(self, n_total: int) -> Multipliers:
+    def multipliers(self, n_total: int, workers: int | None = 1) -> Multipliers:
         """The grid search's (p_x, p_y) for N = ``n_total`` (Algorithm 2 step 3): a function of public values only, so
-        a driver may run it before the std release arrives (it does not read it) and reuse it for the same plan and N."""
-        return choose_multipliers(n_total, self.d, self.epsilon, self.delta, self.mode, self.grid_seed, self.grid_repeats)
+        a driver may run it before the std release arrives (it does not read it) and reuse it for the same plan and N.
+        ``workers``: its threads (:func:`~mpdp.regression.grid.choose_multipliers`; the result does not depend on them)."""
+        return choose_multipliers(n_total, self.d, self.epsilon, self.delta, self.mode, self.grid_seed, self.grid_repeats, workers)
 
     def finish(self, main_values: Floats) -> Posterior:
         """After the main release (Algorithm 2 step 4, then the posterior): rebuild (A, b), PD fix, posterior."""

@@ -21,8 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.special import log_ndtr
-
 from mpdp import accounting
 from mpdp.dca.mechanism import MECHANISM
 from mpdp.regression.config import STD_SHARE
@@ -54,6 +52,8 @@ def budget_split(epsilon: float, delta: float, share: float = STD_SHARE) -> Budg
 def gaussian_delta(sigma: float, sensitivity: float, epsilon: float) -> float:
     """δ(ε) of the Gaussian mechanism (Balle & Wang 2018, Thm 8), in log space so that large ε cannot overflow:
     δ = Φ(Δ/2σ − εσ/Δ) − exp(ε + log Φ(−Δ/2σ − εσ/Δ))."""
+    from scipy.special import log_ndtr  # here, not at the top: reading a plan or a posterior never loads SciPy
+
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
     return float(math.exp(log_ndtr(a - b)) - math.exp(epsilon + log_ndtr(-a - b)))

@@ -41,7 +41,6 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
     The curator runs the job (both rounds) and keeps the posterior; this command follows it (Ctrl-C stops watching
     only) or, with --detach, prints its id and returns."""
     from mpdp import registry
-    from mpdp.data.loaders import load
     from mpdp.regression.role import RegressionRun
     from mpdp_services.cli.model import submit_and_follow
     from mpdp_services.operator.jobs import ordered_stages
@@ -92,6 +91,8 @@ def regress(endpoints, dataset, parties, nodes, bounds, dimension, epsilon, delt
             "seconds": ordered_stages(run.seconds, [], registry.BY_NAME["regression"].stages),
         }
         if test_data:
+            from mpdp.data.loaders import load
+
             X, y = load(test_data, "csv")
             result["test_mae"] = run.posterior.mae(X, y)
         if out:

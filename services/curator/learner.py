@@ -127,9 +127,10 @@ def _regression_stages(r: int) -> tuple[str, str]:
 
 
 def _regression_prepare(role: RegressionRole) -> tuple[Any, Callable[[], Any]]:
-    """The grid search (Algorithm 2 step 3): public plan and N only, so it runs while the std round does."""
+    """The grid search (Algorithm 2 step 3): public plan and N only, so it runs while the std round does, on a thread
+    per CPU the curator may use (its score table is the same on any number)."""
     plan, n = role.plan, role.total_records
-    return ("regression", plan, n), lambda: plan.multipliers(n)
+    return ("regression", plan, n), lambda: plan.multipliers(n, workers=None)
 
 
 def _regression_use(role: RegressionRole, multipliers: Any) -> None:

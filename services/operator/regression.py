@@ -10,8 +10,7 @@ submits it and reads the release back. :func:`mpdp.regression.role.run_inmemory`
 
 from __future__ import annotations
 
-from mpdp.dca.params import NOISE_ENUM
-from mpdp.dpgd.wire import MODES
+from mpdp.dca.params import MODE_ENUM, NOISE_ENUM
 from mpdp.messages import learner_pb2 as pb
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import RegressionRun, RoundFailed
@@ -33,7 +32,7 @@ def regression_spec(dataset: str, parties: list[str], nodes: list[str], bounds: 
     return pb.LearnerJobSpec(
         job_id=job_id, dataset=dataset, parties=parties, compute_nodes=nodes, records_per_party=records_per_party, simulation_seed=seed,
         deadline_seconds=deadline, schema_sha256=schema_sha256,
-        regression=pb.RegressionJobSpec(bounds=list(bounds), epsilon=epsilon, delta=delta, total_records=total_records, mode=MODES[mode],
+        regression=pb.RegressionJobSpec(bounds=list(bounds), epsilon=epsilon, delta=delta, total_records=total_records, mode=MODE_ENUM[mode],
                                         noise=NOISE_ENUM["discrete-gaussian" if validate else noise], grid_repeats_x=grid_repeats[0],
                                         grid_repeats_y=grid_repeats[1], unvalidated=not validate),
     )

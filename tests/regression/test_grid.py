@@ -17,7 +17,7 @@ SMALL = (3, 3)
 
 def test_signature_takes_no_private_data():
     params = list(inspect.signature(g.choose_multipliers).parameters)
-    assert params == ["n", "d", "epsilon", "delta", "mode", "seed", "repeats"]
+    assert params == ["n", "d", "epsilon", "delta", "mode", "seed", "repeats", "workers"]  # workers: threads, not data
 
 
 def test_plan_calls_it_with_public_scalars_only(monkeypatch):
@@ -32,7 +32,7 @@ def test_plan_calls_it_with_public_scalars_only(monkeypatch):
     monkeypatch.setattr(plan_mod, "choose_multipliers", spy)
     p = plan_mod.RegressionPlan([7.5] * 4, 1.0, 1e-4, "corrected", grid_seed=3, grid_repeats=SMALL)
     step = p.main_round([400.0, 300.0, 200.0, 900.0], 100)
-    assert seen == [((100, 3, 1.0, 1e-4, "corrected", 3, SMALL), {})]
+    assert seen == [((100, 3, 1.0, 1e-4, "corrected", 3, SMALL, 1), {})]
     assert step.thresholds.tolist() == pytest.approx([0.5 * 2.0, 0.5 * math.sqrt(3), 0.5 * math.sqrt(2), 0.5 * 3.0])
 
 
@@ -81,3 +81,12 @@ def test_rejects_bad_input():
         g.choose_multipliers(100, 3, 1.0, 1e-4, "other", 0, SMALL)
     with pytest.raises(ValueError):
         g.choose_multipliers(100, 3, 1.0, 1e-4, "paper", 0, (0, 3))
+
+
+@pytest.mark.parametrize("mode", ["corrected", "paper"])
+def test_the_score_table_is_the_same_on_any_number_of_threads(mode):
+    """The p_x rows run on worker threads after each set's draws: the table depends on the seed only."""
+    unit = g.noise_unit(300, 1.0, 1e-4, mode)
+    one = g._scores(300, 4, unit, mode, np.random.default_rng(5), 2, 3, workers=1)
+    for workers in (2, 3, 20):
+        assert np.array_equal(g._scores(300, 4, unit, mode, np.random.default_rng(5), 2, 3, workers=workers), one), workers
