@@ -4,7 +4,8 @@ Pages (server-rendered HTML on the curator's HTTP endpoint, :mod:`mpdp_services.
 fetched from the network):
 
 * ``/``               jobs of every protocol, newest first, with state and problem (``?protocol=`` filters; refreshes)
-* ``/jobs/<job_id>``  one job: its state timeline and per-stage seconds at the curator, and what it published
+* ``/jobs/<job_id>``  one job: its state timeline and per-stage seconds at the curator, and what it published (a DP
+                      query: its released table and a bar chart per aggregate, :mod:`~mpdp_services.curator.query_view`)
 * ``/releases``       published Pathak models and LMGC local-model sets, with guarantee and trust model
 * ``/dca``            DCA jobs: clients expected and included, dropouts, the compute nodes that agreed on the set
 * ``/ensembles``      HCB16 ensemble releases and the DCA vote sums they used
@@ -12,7 +13,8 @@ fetched from the network):
 What it shows is what ``mpdp jobs`` and the operator RPCs already give an operator, minus the values: the
 :class:`~mpdp_services.curator.catalog.Catalog`'s value-free summaries and, from each protocol's store, a
 release's parameters and guarantee. Never a released value, a weight, a share, a dataset size (a DCA job's N and
-|A| count clients, which its spec and release make public) or a key.
+|A| count clients, which its spec and release make public) or a key — except a DP query's released table, which is
+what the query asks to publish (``mpdp jobs show`` prints it too).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from mpdp_services.common import web
 from mpdp_services.common.jobs import valid_id
 from mpdp_services.common.store import MessageStore
 from mpdp_services.common.web import esc
+from mpdp_services.curator import query_view
 from mpdp_services.curator.catalog import Catalog
 
 LIST_LIMIT = 200  # rows on a list page
@@ -46,6 +49,7 @@ class Dashboard:
     local: MessageStore[local_release_pb2.LocalModelSet]
     ensembles: MessageStore[hamm2016_pb2.EnsembleRelease]
     loop: asyncio.AbstractEventLoop | None = None
+    learners: Any = None  # services.curator.learner.LearnerStore: model() (a query's released table)
 
     def install(self, routes: web.Routes | None = None) -> None:
         add = (routes or web.ROUTES).add
@@ -170,6 +174,13 @@ class Dashboard:
             return _published("Published model", m.guarantee, m.trust_model, m.seeded, facts), dict(m.stage_seconds)
         if job.protocol == "dca":
             return self._dca(job.job_id), {}
+        if job.protocol == "query" and self.learners is not None:
+            q = self.learners.model(job.job_id)
+            if q is None or not q.HasField("query"):
+                return "", {}
+            facts = [("parties", esc(", ".join(q.parties))), ("sensitivity Δ₂ (whole vector)", _num(q.query.sensitivity)),
+                     ("budget split", esc(q.query.budget_split) or "—"), ("DCA job", _job_link(q.dca_jobs[0]) if q.dca_jobs else "—")]
+            return _published("Released DP query", q.guarantee, q.trust_model, q.seeded, facts) + query_view.render(q), {}
         if job.protocol == "lmgc":
             s = self.local.get(job.job_id)
             if s is None:

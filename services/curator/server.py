@@ -370,7 +370,7 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
                           admission=curator.admission, published=curator.registry.get)
     catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble, learner)
     operations = JobOperations(catalog, hosted_protocols(curator, dca, local, ensemble, learner), Path(cfg.state_dir))
-    Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()
+    Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop(), learner.store).install()
 
     def add(server) -> None:
         pb_grpc.add_CuratorServicer_to_server(curator, server)
