@@ -36,6 +36,11 @@ def _canon_all(values: np.ndarray) -> np.ndarray:
 
     if values.dtype.kind == "f":
         values = _text_column(values)
+    import pandas as pd  # type: ignore[import-untyped]
+
+    if len(values) and pd.api.types.infer_dtype(values, skipna=False) == "string":  # str cells only: hashed in C, compared exactly
+        index, distinct = pd.factorize(values, use_na_sentinel=False)
+        return np.array([_canon(v) for v in distinct], dtype=object)[index]
     seen: dict[str, str] = {}
 
     def canon(v: object) -> str:

@@ -271,5 +271,7 @@ def test_a_batch_canonicalises_every_cell_as_the_schema_does():
 
     cells = np.array([" Male", "Female ", "1.0", "+1", None, "", "nan", " x\x1c", 3, 2.5, "é ", "Male\x00", True, 1, float("nan"), " Male"], dtype=object)
     assert list(_canon_all(cells)) == [_canon(v) for v in cells]
+    text = np.array([" Male", "Female ", "1.0", "+1", "", "nan", " x\x1c", "é ", "Male\x00", " Male", "Male"], dtype=object)  # str cells only
+    assert list(_canon_all(text)) == [_canon(v) for v in text]
     assert list(_canon_all(np.array([1.0, np.nan, 2.5]))) == ["1", "", "2.5"]
     assert len(_canon_all(np.array([], dtype=object))) == 0
