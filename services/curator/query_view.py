@@ -113,7 +113,7 @@ def render(model: learner_pb2.LearnerModel) -> str:
 
 
 def _cell(est: float, low: float, high: float, sd: float) -> str:
-    return esc(f"{_fmt(est)} [{_fmt(low)}, {_fmt(high)}] ±{_fmt(sd)}")
+    return esc(f"{_fmt(est)} [{_fmt(low)}, {_fmt(high)}] ±{format(sd, '.4g') if math.isfinite(sd) else '—'}")
 
 
 def _fmt(v: float) -> str:
