@@ -129,3 +129,9 @@ def test_jobs_show_prints_the_same_table():
     assert lines[0].split() == ["sex", "income", "n", "mean_age"]
     assert "6660 [6630, 6690] ±11.1" in lines[1] and "44.75 [44.09, 45.42] ±0.1675" in lines[1]
     assert "nan [17, 90] ±nan" in lines[2] and lines[3].startswith("Female")
+
+
+def test_a_chart_draws_at_most_max_bars_and_says_so():
+    many = query_view.Series("n", [query_view.Bar(f"g{i}", float(i), i - 1.0, i + 1.0, 1.0) for i in range(query_view.MAX_BARS + 50)])
+    svg = query_view.chart(many, "many")
+    assert len(_bars(svg)) == query_view.MAX_BARS and f"first {query_view.MAX_BARS} of {query_view.MAX_BARS + 50} groups" in svg
