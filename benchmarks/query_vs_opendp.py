@@ -1,6 +1,6 @@
 """DP queries: mpdp's distributed release against a central Gaussian release by OpenDP at the same (ε, δ) and Δ₂.
 
-    python benchmarks/query_vs_opendp.py [--draws 200] [--epsilon 1] [--delta 1e-6] [--colluders C] [--json benchmarks/results/query_vs_opendp.json]
+    python benchmarks/query_vs_opendp.py [--draws 200] [--epsilon 1] [--delta 1e-6] [--colluders C] [--json benchmarks/results/query_vs_opendp.json] [--markdown]
 
 UCI Adult (``../shared/data/adult/adult.data.gz``) split row by row over three parties as ``examples/adult/run.sh``
 splits it, the schema ``examples/adult/schema.yaml``, the three worked queries of docs/protocols/query.md. For each
@@ -15,7 +15,8 @@ query, each party's vector is computed as the party service computes it (:mod:`m
 
 Both decode with :func:`mpdp.query.release.decode` (for OpenDP: V = its scale², no rounding). Per aggregate:
 the noise sd per coordinate, the mean absolute error of the estimates over cells and draws, the intervals' coverage
-of the truth (over the clamped rows) and their mean width. No processes, no network: the mechanisms only (the
+of the truth (over the clamped rows) and their mean width; per cell, the mean absolute error of each arm and their
+ratio; per query, the seconds a draw takes in each arm (noise and decoding, not the protocol). No processes, no network: the mechanisms only (the
 protocol computes exactly the mpdp arm: tests/query and tests/integration check it end to end).
 """
 
@@ -115,31 +116,55 @@ def run(draws: int, epsilon: float, delta: float, colluders: int | None = None) 
         truth = truth_table(plan, cols, schema.missing_values)
         scale = 2.0 ** params.frac_bits
         stats = {arm: {a.name: {"err": [], "hit": 0, "width": [], "n": 0} for a in plan.aggregates} for arm in ("mpdp", "opendp")}
+        cell_err: dict[str, list[list[float]]] = {arm: [[] for _ in truth] for arm in ("mpdp", "opendp")}
+        labels: list[tuple[str, str]] = []
+        seconds = {"mpdp": 0.0, "opendp": 0.0}
         t0 = time.perf_counter()
         for i in range(draws):  # every party's rounding and every node's noise from its own stream, every draw afresh
+            t1 = time.perf_counter()
             units = sum(rounded_integers(z, params.frac_bits, rng.child(f"{sql}/draw {i}/party {j}")) for j, z in enumerate(Z))
             units = units + sum(node_noise(plan.dimension, params.discrete.sigma2, rng.child(f"{sql}/draw {i}/node {k}")) for k in range(params.M))
             ours = decode(plan, np.asarray(units, dtype=np.float64).ravel() / scale, ours_v, len(cols), params.frac_bits)
+            t2 = time.perf_counter()
             central = decode(plan, Z.sum(axis=0) + g.normal(0.0, s, size=plan.dimension), s * s, 0, params.frac_bits)
+            t3 = time.perf_counter()
+            seconds["mpdp"] += t2 - t1
+            seconds["opendp"] += t3 - t2
             for arm, rows in (("mpdp", ours), ("opendp", central)):
                 k = 0
-                for _, cells in rows:
+                for groups, cells in rows:
                     for a, c in zip(plan.aggregates, cells):
                         t = truth[k]
-                        k += 1
+                        if i == 0 and arm == "mpdp":
+                            labels.append((" / ".join(groups) or "all", a.name))
                         st = stats[arm][a.name]
                         st["n"] += 1
                         if not math.isnan(c.estimate) and not math.isnan(t):
                             st["err"].append(abs(c.estimate - t))
+                            cell_err[arm][k].append(abs(c.estimate - t))
                         st["hit"] += c.low <= t <= c.high
                         st["width"].append(c.high - c.low)
+                        k += 1
         q = {"sql": sql, "dimension": plan.dimension, "sensitivity": plan.sensitivity, "budget_split": plan.split(),
-             "noise_sd": {"mpdp": math.sqrt(ours_v), "opendp": s}, "seconds": time.perf_counter() - t0, "aggregates": {}}
+             "noise_sd": {"mpdp": math.sqrt(ours_v), "opendp": s}, "seconds": time.perf_counter() - t0,
+             "seconds_per_draw": {arm: v / draws for arm, v in seconds.items()}, "aggregates": {}, "cells": []}
+        for k, (group, agg) in enumerate(labels):
+            m, o = (float(np.mean(cell_err[arm][k])) if cell_err[arm][k] else math.nan for arm in ("mpdp", "opendp"))
+            q["cells"].append({"group": group, "aggregate": agg, "truth": truth[k], "mpdp_mae": m, "opendp_mae": o, "ratio": m / o if o else math.nan})
         for a in plan.aggregates:
             q["aggregates"][a.name] = {arm: {"mean_abs_error": float(np.mean(stats[arm][a.name]["err"])), "coverage": stats[arm][a.name]["hit"] / stats[arm][a.name]["n"],
                                              "mean_width": float(np.mean(stats[arm][a.name]["width"]))} for arm in ("mpdp", "opendp")}
         out["queries"].append(q)
     return out
+
+
+def markdown(res: dict) -> str:
+    """Every cell's mean absolute error, mpdp beside OpenDP, and their ratio, as a Markdown table."""
+    lines = ["| query | group | aggregate | truth | MAE mpdp | MAE OpenDP | ratio |", "|---|---|---|---|---|---|---|"]
+    for i, q in enumerate(res["queries"], 1):
+        for c in q["cells"]:
+            lines.append(f"| {i} | {c['group']} | {c['aggregate']} | {c['truth']:.4g} | {c['mpdp_mae']:.4g} | {c['opendp_mae']:.4g} | {c['ratio']:.2f} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -149,12 +174,13 @@ def main() -> None:
     ap.add_argument("--delta", type=float, default=1e-6)
     ap.add_argument("--colluders", type=int, default=None, help="the compute nodes' c (default M − 1 = 2, what parties accept)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--markdown", action="store_true", help="print the per-cell table instead of the JSON")
     a = ap.parse_args()
     res = run(a.draws, a.epsilon, a.delta, a.colluders)
     text = json.dumps(res, indent=2)
     if a.json:
         Path(a.json).write_text(text + "\n")
-    print(text)
+    print(markdown(res) if a.markdown else text)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ PROTOCOLS: tuple[Protocol, ...] = (
              ("setup", "std_round", "grid_search", "main_round", "posterior")),
     Protocol("query", "DP SQL analytics over the DCA: counts, sums, means and quantiles with intervals", "qy-", "learner", None,
              "query.md", ("mpdp.query.role.QueryRole",),
-             Hooks(_LEARNER, party=_CONTRIBUTOR, view=_VIEW, contribution=_P + "query:ROUNDS", learner=_C + "query:LEARNER", export=_O + "query:export",
+             Hooks(_LEARNER, party=_CONTRIBUTOR, view=_C + "query_view:view", contribution=_P + "query:ROUNDS", learner=_C + "query:LEARNER", export=_O + "query:export",
                    show=_O + "query:shown",
                    command=("query", "mpdp_services.cli.query:query",
                             "Answer one SQL query across the parties with DP: counts, sums, means, quantiles, each with a 95 % interval."))),

@@ -29,11 +29,29 @@ from mpdp.query.plan import QUANTILE_BINS, Column, Predicate, QueryPlan
 
 
 def _canon_all(values: np.ndarray) -> np.ndarray:
+    """Every cell canonical as the schema compares it (:func:`mpdp.schema._canon`), each distinct text cell of the
+    batch canonicalised once: a column holds few distinct categories, and ``_canon`` costs a failed float parse per
+    text cell (memory: at most the batch's distinct cells). Other cells (numbers, None) go through ``_canon`` each."""
     from mpdp.schema import _canon, _text_column
 
     if values.dtype.kind == "f":
         values = _text_column(values)
-    return np.array([_canon(v) for v in values], dtype=object)
+    import pandas as pd  # type: ignore[import-untyped]
+
+    if len(values) and pd.api.types.infer_dtype(values, skipna=False) == "string":  # str cells only: hashed in C, compared exactly
+        index, distinct = pd.factorize(values, use_na_sentinel=False)
+        return np.array([_canon(v) for v in distinct], dtype=object)[index]
+    seen: dict[str, str] = {}
+
+    def canon(v: object) -> str:
+        if type(v) is not str:
+            return _canon(v)
+        c = seen.get(v)
+        if c is None:
+            c = seen[v] = _canon(v)
+        return c
+
+    return np.array([canon(v) for v in values], dtype=object)
 
 
 def _numbers(values: np.ndarray, missing: set[str]) -> np.ndarray:

@@ -4,7 +4,8 @@ Pages (server-rendered HTML on the curator's HTTP endpoint, :mod:`mpdp_services.
 fetched from the network):
 
 * ``/``               jobs of every protocol, newest first, with state and problem (``?protocol=`` filters; refreshes)
-* ``/jobs/<job_id>``  one job: its state timeline and per-stage seconds at the curator, and what it published
+* ``/jobs/<job_id>``  one job: its state timeline and per-stage seconds at the curator, and what it published (a DP
+                      query: its released table and a bar chart per aggregate, :mod:`~mpdp_services.curator.query_view`)
 * ``/releases``       published Pathak models and LMGC local-model sets, with guarantee and trust model
 * ``/dca``            DCA jobs: clients expected and included, dropouts, the compute nodes that agreed on the set
 * ``/ensembles``      HCB16 ensemble releases and the DCA vote sums they used
@@ -12,7 +13,8 @@ fetched from the network):
 What it shows is what ``mpdp jobs`` and the operator RPCs already give an operator, minus the values: the
 :class:`~mpdp_services.curator.catalog.Catalog`'s value-free summaries and, from each protocol's store, a
 release's parameters and guarantee. Never a released value, a weight, a share, a dataset size (a DCA job's N and
-|A| count clients, which its spec and release make public) or a key.
+|A| count clients, which its spec and release make public) or a key — except a DP query's released table, which is
+what the query asks to publish (``mpdp jobs show`` prints it too).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class Dashboard:
             if s is not None:
                 parties = ", ".join(esc(r.party) for r in s.releases)
                 mech = _first(r.guarantee.mechanism for r in s.releases)
-                eps = ", ".join(sorted({_num(r.guarantee.epsilon) for r in s.releases}))
+                eps = ", ".join(sorted({number(r.guarantee.epsilon) for r in s.releases}))
                 rows.append(f"<tr><td>{job_link(j.job_id)}</td><td>{parties}</td><td>{esc(mech)}</td><td class=n>{eps}</td><td>{esc(s.aggregate_statement)}</td></tr>")
         local = _table(["job", "parties", "mechanism", "ε (each)", "aggregate"], rows, "local")
         body = (f"<h1>Published models and releases</h1><h2>Pathak 2010 models</h2>{pathak}<h2>LMGC local-model sets</h2>{local}"
@@ -149,7 +151,7 @@ class Dashboard:
             rows.append(f"<tr><td>{job_link(j.job_id)}</td><td>{_state(j)}</td><td>{_problem(j.problem)}</td><td>{esc(spec.purpose) if spec else ''}</td>"
                         f"<td>{kind}</td><td class=n>{n or ''}</td><td class=n>{spec.max_missing if spec else ''}</td><td class=n>{_opt(included)}</td>"
                         f"<td class=n>{_opt(None if included is None or not n else n - int(included))}</td><td>{nodes}</td>"
-                        f"<td class=n>{_num(rel.epsilon) if rel else ''}</td><td class=n>{_num(rel.delta) if rel else ''}</td></tr>")
+                        f"<td class=n>{number(rel.epsilon) if rel else ''}</td><td class=n>{number(rel.delta) if rel else ''}</td></tr>")
         table = _table(["job", "state", "problem", "purpose", "noise", "clients N", "max missing T", "included |A|", "dropouts", "compute nodes", "ε", "δ"], rows, "dca")
         body = ("<h1>DCA jobs</h1><p class=muted>Included |A|: the clients whose shares every compute node received and agreed on; "
                 f"dropouts = N − |A| (at most T). A secure sum's values never leave the curator.</p>{table}")
@@ -175,7 +177,7 @@ class Dashboard:
             if m is None:
                 return "", {}
             facts = [("parties K", str(m.parties)), ("dimension d", str(m.dimension)), ("dataset", esc(m.dataset)),
-                     ("mode", _enum(common_pb2.NoiseMode, m.mode)), ("noise", _enum(pathak2010_pb2.PathakNoise, m.noise)), ("λ", _num(getattr(m, "lambda")))]
+                     ("mode", _enum(common_pb2.NoiseMode, m.mode)), ("noise", _enum(pathak2010_pb2.PathakNoise, m.noise)), ("λ", number(getattr(m, "lambda")))]
             if m.colluders:
                 facts.append(("colluders t", str(m.colluders)))
             if m.paillier_ops:
@@ -194,7 +196,7 @@ class Dashboard:
             e = self.ensembles.get(job.job_id)
             if e is None:
                 return "", {}
-            facts = [("method", esc(e.method)), ("parties included M", str(e.parties_included)), ("λ", _num(e.lam)), ("sensitivity Δ₂", _num(e.sensitivity)),
+            facts = [("method", esc(e.method)), ("parties included M", str(e.parties_included)), ("λ", number(e.lam)), ("sensitivity Δ₂", number(e.sensitivity)),
                      ("vote sum", job_link(e.dca_job_id) if e.dca_job_id else "—")]
             return published("Published ensemble", e.guarantee, e.trust_model, e.seeded, facts), dict(e.stage_seconds)
         if job.protocol in self.views:
@@ -219,12 +221,12 @@ class Dashboard:
                 facts.append(("agreed set digest", f"<code>{esc(rel.agreed_set_digest.hex()[:32])}…</code>"))
             out.append(f"<h2>Node agreement</h2>{_dl(facts)}")
         if rel is not None:
-            facts = [("mode", _enum(common_pb2.NoiseMode, rel.mode)), ("noise", _enum(dca_pb2.NoiseKind, rel.noise)), ("σ (central)", _num(rel.sigma_std)),
-                     ("σ per client", _num(rel.sigma_client))]
+            facts = [("mode", _enum(common_pb2.NoiseMode, rel.mode)), ("noise", _enum(dca_pb2.NoiseKind, rel.noise)), ("σ (central)", number(rel.sigma_std)),
+                     ("σ per client", number(rel.sigma_client))]
             if rel.sigma_node:  # a validated job: the compute nodes add the noise
-                facts.append(("σ per compute node", f"{_num(rel.sigma_node)} (guarantee counts M − c, c = {rel.colluders})"))
+                facts.append(("σ per compute node", f"{number(rel.sigma_node)} (guarantee counts M − c, c = {rel.colluders})"))
             if rel.rho:
-                facts.append(("ρ (zCDP)", _num(rel.rho)))
+                facts.append(("ρ (zCDP)", number(rel.rho)))
             out.append(published("Released DP sum", rel.guarantee, rel.trust_model, rel.seeded, facts))
         if failure is not None:
             out.append(f"<h2>Failure</h2>{_dl([('problem', _problem(int(failure.get('problem', 0)))), ('detail', esc(str(failure.get('detail', ''))[:240]))])}")
@@ -256,7 +258,7 @@ def _enum(enum: Any, value: int) -> str:
         return esc(value)
 
 
-def _num(x: float) -> str:
+def number(x: float) -> str:
     return esc(format(x, ".4g"))
 
 
@@ -292,7 +294,7 @@ def _table(headers: list[str], rows: list[str], ident: str) -> str:
 def _guarantee_cells(g: common_pb2.Guarantee | None) -> str:
     if g is None:
         return "<td></td><td></td><td></td><td></td>"
-    return f"<td>{esc(g.mechanism)}</td><td class=n>{_num(g.epsilon)}</td><td class=n>{_num(g.delta)}</td><td>{esc(g.statement)}</td>"
+    return f"<td>{esc(g.mechanism)}</td><td class=n>{number(g.epsilon)}</td><td class=n>{number(g.delta)}</td><td>{esc(g.statement)}</td>"
 
 
 def _seeded(seeded: bool) -> str:
@@ -300,8 +302,8 @@ def _seeded(seeded: bool) -> str:
 
 
 def published(title: str, g: common_pb2.Guarantee, trust_model: str, seeded: bool, facts: list[tuple[str, str]]) -> str:
-    guarantee = [("guarantee", esc(g.statement) or "—"), ("mechanism", esc(g.mechanism) or "—"), ("ε", _num(g.epsilon)), ("δ", _num(g.delta)),
-                 ("sensitivity", f"{_num(g.sensitivity)} ({esc(g.norm)})" if g.norm else _num(g.sensitivity)), ("trust model", esc(trust_model) or "—")]
+    guarantee = [("guarantee", esc(g.statement) or "—"), ("mechanism", esc(g.mechanism) or "—"), ("ε", number(g.epsilon)), ("δ", number(g.delta)),
+                 ("sensitivity", f"{number(g.sensitivity)} ({esc(g.norm)})" if g.norm else number(g.sensitivity)), ("trust model", esc(trust_model) or "—")]
     return f'<h2>{esc(title)}</h2>{_seeded(seeded)}<div id="guarantee">{_dl(guarantee + facts)}</div>'
 
 

@@ -7,6 +7,7 @@ returns it as a DataFrame."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,15 @@ def test_group_by_a_binned_feature_gives_every_bin(qfed, capsys):
     code, out, err = mpdp(capsys, "jobs", "show", "--endpoints", str(qfed.workdir), doc["job_id"])
     assert code == 0, err
     assert "c1_bin" in out and "[2.5, 5]" in out and "med" in out
+    import urllib.request
+
+    curator = json.loads((qfed.workdir / "endpoints.json").read_text())["http"]["curator"]
+    with urllib.request.urlopen(f"{curator.rstrip('/')}/jobs/{doc['job_id']}", timeout=30) as r:  # the dashboard's job page (loopback: no token)
+        page = r.read().decode()
+    assert 'id="query-table"' in page and all(f'id="query-chart-{i}"' in page for i in range(3))
+    drawn = [float(x) for x in re.findall(r'<rect class="bar"[^>]*data-estimate="([^"]+)"', page)]
+    released = [row[k] for k in ("n", "m", "med") for row in doc["rows"] if row[k] is not None]
+    assert drawn == pytest.approx(released)  # every released estimate drawn, aggregate by aggregate, bin by bin
 
 
 def test_a_query_outside_the_subset_is_refused_before_anything_is_sent(qfed, capsys):

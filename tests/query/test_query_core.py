@@ -261,3 +261,17 @@ def test_in_memory_over_the_validated_dca_interval_holds_the_truth():
         assert key == ("abc"[j],)
         assert n.low <= truth_n[j] <= n.high
         assert m.low <= truth_s[j] / truth_n[j] <= m.high
+
+
+def test_a_batch_canonicalises_every_cell_as_the_schema_does():
+    """Each distinct text cell is canonicalised once per batch; the result is _canon's, cell by cell, for text, numbers,
+    None and look-alikes (True and 1, a trailing NUL, a number's spellings)."""
+    from mpdp.query.evaluate import _canon_all
+    from mpdp.schema import _canon
+
+    cells = np.array([" Male", "Female ", "1.0", "+1", None, "", "nan", " x\x1c", 3, 2.5, "é ", "Male\x00", True, 1, float("nan"), " Male"], dtype=object)
+    assert list(_canon_all(cells)) == [_canon(v) for v in cells]
+    text = np.array([" Male", "Female ", "1.0", "+1", "", "nan", " x\x1c", "é ", "Male\x00", " Male", "Male"], dtype=object)  # str cells only
+    assert list(_canon_all(text)) == [_canon(v) for v in text]
+    assert list(_canon_all(np.array([1.0, np.nan, 2.5]))) == ["1", "", "2.5"]
+    assert len(_canon_all(np.array([], dtype=object))) == 0
