@@ -7,12 +7,18 @@ operator roles' ``run_inmemory``, ensembles on :func:`mpdp.hamm2016.job.run_inme
 :class:`mpdp.local_release.LocalReleaseCurator` with each party's :func:`~mpdp.local_release.party_release`.
 
 Randomness is the OS CSPRNG unless the federation has a seed (then every job gets its own sub-seed, releases are
-marked ``seeded`` and the roles run in test mode: reproducible, not private). Each party's ledger entries (what
-it would spend in its privacy ledger) are kept in :attr:`InProcessBackend.ledger`.
+marked ``seeded`` and the roles run in test mode: reproducible, not private).
+
+Each party keeps a privacy ledger in memory (:class:`mpdp.ledger.PrivacyLedger`, :attr:`InProcessBackend.ledgers`;
+its entries also in :attr:`InProcessBackend.ledger`). The party machines' Spends go to it through the one in-memory
+driver (:class:`mpdp.driver.Wire`) as a served party's go to its durable ledger: the charge each protocol's core
+builds, checked against the party's budget before anything derived from its records leaves. A job over a party's
+budget fails with :class:`~mpdp.results.JobFailed` (``party P cannot pay job J: needs …``), as it does live.
 """
 
 from __future__ import annotations
 
+import math
 import secrets as _secrets
 import time
 from typing import Any, Sequence
@@ -20,10 +26,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from mpdp import limits
+from mpdp.driver import SpendRefused
+from mpdp.ledger import DEFAULT_BUDGET_DELTA, PrivacyLedger
 from mpdp.results import IN_PROCESS, JobFailed, Result, label_text
 
 
-def _as_seed(seed: bytes | str | int | None) -> bytes:
+def as_seed(seed: bytes | str | int | None) -> bytes:
     if seed is None:
         return b""
     if isinstance(seed, bytes):
@@ -39,11 +47,17 @@ def _as_seed(seed: bytes | str | int | None) -> bytes:
     return out
 
 
+def job_seed(seed: bytes, n: int) -> bytes:
+    """The simulation seed of a federation's n-th job (b"" without a federation seed): the in-process and the live
+    backend derive it alike, so the same seeded calls in the same order run on the same seeds."""
+    return seed + f"/job-{n}".encode() if seed else b""
+
+
 class InProcessBackend:
     mode = IN_PROCESS
 
     def __init__(self, parties: Sequence[tuple[Any, Any]], *, compute_nodes: int, key_bits: int, seed: bytes | str | int | None,
-                 names: Sequence[str] | None) -> None:
+                 names: Sequence[str] | None, budget_epsilon: float | None = None, budget_delta: float = DEFAULT_BUDGET_DELTA) -> None:
         if isinstance(parties, dict) or not len(parties):
             raise ValueError("parties must be a list of (X, y) pairs, one per party, at least one")
         names = [f"party-{i + 1}" for i in range(len(parties))] if names is None else list(names)
@@ -79,9 +93,15 @@ class InProcessBackend:
         if int(key_bits) != key_bits or not limits.MIN_TEST_KEY_BITS <= key_bits <= limits.MAX_KEY_BITS:
             raise ValueError(f"key_bits must be in {limits.MIN_TEST_KEY_BITS}..{limits.MAX_KEY_BITS} (2048 or more outside tests), got {key_bits!r}")
         self.key_bits = int(key_bits)
-        self.seed = _as_seed(seed)
+        self.seed = as_seed(seed)
         self.test_mode = bool(self.seed) or self.key_bits < limits.MIN_PRODUCTION_KEY_BITS  # as a federation's test mode
-        self.ledger: dict[str, list[dict]] = {n: [] for n in names}
+        if budget_epsilon is not None and not (math.isfinite(budget_epsilon) and budget_epsilon >= 0):
+            raise ValueError(f"budget_epsilon must be finite and ≥ 0 (None: no limit), got {budget_epsilon!r}")
+        if not (math.isfinite(budget_delta) and 0 < budget_delta < 1):
+            raise ValueError(f"budget_delta must be in (0, 1), got {budget_delta!r}")
+        # each party's ledger; None: no limit (every charge is recorded, none refused)
+        self.ledgers = {n: PrivacyLedger(math.inf if budget_epsilon is None else float(budget_epsilon), float(budget_delta)) for n in names}
+        self.ledger: dict[str, list[dict]] = {n: led.entries for n, led in self.ledgers.items()}
         self._secrets: Any = None
         self._jobs = 0
 
@@ -93,7 +113,7 @@ class InProcessBackend:
         """A fresh job id and its simulation seed (b"" = OS CSPRNG)."""
         self._jobs += 1
         if self.seed:
-            return f"{prefix}-{self._jobs:04d}", self.seed + f"/job-{self._jobs}".encode()
+            return f"{prefix}-{self._jobs:04d}", job_seed(self.seed, self._jobs)
         return f"{prefix}-{_secrets.token_hex(6)}", b""
 
     def _rng(self, seed: bytes, label: str):
@@ -136,10 +156,12 @@ class InProcessBackend:
     def _pm1(self, y: np.ndarray, classes: tuple[Any, ...]) -> np.ndarray:
         return np.where(self._index(y, classes) == 1, 1.0, -1.0)
 
-    def _spend(self, ledger: dict[str, list[dict]]) -> None:
-        for party, entries in ledger.items():
-            if party in self.ledger:
-                self.ledger[party].extend(entries)
+    def _mark(self, party: str, protocol: str, job_id: str, status: str, details: dict | None = None) -> None:
+        """A spent job's entry marked released or failed, with the details a served party's ledger keeps (never the charge)."""
+        entry = self.ledgers[party].find(protocol, job_id)
+        if entry is not None:
+            entry.update({k: v for k, v in (details or {}).items() if k not in ("protocol", "job_id", "epsilon", "delta", "accounting", "status")})
+            entry["status"] = status
 
     def _records(self, names: list[str], total: int | None, per_party: int | None) -> tuple[int, int]:
         sizes = [len(self.data[n][1]) for n in names]
@@ -165,10 +187,12 @@ class InProcessBackend:
         if self._secrets is None:  # the curator's long-lived keys: made once per federation
             self._secrets = CuratorSecrets.generate(self.key_bits, self.key_bits)
             timings["curator_keys"] = time.perf_counter() - t0
-        r = driver.run_job(data, spec, self._secrets, party_key_bits=self.key_bits, job_id=job_id, test_mode=self.test_mode)
+        try:
+            r = driver.run_job(data, spec, self._secrets, party_key_bits=self.key_bits, job_id=job_id, test_mode=self.test_mode, ledgers=self.ledgers)
+        except SpendRefused as e:
+            raise JobFailed(f"Pathak job {job_id} published nothing: {e}") from None
         if r.model is None:
             raise JobFailed(f"Pathak job {job_id} published nothing: {r.error.detail if r.error else 'no release'}")
-        self._spend(r.ledger)
         return pathak_result(r.model, mode=self.mode, classes=classes, noise=noise, total=time.perf_counter() - t0,
                              operations={"messages": r.messages}, timings=timings)
 
@@ -197,7 +221,7 @@ class InProcessBackend:
         run = run_job(params, Z, self._rng(seed, "dca-clients"), client_ids=client_ids, client_mode="machines" if Z.shape[0] <= 256 else "cohort")
         if run.release is None:
             raise JobFailed(f"DCA job {job_id} released nothing: {run.error.detail if run.error else 'no release'}")
-        self._spend(run.ledger)
+        # the vectors are simulated clients' (live, the operator submits them as a cohort): no party spends
         return dca_sum_result(run.release, mode=self.mode, total=time.perf_counter() - t0, timings=run.seconds, operations=self._dca_counts([run]))
 
     def linear_regression(self, *, bounds: tuple[float, ...], epsilon: float, delta: float, total_records: int | None, records_per_party: int | None,
@@ -222,11 +246,9 @@ class InProcessBackend:
         runs: list[Any] = []
         try:
             run = run_inmemory(plan, data, self.compute_nodes, total, per_party, job_ids=(f"{job_id}-std", f"{job_id}-main"), seed=seed, noise=noise,
-                               validate=validate, observe=runs.append)
-        except RoundFailed as e:
+                               validate=validate, observe=runs.append, ledgers=self.ledgers)
+        except (RoundFailed, SpendRefused) as e:
             raise JobFailed(f"regression job {job_id}: {e}") from None
-        for r in runs:
-            self._spend(r.ledger)
         return regression_result(run, mode=self.mode, total=time.perf_counter() - t0, operations=self._dca_counts(runs))
 
     def dp_gd(self, *, epsilon: float, delta: float, lam: float, rounds: int | None, classes: tuple[Any, ...] | None, total_records: int | None,
@@ -256,11 +278,9 @@ class InProcessBackend:
         runs: list[Any] = []
         try:
             run = run_inmemory(plan, data, self.compute_nodes, per_party, job_id=job_id, dca_job_ids=[round_job_id(job_id, r) for r in range(plan.rounds + 1)],
-                               seed=seed, max_missing=max_missing, observe=runs.append)
-        except RoundFailed as e:
+                               seed=seed, max_missing=max_missing, observe=runs.append, ledgers=self.ledgers)
+        except (RoundFailed, SpendRefused) as e:
             raise JobFailed(f"dp-gd job {job_id}: {e}") from None
-        for r in runs:
-            self._spend(r.ledger)
         return dpgd_result(run, mode=self.mode, classes=classes, total=time.perf_counter() - t0, operations=self._dca_counts(runs))
 
     # -- Hamm 2016 ---------------------------------------------------------------------------------------
@@ -285,11 +305,11 @@ class InProcessBackend:
         try:
             core.validate_spec(spec)
             core.check_size(spec, core.check_auxiliary(X_aux))
-            run = core.run_inmemory(job_id, f"{job_id}-votes", spec, data, X_aux)
+            run = core.run_inmemory(job_id, f"{job_id}-votes", spec, data, X_aux, ledgers=self.ledgers)
         except core.EnsembleJobError as e:
             raise ValueError(str(e)) from None
-        for n in names:
-            self.ledger[n].append(core.ledger_entry(job_id, spec, f"{job_id}-votes", X_aux.shape[0]))
+        except SpendRefused as e:
+            raise JobFailed(f"ensemble job {job_id}: {e}") from None
         ops = {"curator_messages": len(run.curator_transcript), "node_messages": sum(len(t) for t in run.node_transcripts.values()),
                "voters": int(run.vote_sum.clients_included)}
         return ensemble_result(run.release, mode=self.mode, classes=classes, total=time.perf_counter() - t0, operations=ops)
@@ -297,9 +317,11 @@ class InProcessBackend:
     # -- LMGC local releases -----------------------------------------------------------------------------
     def lmgc(self, *, epsilon: float, lam: float, ridge: float, data_norm: float, release: str, dataset: str | None,
              parties: tuple[str, ...] | None) -> Result:
-        from mpdp.local_release import LocalReleaseCurator, ReleaseError, ledger_entry, party_release
+        from mpdp.driver import Wire
+        from mpdp.ledger import RELEASED
+        from mpdp.local_release import PROTOCOL, LocalReleaseCurator, LocalReleaseParty, ReleaseError, party_release
         from mpdp.messages import common_pb2, local_release_pb2
-        from mpdp.protocol import Publish, Send
+        from mpdp.protocol import Problem, ProtocolError, Publish, Reply, Send
         from mpdp.results import lmgc_result
 
         t0 = time.perf_counter()
@@ -319,13 +341,24 @@ class InProcessBackend:
         for ask in curator.ask():
             assert isinstance(ask, Send)
             name, request = ask.to.name, ask.message
-            self.ledger[name].append(ledger_entry(request))  # spent before training: the release is the first data-dependent message
-            X, y = self.data[name]
+            role = LocalReleaseParty(name, request)  # the party's machine, as services/party/local.py drives it
+            wire = Wire(ledgers=self.ledgers)
+            wire.machines[role.me] = role
             try:
-                rel, _ = party_release(name, request, X, y, self._rng(seed, f"party/{name}"))
-            except (ReleaseError, ValueError, RuntimeError) as e:
+                wire.route(role.me, role.requested())  # its Spend, before training: the release is the first data-dependent message
+            except (SpendRefused, ProtocolError) as e:
                 outs += curator.release_failed(name, str(e))
                 continue
+            X, y = self.data[name]
+            try:
+                made, details = party_release(name, request, X, y, self._rng(seed, f"party/{name}"))
+                rel = next(o.message for o in role.trained(made) if isinstance(o, Reply))
+            except (ReleaseError, ProtocolError, ValueError, RuntimeError) as e:
+                role.fail(Problem.JOB_FAILED, "the release was not made")
+                self._mark(name, PROTOCOL, job_id, "failed")
+                outs += curator.release_failed(name, str(e))
+                continue
+            self._mark(name, PROTOCOL, job_id, RELEASED, details)
             outs += curator.release(name, rel)
         published = next((o.release for o in outs if isinstance(o, Publish)), None)
         if published is None:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd.plan import TRUST_MODEL, DpgdCurator, DpgdPlan, party_vector, round_job_id
-from mpdp.dpgd.wire import iterate_of, plan_of, round_request
+from mpdp.dpgd.wire import iterate_of, plan_of, round_charge, round_request
 from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, learner_pb2
 from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
 
@@ -220,12 +220,15 @@ def drive(role: DpgdRole, run_round: Callable[[RunRound], tuple[str, dca_pb2.DpS
 
 def run_inmemory(plan: DpgdPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], records_per_party: int, *,
                  job_id: str, dca_job_ids: Sequence[str], seed: bytes = b"", max_missing: int = 0, deadline: float = 600.0,
-                 observe: Callable[[Any], None] | None = None) -> DpgdRun:
+                 observe: Callable[[Any], None] | None = None, ledgers: Mapping[str, Any] | None = None) -> DpgdRun:
     """The whole job in one process through :class:`DpgdRole`: each round's DCA job on the one in-memory driver,
     every party a DCA client machine contributing :func:`party_vector` of its rows (already on the unit ball and
     labelled as the party service labels them, :func:`mpdp.dpgd.model.party_rows`). ``dca_job_ids`` name the
     R + 1 DCA jobs (the federation's curator chooses them); a seeded run with the federation's ids reproduces
-    its releases and model bit for bit. ``observe`` sees each round's :class:`~mpdp.dca.driver.DcaRun`."""
+    its releases and model bit for bit. ``observe`` sees each round's :class:`~mpdp.dca.driver.DcaRun`. Every party
+    spends what a served party spends (:func:`mpdp.dpgd.wire.round_charge`: the job's one charge, a marker per round),
+    checked and recorded in its :class:`~mpdp.ledger.PrivacyLedger` of ``ledgers`` (by name) before its shares leave
+    (over budget: :class:`~mpdp.driver.SpendRefused`)."""
     from mpdp.dca.driver import run_job
     from mpdp.math.drbg import Drbg
 
@@ -241,7 +244,9 @@ def run_inmemory(plan: DpgdPlan, party_data: dict[str, tuple[np.ndarray, np.ndar
                 raise RoundFailed(f"round {ask.round} ({dca_job}): party {name} has more rows than the job's public bound of {ask.records_per_party}")
         W = iterate_of(ask.request, plan)
         Z = np.stack([party_vector(plan, ask.round, W, X, y) for X, y in party_data.values()])
-        run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines")
+        charge = lambda p: round_charge(plan, job_id, ask.round, dca_job, parties, seeded=p.seeded)  # noqa: E731
+        run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines", ledgers=ledgers,
+                      charge=charge)
         if observe is not None:
             observe(run)
         if run.release is None:

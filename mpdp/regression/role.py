@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -258,12 +258,14 @@ def drive(role: RegressionRole, run_round: Callable[[RunRound], tuple[str, dca_p
 
 def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], total_records: int,
                  records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0, noise: str = "gaussian",
-                 validate: bool = True, observe: Callable[[Any], None] | None = None) -> RegressionRun:
+                 validate: bool = True, observe: Callable[[Any], None] | None = None, ledgers: Mapping[str, Any] | None = None) -> RegressionRun:
     """The whole regression in one process through :class:`RegressionRole`: each round's DCA job runs on the
     one in-memory driver, every party a DCA client machine contributing what ``services/party/contribution.py``
     would (its records clipped to the round's bounds, summed). ``job_ids`` name the two DCA jobs (the federation's
     curator chooses them); a seeded run with the federation's ids reproduces its releases bit for bit. ``observe`` sees
-    each round's :class:`~mpdp.dca.driver.DcaRun` (messages, ledger entries, times)."""
+    each round's :class:`~mpdp.dca.driver.DcaRun` (messages, ledger entries, times). ``ledgers``: the parties'
+    :class:`~mpdp.ledger.PrivacyLedger` by name; each round's charge is checked and recorded there before the party's
+    shares leave (over budget: :class:`~mpdp.driver.SpendRefused`)."""
     from mpdp.dca.driver import run_job
     from mpdp.math.drbg import Drbg
     from mpdp.regression.statistics import party_statistics
@@ -279,7 +281,7 @@ def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, n
             if len(X) > max(1, ask.records_per_party):
                 raise RoundFailed(f"{ask.statistic} round ({job_id}): party {name} has more rows than the job's public bound of {ask.records_per_party}")
         Z = np.stack([party_statistics(X, y, ask.spec.round, ask.bounds) for X, y in party_data.values()])
-        run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines")
+        run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=parties, client_mode="machines", ledgers=ledgers)
         if observe is not None:
             observe(run)
         if run.release is None:
