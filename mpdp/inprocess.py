@@ -19,13 +19,12 @@ budget fails with :class:`~mpdp.results.JobFailed` (``party P cannot pay job J: 
 from __future__ import annotations
 
 import math
-import secrets as _secrets
 import time
 from typing import Any, Sequence
 
 import numpy as np
 
-from mpdp import limits
+from mpdp import limits, registry
 from mpdp.driver import SpendRefused
 from mpdp.ledger import DEFAULT_BUDGET_DELTA, PrivacyLedger
 from mpdp.results import IN_PROCESS, JobFailed, Result, label_text
@@ -109,12 +108,14 @@ class InProcessBackend:
         pass
 
     # -- helpers --------------------------------------------------------------------------------------
-    def _job(self, prefix: str) -> tuple[str, bytes]:
-        """A fresh job id and its simulation seed (b"" = OS CSPRNG)."""
+    def _job(self, protocol: str) -> tuple[str, bytes]:
+        """A fresh job id of ``protocol`` (:mod:`mpdp.registry`) and its simulation seed (b"" = OS CSPRNG); a seeded
+        job's id is derived from its seed, as a live federation's backend names it."""
         self._jobs += 1
         if self.seed:
-            return f"{prefix}-{self._jobs:04d}", job_seed(self.seed, self._jobs)
-        return f"{prefix}-{_secrets.token_hex(6)}", b""
+            seed = job_seed(self.seed, self._jobs)
+            return registry.seeded_job_id(protocol, seed), seed
+        return registry.new_job_id(protocol), b""
 
     def _rng(self, seed: bytes, label: str):
         from mpdp.math.drbg import Drbg
@@ -178,7 +179,7 @@ class InProcessBackend:
         names = self._names(parties)
         classes = self._classes(names, classes, binary=True)
         data = {n: (self.data[n][0], self._pm1(self.data[n][1], classes)) for n in names}
-        job_id, seed = self._job("pk")
+        job_id, seed = self._job("pathak2010")
         try:
             spec = driver.make_spec(names, epsilon, lam, noise, seed=seed or None, dataset=dataset or "data", delta=delta or 0.0, colluders=colluders)
         except ValueError as e:
@@ -238,24 +239,25 @@ class InProcessBackend:
             raise ValueError(f"bounds must hold d + 1 = {d + 1} values (the features, then the target), got {len(bounds)}")
         data = {n: (self.data[n][0], np.asarray(self.data[n][1], dtype=np.float64)) for n in names}
         total, per_party = self._records(names, total_records, records_per_party)
-        job_id, seed = self._job("lr")
+        job_id, seed = self._job("regression")
         try:
             plan = RegressionPlan(bounds, epsilon, delta, grid_repeats=grid_repeats)
         except (ValueError, limits.SpecError) as e:
             raise ValueError(str(e)) from None
         runs: list[Any] = []
         try:
-            run = run_inmemory(plan, data, self.compute_nodes, total, per_party, job_ids=(f"{job_id}-std", f"{job_id}-main"), seed=seed, noise=noise,
+            run = run_inmemory(plan, data, self.compute_nodes, total, per_party, job_ids=(registry.round_dca_job_id(job_id, 0), registry.round_dca_job_id(job_id, 1)), seed=seed, noise=noise,
                                validate=validate, observe=runs.append, ledgers=self.ledgers)
         except (RoundFailed, SpendRefused) as e:
             raise JobFailed(f"regression job {job_id}: {e}") from None
+        run.job_id = job_id  # the regression job's own id, as a federation's curator names it
         return regression_result(run, mode=self.mode, total=time.perf_counter() - t0, operations=self._dca_counts(runs))
 
     def dp_gd(self, *, epsilon: float, delta: float, lam: float, rounds: int | None, classes: tuple[Any, ...] | None, total_records: int | None,
               records_per_party: int | None, dimension: int | None, max_missing: int, dataset: str | None, parties: tuple[str, ...] | None,
               validate: bool = True) -> Result:
         from mpdp.dpgd.model import Task, party_rows
-        from mpdp.dpgd.plan import VALIDATE_L2, VALIDATE_NONE, DpgdPlan, auto_rounds, round_job_id
+        from mpdp.dpgd.plan import VALIDATE_L2, VALIDATE_NONE, DpgdPlan, auto_rounds
         from mpdp.dpgd.role import RoundFailed, run_inmemory
         from mpdp.results import dpgd_result
 
@@ -269,7 +271,7 @@ class InProcessBackend:
         labels = (lambda y: self._pm1(y, classes)) if task.kind == "binary" else (lambda y: self._index(y, classes).astype(np.float64))
         data = {n: party_rows(task, self.data[n][0], labels(self.data[n][1])) for n in names}
         total, per_party = self._records(names, total_records, records_per_party)
-        job_id, seed = self._job("dp")
+        job_id, seed = self._job("dpgd")
         try:
             plan = DpgdPlan(task, d, epsilon, delta, lam=lam, rounds=auto_rounds(epsilon, total) if rounds is None else int(rounds), total_records=total,
                             validate=VALIDATE_L2 if validate else VALIDATE_NONE)  # as live: validated, each round vector proven in its ℓ2 ball
@@ -277,7 +279,7 @@ class InProcessBackend:
             raise ValueError(f"not a valid dp-gd plan: {e}") from None
         runs: list[Any] = []
         try:
-            run = run_inmemory(plan, data, self.compute_nodes, per_party, job_id=job_id, dca_job_ids=[round_job_id(job_id, r) for r in range(plan.rounds + 1)],
+            run = run_inmemory(plan, data, self.compute_nodes, per_party, job_id=job_id, dca_job_ids=[registry.round_dca_job_id(job_id, r) for r in range(plan.rounds + 1)],
                                seed=seed, max_missing=max_missing, observe=runs.append, ledgers=self.ledgers)
         except (RoundFailed, SpendRefused) as e:
             raise JobFailed(f"dp-gd job {job_id}: {e}") from None
@@ -296,16 +298,16 @@ class InProcessBackend:
         names = self._names(parties)
         classes = self._classes(names, classes, binary=False)
         X_aux = unit_rows(auxiliary)
-        job_id, seed = self._job("hm")
+        job_id, seed = self._job("hamm2016")
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=dataset or "data", auxiliary="auxiliary", method=method, lam=lam, epsilon=epsilon,
                                             classes=[label_text(c) for c in classes], parties=names, compute_nodes=list(self.compute_nodes),
-                                            max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam, simulation_seed=seed,
-                                            unvalidated=True)  # one process simulates every party: no contribution to prove
+                                            max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam, simulation_seed=seed)
+        # validated, as a federation runs it: every voter proves its vote vector valid on its shares
         data = {n: self.data[n] for n in names}
         try:
             core.validate_spec(spec)
             core.check_size(spec, core.check_auxiliary(X_aux))
-            run = core.run_inmemory(job_id, f"{job_id}-votes", spec, data, X_aux, ledgers=self.ledgers)
+            run = core.run_inmemory(job_id, registry.round_dca_job_id(job_id, 0), spec, data, X_aux, ledgers=self.ledgers)
         except core.EnsembleJobError as e:
             raise ValueError(str(e)) from None
         except SpendRefused as e:
@@ -329,7 +331,7 @@ class InProcessBackend:
         if release != "average" and release not in names:
             raise ValueError(f"release must be 'average' or one of {names}, got {release!r}")
         classes = self._classes(names, None, binary=False)
-        job_id, seed = self._job("lm")
+        job_id, seed = self._job("lmgc")
         spec = local_release_pb2.LocalModelJobSpec(dataset=dataset or "data", model="lmgc", epsilon=epsilon, parties=names, mode=common_pb2.CORRECTED,
                                                    ridge=ridge, data_norm=data_norm, simulation_seed=seed)
         setattr(spec, "lambda", lam)

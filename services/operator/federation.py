@@ -74,6 +74,14 @@ class LiveBackend:
         self._jobs += 1
         return job_seed(self.seed, self._jobs)
 
+    @staticmethod
+    def _job_id(protocol: str, seed: bytes) -> str:
+        """A seeded learner job's id, derived from its seed as in-process (:func:`mpdp.registry.seeded_job_id`), so its
+        rounds' DCA jobs get the same names too; "" (the curator chooses) for an unseeded job."""
+        from mpdp import registry
+
+        return registry.seeded_job_id(protocol, seed) if seed else ""
+
     def _dataset(self, dataset: str | None) -> str:
         ds = dataset or self.dataset
         if not ds:
@@ -165,8 +173,10 @@ class LiveBackend:
         records_per_party = self._required("records_per_party", records_per_party)
         t0 = time.perf_counter()
         try:
+            seed = self._job_seed()
             run = run_regression(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), bounds, epsilon, delta, int(total_records),
-                                 int(records_per_party), noise=noise, grid_repeats=grid_repeats, validate=validate, seed=self._job_seed())
+                                 int(records_per_party), noise=noise, grid_repeats=grid_repeats, validate=validate, seed=seed,
+                                 job_id=self._job_id("regression", seed))
         except RoundFailed as e:
             raise JobFailed(f"the regression job failed: {e}") from None
         except grpc.RpcError as e:
@@ -193,8 +203,9 @@ class LiveBackend:
             raise ValueError(f"not a valid dp-gd plan: {e}") from None
         t0 = time.perf_counter()
         try:
+            seed = self._job_seed()
             run = run_dpgd(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), plan, int(records_per_party), max_missing=max_missing,
-                           schema_sha256=self.schema_sha256, seed=self._job_seed())
+                           schema_sha256=self.schema_sha256, seed=seed, job_id=self._job_id("dpgd", seed) or None)
         except RoundFailed as e:
             raise JobFailed(f"the dp-gd job failed: {e}") from None
         return dpgd_result(run, mode=self.mode, classes=classes, total=time.perf_counter() - t0, operations=self._rounds(run.releases))
