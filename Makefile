@@ -28,7 +28,7 @@ demo: setup
 	$(BIN)/mpdp demo
 
 test: setup-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # The quick loop: core and protocol unit tests (no processes, no sockets; tests/conftest.py says which), in minutes.
 test-fast: setup-dev

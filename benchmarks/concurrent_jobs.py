@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import collections
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -198,8 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pid = fed.procs["curator"].popen.pid
         rss_before = rss_kib(pid)
+        load_before = os.getloadavg()  # the machine is shared: its load is part of the figure
         r = asyncio.run(run(fed, a.jobs, a.deadline, a.timeout, a.operators))
         rss_after = rss_kib(pid)
+        load_after = os.getloadavg()
         charges = charged(fed)
         published = sum(1 for s in r["states"].values() if s == "PUBLISHED")
         failed = {j: s for j, s in r["states"].items() if s != "PUBLISHED"}
@@ -223,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'queue wait (s)':<24}p50 {queue['p50']:.1f}, p95 {queue['p95']:.1f}, max {queue['max']:.1f} ({queue['queued_jobs']} jobs waited)")
     print(f"{'curator RSS (MiB)':<24}{rss_before / 1024:>8.1f} → peak {r['rss_peak'] / 1024:.1f} → {rss_after / 1024:.1f}")
     print(f"submission refusals: {r['refused'] or 'none'}; failures: {dict(failures) or 'none'}")
+    print(f"load average (1, 5, 15 min) before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({
@@ -231,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             **rows, "wall_seconds": round(r["wall_seconds"], 2), "submit_seconds": round(r["submit_seconds"], 2),
             "curator_rss_kib_before": rss_before, "curator_rss_kib_after": rss_after,
             "submission_refusals": r["refused"], "failures": dict(failures), "wasted_charges": {j: charges[j] for j in wasted},
-            "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in load_before],
+                        "loadavg_after": [round(x, 2) for x in load_after]},
         }, indent=2))
     return 0 if rows["hung"] == 0 and rows["failed_after_spend"] == 0 else 1
 

@@ -14,6 +14,7 @@ Public names (imported on first use, so ``import mpdp`` stays cheap):
 * :class:`Guarantee`, :class:`JobFailed`; the models :class:`LinearClassifier`, :class:`LmgcClassifier`,
   :class:`LinearRegressor`, :class:`DpSumRelease`.
 * :class:`FederatedLogisticRegression` — a scikit-learn classifier whose every ``fit`` is one Pathak job.
+* :class:`FederatedDPGDClassifier` — a scikit-learn classifier over any number of classes; every ``fit`` is one DP-GD job.
 * :mod:`mpdp.baselines` — non-private baselines, only by name.
 
 See docs/api.md.
@@ -36,6 +37,7 @@ _EXPORTS = {
     "LinearRegressor": "mpdp.results",
     "DpSumRelease": "mpdp.results",
     "FederatedLogisticRegression": "mpdp.estimator",
+    "FederatedDPGDClassifier": "mpdp.estimator",
 }
 _MODULES = ("baselines",)
 
@@ -43,7 +45,7 @@ __all__ = sorted([*_EXPORTS, *_MODULES, "__version__"])
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpdp import baselines  # noqa: F401 - re-exported lazily (__all__)
-    from mpdp.estimator import FederatedLogisticRegression  # noqa: F401
+    from mpdp.estimator import FederatedDPGDClassifier, FederatedLogisticRegression  # noqa: F401
     from mpdp.federation import Federation  # noqa: F401
     from mpdp.results import DpSumRelease, Guarantee, JobFailed, LinearClassifier, LinearRegressor, LmgcClassifier, Result  # noqa: F401
 

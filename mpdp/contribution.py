@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from mpdp.messages import contribution_pb2 as pb
-from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, row
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, failure_problem, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Send, row
 
 if TYPE_CHECKING:
     from mpdp.dca.params import DcaParams
@@ -111,7 +111,7 @@ class ContributionRound(Machine):
             if all(invalid for _, invalid in self.refusals.values()):
                 e = LocalProtocolError(Problem.INVALID_JOB, f"the parties refused the request as invalid: {failures[0]}")
             else:
-                e = LocalProtocolError(Problem.JOB_FAILED, f"DCA job {self.job_id}: {'; '.join(failures)}")
+                e = LocalProtocolError(failure_problem(d for d, _ in self.refusals.values()), f"DCA job {self.job_id}: {'; '.join(failures)}")
             self._fail(e)
             return e.notices
         self.state = DONE

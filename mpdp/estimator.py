@@ -1,7 +1,8 @@
-"""A scikit-learn estimator over a federation: :class:`FederatedLogisticRegression`.
+"""scikit-learn estimators over a federation: :class:`FederatedLogisticRegression` (binary, one Pathak 2010 job per
+fit) and :class:`FederatedDPGDClassifier` (any number of classes, one DP-GD job per fit).
 
-Every :meth:`~FederatedLogisticRegression.fit` is **one Pathak 2010 job** (:meth:`mpdp.Federation.logistic_regression`)
-and spends (ε, δ) of the parties' privacy budget. Where the rows come from depends on ``federation``:
+Every ``fit`` is **one job** (:meth:`mpdp.Federation.logistic_regression` or :meth:`mpdp.Federation.dp_gd`) and
+spends (ε, δ) of the parties' privacy budget. Where the rows come from depends on ``federation``:
 
 * a number of parties K (simulation): ``fit(X, y)`` splits your rows round-robin over K in-process parties and runs
   the job on them (real keys, OS randomness unless ``random_state`` is set). This is the mode that drops into a
@@ -34,7 +35,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from mpdp.federation import PATHAK_NOISE, Federation
 
-__all__ = ["FederatedLogisticRegression", "epsilon_per_fit"]
+__all__ = ["FederatedDPGDClassifier", "FederatedLogisticRegression", "epsilon_per_fit"]
 
 
 def epsilon_per_fit(total_epsilon: float, n_candidates: int, n_folds: int, *, refit: bool = True) -> float:
@@ -140,9 +141,7 @@ class FederatedLogisticRegression(ClassifierMixin, BaseEstimator):
         return {"epsilon": self.epsilon, "lam": self.lam, "noise": self.noise, "delta": self.delta, "colluders": self.colluders}
 
     def _augment(self, X: np.ndarray) -> np.ndarray:
-        if not self.fit_intercept:
-            return X
-        return np.hstack([X, np.full((X.shape[0], 1), float(self.intercept_scaling))])
+        return _with_intercept(X, self.fit_intercept, self.intercept_scaling)
 
     def _adopt(self, result: Any, *, intercept: bool) -> None:
         w = np.asarray(result.model.coef, dtype=np.float64)
@@ -174,3 +173,125 @@ class FederatedLogisticRegression(ClassifierMixin, BaseEstimator):
     def predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "model_")
         return self.classes_[(self.decision_function(X) > 0).astype(np.int64)]
+
+
+class FederatedDPGDClassifier(ClassifierMixin, BaseEstimator):
+    """L2-regularised logistic regression over any number of classes, trained by the federation's DP gradient
+    descent (:meth:`mpdp.Federation.dp_gd`, docs/protocols/dpgd.md): binary for two classes, softmax for more.
+
+    Parameters
+    ----------
+    federation : int or mpdp.Federation
+        K ≥ 2: ``fit(X, y)`` simulates K parties holding your rows (round-robin) and ``compute_nodes`` DCA nodes in
+        this process. A Federation: the parties hold the rows and ``fit()`` takes none.
+    epsilon, delta, lam, rounds, validate
+        As :meth:`mpdp.Federation.dp_gd`: each fit is (ε, δ)-DP per record; λ the regulariser; R the rounds
+        (default from N·ε); ``validate`` (default) proves every party's round vector in its ℓ2 ball.
+    fit_intercept, intercept_scaling
+        Simulation only: append a constant column so the model learns an offset per class (the rows, with that
+        column, are scaled onto the unit ball as the protocol trains).
+    dataset, parties, classes, total_records, records_per_party, dimension
+        Federation only: as :meth:`mpdp.Federation.dp_gd` (the public bounds are required live).
+    compute_nodes : int
+        Simulation only: M DCA compute nodes.
+    random_state : int or None
+        Simulation only: fix every random choice. A seeded fit is reproducible and **not private**.
+
+    Attributes
+    ----------
+    classes_, coef_ (1, d) for two classes or (C, d), intercept_ (1,) or (C,), n_features_in_, guarantee_, job_, model_.
+    """
+
+    def __init__(self, federation: int | Federation = 3, *, epsilon: float = 1.0, delta: float = 1e-6, lam: float = 0.01,
+                 rounds: int | None = None, validate: bool = True, fit_intercept: bool = True, intercept_scaling: float = 1.0,
+                 dataset: str | None = None, parties: tuple[str, ...] | None = None, classes: tuple[Any, ...] | None = None,
+                 total_records: int | None = None, records_per_party: int | None = None, dimension: int | None = None,
+                 compute_nodes: int = 3, random_state: int | None = None) -> None:
+        self.federation = federation
+        self.epsilon = epsilon
+        self.delta = delta
+        self.lam = lam
+        self.rounds = rounds
+        self.validate = validate
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.dataset = dataset
+        self.parties = parties
+        self.classes = classes
+        self.total_records = total_records
+        self.records_per_party = records_per_party
+        self.dimension = dimension
+        self.compute_nodes = compute_nodes
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = True  # softmax over every class
+        tags.non_deterministic = True  # every fit draws fresh DP noise
+        return tags
+
+    def fit(self, X: Any = None, y: Any = None) -> "FederatedDPGDClassifier":
+        """Run one DP-GD job (spends ε, δ). Simulation: ``X`` (n, d) and ``y`` (two or more classes); a Federation: no rows."""
+        job: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "lam": self.lam, "rounds": self.rounds, "validate": self.validate}
+        if isinstance(self.federation, Federation):
+            if X is not None or y is not None:
+                raise ValueError("the federation's parties hold the training rows: call fit() without X and y "
+                                 "(or pass a number of parties as federation to simulate them on your rows)")
+            result = self.federation.dp_gd(**job, classes=self.classes, dataset=self.dataset, parties=self.parties,
+                                           total_records=self.total_records, records_per_party=self.records_per_party, dimension=self.dimension)
+            self._adopt(result, intercept=False)
+            self.n_features_in_ = int(result.model.n_features_in_)
+            return self
+        k = self.federation
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 2:
+            raise ValueError(f"federation must be a number of parties K ≥ 2 or an mpdp.Federation, got {k!r}")
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: simulating parties needs fit(X, y)")
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        labels = np.unique(y)
+        if len(labels) < 2:
+            raise ValueError("y has one class; a classifier needs at least two")
+        if X.shape[0] < int(k):
+            raise ValueError(f"{int(k)} parties need at least {int(k)} samples (one each), got n_samples = {X.shape[0]}")
+        rows = _with_intercept(X, self.fit_intercept, self.intercept_scaling)
+        shares = [(rows[i::int(k)], y[i::int(k)]) for i in range(int(k))]
+        seed = None if self.random_state is None else int(self.random_state)
+        with Federation.in_process(parties=shares, compute_nodes=int(self.compute_nodes), seed=seed) as fed:
+            result = fed.dp_gd(**job, classes=tuple(labels.tolist()))
+        self._adopt(result, intercept=self.fit_intercept)
+        return self
+
+    def _adopt(self, result: Any, *, intercept: bool) -> None:
+        W = np.atleast_2d(np.asarray(result.model.coef, dtype=np.float64))  # (1, d) binary, (C, d) softmax
+        self.job_ = result.to_dict()
+        self.model_ = result.model
+        self.guarantee_ = result.guarantee
+        self.classes_ = np.asarray(result.model.classes)
+        self.coef_ = W[:, :-1] if intercept else W
+        self.intercept_ = W[:, -1] * float(self.intercept_scaling) if intercept else np.zeros(W.shape[0])
+        self._intercept_column = intercept
+
+    def _rows(self, X: Any) -> np.ndarray:
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return _with_intercept(X, self._intercept_column, self.intercept_scaling)
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The model's scores on each row (with the intercept column, if any) scaled onto the unit ball, as the
+        parties trained: shape (n,) for two classes (larger means ``classes_[1]``), else (n, C)."""
+        rows = self._rows(X)
+        return self.model_.decision_function(rows)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """σ (two classes) or the softmax of the scores; columns in the order of ``classes_``."""
+        rows = self._rows(X)
+        return self.model_.predict_proba(rows)
+
+    def predict(self, X: Any) -> np.ndarray:
+        rows = self._rows(X)
+        return np.asarray(self.model_.predict(rows))
+
+
+def _with_intercept(X: np.ndarray, intercept: bool, scaling: float) -> np.ndarray:
+    return np.hstack([X, np.full((X.shape[0], 1), float(scaling))]) if intercept else X

@@ -277,6 +277,10 @@ class Ledger:
         processes) never overspend. Idempotent per (protocol, job_id): a retry with the same charge returns
         the stored entry without charging again; a different charge for a spent job is a :class:`LedgerError`.
         """
+        return self.spend_new(entry)[0]
+
+    def spend_new(self, entry: dict) -> tuple[dict, bool]:
+        """:meth:`spend`, and whether this call created the entry (False: it was spent before)."""
         protocol, job_id = _key(entry)
         if not protocol or not job_id:
             raise LedgerError("a ledger entry needs a protocol and a job_id")
@@ -289,12 +293,12 @@ class Ledger:
             if old is not None:
                 if charge_of(old) != need or ("accounting" in old and "accounting" in entry and old["accounting"] != entry["accounting"]):
                     raise LedgerError(f"job {job_id} ({protocol}) was already charged ε={charge_of(old)[0]:.6g}, δ={charge_of(old)[1]:.6g}")
-                return dict(old)
+                return dict(old), False
             led.check_entry(entry)
             stored = {**entry, "epsilon": need[0], "delta": need[1], "status": SPENT, "spent_at": time.time()}
             led.entries.append(stored)
             self._write(led)
-            return dict(stored)
+            return dict(stored), True
 
     def mark(self, protocol: str, job_id: str, status: str, details: dict | None = None) -> dict | None:
         """Set a spent job's status ("released" or "failed"; a failed job keeps its charge) and merge

@@ -72,8 +72,9 @@ MAX_LIVE_JOBS_PER_OPERATOR = 32
 # JobSubmission.idempotency_key: the curator remembers this many (operator, key) → job entries durably, oldest
 # forgotten first (one small JSON line each, rewritten with fsync on every keyed submit).
 MAX_SUBMISSION_KEYS = 4096
-# Jobs waiting for a slot (CuratorConfig.max_queued_jobs / max_queued_jobs_per_operator): a queued job holds its spec and
-# an unstarted machine (a few KiB), nothing at any party; past these bounds a submission is refused OVERLOADED.
+# Jobs of every protocol waiting for a slot (CuratorConfig.max_queued_jobs / max_queued_jobs_per_operator): a queued job
+# holds its spec and an unstarted machine (a few KiB; an ensemble also its auxiliary features), nothing at any party;
+# past these bounds a submission is refused OVERLOADED.
 MAX_QUEUED_JOBS = 2048
 MAX_QUEUED_JOBS_PER_OPERATOR = 512
 # An operator's DCA job holds a slot while it waits for clients: its deadline is at most this (CuratorConfig.max_dca_deadline_seconds)

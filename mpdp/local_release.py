@@ -25,7 +25,7 @@ from mpdp.lmgc.estimator import LargeMarginGaussianClassifier, clip_rows
 from mpdp.lmgc.params import augment, quadratic_scores
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, local_release_pb2 as pb
-from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Reply, Send, Spend, row
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, failure_problem, Machine, Output, Peer, Problem, Publish, RemoteProtocolError, Reply, Send, Spend, row
 
 MODELS = ("lmgc",)
 PROTOCOL = "local-release/lmgc"
@@ -240,7 +240,7 @@ class LocalReleaseCurator(Machine):
             return []
         if self.failures:
             failed = "; ".join(f"party {p}: {self.failures[p]}" for p in self.spec.parties if p in self.failures)
-            e = LocalProtocolError(Problem.JOB_FAILED, f"job {self.job_id} published nothing: {failed}")
+            e = LocalProtocolError(failure_problem(self.failures.values()), f"job {self.job_id} published nothing: {failed}")
             self._fail(e)
             return e.notices
         releases = [self.releases[p] for p in self.spec.parties]

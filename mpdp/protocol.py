@@ -471,6 +471,14 @@ def render_table(machine: type[Machine]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def failure_problem(refusals: Iterable[str]) -> "Problem.ValueType":
+    """The Problem of a job that failed because some of its parties refused or could not be reached, from their
+    refusals' texts (each names its Problem, as the one error table writes it: ``BUDGET_EXCEEDED: …``):
+    BUDGET_EXCEEDED when a party's budget could not pay for the job, JOB_FAILED otherwise. The operator learns why a job of theirs failed; the parties' own
+    ledgers, not this code, decide what was charged."""
+    return Problem.BUDGET_EXCEEDED if any("BUDGET_EXCEEDED:" in t for t in refusals) else Problem.JOB_FAILED
+
+
 def require(condition: bool, problem: Problem.ValueType, detail: str) -> None:
     """Raise a RemoteProtocolError unless ``condition`` holds (peer-supplied input checks)."""
     if not condition:

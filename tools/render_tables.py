@@ -8,6 +8,9 @@ Each table sits between two markers in docs/protocols/<protocol>.md:
 
 ``--check`` changes nothing and exits 1 naming every table that is out of date (tests/core/test_tables.py
 does the same comparison). The marker names the machine class, so a page cannot show a table its code does not run.
+
+The registry's table of protocols (docs/protocols/job-model.md §8, between ``<!-- registry table -->`` and
+``<!-- end registry table -->``) is generated here too, from :data:`mpdp.registry.PROTOCOLS`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,34 @@ sys.path.insert(0, str(ROOT))
 from mpdp.registry import pages  # noqa: E402
 
 PAGES: dict[str, tuple[str, ...]] = pages()
+REGISTRY_PAGE = "job-model.md"
+REGISTRY_BLOCK = re.compile(r"(<!-- registry table -->\n)(?P<body>.*?)(<!-- end registry table -->)", re.S)
+
+
+def _file(hook: str | None) -> str:
+    """The source file a hook's module is (``mpdp_services.curator.dca:hosting`` → ``services/curator/dca.py``)."""
+    if hook is None:
+        return "—"
+    module = hook.partition(":")[0].split(".")
+    return "`" + "/".join(["services" if module[0] == "mpdp_services" else module[0], *module[1:]]) + ".py`"
+
+
+def registry_table() -> str:
+    """Every protocol of the registry: its ids, its job-host fields and release, where it runs, its page."""
+    from mpdp.messages import operations_pb2
+    from mpdp.registry import PROTOCOLS
+
+    release = operations_pb2.JobRelease.DESCRIPTOR.fields_by_name
+    rows = ["| protocol | ids | `JobSubmission` / `JobRelease` field | release | curator host | party side | `mpdp train` | page |",
+            "|---|---|---|---|---|---|---|---|"]
+    for p in PROTOCOLS:
+        rows.append(f"| {p.name} | `{p.prefix}` | `{p.submission}` | `{release[p.submission].message_type.name}` | {_file(p.hooks.learner or p.hooks.curator)} | "
+                    f"{_file(p.hooks.contribution or p.hooks.party)} | {p.model or '—'} | [{p.docs}]({p.docs}) |")
+    return "\n".join(rows) + "\n"
+
+
+def render_registry(text: str) -> str:
+    return REGISTRY_BLOCK.sub(lambda m: m.group(1) + registry_table() + m.group(3), text)
 
 
 def machine_class(dotted: str) -> type:
@@ -52,6 +83,11 @@ def problems(docs: Path = DOCS) -> list[str]:
             out.append(f"{page}: a table for {extra}, which is not listed in tools/render_tables.py")
         if render_page(text) != text:
             out.append(f"{page}: a table is out of date (run `python tools/render_tables.py`)")
+    text = (docs / REGISTRY_PAGE).read_text()
+    if not REGISTRY_BLOCK.search(text):
+        out.append(f"{REGISTRY_PAGE}: no registry table")
+    elif render_registry(text) != text:
+        out.append(f"{REGISTRY_PAGE}: the registry table is out of date (run `python tools/render_tables.py`)")
     return out
 
 
@@ -69,6 +105,11 @@ def main(argv: list[str]) -> int:
         if new != text:
             path.write_text(new)
             print(f"rewrote the tables of {path.relative_to(ROOT)}", file=sys.stderr)
+    path = DOCS / REGISTRY_PAGE
+    text = path.read_text()
+    if render_registry(text) != text:
+        path.write_text(render_registry(text))
+        print(f"rewrote the registry table of {path.relative_to(ROOT)}", file=sys.stderr)
     return 0
 
 

@@ -62,6 +62,9 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
 def zcdp_budget(epsilon: float, delta: float, tv: float) -> float:
     """The largest ρ (bisection, checked) whose ρ-zCDP release, off by tv in total variation, is (ε, δ)-DP."""
     if zcdp_delta(1e-12, epsilon, tv) > delta:
+        if (1.0 + math.exp(min(epsilon, 700.0))) * tv > delta:  # the refusal term alone: ε ≥ ln(δ / tv − 1)
+            raise ValueError(f"no ρ gives ({epsilon}, {delta})-DP: a validated round may be refused with probability up to {tv:.3g}, which "
+                             f"costs (1 + e^ε)·{tv:.3g} > δ in δ; use ε < {math.log(delta / tv - 1.0):.1f} (or no validation)")
         raise ValueError(f"no ρ gives ({epsilon}, {delta})-DP")
     lo, hi = 1e-12, 1.0
     while zcdp_delta(hi, epsilon, tv) <= delta:

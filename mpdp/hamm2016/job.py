@@ -38,7 +38,7 @@ from mpdp.hamm2016.local import fit_local
 from mpdp.hamm2016.mechanism import EnsembleParams, check_aux_rows, release_global
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2 as pb
-from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, Machine, Peer, Problem, ProtocolError, Publish, RemoteProtocolError, Send, row
+from mpdp.protocol import CURATOR, FAILED, LocalProtocolError, failure_problem, Machine, Peer, Problem, ProtocolError, Publish, RemoteProtocolError, Send, row
 
 METHODS = ("soft", "vote", "pate")
 PATE = "pate"
@@ -545,14 +545,15 @@ class CuratorRole(Machine):
 
     def _answered(self) -> list[Any]:
         if len(self.failures) > self.spec.max_missing:
-            return self._give_up(f"job {self.job_id} published nothing: {'; '.join(f'party {p}: {d}' for p, d in self.failures.items())}")
+            return self._give_up(f"job {self.job_id} published nothing: {'; '.join(f'party {p}: {d}' for p, d in self.failures.items())}",
+                                 failure_problem(self.failures.values()))
         if len(self.receipts) + len(self.failures) < len(self.spec.parties):
             return []
         self.state = AWAIT_VOTE_SUM
         return [CloseVoteSum(self.dca_job_id)]
 
-    def _give_up(self, detail: str) -> list[Any]:
-        e = LocalProtocolError(Problem.JOB_FAILED, detail)
+    def _give_up(self, detail: str, problem: "Problem.ValueType" = Problem.JOB_FAILED) -> list[Any]:
+        e = LocalProtocolError(problem, detail)
         self._fail(e)
         return e.notices
 

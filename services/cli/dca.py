@@ -60,13 +60,13 @@ def dca() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivity, clip, nodes, mode, noise, frac_bits, deadline, seed_compressed, validate,
            colluders, as_json) -> None:
-    """Create a DCA job at the curator; prints its id."""
+    """Create a DCA job at the curator; prints its id once the nodes know it (a job queued for an admission slot is waited for)."""
     import grpc
 
     from mpdp.messages.operations_pb2 import JobSubmission
     from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.dca_client.client import job_spec
-    from mpdp_services.operator.jobs import submit
+    from mpdp_services.operator.jobs import started, submit
 
     if validate != "none" and noise not in (None, "discrete-gaussian"):
         raise click.UsageError(f"--noise {noise} cannot be proven valid: a validated job (--validate {validate}, the default range) needs "
@@ -77,7 +77,7 @@ def create(endpoints, dimension, clients, max_missing, epsilon, delta, sensitivi
                     deadline_seconds=deadline, seed_compressed=seed_compressed, colluders=colluders)
     ep = Endpoints.load(endpoints)
     try:  # through the curator's job host, with an idempotency key: a resend after a lost answer is the same job
-        job = submit(ep, JobSubmission(dca=spec))["job_id"]
+        job = started(ep, submit(ep, JobSubmission(dca=spec)))["job_id"]  # once out of the admission queue: its clients may submit
     except grpc.RpcError as e:
         raise from_rpc(e, "the curator", ep.curator_address, "the DCA job") from None
     print(json.dumps({"job_id": job}) if as_json else job)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import shutil
 import signal
 import tempfile
 import time
@@ -222,62 +223,38 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
 
     A classifier's accuracy comes with the rows' majority rate (always predicting their most common label) and a
     warning line when it is no better than that."""
+    import grpc
+
+    from mpdp import registry
+    from mpdp.data.loaders import DatasetError
+    from mpdp_services.common.endpoints import Endpoints
+
+    protocol = _protocol_of(endpoints, job_id)
+    entry = registry.BY_NAME.get(protocol)
+    if entry is None or entry.hooks.predict is None:  # its registry entry names no predictor: it released no model
+        hint = f" (`mpdp {entry.hooks.command[0]} --help`)" if entry is not None and entry.hooks.command is not None else ""
+        raise click.ClickException(f"job {job_id} is a {protocol} job: it released no model to predict with{hint}")
+    ep = Endpoints.load(endpoints)
+    try:
+        out = registry.hook(entry.hooks.predict)(ep, job_id, data_path, fmt, party=party, schema_file=schema_file)
+    except grpc.RpcError as e:
+        raise from_rpc(e, "the curator", ep.curator_address, f"the model of job {job_id}") from None
+    except (DatasetError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    _print_prediction(out, protocol, as_json)
+
+
+def predict_pathak(ep: Any, job_id: str, data_path: str, fmt: str, *, schema_file: str | None = None, **_options: object) -> dict:
+    """`mpdp predict` of a Pathak 2010 model (``mpdp.registry``: ``Hooks.predict``): ŵ_s = Σ shares / K, the rows
+    classified, and the accuracy if they are labelled."""
     import numpy as np
 
     from mpdp.data.loaders import DatasetError, load, to_pm1
     from mpdp.pathak2010 import tester
-
-    import grpc
-
-    from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.pathak2010 import OperatorClient
 
-    protocol = _protocol_of(endpoints, job_id)
-    if protocol == "dpgd":
-        _predict_dpgd(endpoints, job_id, data_path, fmt, as_json)
-        return
-    if protocol == "hamm2016":
-        from mpdp_services.operator.ensemble import predict_ensemble
-
-        try:
-            out = predict_ensemble(Endpoints.load(endpoints), job_id, data_path, fmt)
-        except grpc.RpcError as e:
-            raise from_rpc(e, "the curator", Endpoints.load(endpoints).curator_address, f"the model of job {job_id}") from None
-        except (DatasetError, ValueError) as e:
-            raise click.ClickException(str(e))
-        _print_prediction(out, protocol, as_json)
-        return
-    if protocol == "lmgc":
-        from mpdp_services.operator.local import predict_local
-
-        try:
-            out = predict_local(Endpoints.load(endpoints), job_id, data_path, fmt, party)
-        except grpc.RpcError as e:
-            raise from_rpc(e, "the curator", Endpoints.load(endpoints).curator_address, f"the model of job {job_id}") from None
-        except (DatasetError, ValueError) as e:
-            raise click.ClickException(str(e))
-        _print_prediction(out, protocol, as_json)
-        return
-    if protocol == "regression":
-        from mpdp_services.operator.regression import predict_regression
-
-        ep = Endpoints.load(endpoints)
-        try:
-            out = predict_regression(ep, job_id, data_path, fmt)
-        except grpc.RpcError as e:
-            raise from_rpc(e, "the curator", ep.curator_address, f"the release of job {job_id}") from None
-        except (DatasetError, ValueError) as e:
-            raise click.ClickException(str(e)) from None
-        _print_prediction(out, protocol, as_json)
-        return
-    if protocol != "pathak2010":
-        raise click.ClickException(f"job {job_id} is a {protocol} job: it released a sum, not a model (`mpdp dca release --job {job_id}`)")
-    ep = Endpoints.load(endpoints)
     with OperatorClient(ep) as client:
-        try:
-            m = client.model(job_id)
-        except grpc.RpcError as e:
-            raise from_rpc(e, "the curator", ep.curator_address, f"the model of job {job_id}") from None
+        m = client.model(job_id)
     w = tester.rebuild(m)
     try:
         if schema_file:
@@ -290,13 +267,13 @@ def predict(endpoints: str, job_id: str, data_path: str, fmt: str, party: str, s
     if X.shape[1] != m.dimension:
         raise click.ClickException(f"{data_path} has {X.shape[1]} features, the model has {m.dimension}")
     pred = tester.classify(w, X)
-    out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": m.guarantee.statement, "predicted": class_counts(pred, [-1, 1])}
+    out: dict[str, Any] = {"job_id": job_id, "rows": int(len(pred)), "guarantee": m.guarantee.statement, "predicted": class_counts(pred, [-1, 1])}
     if len(np.unique(y)) == 2:
         from mpdp.results import against_majority, majority_rate
 
         out["accuracy"] = float(np.mean(pred == to_pm1(y)))
         out.update(against_majority(out["accuracy"], majority_rate(y)))
-    _print_prediction(out, protocol, as_json)
+    return out
 
 
 def class_counts(pred: Any, classes: list) -> dict[str, int]:
@@ -361,8 +338,8 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
     shares = np.array([0.4] + [0.6 / (n_parties - 1)] * (n_parties - 1))
     cuts = np.cumsum((shares * len(train_idx)).astype(int))[:-1]
     parts = np.split(train_idx, cuts)
-    tmp = tempfile.TemporaryDirectory(prefix="mpdp-demo-") if workdir is None else None
-    root = Path(workdir or tmp.name).resolve()  # type: ignore[union-attr]
+    tmp = None if workdir is not None else tempfile.mkdtemp(prefix="mpdp-demo-")  # kept when the demo fails: the hint names its logs
+    root = Path(workdir or tmp).resolve()  # type: ignore[arg-type]
     names = [f"party-{i + 1}" for i in range(n_parties)]
     datasets = {}
     for name, idx in zip(names, parts):
@@ -373,16 +350,15 @@ def demo(n_parties: int, epsilon: float, lam: float, mode: str, key_bits: int, t
     fed = LocalFederation(root, names, datasets, paillier_bits=key_bits, dgk_bits=key_bits, test_mode=test_mode)
     t0 = time.perf_counter()
     try:
-        with _stderr().status(f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)", spinner="dots") if not as_json else _null():
-            _start(fed)
+        _start(fed, quiet=as_json, status=f"starting curator and {n_parties} parties (separate processes, mutual TLS, {key_bits}-bit keys)")
         with OperatorClient(Endpoints.load(root)) as client:
             job_id, status = run_and_watch(client, make_spec("breast_cancer", names, epsilon, lam, mode), as_json)
             _fail_if_failed(status)
             model = client.model(job_id)
     finally:
         fed.stop()
-        if tmp is not None:
-            tmp.cleanup()
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)  # only after a demo that worked
     w_dp = tester.rebuild(model)
     Xtr = logreg.clip_rows(X[train_idx])
     conv: Literal["half", "full"] = "full" if mode == "paper" else "half"
@@ -420,24 +396,16 @@ def _protocol_of(endpoints: str, job_id: str) -> str:
         raise from_rpc(e, "the curator", ep.curator_address, f"to show job {job_id}") from None
 
 
-def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json: bool) -> None:
-    """Classify with a dp-gd model from the curator's store (rows scaled onto the unit ball, as the parties trained on them)."""
+def predict_dpgd(ep: Any, job_id: str, data_path: str, fmt: str, **_options: object) -> dict:
+    """`mpdp predict` of a dp-gd model from the curator's store (``Hooks.predict``; rows scaled onto the unit ball, as
+    the parties trained on them)."""
     import numpy as np
 
     from mpdp.data.loaders import DatasetError, load
-
-    import grpc
-
     from mpdp.dpgd.model import party_rows, prepare
-    from mpdp_services.common.endpoints import Endpoints
     from mpdp_services.operator.dpgd import fetch_model
 
-    try:
-        run = fetch_model(Endpoints.load(endpoints), job_id)
-    except grpc.RpcError as e:
-        raise from_rpc(e, "the curator", Endpoints.load(endpoints).curator_address, f"the model of job {job_id}") from None
-    except ValueError as e:
-        raise click.ClickException(str(e))
+    run = fetch_model(ep, job_id)
     task, d = run.plan.task, run.plan.dimension
     try:
         X, y = load(data_path, fmt, n_features=d)
@@ -447,8 +415,8 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
         raise click.ClickException(f"{data_path} has {X.shape[1]} features, the model has {d}")
     pred = task.predict(run.model, prepare(X))
     classes = [-1, 1] if task.kind == "binary" else list(range(task.classes))
-    out = {"job_id": job_id, "rows": int(len(pred)), "predicted": class_counts(pred, classes), "guarantee": run.plan.guarantee.statement,
-           "trust_model": run.summary()["trust_model"]}
+    out: dict[str, Any] = {"job_id": job_id, "rows": int(len(pred)), "predicted": class_counts(pred, classes),
+                           "guarantee": run.plan.guarantee.statement, "trust_model": run.summary()["trust_model"]}
     try:
         _, labels = party_rows(task, X, y)
         from mpdp.results import against_majority, majority_rate
@@ -457,7 +425,7 @@ def _predict_dpgd(endpoints: str, job_id: str, data_path: str, fmt: str, as_json
         out.update(against_majority(out["accuracy"], majority_rate(labels)))
     except ValueError:
         pass  # unlabelled or other labels: no accuracy
-    _print_prediction(out, "dpgd", as_json)
+    return out
 
 
 def _dataset_entry(item: str) -> tuple[str, str, dict]:
@@ -607,10 +575,20 @@ def _check_key_bits(key_bits: int, test_mode: bool) -> None:
         raise CliError(f"--key-bits {key_bits}: {e}", code="usage", hint=hint, exit_code=2) from None
 
 
-def _start(fed, on_ready=None) -> None:
-    """Start a local federation; a role that exits or hangs during start-up is one error naming its log."""
+def _start(fed, on_ready=None, *, status: str | None = None, quiet: bool = False) -> None:
+    """Start a local federation; a role that exits or hangs during start-up is one error naming its log. ``status``:
+    a spinner's text on the terminal while the roles start; ``quiet``: no spinner at all (``--json``).
+
+    The numerical kernels are compiled here first, once, into numba's cache (the first start after an install: a
+    minute or more on a loaded machine), so every role then loads them from the cache and its start-up wait is not
+    spent compiling."""
+    from mpdp_services.common.readiness import compile_kernels
+
+    with _stderr().status("compiling the numerical kernels (once after an install; cached afterwards)", spinner="dots") if not quiet else _null():
+        compile_kernels()
     try:
-        fed.start(on_ready=on_ready)
+        with _stderr().status(status, spinner="dots") if status and not quiet else _null():
+            fed.start(on_ready=on_ready)
     except (RuntimeError, TimeoutError) as e:
         fed.stop()
         first, _, log = str(e).partition("\n")

@@ -7,30 +7,29 @@ from typing import NoReturn
 
 import click
 
-from mpdp import __version__
+from mpdp import __version__, registry
 from mpdp_services.cli import errors
 from mpdp_services.cli.lazy import Lazy, LazyGroup
 
 _CLI = "mpdp_services.cli."
 
 COMMANDS = {
-    "dca": Lazy(_CLI + "dca:dca", "Distributed Compute Algorithm (Heikkilä et al. 2017): secret-shared Gaussian sums over compute nodes."),
     "demo": Lazy(_CLI + "jobs:demo", "Everything in one command: a real federation on scikit-learn's breast-cancer data, split over parties."),
     "evaluate": Lazy(_CLI + "evaluate:evaluate", "Evaluate a released classifier on the parties' own rows with DP: accuracy, confusion matrix, AUC."),
     "federation": Lazy(_CLI + "jobs:federation", "Start a local federation (curator + parties as separate processes, throwaway CA, mutual TLS)."),
-    "jobs": Lazy(_CLI + "operate:jobs", "See, follow and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles, dp-gd, regression)."),
+    "jobs": Lazy(_CLI + "operate:jobs", "See, follow and cancel the curator's jobs of every protocol (`mpdp jobs ls --protocol`: the registry's names)."),
     "health": Lazy(_CLI + "health:health", "Exit 0 if the service at ADDRESS, or every role of the federation, reports SERVING over mutual TLS, else 1 with the reason."),
     "ledger": Lazy(_CLI + "ledger:ledger", "Read a party's privacy ledger."),
     "model": Lazy(_CLI + "model:model", "Released models of every protocol's jobs, from the curator's job host."),
     "predict": Lazy(_CLI + "jobs:predict", "Play Dave: fetch the shares, rebuild ŵ_s = Σ shares / K, classify, report accuracy if labelled."),
     "profile": Lazy(_CLI + "profile:profile", "Connection profiles: named endpoints files, chosen with --profile or MPDP_PROFILE."),
     "provision": Lazy(_CLI + "provision:provision", "Provision a federation: a CA, a certificate per site, each site's config and README."),
-    "query": Lazy(_CLI + "query:query", "Answer one SQL query across the parties with DP: counts, sums, means, quantiles, each with a 95 % interval."),
-    "regress": Lazy(_CLI + "regress:regress", "Fit DP Bayesian linear regression with projection over the parties' data (Heikkilä et al. 2017, Alg. 2)."),
     "schema": Lazy(_CLI + "schema:schema", "Check a data file against the federation's schema, or draft a schema from a file (docs/schema.md)."),
     "serve": Lazy(_CLI + "serve:serve", "Run one role of the federation as a service (one OS process per role)."),
     "train": Lazy(_CLI + "train:train", "Train a model across the parties (one subcommand per model): the curator runs the job."),
 }
+# a protocol's own top-level command (e.g. `mpdp query`), named by its registry entry (mpdp.registry: Hooks.command)
+COMMANDS.update({name: Lazy(path, help_) for name, path, help_ in (p.hooks.command for p in registry.PROTOCOLS if p.hooks.command is not None)})
 
 EXPERIMENTS = {
     "hamm2016": Lazy(_CLI + "experiment_hamm:command",

@@ -9,10 +9,11 @@ from typing import Any
 
 import click
 
+from mpdp import registry
 from mpdp_services.cli.errors import CliError, from_rpc
 from mpdp_services.cli.options import endpoints_option
 
-PROTOCOLS = ("pathak2010", "dca", "lmgc", "hamm2016", "dpgd", "regression", "query")
+PROTOCOLS = tuple(p.name for p in registry.PROTOCOLS)
 
 
 def _endpoints(path: str):
@@ -40,7 +41,7 @@ def _seconds(job: dict) -> str:
 
 @click.group("jobs")
 def jobs() -> None:
-    """See, follow and cancel the curator's jobs of every protocol (Pathak, DCA, LMGC, ensembles, dp-gd, regression)."""
+    """See, follow and cancel the curator's jobs of every protocol (`mpdp jobs ls --protocol`: the registry's names)."""
 
 
 @jobs.command("ls")
@@ -95,11 +96,11 @@ def show(endpoints: str, job_id: str, as_json: bool) -> None:
     click.echo(f"  released  {'yes' if job['released'] else 'no'}")
     for stage, secs in job["stage_seconds"].items():
         click.echo(f"  stage {stage:<24} {secs:8.3f} s")
-    if job["protocol"] == "query" and job["released"]:  # the released table (docs/protocols/query.md)
+    protocol = registry.BY_NAME.get(job["protocol"])
+    if protocol is not None and protocol.hooks.show is not None and job["released"]:  # what its release shows (e.g. a query's table)
         from mpdp_services.operator.jobs import release
-        from mpdp_services.operator.query import text_table
 
-        click.echo("\n" + text_table(_call(release, _endpoints(endpoints), job_id).learner))
+        click.echo("\n" + registry.hook(protocol.hooks.show)(getattr(_call(release, _endpoints(endpoints), job_id), protocol.submission)))
 
 
 @jobs.command("logs")

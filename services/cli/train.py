@@ -2,9 +2,9 @@
 options, every one run the same way through the curator's job host (``JobOperations``: a keyed SubmitJob, WatchJob,
 GetRelease; :mod:`mpdp_services.operator.jobs`).
 
-A model of the registry needs its trainer here (:data:`TRAINERS`: its options and how they become a
-``JobSubmission``); a model without one is listed but refuses to run, naming itself, and an unknown model is an
-error listing the known ones: ``train`` never runs another protocol in its place. ``--detach`` prints the job id
+A model of the registry names its trainer in its entry (``Hooks.trainer``: a click command with its options that
+builds the ``JobSubmission`` and calls :func:`run_job`; those of the first protocols are here); a model without one
+is listed but refuses to run, naming itself, and an unknown model is an error listing the known ones: ``train`` never runs another protocol in its place. ``--detach`` prints the job id
 (``--json``: the job's first summary, the same shape for every model) and returns; without it the command follows
 the job (its stage on stderr) and prints the release's summary.
 """
@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import click
 
+from mpdp import registry
 from mpdp.limits import DEFAULT_DELTA
 from mpdp.registry import models as registered_models
 from mpdp_services.cli.errors import CliError
@@ -196,20 +197,14 @@ def dpgd(endpoints: str, dataset: str, parties: str, epsilon: float, lam: float,
     run_job(endpoints, operations_pb2.JobSubmission(learner=spec), detach, as_json, summarise)
 
 
-def _regression() -> click.Command:
-    from mpdp_services.cli.regress import regress
-
-    return regress
+def _trainer(path: str) -> Callable[[], click.Command]:
+    return lambda: registry.hook(path)
 
 
-# model name (mpdp.registry) → its trainer. A model the registry declares but this map lacks cannot run (see below).
-TRAINERS: dict[str, Callable[[], click.Command]] = {
-    "logreg": lambda: logreg,
-    "lmgc": lambda: lmgc,
-    "hamm2016": lambda: hamm2016,
-    "dp-gd": lambda: dpgd,
-    "regression": _regression,
-}
+# model name → its trainer, the click command its registry entry names (``Hooks.trainer``: here, or in the
+# protocol's own module). A model the registry declares without one cannot run (see below).
+TRAINERS: dict[str, Callable[[], click.Command]] = {p.model: _trainer(p.hooks.trainer) for p in registry.PROTOCOLS
+                                                    if p.model is not None and p.hooks.trainer is not None}
 
 
 def _untrainable(model: str) -> click.Command:

@@ -188,9 +188,11 @@ class PartyConfig(_Base):
     model_cache_entries: int = Field(4, ge=1, le=1024, description="local models ŵ kept in memory, keyed by the data file's digest, λ and the learner's parameters (Pathak jobs)")
     model_cache_dir: Path | None = Field(None, description="if set, the local-model cache is also kept here (0600 files, fsync'd): as private as the data files")
     local_work_seconds: float = Field(2.0, ge=0, le=3600, allow_inf_nan=False, description=(
-        "Pathak jobs: the least time from ProtocolStart to this party's first message computed from its records (its "
-        "local training is padded to it, so the curator cannot time n_j); set it above the training time of the "
-        "largest dataset served (a longer training is logged here and shows its length: docs/limitations.md)"))
+        "the least time from the start of this party's work on its records to its next message (Pathak: from "
+        "ProtocolStart to its first message computed from them; a contribution, dp-gd or regression round, query or "
+        "ensemble vote: to its shares; a local release: to the release; a refusal that read the records waits too), so "
+        "the curator cannot time n_j; every such step costs at least this long. Set it above the work time of the "
+        "largest dataset served (a longer work is logged here and shows its length: docs/limitations.md)"))
     local_classifier: str = Field("logreg", description="the party's own model in ensemble (hamm2016) jobs: any name of mpdp.hamm2016.local.CLASSIFIERS")
     job_deadline_seconds: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False, description="a job whose spec sets no deadline fails at this party after this long (its curator may have crashed)")
     max_retained_jobs: int = Field(256, ge=0, le=100_000, description="finished jobs of one protocol kept in memory (within job_retention_seconds); older ones leave a value-free record")
@@ -214,11 +216,11 @@ class CuratorConfig(_Base):
         "(RegisterComputeNode); any other compute-node certificate is refused WRONG_ROLE"))
     auxiliary: dict[str, DatasetConfig] = Field({}, description="public auxiliary (unlabelled) datasets for ensemble (hamm2016) jobs; labels are ignored")
     max_live_jobs_federation: int = Field(limits.MAX_LIVE_JOBS_FEDERATION, ge=1, le=100_000, description=(
-        "jobs of every protocol live at once in this federation; past it a Pathak job waits in the queue, any other is refused OVERLOADED, before any party is asked to spend"))
+        "jobs of every protocol live at once in this federation; past it an operator's job waits in the admission queue (any protocol), told to no party until it has a slot"))
     max_live_jobs_per_operator: int = Field(limits.MAX_LIVE_JOBS_PER_OPERATOR, ge=1, le=100_000, description=(
-        "jobs one operator certificate may have live at once; more wait in the queue (Pathak) or are refused OVERLOADED, before any party is asked to spend"))
+        "jobs one operator certificate may have live at once; more wait in the admission queue (any protocol), told to no party until they have a slot"))
     max_queued_jobs: int = Field(limits.MAX_QUEUED_JOBS, ge=0, le=100_000, description=(
-        "Pathak jobs that may wait for a slot (round-robin over operators); a submission past it is refused OVERLOADED"))
+        "jobs of every protocol that may wait for a slot (round-robin over operators); a submission past it is refused OVERLOADED"))
     max_queued_jobs_per_operator: int = Field(limits.MAX_QUEUED_JOBS_PER_OPERATOR, ge=0, le=100_000, description=(
         "jobs one operator certificate may have waiting for a slot; more are refused OVERLOADED"))
     max_dca_deadline_seconds: float = Field(limits.MAX_DCA_SLOT_SECONDS, gt=0, le=limits.MAX_DEADLINE, description=(

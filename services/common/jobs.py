@@ -6,9 +6,10 @@ It owns what every role must do the same way and no protocol cares about:
 - **Admission.** A job id is checked (:func:`check_id`) before it reaches a store, a file or a dict; at most
   ``max_live`` jobs are not terminal at once (more is OVERLOADED); an id is never admitted twice (REPLAY, or to a
   caller who may not know of the job INVALID_JOB without naming it: :func:`duplicate`); a
-  shared ``admission`` (the curator's per-federation and per-operator bounds) may refuse it OVERLOADED too, or,
-  for a job submitted with a ``start`` (:meth:`JobTable.admit`), queue it: the job is QUEUED, nothing of it runs and
-  no peer hears of it until the admission gives it a slot, then ``start()`` runs it.
+  shared ``admission`` (the curator's per-federation and per-operator bounds) queues an operator's job it has no
+  slot for (every curator protocol admits its jobs with a ``start``, :meth:`JobTable.admit`): the job is QUEUED,
+  nothing of it runs and no peer hears of it until the admission gives it a slot, then ``start()`` runs it; only
+  a full queue refuses it OVERLOADED. :meth:`TaskJobs.submit` is the same for a job that is one asyncio task.
 - **Deadline.** Every job has one (``hard_deadline``). :meth:`JobTable.sweep` returns the jobs past it that are not
   terminal; the service fails them (the machine's ``fail()``, which notifies the peers).
 - **Retention.** A terminal job keeps its entry ``retention`` seconds (at most ``max_retained`` of them), so a
@@ -23,6 +24,7 @@ of any job bumps :data:`changes`, which the operators' watchers wait on.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
@@ -196,6 +198,9 @@ class JobTable(Generic[T]):
         self._retained: OrderedDict[str, None] = OrderedDict()  # terminal entries still held, oldest first
         self._records: OrderedDict[str, JobRecord] = OrderedDict()  # forgotten jobs, oldest first
         self.on_end: list[Callable[[JobRecord], None]] = []  # called with a job's record as it becomes terminal (e.g. its times kept on disk)
+        # called with the record of a job the table ended while it was queued (cancelled or expired: it never ran), after
+        # the ``on_end`` hooks: the service ends its own durable record of the job with the table's words (``record.detail``)
+        self.on_dropped: list[Callable[[JobRecord], None]] = []
 
     # -- admission ------------------------------------------------------------------------------------
     def admit(self, job_id: str, entry: T, deadline_seconds: float, *, running: bool = True,
@@ -205,8 +210,9 @@ class JobTable(Generic[T]):
         With ``start`` and an operator's call, a job the shared admission has no slot for waits QUEUED (its record's
         state, :meth:`queued`) instead of being refused; ``start()`` is called when it gets its slot (then its
         deadline is ``deadline_seconds`` from that moment). While queued its deadline is ``deadline_seconds`` from
-        now: :meth:`sweep` reports it like any overdue job and :meth:`drop_queued` ends it. Without ``start`` a job
-        the admission has no slot for is refused OVERLOADED, as is one past the queue's bounds."""
+        now: :meth:`sweep` reports it like any overdue job and :meth:`drop_queued` ends it. A job past the queue's
+        bounds is refused OVERLOADED. Without ``start`` (only jobs no operator asked for: recovered at start-up,
+        created by another job) the job is counted, never queued."""
         if not valid_id(job_id):
             raise RemoteProtocolError(P.MALFORMED, "not a job id (1-64 letters, digits, '.', '_' or '-')")
         if job_id in self._jobs or job_id in self._records:
@@ -255,7 +261,17 @@ class JobTable(Generic[T]):
         live.record.detail = detail[:240]
         metrics.queue_ended("dropped", live.record.queue_seconds)
         self._end(job_id, live, FAILED, problem)
+        for hook in self.on_dropped:
+            try:
+                hook(live.record)
+            except Exception:  # noqa: BLE001 - bookkeeping after the job's end must never change its outcome
+                log.exception("job %s: after-drop hook failed", job_id)
         return True
+
+    def cancel_queued(self, job_id: str) -> bool:
+        """The operator's cancel of a queued job: it leaves the queue and ends FAILED, CANCELLED, having never run
+        (no peer ever heard of it). False if the job is not queued (then the service stops it as a running job)."""
+        return self.drop_queued(job_id, P.CANCELLED, f"job {job_id} was cancelled by the operator while queued; it never ran")
 
     def _granted(self, job_id: str, waited: float, start: Callable[[], None]) -> None:
         """The admission gave a queued job its slot: it runs from now, with its own deadline from now."""
@@ -518,6 +534,36 @@ class TaskJobs(Generic[T]):
         # ``folder``: the jobs' durable marks (:class:`JobMarks`), so that a curator killed mid-job reports the job
         # FAILED after its restart (:meth:`recover`) instead of not knowing it
         self.marks = JobMarks(folder, table.protocol) if folder is not None else None
+        table.on_dropped.append(self._dropped)
+
+    def submit(self, job_id: str, job: TaskJob, deadline_seconds: float, run: Callable[[], Awaitable[T]],
+               sites: "dict[str, str] | None" = None) -> None:
+        """Admit the job (:meth:`JobTable.admit`: ProtocolError OVERLOADED or REPLAY) and run it (:meth:`start`) once
+        it has its admission slot: at once, or later from the admission queue. While queued its state is QUEUED,
+        nothing of it runs and no party hears of it; its durable mark is written at once either way, so a restart
+        reports it. It starts in the submitter's context (its caller), not in that of the job whose end freed the slot."""
+        first = job.state
+        submitted = contextvars.copy_context()
+
+        def start() -> None:
+            job.state = first
+            submitted.copy().run(self.start, job_id, job, run, sites)
+
+        self.table.admit(job_id, job, deadline_seconds, start=start)
+        if self.table.queued(job_id):
+            job.state = QUEUED
+            if self.marks is not None:
+                self.marks.running(job_id, sites)
+            self.reaper.ensure_running()  # it also ends a queued job past its deadline
+
+    def _dropped(self, record: JobRecord) -> None:
+        """The table ended a queued job (cancelled or expired): the job and its durable mark end with the table's words."""
+        job = self.table.get(record.job_id)
+        if isinstance(job, TaskJob):
+            job.state, job.problem, job.detail = FAILED, record.problem, record.detail
+        if self.marks is not None:
+            self.marks.ended(record.job_id, (record.problem, record.detail))
+        changes.bump()
 
     def recover(self, reason: str = RESTARTED + "; the parties' charges are kept") -> "list[tuple[str, dict[str, str]]]":
         """After a restart: every job that was running when the process died is FAILED (JOB_FAILED, ``reason``);
@@ -574,8 +620,10 @@ class TaskJobs(Generic[T]):
         await self._stop(job_id, (P.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline"))
 
     async def cancel(self, job_id: str) -> bool:
-        """Stop the job (it ends FAILED, CANCELLED; its own ``finally`` cleans up); False if it is not running. A job
-        already being stopped is not cancelled again (that would cut its cleanup short): the call waits like the first."""
+        """Stop the job (it ends FAILED, CANCELLED; its own ``finally`` cleans up; a queued one leaves the queue, never
+        run); False if it is neither running nor queued. A job already being stopped is not cancelled again (that would cut its cleanup short): the call waits like the first."""
+        if self.table.cancel_queued(job_id):
+            return True
         return await self._stop(job_id, (P.CANCELLED, f"job {job_id} was cancelled by the operator"))
 
     async def _stop(self, job_id: str, why: tuple[int, str]) -> bool:

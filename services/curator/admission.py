@@ -7,12 +7,13 @@ a model or spend for a job that has no slot. A job counts from its admission unt
 (published, failed, cancelled or expired at its deadline). A job admitted outside an operator's call (recovered at
 start-up, or created by another job) is counted, never refused or queued.
 
-A job whose protocol can wait (:meth:`enqueue`: Pathak's) and that finds no free slot waits in the queue
-instead of being refused: round-robin over the operators that have jobs waiting, first come first served within
-one operator, so an operator with many waiting jobs takes every other freed slot at most while another operator
-waits (docs/protocols/job-model.md §5). The queue is bounded too (``queue_total`` jobs, ``queue_per_operator`` of one
-operator); past it a submission is refused OVERLOADED as when there is no queue. A job of a protocol that cannot
-wait (:meth:`admit`) is refused OVERLOADED when no slot is free for its operator.
+An operator's job (of every protocol: each curator host admits its jobs with a ``start``) that finds no free slot
+waits in the queue (:meth:`enqueue`) instead of being refused: round-robin over the operators that have jobs
+waiting, first come first served within one operator, so an operator with many waiting jobs takes every other freed
+slot at most while another operator waits (docs/protocols/job-model.md §5). The queue is bounded too
+(``queue_total`` jobs, ``queue_per_operator`` of one operator); past it a submission is refused OVERLOADED, the
+only refusal for want of a slot. :meth:`admit` counts a job no operator asked for (``refuse=False``); with
+``refuse`` it is the queue-less bound (OVERLOADED when no slot is free), which no curator host uses.
 
 Sans-IO: the table calls :meth:`admit`, :meth:`enqueue`, :meth:`withdraw` and :meth:`release`; a queued job's
 ``grant`` callback is called (with the seconds it waited) when it is given a slot, from within the :meth:`release`

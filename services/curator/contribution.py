@@ -18,6 +18,8 @@ from mpdp.messages import common_pb2, contribution_pb2 as pb, dca_pb2
 from mpdp.protocol import ProtocolError, Publish, Send
 from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels
+from mpdp_services.curator import turns
+from mpdp_services.curator.links import require_linked
 
 log = logging.getLogger("mpdp.curator.contribution")
 
@@ -63,6 +65,7 @@ class ContributionCurator:
             raise errors.Refused(common_pb2.INVALID_JOB, f"DCA job {job_id}: {e}") from None
         del request.request.parties[:]
         request.request.parties.extend(request.parties)  # what each party holds the round to
+        await require_linked(self.channels, request.parties)  # a party that is down fails the round before any party spends
         with tracing.job_span(job_id, "contribution", "curator", self._trace_parent(job_id) if self._trace_parent else None) as span:
             summary = await self._round(request)
             span.done("PUBLISHED")
@@ -86,9 +89,10 @@ class ContributionCurator:
             except ProtocolError:
                 pass  # the round failed closed (or had already failed): reported below
 
-        await asyncio.gather(*(ask(s) for s in role.ask()))
+        async with turns.turn(request.parties):  # the parties of overlapping jobs decide their spends in one order
+            await asyncio.gather(*(ask(s) for s in role.ask()))
         if role.error is not None:  # failed: INVALID_JOB when every party called the request invalid, else the job failed
-            problem = role.error.problem if role.error.problem == common_pb2.INVALID_JOB else common_pb2.JOB_FAILED
+            problem = role.error.problem if role.error.problem in (common_pb2.INVALID_JOB, common_pb2.BUDGET_EXCEEDED) else common_pb2.JOB_FAILED
             raise errors.Refused(problem, role.error.detail)
         log.info("DCA job %s: %d parties contributed %s", request.request.dca_job_id, len(request.parties), request.request.statistic)
         return next(o.release for o in outs if isinstance(o, Publish))

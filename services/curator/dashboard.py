@@ -18,10 +18,11 @@ release's parameters and guarantee. Never a released value, a weight, a share, a
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, TypeVar
 
+from mpdp import registry
 from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2, local_release_pb2, operations_pb2, pathak2010_pb2
 from mpdp_services.common import web
 from mpdp_services.common.jobs import valid_id
@@ -33,6 +34,7 @@ LIST_LIMIT = 200  # rows on a list page
 REFRESH_SECONDS = 10
 NAV = [("/", "Jobs"), ("/releases", "Models & releases"), ("/dca", "DCA"), ("/ensembles", "Ensembles")]
 T = TypeVar("T")
+View = Callable[[Any, str], "tuple[str, dict[str, float]]"]  # (the protocol's store, job id) → (HTML of its release, its stage seconds)
 
 
 @dataclass
@@ -46,6 +48,17 @@ class Dashboard:
     local: MessageStore[local_release_pb2.LocalModelSet]
     ensembles: MessageStore[hamm2016_pb2.EnsembleRelease]
     loop: asyncio.AbstractEventLoop | None = None
+    # protocol → (its view of a released job, its store): every protocol whose registry entry names one (Hooks.view)
+    views: dict[str, tuple[View, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, site: str, catalog: Catalog, hostings: dict[str, Any], loop: asyncio.AbstractEventLoop | None = None) -> "Dashboard":
+        """The dashboard over the curator's hosted protocols (services/curator/hosting.py): every protocol's jobs on the
+        jobs pages; the release pages of the protocols that have one read their stores."""
+        def store(name: str) -> Any:
+            return hostings[name].store if name in hostings else None
+        views = {name: (view, store(name)) for name, view in registry.hooked("view").items()}
+        return cls(site, catalog, store("pathak2010"), store("dca"), store("lmgc"), store("hamm2016"), loop, views)
 
     def install(self, routes: web.Routes | None = None) -> None:
         add = (routes or web.ROUTES).add
@@ -73,7 +86,7 @@ class Dashboard:
         jobs = self._jobs(protocol)
         filters = " · ".join([_link("/", "all"), *(_link(f"/?protocol={p}", p) for p in protocols)])
         rows = "".join(
-            f"<tr><td>{_job_link(j.job_id)}</td><td>{esc(j.protocol)}</td><td>{_state(j)}</td><td>{_problem(j.problem)}</td>"
+            f"<tr><td>{job_link(j.job_id)}</td><td>{esc(j.protocol)}</td><td>{_state(j)}</td><td>{_problem(j.problem)}</td>"
             f"<td>{_when(j.created_unix)}</td><td class=n>{_duration(j)}</td><td>{'yes' if j.released else ''}</td></tr>"
             for j in jobs)
         table = (f'<table id="jobs"><tr><th>job</th><th>protocol</th><th>state</th><th>problem</th><th>created</th><th>duration</th>'
@@ -108,7 +121,7 @@ class Dashboard:
         for j in self._jobs("pathak2010"):
             m = self.models.get(j.job_id) if j.released else None
             if m is not None:
-                rows.append(f"<tr><td>{_job_link(j.job_id)}</td><td class=n>{m.parties}</td><td class=n>{m.dimension}</td><td>{_enum(common_pb2.NoiseMode, m.mode)}</td>"
+                rows.append(f"<tr><td>{job_link(j.job_id)}</td><td class=n>{m.parties}</td><td class=n>{m.dimension}</td><td>{_enum(common_pb2.NoiseMode, m.mode)}</td>"
                             f"<td>{_enum(pathak2010_pb2.PathakNoise, m.noise)}</td>{_guarantee_cells(m.guarantee)}<td>{esc(m.trust_model)}</td></tr>")
         pathak = _table(["job", "parties K", "d", "mode", "noise", "mechanism", "ε", "δ", "guarantee", "trust model"], rows, "models")
         rows = []
@@ -118,7 +131,7 @@ class Dashboard:
                 parties = ", ".join(esc(r.party) for r in s.releases)
                 mech = _first(r.guarantee.mechanism for r in s.releases)
                 eps = ", ".join(sorted({_num(r.guarantee.epsilon) for r in s.releases}))
-                rows.append(f"<tr><td>{_job_link(j.job_id)}</td><td>{parties}</td><td>{esc(mech)}</td><td class=n>{eps}</td><td>{esc(s.aggregate_statement)}</td></tr>")
+                rows.append(f"<tr><td>{job_link(j.job_id)}</td><td>{parties}</td><td>{esc(mech)}</td><td class=n>{eps}</td><td>{esc(s.aggregate_statement)}</td></tr>")
         local = _table(["job", "parties", "mechanism", "ε (each)", "aggregate"], rows, "local")
         body = (f"<h1>Published models and releases</h1><h2>Pathak 2010 models</h2>{pathak}<h2>LMGC local-model sets</h2>{local}"
                 '<p class=muted>DCA sums: <a href="/dca">DCA</a>; ensembles: <a href="/ensembles">Ensembles</a>. '
@@ -133,7 +146,7 @@ class Dashboard:
             included = rel.clients_included if rel is not None else (consumed or {}).get("clients_included")
             nodes = ", ".join(esc(x) for x in spec.compute_nodes) if spec is not None else ""
             kind = "secure sum" if spec is not None and spec.secure_sum else (_enum(dca_pb2.NoiseKind, spec.noise) if spec is not None else "")
-            rows.append(f"<tr><td>{_job_link(j.job_id)}</td><td>{_state(j)}</td><td>{_problem(j.problem)}</td><td>{esc(spec.purpose) if spec else ''}</td>"
+            rows.append(f"<tr><td>{job_link(j.job_id)}</td><td>{_state(j)}</td><td>{_problem(j.problem)}</td><td>{esc(spec.purpose) if spec else ''}</td>"
                         f"<td>{kind}</td><td class=n>{n or ''}</td><td class=n>{spec.max_missing if spec else ''}</td><td class=n>{_opt(included)}</td>"
                         f"<td class=n>{_opt(None if included is None or not n else n - int(included))}</td><td>{nodes}</td>"
                         f"<td class=n>{_num(rel.epsilon) if rel else ''}</td><td class=n>{_num(rel.delta) if rel else ''}</td></tr>")
@@ -147,10 +160,10 @@ class Dashboard:
         for j in self._jobs("hamm2016"):
             e = self.ensembles.get(j.job_id) if j.released else None
             if e is None:
-                rows.append(f"<tr><td>{_job_link(j.job_id)}</td><td>{_state(j)}</td><td></td><td></td>{_guarantee_cells(None)}<td></td><td></td></tr>")
+                rows.append(f"<tr><td>{job_link(j.job_id)}</td><td>{_state(j)}</td><td></td><td></td>{_guarantee_cells(None)}<td></td><td></td></tr>")
                 continue
-            rows.append(f"<tr><td>{_job_link(j.job_id)}</td><td>{_state(j)}</td><td>{esc(e.method)}</td><td class=n>{e.parties_included}</td>"
-                        f"{_guarantee_cells(e.guarantee)}<td>{esc(e.trust_model)}</td><td>{_job_link(e.dca_job_id) if e.dca_job_id else ''}</td></tr>")
+            rows.append(f"<tr><td>{job_link(j.job_id)}</td><td>{_state(j)}</td><td>{esc(e.method)}</td><td class=n>{e.parties_included}</td>"
+                        f"{_guarantee_cells(e.guarantee)}<td>{esc(e.trust_model)}</td><td>{job_link(e.dca_job_id) if e.dca_job_id else ''}</td></tr>")
         table = _table(["job", "state", "method", "parties M", "mechanism", "ε", "δ", "guarantee", "trust model", "vote sum (DCA)"], rows, "ensembles")
         return self._doc("Ensembles", f"<h1>Ensemble releases (HCB16)</h1>{table}")
 
@@ -167,7 +180,7 @@ class Dashboard:
                 facts.append(("colluders t", str(m.colluders)))
             if m.paillier_ops:
                 facts.append(("Paillier operations", esc(", ".join(f"{k} {v}" for k, v in sorted(m.paillier_ops.items())))))
-            return _published("Published model", m.guarantee, m.trust_model, m.seeded, facts), dict(m.stage_seconds)
+            return published("Published model", m.guarantee, m.trust_model, m.seeded, facts), dict(m.stage_seconds)
         if job.protocol == "dca":
             return self._dca(job.job_id), {}
         if job.protocol == "lmgc":
@@ -182,8 +195,11 @@ class Dashboard:
             if e is None:
                 return "", {}
             facts = [("method", esc(e.method)), ("parties included M", str(e.parties_included)), ("λ", _num(e.lam)), ("sensitivity Δ₂", _num(e.sensitivity)),
-                     ("vote sum", _job_link(e.dca_job_id) if e.dca_job_id else "—")]
-            return _published("Published ensemble", e.guarantee, e.trust_model, e.seeded, facts), dict(e.stage_seconds)
+                     ("vote sum", job_link(e.dca_job_id) if e.dca_job_id else "—")]
+            return published("Published ensemble", e.guarantee, e.trust_model, e.seeded, facts), dict(e.stage_seconds)
+        if job.protocol in self.views:
+            view, store = self.views[job.protocol]
+            return view(store, job.job_id)
         return "", {}
 
     def _dca(self, job_id: str) -> str:
@@ -209,7 +225,7 @@ class Dashboard:
                 facts.append(("σ per compute node", f"{_num(rel.sigma_node)} (guarantee counts M − c, c = {rel.colluders})"))
             if rel.rho:
                 facts.append(("ρ (zCDP)", _num(rel.rho)))
-            out.append(_published("Released DP sum", rel.guarantee, rel.trust_model, rel.seeded, facts))
+            out.append(published("Released DP sum", rel.guarantee, rel.trust_model, rel.seeded, facts))
         if failure is not None:
             out.append(f"<h2>Failure</h2>{_dl([('problem', _problem(int(failure.get('problem', 0)))), ('detail', esc(str(failure.get('detail', ''))[:240]))])}")
         return "".join(out)
@@ -220,7 +236,7 @@ def _link(href: str, label: str) -> str:
     return f'<a href="{esc(href)}">{esc(label)}</a>'
 
 
-def _job_link(job_id: str) -> str:
+def job_link(job_id: str) -> str:
     return _link(f"/jobs/{job_id}", job_id) if valid_id(job_id) else esc(job_id)
 
 
@@ -283,7 +299,7 @@ def _seeded(seeded: bool) -> str:
     return '<p class="warn">Seeded (test mode): a simulation seed fixed the noise, so this release is NOT private.</p>' if seeded else ""
 
 
-def _published(title: str, g: common_pb2.Guarantee, trust_model: str, seeded: bool, facts: list[tuple[str, str]]) -> str:
+def published(title: str, g: common_pb2.Guarantee, trust_model: str, seeded: bool, facts: list[tuple[str, str]]) -> str:
     guarantee = [("guarantee", esc(g.statement) or "—"), ("mechanism", esc(g.mechanism) or "—"), ("ε", _num(g.epsilon)), ("δ", _num(g.delta)),
                  ("sensitivity", f"{_num(g.sensitivity)} ({esc(g.norm)})" if g.norm else _num(g.sensitivity)), ("trust model", esc(trust_model) or "—")]
     return f'<h2>{esc(title)}</h2>{_seeded(seeded)}<div id="guarantee">{_dl(guarantee + facts)}</div>'
@@ -316,3 +332,13 @@ def _stage_table(stages: dict[str, float]) -> str:
     rows = "".join(f'<tr><td>{esc(name)}</td><td class=n>{secs:.3f} s</td><td><span class="bar" style="width:{secs / top * 300:.0f}px"></span></td></tr>'
                    for name, secs in stages.items())
     return f'<table id="stages"><tr><th>stage</th><th>seconds</th><th></th></tr>{rows}</table>'
+
+
+def learner_view(store: Any, job_id: str) -> tuple[str, dict[str, float]]:
+    """A learner job's release (``Hooks.view`` of dpgd, regression and query; ``store``: the learner host's): its
+    guarantee, parties and DCA rounds, never a value."""
+    m = store.model(job_id)
+    if m is None:
+        return "", {}
+    facts = [("parties", esc(", ".join(m.parties))), ("DCA rounds", ", ".join(job_link(j) for j in m.dca_jobs) or "—")]
+    return published("Published release", m.guarantee, m.trust_model, m.seeded, facts), dict(m.seconds)

@@ -12,9 +12,11 @@ have pushed to the previous process (GetPartialSum).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -30,6 +32,9 @@ from mpdp_services.common.rpc import PeerChannels, caller, caller_key, method_fo
 from mpdp_services.common.runtime import Hosted
 from mpdp_services.curator.admission import Admission
 from mpdp_services.curator.registrations import Registrations
+
+if TYPE_CHECKING:
+    from mpdp_services.curator.hosting import CuratorSite, Hosting
 
 log = logging.getLogger("mpdp.curator.dca")
 
@@ -62,6 +67,16 @@ class DcaStore:
 
     def put_release(self, release: pb.DpSum) -> None:
         self._write(f"{release.job_id}.release.binpb", release.SerializeToString())
+
+    def put_queued(self, job_id: str) -> None:
+        """The job waits for an admission slot (no node knows it): the mark goes when it is announced."""
+        self._write(f"{job_id}.queued", b"")
+
+    def clear_queued(self, job_id: str) -> None:
+        (self.folder / f"{job_id}.queued").unlink(missing_ok=True)
+
+    def queued(self, job_id: str) -> bool:
+        return _safe(job_id) and (self.folder / f"{job_id}.queued").exists()
 
     def put_failure(self, job_id: str, problem: int, detail: str) -> None:
         self._write(f"{job_id}.failed.json", json.dumps({"problem": problem, "detail": detail}).encode())
@@ -106,6 +121,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         self.nodes: dict[str, str] = self.registrations.addresses
         self.jobs: jobs.JobTable[Hosted[AggregatorMachine]] = jobs.JobTable("dca", jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission)
         self.reaper = jobs.Reaper(self.jobs, self._expire)
+        self.jobs.on_dropped.append(self._dropped)
         self.max_deadline = max_deadline  # an operator's job holds a slot while it waits for clients: at most this long
 
     def trace_context(self, job_id: str):
@@ -117,6 +133,10 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         """Rebuild unfinished jobs after a restart and pull the partial sums nodes already released."""
         for job_id, spec in self.store.specs().items():
             if self.store.release(job_id) is not None or self.store.failure(job_id) is not None or self.store.consumed(job_id) is not None:
+                continue
+            if self.store.queued(job_id):  # it waited for an admission slot: no node ever heard of it
+                self.store.put_failure(job_id, common_pb2.JOB_FAILED, "the curator restarted while this job waited for an admission slot; it never ran")
+                self.store.clear_queued(job_id)
                 continue
             if spec.secure_sum:  # its consumer (an ensemble job) died with the previous process
                 detail = "the curator restarted during this secure-sum job; its consuming job was lost"
@@ -177,16 +197,34 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
         machine = AggregatorMachine(params, node_addresses={n: self.nodes[n] for n in params.nodes}, record=False)
         hosted = Hosted(machine, self._route)
         hosted.on_change = self.jobs.observe
-        try:
-            self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds) + 5.0)
+        announced: list[asyncio.Task] = []
+        submitted = contextvars.copy_context()  # the submitter's call: a queued job is announced in it, not in the call that freed its slot
+
+        def start() -> None:  # the job has its admission slot (now, or later from the queue): the nodes are told
+            announced.append(submitted.copy().run(asyncio.ensure_future, self._announce(hosted)))
+            announced[-1].add_done_callback(jobs._retrieved)
+
+        try:  # an operator's job without a slot waits QUEUED: no node hears of it and its clients cannot fetch it (GetJob)
+            self.jobs.admit(job_id, hosted, jobs.hard_deadline(params.deadline_seconds) + 5.0, start=start)
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
         self.reaper.ensure_running()
+        if not announced:
+            self.store.put_queued(job_id)  # before its spec: a restart finds it never announced (recover)
         self.store.put_spec(job_id, request)
+        log.info("DCA job %s%s: d=%d N=%d T=%d M=%d ε=%g δ=%g mode=%s spec_digest %s", job_id, "" if announced else " (queued)", params.dimension, params.clients,
+                 params.max_missing, params.M, params.epsilon, params.delta, params.mode, params.spec_digest.hex())
+        if not announced:
+            return job_id
+        return await asyncio.shield(announced[0])  # announced: when the ticket returns, every node knows the job and clients may submit
+
+    async def _announce(self, hosted: Hosted[AggregatorMachine]) -> str:
+        """Start a job that has its admission slot: its deadline runs from now, and every node is told (synchronously:
+        the operator's ticket returns once they all know it); errors.Refused if one could not be told."""
+        machine = hosted.machine
+        job_id, params = machine.job_id, machine.params
+        self.store.clear_queued(job_id)  # its spec is on disk already: from now a restart takes the job back
         hosted.deadline_task = asyncio.ensure_future(self._deadline(hosted, params.deadline_seconds))
-        log.info("DCA job %s: d=%d N=%d T=%d M=%d ε=%g δ=%g mode=%s spec_digest %s", job_id, params.dimension, params.clients, params.max_missing, params.M,
-                 params.epsilon, params.delta, params.mode, params.spec_digest.hex())
-        # announce synchronously: when the ticket returns, every node knows the job and clients may submit
         async with hosted.lock:
             outputs = machine.announce()
         with hosted.traced():  # the nodes' spans of the job join its trace
@@ -238,9 +276,18 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
             await hosted.fail(common_pb2.PEER_UNREACHABLE, f"job {job_id} did not end by its deadline (state {hosted.machine.state})")
             await self._route(hosted, [])
 
+    def _dropped(self, record: jobs.JobRecord) -> None:
+        """The table ended a queued job (cancelled or expired; no node ever heard of it): its failure on disk."""
+        self.store.put_failure(record.job_id, record.problem, record.detail)
+        self.store.clear_queued(record.job_id)
+
     async def cancel(self, job_id: str) -> bool:
-        """The operator's `mpdp jobs cancel`: fail a running job with CANCELLED (the nodes are told), recorded."""
+        """The operator's `mpdp jobs cancel`: fail a running job with CANCELLED (the nodes are told), recorded; a
+        queued job leaves the queue (it never ran)."""
         hosted = self.jobs.get(job_id)
+        if hosted is not None and self.jobs.cancel_queued(job_id):
+            await hosted.notify()
+            return True
         if hosted is None or hosted.machine.terminal:
             return False
         await hosted.fail(common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator in state {hosted.machine.state}")
@@ -259,7 +306,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
     async def GetJob(self, request: common_pb2.JobRef, context) -> pb.DcaJobAnnouncement:
         await _check_id(request.job_id, context)
         hosted = self.jobs.get(request.job_id)
-        if hosted is None:
+        if hosted is None or self.jobs.queued(request.job_id):  # a queued job is told to no one: the same answer as none
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no running DCA job {errors.shown(request.job_id)}")
         return hosted.machine.announcement()
 
@@ -282,7 +329,7 @@ class DcaCurator(pb_grpc.DcaCuratorServicer):
     async def _feed(self, request, context) -> common_pb2.Ack:
         await _check_id(request.job_id, context)
         hosted = self.jobs.get(request.job_id)
-        if hosted is None:
+        if hosted is None or self.jobs.queued(request.job_id):  # no node knows a queued job
             await errors.refuse(context, common_pb2.UNKNOWN_JOB, f"no DCA job {errors.shown(request.job_id)}")
         name = caller(context).name
         if name not in hosted.machine.params.nodes:  # an outsider never touches the job
@@ -362,3 +409,27 @@ async def _check_id(job_id: str, context) -> None:
 
 def _address(address: str) -> bool:
     return 0 < len(address) <= 255 and ":" in address and address.isprintable()
+
+
+# -- its place at the curator (mpdp.registry: Hooks.curator) ---------------------------------------------------------
+def of(site: "CuratorSite") -> DcaCurator:
+    """The site's one DCA host (the ensemble's vote sums and the learners' rounds run on it too)."""
+    cfg, curator = site.cfg, site.curator
+    return site.part("dca", lambda: DcaCurator(site.state_dir, curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=site.retention,
+                                               max_live=site.max_live, admission=curator.admission, members=cfg.compute_node_members,
+                                               max_deadline=cfg.max_dca_deadline_seconds))
+
+
+def hosting(site: "CuratorSite", protocol: registry.Protocol) -> "Hosting":
+    from mpdp_services.curator import catalog
+    from mpdp_services.curator.hosting import Hosting, Servicer
+
+    dca = of(site)
+    site.on_restart(protocol.name, dca.recover)
+    folder = site.state_dir / "dca"
+    source = catalog.Source(protocol.name, dca.jobs, lambda j: dca.store.release(j) is not None or dca.store.consumed(j) is not None,
+                            lambda: [*catalog.files(folder, ".release.binpb", "RELEASED"), *catalog.files(folder, ".consumed.json", "RELEASED"),
+                                     *catalog.files(folder, ".failed.json", "FAILED")], catalog.hosted_live, catalog.hosted_stage)
+    servicer = Servicer(SERVICE, lambda server: pb_grpc.add_DcaCuratorServicer_to_server(dca, server), ROLES,
+                        {f"/{SERVICE}/RegisterComputeNode": dca.registrations.members})
+    return Hosting(dca.submit, dca.release, dca.cancel, source, (servicer,), store=dca.store)

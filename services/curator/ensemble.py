@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -30,7 +31,12 @@ from mpdp_services.common.config import DatasetConfig
 from mpdp_services.common.rpc import PeerChannels, caller, roles_by_method
 from mpdp_services.common.store import MessageStore
 from mpdp_services.curator.dca import DcaCurator
+from mpdp_services.curator import turns
+from mpdp_services.curator.links import require_linked
 from mpdp_services.curator.admission import Admission
+
+if TYPE_CHECKING:
+    from mpdp_services.curator.hosting import CuratorSite, Hosting
 
 log = logging.getLogger("mpdp.curator.ensemble")
 
@@ -68,7 +74,8 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         return await self.tasks.cancel(job_id)
 
     async def submit(self, request: pb.EnsembleJobSpec) -> str:
-        """Check the job, admit it and start it as the curator's own task; its id at once (errors.Refused otherwise)."""
+        """Check the job, admit it and start it as the curator's own task (or queue it until it has an admission slot,
+        holding its auxiliary features meanwhile); its id at once (errors.Refused otherwise)."""
         try:
             core.validate_spec(request)
         except core.EnsembleJobError as e:
@@ -102,17 +109,18 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
         except ValueError as e:  # our own validation messages (core.EnsembleJobError and the size checks)
             raise errors.Refused(common_pb2.INVALID_JOB, str(e) if isinstance(e, core.EnsembleJobError) else "the job's parameters are out of range") from None
         job = EnsembleJob(VOTING, spec=request, chunks=core.auxiliary_chunks(X_aux))
-        try:
-            self.running.admit(job_id, job, float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0)
+        try:  # runs at once, or waits QUEUED for an admission slot (no voter hears of it, GetAuxiliary refuses it meanwhile)
+            self.tasks.submit(job_id, job, float(request.deadline_seconds or core.DEFAULT_DEADLINE) * 2 + 60.0,
+                              lambda: self._train(job_id, request, vote_params, X_aux), {v: self.addresses[v] for v in request.parties})
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
-        self.tasks.start(job_id, job, lambda: self._train(job_id, request, vote_params, X_aux), {v: self.addresses[v] for v in request.parties})
         return job_id
 
     async def _train(self, job_id: str, request: pb.EnsembleJobSpec, vote_params, X_aux: np.ndarray) -> pb.EnsembleRelease:
         with tracing.job_span(job_id, "hamm2016", "curator") as span:  # its vote-sum DCA job and the parties' votes are children
             dca_job, release = "", None
             try:
+                await require_linked(self.channels, request.parties, tolerated=request.max_missing)  # before any voter is asked
                 with calls.sub_job():  # the vote sum counts against the admission bounds but is never refused by them
                     create = asyncio.ensure_future(self.dca.create(vote_params.to_spec()))
                 try:
@@ -161,16 +169,18 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
             except ProtocolError as e:
                 return role.vote_failed(party, errors.details(e))
 
-        asks = [asyncio.ensure_future(ask(s)) for s in role.start()]
-        try:
-            for done in asyncio.as_completed(asks):
-                abort = next((o for o in await done if isinstance(o, core.AbortVoteSum)), None)
-                if abort is not None:  # more than T voters failed: stop at once, the others need not vote
-                    await self.dca.abort(dca_job, abort.detail)
-                    raise errors.Refused(common_pb2.JOB_FAILED, abort.detail)
-        finally:
-            for a in asks:
-                a.cancel()
+        async with turns.turn(spec.parties):  # the voters of overlapping jobs decide their spends in one order
+            asks = [asyncio.ensure_future(ask(s)) for s in role.start()]
+            try:
+                for done in asyncio.as_completed(asks):
+                    abort = next((o for o in await done if isinstance(o, core.AbortVoteSum)), None)
+                    if abort is not None:  # more than T voters failed: stop at once, the others need not vote
+                        await self.dca.abort(dca_job, abort.detail)
+                        budget = role.error is not None and role.error.problem == common_pb2.BUDGET_EXCEEDED
+                        raise errors.Refused(common_pb2.BUDGET_EXCEEDED if budget else common_pb2.JOB_FAILED, abort.detail)
+            finally:
+                for a in asks:
+                    a.cancel()
         if role.failures:
             log.warning("ensemble job %s: %d voter(s) missing (T = %d allows it): %s", job_id, len(role.failures), spec.max_missing, role.failures)
         t1 = time.perf_counter()
@@ -212,3 +222,20 @@ def _load_auxiliary(cfg: DatasetConfig) -> np.ndarray:
     from mpdp.learn.logreg import clip_rows
 
     return core.check_auxiliary(clip_rows(np.asarray(X, dtype=np.float64)))  # the one row map, as in-process (bit for bit)
+
+
+# -- its place at the curator (mpdp.registry: Hooks.curator) ---------------------------------------------------------
+def hosting(site: "CuratorSite", protocol: registry.Protocol) -> "Hosting":
+    from mpdp_services.curator import catalog, dca
+    from mpdp_services.curator.hosting import Hosting, Servicer
+    from mpdp_services.curator.local import _recovered
+
+    cfg, curator = site.cfg, site.curator
+    ensemble = EnsembleCurator(site.state_dir, curator.channels, curator.addresses, dca.of(site), dict(cfg.auxiliary), cfg.test_mode,
+                               max_live=site.max_live, admission=curator.admission)
+    site.on_restart(protocol.name, lambda: _recovered(ensemble.tasks))
+    source = catalog.Source(protocol.name, ensemble.running, lambda j: ensemble.store.get(j) is not None,
+                            lambda: [*catalog.files(ensemble.store.folder, ".binpb", "PUBLISHED"), *ensemble.tasks.failures()], catalog.task_live,
+                            failure=ensemble.tasks.failure)
+    servicer = Servicer(SERVICE, lambda server: pb_grpc.add_EnsembleCuratorServicer_to_server(ensemble, server), ROLES)
+    return Hosting(ensemble.submit, ensemble.store.get, ensemble.cancel, source, (servicer,), store=ensemble.store)

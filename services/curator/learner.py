@@ -1,20 +1,23 @@
-"""Charlie hosts multi-round learners (dp-gd, regression, query) as his own jobs (docs/protocols/job-model.md §7).
+"""Charlie hosts multi-round learners (each registry entry whose hooks name a :class:`Learner`: dp-gd, regression, …)
+as his own jobs (docs/protocols/job-model.md §7).
 
 The operator submits a :class:`~mpdp.messages.learner_pb2.LearnerJobSpec` through the job host (JobOperations.SubmitJob,
 ``JobSubmission.learner``) and gets the job id at once. Every field is checked first (``mpdp.limits``, then the plan
 and round 0's DCA parameters); the spec and the job's state are written to ``state_dir/learners`` before the id
-leaves. The curator then drives the protocol's sans-IO role (:class:`mpdp.dpgd.role.DpgdRole`,
-:class:`mpdp.regression.role.RegressionRole`, :class:`mpdp.query.role.QueryRole`) in one asyncio task: for each
+leaves. A job that finds no admission slot waits QUEUED (docs/protocols/job-model.md §5): nothing of it runs and no
+party hears of it until it has one. Once it has its slot the curator drives the protocol's sans-IO role (its
+:class:`Learner`'s ``role``, e.g. :class:`mpdp.dpgd.role.DpgdRole`) in one asyncio task: for each
 ``RunRound`` it creates the round's DCA job with its own DCA host (:meth:`DcaCurator.create`), runs the contribution
 round with its own contribution logic (:meth:`ContributionCurator.run`) and feeds the DP release back to the role.
 The operator may disconnect; it watches the job (WatchJob: state and "round r of R"), cancels it (CancelJob) and
 fetches the model (GetRelease) from the durable store (``<job>.model.binpb``, 0600, fsync'd), like any other job.
 
-Time: every job keeps a stage clock from its admission to its release, one stage after the other with no gap, all
+Time: every job keeps a stage clock from its start (its admission slot) to its release, one stage after the other with no gap, all
 measured at the curator (never a duration a party measured: a party's timing shows its data size): ``setup``, then
 per round the round itself (its DCA job, the parties' contributions, the nodes' release) and the curator's step after
 it (regression: ``std_round``, ``grid_search``, ``main_round``, ``posterior``; dp-gd: ``r0``, ``r0_step``, …). The
-stages are the job summary's ``stage_seconds`` and the model's ``seconds``, so they add up to the job's wall time. A
+stages are the job summary's ``stage_seconds`` and the model's ``seconds``, so they add up to the job's running time (a
+wait for the slot is the summary's ``QUEUED``, outside the model). A
 regression's grid search reads only public values; it starts in a worker thread when the job starts (it overlaps
 the std round) and the host keeps the last few results, so a job of the same plan and N reuses it.
 
@@ -28,13 +31,14 @@ touched, so every charge already made stays.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from mpdp import limits, registry
 from mpdp.dca.errors import InvalidJob
@@ -44,7 +48,6 @@ from mpdp.dpgd.role import DpgdRole, RunRound as DpgdRound
 from mpdp.dpgd.wire import MODE_NAMES, STATISTIC as DPGD_STATISTIC
 from mpdp.messages import common_pb2, contribution_pb2 as cpb, dca_pb2, learner_pb2 as pb
 from mpdp.protocol import Machine, ProtocolError, Publish, StageClock
-from mpdp.query.role import STATISTIC as QUERY_STATISTIC, QueryRole, RunRound as QueryRound
 from mpdp.regression.plan import RegressionPlan
 from mpdp.regression.role import RegressionRole, RunRound as RegressionRound
 from mpdp_services.common import calls, errors, jobs
@@ -52,6 +55,9 @@ from mpdp_services.common.durable import make_private_dir, write_atomic
 from mpdp_services.common.runtime import Hosted
 from mpdp_services.curator.contribution import ContributionCurator
 from mpdp_services.curator.dca import DcaCurator
+
+if TYPE_CHECKING:
+    from mpdp_services.curator.hosting import CuratorSite, Hosting
 
 log = logging.getLogger("mpdp.curator.learner")
 
@@ -63,17 +69,20 @@ PREPARED_KEPT = 8  # public precomputations (a regression's grid search) the hos
 # -- one adapter per learner: its role, its round's request, its stage, its release ------------------------------
 @dataclass(frozen=True)
 class Learner:
-    protocol: str  # dpgd, regression (the catalog's protocol, the role's module)
+    protocol: str  # its registry name (the catalog's protocol)
     prefix: str  # of its job ids
     role: Callable[[pb.LearnerJobSpec, str], Machine]
     request: Callable[[pb.LearnerJobSpec, Any, str], cpb.StatisticRequest]  # (spec, RunRound, DCA job) → the parties' request
     progress: Callable[[Any], tuple[int, int]]  # role → (running round, rounds)
     model: Callable[[pb.LearnerJobSpec, Any, str], pb.LearnerModel]  # (spec, published run, job id) → the store's entry
+    asks: type  # the role's output that asks for a round (its RunRound): a DCA job and the parties' contributions
     stages: Callable[[int], tuple[str, str]] = lambda r: (f"r{r}", f"r{r}_step")  # round r → (its stage, the curator's step after it)
     # role → (key, public computation) to start at once in a worker thread, or None; its result goes to ``use``
     # (role, result) before round 0's release is fed back; equal keys give equal results (the host keeps a few)
     prepare: Callable[[Any], tuple[Any, Callable[[], Any]] | None] = lambda role: None
     use: Callable[[Any, Any], None] = lambda role, result: None
+    # (host, spec) → None, or errors.Refused: a check of the spec against what the curator holds, before the job is admitted
+    check: Callable[["LearnerHost", pb.LearnerJobSpec], None] = lambda host, spec: None
 
 
 def _dpgd_role(spec: pb.LearnerJobSpec, job_id: str) -> DpgdRole:
@@ -127,25 +136,16 @@ def _regression_use(role: RegressionRole, multipliers: Any) -> None:
     role.multipliers = multipliers
 
 
-def _query_role(spec: pb.LearnerJobSpec, job_id: str) -> QueryRole:
-    return QueryRole(spec.query, spec.dataset, spec.schema_sha256, list(spec.parties), list(spec.compute_nodes), spec.records_per_party,
-                     max_missing=spec.max_missing, seed=spec.simulation_seed, deadline=spec.deadline_seconds or DEFAULT_DEADLINE, job_id=job_id)
+DPGD = Learner("dpgd", registry.prefix("dpgd"), _dpgd_role, _dpgd_request, _dpgd_progress, lambda spec, run, job: run.message(), DpgdRound)
+REGRESSION = Learner("regression", registry.prefix("regression"), _regression_role, _regression_request, _regression_progress,
+                     lambda spec, run, job: run.message(job, spec.parties, dca_pb2.DISCRETE_GAUSSIAN if not spec.regression.unvalidated
+                                                             else spec.regression.noise, spec.regression.total_records, spec.regression.unvalidated),
+                     RegressionRound, stages=_regression_stages, prepare=_regression_prepare, use=_regression_use)
 
 
-def _query_request(spec: pb.LearnerJobSpec, ask: QueryRound, dca_job: str) -> cpb.StatisticRequest:
-    return cpb.StatisticRequest(dca_job_id=dca_job, dataset=spec.dataset, statistic=QUERY_STATISTIC, records_per_client=ask.records_per_party,
-                                schema_sha256=spec.schema_sha256, query=spec.query)
-
-
-LEARNERS: dict[str, Learner] = {
-    "dpgd": Learner("dpgd", registry.prefix("dpgd"), _dpgd_role, _dpgd_request, _dpgd_progress, lambda spec, run, job: run.message()),
-    "regression": Learner("regression", registry.prefix("regression"), _regression_role, _regression_request, _regression_progress,
-                          lambda spec, run, job: run.message(job, spec.parties, dca_pb2.DISCRETE_GAUSSIAN if not spec.regression.unvalidated
-                                                                  else spec.regression.noise, spec.regression.total_records, spec.regression.unvalidated),
-                          stages=_regression_stages, prepare=_regression_prepare, use=_regression_use),
-    "query": Learner("query", registry.prefix("query"), _query_role, _query_request, lambda role: (0, 1), lambda spec, run, job: run.message(job, spec.parties),
-                     stages=lambda r: ("round", "result")),
-}
+def learners() -> dict[str, Learner]:
+    """Protocol → its learner: every registry entry whose hooks name one (``Hooks.learner``), in registry order."""
+    return registry.hooked("learner")
 
 
 # -- the store ------------------------------------------------------------------------------------------------------
@@ -200,8 +200,7 @@ class LearnerJob(Hosted[Machine]):
         self.dca_job = ""
         self.task: asyncio.Task | None = None
         self.stop: tuple[int, str] | None = None  # (Problem, detail) of a cancel or the deadline
-        self.stages = StageClock(time.perf_counter)  # from admission, contiguous: they add up to the job's wall time
-        self.stages.enter("setup")
+        self.stages = StageClock(time.perf_counter)  # from its start (its admission slot), contiguous: they add up to its running time
 
     def seconds(self) -> dict[str, float]:
         """Seconds per stage so far, the running stage's too."""
@@ -212,7 +211,7 @@ class LearnerJob(Hosted[Machine]):
 
 
 class LearnerHost:
-    """The learners' jobs at the curator: the job host's ``HostedProtocol`` of dpgd, regression and query."""
+    """The learners' jobs at the curator: the job host's ``HostedProtocol`` of each learner (:func:`learners`)."""
 
     def __init__(self, state_dir: Path, dca: DcaCurator, contribution: ContributionCurator, addresses: dict[str, str], test_mode: bool, *,
                  retention: float = jobs.RETENTION_SECONDS, max_live: int = jobs.MAX_LIVE, admission: jobs.Admission | None = None,
@@ -223,9 +222,11 @@ class LearnerHost:
         self.addresses = addresses  # the parties registered with the curator
         self.test_mode = test_mode
         self.tables: dict[str, jobs.JobTable[LearnerJob]] = {
-            p: jobs.JobTable(p, jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission) for p in LEARNERS
+            p: jobs.JobTable(p, jobs.machine_outcome, retention=retention, max_live=max_live, admission=admission) for p in learners()
         }
         self.reapers = {p: jobs.Reaper(t, self._expire) for p, t in self.tables.items()}
+        for t in self.tables.values():
+            t.on_dropped.append(self._dropped)
         self.prepared: OrderedDict[Any, asyncio.Future] = OrderedDict()  # key → a public precomputation (Learner.prepare)
 
     # -- restart ------------------------------------------------------------------------------------------------------
@@ -256,9 +257,8 @@ class LearnerHost:
             limits.check_learner_job_spec(spec)
         except limits.SpecError as e:
             raise errors.Refused(common_pb2.INVALID_JOB, str(e)) from None
-        learner = LEARNERS[str(spec.WhichOneof("learner"))]
-        if learner.protocol == "query" and spec.query.HasField("evaluation"):
-            self._check_evaluated(spec.query.evaluation)
+        learner = learners()[str(spec.WhichOneof("learner"))]
+        learner.check(self, spec)
         if spec.simulation_seed and not self.test_mode:
             raise errors.Refused(common_pb2.INVALID_JOB, "simulation_seed makes a release non-private; the curator is not in test mode")
         unknown = [p for p in spec.parties if p not in self.addresses]
@@ -284,35 +284,38 @@ class LearnerHost:
         job.on_change = self.tables[learner.protocol].observe
         _, rounds = learner.progress(role)
         deadline = rounds * jobs.hard_deadline(spec.deadline_seconds or DEFAULT_DEADLINE) + 60.0
-        self.tables[learner.protocol].admit(job_id, job, deadline)  # REPLAY, OVERLOADED
-        self.reapers[learner.protocol].ensure_running()
-        self.store.put_spec(job_id, spec)
+        submitted = contextvars.copy_context()  # the submitter's call: a queued job starts in it, not in the call that freed its slot
+
+        def start() -> None:  # the job has its admission slot (now, or later from the queue): its task runs it
+            job.stages.enter("setup")
+            job.task = submitted.copy().run(asyncio.ensure_future, self._drive(job, outputs))
+
+        table = self.tables[learner.protocol]
+        table.admit(job_id, job, deadline, start=start)  # REPLAY, OVERLOADED; or QUEUED: told to no party until it has a slot
+        self.reapers[learner.protocol].ensure_running()  # also ends a queued job past its deadline
+        self.store.put_spec(job_id, spec)  # on disk before its task runs (it runs at the next await at the earliest)
         self._persist(job)
-        job.task = asyncio.ensure_future(self._drive(job, outputs))
-        log.info("%s job %s submitted: %d parties, %d compute nodes, %d rounds, dataset %s", learner.protocol, job_id, len(spec.parties),
-                 len(spec.compute_nodes), rounds, spec.dataset)
+        log.info("%s job %s submitted%s: %d parties, %d compute nodes, %d rounds, dataset %s", learner.protocol, job_id,
+                 " (queued)" if table.queued(job_id) else "", len(spec.parties), len(spec.compute_nodes), rounds, spec.dataset)
         return job
 
-    def _check_evaluated(self, ev: Any) -> None:
-        """An evaluation scores a model this curator released, exactly as released (errors.Refused otherwise): the
-        parties' release is private whatever the weights, but its result names ``model_job`` and must be that model's."""
-        from mpdp.query.evaluation import classifier_weights
-
-        model = self.published(ev.model_job) if self.published is not None else None
-        if model is None:
-            model = self.store.model(ev.model_job)
-        try:
-            if model is None:
-                raise ValueError(f"no released model {errors.shown(ev.model_job)}")
-            protocol, weights = classifier_weights(model)
-        except ValueError as e:
-            raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid evaluation: {e}") from None
-        if protocol != ev.protocol or list(ev.weights) != weights:
-            raise errors.Refused(common_pb2.INVALID_JOB, f"not a valid evaluation: the weights are not those job {errors.shown(ev.model_job)} released")
-
     async def cancel(self, job_id: str) -> bool:
-        """`mpdp jobs cancel`: stop the job's task (its round's DCA job is aborted at once); it ends FAILED, CANCELLED."""
+        """`mpdp jobs cancel`: stop the job's task (its round's DCA job is aborted at once), or take it out of the
+        admission queue (it never ran); it ends FAILED, CANCELLED."""
+        job = self._job(job_id)
+        if job is not None and self.tables[job.learner.protocol].cancel_queued(job_id):
+            await job.notify()
+            return True
         return await self._stop(job_id, common_pb2.CANCELLED, f"job {job_id} was cancelled by the operator")
+
+    def _dropped(self, record: jobs.JobRecord) -> None:
+        """A table ended a queued job (cancelled or expired; it never ran): its role and its state file end with the
+        table's words."""
+        job = self._job(record.job_id)
+        if job is None:
+            return
+        job.machine.fail(record.problem, record.detail)
+        self._persist(job)
 
     async def _expire(self, job_id: str) -> None:
         job = self._job(job_id)
@@ -337,9 +340,9 @@ class LearnerHost:
         learner = job.learner
         try:
             prepared = self._prepare(learner, role)
-            await job.start([o for o in outputs if not isinstance(o, (DpgdRound, RegressionRound, QueryRound))])
+            await job.start([o for o in outputs if not isinstance(o, learner.asks)])
             while not role.terminal:
-                ask = next(o for o in outputs if isinstance(o, (DpgdRound, RegressionRound, QueryRound)))
+                ask = next(o for o in outputs if isinstance(o, learner.asks))
                 r, _ = learner.progress(role)
                 round_stage, step_stage = learner.stages(r)
                 job.stages.enter(round_stage)
@@ -419,8 +422,9 @@ class LearnerHost:
         request = job.learner.request(job.spec, ask, dca_job)
         try:
             await self.contribution.run(cpb.ContributionRound(request=request, parties=list(job.spec.parties)))
-        except errors.Refused as e:
-            raise errors.Refused(common_pb2.JOB_FAILED, f"{name} ({dca_job}): {e.detail}") from None
+        except errors.Refused as e:  # a party's budget or a party that is down says why; any other failure is the job's
+            kept = e.problem in (common_pb2.BUDGET_EXCEEDED, common_pb2.PEER_UNREACHABLE)
+            raise errors.Refused(e.problem if kept else common_pb2.JOB_FAILED, f"{name} ({dca_job}): {e.detail}") from None
         try:
             release = await self.dca.result(dca_job)
         except errors.Refused as e:
@@ -483,3 +487,29 @@ class LearnerHost:
         for job_id, s, at in self.store.states():
             if s.get("protocol") == protocol and s.get("terminal"):
                 yield job_id, s.get("state", "FAILED"), at
+
+
+# -- their place at the curator (mpdp.registry: Hooks.curator) --------------------------------------------------------
+def host(site: "CuratorSite") -> LearnerHost:
+    """The site's one learner host (every learner's jobs; its rounds run on the site's DCA host)."""
+    from mpdp_services.curator import dca as dca_host
+
+    def make() -> LearnerHost:
+        curator, dca = site.curator, dca_host.of(site)
+        contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context, dca.store.spec)
+        return LearnerHost(site.state_dir, dca, contribution, curator.addresses, site.cfg.test_mode, retention=site.retention, max_live=site.max_live,
+                           admission=curator.admission, published=curator.registry.get)
+
+    return site.part("learner", make)
+
+
+def hosting(site: "CuratorSite", protocol: registry.Protocol) -> "Hosting":
+    """One learner protocol's jobs on the site's learner host (recovered once, after the DCA host's)."""
+    from mpdp_services.curator import catalog
+    from mpdp_services.curator.hosting import Hosting
+
+    learner = host(site)
+    site.on_restart("learner", learner.recover)
+    source = catalog.Source(protocol.name, learner.tables[protocol.name], lambda j: learner.store.model(j) is not None,
+                            lambda: learner.stored(protocol.name), learner.live, lambda job: learner.status(job).stage, failure=learner.failure)
+    return Hosting(learner.submit, learner.store.model, learner.cancel, source, store=learner.store)

@@ -32,7 +32,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import grpc
 
@@ -103,6 +103,21 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
 
     def linked(self) -> list[str]:
         return sorted(self._links)
+
+    async def unlinked(self, sites: Iterable[str], wait: float = RECONNECT_WAIT) -> list[str]:
+        """The members among ``sites`` that have no open link, once a link being (re)opened had up to ``wait`` seconds
+        (as a call waits): what a job checks before it asks any party anything, so that a named party that is down
+        fails the job before any other party spends for it."""
+        names = list(sites)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait
+        while True:
+            changed = self.changed
+            missing = [s for s in names if self.routes(s) and (s not in self._links or self._links[s].closed)]
+            if not missing or loop.time() >= end:
+                return missing
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), end - loop.time())
 
     async def call(self, site: str, service_full_name: str, method: str, request: Any, response_type: Any, timeout: float) -> Any:
         down = link_pb2.LinkDown(method=f"/{service_full_name}/{method}", request=request.SerializeToString(), timeout_seconds=timeout)
@@ -290,3 +305,18 @@ class PartyLinks(link_pb2_grpc.PartyLinkServicer):
     def _bump(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
+
+
+async def require_linked(channels: Any, parties: Iterable[str], *, tolerated: int = 0) -> None:
+    """Refuse a job PEER_UNREACHABLE, naming the parties, when more than ``tolerated`` of the ``parties`` it names have
+    no link to the curator (:meth:`PartyLinks.unlinked`): checked before any party is asked anything, so no party
+    spends for a job a named party cannot take part in. ``channels``: the curator's PeerChannels (its router is the
+    links; parties dialed directly are not checked here, their calls fail as before)."""
+    router = getattr(channels, "router", None)
+    if not isinstance(router, PartyLinks):
+        return
+    missing = await router.unlinked(parties)
+    if len(missing) > tolerated:
+        named = ", ".join(errors.shown(p) for p in missing[:4])
+        raise errors.Refused(common_pb2.PEER_UNREACHABLE, f"part{'y' if len(missing) == 1 else 'ies'} {named} "
+                             f"{'has' if len(missing) == 1 else 'have'} no link to the curator (down or cannot reach it); no party was asked to spend")

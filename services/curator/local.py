@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -22,6 +23,11 @@ from mpdp_services.common import errors, jobs, tracing
 from mpdp_services.common.rpc import PeerChannels
 from mpdp_services.common.store import MessageStore
 from mpdp_services.curator.admission import Admission
+from mpdp_services.curator import turns
+from mpdp_services.curator.links import require_linked
+
+if TYPE_CHECKING:
+    from mpdp_services.curator.hosting import CuratorSite, Hosting
 
 log = logging.getLogger("mpdp.curator.local")
 
@@ -42,11 +48,13 @@ class LocalCurator:
         self.tasks: jobs.TaskJobs[pb.LocalModelSet] = jobs.TaskJobs(self.jobs, self.store.folder)  # each job its own task
 
     async def cancel(self, job_id: str) -> bool:
-        """The operator's `mpdp jobs cancel`: stop asking the parties; the job ends CANCELLED and publishes nothing."""
+        """The operator's `mpdp jobs cancel`: stop asking the parties (a queued job leaves the queue); the job ends
+        CANCELLED and publishes nothing."""
         return await self.tasks.cancel(job_id)
 
     def submit(self, request: pb.LocalModelJobSpec) -> str:
-        """Check the job, admit it and start it as the curator's own task; its id at once (errors.Refused otherwise)."""
+        """Check the job, admit it and start it as the curator's own task (or queue it until it has an admission slot);
+        its id at once (errors.Refused otherwise)."""
         try:
             validate_spec(request)
         except ReleaseError as e:
@@ -58,11 +66,10 @@ class LocalCurator:
             raise errors.Refused(common_pb2.INVALID_JOB, f"parties {', '.join(errors.shown(p) for p in unknown[:4])} are not registered with the curator")
         job_id = registry.new_job_id("lmgc")
         job = jobs.TaskJob(TRAINING)
-        try:
-            self.jobs.admit(job_id, job, PARTY_TIMEOUT + 60.0)
+        try:  # runs at once, or waits QUEUED for an admission slot (no party hears of it meanwhile)
+            self.tasks.submit(job_id, job, PARTY_TIMEOUT + 60.0, lambda: self._traced(job_id, request), {q: self.addresses[q] for q in request.parties})
         except ProtocolError as e:
             raise errors.Refused(e.problem, e.detail) from None
-        self.tasks.start(job_id, job, lambda: self._traced(job_id, request), {q: self.addresses[q] for q in request.parties})
         return job_id
 
     async def _traced(self, job_id: str, request: pb.LocalModelJobSpec) -> pb.LocalModelSet:
@@ -75,6 +82,7 @@ class LocalCurator:
         """Move Charlie's messages (LocalReleaseCurator decides): requests out, each party's answer in."""
         role = LocalReleaseCurator(job_id, request)
         outs: list = []
+        await require_linked(self.channels, request.parties)  # a party that is down fails the job before any party spends
 
         async def ask(send: Send) -> None:
             party = send.to.name
@@ -92,20 +100,46 @@ class LocalCurator:
             except ProtocolError:
                 pass  # the role failed closed (a second answer, a release it cannot publish): checked below
 
-        asks = [asyncio.ensure_future(ask(s)) for s in role.ask()]
-        try:
-            for done in asyncio.as_completed(asks):
-                await done
-                if role.failed:  # stop at once: the other answers cannot change the outcome
-                    break
-        finally:
-            for a in asks:
-                a.cancel()
+        async with turns.turn(request.parties):  # the parties of overlapping jobs decide their spends in one order
+            asks = [asyncio.ensure_future(ask(s)) for s in role.ask()]
+            try:
+                for done in asyncio.as_completed(asks):
+                    await done
+                    if role.failed:  # stop at once: the other answers cannot change the outcome
+                        break
+            finally:
+                for a in asks:
+                    a.cancel()
         if role.failed:
             detail = role.error.detail if role.error is not None else f"job {job_id} published nothing"
+            problem = common_pb2.BUDGET_EXCEEDED if role.error is not None and role.error.problem == common_pb2.BUDGET_EXCEEDED else common_pb2.JOB_FAILED
             log.warning("local job %s failed: %s", job_id, detail)
-            raise errors.Refused(common_pb2.JOB_FAILED, detail)
+            raise errors.Refused(problem, detail)
         published = next(o.release for o in outs if isinstance(o, Publish))
         self.store.put(job_id, published)
         log.info("local job %s published: %d releases; %s", job_id, len(published.releases), published.aggregate_statement[:80])
         return published
+
+
+# -- its place at the curator (mpdp.registry: Hooks.curator) ---------------------------------------------------------
+def hosting(site: "CuratorSite", protocol: registry.Protocol) -> "Hosting":
+    from mpdp_services.curator import catalog
+    from mpdp_services.curator.hosting import Hosting
+
+    curator = site.curator
+    local = LocalCurator(site.state_dir, curator.channels, curator.addresses, site.cfg.test_mode, max_live=site.max_live, admission=curator.admission)
+    site.on_restart(protocol.name, lambda: _recovered(local.tasks))
+
+    async def submit(spec: pb.LocalModelJobSpec) -> str:
+        return local.submit(spec)
+
+    source = catalog.Source(protocol.name, local.jobs, lambda j: local.store.get(j) is not None,
+                            lambda: [*catalog.files(local.store.folder, ".binpb", "PUBLISHED"), *local.tasks.failures()], catalog.task_live,
+                            failure=local.tasks.failure)
+    return Hosting(submit, local.store.get, local.cancel, source, store=local.store)
+
+
+async def _recovered(tasks: jobs.TaskJobs) -> None:
+    """After a restart: a job the previous process was running is FAILED (jobs.TaskJobs.recover)."""
+    for job_id, _ in tasks.recover():
+        log.warning("job %s: the curator restarted mid-job; marked FAILED", job_id)

@@ -2,8 +2,8 @@
 (`mpdp train --detach`, `mpdp jobs`, `mpdp model export`).
 
 Only moves messages. Each protocol (:data:`mpdp.registry.PROTOCOLS`) is hosted by its own servicer, which gives
-the host a :class:`HostedProtocol`: ``submit(spec)`` checks, admits and starts a job and returns its id at once
-(raising :class:`errors.Refused`); ``release(job_id)`` reads its durable store; ``cancel(job_id)`` fails a running
+the host a :class:`HostedProtocol`: ``submit(spec)`` checks, admits and starts a job (or queues it until it has an
+admission slot, docs/protocols/job-model.md §5) and returns its id at once (raising :class:`errors.Refused`); ``release(job_id)`` reads its durable store; ``cancel(job_id)`` fails a running
 job through its one failure path. Summaries come from the :class:`~mpdp_services.curator.catalog.Catalog`; a
 watcher wakes on every job change (:data:`jobs.changes`) and sends the job's summary when it changed.
 """

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import Any
 import logging
 import sys
 from pathlib import Path
@@ -34,15 +33,11 @@ from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, caller, call
 from mpdp_services.common.runtime import Hosted
 from mpdp_services.common.store import MessageStore
 from mpdp_services.common.transcript import from_env as transcript_from_env
-from mpdp_services.curator.dca import ROLES as DCA_ROLES, SERVICE as DCA_SERVICE, DcaCurator
-from mpdp.messages import dca_pb2_grpc, hamm2016_pb2_grpc, link_pb2_grpc, operations_pb2_grpc
+from mpdp.messages import link_pb2_grpc, operations_pb2_grpc
 from mpdp_services.curator import catalog as catalogs
 from mpdp_services.curator.dashboard import Dashboard
+from mpdp_services.curator.hosting import CuratorSite, Hosting
 from mpdp_services.curator.operations import ROLES as OPERATIONS_ROLES, SERVICE as OPERATIONS_SERVICE, HostedProtocol, JobOperations
-from mpdp_services.curator.contribution import ContributionCurator
-from mpdp_services.curator.ensemble import ROLES as ENSEMBLE_ROLES, SERVICE as ENSEMBLE_SERVICE, EnsembleCurator
-from mpdp_services.curator.learner import LEARNERS, LearnerHost
-from mpdp_services.curator.local import LocalCurator
 from mpdp_services.curator.ownership import Ownership
 from mpdp_services.curator.registrations import Registrations
 
@@ -357,45 +352,36 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     warm = ready.start_warm_up(readiness)  # the DCA aggregator's sums; compiles while the keys are made
     secrets = await asyncio.to_thread(load_secrets, cfg)
     await readiness.done(ready.KEYS)
-    retention, max_live = cfg.job_retention_seconds, cfg.max_live_jobs
-    curator = Curator(cfg, secrets, retention=retention, max_live=max_live)
-    dca = DcaCurator(Path(cfg.state_dir), curator.channels, cfg.test_mode, dict(cfg.compute_nodes), retention=retention, max_live=max_live,
-                     admission=curator.admission, members=cfg.compute_node_members,
-                     max_deadline=cfg.max_dca_deadline_seconds)
-    local = LocalCurator(Path(cfg.state_dir), curator.channels, curator.addresses, cfg.test_mode, max_live=cfg.max_live_jobs, admission=curator.admission)
-    contribution = ContributionCurator(curator.channels, curator.addresses, dca.trace_context, dca.store.spec)
-    ensemble = EnsembleCurator(Path(cfg.state_dir), curator.channels, curator.addresses, dca, dict(cfg.auxiliary), cfg.test_mode, max_live=cfg.max_live_jobs,
-                               admission=curator.admission)
-    learner = LearnerHost(Path(cfg.state_dir), dca, contribution, curator.addresses, cfg.test_mode, retention=retention, max_live=max_live,
-                          admission=curator.admission, published=curator.registry.get)
-    catalog = job_catalog(Path(cfg.state_dir), curator, dca, local, ensemble, learner)
-    operations = JobOperations(catalog, hosted_protocols(curator, dca, local, ensemble, learner), Path(cfg.state_dir))
-    Dashboard(cfg.name, catalog, curator.registry, dca.store, local.store, ensemble.store, asyncio.get_running_loop()).install()
+    curator = Curator(cfg, secrets, retention=cfg.job_retention_seconds, max_live=cfg.max_live_jobs)
+    # every protocol of the registry, by the factory its entry names (services/curator/hosting.py)
+    site = CuratorSite(cfg, curator, retention=cfg.job_retention_seconds, max_live=cfg.max_live_jobs)
+    hostings = site.hostings()
+    catalog = job_catalog(Path(cfg.state_dir), hostings)
+    operations = JobOperations(catalog, hosted_protocols(hostings), Path(cfg.state_dir))
+    Dashboard.of(cfg.name, catalog, hostings, asyncio.get_running_loop()).install()
+
+    servicers = {s.service: s for h in hostings.values() for s in h.servicers}  # a service two protocols share is served once
+    adders = [lambda server: pb_grpc.add_CuratorServicer_to_server(curator, server),
+              lambda server: operations_pb2_grpc.add_JobOperationsServicer_to_server(operations, server),
+              lambda server: link_pb2_grpc.add_PartyLinkServicer_to_server(curator.links, server),
+              *(s.add for s in servicers.values())]
 
     def add(server) -> None:
-        pb_grpc.add_CuratorServicer_to_server(curator, server)
-        dca_pb2_grpc.add_DcaCuratorServicer_to_server(dca, server)
-        hamm2016_pb2_grpc.add_EnsembleCuratorServicer_to_server(ensemble, server)
-        operations_pb2_grpc.add_JobOperationsServicer_to_server(operations, server)
-        link_pb2_grpc.add_PartyLinkServicer_to_server(curator.links, server)
+        for add_one in adders:
+            add_one(server)
 
-    roles = {**ROLES, **DCA_ROLES, **ENSEMBLE_ROLES, **OPERATIONS_ROLES, **LINK_ROLES}
-    services = [SERVICE, DCA_SERVICE, ENSEMBLE_SERVICE, OPERATIONS_SERVICE, LINK_SERVICE]
+    roles = {**ROLES, **OPERATIONS_ROLES, **LINK_ROLES, **{m: r for s in servicers.values() for m, r in s.roles.items()}}
+    services = [SERVICE, OPERATIONS_SERVICE, LINK_SERVICE, *servicers]
     transcript = transcript_from_env(cfg.test_mode, cfg.name)
     curator.channels.transcript = transcript
     owners = Ownership(Path(cfg.state_dir)).install()  # jobs belong to the operator who asked for them (ownership.py)
-    registering = {f"/{SERVICE}/RegisterParty": curator.registrations.members, f"/{DCA_SERVICE}/RegisterComputeNode": dca.registrations.members,
-                   **{m: curator.registrations.members for m in LINK_ROLES}}  # only members link
-    gate = RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners, names=registering)  # only members register
+    registering = {f"/{SERVICE}/RegisterParty": curator.registrations.members, **{m: curator.registrations.members for m in LINK_ROLES},
+                   **{m: members for s in servicers.values() for m, members in s.registering.items()}}  # only members register or link
+    gate = RoleInterceptor(roles, cfg.federation or None, transcript, scope=owners, names=registering)
     server, port, health = await start_server(cfg.tls.files(), cfg.listen, gate, add, services, serving=False)
     await readiness.attach(health, services)
     curator.links.attach_health(health)
-    await curator.recover()  # a Pathak job the previous process was running is FAILED and its parties are told
-    await dca.recover()
-    await learner.recover()  # a learner job the previous process was running is FAILED (its round's DCA job aborted)
-    for task_jobs in (local.tasks, ensemble.tasks):  # so is an ensemble or a set of local releases
-        for job_id, _ in task_jobs.recover():
-            log.warning("job %s: the curator restarted mid-job; marked FAILED", job_id)
+    await site.recover()  # every job the previous process was running is FAILED (and its parties or nodes told), protocol by protocol
     await readiness.done(ready.RECOVERED)
     await warm
     log.info("curator %s listening on port %d (test_mode=%s)", cfg.name, port, cfg.test_mode)
@@ -406,48 +392,24 @@ async def serve(cfg: cfgmod.CuratorConfig, ready_fd=sys.stdout) -> None:
     await curator.channels.close()
 
 
-def job_catalog(state_dir: Path, curator: Curator, dca: DcaCurator, local: LocalCurator, ensemble: EnsembleCurator, learner: LearnerHost | None = None) -> catalogs.Catalog:
+def hosting(site: CuratorSite, protocol: registry.Protocol) -> Hosting:
+    """Pathak 2010 at the curator (mpdp.registry: Hooks.curator): its jobs are the :class:`Curator`'s own."""
+    curator = site.curator
+    site.on_restart(protocol.name, curator.recover)  # a job the previous process was running is FAILED and its parties are told
+    source = catalogs.Source(protocol.name, curator.jobs, lambda j: curator.registry.get(j) is not None,
+                             lambda: [*catalogs.files(curator.registry.folder, ".binpb", "PUBLISHED"), *curator.marks.failures()],
+                             catalogs.hosted_live, catalogs.hosted_stage, failure=curator.failure)
+    return Hosting(curator.submit, curator.registry.get, curator.cancel, source, store=curator.registry)
+
+
+def job_catalog(state_dir: Path, hostings: dict[str, Hosting]) -> catalogs.Catalog:
     """Every protocol's jobs at this curator, for `mpdp jobs`, the job host and the dashboard."""
-    files = catalogs.files
-    dca_dir = state_dir / "dca"
-    return catalogs.Catalog([
-        catalogs.Source("pathak2010", curator.jobs, lambda j: curator.registry.get(j) is not None,
-                        lambda: [*files(state_dir / "models", ".binpb", "PUBLISHED"), *curator.marks.failures()], catalogs.hosted_live, catalogs.hosted_stage,
-                        failure=curator.failure),
-        catalogs.Source("dca", dca.jobs, lambda j: dca.store.release(j) is not None or dca.store.consumed(j) is not None,
-                        lambda: [*files(dca_dir, ".release.binpb", "RELEASED"), *files(dca_dir, ".consumed.json", "RELEASED"),
-                                 *files(dca_dir, ".failed.json", "FAILED")], catalogs.hosted_live, catalogs.hosted_stage),
-        catalogs.Source("lmgc", local.jobs, lambda j: local.store.get(j) is not None,
-                        lambda: [*files(state_dir / "local", ".binpb", "PUBLISHED"), *local.tasks.failures()], catalogs.task_live,
-                        failure=local.tasks.failure),
-        catalogs.Source("hamm2016", ensemble.running, lambda j: ensemble.store.get(j) is not None,
-                        lambda: [*files(state_dir / "ensembles", ".binpb", "PUBLISHED"), *ensemble.tasks.failures()], catalogs.task_live,
-                        failure=ensemble.tasks.failure),
-        *(learner_sources(learner) if learner is not None else []),
-    ], times_dir=state_dir / "job-times")
+    return catalogs.Catalog([h.source for h in hostings.values()], times_dir=state_dir / "job-times")
 
 
-def learner_sources(learner: LearnerHost) -> list[catalogs.Source]:
-    """The multi-round learners the curator hosts (dpgd, regression), one source each."""
-    def source(protocol: str) -> catalogs.Source:
-        return catalogs.Source(protocol, learner.tables[protocol], lambda j: learner.store.model(j) is not None,
-                               lambda: learner.stored(protocol), learner.live, lambda job: learner.status(job).stage, failure=learner.failure)
-    return [source(p) for p in LEARNERS]
-
-
-def hosted_protocols(curator: Curator, dca: DcaCurator, local: LocalCurator, ensemble: EnsembleCurator, learner: LearnerHost) -> list[HostedProtocol]:
-    """Each protocol of the registry with the servicer that runs its jobs (the job host's JobOperations)."""
-    async def local_submit(spec) -> str:
-        return local.submit(spec)
-
-    by_name: dict[str, tuple[Any, Any, Any]] = {
-        "pathak2010": (curator.submit, curator.registry.get, curator.cancel),
-        "dca": (dca.submit, dca.release, dca.cancel),
-        "lmgc": (local_submit, local.store.get, local.cancel),
-        "hamm2016": (ensemble.submit, ensemble.store.get, ensemble.cancel),
-        **{p: (learner.submit, learner.store.model, learner.cancel) for p in LEARNERS},
-    }
-    return [HostedProtocol(p, *by_name[p.name]) for p in registry.PROTOCOLS]
+def hosted_protocols(hostings: dict[str, Hosting]) -> list[HostedProtocol]:
+    """Each protocol of the registry with the calls that run its jobs (the job host's JobOperations)."""
+    return [HostedProtocol(registry.BY_NAME[name], h.submit, h.release, h.cancel) for name, h in hostings.items()]
 
 
 async def _check_id(job_id: str, context) -> None:

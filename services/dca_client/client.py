@@ -292,12 +292,20 @@ async def carry_out(ann: pb.DcaJobAnnouncement, tls: TlsFiles, params: DcaParams
 
 
 async def _reach(ann: pb.DcaJobAnnouncement, channels: list[grpc.aio.Channel], seconds: float) -> None:
-    """Every node's channel connected (TCP and TLS), or :class:`NodesUnreachable` naming the first that is not."""
-    for name, ch in zip(ann.spec.compute_nodes, channels):
+    """Every node's channel connected (TCP and TLS), or :class:`NodesUnreachable` naming the first (in node order)
+    that is not. The nodes are dialled at once: one connection's round trips, not M of them one after another."""
+
+    async def ready(ch: grpc.aio.Channel) -> bool:
         try:
             await asyncio.wait_for(ch.channel_ready(), seconds)
         except asyncio.TimeoutError:
-            raise NodesUnreachable(f"compute node {name} could not be reached in {seconds:g} s") from None
+            return False
+        return True
+
+    reached = await asyncio.gather(*(ready(ch) for ch in channels))
+    for name, ok in zip(ann.spec.compute_nodes, reached):
+        if not ok:
+            raise NodesUnreachable(f"compute node {name} could not be reached in {seconds:g} s")
 
 
 async def _send_shares(channels: list[grpc.aio.Channel], params: DcaParams, outs: list[Send], client_seconds: float, handoff: Handoff) -> SubmitReport:

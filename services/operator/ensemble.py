@@ -48,7 +48,7 @@ def fetch(ep: Endpoints, job_id: str) -> pb.EnsembleRelease:
     return released(ep, job_id, "hamm2016")
 
 
-def predict_ensemble(ep: Endpoints, job_id: str, data_path: str, fmt: str) -> dict:
+def predict_ensemble(ep: Endpoints, job_id: str, data_path: str, fmt: str, **_options: object) -> dict:
     """Classify a file's rows (clipped to ‖x‖ ≤ 1 like the training data) and score them if labelled."""
     r = fetch(ep, job_id)
     X, y = load(data_path, fmt, n_features=r.features if fmt != "csv" else None)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from mpdp import registry
 from mpdp.messages import common_pb2, operations_pb2 as pb
 
 
@@ -19,7 +20,7 @@ def _guarantee(g: common_pb2.Guarantee) -> dict[str, Any]:
     return {"mechanism": g.mechanism, "epsilon": g.epsilon, "delta": g.delta, "statement": g.statement}
 
 
-def _pathak(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def pathak(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from mpdp.pathak2010 import tester
 
     w = tester.rebuild(m)  # ŵ_s = Σ shares / K (the shares' sum is the release)
@@ -29,7 +30,7 @@ def _pathak(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return doc, {"coefficients": w}
 
 
-def _lmgc(s) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def lmgc(s) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from mpdp.local_release import theta_of
 
     releases = {r.party: {"theta": list(r.theta), "classes": list(r.classes), "dimension": r.dimension, "guarantee": _guarantee(r.guarantee)} for r in s.releases}
@@ -46,7 +47,7 @@ def _lmgc(s) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return doc, arrays
 
 
-def _ensemble(r) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def ensemble(r) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from mpdp.hamm2016.job import weights_of
 
     W = weights_of(r)
@@ -56,27 +57,14 @@ def _ensemble(r) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return doc, {"coefficients": W}
 
 
-def _dca(r) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def dca(r) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     values = np.asarray(r.values, dtype=np.float64)
     doc = {"model": "sum", "values": values.tolist(), "clients_included": r.clients_included, "guarantee": _guarantee(r.guarantee),
            "trust_model": r.trust_model, "seeded": r.seeded}
     return doc, {"values": values}
 
 
-def _learner(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    kind = m.WhichOneof("model")
-    return _dpgd(m) if kind == "dpgd" else _query(m) if kind == "query" else _regression(m)
-
-
-def _query(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    from mpdp_services.operator.query import summary
-
-    doc = {k: v for k, v in summary(m).items() if k not in ("job_id", "protocol")}
-    cells = np.array([[(c.estimate, c.low, c.high, c.noise_sd) for c in r.cells] for r in m.query.rows], dtype=np.float64)
-    return {"model": "query", **doc}, {"cells": cells.reshape(len(m.query.rows), len(m.query.aggregates), 4)}
-
-
-def _dpgd(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def dpgd(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from mpdp.dpgd.role import DpgdRun
 
     run = DpgdRun.of(m)
@@ -86,7 +74,7 @@ def _dpgd(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return doc, {"weights": np.asarray(run.model), "iterates": np.stack([np.asarray(it) for it in run.iterates])}
 
 
-def _regression(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def regression(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from mpdp.regression.role import RegressionRun
 
     run = RegressionRun.of(m)
@@ -105,13 +93,15 @@ def _regression(m) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return doc, arrays
 
 
-_BY_FIELD = {"pathak2010": _pathak, "lmgc": _lmgc, "hamm2016": _ensemble, "dca": _dca, "learner": _learner}
-
-
 def exported(release: pb.JobRelease) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(document, arrays) of a job's release; ValueError if the release cannot be read."""
+    """(document, arrays) of a job's release, by its protocol's export (``mpdp.registry``: ``Hooks.export``);
+    ValueError if the release cannot be read."""
     field = release.WhichOneof("release")
     if field is None:
         raise ValueError(f"job {release.job_id} carries no release")
-    doc, arrays = _BY_FIELD[field](getattr(release, field))
-    return {"job_id": release.job_id, "protocol": release.protocol, **doc}, arrays
+    by_field = [p for p in registry.PROTOCOLS if p.submission == field]
+    protocol = registry.BY_NAME.get(release.protocol) if release.protocol else (by_field[0] if len(by_field) == 1 else None)
+    if protocol is None or protocol.submission != field or protocol.hooks.export is None:
+        raise ValueError(f"job {release.job_id}: its release names no protocol this client can export")
+    doc, arrays = registry.hook(protocol.hooks.export)(getattr(release, field))
+    return {"job_id": release.job_id, "protocol": protocol.name, **doc}, arrays

@@ -134,7 +134,7 @@ class LiveBackend:
         from mpdp.results import dca_sum_result
         from mpdp.messages import operations_pb2
         from mpdp_services.dca_client.client import submit_cohort
-        from mpdp_services.operator.jobs import follow, release as job_release, submit
+        from mpdp_services.operator.jobs import follow, release as job_release, started, submit
 
         t0 = time.perf_counter()
         try:
@@ -144,7 +144,7 @@ class LiveBackend:
             raise ValueError(str(e)) from None
         ep = self.endpoints
         try:
-            job = submit(ep, operations_pb2.JobSubmission(dca=params.to_spec()))["job_id"]
+            job = started(ep, submit(ep, operations_pb2.JobSubmission(dca=params.to_spec())))["job_id"]  # not queued: its clients may fetch it
             t1 = time.perf_counter()
             rep = asyncio.run(submit_cohort(ep, ep.tls, job, client_ids, Z))
             t2 = time.perf_counter()

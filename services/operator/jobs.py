@@ -168,3 +168,14 @@ def follow(ep: Endpoints, job_id: str, timeout: float | None = None) -> Iterator
             yield as_dict(s)
             if s.terminal:
                 return
+
+
+def started(ep: Endpoints, summary: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    """The job's summary once it has left the admission queue (at once if it was not QUEUED): a DCA job's clients may
+    fetch it and submit only from then on (docs/protocols/job-model.md §5)."""
+    if summary.get("state") != "QUEUED":
+        return summary
+    for now in follow(ep, str(summary["job_id"]), timeout):
+        if now["state"] != "QUEUED":
+            return now
+    return summary

@@ -48,7 +48,7 @@ def fetch(ep: Endpoints, job_id: str) -> pb.LocalModelSet:
     return released(ep, job_id, "lmgc")
 
 
-def predict_local(ep: Endpoints, job_id: str, data_path: str, fmt: str, party: str = "average") -> dict:
+def predict_local(ep: Endpoints, job_id: str, data_path: str, fmt: str, party: str = "average", **_options: object) -> dict:
     s = fetch(ep, job_id)
     rel = s.aggregate if party == "average" else next((r for r in s.releases if r.party == party), None)
     if rel is None or not rel.theta:

@@ -93,6 +93,21 @@ def _fmt(v: float) -> str:
     return "nan" if v != v else format(v, ".4g")
 
 
+def export(model: pb.LearnerModel) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`mpdp model export` of a query's release (``mpdp.registry``: ``Hooks.export``): its summary, and every cell's
+    (estimate, low, high, noise sd) as an array of rows × aggregates × 4."""
+    import numpy as np
+
+    doc = {k: v for k, v in summary(model).items() if k not in ("job_id", "protocol")}
+    cells = np.array([[(c.estimate, c.low, c.high, c.noise_sd) for c in r.cells] for r in model.query.rows], dtype=np.float64)
+    return {"model": "query", **doc}, {"cells": cells.reshape(len(model.query.rows), len(model.query.aggregates), 4)}
+
+
+def shown(model: pb.LearnerModel) -> str:
+    """What `mpdp jobs show` prints under a released query job (``Hooks.show``): its table (docs/protocols/query.md)."""
+    return text_table(model)
+
+
 def load_schema(path: str | Path | None):
     if path is None:
         return None

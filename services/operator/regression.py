@@ -69,7 +69,7 @@ def fetch_model(ep: Endpoints, job_id: str) -> RegressionRun:
     return RegressionRun.of(learner.fetch_model(ep, job_id))
 
 
-def predict_regression(ep: Endpoints, job_id: str, data_path: str, fmt: str) -> dict:
+def predict_regression(ep: Endpoints, job_id: str, data_path: str, fmt: str, **_options: object) -> dict:
     """Predict a file's targets (its last column, if any) with a regression job's posterior (ŷ = x*ᵀμ, predictive
     variance 1/λ + x*ᵀΛ⁻¹x*: post-processing of the DP releases); the mean absolute error if the file is labelled."""
     import numpy as np

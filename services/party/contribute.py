@@ -10,6 +10,11 @@ of the charge, marked failed; one that fails after the spend but before any shar
 cancelled call, a node lost in between) voids the entries it created (Party.settle_unsent; docs/protocols/accounting.md).
 Every refusal goes through the party's RPC ``context`` (the one error table) and names only the job's public parameters.
 
+The vector's computation is padded (:class:`~mpdp_services.party.local_work.LocalWork`): its deadline is fixed before
+``compute`` reads the records, and neither the shares nor a refusal that read them (:func:`computed`'s
+:class:`~mpdp_services.common.errors.Refused`) leaves before ``local_work_seconds`` from then, so the time the curator
+and the compute nodes see does not grow with the party's row count (docs/protocols/job-model.md §9).
+
 :func:`dataset_for` and :func:`computed` are the steps around it that read the party's own data.
 """
 
@@ -29,17 +34,20 @@ from mpdp.dca.params import DcaParams
 from mpdp.dca.spec import SpecMismatch
 from mpdp.ledger import FAILED, LedgerError
 from mpdp.math.drbg import Drbg
-from mpdp.messages import common_pb2
+from mpdp.messages import common_pb2, contribution_pb2, dca_pb2
 from mpdp.protocol import ProtocolError
 from mpdp_services.common import errors
 from mpdp_services.common.errors import shown
-from mpdp_services.dca_client.client import Handoff, NodesUnreachable, SubmitReport, carry_out, fetch_job
+from mpdp_services.dca_client.client import Handoff, NodesUnreachable, SubmitReport, carry_out
+from mpdp_services.party.local_work import LocalWork
 
 if TYPE_CHECKING:
     from mpdp_services.common.config import DatasetConfig
     from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party")
+DCA_CURATOR_SERVICE = dca_pb2.DESCRIPTOR.services_by_name["DcaCurator"].full_name
+FETCH_SECONDS = 60.0  # the job's announcement from the curator (as fetch_job)
 Problem = common_pb2.Problem
 
 
@@ -52,7 +60,9 @@ async def contribute(party: "Party", context, accepted: AcceptedRound, compute: 
     role = Contributor(accepted, cfg.name, cfg.members, cfg.test_mode)
     tls = cfg.tls.files()
     try:
-        ann = await fetch_job(cfg.curator.address, cfg.curator.name, tls, accepted.dca_job)
+        # over the party's kept channel to the curator: a round costs no new connection (TCP and TLS) to fetch its job
+        ann = await party.channels.call(cfg.curator.address, cfg.curator.name, DCA_CURATOR_SERVICE, "GetJob", common_pb2.JobRef(job_id=accepted.dca_job),
+                                        dca_pb2.DcaJobAnnouncement, FETCH_SECONDS)
         params = DcaParams.from_spec(accepted.dca_job, ann.spec)
     except grpc.aio.AioRpcError as e:
         if e.code() == grpc.StatusCode.NOT_FOUND:
@@ -67,7 +77,16 @@ async def contribute(party: "Party", context, accepted: AcceptedRound, compute: 
     for entry in role.charge:  # advisory, before the costly local work; the spend decides
         if await _charged(party, context, entry) is None:
             await party.precheck(context, entry["epsilon"], entry["delta"], entry.get("accounting"))
-    z = await compute(params)
+    work = LocalWork(cfg.local_work_seconds, job, f"the local work for its {what}")  # its deadline, before the records are read
+    try:
+        z = await compute(params)
+    except errors.Refused as e:  # it read the records: refused at the deadline, when the shares would have left
+        await work.done()
+        await errors.refuse(context, e.problem, e.detail)
+    except Exception:
+        await work.done()
+        raise
+    await work.done()  # the shares leave no earlier than local_work_seconds after the records were first read
     rng = Drbg.from_seed(params.simulation_seed).child(f"client/{cfg.name}") if params.seeded else Drbg.from_os()
     try:
         outputs = role.computed(z, rng)
@@ -140,19 +159,26 @@ async def dataset_for(party: "Party", context, dataset: str, schema_sha256: str,
     return ds
 
 
-async def computed(party: "Party", context, job_id: str, dataset: str, compute: Callable[[], np.ndarray], *, doing: str = "compute its statistic from") -> np.ndarray:
-    """``compute()`` off the event loop; a dataset or shape problem refuses the job as invalid, and what was read
-    from the records (counts, values) stays in this party's log."""
+async def computed(party: "Party", job_id: str, dataset: str, compute: Callable[[], np.ndarray], *, doing: str = "compute its statistic from") -> np.ndarray:
+    """``compute()`` off the event loop; a dataset or shape problem raises :class:`~mpdp_services.common.errors.Refused`
+    (INVALID_JOB), which :func:`contribute` sends at its pad's deadline; what was read from the records (counts,
+    values) stays in this party's log."""
     cfg = party.cfg
     job = shown(job_id)
     try:
         return await asyncio.to_thread(compute)
     except DatasetError as e:
         log.error("job %s: dataset %s: %s", job, dataset, e)
-        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(dataset)}; see its log")
+        raise errors.Refused(Problem.INVALID_JOB, f"party {cfg.name} cannot read its dataset {shown(dataset)}; see its log") from None
     except DoesNotFit as e:  # names the job's public bound only; the counts stay in this party's log
         log.warning("job %s: dataset %s: %s", job, dataset, e.private)
-        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name}: {e}")
+        raise errors.Refused(Problem.INVALID_JOB, f"party {cfg.name}: {e}") from None
     except (ValueError, RuntimeError) as e:  # computed from the records: the detail stays in this party's log
         log.error("job %s: dataset %s: %s", job, dataset, e)
-        await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} could not {doing} dataset {shown(dataset)}; see its log")
+        raise errors.Refused(Problem.INVALID_JOB, f"party {cfg.name} could not {doing} dataset {shown(dataset)}; see its log") from None
+
+
+def carried(request: contribution_pb2.StatisticRequest) -> list[str]:
+    """The protocol requests a statistic request carries (its message fields that are set, e.g. ``["dpgd"]``): each
+    round takes exactly its own protocol's, or none."""
+    return [f.name for f, _ in request.ListFields() if f.message_type is not None]

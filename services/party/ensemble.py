@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from mpdp import registry
 from mpdp.contribution import AcceptedRound, check_members
 from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
 from mpdp.dca.params import DcaParams
@@ -26,6 +27,7 @@ from mpdp_services.common.rpc import CHANNEL_OPTIONS, caller, roles_by_method
 from mpdp_services.party.contribute import computed, contribute
 
 if TYPE_CHECKING:
+    from mpdp_services.party.flows import Flow, PartySite
     from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party.ensemble")
@@ -105,7 +107,7 @@ class EnsembleVoter(pb_grpc.EnsemblePartyServicer):
                 data = load_dataset(ds, name=spec.dataset)
                 return core.VoterRole(cfg.name, cfg.local_classifier).vote(spec, data.X, data.y, X_aux)
 
-            return await computed(party, context, request.job_id, spec.dataset, compute, doing="train its classifier on")
+            return await computed(party, request.job_id, spec.dataset, compute, doing="train its classifier on")
 
         # the vote sum Charlie announced for this ensemble: its voters, nodes, noise and seeding are the job's; the
         # ensemble's ε is spent (core.ledger_entry) in one durable step before any vote share leaves, and a vote that
@@ -131,3 +133,11 @@ def _same_noise(params: DcaParams, expected: DcaParams) -> bool:
             and params.epsilon == expected.epsilon and params.delta == expected.delta and params.sensitivity == expected.sensitivity
             and params.clients == expected.clients and params.max_missing == expected.max_missing and params.sigma_client >= expected.sigma_client
             and params.sigma_node >= expected.sigma_node)
+
+
+# -- its place at the party (mpdp.registry: Hooks.party) -------------------------------------------------------------
+def flow(site: "PartySite", protocol: registry.Protocol) -> "Flow":
+    from mpdp_services.party.flows import Flow
+
+    voter = EnsembleVoter(site.party)
+    return Flow(SERVICE, lambda server: pb_grpc.add_EnsemblePartyServicer_to_server(voter, server), ROLES)

@@ -1,4 +1,6 @@
-"""The party's local DP release (LMGC): trains and releases a DP model on its own records, spending ε first.
+"""The party's local DP release (LMGC): trains and releases a DP model on its own records, spending ε first; the
+release (or a refusal from the training) leaves no earlier than ``local_work_seconds`` after the training began
+(:class:`~mpdp_services.party.local_work.LocalWork`), so its latency does not time the party's row count.
 
 :class:`mpdp.local_release.LocalReleaseParty` decides: its Spend is spent before the training, its release is the
 answer to the curator's call; this servicer checks the caller, keeps the job table and runs the training."""
@@ -10,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mpdp import registry
 from mpdp.data.dataset import SchemaMismatch, load_dataset, require_schema
 from mpdp.data.loaders import DatasetError
 from mpdp.ledger import FAILED, RELEASED
@@ -20,8 +23,10 @@ from mpdp.protocol import ProtocolError, Reply, Spend
 from mpdp_services.common import config as cfgmod, errors, jobs, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, roles_by_method
+from mpdp_services.party.local_work import LocalWork
 
 if TYPE_CHECKING:
+    from mpdp_services.party.flows import Flow, PartySite
     from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party")
@@ -106,6 +111,7 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
             data = load_dataset(ds, name=request.spec.dataset)
             return party_release(cfg.name, request, data.X, data.y, rng)
 
+        work = LocalWork(cfg.local_work_seconds, shown(request.job_id), "the local release's training")  # before the records are read
         try:
             async with asyncio.timeout(cfg.job_deadline_seconds):  # the job's deadline, counted from the spend
                 made, details = await asyncio.to_thread(train)
@@ -114,6 +120,8 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
             role.fail(Problem.JOB_FAILED, "the release was not made")
             job.state, job.problem = "FAILED", Problem.PEER_UNREACHABLE if isinstance(e, TimeoutError) else Problem.JOB_FAILED
             await party.mark(PROTOCOL, request.job_id, FAILED)
+            if isinstance(e, Exception):  # a refusal that read the records leaves at the pad's deadline, as the release would
+                await work.done()
             if isinstance(e, TimeoutError):
                 await errors.refuse(context, Problem.JOB_FAILED, f"party {cfg.name}: job {request.job_id} did not end by its deadline")
             if not isinstance(e, Exception):
@@ -131,7 +139,16 @@ class LocalParty(local_release_pb2_grpc.LocalModelPartyServicer):
                 await errors.refuse(context, Problem.INVALID_JOB, f"party {cfg.name} could not train on dataset {shown(request.spec.dataset)}; see its log")
             log.exception("local job %s failed", shown(request.job_id))
             await errors.refuse(context, Problem.INTERNAL, f"party {cfg.name} could not train; see its log")
+        await work.done()  # the release leaves no earlier than local_work_seconds after the records were first read
         job.state = "RELEASED"
         await party.mark(PROTOCOL, request.job_id, RELEASED, details)
         log.info("local job %s: released %s (ε=%g)", shown(request.job_id), request.spec.model, request.spec.epsilon)
         return release
+
+
+# -- its place at the party (mpdp.registry: Hooks.party) -------------------------------------------------------------
+def flow(site: "PartySite", protocol: registry.Protocol) -> "Flow":
+    from mpdp_services.party.flows import Flow
+
+    servicer = LocalParty(site.party)
+    return Flow(SERVICE, lambda server: local_release_pb2_grpc.add_LocalModelPartyServicer_to_server(servicer, server), ROLES)

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mpdp import limits
+from mpdp import limits, registry
 from mpdp.data.dataset import SchemaMismatch, open_rows, require_schema, schema_of
 from mpdp.data.loaders import DatasetError, sniff_dialect
 from mpdp.learn import model_cache
@@ -38,6 +38,7 @@ from mpdp_services.common.runtime import Hosted
 from mpdp_services.party.precompute import REFILL_DELAY_SECONDS, Precompute
 
 if TYPE_CHECKING:
+    from mpdp_services.party.flows import Flow, PartySite
     from mpdp_services.party.server import Party
 
 log = logging.getLogger("mpdp.party")
@@ -491,3 +492,14 @@ class PathakParty(pb_grpc.PartyServicer):
             method = PARTY_METHODS[message.DESCRIPTOR.full_name]
             call = lambda: link.relay(to.name, SERVICE, method, message, common_pb2.Ack, timeout, hosted.machine.job_id)  # noqa: E731
         await hosted.send(to, message, call)
+
+
+# -- its place at the party (mpdp.registry: Hooks.party) -------------------------------------------------------------
+def flow(site: "PartySite", protocol: registry.Protocol) -> "Flow":
+    """The Pathak party servicer; its pools start once the party knows the curator's keys (it reports them ready on
+    the precompute health service)."""
+    from mpdp_services.party.flows import Flow
+    from mpdp_services.party.precompute import PRECOMPUTE_HEALTH
+
+    pathak = PathakParty(site.party, lambda ready: site.set_health(PRECOMPUTE_HEALTH, ready))
+    return Flow(SERVICE, lambda server: pb_grpc.add_PartyServicer_to_server(pathak, server), ROLES, on_registered=pathak.start, on_stop=pathak.stop)

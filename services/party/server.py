@@ -1,11 +1,11 @@
 """P_j as a gRPC service: the site (config, privacy ledger, peer channels) and one servicer per flow.
 
 Data never travels: the party loads its own records from the paths in its config when a job names a
-dataset. Each flow has its own module: :mod:`mpdp_services.party.pathak2010` (the Pathak 2010 protocol, with
-:mod:`mpdp_services.party.precompute` keeping its pools), :mod:`mpdp_services.party.local` (LMGC local releases),
-:mod:`mpdp_services.party.contribution` (regression statistics contributed to DCA sums) and
-:mod:`mpdp_services.party.ensemble` (HCB16 votes). They share one :class:`Party`: its ledger is the one place
-where this party spends ε.
+dataset. Each flow has its own module, named by its protocol's registry entry (``mpdp.registry.Hooks.party``;
+services/party/flows.py): e.g. :mod:`mpdp_services.party.pathak2010` (the Pathak 2010 protocol, with
+:mod:`mpdp_services.party.precompute` keeping its pools) or :mod:`mpdp_services.party.contribution` (every
+DCA-based protocol's contributions). They share one :class:`Party`: its ledger is the one place where this party
+spends ε.
 """
 
 from __future__ import annotations
@@ -20,21 +20,20 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator, NoReturn
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from mpdp.ledger import FAILED, BudgetExceeded, Ledger, LedgerError
 from mpdp.math.drbg import Drbg
-from mpdp.messages import common_pb2, contribution_pb2_grpc, hamm2016_pb2_grpc, local_release_pb2_grpc, pathak2010_pb2 as pb, pathak2010_pb2_grpc as pb_grpc
+from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010.resources import CuratorPublicKeys
 from mpdp_services.common import config as cfgmod, errors, metrics, readiness as ready
 from mpdp_services.common.errors import shown
 from mpdp_services.common.pki import check_server_certificate
 from mpdp_services.common.rpc import PeerChannels, RoleInterceptor, register_at_curator, serve_until_signal, start_local_server, tls_failure
-from mpdp_services.party import contribution, datasets, ensemble, local, pathak2010
-from mpdp_services.party.pathak2010 import CURATOR_SERVICE, PathakParty, curator_keys_from
+from mpdp_services.party import datasets
+from mpdp_services.party.flows import Flow, PartySite
+from mpdp_services.party.pathak2010 import CURATOR_SERVICE, curator_keys_from
 from mpdp_services.party.ledger_page import LedgerPage
 from mpdp_services.party.link import PartyLink
-from mpdp_services.party.precompute import PRECOMPUTE_HEALTH
 
 log = logging.getLogger("mpdp.party")
 Problem = common_pb2.Problem
@@ -113,13 +112,38 @@ class Party:
         return led.composition().epsilon, self.ledger.budget_epsilon, len(led.entries)
 
     async def spend(self, context, entry: dict) -> dict:
-        """Spend the entry's true (ε, δ) in one durable step, or refuse the RPC with BUDGET_EXCEEDED."""
+        """Spend the entry's true (ε, δ) in one durable step, or refuse the RPC with BUDGET_EXCEEDED.
+
+        Called before the job's first data-dependent message. The ledger write runs in a thread that a cancel (the
+        operator's, the job's deadline, the curator's call dropped) cannot stop: a cancel that lands meanwhile
+        waits for the write, then voids the entry if this call created it, since nothing can have left this party
+        after it (its caller never resumes), and ends the call cancelled. Without this the write would finish after
+        the cancel and leave the charge "spent" for a job that sent nothing."""
+        write = asyncio.ensure_future(asyncio.to_thread(self.ledger.spend_new, entry))
         try:
-            return await asyncio.to_thread(self.ledger.spend, entry)
+            stored, _ = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await self._void_cancelled(write, entry)
+            raise
         except BudgetExceeded as e:
             await errors.refuse(context, Problem.BUDGET_EXCEEDED, f"party {self.cfg.name}: {e}")
         except (LedgerError, OSError) as e:
             await self.ledger_broken(context, e)
+        return stored
+
+    async def _void_cancelled(self, write: "asyncio.Future[tuple[dict, bool]]", entry: dict) -> None:
+        """The spend ``write`` was cancelled while its thread ran: wait for it, and void the entry it created."""
+        while not write.done():
+            try:
+                await asyncio.wait({write})
+            except asyncio.CancelledError:  # cancelled again: the write still has to be settled
+                continue
+        if write.cancelled() or write.exception() is not None:
+            return  # nothing was written
+        stored, created = write.result()
+        if created:
+            await self.void(str(stored["protocol"]), str(stored["job_id"]), "cancelled while spending; nothing left this party after its spend")
+        log.info("job %s: cancelled while spending", shown(str(entry.get("job_id", ""))))
 
     async def mark(self, protocol: str, job_id: str, status: str, details: dict | None = None) -> None:
         """Mark a spent job released or failed (a failed job keeps its charge)."""
@@ -213,23 +237,16 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
     party = Party(cfg)
     party.unavailable = dict(unavailable)
     await readiness.done(ready.LEDGER)
-    loop = asyncio.get_running_loop()
-
-    def on_precompute(ready: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
-        # called from the precompute thread, which starts after `health` below exists
-        loop.call_soon_threadsafe(lambda: asyncio.ensure_future(health.set(PRECOMPUTE_HEALTH, status)))
-
-    pathak = PathakParty(party, on_precompute)
+    # every protocol's servicer, by the factory its registry entry names (services/party/flows.py)
+    site = PartySite(party, asyncio.get_running_loop())
+    flows = site.flows()
 
     def add(server):
-        pb_grpc.add_PartyServicer_to_server(pathak, server)
-        local_release_pb2_grpc.add_LocalModelPartyServicer_to_server(local.LocalParty(party), server)
-        contribution_pb2_grpc.add_ContributionPartyServicer_to_server(contribution.ContributingParty(party), server)
-        hamm2016_pb2_grpc.add_EnsemblePartyServicer_to_server(ensemble.EnsembleVoter(party), server)
+        for flow in flows:
+            flow.add(server)
 
-    roles = {**pathak2010.ROLES, **local.ROLES, **contribution.ROLES, **ensemble.ROLES}
-    services = [pathak2010.SERVICE, local.SERVICE, contribution.SERVICE, ensemble.SERVICE]
+    roles = {m: r for flow in flows for m, r in flow.roles.items()}
+    services = [flow.service for flow in flows]
     federation = cfg.federation or check_server_certificate(cfg.tls.files().read()[0])
     # no TCP port: the services listen on a socket in a folder only this process's user may open (mkdtemp: 0700),
     # reached by the link client alone, which names each call's authenticated caller (services/party/link.py)
@@ -238,12 +255,13 @@ async def serve(cfg: cfgmod.PartyConfig, ready_fd=sys.stdout) -> None:
     gate = RoleInterceptor(roles, federation, pinned={"curator": cfg.curator.name}, linked=True)
     try:
         server, health = await start_local_server(socket_path, gate, add, services, serving=False)
-        await _serve(cfg, ready_fd, party, pathak, server, health, roles, services, socket_path, federation, readiness, warm, probes_port)
+        site.health = health
+        await _serve(cfg, ready_fd, party, flows, server, health, roles, services, socket_path, federation, readiness, warm, probes_port)
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-async def _serve(cfg: cfgmod.PartyConfig, ready_fd, party: Party, pathak: PathakParty, server, health, roles, services, socket_path: str, federation: str,
+async def _serve(cfg: cfgmod.PartyConfig, ready_fd, party: Party, flows: list[Flow], server, health, roles, services, socket_path: str, federation: str,
                  readiness: ready.Readiness, warm, probes_port: int) -> None:
     await readiness.attach(health, services)  # SERVING once the kernels are compiled and the party registered with the curator
     await warm  # no job reaches a party that is still compiling: the curator learns of it only after this
@@ -260,7 +278,9 @@ async def _serve(cfg: cfgmod.PartyConfig, ready_fd, party: Party, pathak: Pathak
         print(f"mpdp party {cfg.name}: cannot register with curator {cfg.curator.name} at {cfg.curator.address}: {e.code().name}: {e.details()}; {hint}", file=sys.stderr)
         await server.stop(0)
         raise SystemExit(2)
-    pathak.start(keys)
+    for flow in flows:
+        if flow.on_registered is not None:
+            flow.on_registered(keys)
     party.registered = True
     party.link = PartyLink(cfg, socket_path, federation, roles)
     party.link.start()
@@ -276,5 +296,7 @@ async def _serve(cfg: cfgmod.PartyConfig, ready_fd, party: Party, pathak: Pathak
     log.info("party %s linked to %s (no listening port; its services on %s)", cfg.name, cfg.curator.name, socket_path)
     await serve_until_signal(server, health, 0, ready_fd, cfg.http_listen, cfg.http_token_file, readiness=readiness, probes_port=probes_port,
                              on_stop=party.link.stop, announce=f"local={socket_path}")
-    pathak.stop()
+    for flow in flows:
+        if flow.on_stop is not None:
+            flow.on_stop()
     await party.channels.close()

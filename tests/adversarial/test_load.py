@@ -8,9 +8,9 @@ submits past the curator's admission bounds. Invariants:
 * every job ends (published or failed) well before its deadline; none hangs;
 * no party keeps a charge (a ledger entry that is not voided) for a job that published nothing because a party was
   unreachable or a job before it in the spend order took the budget;
-* a Pathak submission past the federation's or the operator's bound of live jobs waits in the admission queue, told
-  to no party; past the queue's bounds (or for a protocol that cannot wait) it is refused OVERLOADED
-  (RESOURCE_EXHAUSTED) before any party hears of it.
+* a submission past the federation's or the operator's bound of live jobs waits in the admission queue, told to no
+  party; past the queue's bounds (the whole, or the operator's share, whatever the job's protocol) it is refused
+  OVERLOADED (RESOURCE_EXHAUSTED) before any party hears of it.
 """
 
 from __future__ import annotations
@@ -171,9 +171,9 @@ def test_concurrent_jobs_that_do_not_all_fit_waste_no_charge(tight):
 def test_submissions_past_the_admission_bounds_queue_then_are_overloaded_before_any_spend(bounded):
     """Bounds 3 live jobs per federation, 2 per operator, 2 queued (1 per operator). With party-3 paused (its jobs
     stay live, awaiting its acceptance), the operator's third submission and a second operator's second are queued,
-    the next of each (and a third operator's first: the queue is full) refused OVERLOADED, and an LMGC job (which
-    cannot wait) refused OVERLOADED; no party ever hears of the refused ones; once party-3 runs again the admitted
-    and the queued jobs publish and the bounds are free again."""
+    the next of each (and a third operator's first: the queue is full) refused OVERLOADED, and so is an LMGC job of the
+    first operator (the queue is every protocol's: its share is full); no party ever hears of the refused ones; once
+    party-3 runs again the admitted and the queued jobs publish and the bounds are free again."""
     other, third_operator = mint(bounded, "operator", "operator-2"), mint(bounded, "operator", "operator-3")
     proc = bounded.procs["party-3"].popen
     os.kill(proc.pid, signal.SIGSTOP)
@@ -184,12 +184,12 @@ def test_submissions_past_the_admission_bounds_queue_then_are_overloaded_before_
             e = refused(lambda: stub.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=b"adm-over-operator", deadline=120.0)), timeout=60))
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
         assert_clean(e)
-        # the bounds are the federation's, not one protocol's: an LMGC job of the same operator is refused (it cannot wait)
+        # the queue is the federation's, not one protocol's: an LMGC job of the same operator finds its share full
         lmgc = local_release_pb2.LocalModelJobSpec(dataset="synthetic", model="lmgc", mode=common_pb2.CORRECTED, epsilon=1.0, parties=["party-1"],
                                                    ridge=1e-3, data_norm=1.0, simulation_seed=b"adm-lmgc")
         setattr(lmgc, "lambda", 1e-3)
         e = refused(lambda: host_submit(bounded, timeout=60, lmgc=lmgc))
-        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or ""), (e.code(), e.details())
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "OVERLOADED" in (e.details() or "") and "waiting for a slot" in (e.details() or ""), (e.code(), e.details())
         with channel(bounded, "curator", other) as ch:
             stub = job_host(ch)
             third = [stub.SubmitJob(ops.JobSubmission(pathak2010=pathak_spec(seed=f"adm-other-{i}".encode(), deadline=120.0)), timeout=60).job_id for i in range(2)]  # the second queued

@@ -96,7 +96,7 @@ def test_no_queue_refuses_like_before():
     with pytest.raises(ProtocolError) as e:
         queue(a, granted, "y", "B")
     assert e.value.problem == P.OVERLOADED
-    with pytest.raises(ProtocolError):  # a protocol that cannot wait: refused whatever the queue
+    with pytest.raises(ProtocolError):  # the queue-less bound (no curator host uses it for an operator's job): refused whatever the queue
         a.admit("z", "B")
 
 
@@ -175,13 +175,13 @@ def test_a_queued_job_cancelled_or_past_its_deadline_never_runs():
     assert started == ["run", "next"]  # neither dropped job ever started
 
 
-def test_a_job_that_cannot_wait_is_refused_and_a_sub_job_never_is():
+def test_a_job_admitted_without_a_start_is_refused_and_a_sub_job_never_is():
     clock = Clock()
     adm = Admission(1, 1, clock=clock)
     t: jobs.JobTable[Job] = jobs.JobTable("test", outcome, clock=clock, admission=adm)
     as_operator("A", t.admit, "a", Job(), 10.0)
     with pytest.raises(ProtocolError) as e:
-        as_operator("B", t.admit, "b", Job(), 10.0)  # no start: no queue
+        as_operator("B", t.admit, "b", Job(), 10.0)  # no start: no queue (every curator host passes one)
     assert e.value.problem == P.OVERLOADED and "b" not in t
 
     def sub():
@@ -189,3 +189,50 @@ def test_a_job_that_cannot_wait_is_refused_and_a_sub_job_never_is():
             return t.admit("s", Job(), 10.0, start=lambda: None)
     rec = as_operator("A", sub)
     assert rec.state != jobs.QUEUED and adm.live() == 2  # counted, never refused or queued
+
+
+def test_a_task_job_waits_in_the_same_queue_and_starts_as_its_submitter(tmp_path):
+    """A job that is one asyncio task (LMGC, an ensemble) queues like any other (TaskJobs.submit): while it waits its
+    state is QUEUED, its task does not exist and its durable mark is written; cancelled while queued it ends FAILED,
+    CANCELLED, its mark a failure, its body never run; the other queued job starts when the slot frees, in its own
+    submitter's call (not in the one that freed the slot)."""
+    import asyncio
+
+    ran: list[tuple[str, str]] = []
+
+    async def main() -> None:
+        adm = Admission(1, 1)
+        table: jobs.JobTable[jobs.TaskJob] = jobs.JobTable("t", jobs.task_outcome, admission=adm)
+        tasks: jobs.TaskJobs[str] = jobs.TaskJobs(table, tmp_path / "marks")
+        gate = asyncio.Event()
+
+        def body(job_id: str):
+            async def run() -> str:
+                ident = calls.caller()
+                ran.append((job_id, ident.name if ident is not None else ""))
+                if job_id == "t-1":
+                    await gate.wait()
+                return job_id
+            return run
+
+        held = {j: jobs.TaskJob("TRAINING") for j in ("t-1", "t-2", "t-3")}
+        as_operator("A", tasks.submit, "t-1", held["t-1"], 60.0, body("t-1"))
+        as_operator("B", tasks.submit, "t-2", held["t-2"], 60.0, body("t-2"))
+        as_operator("C", tasks.submit, "t-3", held["t-3"], 60.0, body("t-3"))
+        assert held["t-1"].task is not None and held["t-2"].task is None and held["t-3"].task is None
+        assert table.queued("t-2") and held["t-2"].state == jobs.QUEUED and table.record("t-2").state == jobs.QUEUED
+        assert (tmp_path / "marks" / "t-2.running.json").exists()  # a restart would report it
+        assert await tasks.cancel("t-3")
+        r = table.record("t-3")
+        assert r.terminal and r.state == "FAILED" and r.problem == P.CANCELLED and "queued" in r.detail, r
+        assert held["t-3"].state == "FAILED" and tasks.failure("t-3") == (P.CANCELLED, r.detail)
+        assert not (tmp_path / "marks" / "t-3.running.json").exists() and not await tasks.cancel("t-3")
+        gate.set()
+        await asyncio.wait({held["t-1"].task})
+        assert held["t-2"].task is not None  # t-1's end gave t-2 the slot
+        await asyncio.wait({held["t-2"].task})
+        assert table.record("t-2").state == "PUBLISHED" and table.record("t-2").queue_seconds > 0
+        tasks.reaper.stop()
+
+    asyncio.run(main())
+    assert ran == [("t-1", "A"), ("t-2", "B")]  # t-3 never ran; t-2 ran as its own submitter

@@ -95,6 +95,14 @@ def test_refusals_fail_the_round_naming_each_in_listed_order():
     assert role.error.detail == "DCA job dca-1: party p1: UNAVAILABLE: down; party p3: INVALID_ARGUMENT: no dataset"
 
 
+def test_a_round_a_partys_budget_refused_fails_budget_exceeded():
+    role = _asked()
+    role.receipt("p1", _receipt("p1"))
+    role.refused("p2", "UNAVAILABLE: down")
+    role.refused("p3", "RESOURCE_EXHAUSTED: BUDGET_EXCEEDED: party p3: needs ε=4, δ=0; left ε=2, δ=0.001")
+    assert role.state == FAILED and role.error.problem == Problem.BUDGET_EXCEEDED  # the operator learns why
+
+
 def test_a_round_every_refusal_calls_invalid_is_an_invalid_job():
     role = _asked()
     role.receipt("p1", _receipt("p1"))

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from mpdp.ledger import Ledger
-from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2, local_release_pb2, operations_pb2, pathak2010_pb2
+from mpdp.messages import common_pb2, dca_pb2, hamm2016_pb2, learner_pb2, local_release_pb2, operations_pb2, pathak2010_pb2, query_pb2
 from mpdp_services.common import config as cfgmod
 from mpdp_services.common import web
 from mpdp_services.common.store import MessageStore
-from mpdp_services.curator.dashboard import Dashboard
+from mpdp_services.curator.dashboard import Dashboard, learner_view
 from mpdp_services.curator.dca import DcaStore
+from mpdp_services.curator.learner import LearnerStore
 from mpdp_services.party.ledger_page import LedgerPage
 
 HOSTILE = '"><script>alert(1)</script><img src="http://evil.example/x.png"><a href="https://evil.example/">'
@@ -79,15 +80,22 @@ def dashboard(tmp_path: Path) -> Dashboard:
         _summary("dca-2", "dca", "FAILED", common_pb2.PEER_UNREACHABLE),
         _summary("lm-1", "lmgc", "PUBLISHED"),
         _summary("en-1", "hamm2016", "PUBLISHED", stages={HOSTILE: 1.0}),
+        _summary("qy-1", "query", "PUBLISHED"),
     ])
-    return Dashboard("curator" + HOSTILE, catalog, models, dca, local, ensembles)  # type: ignore[arg-type]
+    learners = LearnerStore(tmp_path / "learners")  # a protocol shown through its registry view (Hooks.view)
+    cell = query_pb2.QueryCell(estimate=313131.5)
+    learners.put_model(learner_pb2.LearnerModel(job_id="qy-1", protocol="query", parties=["party-1", HOSTILE], dca_jobs=["dca-1"], guarantee=_guarantee(),
+                                                trust_model=HOSTILE, seconds={"round": 0.75},
+                                                query=query_pb2.QueryModel(aggregates=["n"], rows=[query_pb2.QueryRow(cells=[cell])])))
+    return Dashboard("curator" + HOSTILE, catalog, models, dca, local, ensembles, views={"query": (learner_view, learners)})  # type: ignore[arg-type]
 
 
 def _pages(d: Dashboard) -> dict[str, str]:
     routes = web.Routes()
     d.install(routes)
     out = {}
-    for path in ["/", "/?protocol=dca", "/releases", "/dca", "/ensembles", "/jobs/pk-1", "/jobs/pk-2", "/jobs/dca-1", "/jobs/dca-2", "/jobs/lm-1", "/jobs/en-1"]:
+    for path in ["/", "/?protocol=dca", "/releases", "/dca", "/ensembles", "/jobs/pk-1", "/jobs/pk-2", "/jobs/dca-1", "/jobs/dca-2", "/jobs/lm-1", "/jobs/en-1",
+                 "/jobs/qy-1"]:
         p, _, q = path.partition("?")
         found = routes.find(p)
         assert found is not None, path
@@ -132,8 +140,10 @@ def test_the_pages_show_jobs_timelines_and_guarantees_but_no_values(dashboard):
     assert "<td class=n>1</td>" in pages["/dca"]  # dropouts = N − |A| = 5 − 4
     assert "PEER_UNREACHABLE" in pages["/jobs/dca-2"]
     assert 'href="/jobs/dca-1"' in pages["/jobs/en-1"] and 'href="/jobs/dca-1"' in pages["/ensembles"]
+    query = pages["/jobs/qy-1"]  # a learner's release, by its registry view
+    assert "Published release" in query and 'href="/jobs/dca-1"' in query and "(1, 1e-5)-DP" in query
     everything = "".join(pages.values())
-    for value in ("123456", "987654", "555555", "4242"):  # released values, weights, the auxiliary set's size
+    for value in ("123456", "987654", "555555", "4242", "313131"):  # released values, weights, the auxiliary set's size
         assert value not in everything
 
 

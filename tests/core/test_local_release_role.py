@@ -169,7 +169,7 @@ def test_a_party_failure_fails_the_job_naming_every_failed_party_in_job_order(re
     role.release("p2", releases["p2"])
     outs = role.release_failed("p1", "UNAVAILABLE: down")
     assert role.state == FAILED and not any(isinstance(o, Publish) for o in outs)
-    assert role.error.problem == Problem.JOB_FAILED
+    assert role.error.problem == Problem.BUDGET_EXCEEDED  # a party's budget says why
     assert role.error.detail == "job lm-1 published nothing: party p1: UNAVAILABLE: down; party p3: RESOURCE_EXHAUSTED: BUDGET_EXCEEDED: p3 has 0 left"
 
 

@@ -30,19 +30,53 @@ def test_names_prefixes_and_models_are_unique_and_job_ids_map_back():
     assert registry.of_job("zz-1") is None
 
 
+def test_every_hook_names_an_object_of_its_kind():
+    """A hook is a path ("module:attribute"): a typo would only fail when a server or the CLI first asks for it."""
+    import click
+
+    from mpdp_services.curator.learner import Learner
+
+    kinds = {"curator": callable, "party": callable, "export": callable, "show": callable, "predict": callable, "view": callable,
+             "contribution": lambda o: isinstance(o, dict) and bool(o) and all(callable(h) for h in o.values()),
+             "learner": lambda o: isinstance(o, Learner), "trainer": lambda o: isinstance(o, click.Command)}
+    for p in registry.PROTOCOLS:
+        for kind, right in kinds.items():
+            path = getattr(p.hooks, kind)
+            if path is not None:
+                assert right(registry.hook(path)), (p.name, kind, path)
+        assert (p.hooks.learner is not None) == (p.hooks.contribution is not None), p.name  # a learner's rounds are the parties' contributions
+        if p.hooks.command is not None:
+            assert isinstance(registry.hook(p.hooks.command[1]), click.Command), p.name
+    statistics = [s for table in registry.hooked("contribution").values() for s in table]
+    assert len(set(statistics)) == len(statistics)  # no protocol's statistic shadows another's at the party
+    assert set(registry.hooked("trainer")) == {p.name for p in registry.models().values()}  # every model runs (tests/core/test_cli_train.py)
+
+
 def test_the_curator_hosts_and_lists_every_registered_protocol(tmp_path):
-    """The job host's protocols and the catalog's sources are the registry's, in its order (servicers stand-ins: only
-    the wiring is under test here; tests/adversarial/test_job_host.py runs the real ones)."""
+    """The curator's site builds every protocol of the registry from its hook, in registry order: the job host's
+    protocols and the catalog's sources are the registry's (the curator's own parts are stand-ins: only the wiring is
+    under test; tests/adversarial/test_job_host.py runs the real ones)."""
+    import asyncio
     from unittest.mock import MagicMock
 
     from mpdp_services.curator import server
+    from mpdp_services.curator.hosting import CuratorSite
 
-    parts = [MagicMock() for _ in range(5)]  # curator, dca, local, ensemble, learner
-    parts[4].tables = {p: MagicMock() for p in server.LEARNERS}
-    hosted = server.hosted_protocols(*parts)
+    cfg = MagicMock(state_dir=str(tmp_path), compute_nodes={}, compute_node_members=[], auxiliary={}, test_mode=True, max_dca_deadline_seconds=60.0)
+    curator = MagicMock(addresses={})
+    curator.registry.folder = tmp_path / "models"
+
+    async def build():
+        site = CuratorSite(cfg, curator)
+        return site, site.hostings()
+
+    site, hostings = asyncio.run(build())
+    hosted = server.hosted_protocols(hostings)
     assert [h.protocol for h in hosted] == list(registry.PROTOCOLS)
-    catalog = server.job_catalog(tmp_path, *parts)
+    catalog = server.job_catalog(tmp_path, hostings)
     assert catalog.protocols() == [p.name for p in registry.PROTOCOLS]
+    assert list(site.recoveries) == ["pathak2010", "dca", "lmgc", "hamm2016", "learner"]  # the learners' shared host recovers once, after the DCA's
+    assert site.parts["learner"].dca is site.parts["dca"]  # one DCA host for the ensemble's and the learners' rounds
 
 
 def _prefix_literals(source: str, prefixes: tuple[str, ...]) -> list[tuple[int, str]]:

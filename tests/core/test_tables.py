@@ -79,3 +79,17 @@ def test_every_role_machine_in_mpdp_has_its_table_in_the_docs():
                 found.add(f"{sub.__module__}.{sub.__qualname__}")
     assert found, "no role machine found"
     assert found <= set(MACHINES), f"role machines without a docs table: {sorted(found - set(MACHINES))}"
+
+
+def test_the_registry_table_is_the_registry(tmp_path):
+    """docs/protocols/job-model.md §8 lists the registry's protocols, generated: a row edited by hand, or one the
+    registry lacks, is reported."""
+    docs = tmp_path / "protocols"
+    shutil.copytree(REPO / "docs" / "protocols", docs)
+    page = docs / render_tables.REGISTRY_PAGE
+    good = page.read_text()
+    assert "| query | `qy-` |" in good
+    page.write_text(good.replace("| query | `qy-` |", "| query | `qz-` |", 1))
+    assert render_tables.problems(docs) == ["job-model.md: the registry table is out of date (run `python tools/render_tables.py`)"]
+    page.write_text(good.replace("<!-- registry table -->", "", 1))
+    assert render_tables.problems(docs) == ["job-model.md: no registry table"]

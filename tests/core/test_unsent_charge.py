@@ -80,3 +80,35 @@ def test_an_entry_a_concurrent_submission_spent_too_is_never_voided(tmp_path):
 
     asyncio.run(run())
     assert _status(party, "dpgd-2", "dpgd") == FAILED
+
+
+def test_a_cancel_that_lands_while_the_ledger_is_written_voids_that_spend(tmp_path):
+    """The spend's ledger write runs in a thread a cancel cannot stop: the test holds the ledger's file lock so the
+    write is under way when the cancel lands. The write completes after the cancel, and the party voids the entry it
+    created (nothing left after it), instead of leaving it "spent"; a spend made before is never voided."""
+    import fcntl
+    import os
+
+    import pytest
+
+    party = _party(tmp_path)
+    party.ledger.spend(_entry("earlier", 1.0))
+
+    async def cancelled_while_writing(entry: dict) -> None:
+        fd = os.open(party.ledger.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the party's write waits for this lock
+            task = asyncio.ensure_future(party.spend(None, entry))  # what hold() and every local release call
+            while not party.ledger._thread_lock.locked():  # its thread holds the ledger's thread lock, waiting on ours
+                await asyncio.sleep(0.01)
+            task.cancel()
+        finally:
+            os.close(fd)  # releases the file lock: the write goes on
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled_while_writing(_entry("job-c", 2.0)))
+    assert _status(party, "job-c") == VOIDED and _status(party, "earlier") == SPENT
+    assert party.ledger.spent() == (1.0, 0.0)  # only the earlier spend counts
+    asyncio.run(cancelled_while_writing(_entry("earlier", 1.0)))  # a spend that created nothing voids nothing
+    assert _status(party, "earlier") == SPENT

@@ -1,17 +1,19 @@
 """Separate hosts: the curator, each party, each compute node and the operator in its own network namespace.
 
-The test makes a switch namespace holding a bridge, and one namespace per site joined to it by a veth
-pair, each with its own address (198.18.<n>.0/24, the benchmarking range, reachable only inside these
+The lab (tests/deploy/lab.py) makes a switch namespace holding a bridge, and one namespace per site joined to it
+by a veth pair, each with its own address (198.18.<n>.0/24, the benchmarking range, reachable only inside these
 namespaces; the host's own network is never touched). Sites are provisioned with `mpdp provision` for
 those addresses, so nothing can silently rely on localhost. Invariants checked:
 
-- a Pathak job and a DCA job (the operator's load generator plays the DCA clients) across the namespaces
-  are released;
+- a Pathak job, a dp-gd job (one validated round), an ensemble (hamm2016, votes proven valid) and a validated
+  DCA job (the operator's load generator plays the DCA clients, each proving its vector in range) across the
+  namespaces are released, each party paying for its jobs in its own ledger;
 - a party only dials out: every party namespace drops inbound TCP connection attempts (iptables, SYN → DROP),
   and the jobs still run;
 - every TCP connection seen in each namespace (sampled during and after the jobs with `ss`) goes only
   where the protocols say: parties → curator:7000 (their links; party-to-party steps are relayed by the curator,
-  sealed end to end), never to each other and never inbound; compute nodes ↔ curator:7000 and other nodes:7200;
+  sealed end to end) and, as the DCA clients of dp-gd and ensemble rounds, → nodes:7200; never to each other
+  and never inbound; compute nodes ↔ curator:7000 and other nodes:7200, and ← parties;
   operator → curator:7000 and (as DCA router) nodes:7200. Nobody uses loopback, and the expected links
   (party→curator, node↔node, curator→node) do exist;
 - a party configured with another federation's certificate and CA (impersonating party-1) is refused
@@ -22,119 +24,21 @@ those addresses, so nothing can silently rely on localhost. Invariants checked:
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import signal
 import subprocess
 import threading
-from dataclasses import dataclass, field
-from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
-from mpdp_services.common import processes
-
 from .conftest import PY, REPO, need_root, run
+from .lab import CURATOR_PORT, NODE_PORT, Lab, federation_yaml
 from tests.ready import wait_ready
 
 pytestmark = [pytest.mark.deploy, pytest.mark.integration]
 
 PARTIES = ["party-1", "party-2", "party-3"]
 NODES = ["compute-1", "compute-2", "compute-3"]
-CURATOR_PORT, NODE_PORT = 7000, 7200
-
-
-@dataclass
-class Lab:
-    """Namespaces, veth pairs and a bridge made by this test; ``close`` removes all of them."""
-
-    tag: str = field(default_factory=lambda: secrets.token_hex(2))
-    subnet: str = field(default_factory=lambda: f"198.18.{secrets.randbelow(250) + 1}")
-    hosts: dict[str, str] = field(default_factory=dict)  # site → namespace
-    addresses: dict[str, str] = field(default_factory=dict)  # site → IP
-    procs: list[subprocess.Popen] = field(default_factory=list)
-
-    @property
-    def switch(self) -> str:
-        return f"mpdp-{self.tag}-switch"
-
-    def open(self) -> None:
-        run(["ip", "netns", "add", self.switch])
-        run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
-        run(["ip", "-n", self.switch, "link", "set", "br0", "up"])
-
-    def add_host(self, site: str, octet: int) -> str:
-        ns, i = f"mpdp-{self.tag}-{site}", len(self.hosts)
-        a, b = f"vm{self.tag}{i}a", f"vm{self.tag}{i}b"
-        self.hosts[site] = ns
-        run(["ip", "netns", "add", ns])
-        run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
-        run(["ip", "link", "set", a, "netns", ns])
-        run(["ip", "link", "set", b, "netns", self.switch])
-        run(["ip", "-n", self.switch, "link", "set", b, "master", "br0", "up"])
-        run(["ip", "-n", ns, "link", "set", a, "name", "eth0"])
-        ip = f"{self.subnet}.{octet}"
-        run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"])
-        run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-        run(["ip", "-n", ns, "link", "set", "lo", "up"])
-        self.addresses[site] = ip
-        return ip
-
-    def spawn(self, site: str, args: list[str], cwd: Path) -> subprocess.Popen:
-        p = processes.spawn(
-            ["ip", "netns", "exec", self.hosts[site], PY, "-m", "mpdp_services.cli.main", *args],
-            cwd=cwd, stdout=subprocess.PIPE, stderr=open(cwd / "service.log", "ab"), env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
-        )
-        self.procs.append(p)
-        return p
-
-    def connections(self, site: str) -> set[tuple[str, str, str]]:
-        """(state, local, peer) of every TCP socket but listeners in the site's namespace."""
-        out = run(["ip", "netns", "exec", self.hosts[site], "ss", "-tanH"]).stdout
-        rows = set()
-        for line in out.splitlines():
-            f = line.split()
-            if len(f) >= 5 and f[0] != "LISTEN":
-                rows.add((f[0], _plain(f[3]), _plain(f[4])))
-        return rows
-
-    def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            if p.stdout:
-                p.stdout.close()
-        for ns in [*self.hosts.values(), self.switch]:
-            run(["ip", "netns", "del", ns], check=False)
-
-
-def _plain(endpoint: str) -> str:
-    """'[::ffff:198.18.1.10]:7000' (IPv4 on a dual-stack socket) → '198.18.1.10:7000'."""
-    return endpoint.replace("[::ffff:", "").replace("]", "") if endpoint.startswith("[::ffff:") else endpoint
-
-
-
-
-def federation_yaml(path: Path, name: str, addresses: dict[str, str], parties: list[str], nodes: list[str] = ()) -> Path:
-    spec = {
-        "federation": name,
-        "curator": {"name": "curator", "address": f"{addresses['curator']}:{CURATOR_PORT}", "state_dir": "state"},
-        "compute_nodes": [{"name": n, "address": f"{addresses[n]}:{NODE_PORT}"} for n in nodes],
-        "parties": [
-            {"name": p, "hosts": [addresses[p]], "datasets": {"breast_cancer": {"path": str(path.parent / "data" / p / "breast_cancer.csv"), "format": "csv"}}}
-            for p in parties
-        ],
-        "defaults": {"test_mode": True, "paillier_bits": 1024, "dgk_bits": 1024, "budget_epsilon": 100},
-    }
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 @pytest.fixture
@@ -214,6 +118,11 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
     ep = str(out / "operator")
     try:
         train = operator("train", "logreg", "--endpoints", ep, "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "1", "--lam", "0.1", "--json")
+        total = sum(len(np.loadtxt(tmp_path / "data" / p / "breast_cancer.csv", delimiter=",")) for p in PARTIES)
+        gd = json.loads(operator("train", "dp-gd", "--endpoints", ep, "--dataset", "breast_cancer", "--parties", ",".join(PARTIES), "--epsilon", "2",
+                                 "--lam", "0.01", "--dimension", "30", "--total-records", str(total), "--records-per-party", "200", "--rounds", "1", "--json"))
+        ensemble = json.loads(operator("train", "hamm2016", "--endpoints", ep, "--dataset", "breast_cancer", "--auxiliary", "breast_cancer_aux",
+                                       "--parties", ",".join(PARTIES), "--epsilon", "50", "--lam", "0.01", "--json"))
         dca_job = json.loads(operator("dca", "create", "--endpoints", ep, "-d", "4", "-n", "40", "-t", "2", "--epsilon", "1", "--delta", "1e-5", "--sensitivity", "4", "--nodes", ",".join(NODES), "--json"))["job_id"]
         load = json.loads(operator("dca", "loadgen", "--endpoints", ep, "--job", dca_job, "--clients", "40", "--json"))
         dca_status = json.loads(operator("dca", "watch", "--endpoints", ep, "--job", dca_job, "--json"))
@@ -225,9 +134,13 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
     summary = json.loads(train)
     assert summary["parties"] == 3 and summary["dimension"] == 30
     assert load["accepted_shares"] == 3 * 40 and dca_status["state"] == "RELEASED" and dca_status["clients_included"] == 40, (load, dca_status)
-    for p in PARTIES:
-        entries = json.loads((out / p / "state" / "ledger.json").read_text())["entries"]
-        assert [e["job_id"] for e in entries] == [summary["job_id"]]
+    assert gd["parties"] == PARTIES and gd["stored"] == "curator", gd
+    assert ensemble["model"] == "hamm2016" and ensemble["parties_included"] == 3, ensemble
+    for p in PARTIES:  # every party paid for each job in its own ledger, and for nothing else
+        paid = [e["job_id"] for e in json.loads((out / p / "state" / "ledger.json").read_text())["entries"]]
+        assert paid[0] == summary["job_id"] and len(paid) >= 3, (p, paid)
+        for job in (gd["job_id"], ensemble["job_id"]):
+            assert any(job in j for j in paid), (p, job, paid)
 
     ip = lab.addresses
     curator_ep = f"{ip['curator']}:{CURATOR_PORT}"
@@ -252,13 +165,12 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
                     problems.append(f"curator: unexpected {local} ↔ {peer}")
             elif site in NODES:
                 me = f"{ip[site]}:{NODE_PORT}"
-                inbound = local == me and host(peer) in (node_ips - {ip[site]}) | {ip["curator"], ip["operator"]}
+                inbound = local == me and host(peer) in (node_ips - {ip[site]}) | party_ips | {ip["curator"], ip["operator"]}
                 outbound = peer == curator_ep or peer in node_eps - {me}
                 if not (inbound or outbound):
                     problems.append(f"{site}: unexpected {local} ↔ {peer}")
-            else:
-                if peer != curator_ep:
-                    problems.append(f"{site}: unexpected {local} ↔ {peer} (a party only dials the curator here; nothing reaches it)")
+            elif peer != curator_ep and peer not in node_eps:
+                problems.append(f"{site}: unexpected {local} ↔ {peer} (a party only dials the curator and, as a DCA client, the nodes)")
     assert not problems, "\n".join(problems)
     # the check is not vacuous: parties reached the curator and each other, the operator reached the curator
     assert any(peer == curator_ep for _, _, peer in seen["operator"])
@@ -268,4 +180,6 @@ def test_job_across_namespaces_only_talks_where_the_protocol_says(lab, tmp_path)
         assert any(peer == curator_ep for _, _, peer in seen[n]), f"{n} never connected to the curator"
         assert any(peer in node_eps or (local in node_eps and host(peer) in node_ips) for _, local, peer in seen[n]), f"{n} never talked to another node"
     assert any(peer in node_eps for _, _, peer in seen["curator"]), "the curator never reached a compute node"
+    for p in PARTIES:  # dp-gd and ensemble rounds: each party is a DCA client, dialling the nodes itself
+        assert any(peer in node_eps for _, _, peer in seen[p]), f"{p} never sent its shares to a compute node"
     assert all(proc.poll() is None for proc in [cur, *parties.values(), *nodes.values()]), "a service died during the jobs"

@@ -132,6 +132,6 @@ def test_predict_reads_the_protocol_from_the_curator(fed):
     dca = _waiting_dca_job(ep)
     _cli(fed, "cancel", dca)
     out = CliRunner().invoke(predict_cmd, ["--job", dca, *args])
-    assert out.exit_code != 0 and "released a sum, not a model" in out.output
+    assert out.exit_code != 0 and "released no model" in out.output
     out = CliRunner().invoke(predict_cmd, ["--job", "pk-000000000000", *args])
     assert out.exit_code != 0 and "mpdp jobs ls" in out.output

@@ -1,4 +1,4 @@
-"""A security review of Pathak 2010's π₁ commit and reveal, over real processes and mutual TLS.
+"""Pathak 2010's π₁ commit and reveal against a hostile party, over real processes and mutual TLS.
 
 The attacker is a party of the job played by the test (the mock of tests/adversarial/test_pathak_malicious.py: a
 federation certificate, a server that records what it is sent, raw gRPC calls for what it sends); P1 (party-1) is

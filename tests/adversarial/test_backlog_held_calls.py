@@ -1,4 +1,4 @@
-"""A hostile review of a compute node's backlog (ComputeNodeMachine, "Backlog"; the servicer's ``room``), over real
+"""A compute node's backlog under a hostile load (ComputeNodeMachine, "Backlog"; the servicer's ``room``), over real
 processes and mutual TLS with a raw load generator (the federation's operator certificate).
 
 The nodes run with ``report_every = 4`` and a backlog of one byte: each takes at most 16 undecided clients (four
@@ -40,7 +40,7 @@ WAITS, STALLS = "mpdp_dca_backlog_waits_total", "mpdp_dca_backlog_stalls_total"
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
-    f = start_federation(tmp_path_factory.mktemp("review-backlog"), node_options={**BASE, "backlog_stall_seconds": 2.0})
+    f = start_federation(tmp_path_factory.mktemp("held-calls"), node_options={**BASE, "backlog_stall_seconds": 2.0})
     yield f
     f.stop()
 
@@ -48,7 +48,7 @@ def fed(tmp_path_factory):
 @pytest.fixture(scope="module")
 def patient(tmp_path_factory):
     """Nodes whose stall rule waits 40 s: a held call ends earlier only for a reason of its own."""
-    f = start_federation(tmp_path_factory.mktemp("review-backlog-patient"), node_options={**BASE, "backlog_stall_seconds": 40.0})
+    f = start_federation(tmp_path_factory.mktemp("held-calls-patient"), node_options={**BASE, "backlog_stall_seconds": 40.0})
     yield f
     f.stop()
 
@@ -56,7 +56,7 @@ def patient(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory):
     """As ``patient``, each node of two processes (a coordinator and a worker sharing its port)."""
-    f = start_federation(tmp_path_factory.mktemp("review-backlog-workers"), node_options={**BASE, "backlog_stall_seconds": 40.0, "workers": 2})
+    f = start_federation(tmp_path_factory.mktemp("held-calls-workers"), node_options={**BASE, "backlog_stall_seconds": 40.0, "workers": 2})
     yield f
     f.stop()
 

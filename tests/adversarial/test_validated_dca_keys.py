@@ -1,4 +1,4 @@
-"""A security review of the validated DCA: hostile verify-key pieces, non-canonical field elements and split
+"""The validated DCA against hostile verify-key pieces, non-canonical field elements and split
 joint-randomness hints, over real processes and mutual TLS; and a compute node that equivocates on its piece of the
 verify key, through the real machines in one process.
 

@@ -1,7 +1,7 @@
-"""A review of P1's relay of the π₁ openings and of the pair seeds, with three parties, over real processes and TLS.
+"""P1's relay of the π₁ openings and of the pair seeds, with three parties, over real processes and TLS.
 
 The federation has two real parties (party-1, party-2) and the attacker, party-mock (the recording mock of
-tests/adversarial/test_pathak_malicious.py). The two-party cases are in tests/adversarial/test_review_pathak_reveal.py;
+tests/adversarial/test_pathak_malicious.py). The two-party cases are in tests/adversarial/test_pathak_reveal.py;
 what needs a third party is here:
 
 - a malicious party that commits *honestly* to a low-order X25519 key (its opening opens its commitment, so P1
@@ -51,7 +51,7 @@ from .conftest import (
     wait_pathak,
 )
 from .test_pathak_malicious import MOCK, REAL, fresh_opening, mock, received  # noqa: F401  (the module's mock party, over this module's federation)
-from .test_review_pathak_reveal import _secrets
+from .test_pathak_reveal import _secrets
 
 pytestmark = pytest.mark.integration
 OTHER = "party-2"
