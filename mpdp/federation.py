@@ -106,26 +106,34 @@ class Federation:
     # -- construction ------------------------------------------------------------------------------
     @classmethod
     def in_process(cls, parties: Sequence[tuple[Any, Any]], *, compute_nodes: int = 3, key_bits: int = 2048,
-                   seed: bytes | str | int | None = None, names: Sequence[str] | None = None) -> "Federation":
+                   seed: bytes | str | int | None = None, names: Sequence[str] | None = None, budget_epsilon: float | None = None,
+                   budget_delta: float = 1e-3) -> "Federation":
         """All roles as machines in this process. ``parties``: one (X, y) per party (X of shape (n_j, d)).
 
         ``compute_nodes``: M DCA compute nodes (DCA sums, regression, ensembles, dp-gd). ``key_bits``: the
         Paillier and DGK moduli of the Pathak protocol (below 2048 only as a test federation). ``seed``: fix every
         random choice for a reproducible **simulation** (releases are marked ``seeded`` and are not private);
         None (default) draws from the OS CSPRNG. ``names``: party names (default ``party-1`` … ``party-K``).
+        ``budget_epsilon``, ``budget_delta``: every party's privacy budget, as a served party's ledger has it (its
+        Spends are checked there by the accountant; a job over budget raises :class:`JobFailed`); None (default): no
+        limit, every charge recorded and none refused.
         """
         from mpdp.inprocess import InProcessBackend
 
-        return cls(InProcessBackend(parties, compute_nodes=compute_nodes, key_bits=key_bits, seed=seed, names=names))
+        return cls(InProcessBackend(parties, compute_nodes=compute_nodes, key_bits=key_bits, seed=seed, names=names, budget_epsilon=budget_epsilon,
+                                    budget_delta=budget_delta))
 
     @classmethod
     def connect(cls, endpoints: str | os.PathLike | None = None, *, profile: str | None = None, dataset: str | None = None,
-                schema: str | os.PathLike | None = None) -> "Federation":
+                schema: str | os.PathLike | None = None, seed: bytes | str | int | None = None) -> "Federation":
         """A live federation: ``endpoints`` is its ``endpoints.json`` or the folder holding it; else the
         ``MPDP_ENDPOINTS`` environment variable, else the connection ``profile`` (or ``MPDP_PROFILE``, or the
         profiles file's default: `mpdp profile ls`). ``dataset``: the dataset name the parties map to their files,
         used by every call that does not name one. ``schema``: the federation's data schema file (docs/schema.md);
         its sha256 goes in every classification job's spec, and a party whose dataset has another schema refuses.
+        ``seed``: a **test federation's** simulation seed (its services refuse it outside test mode), derived per job
+        as :meth:`in_process` derives it: the n-th seeded call runs on the same seed in both (releases marked
+        ``seeded``, not private); None (default): every role draws from its CSPRNG.
 
         >>> fed = mpdp.Federation.connect("runs/federation", dataset="breast_cancer")  # doctest: +SKIP
         >>> fed.logistic_regression(epsilon=1.0, lam=0.01).guarantee.statement          # doctest: +SKIP
@@ -146,7 +154,9 @@ class Federation:
 
             loaded = Schema.load(Path(schema))
             schema_sha256 = loaded.sha256()
-        fed = cls(live.LiveBackend(Path(endpoints), dataset=dataset, schema_sha256=schema_sha256))
+        from mpdp.inprocess import as_seed
+
+        fed = cls(live.LiveBackend(Path(endpoints), dataset=dataset, schema_sha256=schema_sha256, seed=as_seed(seed)))
         fed._schema = loaded  # the columns, categories and bounds a query may use (Federation.query)
         return fed
 

@@ -107,6 +107,22 @@ def new_job_id(name: str) -> str:
     return prefix(name) + secrets.token_hex(6)
 
 
+def seeded_job_id(name: str, seed: bytes) -> str:
+    """The id of a seeded (test-mode, non-private) job of protocol ``name`` run on simulation seed ``seed``: its
+    prefix and 48 bits of the seed's SHA-256, so the in-process federation and a live one name the same seeded job
+    alike (:meth:`mpdp.Federation.connect` with ``seed``)."""
+    import hashlib
+
+    return prefix(name) + hashlib.sha256(seed).hexdigest()[:12]
+
+
+def round_dca_job_id(job_id: str, r: int) -> str:
+    """The DCA job of round ``r`` of a job that runs its rounds as DCA jobs (a learner's round, an ensemble's vote
+    sum): ``dca-<job>.r<r>``. The in-memory drivers name every round so; a federation's curator names a seeded job's
+    rounds so (its seeded noise streams are keyed by the DCA job's id) and an unseeded job's with fresh ids."""
+    return prefix("dca") + f"{job_id}.r{r}"
+
+
 def models() -> dict[str, Protocol]:
     """`mpdp train MODEL` subcommand → protocol."""
     return {p.model: p for p in PROTOCOLS if p.model is not None}

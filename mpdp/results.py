@@ -43,10 +43,11 @@ class JobFailed(RuntimeError):
 
 
 def unit_rows(X: Any) -> np.ndarray:
-    """Rows with ‖x‖ > 1 scaled onto the unit sphere: the parties' feature map before training."""
-    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
-    norms = np.linalg.norm(X, axis=1)
-    return X * np.minimum(1.0, 1.0 / np.maximum(norms, 1e-300))[:, None]
+    """Rows with ‖x‖ > 1 scaled onto the unit sphere: the parties' feature map before training
+    (:func:`mpdp.learn.logreg.clip_rows`, the one row map a federation's curator and parties use too)."""
+    from mpdp.learn.logreg import clip_rows
+
+    return clip_rows(np.atleast_2d(np.asarray(X, dtype=np.float64)))
 
 
 def _labels(classes: Sequence[Any]) -> np.ndarray:

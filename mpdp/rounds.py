@@ -62,12 +62,15 @@ def drive(role: Any, ask_type: type, run_round: Callable[[Any], tuple[str, dca_p
 
 def inmemory_round(name: str, params: DcaParams, party_data: Mapping[str, tuple[np.ndarray, np.ndarray]], records_per_party: int,
                    vector: Callable[[np.ndarray, np.ndarray], np.ndarray], *, seed: bytes = b"",
-                   observe: Callable[[Any], None] | None = None) -> tuple[str, dca_pb2.DpSum]:
+                   observe: Callable[[Any], None] | None = None, ledgers: Mapping[str, Any] | None = None,
+                   charge: Callable[[DcaParams], Any] | None = None) -> tuple[str, dca_pb2.DpSum]:
     """One round in one process: every party's rows checked against the job's public row bound, its contribution
     ``vector(X, y)``, the DCA job ``params`` (its id chosen) on the in-memory driver with the parties as client
     machines (seeded: ``Drbg.from_seed(seed)``, else the OS CSPRNG). Returns (the DCA job id, its release);
     :class:`RoundFailed` naming the round (``name``) and its job otherwise. ``observe`` sees the
-    :class:`~mpdp.dca.driver.DcaRun`."""
+    :class:`~mpdp.dca.driver.DcaRun`. ``ledgers``: the parties' :class:`~mpdp.ledger.PrivacyLedger` by name, where
+    each party's charge (``charge(params)``, default the DCA job's own) is checked and recorded before its shares
+    leave (over budget: :class:`~mpdp.driver.SpendRefused`)."""
     from mpdp.dca.driver import run_job
     from mpdp.math.drbg import Drbg
 
@@ -76,7 +79,9 @@ def inmemory_round(name: str, params: DcaParams, party_data: Mapping[str, tuple[
         if len(X) > max(1, records_per_party):
             raise RoundFailed(f"{name} ({job_id}): party {party} has more rows than the job's public bound of {records_per_party}")
     Z = np.stack([vector(X, y) for X, y in party_data.values()])
-    run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=list(party_data), client_mode="machines")
+    extra: dict[str, Any] = {} if charge is None else {"charge": charge}
+    run = run_job(params, Z, Drbg.from_seed(seed) if seed else Drbg.from_os(), client_ids=list(party_data), client_mode="machines", ledgers=ledgers,
+                  **extra)
     if observe is not None:
         observe(run)
     if run.release is None:

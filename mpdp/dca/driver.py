@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from mpdp.dca.client import ClientCohort, ClientMachine, node_peer
 from mpdp.dca.compute_node import DEFAULT_REPORT_EVERY, ComputeNodeMachine
 from mpdp.dca.params import DcaParams
 from mpdp.driver import Wire
+from mpdp.ledger import PrivacyLedger
 from mpdp.math.drbg import Drbg
 from mpdp.messages import dca_pb2 as pb
 from mpdp.protocol import CURATOR, Output, Peer, ProtocolError, Send
@@ -77,12 +78,18 @@ def run_job(
     keep_noise: bool = False,
     report_every: int = DEFAULT_REPORT_EVERY,
     close: bool = True,
+    ledgers: Mapping[str, PrivacyLedger] | None = None,
+    charge: Callable[[DcaParams], tuple[dict, ...]] | None = None,
 ) -> DcaRun:
     """Run one job to release or refusal.
 
     ``drop``: client indices that never submit. ``lost``: (client index, node index) messages lost in
     transit. ``order``: shuffle the delivery queue. ``tamper(sender, recipient, msg)`` may replace a message
     or drop it (None). ``close``: the aggregator closes submissions once every client has sent (the deadline).
+    ``ledgers``: the parties' ledgers by client id; a client's Spend is checked and recorded there before its shares
+    leave (:class:`~mpdp.driver.Wire`; over budget, :class:`~mpdp.driver.SpendRefused`). ``charge``: what a client
+    machine spends for its shares when the job that asked for them charges otherwise than the sum's own guarantee
+    (a dp-gd round, an ensemble's votes), as a party's contribution does.
     """
     if client_mode is None:  # a listed roster's clients submit for themselves; others may be relayed as a cohort
         client_mode = "machines" if params.roster or params.validation is not None else "cohort"
@@ -100,7 +107,7 @@ def run_job(
         run.nodes[to.name] = wire.machines[to] = ComputeNodeMachine.from_announcement(to.name, msg, report_every=report_every, record=record)
         return []
 
-    wire = Wire(order=order, tamper=tamper, spawn=spawn)
+    wire = Wire(order=order, tamper=tamper, spawn=spawn, ledgers=ledgers)
     wire.machines[CURATOR] = agg
     wire.ledger = run.ledger
     route, pump = wire.route, wire.pump
@@ -123,7 +130,8 @@ def run_job(
             if i in drop_set:
                 continue
             t = time.perf_counter()
-            c = ClientMachine(params, cid, Z[i], rng.child(f"client/{cid}"), keep_noise=keep_noise, record=record)
+            c = ClientMachine(params, cid, Z[i], rng.child(f"client/{cid}"), keep_noise=keep_noise, record=record,
+                              charge=None if charge is None else charge(params))
             run.clients[cid] = c
             outs = c.submit()
             seconds["clients"] += time.perf_counter() - t

@@ -17,14 +17,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from mpdp import rounds
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd.plan import TRUST_MODEL, DpgdCurator, DpgdPlan, party_vector, round_job_id
-from mpdp.dpgd.wire import iterate_of, plan_of, round_request
+from mpdp.dpgd.wire import iterate_of, plan_of, round_charge, round_request
 from mpdp.messages import common_pb2, contribution_pb2, dca_pb2, learner_pb2
 from mpdp.protocol import FAILED, LocalProtocolError, Machine, Peer, Problem, Publish, row
 from mpdp.rounds import RoundFailed as RoundFailed  # the roles' one round failure, raised by drive
@@ -206,20 +206,25 @@ def drive(role: DpgdRole, run_round: Callable[[RunRound], tuple[str, dca_pb2.DpS
 
 def run_inmemory(plan: DpgdPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], records_per_party: int, *,
                  job_id: str, dca_job_ids: Sequence[str], seed: bytes = b"", max_missing: int = 0, deadline: float = 600.0,
-                 observe: Callable[[Any], None] | None = None) -> DpgdRun:
+                 observe: Callable[[Any], None] | None = None, ledgers: Mapping[str, Any] | None = None) -> DpgdRun:
     """The whole job in one process through :class:`DpgdRole`: each round's DCA job on the one in-memory driver
     (:func:`mpdp.rounds.inmemory_round`), every party a DCA client machine contributing :func:`party_vector` of its
     rows (already on the unit ball and labelled as the party service labels them, :func:`mpdp.dpgd.model.party_rows`).
     ``dca_job_ids`` name the R + 1 DCA jobs (the federation's curator chooses them); a seeded run with the
     federation's ids reproduces its releases and model bit for bit. ``observe`` sees each round's
-    :class:`~mpdp.dca.driver.DcaRun`."""
-    role = DpgdRole(plan, list(party_data), nodes, records_per_party, job_id=job_id, max_missing=max_missing, seed=seed, deadline=deadline)
+    :class:`~mpdp.dca.driver.DcaRun`. Every party spends what a served party spends
+    (:func:`mpdp.dpgd.wire.round_charge`: the job's one charge, a marker per round), checked and recorded in its
+    :class:`~mpdp.ledger.PrivacyLedger` of ``ledgers`` (by name) before its shares leave (over budget:
+    :class:`~mpdp.driver.SpendRefused`)."""
+    parties = list(party_data)
+    role = DpgdRole(plan, parties, nodes, records_per_party, job_id=job_id, max_missing=max_missing, seed=seed, deadline=deadline)
     ids = iter(dca_job_ids)
 
     def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:
         params = dataclasses.replace(ask.params, job_id=next(ids))
         W = iterate_of(ask.request, plan)
+        charge = lambda p: round_charge(plan, job_id, ask.round, params.job_id, parties, seeded=p.seeded)  # noqa: E731
         return rounds.inmemory_round(f"round {ask.round}", params, party_data, ask.records_per_party,
-                                     lambda X, y: party_vector(plan, ask.round, W, X, y), seed=seed, observe=observe)
+                                     lambda X, y: party_vector(plan, ask.round, W, X, y), seed=seed, observe=observe, ledgers=ledgers, charge=charge)
 
     return drive(role, run_round)

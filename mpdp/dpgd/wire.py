@@ -22,6 +22,17 @@ from mpdp.messages import common_pb2, contribution_pb2 as pb
 STATISTIC = "dpgd/round"
 PROTOCOL = "dpgd"  # the ledger entry of the whole job (DpgdPlan.ledger_entry)
 ROUND_PROTOCOL = "dpgd-round"  # a zero-charge marker per round: a party contributes to each round once
+
+
+def round_charge(plan: DpgdPlan, job_id: str, r: int, dca_job_id: str, parties: list[str] | tuple[str, ...], *, seeded: bool) -> tuple[dict, dict]:
+    """What a party spends for its shares of round ``r``: the one charge of the whole job (``DpgdPlan.ledger_entry``,
+    with the round's parties, sorted; a ledger stores it once and finds it at every later round), then the round's
+    zero-charge marker (a second contribution to the round is a replay). The DCA submission spends nothing of its own."""
+    entry = plan.ledger_entry(job_id, seeded=seeded)
+    entry["parties"] = sorted(parties)  # every round of the job is a sum over these same parties
+    marker = {"protocol": ROUND_PROTOCOL, "job_id": round_job_id(job_id, r), "epsilon": 0.0, "delta": 0.0, "dpgd_job_id": job_id,
+              "round": r, "dca_job_id": dca_job_id, "purpose": "covered by the dp-gd job's charge"}
+    return entry, marker
 MODES = {"corrected": common_pb2.CORRECTED, "paper": common_pb2.PAPER}
 MODE_NAMES = {v: k for k, v in MODES.items()}
 SIGMA_TOLERANCE = 1e-9  # relative: the DCA recomputes σ_std from the same (ε_r, δ, Δ_r)

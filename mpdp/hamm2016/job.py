@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -585,8 +585,12 @@ def run_inmemory(
     *,
     local_models: dict[str, str] | None = None,
     drop: tuple[str, ...] = (),
+    ledgers: Mapping[str, Any] | None = None,
 ) -> InMemoryRun:
-    """The whole job in one process: every party a DCA client machine, the nodes and Charlie as machines."""
+    """The whole job in one process: every party a DCA client machine, the nodes and Charlie as machines. Each voter
+    spends what a served party spends for its vote shares (:func:`ledger_entry`, the ensemble's ε), checked and
+    recorded in its :class:`~mpdp.ledger.PrivacyLedger` of ``ledgers`` (by name) before the shares leave (over
+    budget: :class:`~mpdp.driver.SpendRefused`)."""
     from mpdp.dca.driver import run_job
 
     validate_spec(spec)
@@ -616,7 +620,8 @@ def run_inmemory(
     full = np.zeros((len(names), params.dimension))  # dropped voters never submit (run_job's drop)
     for name, z in zip(voters, Z):
         full[names.index(name)] = z
-    run = run_job(params, full, rng, client_ids=names, client_mode="machines", drop=[names.index(n) for n in drop])
+    run = run_job(params, full, rng, client_ids=names, client_mode="machines", drop=[names.index(n) for n in drop], ledgers=ledgers,
+                  charge=lambda p: (ledger_entry(job_id, spec, dca_job_id, X_aux.shape[0]),))
     if run.release is None:
         raise EnsembleJobError(f"the vote sum was not released: {run.error.detail if run.error else 'unknown'}")
     outs = curator.vote_sum(run.release)

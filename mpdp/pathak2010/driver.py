@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
 from mpdp.dp.pathak_noise import GAUSSIAN, MODES
 from mpdp.driver import Wire
+from mpdp.ledger import PrivacyLedger
 from mpdp.math.drbg import Drbg
 from mpdp.messages import common_pb2, pathak2010_pb2 as pb
 from mpdp.pathak2010.curator import CuratorMachine
@@ -72,6 +73,7 @@ def run_job(
     train: Callable[[np.ndarray, np.ndarray, PathakParams], LocalModel] = train_local,
     local_work_seconds: float = 0.0,
     wait_until: Callable[[float], None] | None = None,
+    ledgers: Mapping[str, PrivacyLedger] | None = None,
 ) -> JobResult:
     """Run one job to completion or failure. ``secrets``: the curator's keys (:meth:`CuratorSecrets.generate`);
     ``test_mode`` allows keys below 2048 bits and simulation seeds, as a federation's test mode does (never for real data).
@@ -81,7 +83,9 @@ def run_job(
     it has spent and the network is quiet (as a served party trains after ProtocolStart); a training error fails its
     job (INVALID_JOB) as a served party's does. ``local_work_seconds``: every party's pad (PartyResources); the driver
     calls ``wait_until(t)`` with the machine's ``local_work_until`` before handing it the model (a served party awaits
-    that time; None: no wait, so a pad the injected ``clock`` has not passed fails the job INTERNAL)."""
+    that time; None: no wait, so a pad the injected ``clock`` has not passed fails the job INTERNAL). ``ledgers``: the
+    parties' ledgers by name; a party's Spend is checked against its budget and recorded there before its first
+    data-dependent message (over budget: :class:`~mpdp.driver.SpendRefused`, the party's job failed)."""
     params = PathakParams.from_spec(job_id, spec)
     root = Drbg.from_os() if not spec.simulation_seed else Drbg.from_seed(spec.simulation_seed)
     curator = CuratorMachine(params, spec, {p: f"inmemory:{p}" for p in params.parties}, CuratorResources(root.child("curator-res"), secrets, test_mode, clock=clock))
@@ -121,7 +125,7 @@ def run_job(
                 wire.error = m.error
         return moved
 
-    wire = Wire(order=order, tamper=tamper, spawn=spawn, before_each=None if before_each is None else lambda: before_each(result))
+    wire = Wire(order=order, tamper=tamper, spawn=spawn, before_each=None if before_each is None else lambda: before_each(result), ledgers=ledgers)
     wire.machines[CURATOR] = curator
     wire.ledger = result.ledger
     wire.route(CURATOR, curator.start())

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -241,12 +241,14 @@ def drive(role: RegressionRole, run_round: Callable[[RunRound], tuple[str, dca_p
 
 def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, np.ndarray]], nodes: Sequence[str], total_records: int,
                  records_per_party: int, *, job_ids: tuple[str, str], seed: bytes = b"", deadline: float = 600.0, noise: str = "gaussian",
-                 validate: bool = True, observe: Callable[[Any], None] | None = None) -> RegressionRun:
+                 validate: bool = True, observe: Callable[[Any], None] | None = None, ledgers: Mapping[str, Any] | None = None) -> RegressionRun:
     """The whole regression in one process through :class:`RegressionRole`: each round's DCA job runs on the
     one in-memory driver (:func:`mpdp.rounds.inmemory_round`), every party a DCA client machine contributing what
     ``services/party/contribution.py`` would (its records clipped to the round's bounds, summed). ``job_ids`` name the
     two DCA jobs (the federation's curator chooses them); a seeded run with the federation's ids reproduces its
-    releases bit for bit. ``observe`` sees each round's :class:`~mpdp.dca.driver.DcaRun` (messages, ledger entries, times)."""
+    releases bit for bit. ``observe`` sees each round's :class:`~mpdp.dca.driver.DcaRun` (messages, ledger entries,
+    times). ``ledgers``: the parties' :class:`~mpdp.ledger.PrivacyLedger` by name; each round's charge is checked and
+    recorded there before the party's shares leave (over budget: :class:`~mpdp.driver.SpendRefused`)."""
     from mpdp.regression.statistics import party_statistics
 
     role = RegressionRole(plan, list(party_data), nodes, total_records, records_per_party, seed=seed, deadline=deadline, noise=noise, validate=validate)
@@ -255,6 +257,6 @@ def run_inmemory(plan: RegressionPlan, party_data: dict[str, tuple[np.ndarray, n
     def run_round(ask: RunRound) -> tuple[str, dca_pb2.DpSum]:
         params = dataclasses.replace(ask.params, job_id=next(ids))
         return rounds.inmemory_round(f"{ask.statistic} round", params, party_data, ask.records_per_party,
-                                     lambda X, y: party_statistics(X, y, ask.spec.round, ask.bounds), seed=seed, observe=observe)
+                                     lambda X, y: party_statistics(X, y, ask.spec.round, ask.bounds), seed=seed, observe=observe, ledgers=ledgers)
 
     return drive(role, run_round)

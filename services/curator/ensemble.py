@@ -219,9 +219,9 @@ class EnsembleCurator(pb_grpc.EnsembleCuratorServicer):
 def _load_auxiliary(cfg: DatasetConfig) -> np.ndarray:
     """The auxiliary features (labels, if the file has any, are ignored), rows clipped onto ‖x‖ ≤ 1 (public)."""
     X, _ = load(cfg.path, cfg.format, cfg.n_features, cfg.label_column)
-    X = np.asarray(X, dtype=np.float64)
-    X = X / np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
-    return core.check_auxiliary(X)
+    from mpdp.learn.logreg import clip_rows
+
+    return core.check_auxiliary(clip_rows(np.asarray(X, dtype=np.float64)))  # the one row map, as in-process (bit for bit)
 
 
 # -- its place at the curator (mpdp.registry: Hooks.curator) ---------------------------------------------------------

@@ -399,8 +399,10 @@ class LearnerHost:
         r, rounds = job.learner.progress(job.machine)
         name = f"round {r + 1} of {rounds}"
         # the job's state names the round's DCA job before it exists: a curator killed while it is being announced
-        # finds it at the restart and aborts it (recover), rather than leaving it waiting for partial sums
-        job.dca_job = registry.new_job_id("dca")
+        # finds it at the restart and aborts it (recover), rather than leaving it waiting for partial sums. A seeded
+        # (test-mode) job's round is named after the job, as the in-memory driver names it: its seeded noise streams
+        # are keyed by the DCA job's id, so the same seeded job releases the same sums here and in memory
+        job.dca_job = registry.round_dca_job_id(job.machine.job_id, r) if job.spec.simulation_seed else registry.new_job_id("dca")
         self._persist(job)
         with calls.sub_job():  # the round's DCA job counts against the bounds but is never refused by them
             create = asyncio.ensure_future(self.dca.create(ask.params.to_spec(), job.dca_job))

@@ -54,7 +54,9 @@ def predict_ensemble(ep: Endpoints, job_id: str, data_path: str, fmt: str, **_op
     X, y = load(data_path, fmt, n_features=r.features if fmt != "csv" else None)
     if X.shape[1] != r.features:
         raise ValueError(f"{data_path} has {X.shape[1]} features, the ensemble has {r.features}")
-    X = X / np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    from mpdp.learn.logreg import clip_rows
+
+    X = clip_rows(X)  # the one row map of the training data
     pred = predict(core.weights_of(r), X)
     out = {"job_id": job_id, "rows": int(len(pred)), "guarantee": r.guarantee.statement}
     try:

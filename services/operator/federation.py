@@ -28,7 +28,7 @@ DEFAULT_CLASSES = (-1.0, 1.0)  # the parties map binary labels to ±1, the large
 class LiveBackend:
     mode = LIVE
 
-    def __init__(self, endpoints: Path, *, dataset: str | None, schema_sha256: str = "") -> None:
+    def __init__(self, endpoints: Path, *, dataset: str | None, schema_sha256: str = "", seed: bytes = b"") -> None:
         self.endpoints_path = endpoints
         self.endpoints = Endpoints.load(endpoints)  # FileNotFoundError names the file
         p = endpoints / "endpoints.json" if endpoints.is_dir() else endpoints
@@ -37,6 +37,8 @@ class LiveBackend:
         self.compute_nodes = tuple(sorted(doc.get("compute_nodes", {})))
         self.dataset = dataset
         self.schema_sha256 = schema_sha256  # in every classification spec ("" = no check)
+        self.seed = seed  # a test federation's simulation seed ("" = the roles' CSPRNGs): each job gets its own sub-seed
+        self._jobs = 0
 
     def close(self) -> None:
         pass
@@ -64,6 +66,22 @@ class LiveBackend:
         return exported(release(self.endpoints, job_id))[0]
 
     # -- helpers --------------------------------------------------------------------------------------
+    def _job_seed(self) -> bytes:
+        """The next job's simulation seed, derived as the in-process backend derives it (:func:`mpdp.inprocess.job_seed`),
+        so the same seeded calls in the same order get the same seeds in both; b"" without a federation seed."""
+        from mpdp.inprocess import job_seed
+
+        self._jobs += 1
+        return job_seed(self.seed, self._jobs)
+
+    @staticmethod
+    def _job_id(protocol: str, seed: bytes) -> str:
+        """A seeded learner job's id, derived from its seed as in-process (:func:`mpdp.registry.seeded_job_id`), so its
+        rounds' DCA jobs get the same names too; "" (the curator chooses) for an unseeded job."""
+        from mpdp import registry
+
+        return registry.seeded_job_id(protocol, seed) if seed else ""
+
     def _dataset(self, dataset: str | None) -> str:
         ds = dataset or self.dataset
         if not ds:
@@ -101,6 +119,7 @@ class LiveBackend:
         t0 = time.perf_counter()
         spec = make_spec(self._dataset(dataset), self._names(parties), epsilon, lam, noise, delta=delta or 0.0, colluders=colluders,
                          schema_sha256=self.schema_sha256)
+        spec.simulation_seed = self._job_seed()
         try:
             model = run(self.endpoints, operations_pb2.JobSubmission(pathak2010=spec), timeout=1800)[1].pathak2010
         except grpc.RpcError as e:
@@ -120,7 +139,7 @@ class LiveBackend:
         t0 = time.perf_counter()
         try:
             params = DcaParams("pending", Z.shape[1], Z.shape[0], max_missing, epsilon, delta, sensitivity, tuple(self._nodes()), clip_bounds=(clip,), noise=noise,
-                               validate=validate, frac_bits=32 if validate == "none" else 16)
+                               validate=validate, frac_bits=32 if validate == "none" else 16, simulation_seed=self._job_seed())
         except InvalidJob as e:
             raise ValueError(str(e)) from None
         ep = self.endpoints
@@ -154,8 +173,10 @@ class LiveBackend:
         records_per_party = self._required("records_per_party", records_per_party)
         t0 = time.perf_counter()
         try:
+            seed = self._job_seed()
             run = run_regression(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), bounds, epsilon, delta, int(total_records),
-                                 int(records_per_party), noise=noise, grid_repeats=grid_repeats, validate=validate)
+                                 int(records_per_party), noise=noise, grid_repeats=grid_repeats, validate=validate, seed=seed,
+                                 job_id=self._job_id("regression", seed))
         except RoundFailed as e:
             raise JobFailed(f"the regression job failed: {e}") from None
         except grpc.RpcError as e:
@@ -182,8 +203,9 @@ class LiveBackend:
             raise ValueError(f"not a valid dp-gd plan: {e}") from None
         t0 = time.perf_counter()
         try:
+            seed = self._job_seed()
             run = run_dpgd(self.endpoints, self._dataset(dataset), self._names(parties), self._nodes(), plan, int(records_per_party), max_missing=max_missing,
-                           schema_sha256=self.schema_sha256)
+                           schema_sha256=self.schema_sha256, seed=seed, job_id=self._job_id("dpgd", seed) or None)
         except RoundFailed as e:
             raise JobFailed(f"the dp-gd job failed: {e}") from None
         return dpgd_result(run, mode=self.mode, classes=classes, total=time.perf_counter() - t0, operations=self._rounds(run.releases))
@@ -200,7 +222,8 @@ class LiveBackend:
         classes = classes or DEFAULT_CLASSES
         spec = hamm2016_pb2.EnsembleJobSpec(dataset=self._dataset(dataset), auxiliary=auxiliary, method=method, lam=lam, epsilon=epsilon,
                                             classes=[label_text(c) for c in classes], parties=self._names(parties), compute_nodes=self._nodes(),
-                                            max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam, schema_sha256=self.schema_sha256)
+                                            max_missing=max_missing, protect_aux=protect_aux, local_lam=local_lam, schema_sha256=self.schema_sha256,
+                                            simulation_seed=self._job_seed())
         t0 = time.perf_counter()
         try:
             rel = train_ensemble(self.endpoints, spec)
@@ -218,7 +241,7 @@ class LiveBackend:
         t0 = time.perf_counter()
         try:
             summary = submit_local(self.endpoints, self._dataset(dataset), self._names(parties), epsilon, lam, "corrected", ridge, data_norm,
-                                   schema_sha256=self.schema_sha256)
+                                   seed=self._job_seed(), schema_sha256=self.schema_sha256)
             models = fetch(self.endpoints, summary["job_id"])
         except grpc.RpcError as e:
             raise JobFailed(f"the LMGC job failed: {e.details()}") from None

@@ -55,10 +55,12 @@ def run_regression(
     seed: bytes = b"",
     deadline: float = 600.0,
     validate: bool = True,
+    job_id: str = "",
 ) -> RegressionRun:
-    """Submit the job, wait for the posterior and return the run; raises :class:`RoundFailed` naming why nothing was released."""
+    """Submit the job, wait for the posterior and return the run; raises :class:`RoundFailed` naming why nothing was released.
+    ``job_id``: the operator's id for the job ("" = the curator chooses)."""
     spec = regression_spec(dataset, parties, nodes, bounds, epsilon, delta, total_records, records_per_party, mode=mode, noise=noise,
-                           grid_repeats=grid_repeats, seed=seed, deadline=deadline, validate=validate)
+                           grid_repeats=grid_repeats, seed=seed, deadline=deadline, validate=validate, job_id=job_id)
     return RegressionRun.of(run_model(ep, spec, "regression", RoundFailed))
 
 

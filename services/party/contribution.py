@@ -142,12 +142,9 @@ async def _dpgd_round(party: "Party", request: contribution_pb2.StatisticRequest
         def charge(params: DcaParams) -> tuple[dict, ...]:
             """The one charge of the whole dp-gd job (stored once; every later round finds it), then this round's
             zero-charge marker; the DCA submission itself spends nothing of its own."""
-            entry = plan.ledger_entry(msg.job_id, seeded=params.seeded)
-            entry["parties"] = parties  # every round of the job is a sum over these same parties
+            entry, marker = dpgd_wire.round_charge(plan, msg.job_id, msg.round, request.dca_job_id, parties, seeded=params.seeded)
             if charged is not None and any(charged.get(k) != entry[k] for k in ("plan", "seeded", "parties")):
                 raise ValueError(f"dp-gd job {shown(msg.job_id)} was charged for another plan or other parties")
-            marker = {"protocol": dpgd_wire.ROUND_PROTOCOL, "job_id": round_id, "epsilon": 0.0, "delta": 0.0, "dpgd_job_id": msg.job_id,
-                      "round": msg.round, "dca_job_id": request.dca_job_id, "purpose": "covered by the dp-gd job's charge"}
             return entry, marker
 
         def compute():  # over the dataset's batches (bounded memory; on Dask if it names a cluster)

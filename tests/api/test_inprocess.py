@@ -235,3 +235,27 @@ def test_docstring_examples_run():
     for m in (mpdp, mpdp.federation, mpdp.results, mpdp.baselines, mpdp.estimator):
         res = doctest.testmod(m)
         assert res.failed == 0 and res.attempted > 0, m.__name__
+
+
+def test_in_process_budget_is_checked_as_a_party_ledger_checks_it():
+    """Every party's Spend goes through its in-memory ledger (mpdp.driver.Wire): a job over budget fails with
+    JobFailed naming the party and the ledger's refusal, and charges nothing; a dp-gd job is charged once (its one
+    entry) with a zero-charge marker per round, as a served party records it."""
+    g = np.random.default_rng(5)  # public simulation data
+    parts = [(g.normal(size=(n, 3)), g.integers(0, 2, size=n)) for n in (30, 40)]
+    fed = mpdp.Federation.in_process(parties=parts, key_bits=512, seed=b"budget", budget_epsilon=3.0)
+    ok = fed.lmgc(epsilon=2.0, data_norm=4.0)
+    with pytest.raises(mpdp.JobFailed, match=r"party-1 cannot pay job lm-[0-9a-f]{12}: needs ε=2, δ=0; left ε=1"):
+        fed.lmgc(epsilon=2.0, data_norm=4.0)
+    for p in fed.parties:
+        assert [(e["job_id"], e["status"]) for e in fed._backend.ledger[p]] == [(ok.job_id, "released")]
+    gd = mpdp.Federation.in_process(parties=parts, seed=b"budget").dp_gd(epsilon=1.0, rounds=2, classes=[0, 1])
+    with pytest.raises(mpdp.JobFailed, match="cannot pay job dp-"):
+        mpdp.Federation.in_process(parties=parts, seed=b"budget", budget_epsilon=0.5).dp_gd(epsilon=1.0, rounds=2, classes=[0, 1])
+    led = mpdp.Federation.in_process(parties=parts, seed=b"budget")
+    r = led.dp_gd(epsilon=1.0, rounds=2, classes=[0, 1])
+    assert np.array_equal(r.model.coef, gd.model.coef)  # the same seed: the same job id, rounds and release
+    for p in led.parties:
+        entries = led._backend.ledger[p]
+        assert [e["protocol"] for e in entries] == ["dpgd", "dpgd-round", "dpgd-round", "dpgd-round"]
+        assert entries[0]["epsilon"] == r.guarantee.epsilon and sorted(entries[0]["parties"]) == list(led.parties)
