@@ -263,6 +263,21 @@ def assert_all_serving(fed: LocalFederation) -> None:
         assert_serving(fed, site)
 
 
+def wait_linked(fed: LocalFederation, timeout: float = 60.0) -> None:
+    """Every party's link to the curator is open: the curator's health service for it (what `mpdp health` asks)
+    reports SERVING, watched, not polled. After a curator restart a party re-opens its link on its own schedule."""
+    from mpdp_services.common.link import health_service
+
+    with channel(fed, "curator", site_tls(fed, "operator")) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        for party in fed.parties:
+            watch = stub.Watch(health_pb2.HealthCheckRequest(service=health_service(party)), timeout=timeout)
+            try:
+                assert any(r.status == health_pb2.HealthCheckResponse.SERVING for r in watch), f"{party}: no link"
+            finally:
+                watch.cancel()
+
+
 def ledger(fed: LocalFederation, party: str) -> dict:
     p = fed.workdir / party / "state" / "ledger.json"
     return json.loads(p.read_text()) if p.exists() else {"entries": []}

@@ -19,7 +19,8 @@ from mpdp.dpgd.model import Task
 from mpdp.dpgd.plan import DpgdPlan
 from mpdp.messages import common_pb2, operations_pb2_grpc
 
-from .conftest import NODES, PARTIES, assert_all_serving, assert_ledgers_within_budget, host_release, ledger, operator_curator, start_federation, submit_learner
+from .conftest import (NODES, PARTIES, assert_all_serving, assert_ledgers_within_budget, host_release, ledger, operator_curator, start_federation, submit_learner,
+                       wait_linked)
 
 SIZES = (40, 47, 54)  # conftest.start_federation's synthetic rows per party
 
@@ -116,6 +117,7 @@ def test_curator_killed_mid_ensemble_then_the_job_is_failed_not_forgotten(fed):
 
     spec = hm.EnsembleJobSpec(dataset="synthetic", auxiliary="aux", method="soft", lam=1e-2, epsilon=1.0, classes=["-1", "1"], parties=PARTIES,
                               compute_nodes=NODES, local_lam=1e-2, simulation_seed=b"kill")
+    wait_linked(fed)  # every party reached the curator again since an earlier test restarted it
     pid = fed.procs["party-3"].popen.pid
     os.kill(pid, signal.SIGSTOP)  # its vote never comes: the job waits
     try:
