@@ -108,29 +108,20 @@ class FederatedLogisticRegression(ClassifierMixin, BaseEstimator):
     def fit(self, X: Any = None, y: Any = None) -> "FederatedLogisticRegression":
         """Run one job (spends ε, δ). Simulation: ``X`` (n, d) and ``y`` (two classes); a Federation: no rows."""
         if isinstance(self.federation, Federation):
-            if X is not None or y is not None:
-                raise ValueError("the federation's parties hold the training rows: call fit() without X and y "
-                                 "(or pass a number of parties as federation to simulate them on your rows)")
+            _no_rows(X, y)
             result = self.federation.logistic_regression(**self._job_args(), classes=self.classes, dataset=self.dataset, parties=self.parties)
             self._adopt(result, intercept=False)
             self.n_features_in_ = int(result.model.n_features_in_)
             return self
-        k = self.federation
-        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 2:
-            raise ValueError(f"federation must be a number of parties K ≥ 2 or an mpdp.Federation, got {k!r}")
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: simulating parties needs fit(X, y)")
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
-        labels = np.unique(y)
+        k, X, y, labels = _simulated(self, X, y)
         if len(labels) > 2:
             raise ValueError(f"Only binary classification is supported. The type of the target is {type_of_target(y)}: y has {len(labels)} classes")
         if len(labels) < 2:
             raise ValueError("y has one class; the protocol needs two")
-        if X.shape[0] < 2 * int(k):
-            raise ValueError(f"{int(k)} parties need at least {2 * int(k)} samples (two each), got n_samples = {X.shape[0]}")
+        if X.shape[0] < 2 * k:
+            raise ValueError(f"{k} parties need at least {2 * k} samples (two each), got n_samples = {X.shape[0]}")
         rows = self._augment(X)
-        shares = [(rows[i::int(k)], y[i::int(k)]) for i in range(int(k))]
+        shares = [(rows[i::k], y[i::k]) for i in range(k)]
         seed = None if self.random_state is None else int(self.random_state)
         with Federation.in_process(parties=shares, key_bits=int(self.key_bits), seed=seed) as fed:
             result = fed.logistic_regression(**self._job_args(), classes=tuple(labels.tolist()))
@@ -234,28 +225,19 @@ class FederatedDPGDClassifier(ClassifierMixin, BaseEstimator):
         """Run one DP-GD job (spends ε, δ). Simulation: ``X`` (n, d) and ``y`` (two or more classes); a Federation: no rows."""
         job: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "lam": self.lam, "rounds": self.rounds, "validate": self.validate}
         if isinstance(self.federation, Federation):
-            if X is not None or y is not None:
-                raise ValueError("the federation's parties hold the training rows: call fit() without X and y "
-                                 "(or pass a number of parties as federation to simulate them on your rows)")
+            _no_rows(X, y)
             result = self.federation.dp_gd(**job, classes=self.classes, dataset=self.dataset, parties=self.parties,
                                            total_records=self.total_records, records_per_party=self.records_per_party, dimension=self.dimension)
             self._adopt(result, intercept=False)
             self.n_features_in_ = int(result.model.n_features_in_)
             return self
-        k = self.federation
-        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 2:
-            raise ValueError(f"federation must be a number of parties K ≥ 2 or an mpdp.Federation, got {k!r}")
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: simulating parties needs fit(X, y)")
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
-        labels = np.unique(y)
+        k, X, y, labels = _simulated(self, X, y)
         if len(labels) < 2:
             raise ValueError("y has one class; a classifier needs at least two")
-        if X.shape[0] < int(k):
-            raise ValueError(f"{int(k)} parties need at least {int(k)} samples (one each), got n_samples = {X.shape[0]}")
+        if X.shape[0] < k:
+            raise ValueError(f"{k} parties need at least {k} samples (one each), got n_samples = {X.shape[0]}")
         rows = _with_intercept(X, self.fit_intercept, self.intercept_scaling)
-        shares = [(rows[i::int(k)], y[i::int(k)]) for i in range(int(k))]
+        shares = [(rows[i::k], y[i::k]) for i in range(k)]
         seed = None if self.random_state is None else int(self.random_state)
         with Federation.in_process(parties=shares, compute_nodes=int(self.compute_nodes), seed=seed) as fed:
             result = fed.dp_gd(**job, classes=tuple(labels.tolist()))
@@ -291,6 +273,25 @@ class FederatedDPGDClassifier(ClassifierMixin, BaseEstimator):
     def predict(self, X: Any) -> np.ndarray:
         rows = self._rows(X)
         return np.asarray(self.model_.predict(rows))
+
+
+def _no_rows(X: Any, y: Any) -> None:
+    if X is not None or y is not None:
+        raise ValueError("the federation's parties hold the training rows: call fit() without X and y "
+                         "(or pass a number of parties as federation to simulate them on your rows)")
+
+
+def _simulated(est: BaseEstimator, X: Any, y: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """Simulation mode's checks: K ≥ 2 parties (``est.federation``), rows and labels as sklearn validates them.
+    Returns (K, X, y, the sorted labels)."""
+    k = est.federation
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 2:
+        raise ValueError(f"federation must be a number of parties K ≥ 2 or an mpdp.Federation, got {k!r}")
+    if y is None:
+        raise ValueError(f"{type(est).__name__} requires y to be passed, but the target y is None: simulating parties needs fit(X, y)")
+    X, y = validate_data(est, X, y, dtype=np.float64)
+    check_classification_targets(y)
+    return int(k), X, y, np.unique(y)
 
 
 def _with_intercept(X: np.ndarray, intercept: bool, scaling: float) -> np.ndarray:
