@@ -52,7 +52,41 @@ def epsilon_per_fit(total_epsilon: float, n_candidates: int, n_folds: int, *, re
     return total_epsilon / (n_candidates * n_folds + (1 if refit else 0))
 
 
-class FederatedLogisticRegression(ClassifierMixin, BaseEstimator):
+class _FederatedClassifier(ClassifierMixin, BaseEstimator):
+    """What both classifiers share once fitted: the released model adopted as sklearn's attributes, and the rows
+    scored as the parties trained (the intercept column, if any, then onto the unit ball, by the model itself)."""
+
+    intercept_scaling: float
+
+    def _adopt(self, result: Any, *, intercept: bool) -> None:
+        W = np.atleast_2d(np.asarray(result.model.coef, dtype=np.float64))  # (1, d) binary, (C, d) softmax
+        self.job_ = result.to_dict()  # plain data (guarantee, noise, trust model, timings, details): pickles with the estimator
+        self.model_ = result.model
+        self.guarantee_ = result.guarantee
+        self.classes_ = np.asarray(result.model.classes)
+        self.coef_ = W[:, :-1] if intercept else W
+        self.intercept_ = W[:, -1] * float(self.intercept_scaling) if intercept else np.zeros(W.shape[0])
+        self._intercept_column = intercept
+
+    def _rows(self, X: Any) -> np.ndarray:
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return _with_intercept(X, self._intercept_column, self.intercept_scaling)
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The model's scores on each row (with the intercept column, if any) scaled onto the unit ball, as the
+        parties trained: shape (n,) for two classes (the sign of ``coef_ @ x + intercept_``, larger means
+        ``classes_[1]``), else (n, C)."""
+        rows = self._rows(X)
+        return self.model_.decision_function(rows)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """σ (two classes) or the softmax of the scores; columns in the order of ``classes_``."""
+        rows = self._rows(X)
+        return self.model_.predict_proba(rows)
+
+
+class FederatedLogisticRegression(_FederatedClassifier):
     """Binary L2-regularised logistic regression trained by the Pathak, Rane & Raj (2010) protocol.
 
     Parameters
@@ -134,39 +168,12 @@ class FederatedLogisticRegression(ClassifierMixin, BaseEstimator):
     def _augment(self, X: np.ndarray) -> np.ndarray:
         return _with_intercept(X, self.fit_intercept, self.intercept_scaling)
 
-    def _adopt(self, result: Any, *, intercept: bool) -> None:
-        w = np.asarray(result.model.coef, dtype=np.float64)
-        self.job_ = result.to_dict()  # plain data (guarantee, noise, trust model, timings, details): pickles with the estimator
-        self.model_ = result.model
-        self.guarantee_ = result.guarantee
-        self.classes_ = np.asarray(result.model.classes)
-        self.coef_ = w[None, :-1] if intercept else w[None, :]
-        self.intercept_ = np.array([w[-1] * float(self.intercept_scaling) if intercept else 0.0])
-        self._intercept_column = intercept
-
-    # -- prediction ---------------------------------------------------------------------------------
-    def _rows(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "model_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self._augment(X) if self._intercept_column else X
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """wᵀx̃ on each row x̃ (with the intercept column, if any) scaled onto the unit ball, as the parties trained:
-        the sign of ``coef_ @ x + intercept_``, larger means ``classes_[1]``."""
-        rows = self._rows(X)
-        return self.model_.decision_function(rows)
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """σ(decision_function) for ``classes_[1]``; columns in the order of ``classes_``."""
-        rows = self._rows(X)
-        return self.model_.predict_proba(rows)
-
     def predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "model_")
         return self.classes_[(self.decision_function(X) > 0).astype(np.int64)]
 
 
-class FederatedDPGDClassifier(ClassifierMixin, BaseEstimator):
+class FederatedDPGDClassifier(_FederatedClassifier):
     """L2-regularised logistic regression over any number of classes, trained by the federation's DP gradient
     descent (:meth:`mpdp.Federation.dp_gd`, docs/protocols/dpgd.md): binary for two classes, softmax for more.
 
@@ -243,32 +250,6 @@ class FederatedDPGDClassifier(ClassifierMixin, BaseEstimator):
             result = fed.dp_gd(**job, classes=tuple(labels.tolist()))
         self._adopt(result, intercept=self.fit_intercept)
         return self
-
-    def _adopt(self, result: Any, *, intercept: bool) -> None:
-        W = np.atleast_2d(np.asarray(result.model.coef, dtype=np.float64))  # (1, d) binary, (C, d) softmax
-        self.job_ = result.to_dict()
-        self.model_ = result.model
-        self.guarantee_ = result.guarantee
-        self.classes_ = np.asarray(result.model.classes)
-        self.coef_ = W[:, :-1] if intercept else W
-        self.intercept_ = W[:, -1] * float(self.intercept_scaling) if intercept else np.zeros(W.shape[0])
-        self._intercept_column = intercept
-
-    def _rows(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "model_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return _with_intercept(X, self._intercept_column, self.intercept_scaling)
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """The model's scores on each row (with the intercept column, if any) scaled onto the unit ball, as the
-        parties trained: shape (n,) for two classes (larger means ``classes_[1]``), else (n, C)."""
-        rows = self._rows(X)
-        return self.model_.decision_function(rows)
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """σ (two classes) or the softmax of the scores; columns in the order of ``classes_``."""
-        rows = self._rows(X)
-        return self.model_.predict_proba(rows)
 
     def predict(self, X: Any) -> np.ndarray:
         rows = self._rows(X)
