@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import grpc
 import numpy as np
 
+from mpdp import limits
 from mpdp.contribution import AcceptedRound, Contributor, check_agreed_bound
 from mpdp.data.dataset import DoesNotFit, SchemaMismatch, require_schema
 from mpdp.data.loaders import DatasetError
@@ -176,6 +177,17 @@ async def computed(party: "Party", job_id: str, dataset: str, compute: Callable[
     except (ValueError, RuntimeError) as e:  # computed from the records: the detail stays in this party's log
         log.error("job %s: dataset %s: %s", job, dataset, e)
         raise errors.Refused(Problem.INVALID_JOB, f"party {cfg.name} could not {doing} dataset {shown(dataset)}; see its log") from None
+
+
+async def check_carries(context, request: contribution_pb2.StatisticRequest, field: str, what: str) -> None:
+    """A round request that carries its own protocol's request (``field``) and no clip box: every field in its
+    range first (``mpdp.limits``, INVALID_JOB), then that shape (MALFORMED, "``what`` and no clip box")."""
+    try:
+        limits.check_statistic_request(request)
+    except limits.SpecError as e:
+        await errors.refuse(context, Problem.INVALID_JOB, str(e))
+    if carried(request) != [field] or request.bounds:
+        await errors.refuse(context, Problem.MALFORMED, f"{what} and no clip box")
 
 
 def carried(request: contribution_pb2.StatisticRequest) -> list[str]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from mpdp.dpgd.plan import dpgd_contribution
 from mpdp.regression.statistics import statistics_contribution
-from mpdp import limits, registry
+from mpdp import registry
 from mpdp.contribution import AcceptedRound
 from mpdp.dca.params import DcaParams
 from mpdp.dpgd import wire as dpgd_wire
@@ -38,7 +38,7 @@ from mpdp.messages import common_pb2, contribution_pb2, contribution_pb2_grpc
 from mpdp_services.common import errors, tracing
 from mpdp_services.common.errors import shown
 from mpdp_services.common.rpc import caller, roles_by_method
-from mpdp_services.party.contribute import carried, computed, contribute, dataset_for
+from mpdp_services.party.contribute import carried, check_carries, computed, contribute, dataset_for
 
 if TYPE_CHECKING:
     from mpdp_services.party.flows import Flow, PartySite
@@ -116,12 +116,7 @@ async def _contribute(party: "Party", request: contribution_pb2.StatisticRequest
 # -- a round of a dp-gd job (docs/protocols/dpgd.md) -------------------------------------------------------------
 async def _dpgd_round(party: "Party", request: contribution_pb2.StatisticRequest, context) -> contribution_pb2.ContributionReceipt:
     cfg = party.cfg
-    try:
-        limits.check_statistic_request(request)
-    except limits.SpecError as e:
-        await errors.refuse(context, Problem.INVALID_JOB, str(e))
-    if carried(request) != ["dpgd"] or request.bounds:
-        await errors.refuse(context, Problem.MALFORMED, "a dpgd/round request carries its dp-gd round and no clip box")
+    await check_carries(context, request, "dpgd", "a dpgd/round request carries its dp-gd round")
     msg = request.dpgd
     try:
         plan = dpgd_wire.plan_of(msg)

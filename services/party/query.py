@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mpdp import limits
 from mpdp.contribution import AcceptedRound
 from mpdp.dca.params import DcaParams
 from mpdp.messages import common_pb2, contribution_pb2
@@ -13,7 +12,7 @@ from mpdp.query import role as query_role
 from mpdp.query.evaluate import dataset_vector
 from mpdp.query.release import VALIDATION, check_job
 from mpdp_services.common import errors
-from mpdp_services.party.contribute import carried, computed, contribute, dataset_for
+from mpdp_services.party.contribute import check_carries, computed, contribute, dataset_for
 from mpdp_services.party.contribution import PROTOCOL
 
 if TYPE_CHECKING:
@@ -31,12 +30,7 @@ async def contribute_query(party: "Party", request: contribution_pb2.StatisticRe
 
 async def _query(party: "Party", request: contribution_pb2.StatisticRequest, context) -> contribution_pb2.ContributionReceipt:
     cfg = party.cfg
-    try:
-        limits.check_statistic_request(request)
-    except limits.SpecError as e:
-        await errors.refuse(context, Problem.INVALID_JOB, str(e))
-    if carried(request) != ["query"] or request.bounds:
-        await errors.refuse(context, Problem.MALFORMED, "a query request carries its query and no clip box")
+    await check_carries(context, request, "query", "a query request carries its query")
     ds = await dataset_for(party, context, request.dataset, request.schema_sha256, request.records_per_client)
     spec = request.query
     try:
